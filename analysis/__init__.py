@@ -1,0 +1,1 @@
+"""nestlab analysis: run store -> diagnose -> label -> score -> report. Pure; never needs root."""

@@ -1,0 +1,37 @@
+"""What a collector source is: something that, once per snapshot, reports the modules it sees.
+
+Sources run inside the monitored host's namespace. Each `poll()` returns one Observation per live
+module; the collector (harness.collector.main) turns those into module births/deaths, edges and
+counter rows. Adding a source (the interceptor for app and socket modules) means writing one class
+with this interface and listing it in harness.collector.main.SOURCES.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+# Per direction ('in', 'out'): counter name (harness.store.COUNTER_FIELDS) -> raw cumulative value,
+# except 'queued' which is the current value. A missing name means unsupported (stored as NULL).
+Counters = dict[str, dict[str, float | int | None]]
+
+
+@dataclass
+class Observation:
+    key: str                      # stable identity across snapshots, e.g. 'tcp:<inode>', 'ipeth:eth0'
+    kind: str                     # app | socket | tcp | ipeth
+    name: str                     # human label
+    counters: Counters
+    attrs: dict = field(default_factory=dict)    # recorded once, when the module is born
+    children: list[str] = field(default_factory=list)  # keys of lower-layer modules it depends on
+
+
+class Source(Protocol):
+    name: str
+
+    def poll(self) -> list[Observation]:
+        """Read the current state. Must be cheap: it runs every snapshot interval."""
+        ...
+
+    def close(self) -> None:
+        ...

@@ -1,0 +1,158 @@
+"""The run directory: manifest.json, run.db (SQLite, WAL) and logs/.
+
+This module is the single definition of the on-disk format shared by the harness (writer) and the
+analysis (reader). docs/run-format.md documents it for humans; bump FORMAT_VERSION on any change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FORMAT_VERSION = 1
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS modules (
+    id INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL,              -- app | socket | tcp | ipeth (room for more)
+    name TEXT NOT NULL,              -- human label, e.g. 'tcp 10.0.1.1:40000>10.0.2.1:80'
+    key TEXT NOT NULL UNIQUE,        -- identity used by the collector, e.g. 'tcp:123456' (inode)
+    attrs TEXT NOT NULL DEFAULT '{}',-- JSON: pid, fd, inode, src, sport, dst, dport, ifname, cmdline, workload
+    born REAL NOT NULL,              -- monotonic seconds of the first snapshot it appeared in
+    died REAL                        -- monotonic seconds of the first snapshot it was gone from
+);
+CREATE TABLE IF NOT EXISTS edges (
+    parent INTEGER NOT NULL REFERENCES modules(id),
+    child INTEGER NOT NULL REFERENCES modules(id),
+    born REAL NOT NULL,
+    died REAL,
+    PRIMARY KEY (parent, child, born)
+);
+CREATE TABLE IF NOT EXISTS snapshots (
+    seq INTEGER PRIMARY KEY,
+    mono REAL NOT NULL,              -- CLOCK_MONOTONIC seconds when the snapshot was taken
+    wall REAL NOT NULL               -- time.time() at the same moment
+);
+-- Raw cumulative values; the analysis computes deltas. NULL = unsupported for that module kind.
+CREATE TABLE IF NOT EXISTS counters (
+    seq INTEGER NOT NULL,
+    module INTEGER NOT NULL,
+    dir TEXT NOT NULL CHECK (dir IN ('in', 'out')),
+    total_msgs INTEGER,
+    wait_ms REAL,
+    queued INTEGER,                  -- current value (not cumulative)
+    errors INTEGER,
+    bytes INTEGER,
+    PRIMARY KEY (seq, module, dir)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS processes (
+    pid INTEGER NOT NULL,
+    workload INTEGER,                -- index into the spec's workloads (NULL for servers/helpers)
+    role TEXT NOT NULL,              -- client | server | collector
+    host TEXT NOT NULL,
+    cmdline TEXT NOT NULL,
+    started REAL NOT NULL,
+    ended REAL,
+    exit_code INTEGER,
+    PRIMARY KEY (pid, started)
+);
+CREATE TABLE IF NOT EXISTS faults (
+    id INTEGER PRIMARY KEY,
+    spec_index INTEGER NOT NULL,     -- index into the spec's faults
+    kind TEXT NOT NULL,              -- ip_drop | tcp_drop | app_pause
+    at_node TEXT NOT NULL,           -- where it was injected (router or host)
+    target_module INTEGER,           -- module id (resolved after the run where possible)
+    target TEXT NOT NULL,            -- JSON: human description and identifiers (inode, 5-tuple, pid)
+    planned_start REAL,              -- schedule, run-relative seconds
+    planned_duration REAL,
+    start REAL,                      -- monotonic: rule verified in place / signal acknowledged
+    end REAL,                        -- monotonic: rule verified gone / resume acknowledged
+    rule TEXT NOT NULL               -- the exact iptables rule or signal used
+);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY,
+    mono REAL NOT NULL,
+    kind TEXT NOT NULL,              -- workload_start | workload_end | warning | info | ...
+    workload INTEGER,
+    detail TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS counters_module ON counters (module, seq);
+"""
+
+COUNTER_FIELDS = ("total_msgs", "wait_ms", "queued", "errors", "bytes")
+
+
+def monotonic() -> float:
+    """The run clock: CLOCK_MONOTONIC seconds (shared by every Mininet namespace)."""
+    return time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
+def connect(db_path: Path | str, readonly: bool = False) -> sqlite3.Connection:
+    """Open run.db. Writers get WAL and a busy timeout (runner and collector write concurrently)."""
+    if readonly:
+        conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=10)
+    else:
+        conn = sqlite3.connect(str(db_path), timeout=10)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA busy_timeout=10000")
+    return conn
+
+
+def create_db(db_path: Path | str) -> sqlite3.Connection:
+    conn = connect(db_path)
+    conn.executescript(SCHEMA)
+    conn.execute("INSERT OR REPLACE INTO meta VALUES ('format_version', ?)", (str(FORMAT_VERSION),))
+    conn.commit()
+    return conn
+
+
+@dataclass
+class RunDir:
+    """Paths of one run directory."""
+
+    path: Path
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def db(self) -> Path:
+        return self.path / "run.db"
+
+    @property
+    def logs(self) -> Path:
+        return self.path / "logs"
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / "manifest.json"
+
+    def write_manifest(self) -> None:
+        # Write-then-rename so a crash never leaves a half-written manifest.
+        tmp = self.manifest_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.manifest, indent=2, sort_keys=False, default=str) + "\n")
+        os.replace(tmp, self.manifest_path)
+
+    @classmethod
+    def create(cls, results_root: Path, experiment: str, repetition: int) -> RunDir:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        base = Path(results_root) / experiment
+        path = base / f"{stamp}-r{repetition}"
+        n = 1
+        while path.exists():  # two runs in the same second (tests): add a suffix
+            n += 1
+            path = base / f"{stamp}-{n}-r{repetition}"
+        path.mkdir(parents=True)
+        (path / "logs").mkdir()
+        return cls(path)
+
+    @classmethod
+    def open(cls, path: Path | str) -> RunDir:
+        path = Path(path)
+        manifest = json.loads((path / "manifest.json").read_text())
+        return cls(path, manifest)

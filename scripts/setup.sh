@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One-shot setup for a fresh Debian 12 machine: system packages, a virtualenv that sees Debian's
+# Mininet, the Python package (editable) and the LD_PRELOAD interceptor. Idempotent; run as root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PKGS=(mininet iperf lighttpd wget iptables iproute2 bridge-utils ethtool iputils-ping procps psmisc
+      gcc make libc6-dev python3-venv python3-dev openssh-server openssh-client)
+missing=()
+for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# The Debian packages may start services we do not want running outside our namespaces.
+for svc in lighttpd ssh; do systemctl disable --now "$svc" >/dev/null 2>&1 || true; done
+
+# Debian's Mininet is installed for /usr/bin/python3 only: the venv must be built from it (see
+# ../shared/notes/environment.md).
+if [ ! -x .venv/bin/python ]; then
+  /usr/bin/python3 -m venv --system-site-packages .venv
+fi
+.venv/bin/pip install -q --disable-pip-version-check -e ".[test]"
+make -s -C harness/interceptor
+echo "setup: ok ($(.venv/bin/python -c 'import harness; print(harness.__version__)'))"
