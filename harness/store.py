@@ -22,7 +22,7 @@ CREATE TABLE IF NOT EXISTS modules (
     id INTEGER PRIMARY KEY,
     kind TEXT NOT NULL,              -- app | socket | tcp | ipeth (room for more)
     name TEXT NOT NULL,              -- human label, e.g. 'tcp 10.0.1.1:40000>10.0.2.1:80'
-    key TEXT NOT NULL UNIQUE,        -- identity used by the collector, e.g. 'tcp:123456' (inode)
+    key TEXT NOT NULL,               -- collector identity, e.g. 'tcp:123456' (inode); reused keys get new ids
     attrs TEXT NOT NULL DEFAULT '{}',-- JSON: pid, fd, inode, src, sport, dst, dport, ifname, cmdline, workload
     born REAL NOT NULL,              -- monotonic seconds of the first snapshot it appeared in
     died REAL                        -- monotonic seconds of the first snapshot it was gone from
@@ -83,6 +83,7 @@ CREATE TABLE IF NOT EXISTS events (
     detail TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS counters_module ON counters (module, seq);
+CREATE INDEX IF NOT EXISTS modules_key ON modules (key);
 """
 
 COUNTER_FIELDS = ("total_msgs", "wait_ms", "queued", "errors", "bytes")

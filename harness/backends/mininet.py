@@ -1,0 +1,218 @@
+"""The embedded default backend: the topology as Mininet hosts on this machine.
+
+Every node (routers included) is a Mininet Host; there are no switches and no controller, so Open
+vSwitch is not needed. Routers forward with static routes. Bandwidth limits use TCLink (HTB), and
+the shaping is checked after the build. Delay and loss need netem, which this kernel may lack: a
+topology asking for them is refused rather than silently built without them.
+
+Processes run in a node's namespaces through `mnexec -a <shell pid>`, each in its own session so
+that its whole process group can be signalled (Mininet's own node.popen processes survive
+net.stop(), and its cleanup kills every Mininet shell on the machine; we use neither).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+from harness.backends.base import Proc
+from harness.clean import Ledger, kill_group
+from harness.errors import UserError
+from harness.store import monotonic
+from harness.topology import Topology
+
+REQUIRED_BINARIES = ("mnexec", "ip", "tc", "ethtool", "iptables", "iptables-restore", "sysctl")
+
+
+def _mininet():
+    try:
+        from mininet.link import Link, TCLink
+        from mininet.log import setLogLevel
+        from mininet.net import Mininet
+    except ImportError:
+        raise UserError("Mininet is not importable from this Python; run scripts/setup.sh "
+                        "(it builds .venv from Debian's python3, which has Mininet)") from None
+    return Mininet, Link, TCLink, setLogLevel
+
+
+def netem_available() -> bool:
+    """Try a netem qdisc in a throwaway network namespace (gone when the command exits)."""
+    r = subprocess.run(["unshare", "-n", "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"],
+                       capture_output=True)
+    return r.returncode == 0
+
+
+class MininetNode:
+    def __init__(self, name: str, host, ledger: Ledger | None):
+        self.name, self.host, self.ledger = name, host, ledger
+
+    @property
+    def pid(self) -> int:
+        return self.host.pid
+
+    def _argv(self, argv: list[str]) -> list[str]:
+        return ["mnexec", "-a", str(self.host.pid), *argv]
+
+    def run(self, argv, check=True, timeout=30.0, input=None) -> subprocess.CompletedProcess:
+        r = subprocess.run(self._argv(argv), capture_output=True, text=True, timeout=timeout, input=input)
+        if check and r.returncode != 0:
+            raise RuntimeError(f"{self.name}: {' '.join(argv)} failed ({r.returncode}): "
+                               f"{(r.stderr or r.stdout).strip()}")
+        return r
+
+    def start(self, argv, log: Path | None, env=None) -> Proc:
+        out = open(log, "ab") if log else subprocess.DEVNULL
+        try:
+            handle = subprocess.Popen(self._argv(argv), stdout=out, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, start_new_session=True,
+                                      env={**os.environ, **(env or {})})
+        finally:
+            if log:
+                out.close()
+        if self.ledger:
+            self.ledger.add_process(handle.pid, f"{self.name}: {' '.join(argv)}")
+        return Proc(self.name, handle.pid, list(argv), log, monotonic(), handle)
+
+    def signal(self, proc: Proc, sig: int, group: bool = True) -> None:
+        try:
+            (os.killpg if group else os.kill)(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def stop(self, proc: Proc, timeout: float = 3.0) -> int | None:
+        if proc.handle is not None and proc.handle.poll() is None:
+            self.signal(proc, signal.SIGTERM)
+            try:
+                proc.handle.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.signal(proc, signal.SIGKILL)
+                proc.handle.wait(5)
+        # The leader may be gone while others in its group live on (shell loops): sweep the group.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if self.ledger:
+            self.ledger.drop_process(proc.pid)
+        return proc.handle.returncode if proc.handle is not None else None
+
+    def monotonic(self) -> float:
+        return monotonic()  # every Mininet namespace shares the host's CLOCK_MONOTONIC
+
+
+class MininetBackend:
+    def __init__(self, topology: Topology, ledger: Ledger | None = None, congestion_control: str = "cubic"):
+        self.topology, self.ledger, self.cc = topology, ledger, congestion_control
+        self.net = None
+        self.nodes: dict[str, MininetNode] = {}
+
+    def preflight(self) -> None:
+        if os.geteuid() != 0:
+            raise UserError("the Mininet backend needs root (network namespaces, tc, iptables)")
+        missing = [b for b in REQUIRED_BINARIES if shutil.which(b) is None]
+        if missing:
+            raise UserError(f"missing program(s): {', '.join(missing)}; run scripts/setup.sh")
+        _mininet()
+        doc = getattr(self.topology, "doc", None)
+        for k, link in enumerate(self.topology.spec.links):
+            for field in ("delay", "loss"):
+                if getattr(link, field) and not netem_available():
+                    msg = (f"{field} needs the netem qdisc, which this kernel does not have; "
+                           "remove it (bandwidth limits work, via HTB)")
+                    raise doc.error(("links", k, field), msg) if doc else UserError(msg)
+
+    def build(self) -> None:
+        Mininet, Link, TCLink, setLogLevel = _mininet()
+        setLogLevel("critical")  # tc chatter (HTB quantum warnings); shaping is verified below
+        Mininet.inited = True  # skip fixLimits(): it lowers host-wide TCP buffer limits
+        topo = self.topology
+        self.net = Mininet(topo=None, controller=None, build=False, autoSetMacs=False, waitConnected=False)
+        for name in topo.spec.nodes:
+            host = self.net.addHost(name, ip=None)
+            self.nodes[name] = MininetNode(name, host, self.ledger)
+            if self.ledger:
+                self.ledger.add_process(host.pid, f"mininet shell {name}")
+        for k, link in enumerate(topo.spec.links):
+            ia = next(i for i in topo.interfaces[link.a] if i.link == k)
+            ib = next(i for i in topo.interfaces[link.b] if i.link == k)
+            if self.ledger:
+                self.ledger.add_links([ia.name, ib.name])
+            params = {"intfName1": ia.name, "intfName2": ib.name}
+            if link.bw:
+                self.net.addLink(link.a, link.b, cls=TCLink, bw=link.bw / 1e6, **params)
+            else:
+                self.net.addLink(link.a, link.b, cls=Link, **params)
+        for name, node in self.nodes.items():
+            self._configure(name, node)
+        self._check_shaping()
+
+    def _configure(self, name: str, node: MininetNode) -> None:
+        topo = self.topology
+        script = ["ip link set lo up"]
+        for intf in topo.interfaces[name]:
+            script += [f"ip addr flush dev {intf.name}", f"ip addr add {intf.address}/{intf.prefixlen} dev {intf.name}",
+                       f"ip link set {intf.name} up"]
+        if topo.is_router(name):
+            script.append("sysctl -qw net.ipv4.ip_forward=1")
+            script += [f"ip route replace {dst} via {via}" for dst, via in topo.routes(name)]
+        else:
+            # Congestion control per route: a namespace may only pick algorithms in the host's
+            # tcp_allowed_congestion_control list, and changing that list would touch the host.
+            intf = topo.interfaces[name][0]
+            subnet = f"10.0.{intf.link + 1}.0/24"
+            script.append(f"ip route replace {subnet} dev {intf.name} src {intf.address} congctl {self.cc}")
+            script.append(f"ip route replace default via {topo.gateway(name)} congctl {self.cc}")
+        r = node.run(["sh", "-ec", "; ".join(script)], check=False)
+        if r.returncode != 0:
+            msg = r.stderr.strip()
+            if "congctl" in msg or "congestion" in msg.lower():
+                raise UserError(f"congestion_control: {self.cc!r} is not available in this kernel")
+            raise RuntimeError(f"configuring {name}: {msg}")
+
+    def _check_shaping(self) -> None:
+        """Each bandwidth-limited link must show an HTB class at the requested rate on both ends."""
+        for k, link in enumerate(self.topology.spec.links):
+            if not link.bw:
+                continue
+            for end in (link.a, link.b):
+                intf = next(i for i in self.topology.interfaces[end] if i.link == k)
+                out = self.nodes[end].run(["tc", "class", "show", "dev", intf.name]).stdout
+                m = re.search(r"htb .*?rate (\d+(?:\.\d+)?)([KMG]?)bit", out)
+                scale = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}
+                rate = float(m.group(1)) * scale[m.group(2)] if m else 0.0
+                if abs(rate - link.bw) > 0.01 * link.bw:
+                    raise RuntimeError(f"shaping did not take effect on {intf.name}: wanted "
+                                       f"{link.bw / 1e6:g} Mbit/s, tc shows {out.strip() or 'no class'}")
+
+    def node(self, name: str) -> MininetNode:
+        return self.nodes[name]
+
+    def teardown(self) -> None:
+        if self.net is None:
+            return
+        for node in self.nodes.values():
+            shell = node.host.shell
+            if shell is not None:
+                node.host.terminate()
+                kill_group(shell.pid, None, timeout=1.0)
+                if self.ledger:
+                    self.ledger.drop_process(shell.pid)
+        for link in self.net.links:
+            try:
+                link.delete()
+            except Exception:  # noqa: BLE001 - already gone with its namespace
+                pass
+        # veth ends that never made it into a namespace would remain in ours; delete any left.
+        for intfs in self.topology.interfaces.values():
+            for intf in intfs:
+                subprocess.run(["ip", "link", "del", intf.name], capture_output=True)
+        self.net = None
+
+    def versions(self) -> dict[str, str]:
+        import mininet.net
+
+        return {"mininet": getattr(mininet.net, "VERSION", "unknown")}

@@ -1,0 +1,129 @@
+"""Leave no trace: a ledger of what a run made, and `nestlab cleanup` for runs that died.
+
+While a run goes on, its ledger (/run/nestlab/<run-id>.json) lists every process group, Mininet
+shell and link it created. Normal teardown empties and deletes it. A run killed with SIGKILL (or a
+crashed machine) leaves the ledger behind; `cleanup` kills exactly those processes (after checking
+they are still what was recorded, since pids get reused), deletes those links, and marks the run's
+manifest `interrupted`. It never touches another live run or Mininet's other users: unlike
+`mn -c`, it kills nothing by name pattern.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+LEDGER_DIR = Path(os.environ.get("NESTLAB_LEDGER_DIR", "/run/nestlab"))
+
+
+def _proc_start_time(pid: int) -> int | None:
+    """Process start time in clock ticks since boot: with the pid, a unique process identity."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def alive(pid: int, start_time: int | None = None) -> bool:
+    st = _proc_start_time(pid)
+    return st is not None and (start_time is None or st == start_time)
+
+
+class Ledger:
+    def __init__(self, run_id: str, run_dir: Path):
+        LEDGER_DIR.mkdir(parents=True, exist_ok=True)
+        self.path = LEDGER_DIR / f"{run_id}.json"
+        self.data = {"run_id": run_id, "run_dir": str(run_dir), "runner_pid": os.getpid(),
+                     "runner_start": _proc_start_time(os.getpid()), "processes": [], "links": []}
+        self._save()
+
+    def _save(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=1))
+        os.replace(tmp, self.path)
+
+    def add_process(self, pid: int, what: str) -> None:
+        self.data["processes"].append({"pid": pid, "start": _proc_start_time(pid), "what": what})
+        self._save()
+
+    def drop_process(self, pid: int) -> None:
+        self.data["processes"] = [p for p in self.data["processes"] if p["pid"] != pid]
+        self._save()
+
+    def add_links(self, names: list[str]) -> None:
+        self.data["links"].extend(names)
+        self._save()
+
+    def close(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def kill_group(pid: int, start_time: int | None, timeout: float = 2.0) -> bool:
+    """SIGTERM then SIGKILL the process group led by pid (only if pid is still that process)."""
+    if not alive(pid, start_time):
+        return False
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for target in (lambda: os.killpg(pid, sig), lambda: os.kill(pid, sig)):
+            try:
+                target()
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and alive(pid, start_time):
+            try:  # reap it if it is our child
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            time.sleep(0.02)
+        if not alive(pid, start_time):
+            return True
+    return not alive(pid, start_time)
+
+
+def _mark_interrupted(run_dir: Path, reason: str) -> None:
+    manifest = run_dir / "manifest.json"
+    try:
+        data = json.loads(manifest.read_text())
+    except (OSError, ValueError):
+        return
+    if data.get("status") in (None, "running"):
+        data["status"] = "interrupted"
+        data["reason"] = reason
+        tmp = manifest.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        os.replace(tmp, manifest)
+
+
+def cleanup(verbose: bool = False, include_live: bool = False) -> int:
+    """Remove leftovers of runs whose runner is gone. Returns 0 (also when there was nothing)."""
+    def say(msg: str) -> None:
+        if verbose:
+            print(msg)
+
+    ledgers = sorted(LEDGER_DIR.glob("*.json")) if LEDGER_DIR.is_dir() else []
+    if not ledgers:
+        say("cleanup: nothing to do")
+        return 0
+    for path in ledgers:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            path.unlink(missing_ok=True)
+            continue
+        if not include_live and alive(data["runner_pid"], data.get("runner_start")):
+            say(f"cleanup: run {data['run_id']} is still running (pid {data['runner_pid']}); left alone")
+            continue
+        killed = sum(kill_group(p["pid"], p.get("start")) for p in reversed(data["processes"]))
+        removed = 0
+        for link in data["links"]:
+            if subprocess.run(["ip", "link", "del", link], capture_output=True).returncode == 0:
+                removed += 1
+        _mark_interrupted(Path(data["run_dir"]), "runner died; cleaned up by `nestlab cleanup`")
+        path.unlink(missing_ok=True)
+        say(f"cleanup: run {data['run_id']}: {killed} process group(s) killed, {removed} link(s) removed")
+    return 0

@@ -1,0 +1,152 @@
+"""The collector: inside the monitored host's namespace, every interval, ask each source what it
+sees and record modules, edges, a snapshot and its counters in run.db.
+
+    python -m harness.collector.main --db RUN/run.db --interval 0.1 [--interceptor-dir DIR]
+
+Snapshots follow absolute deadlines (start + k * interval) so the interval does not drift; a
+snapshot that overruns skips missed deadlines rather than bunching up. Each snapshot is one
+transaction, so a crash loses at most the snapshot being written. SIGTERM/SIGINT end the loop after
+the current snapshot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sqlite3
+import sys
+import time
+
+from harness.collector.iface import InterfaceSource
+from harness.collector.procs import socket_owners
+from harness.collector.sockdiag import TcpSource
+from harness.collector.source import Observation, Source
+from harness.store import connect, monotonic
+
+ADDRESS_REFRESH_S = 5.0
+
+
+class ModuleTracker:
+    """Turns per-snapshot observations into module/edge lifetimes and counter rows."""
+
+    def __init__(self, db: sqlite3.Connection):
+        self.db = db
+        self.ids: dict[str, int] = {}                # live key -> module id
+        self.edges: set[tuple[int, int]] = set()     # live (parent id, child id)
+        row = db.execute("SELECT coalesce(max(id), 0) FROM modules").fetchone()
+        self.next_id = row[0] + 1
+        row = db.execute("SELECT coalesce(max(seq), -1) FROM snapshots").fetchone()
+        self.seq = row[0] + 1
+
+    def record(self, now: float, wall: float, observations: list[Observation]) -> None:
+        db, ids = self.db, self.ids
+        seen: dict[str, int] = {}
+        births = []
+        for ob in observations:
+            mid = ids.get(ob.key)
+            if mid is None:
+                mid = self.next_id
+                self.next_id += 1
+                births.append((mid, ob.kind, ob.name, ob.key, json.dumps(ob.attrs), now))
+            seen[ob.key] = mid
+        rows = []
+        seq = self.seq
+        for ob in observations:
+            mid = seen[ob.key]
+            for d, c in ob.counters.items():
+                rows.append((seq, mid, d, c.get("total_msgs"), c.get("wait_ms"), c.get("queued"),
+                             c.get("errors"), c.get("bytes")))
+        edges = {(seen[ob.key], seen[child]) for ob in observations for child in ob.children if child in seen}
+        deaths = [(now, mid) for key, mid in ids.items() if key not in seen]
+
+        db.execute("BEGIN")
+        db.execute("INSERT INTO snapshots VALUES (?, ?, ?)", (seq, now, wall))
+        if births:
+            db.executemany("INSERT INTO modules (id, kind, name, key, attrs, born) VALUES (?,?,?,?,?,?)", births)
+        if deaths:
+            db.executemany("UPDATE modules SET died = ? WHERE id = ?", deaths)
+        db.executemany("INSERT INTO counters VALUES (?,?,?,?,?,?,?,?)", rows)
+        if edges != self.edges:
+            db.executemany("INSERT OR IGNORE INTO edges (parent, child, born) VALUES (?,?,?)",
+                           [(p, c, now) for p, c in edges - self.edges])
+            db.executemany("UPDATE edges SET died = ? WHERE parent = ? AND child = ? AND died IS NULL",
+                           [(now, p, c) for p, c in self.edges - edges])
+        db.execute("COMMIT")
+        self.ids, self.edges, self.seq = seen, edges, seq + 1
+
+    def close(self, now: float) -> None:
+        """Mark everything still alive as dying at the end of the recording."""
+        self.db.execute("BEGIN")
+        self.db.executemany("UPDATE modules SET died = ? WHERE id = ?", [(now, m) for m in self.ids.values()])
+        self.db.execute("UPDATE edges SET died = ? WHERE died IS NULL", (now,))
+        self.db.execute("COMMIT")
+
+
+def make_sources(interceptor_dir: str | None) -> tuple[list[Source], InterfaceSource]:
+    iface = InterfaceSource()
+    sources: list[Source] = [iface, TcpSource(iface.ifkey_of, socket_owners)]
+    if interceptor_dir:
+        from harness.collector.interceptor import InterceptorSource
+
+        sources.insert(0, InterceptorSource(interceptor_dir))
+    return sources, iface
+
+
+def run(db_path: str, interval: float, interceptor_dir: str | None = None,
+        max_snapshots: int | None = None) -> int:
+    db = connect(db_path)
+    db.isolation_level = None  # explicit BEGIN/COMMIT per snapshot
+    sources, iface = make_sources(interceptor_dir)
+    tracker = ModuleTracker(db)
+    stop = False
+
+    def on_signal(signum, frame):
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    start = monotonic()
+    next_refresh = start + ADDRESS_REFRESH_S
+    k = 0
+    print("collector: ready", flush=True)
+    try:
+        while not stop:
+            now = monotonic()
+            observations: list[Observation] = []
+            for src in sources:
+                observations.extend(src.poll())
+            tracker.record(now, time.time(), observations)
+            if max_snapshots is not None and tracker.seq >= max_snapshots:
+                break
+            if now >= next_refresh:
+                iface.refresh_addresses()
+                next_refresh = now + ADDRESS_REFRESH_S
+            k += 1
+            deadline = start + k * interval
+            now = monotonic()
+            if now > deadline:  # overran: skip the deadlines already missed
+                k = int((now - start) / interval) + 1
+                deadline = start + k * interval
+            time.sleep(max(0.0, deadline - monotonic()))
+    finally:
+        tracker.close(monotonic())
+        for src in sources:
+            src.close()
+        db.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--db", required=True)
+    p.add_argument("--interval", type=float, default=0.1)
+    p.add_argument("--interceptor-dir")
+    p.add_argument("--max-snapshots", type=int)
+    a = p.parse_args(argv)
+    return run(a.db, a.interval, a.interceptor_dir, a.max_snapshots)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""TCP modules from netlink sock_diag (inet_diag) with a lean decoder of the hot path.
+
+pyroute2's DiagSocket decodes tcp_info field by field (60-100 µs a socket here, and it takes
+snd_wscale/rcv_wscale from the wrong bits): too slow for 1,000 connections at 100 ms. We keep
+pyroute2 for the constants and the netlink plumbing it does well, and decode the dump with one
+struct.unpack_from per socket (≈ 2 µs).
+
+Per TCP module (key 'tcp:<inode>') and direction:
+  in:  total_msgs = tcpi_data_segs_in,  bytes = tcpi_bytes_received, queued = receive queue
+  out: total_msgs = tcpi_data_segs_out, bytes = tcpi_bytes_acked,    queued = send queue,
+       errors = tcpi_total_retrans
+The receive queue is data TCP has delivered and the socket has not read (pending work of the
+reader); the send queue is the connection's own unsent/unacked work (see DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+from dataclasses import dataclass
+
+from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR
+from pyroute2.netlink.diag import SOCK_DIAG_BY_FAMILY
+
+from harness.collector.source import Observation
+
+NETLINK_SOCK_DIAG = 4
+INET_DIAG_INFO = 2
+
+# TCP states we report: live connections. LISTEN has no data; TIME_WAIT/CLOSE have no tcp_info.
+_STATES = (1, 2, 3, 4, 5, 8, 9, 11)  # ESTABLISHED SYN_SENT SYN_RECV FIN_WAIT1/2 CLOSE_WAIT LAST_ACK CLOSING
+STATE_MASK = sum(1 << s for s in _STATES)
+
+_NLMSGHDR = struct.Struct("=IHHII")
+# inet_diag_req_v2: family, protocol, ext, pad, states, then inet_diag_sockid (48 bytes)
+_REQ = struct.Struct("=BBBBI48s")
+# inet_diag_msg: family state timer retrans | sport dport (be16) src[16] dst[16] if cookie[8] |
+#                expires rqueue wqueue uid inode
+_MSG = struct.Struct("=BBBB2s2s16s16sI8sIIIII")
+_RTA = struct.Struct("=HH")
+# struct tcp_info (include/uapi/linux/tcp.h) offsets of the fields we read:
+_TI_TOTAL_RETRANS = 100  # u32
+_TI_BYTES = struct.Struct("=QQ")          # bytes_acked @120, bytes_received @128
+_TI_DATA_SEGS = struct.Struct("=II")      # data_segs_in @152, data_segs_out @156
+_TI_MIN_LEN = 160
+
+
+@dataclass(slots=True)
+class TcpSock:
+    inode: int
+    family: int
+    state: int
+    src: str
+    sport: int
+    dst: str
+    dport: int
+    rqueue: int
+    wqueue: int
+    segs_in: int
+    segs_out: int
+    bytes_in: int
+    bytes_out: int
+    retrans: int
+
+
+def _addr(family: int, raw: bytes) -> str:
+    return socket.inet_ntop(family, raw[:4] if family == socket.AF_INET else raw)
+
+
+class SockDiag:
+    """One netlink socket, reused for every dump."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG)
+        self.sock.bind((0, 0))
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        self.buf = bytearray(1 << 20)
+        self.seq = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def dump(self, families=(socket.AF_INET, socket.AF_INET6)) -> list[TcpSock]:
+        out: list[TcpSock] = []
+        for family in families:
+            self.seq += 1
+            req = _REQ.pack(family, socket.IPPROTO_TCP, 1 << (INET_DIAG_INFO - 1), 0, STATE_MASK, b"\0" * 48)
+            hdr = _NLMSGHDR.pack(_NLMSGHDR.size + len(req), SOCK_DIAG_BY_FAMILY,
+                                 NLM_F_REQUEST | NLM_F_DUMP, self.seq, 0)
+            self.sock.send(hdr + req)
+            self._read(out)
+        return out
+
+    def _read(self, out: list[TcpSock]) -> None:
+        buf, view = self.buf, memoryview(self.buf)
+        unpack_msg, unpack_rta = _MSG.unpack_from, _RTA.unpack_from
+        while True:
+            n = self.sock.recv_into(buf)
+            off = 0
+            while off < n:
+                length, mtype, _flags, _seq, _pid = _NLMSGHDR.unpack_from(buf, off)
+                if mtype == NLMSG_DONE:
+                    return
+                if mtype == NLMSG_ERROR:
+                    errno = -struct.unpack_from("=i", buf, off + 16)[0]
+                    if errno:
+                        raise OSError(errno, f"sock_diag: {os.strerror(errno)}")
+                    return
+                body = off + _NLMSGHDR.size
+                (family, state, _t, _r, sport, dport, src, dst, _if, _ck,
+                 _exp, rq, wq, _uid, inode) = unpack_msg(buf, body)
+                a = body + _MSG.size
+                end = off + length
+                info = None
+                while a + 4 <= end:
+                    alen, atype = unpack_rta(buf, a)
+                    if alen < 4:
+                        break
+                    if atype == INET_DIAG_INFO and alen - 4 >= _TI_MIN_LEN:
+                        info = a + 4
+                    a += (alen + 3) & ~3
+                # inode 0: an orphan (FIN_WAIT/LAST_ACK after close()); no process owns it any more.
+                if info is not None and inode:
+                    retrans = struct.unpack_from("=I", view, info + _TI_TOTAL_RETRANS)[0]
+                    b_acked, b_recv = _TI_BYTES.unpack_from(view, info + 120)
+                    d_in, d_out = _TI_DATA_SEGS.unpack_from(view, info + 152)
+                    out.append(TcpSock(inode, family, state, _addr(family, src),
+                                       int.from_bytes(sport, "big"), _addr(family, dst),
+                                       int.from_bytes(dport, "big"), rq, wq, d_in, d_out, b_recv,
+                                       b_acked, retrans))
+                off += (length + 3) & ~3
+
+
+class TcpSource:
+    """Collector source: one 'tcp' module per live connection, child of its interface's ipeth."""
+
+    name = "tcp"
+
+    def __init__(self, address_to_ifkey, owner_of_inode=None):
+        # address_to_ifkey(local address) -> 'ipeth:<ifname>' (the tcp -> ipeth edge);
+        # owner_of_inode(inodes) -> {inode: {pid, cmdline}}: who holds each new socket (attrs only).
+        self.diag = SockDiag()
+        self.address_to_ifkey = address_to_ifkey
+        self.owner_of_inode = owner_of_inode
+        self.known: set[int] = set()
+
+    def poll(self) -> list[Observation]:
+        socks = self.diag.dump()
+        new = [s.inode for s in socks if s.inode not in self.known]
+        owners = self.owner_of_inode(new) if (new and self.owner_of_inode) else {}
+        self.known = {s.inode for s in socks}
+        obs = []
+        for s in socks:
+            key = f"tcp:{s.inode}"
+            ifkey = self.address_to_ifkey(s.src)
+            attrs = {}  # read by the collector only when the module is born
+            if s.inode in new:
+                attrs = {"inode": s.inode, "src": s.src, "sport": s.sport, "dst": s.dst, "dport": s.dport,
+                         **owners.get(s.inode, {})}
+            obs.append(Observation(
+                key=key, kind="tcp", name=f"tcp {s.src}:{s.sport}>{s.dst}:{s.dport}",
+                counters={"in": {"total_msgs": s.segs_in, "bytes": s.bytes_in, "queued": s.rqueue},
+                          "out": {"total_msgs": s.segs_out, "bytes": s.bytes_out, "queued": s.wqueue,
+                                  "errors": s.retrans}},
+                attrs=attrs, children=[ifkey] if ifkey else []))
+        return obs
+
+    def close(self) -> None:
+        self.diag.close()

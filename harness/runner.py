@@ -1,0 +1,397 @@
+"""Control: run one experiment spec, repetition by repetition, into results/<exp>/<run>/.
+
+For each repetition: build the topology, start servers, hook the fault chain into the routers,
+start the collector in the monitored host, start the workloads (t0), inject the planned faults
+while the collector records, then tear everything down in reverse order. Teardown runs on every
+exit path (normal end, error, Ctrl-C, SIGTERM) with those signals blocked, and the manifest ends
+`complete`, `interrupted` or `failed` with the reason; run.db keeps what was recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import random
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+
+from harness import __version__
+from harness.backends.base import Proc
+from harness.backends.mininet import MininetBackend
+from harness.clean import Ledger
+from harness.errors import UserError
+from harness.faults import Firewall, Rule, ip_drop_rule, target_json, tcp_drop_rule
+from harness.spec import Experiment, Window, load_spec
+from harness.store import FORMAT_VERSION, RunDir, create_db, monotonic
+from harness.workloads import Workloads, check_binaries, tcp_connections
+
+TICK_S = 0.02
+TARGET_WAIT_S = 2.0        # how long a tcp_drop waits for its workload to have a connection
+COLLECTOR_READY_S = 10.0
+
+console = Console(stderr=True, highlight=False)
+
+
+class Interrupted(Exception):
+    def __init__(self, reason: str, code: int):
+        super().__init__(reason)
+        self.reason, self.code = reason, code
+
+
+def _raise_interrupted(signum, frame):
+    name = signal.Signals(signum).name
+    raise Interrupted(f"received {name}", 128 + signum)
+
+
+@dataclass
+class ActiveFault:
+    fault_id: int
+    window: Window
+    rule: Rule | None
+    end_due: float
+
+
+@dataclass
+class Progress:
+    injected: int = 0
+    skipped: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+
+def _versions(backend) -> dict[str, str]:
+    def first_line(argv):
+        try:
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=5)
+            return (r.stdout or r.stderr).strip().splitlines()[0]
+        except (OSError, IndexError, subprocess.TimeoutExpired):
+            return "unavailable"
+
+    return {"nestlab": __version__, "kernel": platform.release(), "python": platform.python_version(),
+            **backend.versions(), "iperf": first_line(["iperf", "-v"]),
+            "wget": first_line(["wget", "--version"]), "lighttpd": first_line(["lighttpd", "-v"]),
+            "iptables": first_line(["iptables", "--version"])}
+
+
+class Run:
+    """One repetition of an experiment."""
+
+    def __init__(self, exp: Experiment, repetition: int, results_root: Path):
+        self.exp, self.rep = exp, repetition
+        self.spec = exp.spec
+        self.plan = exp.plan(repetition)
+        self.rng = random.Random(exp.seed_for(repetition))
+        self.rd = RunDir.create(results_root, self.spec.name, repetition)
+        self.run_id = self.rd.path.name
+        self.db = create_db(self.rd.db)
+        self.progress = Progress()
+        self.backend = None
+        self.ledger: Ledger | None = None
+        self.workloads: Workloads | None = None
+        self.collector: Proc | None = None
+        self.firewalls: dict[str, Firewall] = {}
+        self.active: list[ActiveFault] = []
+        self.t0: float | None = None
+        self.proc_rows: dict[int, tuple[int, float]] = {}   # pid -> (pid, started) primary key
+
+    # -- recording helpers ---------------------------------------------------------------------
+    def event(self, kind: str, detail: str = "", workload: int | None = None) -> None:
+        self.db.execute("INSERT INTO events (mono, kind, workload, detail) VALUES (?,?,?,?)",
+                        (monotonic(), kind, workload, detail))
+        self.db.commit()
+        if kind == "warning":
+            self.progress.warnings.append(detail)
+
+    def _on_process(self, proc: Proc, workload: int | None, role: str, host: str | None) -> None:
+        if role == "ended":
+            code = proc.poll()
+            self.db.execute("UPDATE processes SET ended = ?, exit_code = ? WHERE pid = ? AND started = ?",
+                            (monotonic(), code, proc.pid, proc.started))
+            if workload is not None:
+                self.event("workload_end", f"pid {proc.pid} exit {code}", workload)
+            return
+        self.db.execute("INSERT INTO processes (pid, workload, role, host, cmdline, started) VALUES (?,?,?,?,?,?)",
+                        (proc.pid, workload, role, host, " ".join(proc.argv), proc.started))
+        self.db.commit()
+        if workload is not None:
+            self.event("workload_start", f"pid {proc.pid}: {' '.join(proc.argv)}", workload)
+
+    def _manifest(self, status: str, **extra) -> None:
+        m = self.rd.manifest
+        m.update(status=status, **extra)
+        self.rd.write_manifest()
+
+    # -- the run -------------------------------------------------------------------------------
+    def execute(self) -> int:
+        spec, topo = self.spec, self.exp.topology
+        monitor_if = topo.interfaces[spec.monitor][0]
+        self.rd.manifest = {
+            "format_version": FORMAT_VERSION, "run_id": self.run_id, "experiment": spec.name,
+            "spec_file": str(self.exp.path), "spec": spec.model_dump(mode="json"),
+            "topology": {"name": topo.name, "file": str(topo.source), "spec": topo.spec.model_dump(mode="json"),
+                         "addresses": {n: [i.__dict__ for i in intfs] for n, intfs in topo.interfaces.items()}},
+            "backend": "mininet", "repetition": self.rep, "seed": self.exp.seed_for(self.rep),
+            "monitor": {"host": spec.monitor, "address": monitor_if.address, "interface": monitor_if.name},
+            "congestion_control": spec.congestion_control, "snapshot_interval": spec.snapshot_interval,
+            "planned_faults": [w.__dict__ for w in self.plan], "clock": "CLOCK_MONOTONIC of the monitored host",
+            "start_wall": time.time(), "start_mono": monotonic(), "status": "running",
+        }
+        self.rd.write_manifest()
+        old = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
+        status, reason, code, user_error = "complete", None, 0, None
+        try:
+            self._setup()
+            self._main_loop()
+        except Interrupted as e:
+            status, reason, code = "interrupted", e.reason, e.code
+        except KeyboardInterrupt:
+            status, reason, code = "interrupted", "received SIGINT", 130
+        except UserError as e:
+            status, reason, code, user_error = "failed", str(e), 2, e
+        except Exception as e:  # noqa: BLE001 - any failure must still tear down and be recorded
+            status, reason, code = "failed", f"{type(e).__name__}: {e}", 1
+            (self.rd.logs / "runner-traceback.txt").write_text(traceback.format_exc())
+        try:
+            self._teardown_safely()
+            self._finish(status, reason)
+        finally:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            for s, h in old.items():
+                signal.signal(s, h)
+        if user_error is not None:
+            raise user_error
+        return code
+
+    def _setup(self) -> None:
+        spec, topo = self.spec, self.exp.topology
+        self.ledger = Ledger(self.run_id, self.rd.path)
+        self.backend = MininetBackend(topo, self.ledger, spec.congestion_control)
+        self.backend.preflight()
+        check_binaries(spec)
+        self._manifest("running", versions=_versions(self.backend))
+        console.print(f"[bold]{spec.name}[/] r{self.rep}: building topology {topo.name} "
+                      f"({len(topo.spec.nodes)} nodes, {len(topo.spec.links)} links)")
+        self.backend.build()
+        nodes = {n: self.backend.node(n) for n in topo.spec.nodes}
+        addresses = {n: topo.address(n) for n in topo.spec.nodes}
+        self.workloads = Workloads(spec, nodes, addresses, self.rd.logs, on_process=self._on_process)
+        self.workloads.start_servers()
+        for router in sorted({f.at for f in spec.faults if f.at}):
+            fw = Firewall(self.backend.node(router))
+            self.firewalls[router] = fw
+            fw.setup()
+        self._start_collector()
+
+    def _start_collector(self) -> None:
+        node = self.backend.node(self.spec.monitor)
+        argv = [sys.executable, "-m", "harness.collector.main", "--db", str(self.rd.db.resolve()),
+                "--interval", str(self.spec.snapshot_interval)]
+        self.collector = node.start(argv, self.rd.logs / "collector.log",
+                                    env={"PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+        self._on_process(self.collector, None, "collector", self.spec.monitor)
+        deadline = monotonic() + COLLECTOR_READY_S
+        while monotonic() < deadline:
+            if self.db.execute("SELECT count(*) FROM snapshots").fetchone()[0] > 0:
+                return
+            if self.collector.poll() is not None:
+                break
+            time.sleep(0.05)
+        log = (self.rd.logs / "collector.log").read_text()[-800:]
+        raise RuntimeError(f"collector did not record a snapshot: {log.strip()}")
+
+    def _main_loop(self) -> None:
+        spec = self.spec
+        self.t0 = self.workloads.t0 = monotonic()
+        self.event("run_start", f"t0 = {self.t0:.6f}")
+        self._manifest("running", t0=self.t0)
+        pending = list(self.plan)
+        live = console.is_terminal
+        last_print = -1e9
+        with console.status("", spinner="dots") if live else _nullcontext() as status:
+            while True:
+                now = monotonic()
+                t = now - self.t0
+                if t >= spec.duration:
+                    break
+                self.workloads.start_due(now)
+                for af in [a for a in self.active if now >= a.end_due]:
+                    self._end_fault(af)
+                while pending and t >= pending[0].start:
+                    self._start_fault(pending.pop(0))
+                line = self._progress_line(t)
+                if live:
+                    status.update(line)
+                elif now - last_print >= 10:
+                    console.print(line)
+                    last_print = now
+                time.sleep(TICK_S)
+        for af in list(self.active):
+            self._end_fault(af)
+        self.event("run_end", f"t = {monotonic() - self.t0:.3f}")
+
+    def _progress_line(self, t: float) -> str:
+        snaps = self.db.execute("SELECT count(*) FROM snapshots").fetchone()[0]
+        return (f"{self.spec.name} r{self.rep}: {t:5.1f}/{self.spec.duration:g} s  "
+                f"faults {self.progress.injected}/{len(self.plan)}  snapshots {snaps}  "
+                f"active {','.join(self.spec.faults[a.window.spec_index].kind for a in self.active) or '-'}")
+
+    # -- faults --------------------------------------------------------------------------------
+    def _start_fault(self, w: Window) -> None:
+        f = self.spec.faults[w.spec_index]
+        cur = self.db.execute(
+            "INSERT INTO faults (spec_index, kind, at_node, target, planned_start, planned_duration, rule) "
+            "VALUES (?,?,?,?,?,?,?)", (w.spec_index, f.kind, f.at or "", "{}", w.start, w.duration, ""))
+        fid = cur.lastrowid
+        tag = f"nestlab:{self.run_id}:f{fid}"
+        if f.kind == "ip_drop":
+            host = f.host or self.spec.monitor
+            addr = self.exp.topology.address(host)
+            rule = ip_drop_rule(f.at, tag, addr)
+            target = target_json(description=f"all IP traffic of {host} ({addr})", host=host, address=addr)
+        elif f.kind == "tcp_drop":
+            conn, pid = self._pick_connection(f.target)
+            if conn is None:
+                self.db.execute("DELETE FROM faults WHERE id = ?", (fid,))
+                self.db.commit()
+                self.progress.skipped += 1
+                self.event("warning", f"tcp_drop at {w.start:g}s skipped: workload {f.target.workload} "
+                                      f"had no established connection", f.target.workload)
+                return
+            rule = tcp_drop_rule(f.at, tag, conn)
+            target = target_json(description=f"tcp {conn['src']}:{conn['sport']}>{conn['dst']}:{conn['dport']}",
+                                 workload=f.target.workload, pid=pid, **conn)
+        else:
+            raise UserError(f"{self.exp.path}: faults[{w.spec_index}].kind: app_pause needs the interceptor, "
+                            "which this build does not have yet")
+        start = self.firewalls[f.at].insert(rule)
+        self.db.execute("UPDATE faults SET target = ?, rule = ?, start = ? WHERE id = ?",
+                        (target, rule.describe(), start, fid))
+        self.db.commit()
+        self.progress.injected += 1
+        self.active.append(ActiveFault(fid, w, rule, start + w.duration))
+
+    def _end_fault(self, af: ActiveFault) -> None:
+        self.active.remove(af)
+        end = self.firewalls[af.rule.node].delete(af.rule)
+        self.db.execute("UPDATE faults SET end = ? WHERE id = ?", (end, af.fault_id))
+        self.db.commit()
+
+    def _pick_connection(self, target) -> tuple[dict | None, int | None]:
+        """A live connection of the target workload (instance), chosen with the run's seed."""
+        deadline = monotonic() + TARGET_WAIT_S
+        while True:
+            live = self.workloads.live(target.workload)
+            if target.instance is not None:
+                live = [(i, p) for i, p in live if i.index == target.instance]
+            server = self.exp.topology.address(self.spec.workloads[target.workload].server)
+            choices = [(c, p.pid) for _, p in live for c in tcp_connections(p.pid) if c["dst"] == server]
+            if choices:
+                return self.rng.choice(choices)
+            if monotonic() >= deadline:
+                return None, None
+            time.sleep(0.05)
+
+    # -- teardown ------------------------------------------------------------------------------
+    def _teardown_safely(self) -> None:
+        """Undo everything, in reverse order. A second Ctrl-C or SIGTERM is ignored (execute()
+        restores the handlers afterwards) so that teardown always finishes."""
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, lambda *_: console.print("[yellow]cleaning up, please wait[/]"))
+        steps = [
+            ("remove fault rules", self._remove_active_faults),
+            ("stop workloads", lambda: self.workloads and self.workloads.stop_clients()),
+            ("stop collector", self._stop_collector),
+            ("stop servers", lambda: self.workloads and self.workloads.stop_servers()),
+            ("remove firewall chains", self._remove_chains),
+            ("resolve fault targets", self._resolve_targets),
+            ("tear down topology", lambda: self.backend and self.backend.teardown()),
+            ("remove served files", lambda: self.workloads and self.workloads.remove_files()),
+        ]
+        for what, step in steps:
+            try:
+                step()
+            except Exception as e:  # noqa: BLE001 - keep going: every later step still matters
+                msg = f"teardown: {what}: {type(e).__name__}: {e}"
+                console.print(f"[yellow]warning:[/] {msg}")
+                try:
+                    self.event("warning", msg)
+                except Exception:  # noqa: BLE001
+                    pass
+        if self.ledger:
+            self.ledger.close()
+
+    def _remove_active_faults(self) -> None:
+        for af in list(self.active):
+            self._end_fault(af)
+
+    def _stop_collector(self) -> None:
+        if self.collector is not None:
+            self.backend.node(self.spec.monitor).stop(self.collector, timeout=5.0)
+            self._on_process(self.collector, None, "ended", None)
+
+    def _remove_chains(self) -> None:
+        for fw in self.firewalls.values():
+            if fw.ready:
+                fw.teardown()
+
+    def _resolve_targets(self) -> None:
+        """Link each fault to the module it targets, now that the collector has recorded them."""
+        monitor_if = self.exp.topology.interfaces[self.spec.monitor][0].name
+        for fid, kind, target in self.db.execute("SELECT id, kind, target FROM faults").fetchall():
+            t = json.loads(target)
+            key = None
+            if kind == "tcp_drop":
+                key = f"tcp:{t['inode']}"
+            elif kind == "ip_drop" and t.get("host") == self.spec.monitor:
+                key = f"ipeth:{monitor_if}"
+            if key:
+                row = self.db.execute("SELECT id FROM modules WHERE key = ? ORDER BY id DESC LIMIT 1", (key,)).fetchone()
+                if row:
+                    self.db.execute("UPDATE faults SET target_module = ? WHERE id = ?", (row[0], fid))
+        self.db.commit()
+
+    def _finish(self, status: str, reason: str | None) -> None:
+        counts = {k: self.db.execute(f"SELECT count(*) FROM {k}").fetchone()[0]
+                  for k in ("snapshots", "modules", "faults")}
+        self.db.close()
+        self._manifest(status, reason=reason, end_wall=time.time(), end_mono=monotonic(), counts=counts,
+                       warnings=self.progress.warnings)
+        colour = {"complete": "green", "interrupted": "yellow", "failed": "red"}[status]
+        console.print(f"[{colour}]{status}[/]{': ' + reason if reason else ''} -> {self.rd.path}")
+        console.print(f"  faults injected {counts['faults']} (skipped {self.progress.skipped}), "
+                      f"snapshots {counts['snapshots']}, modules {counts['modules']}")
+
+
+class _nullcontext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def run_experiment(spec_path: str | Path, results_root: str | Path = "results") -> tuple[int, list[Path]]:
+    exp = load_spec(spec_path)
+    runs: list[Path] = []
+    code = 0
+    for rep in range(exp.spec.repetitions):
+        run = Run(exp, rep, Path(results_root))
+        runs.append(run.rd.path)
+        code = run.execute()
+        if code != 0:
+            break
+    return code, runs
+
+
+def run_spec_file(spec_path: str, results_root: str = "results") -> int:
+    if os.geteuid() != 0:
+        raise UserError("run-experiment needs root (Mininet namespaces, tc, iptables); try sudo")
+    code, _ = run_experiment(spec_path, results_root)
+    return code

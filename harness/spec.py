@@ -1,0 +1,278 @@
+"""Experiment specs: the YAML a user writes, validated, resolved against its topology and planned.
+
+`load_spec(path)` returns an Experiment: the spec model, its Topology, and for each repetition the
+fault windows its seed gives. Every mistake is a SpecError naming file, line and field.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from harness.errors import UserError
+from harness.topology import Topology, load_topology
+from harness.units import Duration, Size
+from harness.yamlload import YamlDoc
+
+# Faults are kept this far from the start (workloads ramp up) and the end (so the recovery is seen).
+FAULT_MARGIN_S = 2.0
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Workload(_Strict):
+    kind: Literal["wget", "iperf"]
+    host: str
+    server: str
+    role: Literal["foreground", "background"] = "foreground"
+    instances: int = Field(default=1, ge=1, le=64, description="parallel copies of the workload")
+    start: Duration = 0.0
+    # wget: serial downloads of one file; count = downloads per instance (None: repeat to the end).
+    file_size: Size = 100e6
+    count: int | None = Field(default=None, ge=1)
+    # iperf (2): upload = the host sends to `iperf -s` on the server; download = `-R`.
+    direction: Literal["upload", "download"] | None = None
+    parallel: int = Field(default=1, ge=1, le=128, description="iperf -P: connections per instance")
+
+    @model_validator(mode="after")
+    def _by_kind(self):
+        if self.kind == "wget":
+            if self.direction not in (None, "download"):
+                raise ValueError("wget only downloads (direction: download)")
+            if self.parallel != 1:
+                raise ValueError("parallel applies to iperf only; use instances for parallel wget")
+            self.direction = "download"
+        else:
+            self.direction = self.direction or "upload"
+            if self.count is not None:
+                raise ValueError("count applies to wget only (iperf runs until the end)")
+        return self
+
+
+class RandomSchedule(_Strict):
+    count: int = Field(ge=1)
+    duration: tuple[Duration, Duration]
+    gap: tuple[Duration, Duration]
+
+    @model_validator(mode="after")
+    def _ranges(self):
+        for name in ("duration", "gap"):
+            lo, hi = getattr(self, name)
+            if lo > hi:
+                raise ValueError(f"{name}: [min, max] with min <= max")
+        if self.duration[0] <= 0:
+            raise ValueError("duration: faults must last more than 0 s")
+        return self
+
+
+class Schedule(_Strict):
+    at: list[Duration] | None = None
+    duration: Duration | None = None
+    random: RandomSchedule | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self):
+        if (self.random is None) == (self.at is None):
+            raise ValueError("give either 'random: {count, duration, gap}' or 'at: [...]' with 'duration'")
+        if self.at is not None and not self.duration:
+            raise ValueError("'at' needs a 'duration' greater than 0")
+        return self
+
+
+class FaultTarget(_Strict):
+    workload: int = Field(ge=0)
+    instance: int | None = Field(default=None, ge=0, description="which instance; default: chosen by the seed")
+
+
+class Fault(_Strict):
+    kind: Literal["ip_drop", "tcp_drop", "app_pause"]
+    at: str | None = Field(default=None, description="router that drops (network faults)")
+    host: str | None = Field(default=None, description="ip_drop: whose traffic (default: the monitor)")
+    target: FaultTarget | None = None
+    schedule: Schedule
+
+    @model_validator(mode="after")
+    def _by_kind(self):
+        if self.kind in ("ip_drop", "tcp_drop") and self.at is None:
+            raise ValueError(f"{self.kind} needs 'at': the router that drops the packets")
+        if self.kind in ("tcp_drop", "app_pause") and self.target is None:
+            raise ValueError(f"{self.kind} needs 'target: {{workload: N}}'")
+        if self.kind != "ip_drop" and self.host is not None:
+            raise ValueError("'host' applies to ip_drop only")
+        return self
+
+
+class Spec(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = ""
+    topology: str
+    duration: Duration
+    snapshot_interval: Duration = 0.1
+    seed: int = 0
+    repetitions: int = Field(default=1, ge=1)
+    monitor: str
+    congestion_control: str = Field(default="cubic", pattern=r"^[a-z0-9_]+$")
+    workloads: list[Workload] = Field(min_length=1)
+    faults: list[Fault] = []
+
+    @model_validator(mode="after")
+    def _times(self):
+        if self.duration <= 0:
+            raise ValueError("duration must be greater than 0")
+        if not 0.01 <= self.snapshot_interval <= 10:
+            raise ValueError("snapshot_interval must be between 10ms and 10s")
+        return self
+
+
+@dataclass(frozen=True)
+class Window:
+    """A planned fault: spec_index into spec.faults, start and duration in run-relative seconds."""
+
+    spec_index: int
+    start: float
+    duration: float
+
+    @property
+    def end(self) -> float:
+        return self.start + self.duration
+
+
+@dataclass
+class Experiment:
+    spec: Spec
+    topology: Topology
+    path: Path
+    doc: YamlDoc
+
+    def seed_for(self, repetition: int) -> int:
+        """Repetition k (0-based) uses seed + k: every repetition differs, each is reproducible."""
+        return self.spec.seed + repetition
+
+    def plan(self, repetition: int = 0) -> list[Window]:
+        return plan_faults(self.spec, self.doc, self.seed_for(repetition))
+
+
+def plan_faults(spec: Spec, doc: YamlDoc, seed: int) -> list[Window]:
+    """Fault windows for one repetition, sorted by start.
+
+    Each fault entry is planned on its own (a random schedule draws from its own seeded stream, so
+    adding a fault does not move the others). Windows of one entry never overlap. Windows of two
+    entries may overlap when both can be in force at once (an ip_drop and a tcp_drop are two rules);
+    they may not when they would act on the same thing (same kind and same target), which cannot be
+    honoured: that is a spec error.
+    """
+    latest_end = spec.duration - FAULT_MARGIN_S
+    planned: list[Window] = []
+    for i, fault in enumerate(spec.faults):
+        s, mine = fault.schedule, []
+        if s.at is not None:
+            for k, at in enumerate(sorted(s.at)):
+                if at < FAULT_MARGIN_S or at + s.duration > latest_end:
+                    raise doc.error(("faults", i, "schedule", "at", k),
+                                    f"window {at:g}s+{s.duration:g}s must lie within "
+                                    f"[{FAULT_MARGIN_S:g}s, duration - {FAULT_MARGIN_S:g}s = {latest_end:g}s]")
+                if mine and at < mine[-1].end:
+                    raise doc.error(("faults", i, "schedule", "at", k),
+                                    f"window at {at:g}s starts before the previous one ends ({mine[-1].end:g}s)")
+                mine.append(Window(i, at, s.duration))
+        else:
+            r, rng, t = s.random, random.Random(seed * 1000 + i), FAULT_MARGIN_S
+            for n in range(r.count):
+                t += rng.uniform(*r.gap)
+                dur = rng.uniform(*r.duration)
+                if t + dur > latest_end:
+                    raise doc.error(("faults", i, "schedule", "random"),
+                                    f"only {n} of {r.count} faults fit in {spec.duration:g}s with these "
+                                    f"gaps (seed {seed}); lengthen duration or lower count")
+                mine.append(Window(i, round(t, 3), round(dur, 3)))
+                t += dur
+        for w in mine:
+            for other in planned:
+                if _same_action(spec.faults[other.spec_index], fault) and w.start < other.end and other.start < w.end:
+                    raise doc.error(("faults", i, "schedule"),
+                                    f"window {w.start:g}s+{w.duration:g}s overlaps fault {other.spec_index}'s "
+                                    f"window at {other.start:g}s, which acts on the same target")
+        planned.extend(mine)
+    return sorted(planned, key=lambda w: (w.start, w.spec_index))
+
+
+def _same_action(a: Fault, b: Fault) -> bool:
+    if a.kind != b.kind:
+        return False
+    if a.kind == "ip_drop":
+        return a.at == b.at and a.host == b.host
+    return a.target.workload == b.target.workload
+
+
+def _resolve_topology(spec: Spec, doc: YamlDoc, spec_path: Path) -> Path:
+    name = spec.topology
+    candidates = []
+    if name.endswith((".yaml", ".yml")) or "/" in name:
+        candidates.append(spec_path.parent / name)
+    else:
+        for base in (spec_path.parent.parent / "topologies", spec_path.parent / "topologies",
+                     Path.cwd() / "topologies"):
+            candidates.append(base / f"{name}.yaml")
+    for c in candidates:
+        if c.is_file():
+            return c
+    raise doc.error(("topology",), f"no topology file {name!r} (looked for {', '.join(map(str, candidates))})")
+
+
+def _check_against_topology(spec: Spec, doc: YamlDoc, topo: Topology) -> None:
+    def host(loc, name, router_ok=False, router_only=False):
+        if name not in topo.spec.nodes:
+            raise doc.error(loc, f"unknown node {name!r} in topology {topo.name} "
+                                 f"(nodes: {', '.join(topo.spec.nodes)})")
+        if router_only and not topo.is_router(name):
+            raise doc.error(loc, f"{name!r} is not a router; network faults are injected on a router")
+        if not router_ok and not router_only and topo.is_router(name):
+            raise doc.error(loc, f"{name!r} is a router; expected a host")
+
+    host(("monitor",), spec.monitor)
+    for i, w in enumerate(spec.workloads):
+        host(("workloads", i, "host"), w.host)
+        host(("workloads", i, "server"), w.server)
+        if w.host == w.server:
+            raise doc.error(("workloads", i, "server"), "server must be another host than the client")
+    for i, f in enumerate(spec.faults):
+        if f.at is not None:
+            host(("faults", i, "at"), f.at, router_only=True)
+        if f.host is not None:
+            host(("faults", i, "host"), f.host)
+        if f.target is not None:
+            if f.target.workload >= len(spec.workloads):
+                raise doc.error(("faults", i, "target", "workload"),
+                                f"no workload {f.target.workload} (the spec has {len(spec.workloads)})")
+            w = spec.workloads[f.target.workload]
+            if f.target.instance is not None and f.target.instance >= w.instances:
+                raise doc.error(("faults", i, "target", "instance"),
+                                f"workload {f.target.workload} has {w.instances} instance(s)")
+            if f.kind in ("tcp_drop", "app_pause") and w.host != spec.monitor:
+                raise doc.error(("faults", i, "target", "workload"),
+                                f"workload {f.target.workload} runs on {w.host}, not on the monitored host "
+                                f"{spec.monitor}; its modules would not be observed")
+
+
+def load_spec(path: Path | str) -> Experiment:
+    path = Path(path)
+    doc = YamlDoc(path)
+    spec = doc.parse(Spec)
+    topo_path = _resolve_topology(spec, doc, path)
+    topo = load_topology(topo_path)
+    _check_against_topology(spec, doc, topo)
+    exp = Experiment(spec, topo, path, doc)
+    for r in range(spec.repetitions):
+        exp.plan(r)  # infeasible schedules are spec errors: find them before anything runs
+    return exp
+
+
+def require(condition: bool, message: str) -> None:
+    if not condition:
+        raise UserError(message)

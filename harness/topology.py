@@ -1,0 +1,144 @@
+"""Topologies: nodes (hosts and routers), links, addresses and static routes.
+
+A topology file (topologies/<name>.yaml) names nodes and links; addresses and routes are derived
+here so that every backend builds the same network: link k gets 10.0.<k+1>.0/24, endpoint `a`
+takes .1 and endpoint `b` .2; routers forward, and their routes follow shortest paths (networkx).
+Hosts have exactly one link and a default route through the router at its other end.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+import networkx as nx
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.units import Duration, Rate
+from harness.yamlload import YamlDoc
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class NodeSpec(_Strict):
+    router: bool = False
+    site: int | None = None
+    description: str = ""
+    # SSH backend only (ignored by Mininet): where the logical node lives.
+    ssh: dict | None = None
+
+
+class LinkSpec(_Strict):
+    a: str
+    b: str
+    bw: Rate | None = Field(default=None, description="bandwidth limit, shaped with HTB")
+    delay: Duration | None = None
+    loss: float | None = Field(default=None, ge=0, le=100, description="loss in percent")
+
+
+class TopologySpec(_Strict):
+    name: str
+    description: str = ""
+    nodes: dict[str, NodeSpec]
+    links: list[LinkSpec]
+
+
+@dataclass(frozen=True)
+class Interface:
+    node: str
+    name: str          # e.g. site1n1-eth0 (Mininet naming: node-eth<k>)
+    address: str       # 10.0.1.1
+    prefixlen: int
+    peer: str          # node at the other end
+    peer_address: str
+    link: int          # index into the topology's links
+
+
+class Topology:
+    """A validated topology with derived addressing and routes."""
+
+    def __init__(self, spec: TopologySpec, source: Path | None = None):
+        self.spec, self.source = spec, source
+        self.interfaces: dict[str, list[Interface]] = {n: [] for n in spec.nodes}
+        for k, link in enumerate(spec.links):
+            net = ipaddress.ip_network(f"10.0.{k + 1}.0/24")
+            ia, ib = str(net.network_address + 1), str(net.network_address + 2)
+            for node, addr, peer, peer_addr in ((link.a, ia, link.b, ib), (link.b, ib, link.a, ia)):
+                name = f"{node}-eth{len(self.interfaces[node])}"
+                self.interfaces[node].append(Interface(node, name, addr, 24, peer, peer_addr, k))
+        self.graph = nx.Graph()
+        self.graph.add_nodes_from(spec.nodes)
+        self.graph.add_edges_from((link.a, link.b) for link in spec.links)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def is_router(self, node: str) -> bool:
+        return self.spec.nodes[node].router
+
+    @property
+    def hosts(self) -> list[str]:
+        return [n for n, s in self.spec.nodes.items() if not s.router]
+
+    @property
+    def routers(self) -> list[str]:
+        return [n for n, s in self.spec.nodes.items() if s.router]
+
+    def address(self, node: str) -> str:
+        """A node's main address (a host's only interface; a router's first)."""
+        return self.interfaces[node][0].address
+
+    def gateway(self, host: str) -> str:
+        return self.interfaces[host][0].peer_address
+
+    def routes(self, router: str) -> list[tuple[str, str]]:
+        """(destination subnet, next-hop address) for every subnet not directly attached to `router`."""
+        attached = {i.link for i in self.interfaces[router]}
+        paths = nx.single_source_shortest_path(self.graph, router)
+        out = []
+        for k, link in enumerate(self.spec.links):
+            if k in attached:
+                continue
+            # Route toward the nearer endpoint of the link; the next hop is the first node on that path.
+            target = min((link.a, link.b), key=lambda n: len(paths.get(n, range(10**6))))
+            if target not in paths or len(paths[target]) < 2:
+                continue
+            nxt = paths[target][1]
+            via = next(i.peer_address for i in self.interfaces[router] if i.peer == nxt)
+            out.append((f"10.0.{k + 1}.0/24", via))
+        return out
+
+
+def topology_errors(doc: YamlDoc, spec: TopologySpec):
+    """Structural checks pydantic cannot do: unknown nodes, hosts with several links, disconnection."""
+    degree = {n: 0 for n in spec.nodes}
+    for k, link in enumerate(spec.links):
+        for end in ("a", "b"):
+            node = getattr(link, end)
+            if node not in spec.nodes:
+                raise doc.error(("links", k, end), f"unknown node {node!r} (nodes: {', '.join(spec.nodes)})")
+            degree[node] += 1
+        if link.a == link.b:
+            raise doc.error(("links", k), "a link needs two different nodes")
+    for n, node in spec.nodes.items():
+        if not node.router and degree[n] != 1:
+            raise doc.error(("nodes", n), f"host {n!r} has {degree[n]} links; a host needs exactly one "
+                            "(make it a router with 'router: true' to forward between several)")
+    g = nx.Graph(list((lk.a, lk.b) for lk in spec.links))
+    g.add_nodes_from(spec.nodes)
+    if not nx.is_connected(g):
+        parts = [sorted(c) for c in nx.connected_components(g)]
+        raise doc.error(("links",), f"topology is not connected: {parts}")
+
+
+def load_topology(path: Path | str) -> Topology:
+    doc = YamlDoc(path)
+    spec = doc.parse(TopologySpec)
+    topology_errors(doc, spec)
+    topo = Topology(spec, Path(path))
+    topo.doc = doc  # kept so later checks (e.g. refused delay/loss) can point at the line
+    return topo

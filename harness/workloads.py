@@ -1,0 +1,194 @@
+"""Workloads: real servers (lighttpd, iperf -s) and real clients (wget, iperf) on the topology.
+
+A wget instance downloads `count` copies of one file serially in one process (one application
+module across the downloads, as in the seeds); with no count it is restarted whenever it ends
+until the run ends. An iperf instance runs `iperf -c` with `parallel` connections (one thread
+each) for the whole run; `direction: download` uses `-R`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.backends.base import Node, Proc
+from harness.errors import UserError
+from harness.spec import Spec, Workload
+from harness.store import monotonic
+
+HTTP_PORT = 80
+IPERF_PORT = 5001
+CLIENT_BINARIES = {"wget": "wget", "iperf": "iperf"}
+SERVER_BINARIES = {"wget": "lighttpd", "iperf": "iperf"}
+
+
+def check_binaries(spec: Spec) -> None:
+    needed = {CLIENT_BINARIES[w.kind] for w in spec.workloads} | {SERVER_BINARIES[w.kind] for w in spec.workloads}
+    missing = sorted(b for b in needed if shutil.which(b) is None)
+    if missing:
+        raise UserError(f"missing program(s) for the workloads: {', '.join(missing)}; run scripts/setup.sh")
+
+
+@dataclass
+class Instance:
+    workload: int
+    index: int
+    proc: Proc | None = None
+    runs: int = 0                                  # processes started for this instance so far
+    history: list[Proc] = field(default_factory=list)
+
+
+class Workloads:
+    def __init__(self, spec: Spec, nodes: dict[str, Node], addresses: dict[str, str], logs: Path,
+                 env: dict[str, str] | None = None, on_process=None):
+        self.spec, self.nodes, self.addresses, self.logs = spec, nodes, addresses, logs
+        self.env = env or {}
+        self.on_process = on_process or (lambda *a, **k: None)   # (proc, workload, role, host)
+        self.servers: list[Proc] = []
+        self.instances = [Instance(i, k) for i, w in enumerate(spec.workloads) for k in range(w.instances)]
+        self.www = Path(tempfile.mkdtemp(prefix="nestlab-www-"))
+        self.t0: float | None = None
+
+    # -- servers ---------------------------------------------------------------------------------
+    def start_servers(self) -> None:
+        wanted: dict[tuple[str, str], None] = {}
+        for w in self.spec.workloads:
+            wanted[(w.kind, w.server)] = None
+        for w in self.spec.workloads:
+            if w.kind == "wget":
+                self._file(w.file_size)
+        for kind, server in wanted:
+            node = self.nodes[server]
+            if kind == "wget":
+                conf = self.www / f"lighttpd-{server}.conf"
+                conf.write_text(
+                    f'server.document-root = "{self.www}/htdocs"\n'
+                    f'server.bind = "{self.addresses[server]}"\nserver.port = {HTTP_PORT}\n'
+                    f'server.errorlog = "{self.logs}/lighttpd-{server}.error.log"\n'
+                    'server.max-keep-alive-requests = 1000\n')
+                argv, port = ["lighttpd", "-D", "-f", str(conf)], HTTP_PORT
+            else:
+                argv, port = ["iperf", "-s", "-B", self.addresses[server], "-p", str(IPERF_PORT)], IPERF_PORT
+            proc = node.start(argv, self.logs / f"server-{kind}-{server}.log")
+            self.servers.append(proc)
+            self.on_process(proc, None, "server", server)
+            self._wait_listening(node, port, proc)
+
+    def _file(self, size: float) -> str:
+        htdocs = self.www / "htdocs"
+        htdocs.mkdir(exist_ok=True)
+        name = f"file-{int(size)}"
+        path = htdocs / name
+        if not path.exists():
+            with open(path, "wb") as f:  # sparse: instant, and lighttpd serves zeros from the page cache
+                f.truncate(int(size))
+        return name
+
+    @staticmethod
+    def _wait_listening(node: Node, port: int, proc: Proc, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if node.run(["ss", "-ltnH", f"sport = :{port}"], check=False).stdout.strip():
+                return
+            if proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        log = proc.log.read_text()[-500:] if proc.log and proc.log.exists() else ""
+        raise RuntimeError(f"{node.name}: server {' '.join(proc.argv)} did not start listening on port "
+                           f"{port}: {log.strip()}")
+
+    # -- clients ---------------------------------------------------------------------------------
+    def _client_argv(self, w: Workload) -> list[str]:
+        server = self.addresses[w.server]
+        if w.kind == "wget":
+            url = f"http://{server}:{HTTP_PORT}/{self._file(w.file_size)}"
+            # Serial downloads in one process; count=None restarts the process when it ends.
+            return ["wget", "-q", "-O", "/dev/null", *([url] * (w.count or 1))]
+        remaining = max(1, int(self.spec.duration - w.start + 5))  # the runner stops it at the end
+        argv = ["iperf", "-c", server, "-p", str(IPERF_PORT), "-t", str(remaining), "-P", str(w.parallel)]
+        return argv + (["-R"] if w.direction == "download" else [])
+
+    def start_due(self, now: float) -> int:
+        """Start instances whose start time has come, and restart repeating wget instances that
+        ended. Returns how many processes were started."""
+        assert self.t0 is not None
+        started = 0
+        for inst in self.instances:
+            w = self.spec.workloads[inst.workload]
+            if now - self.t0 < w.start or (inst.proc is not None and inst.proc.poll() is None):
+                continue
+            if inst.proc is not None:
+                self._ended(inst)
+                if w.kind != "wget" or w.count is not None:
+                    continue  # finished for good
+            log = self.logs / f"w{inst.workload}-{w.kind}-i{inst.index}-{inst.runs}.log"
+            inst.proc = self.nodes[w.host].start(self._client_argv(w), log, env=self.env)
+            inst.runs += 1
+            inst.history.append(inst.proc)
+            self.on_process(inst.proc, inst.workload, "client", w.host)
+            started += 1
+        return started
+
+    def _ended(self, inst: Instance) -> None:
+        proc = inst.proc
+        if proc is not None and getattr(proc, "reported", False) is False:
+            proc.reported = True
+            self.on_process(proc, inst.workload, "ended", None)
+
+    def live(self, workload: int) -> list[tuple[Instance, Proc]]:
+        return [(i, i.proc) for i in self.instances
+                if i.workload == workload and i.proc is not None and i.proc.poll() is None]
+
+    def stop_clients(self) -> None:
+        for inst in self.instances:
+            if inst.proc is not None:
+                self.nodes[self.spec.workloads[inst.workload].host].stop(inst.proc)
+                self._ended(inst)
+
+    def stop_servers(self) -> None:
+        for proc in self.servers:
+            self.nodes[proc.node].stop(proc)
+            self.on_process(proc, None, "ended", None)
+        self.servers = []
+
+    def remove_files(self) -> None:
+        shutil.rmtree(self.www, ignore_errors=True)
+
+
+def tcp_connections(pid: int) -> list[dict]:
+    """Established TCP connections held by process `pid`, read from its own /proc view (its netns).
+
+    Each: {'inode', 'src', 'sport', 'dst', 'dport'}. IPv4 only (the topologies are IPv4)."""
+    inodes = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(int(link[8:-1]))
+        lines = Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        f = line.split()
+        if f[3] != "01" or int(f[9]) not in inodes:   # 01 = ESTABLISHED
+            continue
+        (src, sport), (dst, dport) = (_hexaddr(x) for x in (f[1], f[2]))
+        out.append({"inode": int(f[9]), "src": src, "sport": sport, "dst": dst, "dport": dport})
+    return sorted(out, key=lambda c: c["inode"])
+
+
+def _hexaddr(s: str) -> tuple[str, int]:
+    addr, port = s.split(":")
+    return ".".join(str(b) for b in reversed(bytes.fromhex(addr))), int(port, 16)
+
+
+def elapsed_since(t0: float | None) -> float:
+    return 0.0 if t0 is None else monotonic() - t0
