@@ -68,9 +68,9 @@ def kill_group(pid: int, start_time: int | None, timeout: float = 2.0) -> bool:
     if not alive(pid, start_time):
         return False
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for target in (lambda: os.killpg(pid, sig), lambda: os.kill(pid, sig)):
+        for kill in (os.killpg, os.kill):  # the group, and the process if it left its group
             try:
-                target()
+                kill(pid, sig)
             except (ProcessLookupError, PermissionError):
                 pass
         deadline = time.monotonic() + timeout
