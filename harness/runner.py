@@ -378,7 +378,9 @@ class _nullcontext:
 
 
 def run_experiment(spec_path: str | Path, results_root: str | Path = "results") -> tuple[int, list[Path]]:
-    exp = load_spec(spec_path)
+    exp = load_spec(spec_path)  # spec mistakes are reported before anything needs root
+    if os.geteuid() != 0:
+        raise UserError("run-experiment needs root (Mininet namespaces, tc, iptables); try sudo")
     runs: list[Path] = []
     code = 0
     for rep in range(exp.spec.repetitions):
@@ -391,7 +393,5 @@ def run_experiment(spec_path: str | Path, results_root: str | Path = "results") 
 
 
 def run_spec_file(spec_path: str, results_root: str = "results") -> int:
-    if os.geteuid() != 0:
-        raise UserError("run-experiment needs root (Mininet namespaces, tc, iptables); try sudo")
     code, _ = run_experiment(spec_path, results_root)
     return code

@@ -1,0 +1,57 @@
+"""Shared test helpers: the root marker and a check that a run left nothing behind."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+OUR_PROCESSES = re.compile(r"\b(iperf|lighttpd|wget|mnexec)\b|mininet:|harness\.collector")
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.geteuid() == 0:
+        return
+    skip = pytest.mark.skip(reason="needs root (namespaces, iptables)")
+    for item in items:
+        if "root" in item.keywords:
+            item.add_marker(skip)
+
+
+def leftovers() -> list[str]:
+    """Everything a run could leave behind that is visible from the root namespace."""
+    found = []
+    ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.strip()
+    if ns:
+        found.append(f"netns: {ns}")
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    found += [f"link: {m}" for m in re.findall(r"^\d+: ([^:@]+-eth\d+)", links, re.M)]
+    for tool in ("iptables", "iptables-legacy"):
+        r = subprocess.run([tool, "-S"], capture_output=True, text=True)
+        found += [f"{tool}: {line}" for line in r.stdout.splitlines() if "NESTLAB" in line]
+    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()[1:]
+    me = str(os.getpid())
+    found += [f"process: {line.strip()}" for line in ps
+              if OUR_PROCESSES.search(line) and not line.strip().startswith(me) and "pytest" not in line]
+    return found
+
+
+@pytest.fixture
+def no_leftovers():
+    before = leftovers()
+    assert not before, f"the machine is not clean before the test: {before}"
+    yield
+    after = leftovers()
+    assert not after, f"the run left traces behind: {after}"
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p

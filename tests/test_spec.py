@@ -1,0 +1,125 @@
+"""Specs and topologies: what loads, and that every mistake is one line naming file, line, field."""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+
+import pytest
+
+from harness.cli import nestlab_main
+from harness.spec import load_spec
+from harness.topology import load_topology
+from harness.units import parse_duration, parse_rate, parse_size
+from tests.conftest import REPO, VENV_BIN, write
+
+TOPO = REPO / "topologies" / "dumbbell.yaml"
+
+GOOD = f"""\
+name: t
+topology: {TOPO}
+duration: 30s
+monitor: site1n1
+workloads:
+  - {{kind: wget, host: site1n1, server: site2n1, file_size: 10MB}}
+  - {{kind: iperf, host: site1n1, server: site2n2, parallel: 2}}
+faults:
+  - kind: tcp_drop
+    at: x1
+    target: {{workload: 0}}
+    schedule: {{at: [5s, 15s], duration: 2s}}
+"""
+
+
+def test_units():
+    assert parse_duration("100ms") == pytest.approx(0.1)
+    assert parse_duration("2m") == 120
+    assert parse_duration(3) == 3
+    assert parse_size("100MB") == 100e6
+    assert parse_size("1MiB") == 2**20
+    assert parse_rate("100Mbit") == 100e6
+    for bad in ("10 parsecs", "-1s", "", "s"):
+        with pytest.raises(ValueError):
+            parse_duration(bad)
+
+
+def test_shipped_experiment_loads_and_plans_deterministically():
+    exp = load_spec(REPO / "experiments" / "net_fault.yaml")
+    plan = exp.plan(0)
+    assert plan == exp.plan(0)
+    assert plan != exp.plan(1)  # the next repetition draws other windows
+    kinds = [exp.spec.faults[w.spec_index].kind for w in plan]
+    assert kinds.count("ip_drop") == 6 and kinds.count("tcp_drop") == 2
+    assert all(2 <= w.start and w.end <= exp.spec.duration - 2 for w in plan)
+    ip = [w for w in plan if w.spec_index == 0]
+    assert all(1 <= w.duration <= 3 for w in ip)
+    assert all(b.start - a.end >= 4 - 1e-9 for a, b in zip(ip, ip[1:]))  # gaps within [4s, 8s]
+
+
+def test_dumbbell_addresses_and_routes():
+    t = load_topology(TOPO)
+    assert t.routers == ["x1", "x2"]
+    assert t.gateway("site1n1") == t.interfaces["x1"][0].address
+    # x1 reaches the site-2 subnets through x2, and x2 reaches site 1 through x1.
+    x2_addr = next(i.address for i in t.interfaces["x2"] if i.peer == "x1")
+    site2 = {f"10.0.{i.link + 1}.0/24" for n in ("site2n1", "site2n2") for i in t.interfaces[n]}
+    assert {d for d, via in t.routes("x1") if via == x2_addr} == site2
+
+
+BAD = [
+    # (what is wrong, spec text, expected line, expected words in the message)
+    ("bad yaml", GOOD.replace("duration: 30s", "duration: [30s"), None, "invalid YAML"),
+    ("unknown field", GOOD.replace("duration: 30s", "duration: 30s\ndurration: 30s"), 4, "durration: unknown field"),
+    ("wrong unit", GOOD.replace("duration: 30s", "duration: 30 parsecs"), 3, "duration: expected a duration"),
+    ("unknown host", GOOD.replace("server: site2n1", "server: site9n9"), 6, "workloads[0].server: unknown node 'site9n9'"),
+    ("router as host", GOOD.replace("monitor: site1n1", "monitor: x1"), 4, "monitor: 'x1' is a router"),
+    ("fault on a host", GOOD.replace("at: x1", "at: site2n1"), 10, "faults[0].at: 'site2n1' is not a router"),
+    ("missing target", GOOD.replace("    target: {workload: 0}\n", ""), 9, "tcp_drop needs 'target"),
+    ("no such workload", GOOD.replace("workload: 0", "workload: 5"), 11, "faults[0].target.workload: no workload 5"),
+    ("overlap", GOOD.replace("at: [5s, 15s]", "at: [5s, 6s]"), 12, "starts before the previous one ends"),
+    ("outside the run", GOOD.replace("at: [5s, 15s]", "at: [5s, 29s]"), 12, "must lie within"),
+    ("same target overlaps", GOOD + """\
+  - kind: tcp_drop
+    at: x1
+    target: {workload: 0}
+    schedule: {at: [6s], duration: 2s}
+""", 16, "overlaps fault 0"),
+    ("random does not fit", GOOD.replace("schedule: {at: [5s, 15s], duration: 2s}",
+                                         "schedule: {random: {count: 20, duration: [1s, 2s], gap: [2s, 3s]}}"),
+     12, "only"),
+    ("bad count", GOOD.replace("parallel: 2", "parallel: 0"), 7, "workloads[1].parallel"),
+    ("wget parallel", GOOD.replace("file_size: 10MB", "file_size: 10MB, parallel: 3"), 6, "parallel applies to iperf"),
+    ("no topology", GOOD.replace(str(TOPO), "nowhere"), 2, "topology: no topology file 'nowhere'"),
+]
+
+
+@pytest.mark.parametrize("what,text,line,words", BAD, ids=[b[0] for b in BAD])
+def test_bad_spec_is_one_line_with_file_line_field(tmp_path, capsys, what, text, line, words):
+    path = write(tmp_path, "spec.yaml", text)
+    assert nestlab_main(["run", str(path), "--results", str(tmp_path / "res")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"error: {path}:{line}:" if line else f"error: {path}"), err
+    assert words in err, err
+    assert not (tmp_path / "res").exists()  # nothing was started
+
+
+def test_bad_topology_names_the_topology_file(tmp_path, capsys):
+    topo = write(tmp_path, "t.yaml", textwrap.dedent("""\
+        name: t
+        nodes: {a: {}, b: {}, r: {router: true}}
+        links:
+          - {a: a, b: r}
+          - {a: b, b: rr}
+        """))
+    spec = write(tmp_path, "spec.yaml", GOOD.replace(str(TOPO), str(topo)))
+    assert nestlab_main(["run", str(spec)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {topo}:5: links[1].b: unknown node 'rr'"), err
+
+
+def test_cli_prints_no_traceback(tmp_path):
+    path = write(tmp_path, "spec.yaml", GOOD.replace("seed", "sead").replace("monitor:", "monitr:"))
+    r = subprocess.run([VENV_BIN / "run-experiment", str(path)], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
