@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import textwrap
+from itertools import pairwise
 
 import pytest
 
@@ -53,7 +54,7 @@ def test_shipped_experiment_loads_and_plans_deterministically():
     assert all(2 <= w.start and w.end <= exp.spec.duration - 2 for w in plan)
     ip = [w for w in plan if w.spec_index == 0]
     assert all(1 <= w.duration <= 3 for w in ip)
-    assert all(b.start - a.end >= 4 - 1e-9 for a, b in zip(ip, ip[1:]))  # gaps within [4s, 8s]
+    assert all(b.start - a.end >= 4 - 1e-9 for a, b in pairwise(ip))  # gaps within [4s, 8s]
 
 
 def test_dumbbell_addresses_and_routes():

@@ -152,7 +152,9 @@ class MininetBackend:
 
     def _configure(self, name: str, node: MininetNode) -> None:
         topo = self.topology
-        script = ["ip link set lo up"]
+        # IPv4 only: IPv6 link-local chatter (ND, MLD) would reach hosts even during an ip_drop.
+        script = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
+                  "ip link set lo up"]
         for intf in topo.interfaces[name]:
             script += [f"ip addr flush dev {intf.name}", f"ip addr add {intf.address}/{intf.prefixlen} dev {intf.name}",
                        f"ip link set {intf.name} up"]

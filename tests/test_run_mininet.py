@@ -1,0 +1,153 @@
+"""Real runs on Mininet: faults take effect in the recorded counters, and nothing is left behind,
+whether the run ends normally, is SIGTERMed midway, or is SIGKILLed and cleaned up afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+from itertools import pairwise
+
+import pytest
+
+from harness.runner import run_experiment
+from tests.conftest import REPO, VENV_BIN, leftovers, write
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+SPEC = f"""\
+name: e2e
+topology: {REPO / "topologies" / "dumbbell.yaml"}
+duration: {{duration}}
+seed: 11
+monitor: site1n1
+workloads:
+  - {{{{kind: wget, host: site1n1, server: site2n1, file_size: 200MB, instances: 2}}}}
+  - {{{{kind: iperf, host: site1n1, server: site2n2, direction: upload, parallel: 2}}}}
+faults:
+  - {{{{kind: tcp_drop, at: x1, target: {{{{workload: 0}}}}, schedule: {{{{at: [6s], duration: 2s}}}}}}}}
+  - {{{{kind: ip_drop, at: x1, schedule: {{{{at: [14s], duration: 2s}}}}}}}}
+"""
+
+
+def spec(tmp_path, duration="24s"):
+    return write(tmp_path, "e2e.yaml", SPEC.format(duration=duration))
+
+
+def series(db, module, direction, t_from, t_to):
+    """(mono, total_msgs) of one module/direction between two times."""
+    return db.execute("SELECT s.mono, c.total_msgs FROM counters c JOIN snapshots s USING (seq) "
+                      "WHERE c.module = ? AND c.dir = ? AND s.mono BETWEEN ? AND ? ORDER BY seq",
+                      (module, direction, t_from, t_to)).fetchall()
+
+
+def advance(db, module, direction, t_from, t_to):
+    rows = series(db, module, direction, t_from, t_to)
+    return rows[-1][1] - rows[0][1] if len(rows) >= 2 else None
+
+
+def test_faults_show_in_the_recorded_counters(tmp_path, no_leftovers):
+    code, runs = run_experiment(spec(tmp_path), tmp_path / "results")
+    assert code == 0
+    run = runs[0]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["format_version"] == 1
+    assert manifest["versions"]["iperf"].startswith("iperf version 2")
+    db = sqlite3.connect(run / "run.db")
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+    # Snapshots every 100 ms for the whole run.
+    monos = [m for (m,) in db.execute("SELECT mono FROM snapshots ORDER BY seq")]
+    gaps = [b - a for a, b in pairwise(monos)]
+    assert len(monos) >= 200 and sorted(gaps)[len(gaps) // 2] == pytest.approx(0.1, abs=0.005)
+
+    # Workload processes and their connections are recorded and attributed.
+    clients = db.execute("SELECT pid, workload FROM processes WHERE role = 'client'").fetchall()
+    assert {w for _, w in clients} == {0, 1}
+    tcp = {mid: json.loads(a) for mid, a in db.execute("SELECT id, attrs FROM modules WHERE kind = 'tcp'")}
+    client_pids = {p for p, _ in clients}
+    assert sum(a.get("pid") in client_pids for a in tcp.values()) >= 4  # 2 wget + 2 iperf connections
+    (ipeth,) = db.execute("SELECT id FROM modules WHERE kind = 'ipeth' AND name LIKE '%site1n1-eth0'").fetchone()
+    assert db.execute("SELECT count(*) FROM edges WHERE child = ?", (ipeth,)).fetchone()[0] >= 4
+
+    faults = {k: (start, end, target, mod) for k, start, end, target, mod in
+              db.execute("SELECT kind, start, end, target, target_module FROM faults")}
+    assert set(faults) == {"tcp_drop", "ip_drop"}
+
+    # tcp_drop: the targeted wget connection receives nothing; the other connections go on.
+    start, end, target, mod = faults["tcp_drop"]
+    assert end - start == pytest.approx(2.0, abs=0.1)
+    assert json.loads(target)["workload"] == 0 and mod in tcp
+    assert advance(db, mod, "in", start + 0.2, end) == 0
+    others = [m for m, a in tcp.items() if m != mod and a.get("pid") in client_pids]
+    moving = [m for m in others if (advance(db, m, "in", start + 0.2, end) or 0)
+              + (advance(db, m, "out", start + 0.2, end) or 0) > 0]
+    assert len(moving) >= 2, "other connections should keep moving during a single-connection drop"
+    assert (advance(db, ipeth, "in", start + 0.2, end) or 0) > 100
+
+    # ip_drop: the monitored host's interface receives nothing while the rule is in place.
+    start, end, target, mod = faults["ip_drop"]
+    assert mod == ipeth
+    assert advance(db, ipeth, "in", start + 0.2, end) == 0
+    assert advance(db, ipeth, "in", start - 2, start) > 100
+
+
+def _wait_for_snapshots(run_root, n, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for db_path in run_root.glob("*/*/run.db"):
+            try:
+                db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+                if db.execute("SELECT count(*) FROM snapshots").fetchone()[0] >= n:
+                    return db_path.parent
+            except sqlite3.Error:
+                pass
+        time.sleep(0.2)
+    raise AssertionError(f"no run under {run_root} recorded {n} snapshots in {timeout}s")
+
+
+def _start(tmp_path):
+    return subprocess.Popen([VENV_BIN / "run-experiment", str(spec(tmp_path, "60s")), "--results",
+                             str(tmp_path / "results")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, cwd=REPO)
+
+
+def test_sigterm_midway_leaves_nothing_and_an_interrupted_readable_run(tmp_path, no_leftovers):
+    proc = _start(tmp_path)
+    try:
+        run = _wait_for_snapshots(tmp_path / "results", 80)  # past the tcp_drop at 6 s
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, out
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted" and "SIGTERM" in manifest["reason"]
+    db = sqlite3.connect(f"file:{run / 'run.db'}?mode=ro", uri=True)
+    assert db.execute("SELECT count(*) FROM snapshots").fetchone()[0] >= 80
+    # The fault that was in force (or done) has both ends stamped.
+    assert db.execute("SELECT count(*) FROM faults WHERE start IS NOT NULL AND end IS NULL").fetchone()[0] == 0
+
+
+def test_sigkill_then_cleanup_removes_everything(tmp_path, no_leftovers):
+    proc = _start(tmp_path)
+    try:
+        run = _wait_for_snapshots(tmp_path / "results", 20)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        time.sleep(0.5)
+        assert leftovers(), "a SIGKILLed runner cannot clean up; there should be something to clean"
+    finally:
+        r = subprocess.run([VENV_BIN / "nestlab", "cleanup"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "killed" in r.stdout
+    time.sleep(0.5)
+    assert leftovers() == []
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted" and "cleanup" in manifest["reason"]
+    db = sqlite3.connect(f"file:{run / 'run.db'}?mode=ro", uri=True)
+    assert db.execute("SELECT count(*) FROM snapshots").fetchone()[0] >= 20
