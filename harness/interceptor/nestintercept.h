@@ -1,0 +1,153 @@
+/*
+ * nestintercept.h - shared-memory format of the nestlab LD_PRELOAD interceptor (format version 1).
+ *
+ * The interceptor (nestintercept.c, built into libnestintercept.so) is loaded with LD_PRELOAD into
+ * every workload process. It counts, per socket, the calls of the NeST socket module (thesis 3.2.1,
+ * paper section 4) and implements the application fault (thesis 3.5.1). The collector reads the
+ * counters from shared memory (harness/collector/interceptor.py mirrors this file in Python; keep
+ * the two in step and bump NEST_VERSION on any change; docs/interceptor.md describes it for humans).
+ *
+ * Files. One file per process, $NESTLAB_SHM_DIR/<pid>.nest (the harness makes the directory 0700 in
+ * /dev/shm; files are created 0600). A file is built as .<pid>.tmp and renamed into place, so a
+ * reader never sees a half-initialised one. fork(): the child makes its own file (its pid). exec():
+ * the new image re-attaches to the file of its pid when the header's pid and starttime match (same
+ * process), bumps exec_count, takes the new command line and keeps the sockets still open; a stale
+ * file of a reused pid is replaced. A process never removes its file: the reader decides that a
+ * process is gone from /proc/<pid>/stat (missing, zombie or another starttime) or the EXITED flag.
+ *
+ * Layout: a 4096-byte header, then nslots slots of 256 bytes; slot i describes file descriptor i.
+ * All integers are native (little-endian on x86-64), unsigned unless noted.
+ *
+ * Concurrency. Every per-direction block (struct nest_dir) and every slot identity and the header's
+ * retired totals are guarded by a seqlock: `seq` is odd while a writer is inside. Writers take it
+ * with a compare-and-swap from an even value (so it is also the writers' lock; nothing else is ever
+ * locked) and release it by storing the next even value. Readers read seq, the fields, seq again and
+ * retry when it was odd or changed. A writer gives up after a bounded spin (a signal handler that
+ * re-enters the library on the same socket cannot deadlock); such calls are counted in `lost`.
+ * Lock order: header.seq, slot.seq, dir[0].seq, dir[1].seq.
+ *
+ * Wait time. wait_ns holds the time spent in finished calls and poll-type waits; calls still in
+ * progress are described by pend_n (how many) and pend_sum (sum of their CLOCK_MONOTONIC start
+ * times, ns), so a reader at CLOCK_MONOTONIC time T computes
+ *     wait(T) = wait_ns + pend_n * T - pend_sum
+ * and sees a thread blocked for seconds in select() as waiting during those seconds, not only when
+ * the call returns. Time spent parked by the application fault is never inside these intervals.
+ */
+#ifndef NESTINTERCEPT_H
+#define NESTINTERCEPT_H
+
+#include <stdint.h>
+
+#define NEST_MAGIC "NESTSHM\0"      /* 8 bytes */
+#define NEST_VERSION 1u
+#define NEST_HEADER_SIZE 4096u
+#define NEST_SLOT_SIZE 256u
+#define NEST_CMDLINE_MAX 2048u
+#define NEST_DEFAULT_SLOTS 4096u     /* NESTLAB_MAX_FDS overrides (64..65536) */
+
+/* slot.state */
+#define NEST_FREE 0u
+#define NEST_OPEN 1u
+#define NEST_CLOSED 2u
+
+/* slot.flags */
+#define NEST_SF_LISTEN 0x01u      /* listen() was called or SO_ACCEPTCONN: not a data socket */
+#define NEST_SF_PEER 0x02u        /* remote endpoint known (connected, connecting or accepted) */
+#define NEST_SF_ACCEPTED 0x04u    /* returned by accept()/accept4() */
+#define NEST_SF_CONNECT 0x08u     /* connect() was called on it */
+#define NEST_SF_INHERITED 0x10u   /* found on first use (inherited, dup'd, received), not created here */
+#define NEST_SF_GRAPH 0x20u       /* AF_INET/AF_INET6 SOCK_STREAM: has a TCP module (key tcp:<inode>) */
+
+/* header.flags */
+#define NEST_HF_EXITED 0x01u          /* the process ran exit() (destructor) */
+#define NEST_HF_HAD_GRAPH 0x02u       /* a graph socket got a peer at least once: an app module */
+#define NEST_HF_FD_OVERFLOW 0x04u     /* a socket had an fd >= nslots and is not counted */
+#define NEST_HF_HANDLER_KEPT 0x08u    /* the program tried to install its own pause/resume handler */
+#define NEST_HF_MASK_KEPT 0x10u       /* the program tried to block the pause/resume signals */
+#define NEST_HF_PAUSE_OFF 0x20u       /* pause/resume signals disabled (NESTLAB_PAUSE_SIGNAL=none) */
+
+#define NEST_IN 0
+#define NEST_OUT 1
+
+struct nest_dir {                 /* 64 bytes, one cache line; [0] in (receive), [1] out (send) */
+    uint64_t seq;                 /*  0 seqlock */
+    uint64_t msgs;                /*  8 completed calls (returned >= 0; connect: 0 or EINPROGRESS) */
+    uint64_t bytes;               /* 16 bytes moved by those calls */
+    uint64_t errors;              /* 24 failed calls (not EAGAIN/EWOULDBLOCK/EINTR/EINPROGRESS/EALREADY) */
+    uint64_t wait_ns;             /* 32 ns in finished calls and finished poll/select/epoll waits */
+    uint64_t pend_n;              /* 40 calls and waits in progress */
+    uint64_t pend_sum;            /* 48 sum of their start times (CLOCK_MONOTONIC ns) */
+    uint64_t last_ns;             /* 56 CLOCK_MONOTONIC ns of the last completed call */
+};
+
+struct nest_slot {                /* 256 bytes */
+    uint64_t seq;                 /*   0 seqlock of the identity fields */
+    uint64_t gen;                 /*   8 +1 each time a new socket takes the slot */
+    uint64_t inode;               /*  16 socket inode (st_ino; inet_diag idiag_inode) */
+    int32_t fd;                   /*  24 */
+    uint32_t state;               /*  28 NEST_FREE / NEST_OPEN / NEST_CLOSED */
+    uint32_t flags;               /*  32 NEST_SF_* */
+    uint16_t family;              /*  36 AF_* */
+    uint16_t type;                /*  38 SOCK_* */
+    uint16_t lport;               /*  40 local port, host order */
+    uint16_t rport;               /*  42 remote port, host order */
+    uint32_t pad0;                /*  44 */
+    uint8_t laddr[16];            /*  48 IPv4: first 4 bytes */
+    uint8_t raddr[16];            /*  64 */
+    uint64_t open_ns;             /*  80 CLOCK_MONOTONIC ns when the slot was taken */
+    uint64_t close_ns;            /*  88 CLOCK_MONOTONIC ns when it was closed */
+    uint8_t pad1[32];             /*  96 */
+    struct nest_dir dir[2];       /* 128 in, 192 out */
+};
+
+struct nest_totals {              /* 32 bytes */
+    uint64_t msgs, bytes, errors, wait_ns;
+};
+
+struct nest_header {              /* 4096 bytes */
+    char magic[8];                /*    0 NEST_MAGIC */
+    uint32_t version;             /*    8 NEST_VERSION */
+    uint32_t header_size;         /*   12 NEST_HEADER_SIZE */
+    uint32_t slot_size;           /*   16 NEST_SLOT_SIZE */
+    uint32_t nslots;              /*   20 */
+    int32_t pid;                  /*   24 */
+    int32_t ppid;                 /*   28 */
+    uint64_t starttime;           /*   32 /proc/<pid>/stat field 22 (clock ticks after boot) */
+    uint64_t created_ns;          /*   40 CLOCK_MONOTONIC ns */
+    uint32_t exec_count;          /*   48 execs seen by this pid since the file was made */
+    uint32_t flags;               /*   52 NEST_HF_* */
+    uint64_t exited_ns;           /*   56 CLOCK_MONOTONIC ns of exit() */
+    uint32_t max_fd;              /*   64 slots [0, max_fd) may be in use */
+    int32_t pause_sig;            /*   68 0 = none */
+    int32_t resume_sig;           /*   72 equal to pause_sig: the same signal toggles */
+    uint32_t paused;              /*   76 1 while paused */
+    uint64_t ack_seq;             /*   80 +1 after every pause/resume signal handled (written last) */
+    uint64_t ack_ns;              /*   88 CLOCK_MONOTONIC ns when the handler ran for it */
+    uint64_t pause_count;         /*   96 */
+    uint64_t resume_count;        /*  104 */
+    uint64_t pause_ns;            /*  112 start of the current (or last) pause */
+    uint64_t resume_ns;           /*  120 last resume */
+    uint32_t paused_threads;      /*  128 threads parked in the pause loop now */
+    uint32_t refused;             /*  132 attempts to replace the handlers or block the signals */
+    uint64_t lost;                /*  136 calls not accounted (seqlock not obtained) */
+    uint8_t pad0[112];            /*  144 */
+    uint64_t seq;                 /*  256 seqlock of retired, retired_n and the command line */
+    uint64_t retired_n;           /*  264 graph sockets closed */
+    struct nest_totals retired[2];/*  272 final counters of closed graph (non-listening) sockets */
+    uint8_t pad1[176];            /*  336 */
+    uint32_t cmdline_len;         /*  512 */
+    uint32_t pad2;                /*  516 */
+    char cmdline[NEST_CMDLINE_MAX];/* 520 NUL-separated arguments, truncated */
+    uint8_t pad3[NEST_HEADER_SIZE - 520 - NEST_CMDLINE_MAX];
+};
+
+#ifdef __cplusplus
+#define NEST_STATIC_ASSERT static_assert
+#else
+#define NEST_STATIC_ASSERT _Static_assert
+#endif
+NEST_STATIC_ASSERT(sizeof(struct nest_dir) == 64, "nest_dir size");
+NEST_STATIC_ASSERT(sizeof(struct nest_slot) == NEST_SLOT_SIZE, "nest_slot size");
+NEST_STATIC_ASSERT(sizeof(struct nest_header) == NEST_HEADER_SIZE, "nest_header size");
+
+#endif
