@@ -1,0 +1,464 @@
+/*
+ * nestprobe - a small program that exercises the interceptor (tests/test_interceptor.py builds it
+ * with gcc into a temporary directory and runs it under LD_PRELOAD; bench/bench_interceptor.py
+ * times its `bench` mode). It counts its own calls and prints them as JSON, so the tests can compare
+ * the interceptor's counters with the truth. Every mode talks to 127.0.0.1 only.
+ *
+ *   threads N M S K   N threads each connect to an in-process listener and send M messages of S
+ *                     bytes with send(); K threads share one more connection and write() M
+ *                     messages each on it; a reader thread per accepted connection read()s it all.
+ *                     Prints "READY {...}", waits for a line on stdin, closes every socket, prints
+ *                     "CLOSED", waits for a line, exits.
+ *   fork PORT         connect A to PORT, send 5; fork; the child sends 7 on A, connects B and sends
+ *                     3 on it, prints "CHILD {...}" and exits when the parent says so; the parent
+ *                     waits for a stdin line, lets the child go, reaps it, sends 2 more on A, prints
+ *                     "PARENT {...}", waits for a line, exits.
+ *   exec PORT         connect A (inheritable) and C (close-on-exec), send 4 on A and 1 on C, exec
+ *                     itself as "exec2 FD": sends 6 more on A, prints "EXEC2 {...}", waits, exits.
+ *   poll PORT         connect A to a peer that sends nothing; wait for input with poll (300 ms),
+ *                     select (200 ms), epoll_wait (200 ms); wait for output with poll and epoll
+ *                     (ready at once); prints "WAITED {...}", then "LONG" before a 1500 ms
+ *                     poll for input, then "DONE", waits for a line, exits.
+ *   stream PORT       connect A; one thread write()s 1 KB messages, one read()s, without end.
+ *                     Prints "READY {...}"; exits at a line (or EOF) on stdin, printing "COUNTS {...}".
+ *   handler PORT      like stream, after installing its own SIGUSR1 handler (signal, sigaction)
+ *                     and blocking SIGUSR1/SIGUSR2; prints what the calls returned, and at exit
+ *                     how many times its handler ran.
+ *   bench N tcp|unix  N one-byte send()s on a loopback TCP connection (or a Unix socketpair), a
+ *                     thread drains the other end; prints "BENCH {"ns_per_call":...}".
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static void die(const char *what) {
+    fprintf(stderr, "nestprobe: %s: %s\n", what, strerror(errno));
+    exit(2);
+}
+
+static uint64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static unsigned long inode_of(int fd) {
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        die("fstat");
+    return (unsigned long)st.st_ino;
+}
+
+static void wait_line(void) {
+    char line[256];
+    if (!fgets(line, sizeof line, stdin))
+        return;
+}
+
+static int connect_to(int port, int flags) {
+    int fd = socket(AF_INET, SOCK_STREAM | flags, 0);
+    if (fd < 0)
+        die("socket");
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0)
+        die("connect");
+    return fd;
+}
+
+static int listener(int *port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        die("socket");
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t l = sizeof a;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 128) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &l) != 0)
+        die("listen");
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+/* send exactly n bytes; returns the number of send()/write() calls made */
+static long send_all(int fd, const char *buf, size_t n, int use_write) {
+    long calls = 0;
+    size_t off = 0;
+    while (off < n) {
+        ssize_t r = use_write ? write(fd, buf + off, n - off) : send(fd, buf + off, n - off, 0);
+        calls++;
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            die("send");
+        }
+        off += (size_t)r;
+    }
+    return calls;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+
+struct conn {
+    int port, fd, shared, msgs, size;
+    long calls;        /* send or read calls that returned >= 0, connect included for senders */
+    long bytes;
+    long expect;       /* reader: bytes to read */
+    pthread_t th;
+};
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void *sender(void *arg) {
+    struct conn *c = arg;
+    char *buf = calloc(1, (size_t)c->size);
+    for (int i = 0; i < c->msgs; i++) {
+        long k = send_all(c->fd, buf, (size_t)c->size, c->shared);
+        if (c->shared) {
+            pthread_mutex_lock(&g_mu);
+            c->calls += k;
+            pthread_mutex_unlock(&g_mu);
+        } else {
+            c->calls += k;
+        }
+    }
+    free(buf);
+    return NULL;
+}
+
+static void *reader(void *arg) {
+    struct conn *c = arg;
+    char buf[65536];
+    while (c->bytes < c->expect) {
+        ssize_t r = read(c->fd, buf, sizeof buf);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            die("read");
+        c->calls++;
+        if (r == 0)
+            break;
+        c->bytes += r;
+    }
+    return NULL;
+}
+
+static int mode_threads(int n, int m, int s, int k) {
+    int port;
+    int lfd = listener(&port);
+    struct conn *snd = calloc((size_t)n + 1, sizeof *snd), *rcv = calloc((size_t)n + 1, sizeof *rcv);
+    /* connection 0 is shared by k writer threads; 1..n have one sender each */
+    for (int i = 0; i <= n; i++) {
+        snd[i].fd = connect_to(port, 0);
+        snd[i].calls = 1;               /* connect */
+        snd[i].msgs = m;
+        snd[i].size = s;
+        snd[i].shared = i == 0;
+        rcv[i].fd = accept(lfd, NULL, NULL);
+        if (rcv[i].fd < 0)
+            die("accept");
+        rcv[i].expect = (long)m * s * (i == 0 ? k : 1);
+    }
+    for (int i = 0; i <= n; i++)
+        pthread_create(&rcv[i].th, NULL, reader, &rcv[i]);
+    pthread_t *shared = calloc((size_t)k, sizeof *shared);
+    for (int j = 0; j < k; j++)
+        pthread_create(&shared[j], NULL, sender, &snd[0]);
+    for (int i = 1; i <= n; i++)
+        pthread_create(&snd[i].th, NULL, sender, &snd[i]);
+    for (int j = 0; j < k; j++)
+        pthread_join(shared[j], NULL);
+    for (int i = 1; i <= n; i++)
+        pthread_join(snd[i].th, NULL);
+    for (int i = 0; i <= n; i++)
+        pthread_join(rcv[i].th, NULL);
+    printf("READY {\"pid\":%d,\"listen_fd\":%d,\"conns\":[", getpid(), lfd);
+    for (int i = 0; i <= n; i++)
+        printf("%s{\"shared\":%d,\"send_fd\":%d,\"send_inode\":%lu,\"send_calls\":%ld,"
+               "\"recv_fd\":%d,\"recv_inode\":%lu,\"recv_calls\":%ld,\"bytes\":%ld}",
+               i ? "," : "", i == 0, snd[i].fd, inode_of(snd[i].fd), snd[i].calls, rcv[i].fd,
+               inode_of(rcv[i].fd), rcv[i].calls, rcv[i].bytes);
+    printf("]}\n");
+    fflush(stdout);
+    wait_line();
+    for (int i = 0; i <= n; i++) {
+        close(snd[i].fd);
+        close(rcv[i].fd);
+    }
+    close(lfd);
+    printf("CLOSED\n");
+    fflush(stdout);
+    wait_line();
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+
+static void sendn(int fd, int n) {
+    char b[100] = {0};
+    for (int i = 0; i < n; i++)
+        send_all(fd, b, sizeof b, 0);
+}
+
+static int mode_fork(int port) {
+    int a = connect_to(port, 0);
+    sendn(a, 5);
+    int go[2];
+    if (pipe(go) != 0)
+        die("pipe");
+    pid_t child = fork();
+    if (child < 0)
+        die("fork");
+    if (child == 0) {
+        close(go[1]);
+        sendn(a, 7);
+        int b = connect_to(port, 0);
+        sendn(b, 3);
+        printf("CHILD {\"pid\":%d,\"a_fd\":%d,\"a_inode\":%lu,\"b_fd\":%d,\"b_inode\":%lu}\n", getpid(), a,
+               inode_of(a), b, inode_of(b));
+        fflush(stdout);
+        char c;
+        while (read(go[0], &c, 1) > 0)
+            ;
+        exit(0);
+    }
+    close(go[0]);
+    wait_line();
+    close(go[1]);
+    int st;
+    waitpid(child, &st, 0);
+    sendn(a, 2);
+    printf("PARENT {\"pid\":%d,\"child\":%d,\"child_status\":%d,\"a_fd\":%d,\"a_inode\":%lu}\n", getpid(),
+           child, st, a, inode_of(a));
+    fflush(stdout);
+    wait_line();
+    return 0;
+}
+
+static int mode_exec(int port, const char *self) {
+    int a = connect_to(port, 0);
+    int c = connect_to(port, SOCK_CLOEXEC);
+    sendn(a, 4);
+    sendn(c, 1);
+    char fdbuf[16], inobuf[32], cino[32];
+    snprintf(fdbuf, sizeof fdbuf, "%d", a);
+    snprintf(inobuf, sizeof inobuf, "%lu", inode_of(a));
+    snprintf(cino, sizeof cino, "%lu", inode_of(c));
+    fflush(stdout);
+    execl(self, "nestprobe", "exec2", fdbuf, inobuf, cino, (char *)NULL);
+    die("exec");
+    return 2;
+}
+
+static int mode_exec2(int fd, const char *ino, const char *cino) {
+    sendn(fd, 6);
+    printf("EXEC2 {\"pid\":%d,\"a_fd\":%d,\"a_inode\":%s,\"c_inode\":%s}\n", getpid(), fd, ino, cino);
+    fflush(stdout);
+    wait_line();
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+
+static int mode_poll(int port) {
+    int a = connect_to(port, 0);
+    uint64_t t0 = mono_ns();
+    struct pollfd p = {.fd = a, .events = POLLIN};
+    if (poll(&p, 1, 300) != 0)
+        die("poll: expected a timeout");
+    uint64_t t1 = mono_ns();
+    fd_set rs;
+    FD_ZERO(&rs);
+    FD_SET(a, &rs);
+    struct timeval tv = {0, 200000};
+    if (select(a + 1, &rs, NULL, NULL, &tv) != 0)
+        die("select: expected a timeout");
+    uint64_t t2 = mono_ns();
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = a};
+    if (epoll_ctl(ep, EPOLL_CTL_ADD, a, &ev) != 0)
+        die("epoll_ctl");
+    struct epoll_event out[4];
+    if (epoll_wait(ep, out, 4, 200) != 0)
+        die("epoll_wait: expected a timeout");
+    uint64_t t3 = mono_ns();
+    p.events = POLLOUT;
+    if (poll(&p, 1, 1000) != 1)
+        die("poll out");
+    ev.events = EPOLLOUT;
+    if (epoll_ctl(ep, EPOLL_CTL_MOD, a, &ev) != 0)
+        die("epoll_ctl mod");
+    if (epoll_wait(ep, out, 4, 1000) != 1)
+        die("epoll_wait out");
+    uint64_t t4 = mono_ns();
+    printf("WAITED {\"pid\":%d,\"fd\":%d,\"inode\":%lu,\"poll_ms\":%.3f,\"select_ms\":%.3f,\"epoll_ms\":%.3f,"
+           "\"out_ms\":%.3f}\n",
+           getpid(), a, inode_of(a), (t1 - t0) / 1e6, (t2 - t1) / 1e6, (t3 - t2) / 1e6, (t4 - t3) / 1e6);
+    printf("LONG\n");
+    fflush(stdout);
+    p.events = POLLIN;
+    uint64_t t5 = mono_ns();
+    if (poll(&p, 1, 1500) != 0)
+        die("long poll: expected a timeout");
+    printf("DONE {\"long_ms\":%.3f}\n", (mono_ns() - t5) / 1e6);
+    fflush(stdout);
+    wait_line();
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+
+static volatile long g_w_calls, g_r_calls;
+static volatile int g_handler_ran;
+static volatile int g_stop;
+
+static void *stream_writer(void *arg) {
+    int fd = *(int *)arg;
+    char buf[1024] = {0};
+    while (!g_stop) {
+        ssize_t r = write(fd, buf, sizeof buf);
+        if (r < 0 && errno != EINTR)
+            break;
+        if (r >= 0)
+            __atomic_add_fetch(&g_w_calls, 1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+static void *stream_reader(void *arg) {
+    int fd = *(int *)arg;
+    char buf[1024];
+    while (!g_stop) {
+        ssize_t r = read(fd, buf, sizeof buf);
+        if (r < 0 && errno != EINTR)
+            break;
+        if (r == 0)
+            break;
+        if (r > 0)
+            __atomic_add_fetch(&g_r_calls, 1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+static void my_handler(int sig) {
+    (void)sig;
+    g_handler_ran++;
+}
+
+static int mode_stream(int port, int own_handler) {
+    char extra[512] = "";
+    if (own_handler) {
+        sighandler_t prev = signal(SIGUSR1, my_handler);
+        struct sigaction sa, old;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = my_handler;
+        sigemptyset(&sa.sa_mask);
+        int rc = sigaction(SIGUSR1, &sa, &old);
+        struct sigaction now;
+        sigaction(SIGUSR1, NULL, &now);
+        sigset_t set, cur;
+        sigemptyset(&set);
+        sigaddset(&set, SIGUSR1);
+        sigaddset(&set, SIGUSR2);
+        int mrc = sigprocmask(SIG_BLOCK, &set, NULL);
+        sigprocmask(SIG_BLOCK, NULL, &cur);
+        snprintf(extra, sizeof extra,
+                 ",\"signal_prev_dfl\":%d,\"sigaction_rc\":%d,\"old_is_mine\":%d,\"query_is_mine\":%d,"
+                 "\"mask_rc\":%d,\"usr1_blocked\":%d,\"usr2_blocked\":%d",
+                 prev == SIG_DFL, rc, old.sa_handler == my_handler, now.sa_handler == my_handler, mrc,
+                 sigismember(&cur, SIGUSR1), sigismember(&cur, SIGUSR2));
+    }
+    int a = connect_to(port, 0);
+    pthread_t w, r;
+    pthread_create(&w, NULL, stream_writer, &a);
+    pthread_create(&r, NULL, stream_reader, &a);
+    printf("READY {\"pid\":%d,\"fd\":%d,\"inode\":%lu%s}\n", getpid(), a, inode_of(a), extra);
+    fflush(stdout);
+    wait_line();
+    printf("COUNTS {\"writes\":%ld,\"reads\":%ld,\"handler_ran\":%d}\n", g_w_calls, g_r_calls, g_handler_ran);
+    fflush(stdout);
+    _exit(0);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+
+static void *drain(void *arg) {
+    int fd = *(int *)arg;
+    char buf[65536];
+    while (read(fd, buf, sizeof buf) > 0)
+        ;
+    return NULL;
+}
+
+static int mode_bench(long n, const char *kind) {
+    int sv[2];
+    if (!strcmp(kind, "unix")) {
+        if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
+            die("socketpair");
+    } else {
+        int port;
+        int l = listener(&port);
+        sv[0] = connect_to(port, 0);
+        sv[1] = accept(l, NULL, NULL);
+        if (sv[1] < 0)
+            die("accept");
+        close(l);
+    }
+    pthread_t th;
+    pthread_create(&th, NULL, drain, &sv[1]);
+    char b = 'x';
+    for (long i = 0; i < n / 10; i++)   /* warm up */
+        send(sv[0], &b, 1, 0);
+    uint64_t t0 = mono_ns();
+    for (long i = 0; i < n; i++)
+        if (send(sv[0], &b, 1, 0) != 1)
+            die("send");
+    uint64_t t1 = mono_ns();
+    shutdown(sv[0], SHUT_WR);
+    pthread_join(th, NULL);
+    printf("BENCH {\"calls\":%ld,\"ns_per_call\":%.2f}\n", n, (double)(t1 - t0) / (double)n);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc < 2)
+        goto usage;
+    const char *m = argv[1];
+    if (!strcmp(m, "threads") && argc == 6)
+        return mode_threads(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
+    if (!strcmp(m, "fork") && argc == 3)
+        return mode_fork(atoi(argv[2]));
+    if (!strcmp(m, "exec") && argc == 3)
+        return mode_exec(atoi(argv[2]), "/proc/self/exe");
+    if (!strcmp(m, "exec2") && argc == 5)
+        return mode_exec2(atoi(argv[2]), argv[3], argv[4]);
+    if (!strcmp(m, "poll") && argc == 3)
+        return mode_poll(atoi(argv[2]));
+    if (!strcmp(m, "stream") && argc == 3)
+        return mode_stream(atoi(argv[2]), 0);
+    if (!strcmp(m, "handler") && argc == 3)
+        return mode_stream(atoi(argv[2]), 1);
+    if (!strcmp(m, "bench") && argc == 4)
+        return mode_bench(atol(argv[2]), argv[3]);
+usage:
+    fprintf(stderr, "usage: nestprobe threads N M S K | fork PORT | exec PORT | poll PORT | stream PORT | "
+                    "handler PORT | bench N tcp|unix\n");
+    return 2;
+}
