@@ -40,6 +40,8 @@ CREATE TABLE IF NOT EXISTS snapshots (
     wall REAL NOT NULL               -- time.time() at the same moment
 );
 -- Raw cumulative values; the analysis computes deltas. NULL = unsupported for that module kind.
+-- One row per (seq, module, dir). A plain rowid table: appends are ~35% cheaper than a keyed
+-- table; the (module, seq) index is built when the recording ends (see INDEXES).
 CREATE TABLE IF NOT EXISTS counters (
     seq INTEGER NOT NULL,
     module INTEGER NOT NULL,
@@ -48,9 +50,8 @@ CREATE TABLE IF NOT EXISTS counters (
     wait_ms REAL,
     queued INTEGER,                  -- current value (not cumulative)
     errors INTEGER,
-    bytes INTEGER,
-    PRIMARY KEY (seq, module, dir)
-) WITHOUT ROWID;
+    bytes INTEGER
+);
 CREATE TABLE IF NOT EXISTS processes (
     pid INTEGER NOT NULL,
     workload INTEGER,                -- index into the spec's workloads (NULL for servers/helpers)
@@ -82,9 +83,12 @@ CREATE TABLE IF NOT EXISTS events (
     workload INTEGER,
     detail TEXT NOT NULL DEFAULT ''
 );
-CREATE INDEX IF NOT EXISTS counters_module ON counters (module, seq);
 CREATE INDEX IF NOT EXISTS modules_key ON modules (key);
 """
+
+# Built when a recording ends (not maintained on every insert: it would double the collector's
+# write cost); readers call ensure_indexes() on runs that ended without it (killed collector).
+INDEXES = "CREATE INDEX IF NOT EXISTS counters_module ON counters (module, seq);"
 
 COUNTER_FIELDS = ("total_msgs", "wait_ms", "queued", "errors", "bytes")
 
@@ -104,6 +108,10 @@ def connect(db_path: Path | str, readonly: bool = False) -> sqlite3.Connection:
         conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA busy_timeout=10000")
     return conn
+
+
+def ensure_indexes(conn: sqlite3.Connection) -> None:
+    conn.executescript(INDEXES)
 
 
 def create_db(db_path: Path | str) -> sqlite3.Connection:

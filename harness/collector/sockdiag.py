@@ -41,13 +41,22 @@ _MSG = struct.Struct("=BBBB2s2s16s16sI8sIIIII")
 _RTA = struct.Struct("=HH")
 # struct tcp_info (include/uapi/linux/tcp.h) offsets of the fields we read:
 _TI_TOTAL_RETRANS = 100  # u32
+_U32 = struct.Struct("=I")
 _TI_BYTES = struct.Struct("=QQ")          # bytes_acked @120, bytes_received @128
 _TI_DATA_SEGS = struct.Struct("=II")      # data_segs_in @152, data_segs_out @156
 _TI_MIN_LEN = 160
 
 
+# One socket as dumped: raw addresses are decoded only when a connection is first seen.
+# (inode, family, state, src_raw, sport_raw, dst_raw, dport_raw, rqueue, wqueue,
+#  data_segs_in, data_segs_out, bytes_received, bytes_acked, total_retrans)
+RawSock = tuple
+
+
 @dataclass(slots=True)
 class TcpSock:
+    """A decoded RawSock (for callers off the hot path)."""
+
     inode: int
     family: int
     state: int
@@ -62,6 +71,12 @@ class TcpSock:
     bytes_in: int
     bytes_out: int
     retrans: int
+
+    @classmethod
+    def decode(cls, r: RawSock) -> TcpSock:
+        fam = r[1]
+        return cls(r[0], fam, r[2], _addr(fam, r[3]), int.from_bytes(r[4], "big"), _addr(fam, r[5]),
+                   int.from_bytes(r[6], "big"), *r[7:])
 
 
 def _addr(family: int, raw: bytes) -> str:
@@ -81,8 +96,8 @@ class SockDiag:
     def close(self) -> None:
         self.sock.close()
 
-    def dump(self, families=(socket.AF_INET, socket.AF_INET6)) -> list[TcpSock]:
-        out: list[TcpSock] = []
+    def dump(self, families=(socket.AF_INET, socket.AF_INET6)) -> list[RawSock]:
+        out: list[RawSock] = []
         for family in families:
             self.seq += 1
             req = _REQ.pack(family, socket.IPPROTO_TCP, 1 << (INET_DIAG_INFO - 1), 0, STATE_MASK, b"\0" * 48)
@@ -92,14 +107,16 @@ class SockDiag:
             self._read(out)
         return out
 
-    def _read(self, out: list[TcpSock]) -> None:
-        buf, view = self.buf, memoryview(self.buf)
-        unpack_msg, unpack_rta = _MSG.unpack_from, _RTA.unpack_from
+    def _read(self, out: list[RawSock]) -> None:
+        buf = self.buf
+        unpack_hdr, unpack_msg, unpack_rta = _NLMSGHDR.unpack_from, _MSG.unpack_from, _RTA.unpack_from
+        unpack_u32, unpack_bytes, unpack_segs = _U32.unpack_from, _TI_BYTES.unpack_from, _TI_DATA_SEGS.unpack_from
+        append = out.append
         while True:
             n = self.sock.recv_into(buf)
             off = 0
             while off < n:
-                length, mtype, _flags, _seq, _pid = _NLMSGHDR.unpack_from(buf, off)
+                length, mtype, _flags, _seq, _pid = unpack_hdr(buf, off)
                 if mtype == NLMSG_DONE:
                     return
                 if mtype == NLMSG_ERROR:
@@ -112,24 +129,21 @@ class SockDiag:
                  _exp, rq, wq, _uid, inode) = unpack_msg(buf, body)
                 a = body + _MSG.size
                 end = off + length
-                info = None
+                off += (length + 3) & ~3
+                # inode 0: an orphan (FIN_WAIT/LAST_ACK after close()); no process owns it any more.
+                if not inode:
+                    continue
                 while a + 4 <= end:
                     alen, atype = unpack_rta(buf, a)
                     if alen < 4:
                         break
                     if atype == INET_DIAG_INFO and alen - 4 >= _TI_MIN_LEN:
-                        info = a + 4
+                        i = a + 4
+                        append((inode, family, state, src, sport, dst, dport, rq, wq,
+                                *unpack_segs(buf, i + 152), *unpack_bytes(buf, i + 120)[::-1],
+                                unpack_u32(buf, i + _TI_TOTAL_RETRANS)[0]))
+                        break
                     a += (alen + 3) & ~3
-                # inode 0: an orphan (FIN_WAIT/LAST_ACK after close()); no process owns it any more.
-                if info is not None and inode:
-                    retrans = struct.unpack_from("=I", view, info + _TI_TOTAL_RETRANS)[0]
-                    b_acked, b_recv = _TI_BYTES.unpack_from(view, info + 120)
-                    d_in, d_out = _TI_DATA_SEGS.unpack_from(view, info + 152)
-                    out.append(TcpSock(inode, family, state, _addr(family, src),
-                                       int.from_bytes(sport, "big"), _addr(family, dst),
-                                       int.from_bytes(dport, "big"), rq, wq, d_in, d_out, b_recv,
-                                       b_acked, retrans))
-                off += (length + 3) & ~3
 
 
 class TcpSource:
@@ -143,28 +157,34 @@ class TcpSource:
         self.diag = SockDiag()
         self.address_to_ifkey = address_to_ifkey
         self.owner_of_inode = owner_of_inode
-        self.known: set[int] = set()
+        self.known: dict[int, tuple[str, str, list[str]]] = {}   # inode -> (key, name, children)
 
     def poll(self) -> list[Observation]:
-        socks = self.diag.dump()
-        new = [s.inode for s in socks if s.inode not in self.known]
-        owners = self.owner_of_inode(new) if (new and self.owner_of_inode) else {}
-        self.known = {s.inode for s in socks}
-        obs = []
-        for s in socks:
-            key = f"tcp:{s.inode}"
+        raw = self.diag.dump()
+        known, obs = self.known, []
+        new = [r for r in raw if r[0] not in known]
+        owners = self.owner_of_inode([r[0] for r in new]) if (new and self.owner_of_inode) else {}
+        births = {}
+        for r in new:
+            s = TcpSock.decode(r)
             ifkey = self.address_to_ifkey(s.src)
-            attrs = {}  # read by the collector only when the module is born
-            if s.inode in new:
-                attrs = {"inode": s.inode, "src": s.src, "sport": s.sport, "dst": s.dst, "dport": s.dport,
-                         **owners.get(s.inode, {})}
+            known[s.inode] = (f"tcp:{s.inode}", f"tcp {s.src}:{s.sport}>{s.dst}:{s.dport}", [ifkey] if ifkey else [])
+            births[s.inode] = {"inode": s.inode, "src": s.src, "sport": s.sport, "dst": s.dst, "dport": s.dport,
+                               **owners.get(s.inode, {})}
+        for r in raw:
+            key, name, children = known[r[0]]
             obs.append(Observation(
-                key=key, kind="tcp", name=f"tcp {s.src}:{s.sport}>{s.dst}:{s.dport}",
-                counters={"in": {"total_msgs": s.segs_in, "bytes": s.bytes_in, "queued": s.rqueue},
-                          "out": {"total_msgs": s.segs_out, "bytes": s.bytes_out, "queued": s.wqueue,
-                                  "errors": s.retrans}},
-                attrs=attrs, children=[ifkey] if ifkey else []))
+                key, "tcp", name,
+                {"in": {"total_msgs": r[9], "bytes": r[11], "queued": r[7]},
+                 "out": {"total_msgs": r[10], "bytes": r[12], "queued": r[8], "errors": r[13]}},
+                births.get(r[0], _NO_ATTRS), children))
+        if len(known) > 2 * len(raw) + 1000:  # forget connections long gone
+            live = {r[0] for r in raw}
+            self.known = {i: v for i, v in known.items() if i in live}
         return obs
 
     def close(self) -> None:
         self.diag.close()
+
+
+_NO_ATTRS: dict = {}  # attrs are read only when a module is born
