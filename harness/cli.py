@@ -1,29 +1,32 @@
 """Command-line entry points: `run-experiment SPEC` and `nestlab <subcommand>`.
 
-Subcommands are registered by the packages that own them: the harness adds run/cleanup here, the
-analysis adds its own through analysis.cli.register(subparsers).
+Subcommands are registered by the modules that own them: harness.commands (run, cleanup) and the
+analysis command modules listed in COMMAND_MODULES, each with a register(subparsers) function.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from harness.errors import UserError
 
 
+COMMAND_MODULES = ("harness.commands", "analysis.cli", "analysis.report_cli")
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nestlab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    from harness import commands
-
-    commands.register(sub)
-    try:
-        from analysis import cli as analysis_cli
-    except ImportError:  # analysis commands not built yet
-        analysis_cli = None
-    if analysis_cli is not None and hasattr(analysis_cli, "register"):
-        analysis_cli.register(sub)
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
+            continue  # an optional command module that is not there
+        module.register(sub)
     return parser
 
 
