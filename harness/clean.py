@@ -1,7 +1,7 @@
 """Leave no trace: a ledger of what a run made, and `nestlab cleanup` for runs that died.
 
 While a run goes on, its ledger (/run/nestlab/<run-id>.json) lists every process group, Mininet
-shell and link it created. Normal teardown empties and deletes it. A run killed with SIGKILL (or a
+shell, link and scratch directory it created. Normal teardown empties and deletes it. A run killed with SIGKILL (or a
 crashed machine) leaves the ledger behind; `cleanup` kills exactly those processes (after checking
 they are still what was recorded, since pids get reused), deletes those links, and marks the run's
 manifest `interrupted`. It never touches another live run or Mininet's other users: unlike
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -39,7 +40,7 @@ class Ledger:
         LEDGER_DIR.mkdir(parents=True, exist_ok=True)
         self.path = LEDGER_DIR / f"{run_id}.json"
         self.data = {"run_id": run_id, "run_dir": str(run_dir), "runner_pid": os.getpid(),
-                     "runner_start": _proc_start_time(os.getpid()), "processes": [], "links": []}
+                     "runner_start": _proc_start_time(os.getpid()), "processes": [], "links": [], "paths": []}
         self._save()
 
     def _save(self) -> None:
@@ -57,6 +58,11 @@ class Ledger:
 
     def add_links(self, names: list[str]) -> None:
         self.data["links"].extend(names)
+        self._save()
+
+    def add_path(self, path: Path | str) -> None:
+        """A scratch directory of the run (served files, interceptor shared memory)."""
+        self.data["paths"].append(str(path))
         self._save()
 
     def close(self) -> None:
@@ -123,6 +129,8 @@ def cleanup(verbose: bool = False, include_live: bool = False) -> int:
         for link in data["links"]:
             if subprocess.run(["ip", "link", "del", link], capture_output=True).returncode == 0:
                 removed += 1
+        for scratch in data.get("paths", []):
+            shutil.rmtree(scratch, ignore_errors=True)
         _mark_interrupted(Path(data["run_dir"]), "runner died; cleaned up by `nestlab cleanup`")
         path.unlink(missing_ok=True)
         say(f"cleanup: run {data['run_id']}: {killed} process group(s) killed, {removed} link(s) removed")

@@ -18,17 +18,19 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
 
-from harness import __version__
+from harness import __version__, interceptor
 from harness.backends.base import Proc
 from harness.backends.mininet import MininetBackend
 from harness.clean import Ledger
+from harness.collector.interceptor import pause_process, resume_process
 from harness.errors import UserError
-from harness.faults import Firewall, Rule, ip_drop_rule, target_json, tcp_drop_rule
+from harness.faults import Firewall, ip_drop_rule, target_json, tcp_drop_rule
 from harness.spec import Experiment, Window, load_spec
 from harness.store import FORMAT_VERSION, RunDir, create_db, monotonic
 from harness.workloads import Workloads, check_binaries, tcp_connections
@@ -53,10 +55,12 @@ def _raise_interrupted(signum, frame):
 
 @dataclass
 class ActiveFault:
-    fault_id: int
+    """A fault in force: one fault row per thing it acts on (a rule, or each paused process), each
+    with the action that undoes it and returns the monotonic time the undoing was verified."""
+
     window: Window
-    rule: Rule | None
     end_due: float
+    parts: list[tuple[int, Callable[[], float]]]
 
 
 @dataclass
@@ -99,7 +103,7 @@ class Run:
         self.firewalls: dict[str, Firewall] = {}
         self.active: list[ActiveFault] = []
         self.t0: float | None = None
-        self.proc_rows: dict[int, tuple[int, float]] = {}   # pid -> (pid, started) primary key
+        self.shm_dir: Path | None = None
 
     # -- recording helpers ---------------------------------------------------------------------
     def event(self, kind: str, detail: str = "", workload: int | None = None) -> None:
@@ -175,13 +179,21 @@ class Run:
         self.backend = MininetBackend(topo, self.ledger, spec.congestion_control)
         self.backend.preflight()
         check_binaries(spec)
+        if spec.interceptor:
+            interceptor.library_path()  # a clear error now if it is not built
         self._manifest("running", versions=_versions(self.backend))
         console.print(f"[bold]{spec.name}[/] r{self.rep}: building topology {topo.name} "
                       f"({len(topo.spec.nodes)} nodes, {len(topo.spec.links)} links)")
         self.backend.build()
         nodes = {n: self.backend.node(n) for n in topo.spec.nodes}
         addresses = {n: topo.address(n) for n in topo.spec.nodes}
-        self.workloads = Workloads(spec, nodes, addresses, self.rd.logs, on_process=self._on_process)
+        client_env = {}
+        if spec.interceptor:
+            self.shm_dir = interceptor.create_shm_dir(prefix=f"nestlab-{self.run_id}-")
+            self.ledger.add_path(self.shm_dir)
+            client_env[spec.monitor] = interceptor.preload_env(self.shm_dir, env={})
+        self.workloads = Workloads(spec, nodes, addresses, self.rd.logs, client_env, on_process=self._on_process)
+        self.ledger.add_path(self.workloads.www)
         self.workloads.start_servers()
         for router in sorted({f.at for f in spec.faults if f.at}):
             fw = Firewall(self.backend.node(router))
@@ -193,6 +205,8 @@ class Run:
         node = self.backend.node(self.spec.monitor)
         argv = [sys.executable, "-m", "harness.collector.main", "--db", str(self.rd.db.resolve()),
                 "--interval", str(self.spec.snapshot_interval)]
+        if self.shm_dir is not None:
+            argv += ["--interceptor-dir", str(self.shm_dir)]
         self.collector = node.start(argv, self.rd.logs / "collector.log",
                                     env={"PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
         self._on_process(self.collector, None, "collector", self.spec.monitor)
@@ -245,42 +259,66 @@ class Run:
     # -- faults --------------------------------------------------------------------------------
     def _start_fault(self, w: Window) -> None:
         f = self.spec.faults[w.spec_index]
-        cur = self.db.execute(
-            "INSERT INTO faults (spec_index, kind, at_node, target, planned_start, planned_duration, rule) "
-            "VALUES (?,?,?,?,?,?,?)", (w.spec_index, f.kind, f.at or "", "{}", w.start, w.duration, ""))
-        fid = cur.lastrowid
-        tag = f"nestlab:{self.run_id}:f{fid}"
-        if f.kind == "ip_drop":
-            host = f.host or self.spec.monitor
-            addr = self.exp.topology.address(host)
-            rule = ip_drop_rule(f.at, tag, addr)
-            target = target_json(description=f"all IP traffic of {host} ({addr})", host=host, address=addr)
-        elif f.kind == "tcp_drop":
-            conn, pid = self._pick_connection(f.target)
-            if conn is None:
-                self.db.execute("DELETE FROM faults WHERE id = ?", (fid,))
-                self.db.commit()
-                self.progress.skipped += 1
-                self.event("warning", f"tcp_drop at {w.start:g}s skipped: workload {f.target.workload} "
-                                      f"had no established connection", f.target.workload)
-                return
-            rule = tcp_drop_rule(f.at, tag, conn)
-            target = target_json(description=f"tcp {conn['src']}:{conn['sport']}>{conn['dst']}:{conn['dport']}",
-                                 workload=f.target.workload, pid=pid, **conn)
-        else:
-            raise UserError(f"{self.exp.path}: faults[{w.spec_index}].kind: app_pause needs the interceptor, "
-                            "which this build does not have yet")
-        start = self.firewalls[f.at].insert(rule)
-        self.db.execute("UPDATE faults SET target = ?, rule = ?, start = ? WHERE id = ?",
-                        (target, rule.describe(), start, fid))
-        self.db.commit()
+
+        def row(target: str, rule: str, start: float | None) -> int:
+            cur = self.db.execute(
+                "INSERT INTO faults (spec_index, kind, at_node, target, planned_start, planned_duration, start, rule) "
+                "VALUES (?,?,?,?,?,?,?,?)",
+                (w.spec_index, f.kind, f.at or self.spec.monitor, target, w.start, w.duration, start, rule))
+            self.db.commit()
+            return cur.lastrowid
+
+        def skip(why: str) -> None:
+            self.progress.skipped += 1
+            self.event("warning", f"{f.kind} at {w.start:g}s skipped: {why}", f.target.workload)
+
+        parts: list[tuple[int, Callable[[], float]]] = []
+        if f.kind in ("ip_drop", "tcp_drop"):
+            if f.kind == "ip_drop":
+                host = f.host or self.spec.monitor
+                addr = self.exp.topology.address(host)
+                target = target_json(description=f"all IP traffic of {host} ({addr})", host=host, address=addr)
+            else:
+                conn, pid = self._pick_connection(f.target)
+                if conn is None:
+                    return skip(f"workload {f.target.workload} had no established connection")
+                target = target_json(description=f"tcp {conn['src']}:{conn['sport']}>{conn['dst']}:{conn['dport']}",
+                                     workload=f.target.workload, pid=pid, **conn)
+            fid = row(target, "", None)
+            tag = f"nestlab:{self.run_id}:f{fid}"  # the rule carries the run and the fault id
+            rule = ip_drop_rule(f.at, tag, addr) if f.kind == "ip_drop" else tcp_drop_rule(f.at, tag, conn)
+            fw = self.firewalls[f.at]
+            self.db.execute("UPDATE faults SET rule = ? WHERE id = ?", (rule.describe(), fid))
+            start = fw.insert(rule)
+            self.db.execute("UPDATE faults SET start = ? WHERE id = ?", (start, fid))
+            self.db.commit()
+            parts.append((fid, lambda: fw.delete(rule)))
+        else:  # app_pause: every live process of the workload (or the one instance named)
+            procs = [p for i, p in self.workloads.live(f.target.workload)
+                     if f.target.instance is None or i.index == f.target.instance]
+            if not procs:
+                return skip(f"workload {f.target.workload} had no live process")
+            start = None
+            for proc in procs:
+                state = pause_process(self.shm_dir, proc.pid)
+                start = state.ack_mono
+                target = target_json(description=f"pause pid {proc.pid} ({' '.join(proc.argv[:2])})",
+                                     workload=f.target.workload, pid=proc.pid)
+                sig = f"signal {state.pause_signal} (pause) / {state.resume_signal} (resume) to pid {proc.pid}"
+                parts.append((row(target, sig, start),
+                              lambda pid=proc.pid: resume_process(self.shm_dir, pid).ack_mono))
         self.progress.injected += 1
-        self.active.append(ActiveFault(fid, w, rule, start + w.duration))
+        self.active.append(ActiveFault(w, start + w.duration, parts))
 
     def _end_fault(self, af: ActiveFault) -> None:
         self.active.remove(af)
-        end = self.firewalls[af.rule.node].delete(af.rule)
-        self.db.execute("UPDATE faults SET end = ? WHERE id = ?", (end, af.fault_id))
+        for fid, undo in af.parts:
+            try:
+                end = undo()
+            except Exception as e:  # noqa: BLE001 - e.g. a paused process that exited meanwhile
+                end = monotonic()
+                self.event("warning", f"fault {fid}: ending it failed ({type(e).__name__}: {e}); end stamped now")
+            self.db.execute("UPDATE faults SET end = ? WHERE id = ?", (end, fid))
         self.db.commit()
 
     def _pick_connection(self, target) -> tuple[dict | None, int | None]:
@@ -313,6 +351,7 @@ class Run:
             ("resolve fault targets", self._resolve_targets),
             ("tear down topology", lambda: self.backend and self.backend.teardown()),
             ("remove served files", lambda: self.workloads and self.workloads.remove_files()),
+            ("remove interceptor files", lambda: self.shm_dir and interceptor.remove_shm_dir(self.shm_dir)),
         ]
         for what, step in steps:
             try:
@@ -349,6 +388,8 @@ class Run:
             key = None
             if kind == "tcp_drop":
                 key = f"tcp:{t['inode']}"
+            elif kind == "app_pause":
+                key = f"app:{t['pid']}"
             elif kind == "ip_drop" and t.get("host") == self.spec.monitor:
                 key = f"ipeth:{monitor_if}"
             if key:

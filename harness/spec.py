@@ -36,8 +36,9 @@ class Workload(_Strict):
     # wget: serial downloads of one file; count = downloads per instance (None: repeat to the end).
     file_size: Size = 100e6
     count: int | None = Field(default=None, ge=1)
-    # iperf (2): upload = the host sends to `iperf -s` on the server; download = `-R`.
-    direction: Literal["upload", "download"] | None = None
+    # iperf (2): upload = the host sends to `iperf -s` on the server; download = `-R`; dual = `-d`,
+    # `parallel` upload connections plus as many download connections the server opens back.
+    direction: Literal["upload", "download", "dual"] | None = None
     parallel: int = Field(default=1, ge=1, le=128, description="iperf -P: connections per instance")
 
     @model_validator(mode="after")
@@ -118,6 +119,9 @@ class Spec(_Strict):
     repetitions: int = Field(default=1, ge=1)
     monitor: str
     congestion_control: str = Field(default="cubic", pattern=r"^[a-z0-9_]+$")
+    # Load the LD_PRELOAD interceptor into the monitored host's workload processes: app and socket
+    # modules, and the app_pause fault. Off only to measure the harness without it.
+    interceptor: bool = True
     workloads: list[Workload] = Field(min_length=1)
     faults: list[Fault] = []
 
@@ -242,6 +246,8 @@ def _check_against_topology(spec: Spec, doc: YamlDoc, topo: Topology) -> None:
         if w.host == w.server:
             raise doc.error(("workloads", i, "server"), "server must be another host than the client")
     for i, f in enumerate(spec.faults):
+        if f.kind == "app_pause" and not spec.interceptor:
+            raise doc.error(("faults", i, "kind"), "app_pause needs the interceptor (interceptor: true)")
         if f.at is not None:
             host(("faults", i, "at"), f.at, router_only=True)
         if f.host is not None:

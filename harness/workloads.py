@@ -3,7 +3,8 @@
 A wget instance downloads `count` copies of one file serially in one process (one application
 module across the downloads, as in the seeds); with no count it is restarted whenever it ends
 until the run ends. An iperf instance runs `iperf -c` with `parallel` connections (one thread
-each) for the whole run; `direction: download` uses `-R`.
+each) for the whole run; `direction: download` uses `-R`, `dual` uses `-d` (the server connects
+back to the client's own listener, one thread per connection, in the same process).
 """
 
 from __future__ import annotations
@@ -44,9 +45,9 @@ class Instance:
 
 class Workloads:
     def __init__(self, spec: Spec, nodes: dict[str, Node], addresses: dict[str, str], logs: Path,
-                 env: dict[str, str] | None = None, on_process=None):
+                 client_env: dict[str, dict[str, str]] | None = None, on_process=None):
         self.spec, self.nodes, self.addresses, self.logs = spec, nodes, addresses, logs
-        self.env = env or {}
+        self.client_env = client_env or {}   # host -> extra environment of the clients started there
         self.on_process = on_process or (lambda *a, **k: None)   # (proc, workload, role, host)
         self.servers: list[Proc] = []
         self.instances = [Instance(i, k) for i, w in enumerate(spec.workloads) for k in range(w.instances)]
@@ -110,7 +111,7 @@ class Workloads:
             return ["wget", "-q", "-O", "/dev/null", *([url] * (w.count or 1))]
         remaining = max(1, int(self.spec.duration - w.start + 5))  # the runner stops it at the end
         argv = ["iperf", "-c", server, "-p", str(IPERF_PORT), "-t", str(remaining), "-P", str(w.parallel)]
-        return argv + (["-R"] if w.direction == "download" else [])
+        return argv + {"upload": [], "download": ["-R"], "dual": ["-d"]}[w.direction]
 
     def start_due(self, now: float) -> int:
         """Start instances whose start time has come, and restart repeating wget instances that
@@ -126,7 +127,7 @@ class Workloads:
                 if w.kind != "wget" or w.count is not None:
                     continue  # finished for good
             log = self.logs / f"w{inst.workload}-{w.kind}-i{inst.index}-{inst.runs}.log"
-            inst.proc = self.nodes[w.host].start(self._client_argv(w), log, env=self.env)
+            inst.proc = self.nodes[w.host].start(self._client_argv(w), log, env=self.client_env.get(w.host))
             inst.runs += 1
             inst.history.append(inst.proc)
             self.on_process(inst.proc, inst.workload, "client", w.host)
