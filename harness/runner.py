@@ -434,5 +434,20 @@ def run_experiment(spec_path: str | Path, results_root: str | Path = "results") 
 
 
 def run_spec_file(spec_path: str, results_root: str = "results") -> int:
-    code, _ = run_experiment(spec_path, results_root)
+    code, runs = run_experiment(spec_path, results_root)
+    if runs and json.loads((runs[-1] / "manifest.json").read_text()).get("counts", {}).get("snapshots"):
+        _report(runs)
     return code
+
+
+def _report(runs: list[Path]) -> None:
+    """The accuracy table of the runs just made (analysis.report), and where its files went."""
+    try:
+        from analysis.report import summarize_run
+    except ImportError:  # the analysis reports are not installed in this build
+        return
+    for run in runs:
+        try:
+            summarize_run(run)
+        except UserError as e:
+            console.print(f"[yellow]analysis:[/] {e}")
