@@ -1,0 +1,177 @@
+"""Diagnose runs and JSON snapshots with any number of rule variants.
+
+API for the analysis that builds on the diagnosis (labelling, scoring):
+
+    diagnose_run(run_dir, variants=("flowdiagnoser", "nest-cf")) -> pandas.DataFrame
+        One row per variant, direction, module and snapshot, columns:
+          variant   str       canonical variant name, e.g. 'flowdiagnoser:theta=2', 'nest-cf:anw=off'
+          dir       str       'in' | 'out'
+          module    int       run.db modules.id
+          kind      str       app | socket | tcp | ipeth | ...
+          seq       int       run.db snapshots.seq
+          label     str|None  HEALTHY | DONTCARE | BLOCKED | STALLED (label variants; None for cf)
+          cf        float     certainty factor (cf variants; NaN for label variants)
+          positive  bool      the variant's positive diagnosis (STALLED / cf above its threshold)
+          invalid   bool      no valid counter delta for this module/direction/snapshot (thesis 3.4:
+                              a decreasing counter; also the run's first snapshot and missing rows):
+                              score without these rows
+
+    diagnose_stretches(run_or_stretches, variants) -> list[StretchDiagnosis]
+        The same results as arrays, per stretch of constant graph: for each variant name and
+        direction a (result, positive) pair of modules x snapshots arrays (result: int8 index into
+        LABELS, or float certainty factor), aligned with stretch.modules and stretch.seqs.
+
+    diagnose_json(obj, variants) -> dict
+        The `nestlab diagnose --json` output for a parsed JSON document (docs/diagnosis.md).
+
+`variants` are names such as 'flowdiagnoser:theta=3' or Variant objects (analysis.variants).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.cells import Batch
+from analysis.graph import DIRS, Run, Stretch, load_run, stretch_from_json
+from analysis.variants import DEFAULT_VARIANTS, LABELS, Variant, parse_variant
+
+CF_DECIMALS = 4  # certainty factors in JSON output
+
+
+def as_variants(variants: Iterable[str | Variant] | None) -> list[Variant]:
+    out = [v if isinstance(v, Variant) else parse_variant(v) for v in (variants or DEFAULT_VARIANTS)]
+    seen, unique = set(), []
+    for v in out:
+        if v.name not in seen:
+            seen.add(v.name)
+            unique.append(v)
+    return unique
+
+
+@dataclass
+class StretchDiagnosis:
+    stretch: Stretch
+    # variant name -> direction -> (result, positive), each modules x snapshots
+    results: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]
+
+
+def _over_time(variant: Variant, diags: list[StretchDiagnosis]) -> None:
+    """Apply a variant's rule over consecutive snapshots (e.g. confirm=2) across all stretches."""
+    rule = variant.system.over_time
+    if rule is None or not diags:
+        return
+    for d in DIRS:
+        mods, seqs, pos, where = [], [], [], []
+        for k, sd in enumerate(diags):
+            st = sd.stretch
+            p = sd.results[variant.name][d][1]
+            mods.append(np.repeat(np.asarray(_ids(st), dtype=np.int64), st.t))
+            seqs.append(np.tile(st.seqs, st.n))
+            pos.append(p.ravel())
+            where.append((k, p.shape))
+        new = rule(np.concatenate(mods), np.concatenate(seqs), np.concatenate(pos), **variant.params)
+        at = 0
+        for k, shape in where:
+            size = shape[0] * shape[1]
+            res = diags[k].results[variant.name][d][0]
+            diags[k].results[variant.name][d] = (res, new[at:at + size].reshape(shape))
+            at += size
+
+
+def _ids(st: Stretch) -> list[int]:
+    """Integer identity of modules across stretches (run.db ids; positions for JSON ids)."""
+    if all(isinstance(m, int | np.integer) for m in st.modules):
+        return [int(m) for m in st.modules]
+    return list(range(st.n))
+
+
+def diagnose_stretches(source: Run | Iterable[Stretch], variants=None) -> list[StretchDiagnosis]:
+    vs = as_variants(variants)
+    stretches = source.stretches if isinstance(source, Run) else list(source)
+    batch = Batch(stretches)  # every cell of every stretch at once; shared by the variants
+    diags = [StretchDiagnosis(st, {}) for st in stretches]
+    for v in vs:
+        flat = v.diagnose(batch)
+        per_dir = {d: (batch.split(flat[d][0]), batch.split(flat[d][1])) for d in DIRS}
+        for k, sd in enumerate(diags):
+            sd.results[v.name] = {d: (per_dir[d][0][k], per_dir[d][1][k]) for d in DIRS}
+    for v in vs:
+        _over_time(v, diags)
+    return diags
+
+
+def diagnose_run(run_dir: str | Path | Run, variants=None) -> pd.DataFrame:
+    """Every snapshot of a run with every variant, as one long frame (module docstring)."""
+    run = run_dir if isinstance(run_dir, Run) else load_run(run_dir)
+    vs = as_variants(variants)
+    diags = diagnose_stretches(run, vs)
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in
+                                         ("variant", "dir", "module", "seq", "code", "cf", "positive", "invalid")}
+    names = [v.name for v in vs]
+    for sd in diags:
+        st = sd.stretch
+        mod = np.repeat(np.asarray(st.modules, dtype=np.int64), st.t)
+        seq = np.tile(st.seqs, st.n)
+        for vi, v in enumerate(vs):
+            for di, d in enumerate(DIRS):
+                res, pos = sd.results[v.name][d]
+                size = res.size
+                cols["variant"].append(np.full(size, vi, dtype=np.int16))
+                cols["dir"].append(np.full(size, di, dtype=np.int8))
+                cols["module"].append(mod)
+                cols["seq"].append(seq)
+                if v.kind == "label":
+                    cols["code"].append(res.ravel().astype(np.int8))
+                    cols["cf"].append(np.full(size, np.nan))
+                else:
+                    cols["code"].append(np.full(size, -1, dtype=np.int8))
+                    cols["cf"].append(res.ravel())
+                cols["positive"].append(pos.ravel())
+                cols["invalid"].append(st.counters[d].invalid.ravel())
+    if not diags:
+        return pd.DataFrame({k: [] for k in
+                             ("variant", "dir", "module", "kind", "seq", "label", "cf", "positive", "invalid")})
+    flat = {k: np.concatenate(v) for k, v in cols.items()}
+    kinds = sorted(set(run.module_kind.values()))
+    kind_code = {m: kinds.index(k) for m, k in run.module_kind.items()}
+    lookup = np.full(max(kind_code) + 1, -1, dtype=np.int16)
+    lookup[list(kind_code)] = list(kind_code.values())
+    return pd.DataFrame({
+        "variant": pd.Categorical.from_codes(flat["variant"], names),
+        "dir": pd.Categorical.from_codes(flat["dir"], list(DIRS)),
+        "module": flat["module"],
+        "kind": pd.Categorical.from_codes(lookup[flat["module"]], kinds),
+        "seq": flat["seq"],
+        "label": pd.Categorical.from_codes(flat["code"], list(LABELS)),
+        "cf": flat["cf"],
+        "positive": flat["positive"],
+        "invalid": flat["invalid"],
+    })
+
+
+def diagnose_json(obj, variants=None, where: str = "input") -> dict:
+    """`nestlab diagnose --json` output for a parsed document (raises UserError on bad input)."""
+    st = stretch_from_json(obj, where)
+    vs = as_variants(variants)
+    (sd,) = diagnose_stretches([st], vs)
+    out = []
+    for v in vs:
+        snaps = []
+        for s in range(st.t):
+            snap = {}
+            for d in DIRS:
+                res, pos = sd.results[v.name][d]
+                per = {}
+                for i, m in enumerate(st.modules):
+                    r = LABELS[res[i, s]] if v.kind == "label" else round(float(res[i, s]), CF_DECIMALS) + 0.0
+                    per[m] = {"result": r, "positive": bool(pos[i, s])}
+                snap[d] = per
+            snaps.append(snap)
+        out.append({"variant": v.name, "params": {p.name: v.params[p.name] for p in v.system.params},
+                    "snapshots": snaps})
+    return {"variants": out}

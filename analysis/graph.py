@@ -1,0 +1,409 @@
+"""The NS graph and counter deltas, as arrays the rule variants run over.
+
+A run is cut into *stretches*: maximal runs of consecutive snapshots over which the graph (modules
+and edges) does not change. Each stretch holds, per direction ('in', 'out'), modules x snapshots
+arrays of counter deltas, so a variant diagnoses a whole stretch at once instead of snapshot by
+snapshot.
+
+Two sources:
+- `load_run(run_dir)`: run.db (harness/store.py). Counters there are raw cumulative values; deltas
+  are taken between consecutive snapshots of a module. A delta that goes negative is invalid (thesis
+  3.4): the snapshot is discarded and the next one is compared with the last good value; when that
+  one is lower too, the last good value was the spurious one, it is discarded as well, and the
+  series re-baselines on the lower values. `Counters.invalid` marks those module/direction/snapshots
+  (and snapshots without a measurement); the diagnosis still runs on them, the labeller drops them.
+- `stretch_from_json(obj)`: the `nestlab diagnose --json` format (docs/diagnosis.md), whose values
+  are already deltas.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.errors import UserError
+
+DIRS = ("in", "out")
+KINDS = ("app", "socket", "tcp", "ipeth", "ip", "eth")
+JSON_COUNTERS = ("total_msgs", "wait_ms", "queued", "errors", "bytes")
+# Kinds whose counters start at zero when the module is created, so the first snapshot a module
+# appears in has a delta (from zero). An interface's counters predate the run: its first snapshot
+# is only a baseline.
+STARTS_AT_ZERO = ("app", "socket", "tcp")
+
+
+@dataclass
+class Counters:
+    """One direction of one stretch. Every array is (modules, snapshots)."""
+
+    tm: np.ndarray          # delta total_msgs (0 where the module has no counters in this direction)
+    wait: np.ndarray        # delta wait_ms (0 where unsupported)
+    has_wait: np.ndarray    # bool: wait_ms supported
+    queued: np.ndarray      # current queue length (0 where unsupported)
+    has_queue: np.ndarray   # bool: queued supported
+    errors: np.ndarray      # delta errors (0 where unsupported)
+    has_errors: np.ndarray  # bool: errors supported
+    invalid: np.ndarray     # bool: no valid delta (thesis 3.4, first snapshot, missing row)
+
+    @classmethod
+    def empty(cls, m: int, t: int) -> Counters:
+        z = np.zeros((m, t))
+        f = np.zeros((m, t), dtype=bool)
+        return cls(z, z.copy(), f, z.copy(), f.copy(), z.copy(), f.copy(), f.copy())
+
+    def take(self, cols) -> Counters:
+        """The same counters for a subset of the snapshots (columns)."""
+        return Counters(*(getattr(self, f)[:, cols] for f in self.__dataclass_fields__))
+
+
+@dataclass
+class Stretch:
+    """A graph that stays the same over `seqs`, with its counters per direction."""
+
+    modules: list[Any]                 # module ids: int (run.db) or str (JSON)
+    kinds: list[str]
+    edges: list[tuple[int, int]]       # (parent index, child index); parent = upper layer
+    seqs: np.ndarray                   # snapshot seq numbers, shape (T,)
+    counters: dict[str, Counters] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.edges = sorted(set(self.edges))  # one canonical order: every variant relies on it
+
+    @property
+    def n(self) -> int:
+        return len(self.modules)
+
+    @property
+    def t(self) -> int:
+        return len(self.seqs)
+
+    @cached_property
+    def parents(self) -> list[list[int]]:
+        out: list[list[int]] = [[] for _ in range(self.n)]
+        for p, c in self.edges:
+            out[c].append(p)
+        return out
+
+    @cached_property
+    def children(self) -> list[list[int]]:
+        out: list[list[int]] = [[] for _ in range(self.n)]
+        for p, c in self.edges:
+            out[p].append(c)
+        return out
+
+    def take(self, cols) -> Stretch:
+        """The same graph over a subset of the snapshots."""
+        return Stretch(self.modules, self.kinds, self.edges, self.seqs[cols],
+                       {d: c.take(cols) for d, c in self.counters.items()})
+
+
+# ---------------------------------------------------------------- JSON snapshots
+
+
+def _fail(where: str, msg: str):
+    raise UserError(f"{where}: {msg}")
+
+
+def read_json(path: str | Path) -> Any:
+    """Read a JSON file ('-' = stdin); one clear line on any problem."""
+    import sys
+
+    try:
+        text = sys.stdin.read() if str(path) == "-" else Path(path).read_text()
+    except OSError as e:
+        raise UserError(f"{path}: cannot read: {e.strerror or e}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+
+
+def _number(where: str, v: Any) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or v != v or v < 0:
+        _fail(where, f"expected a number >= 0 or null, got {json.dumps(v)}")
+    return float(v)
+
+
+def stretch_from_json(obj: Any, where: str = "input") -> Stretch:
+    """Parse {"modules": [...], "snapshots": [...]} (docs/diagnosis.md) into one stretch.
+
+    Values are deltas over the snapshot interval, except `queued` (current value). A missing key
+    (or null) means unsupported; a module absent from a direction is inactive, extras unsupported.
+    """
+    if not isinstance(obj, dict):
+        _fail(where, "expected a JSON object with 'modules' and 'snapshots'")
+    mods = obj.get("modules")
+    if not isinstance(mods, list) or not mods:
+        _fail(where, "'modules' must be a non-empty list")
+    ids: list[str] = []
+    kinds: list[str] = []
+    index: dict[str, int] = {}
+    for i, m in enumerate(mods):
+        w = f"{where}: modules[{i}]"
+        if not isinstance(m, dict) or not isinstance(m.get("id"), str) or not m["id"]:
+            _fail(w, "expected an object with a string 'id'")
+        if m["id"] in index:
+            _fail(w, f"duplicate module id {m['id']!r}")
+        if m.get("kind") not in KINDS:
+            _fail(w, f"kind must be one of {', '.join(KINDS)}, got {json.dumps(m.get('kind'))}")
+        index[m["id"]] = i
+        ids.append(m["id"])
+        kinds.append(m["kind"])
+    edges = []
+    for i, m in enumerate(mods):
+        parents = m.get("parents", [])
+        if not isinstance(parents, list):
+            _fail(f"{where}: modules[{i}].parents", "expected a list of module ids")
+        for p in parents:
+            if p not in index:
+                _fail(f"{where}: modules[{i}].parents", f"unknown module {json.dumps(p)}")
+            edges.append((index[p], i))
+    snaps = obj.get("snapshots")
+    if not isinstance(snaps, list) or not snaps:
+        _fail(where, "'snapshots' must be a non-empty list")
+    n, t = len(ids), len(snaps)
+    counters = {d: Counters.empty(n, t) for d in DIRS}
+    for s, snap in enumerate(snaps):
+        if not isinstance(snap, dict):
+            _fail(f"{where}: snapshots[{s}]", "expected an object with 'in' and/or 'out'")
+        for key in snap:
+            if key not in DIRS:
+                _fail(f"{where}: snapshots[{s}]", f"unknown direction {json.dumps(key)} (use 'in', 'out')")
+        for d in DIRS:
+            per = snap.get(d, {})
+            if not isinstance(per, dict):
+                _fail(f"{where}: snapshots[{s}].{d}", "expected an object: module id -> counters")
+            c = counters[d]
+            for mid, vals in per.items():
+                w = f"{where}: snapshots[{s}].{d}.{mid}"
+                if mid not in index:
+                    _fail(w, "unknown module")
+                if not isinstance(vals, dict):
+                    _fail(w, "expected an object of counters")
+                for k in vals:
+                    if k not in JSON_COUNTERS:
+                        _fail(w, f"unknown counter {json.dumps(k)} (known: {', '.join(JSON_COUNTERS)})")
+                i = index[mid]
+                v = {k: _number(f"{w}.{k}", vals.get(k)) for k in JSON_COUNTERS}
+                c.tm[i, s] = v["total_msgs"] or 0.0  # required counter; missing counts as no messages
+                for name, has in (("wait_ms", "has_wait"), ("queued", "has_queue"), ("errors", "has_errors")):
+                    if v[name] is not None:
+                        getattr(c, has)[i, s] = True
+                        {"wait_ms": c.wait, "queued": c.queued, "errors": c.errors}[name][i, s] = v[name]
+    return Stretch(ids, kinds, edges, np.arange(t), counters)
+
+
+# ---------------------------------------------------------------- run.db
+
+# Cumulative counters (deltas taken) in the order of the value columns read below; queued is current.
+_CUM = (0, 1, 3)  # total_msgs, wait_ms, errors
+_QUEUED = 2
+
+
+@dataclass
+class Run:
+    """A run directory read for analysis: its stretches and its module table."""
+
+    path: Path
+    stretches: list[Stretch]
+    module_kind: dict[int, str]
+    module_name: dict[int, str]
+    seqs: np.ndarray  # every snapshot seq of the run, ascending
+
+
+def _rebaseline(vals: np.ndarray, has: np.ndarray, bad: np.ndarray, a: int, end: int,
+                delta: np.ndarray, invalid: np.ndarray) -> int:
+    """Thesis 3.4 row by row, from row `a` (a good value) of one series, in place.
+
+    A decrease is discarded (invalid) and the next value compared with the last good one; when
+    that one is lower too, the last good value was a spurious increase: it is discarded as well and
+    the series re-baselines on the lower values. Stops once the series is back in step (the plain
+    differences are right again) and returns the row where it stopped.
+    """
+    cum = list(_CUM)
+    base, base_row, pending = vals[a, cum].tolist(), a, None
+    i = a + 1
+    while i < end:
+        if pending is None and i > a + 1 and not bad[i]:
+            break
+        v, ok = vals[i, cum].tolist(), (has[i, cum] & has[i - 1, cum]).tolist()
+        lower = any(o and x < b for x, b, o in zip(v, base, ok, strict=True))
+        if lower and pending is not None:  # the third is lower than the first too
+            invalid[base_row] = True
+            base = pending
+            lower = any(o and x < b for x, b, o in zip(v, base, ok, strict=True))
+        if lower:
+            invalid[i] = True
+            delta[i] = 0.0
+            pending = v
+        else:
+            delta[i] = [x - b if o else 0.0 for x, b, o in zip(v, base, ok, strict=True)]
+            invalid[i] = False
+            base, base_row, pending = v, i, None
+        i += 1
+    return i
+
+
+def series_deltas(mod: np.ndarray, vals: np.ndarray, has: np.ndarray, kinds_zero: np.ndarray,
+                  first_of_run: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Deltas for rows already sorted by (module, seq) in one direction.
+
+    mod: (R,) module id; vals/has: (R, 4) raw values and supported flags; kinds_zero: (R,) whether
+    the module's counters start at zero; first_of_run: (R,) row is from the run's first snapshot.
+    Returns (delta (R, 3) of total_msgs, wait_ms, errors; invalid (R,)).
+    """
+    r = len(mod)
+    cum = list(_CUM)
+    if r == 0:
+        return np.zeros((0, len(_CUM))), np.zeros(0, dtype=bool)
+    start = np.ones(r, dtype=bool)
+    start[1:] = mod[1:] != mod[:-1]
+    # Common case, vectorised: difference with the previous row of the same module.
+    ok = has[:, cum].copy()
+    ok[1:] &= has[:-1, cum]
+    delta = np.zeros((r, len(_CUM)))
+    delta[1:] = vals[1:, cum] - vals[:-1, cum]
+    delta = np.where(ok, delta, 0.0)
+    delta[start] = np.where(has[start][:, cum], vals[start][:, cum], 0.0)  # first appearance: from zero
+    invalid = start & ~kinds_zero
+    bad = ((delta < 0) & ok).any(1) & ~start
+    if bad.any():
+        ends = np.append(np.flatnonzero(start)[1:], r)
+        group_end = ends[np.searchsorted(ends, np.arange(r), side="right")]
+        resume = 0
+        for b in np.flatnonzero(bad):
+            if b >= resume:
+                resume = _rebaseline(vals, has, bad, b - 1, group_end[b], delta, invalid)
+    invalid |= first_of_run
+    return delta, invalid
+
+
+_NULL = -1e308  # stands for SQL NULL while reading (counters are never negative)
+
+
+def _read_counters(conn) -> dict[str, np.ndarray]:
+    """All counter rows as numeric arrays plus supported flags (NULL = unsupported).
+
+    Row fetching dominates (about 2 us a row), so seq, module and direction travel packed in one
+    integer and NULLs as a sentinel: five columns instead of eleven.
+    """
+    sql = (f"SELECT (seq << 21) | (module << 1) | (dir = 'out'), coalesce(total_msgs, {_NULL}), "
+           f"coalesce(wait_ms, {_NULL}), coalesce(queued, {_NULL}), coalesce(errors, {_NULL}) FROM counters")
+    cur = conn.execute(sql)
+    chunks = []
+    while True:
+        rows = cur.fetchmany(200_000)
+        if not rows:
+            break
+        chunks.append(np.array(rows, dtype=np.float64))
+    a = np.concatenate(chunks) if chunks else np.zeros((0, 5))
+    key = a[:, 0].astype(np.int64)
+    has = a[:, 1:] > _NULL / 2
+    return {"seq": key >> 21, "module": (key >> 1) & ((1 << 20) - 1), "out": (key & 1).astype(bool),
+            "vals": np.where(has, a[:, 1:], 0.0), "has": has}
+
+
+def load_run(run_dir: str | Path) -> Run:
+    """Read a run directory (or a run.db path) into stretches of constant graph."""
+    from harness.store import connect
+
+    path = Path(run_dir)
+    db = path if path.is_file() else path / "run.db"
+    if not db.is_file():
+        raise UserError(f"{path}: no run.db here (expected a run directory)")
+    conn = connect(db, readonly=True)
+    try:
+        snaps = conn.execute("SELECT seq, mono FROM snapshots ORDER BY seq").fetchall()
+        mods = conn.execute("SELECT id, kind, name FROM modules").fetchall()
+        edge_rows = conn.execute("SELECT parent, child, born, died FROM edges").fetchall()
+        rows = _read_counters(conn)
+    finally:
+        conn.close()
+    seqs = np.array([s for s, _ in snaps], dtype=np.int64)
+    mono = np.array([m for _, m in snaps], dtype=np.float64)
+    kind = {i: k for i, k, _ in mods}
+    name = {i: n for i, _, n in mods}
+    run = Run(path, [], kind, name, seqs)
+    if len(seqs) == 0 or len(rows["seq"]) == 0:
+        return run
+
+    # Rows -> snapshot positions; keep rows of known snapshots and modules only.
+    pos = np.searchsorted(seqs, rows["seq"])
+    known = (pos < len(seqs)) & (seqs[np.minimum(pos, len(seqs) - 1)] == rows["seq"])
+    known &= np.isin(rows["module"], np.fromiter(kind, dtype=np.int64, count=len(kind)))
+    rows = {k: v[known] for k, v in rows.items()}
+    pos = pos[known]
+
+    # Deltas per direction on rows sorted by (module, seq); then re-sorted by snapshot for slicing.
+    zero_ids = np.fromiter((i for i, k in kind.items() if k in STARTS_AT_ZERO), dtype=np.int64)
+    per_dir = {}
+    for d, is_out in (("in", False), ("out", True)):
+        sel = np.flatnonzero(rows["out"] == is_out)
+        order = sel[np.lexsort((pos[sel], rows["module"][sel]))]
+        mod = rows["module"][order]
+        delta, invalid = series_deltas(mod, rows["vals"][order], rows["has"][order],
+                                       np.isin(mod, zero_ids), pos[order] == 0)
+        by_pos = np.argsort(pos[order], kind="stable")
+        o = order[by_pos]
+        per_dir[d] = (pos[o], mod[by_pos], delta[by_pos], rows["vals"][o, _QUEUED], rows["has"][o],
+                      invalid[by_pos])
+
+    # Module presence (a counters row in either direction) as unique (module, position) pairs.
+    s_count = len(seqs)
+    pairs = np.sort(rows["module"] * s_count + pos)
+    pairs = pairs[np.append(True, pairs[1:] != pairs[:-1])]
+    pm, pp = pairs // s_count, pairs % s_count
+    new_run = np.ones(len(pairs), dtype=bool)
+    new_run[1:] = (pm[1:] != pm[:-1]) | (pp[1:] != pp[:-1] + 1)
+    end_run = np.ones(len(pairs), dtype=bool)
+    end_run[:-1] = new_run[1:]
+    change = {0, s_count, *pp[new_run].tolist(), *(pp[end_run] + 1).tolist()}
+    edge_span = []
+    for parent, child, born, died in edge_rows:
+        a = int(np.searchsorted(mono, born, side="left"))
+        b = s_count if died is None else int(np.searchsorted(mono, died, side="left"))
+        if a < b:
+            edge_span.append((parent, child, a, b))
+            change.update((a, b))
+    bounds = sorted(c for c in change if 0 <= c <= s_count)
+    by_pos = np.argsort(pp, kind="stable")
+    pm_sorted, pp_sorted = pm[by_pos], pp[by_pos]
+    lookup = np.full(max(kind) + 1, -1, dtype=np.int64)
+
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        lo, hi = np.searchsorted(pp_sorted, [a, a + 1])
+        here = sorted(pm_sorted[lo:hi].tolist())
+        if not here:
+            continue
+        idx = {m: i for i, m in enumerate(here)}
+        edges = [(idx[p], idx[c]) for p, c, ea, eb in edge_span
+                 if ea <= a < eb and p in idx and c in idx and p != c]
+        st = Stretch(here, [kind[m] for m in here], edges, seqs[a:b])
+        lookup[here] = np.arange(len(here))
+        for d in DIRS:
+            p_, mod, delta, queued, has, invalid = per_dir[d]
+            c = Counters.empty(len(here), b - a)
+            c.invalid[:] = True  # no row in this direction = no measurement
+            lo, hi = np.searchsorted(p_, [a, b])
+            r, col = lookup[mod[lo:hi]], p_[lo:hi] - a
+            keep = np.flatnonzero(r >= 0)
+            r, col, sel = r[keep], col[keep], lo + keep
+            c.tm[r, col] = delta[sel, 0]
+            c.wait[r, col] = delta[sel, 1]
+            c.has_wait[r, col] = has[sel, 1]
+            c.queued[r, col] = queued[sel]
+            c.has_queue[r, col] = has[sel, 2]
+            c.errors[r, col] = delta[sel, 2]
+            c.has_errors[r, col] = has[sel, 3]
+            c.invalid[r, col] = invalid[sel]
+            st.counters[d] = c
+        lookup[here] = -1
+        run.stretches.append(st)
+    return run

@@ -1,0 +1,300 @@
+"""FlowDiagnoser (thesis chapter 2) with the NeST Θ rule (thesis 3.3.2), vectorised over time.
+
+Per snapshot and direction every module gets HEALTHY, DONTCARE, BLOCKED or STALLED (Table 2.2):
+(a) active -> HEALTHY; inactive and not HasWork -> DONTCARE (b); otherwise BLOCKED if it waited
+(d) or, without a wait counter, can pass the blame (e); else STALLED (g, h).
+
+How the algorithm maps onto arrays (docs/diagnosis.md has the long form):
+- The analysis graph is the NS graph without the application's out-edges: sockets are the roots
+  that HasWork assumes have work (thesis 3.6.2) and an application's result follows from its
+  sockets (thesis 3.3.1): HEALTHY if one moved messages, else BLOCKED if one waited, else STALLED.
+- "A parent is BLOCKED" in HasWork (Algorithm 4, line 11) is computed as "the parent *waits*": it is
+  inactive, has work, and either its wait counter grew or it has none. With Θ = 1 that is exactly
+  BLOCKED (a waiting module without a wait counter always has the inactive child that takes the
+  blame). With Θ > 1 it also covers a parent left STALLED by the Θ rule, whose lower layer must be
+  STALLED as well ("both STALLED"), so work keeps flowing down the graph.
+- CanPassBlame (Algorithm 5) with the Θ rule: a module without a wait counter passes the blame to
+  an inactive child with work (no queue counter, or a non-empty one) only when at least Θ of that
+  child's parents wait. Θ = 1 is the plain rule of Algorithm 5.
+- Algorithms 1-2 (break cycles of active/no-work modules, merge strongly connected components)
+  change nothing on an acyclic graph: every acyclic stretch is diagnosed in one pass over all its
+  cells, level by level (analysis.cells). A stretch whose graph has cycles groups its snapshots by
+  which cycle members are active or have an empty queue; each group gets its own DAG of
+  super-modules (max-combined counters, thesis 2.3.2.2) and is diagnosed as one array.
+- Queue counters are used only with `queues=on`, and only outbound: a module's own pending work is
+  its outbound queue (the TCP send queue). Inbound, the queue (TCP receive queue) holds data the
+  reader has not taken yet: it is the parent's work, not the module's, so inbound every module is
+  treated as not supporting queued_msgs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+import numpy as np
+
+from analysis.cells import Batch
+from analysis.graph import DIRS, Counters, Stretch
+from analysis.variants import (
+    BLOCKED,
+    DONTCARE,
+    HEALTHY,
+    STALLED,
+    Param,
+    RuleSystem,
+    on_off,
+    positive_int,
+)
+
+# ---------------------------------------------------------------- graph structure
+
+
+@dataclass
+class Shape:
+    """The analysis graph of one stretch."""
+
+    derived: dict[int, list[int]]   # application -> its children (its result follows theirs)
+    edges: list[tuple[int, int]]    # analysis graph edges
+    level: list[int]                # longest path from a root; -1 for derived applications
+    cyclic: bool
+
+
+def shape(st: Stretch) -> Shape:
+    derived: dict[int, list[int]] = {}
+    for p, c in st.edges:
+        if st.kinds[p] == "app":
+            derived.setdefault(p, []).append(c)
+    edges = [(p, c) for p, c in st.edges if p not in derived and c not in derived]
+    level = [-1] * st.n
+    parents = [[] for _ in range(st.n)]
+    for p, c in edges:
+        parents[c].append(p)
+    left = [len(parents[m]) for m in range(st.n)]
+    children = [[] for _ in range(st.n)]
+    for p, c in edges:
+        children[p].append(c)
+    frontier = [m for m in range(st.n) if m not in derived and not parents[m]]
+    for m in frontier:
+        level[m] = 0
+    done = 0
+    while frontier:  # Kahn's algorithm; what it cannot reach is on a cycle
+        nxt = []
+        for m in frontier:
+            done += 1
+            for c in children[m]:
+                level[c] = max(level[c], level[m] + 1)
+                left[c] -= 1
+                if left[c] == 0:
+                    nxt.append(c)
+        frontier = nxt
+    return Shape(derived, edges, level, done < st.n - len(derived))
+
+
+# ---------------------------------------------------------------- all acyclic stretches at once
+
+
+@dataclass
+class _Cells:
+    """Per-batch structure, shared by every FlowDiagnoser variant run on the batch."""
+
+    shapes: list[Shape]
+    aep: np.ndarray          # analysis cell edges: parents, children
+    aec: np.ndarray
+    app_p: np.ndarray        # derived application cell edges: app, child
+    app_c: np.ndarray
+    derived: np.ndarray      # bool per cell
+    levels: list[tuple[np.ndarray, np.ndarray, np.ndarray]]  # per level: cells, edge parents, edge children
+
+
+def _cells(batch: Batch) -> _Cells:
+    if "flowdiagnoser" not in batch._cache:
+        shapes = [shape(st) for st in batch.stretches]
+        aep, aec = batch.edge_cells([s.edges for s in shapes])
+        app_p, app_c = batch.edge_cells([[(a, c) for a, cs in s.derived.items() for c in cs] for s in shapes])
+        level = batch.per_module([s.level for s in shapes], dtype=np.int64)
+        levels = []
+        if batch.n_cells:
+            order = np.argsort(level, kind="stable")
+            bounds = np.searchsorted(level[order], np.arange(level.max() + 2))
+            eorder = np.argsort(level[aec], kind="stable")
+            ebounds = np.searchsorted(level[aec][eorder], np.arange(level.max() + 2))
+            for lv in range(level.max() + 1):
+                e = eorder[ebounds[lv]:ebounds[lv + 1]]
+                levels.append((order[bounds[lv]:bounds[lv + 1]], aep[e], aec[e]))
+        derived = batch.per_module([[m in s.derived for m in range(st.n)]
+                                    for s, st in zip(shapes, batch.stretches, strict=True)], dtype=bool)
+        batch._cache["flowdiagnoser"] = _Cells(shapes, aep, aec, app_p, app_c, derived, levels)
+    return batch._cache["flowdiagnoser"]
+
+
+def _batch_direction(batch: Batch, d: str, theta: int, queues: bool) -> np.ndarray:
+    s = _cells(batch)
+    c = batch.counters(d)
+    n = batch.n_cells
+    hq = c.has_queue if (queues and d == "out") else np.zeros(n, dtype=bool)
+    q, hw = c.queued, c.has_wait
+    inactive = c.tm == 0
+    waited = c.wait > 0
+    haswork = np.zeros(n, dtype=bool)
+    waits = np.zeros(n, dtype=bool)  # inactive, has work, and waited (or cannot tell)
+    parent_waits = np.zeros(n, dtype=bool)
+    for lv, (cells, ep, ec) in enumerate(s.levels):  # HasWork, top down (Algorithm 4)
+        parent_waits[ec[waits[ep]]] = True
+        h = np.ones(len(cells), dtype=bool) if lv == 0 else parent_waits[cells]
+        haswork[cells] = np.where(hq[cells], q[cells] > 0, h)
+        waits[cells] = inactive[cells] & haswork[cells] & (waited[cells] | ~hw[cells])
+    # CanPassBlame with Θ: an inactive child with work, under at least Θ waiting parents.
+    n_waiting = np.bincount(s.aec, weights=waits[s.aep], minlength=n)
+    takes_blame = inactive & (~hq | (q > 0)) & (n_waiting >= theta)
+    can_pass = np.zeros(n, dtype=bool)
+    can_pass[s.aep[takes_blame[s.aec]]] = True
+    blocked = np.where(hw, waited, can_pass)
+    res = np.where(~inactive, HEALTHY, np.where(~haswork, DONTCARE, np.where(blocked, BLOCKED, STALLED)))
+    res = res.astype(np.int8)
+    # Thesis 3.3.1: an application follows its sockets.
+    moved = np.zeros(n, dtype=bool)
+    moved[s.app_p[~inactive[s.app_c]]] = True
+    app_waited = np.zeros(n, dtype=bool)
+    app_waited[s.app_p[hw[s.app_c] & waited[s.app_c]]] = True
+    res[s.derived] = np.where(moved, HEALTHY, np.where(app_waited, BLOCKED, STALLED))[s.derived]
+    for st, sh, a, b in zip(batch.stretches, s.shapes, batch.offsets[:-1], batch.offsets[1:], strict=True):
+        if sh.cyclic:
+            res[a:b] = diagnose_cyclic(st, sh, d, theta, queues).ravel()
+    return res
+
+
+def diagnose(batch: Batch, theta: int = 2, queues: bool = False, confirm: int = 1):
+    out = {}
+    for d in DIRS:
+        res = _batch_direction(batch, d, theta, queues)
+        out[d] = (res, res == STALLED)
+    return out
+
+
+# ---------------------------------------------------------------- stretches with cycles
+
+
+def _dag_diagnose(g: nx.DiGraph, c: Counters, has_queue: np.ndarray, theta: int) -> np.ndarray:
+    """Algorithms 3-5 with the Θ rule over an acyclic graph whose nodes are frozensets of modules
+    (super-modules); node attribute 'root': a root of the analysis graph."""
+    nodes = list(nx.topological_sort(g))
+    pos = {n: i for i, n in enumerate(nodes)}
+    t = c.tm.shape[1]
+    k = len(nodes)
+    tm, wait, q = np.empty((k, t)), np.empty((k, t)), np.empty((k, t))
+    hw, hq = np.empty((k, t), dtype=bool), np.empty((k, t), dtype=bool)
+    for i, n in enumerate(nodes):  # super-modules: max of the members' counters (thesis 2.3.2.2)
+        m = sorted(n)
+        tm[i] = c.tm[m].max(0)
+        hw[i] = c.has_wait[m].any(0)
+        wait[i] = np.where(c.has_wait[m], c.wait[m], 0.0).max(0)
+        hq[i] = has_queue[m].any(0)
+        q[i] = np.where(has_queue[m], c.queued[m], 0.0).max(0)
+    inactive = tm == 0
+    waited = wait > 0
+    parents = [[pos[p] for p in g.predecessors(n)] for n in nodes]
+    children = [[pos[ch] for ch in g.successors(n)] for n in nodes]
+    haswork = np.empty((k, t), dtype=bool)
+    waits = np.empty((k, t), dtype=bool)
+    for i, n in enumerate(nodes):
+        if g.nodes[n]["root"]:
+            h = np.ones(t, dtype=bool)
+        elif parents[i]:
+            h = waits[parents[i]].any(0)
+        else:  # its parents' edges were cut: they are active or have no work
+            h = np.zeros(t, dtype=bool)
+        haswork[i] = np.where(hq[i], q[i] > 0, h)
+        waits[i] = inactive[i] & haswork[i] & (waited[i] | ~hw[i])
+    takes_blame = inactive & (~hq | (q > 0))
+    for i in range(k):
+        takes_blame[i] &= waits[parents[i]].sum(0) >= theta if parents[i] else False
+    can_pass = np.zeros((k, t), dtype=bool)
+    for i in range(k):
+        if children[i]:
+            can_pass[i] = takes_blame[children[i]].any(0)
+    blocked = np.where(hw, waited, can_pass)
+    res = np.where(~inactive, HEALTHY, np.where(~haswork, DONTCARE, np.where(blocked, BLOCKED, STALLED)))
+    out = np.empty((c.tm.shape[0], t), dtype=np.int8)
+    for i, n in enumerate(nodes):
+        out[sorted(n)] = res[i]
+    return out
+
+
+def _condense(g: nx.DiGraph, removed: list[int]) -> nx.DiGraph:
+    """Algorithms 1-2: drop the out-edges of `removed`, merge strongly connected components."""
+    w = g.copy()
+    w.remove_edges_from([(m, ch) for m in removed for ch in g.successors(m)])
+    comps = [frozenset(s) for s in nx.strongly_connected_components(w)]
+    owner = {m: s for s in comps for m in s}
+    dag = nx.DiGraph()
+    for s in comps:
+        # A super-module is a root when no edge of the original graph enters it from outside.
+        dag.add_node(s, root=all(owner.get(p) is s for m in s for p in g.predecessors(m)))
+    dag.add_edges_from((owner[a], owner[b]) for a, b in w.edges if owner[a] is not owner[b])
+    return dag
+
+
+def diagnose_cyclic(st: Stretch, sh: Shape, d: str, theta: int, queues: bool) -> np.ndarray:
+    """Result codes (modules x snapshots) of one direction of a stretch whose graph has cycles."""
+    c = st.counters[d]
+    has_queue = c.has_queue if (queues and d == "out") else np.zeros_like(c.has_queue)
+    g = nx.DiGraph()
+    g.add_nodes_from(m for m in range(st.n) if m not in sh.derived)
+    g.add_edges_from(sh.edges)
+    cyc = sorted(m for comp in nx.strongly_connected_components(g)
+                 for m in comp if len(comp) > 1 or g.has_edge(m, m))
+    res = np.empty(c.tm.shape, dtype=np.int8)
+    # Which cycle members are active or have no work decides how the cycles break (Algorithm 2).
+    settled = (c.tm[cyc] > 0) | (has_queue[cyc] & (c.queued[cyc] == 0))
+    patterns, group = np.unique(settled, axis=1, return_inverse=True)
+    for k in range(patterns.shape[1]):
+        cols = np.flatnonzero(group.ravel() == k)
+        removed = [m for m, s in zip(cyc, patterns[:, k], strict=True) if s]
+        res[:, cols] = _dag_diagnose(_condense(g, removed), c.take(cols), has_queue[:, cols], theta)
+    for app, kids in sh.derived.items():
+        moved = (c.tm[kids] > 0).any(0)
+        waited = (c.has_wait[kids] & (c.wait[kids] > 0)).any(0)
+        res[app] = np.where(moved, HEALTHY, np.where(waited, BLOCKED, STALLED))
+    return res
+
+
+# ---------------------------------------------------------------- over time
+
+
+def confirmed(module: np.ndarray, seq: np.ndarray, positive: np.ndarray, confirm: int = 1, **_) -> np.ndarray:
+    """Thesis 2.2.1 option: positive only after `confirm` consecutive STALLED snapshots.
+
+    Flat arrays of one direction; consecutive means seq numbers one apart for the same module.
+    """
+    if confirm <= 1 or len(positive) == 0:
+        return positive
+    order = np.lexsort((seq, module))
+    m, s, p = module[order], seq[order], positive[order]
+    cont = np.zeros(len(p), dtype=bool)
+    cont[1:] = (m[1:] == m[:-1]) & (s[1:] == s[:-1] + 1) & p[:-1]
+    idx = np.arange(len(p))
+    start = np.maximum.accumulate(np.where(p & ~cont, idx, 0))  # where the current streak began
+    out = np.empty_like(positive)
+    out[order] = p & (idx - start + 1 >= confirm)
+    return out
+
+
+SYSTEM = RuleSystem(
+    name="flowdiagnoser",
+    kind="label",
+    summary="FlowDiagnoser (thesis ch. 2, Algorithms 1-5, Table 2.2) with the NeST Θ rule (thesis 3.3.2); "
+            "positive = STALLED",
+    params=(
+        Param("theta", 2, positive_int, "Θ: waiting connections needed above a silent lower layer to "
+              "blame only the lower layer (1 = plain pass-the-blame)", shown=True),
+        Param("queues", False, on_off, "use queue counters for HasWork/CanPassBlame (outbound queue = "
+              "the module's own pending work); the thesis's NeST did not"),
+        Param("confirm", 1, positive_int, "positive only after this many consecutive STALLED "
+              "snapshots (thesis 2.2.1 suggests 2)"),
+    ),
+    diagnose=diagnose,
+    over_time=confirmed,
+    presets=("flowdiagnoser", "flowdiagnoser:theta=1", "flowdiagnoser:theta=3",
+             "flowdiagnoser:queues=on", "flowdiagnoser:confirm=2"),
+)

@@ -1,0 +1,82 @@
+"""Diagnosis speed: vectorised variants vs the per-snapshot reference, on a synthetic 15-minute run.
+
+    .venv/bin/python bench/bench_diagnose.py [--minutes 15] [--ref-stretches 60] [--fresh]
+
+The run has ~100 modules (4 apps x 12 connections: app, socket, tcp, one ipeth) at 100 ms, with
+connection churn (graph changes), faults and counter glitches (tests/test_diagnosis_synthetic.py).
+A module-diagnosis is one module, one direction, one snapshot. The fast path runs over the whole
+run; the reference (tests/test_diagnosis_reference.py) over the first --ref-stretches stretches of
+the run, where both results are also compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import numpy as np  # noqa: E402
+
+from analysis.diagnose import diagnose_stretches  # noqa: E402
+from analysis.graph import load_run  # noqa: E402
+from analysis.variants import parse_variant  # noqa: E402
+from tests.test_diagnosis_reference import assert_same, reference  # noqa: E402
+from tests.test_diagnosis_synthetic import make_run  # noqa: E402
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--minutes", type=float, default=15)
+    ap.add_argument("--ref-stretches", type=int, default=60, help="stretches the reference runs on")
+    ap.add_argument("--variant", action="append", help="default: flowdiagnoser and nest-cf")
+    ap.add_argument("--fresh", action="store_true", help="regenerate the synthetic run")
+    a = ap.parse_args(argv)
+
+    cache = Path(tempfile.gettempdir()) / f"nestlab-bench-run-{a.minutes:g}min"
+    t0 = time.perf_counter()
+    if a.fresh or not (cache / "run.db").exists():
+        make_run(cache, seconds=a.minutes * 60)
+        print(f"generated synthetic run in {time.perf_counter() - t0:.1f} s: {cache}")
+    t0 = time.perf_counter()
+    run = load_run(cache)
+    load_s = time.perf_counter() - t0
+    cells = sum(st.n * st.t for st in run.stretches)
+    print(f"run: {len(run.seqs)} snapshots, {len(run.stretches)} stretches, "
+          f"{np.mean([st.n for st in run.stretches]):.0f} modules on average, "
+          f"{cells:,} module-snapshots per direction; load_run {load_s:.2f} s")
+
+    sample = run.stretches[:a.ref_stretches]
+    sample_cells = sum(st.n * st.t for st in sample)
+    for spec in a.variant or ["flowdiagnoser", "nest-cf"]:
+        v = parse_variant(spec)
+        t0 = time.perf_counter()
+        diagnose_stretches(run, [v])
+        fast_s = time.perf_counter() - t0
+        fast_rate = 2 * cells / fast_s
+
+        t0 = time.perf_counter()
+        refs = [reference(st, v) for st in sample]
+        ref_s = time.perf_counter() - t0
+        ref_rate = 2 * sample_cells / ref_s
+        try:
+            for sd, r in zip(diagnose_stretches(sample, [v]), refs, strict=True):
+                assert_same(sd.results[v.name], r, v.name)
+            same = True
+        except AssertionError as e:
+            print(e)
+            same = False
+        print(f"{v.name:28s} fast {fast_rate:>13,.0f} module-diagnoses/s ({2 * cells:,} in {fast_s:.2f} s)")
+        print(f"{'':28s} ref  {ref_rate:>13,.0f} module-diagnoses/s ({2 * sample_cells:,} in {ref_s:.2f} s)")
+        print(f"{'':28s} ratio fast/ref {fast_rate / ref_rate:,.0f}x; identical on the sample: {same}")
+        if not same:
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
