@@ -26,6 +26,7 @@ from harness.collector.interceptor import (
     SLOT_SIZE,
     InterceptorSource,
     _Monotonic,
+    _Series,
     pause_process,
     pause_state,
     read_process,
@@ -281,6 +282,35 @@ def test_monotonic_filter_follows_thesis_3_4():
     m = _Monotonic()
     assert [m.feed(v, 0.05) for v in (1.0, 0.98, 1.5)] == [1.0, 1.0, 1.5]    # jitter is not an event
 
+    def c(msgs, wait):
+        return {"in": {"total_msgs": msgs, "wait_ms": wait, "errors": 0, "bytes": msgs},
+                "out": {"total_msgs": 0, "wait_ms": 0.0, "errors": 0, "bytes": 0}}
+    s = _Series()
+    got = [s.filter(c(m, w))["in"] for m, w in ((5, 1.0), (9, 2.0), (7, 2.5), (8, 3.0), (10, 3.5), (12, 4.0))]
+    # 7 is discarded; 8 is lower again, so 9 was spurious: go on from 8, re-based to stay monotonic
+    assert [g["total_msgs"] for g in got] == [5, 9, 9, 9, 11, 13]
+    assert [g["wait_ms"] for g in got] == [1.0, 2.0, 2.5, 3.0, 3.5, 4.0]   # the other series untouched
+
+
+def test_source_never_reuses_a_key_that_died(tmp_path):
+    from harness.collector.source import Observation
+
+    src = InterceptorSource(tmp_path)
+    try:
+        def ob(key, children=()):
+            return Observation(key=key, kind="socket", name=key, counters={}, children=list(children))
+
+        assert [o.key for o in src._unique([ob("app:1", ["sock:1:3:9"]), ob("sock:1:3:9", ["tcp:9"])])] == [
+            "app:1", "sock:1:3:9"]
+        src.live = {"app:1", "sock:1:3:9"}
+        src.gone |= src.live - {"app:1"}          # the socket missed a snapshot
+        src.live = {"app:1"}
+        back = src._unique([ob("app:1", ["sock:1:3:9"]), ob("sock:1:3:9", ["tcp:9"])])
+        assert [o.key for o in back] == ["app:1", "sock:1:3:9#2"]
+        assert back[0].children == ["sock:1:3:9#2"] and back[1].children == ["tcp:9"]
+    finally:
+        src.close()
+
 
 # ---- the C library through the probe ------------------------------------------------------------
 
@@ -458,6 +488,7 @@ def test_program_cannot_replace_or_block_the_pause_handler(lib, probe, shm_dir, 
     assert r["mask_rc"] == 0 and r["usr1_blocked"] == 0 and r["usr2_blocked"] == 0
     st = pause_process(shm_dir, p.pid)
     assert st.paused and st.handler_kept
+    assert wait_until(lambda: pause_state(shm_dir, p.pid).paused_threads == 2)
     a, _ = _counts(shm_dir, p.pid, r["fd"])
     time.sleep(0.3)
     b, _ = _counts(shm_dir, p.pid, r["fd"])
@@ -615,10 +646,11 @@ def test_wget_counts_and_pause(lib, shm_dir, procs, http_server, tmp_path):
               cwd=tmp_path)
     src = InterceptorSource(shm_dir)
     try:
-        def sock_obs():
+        def sock_obs():   # attrs come with a module's first observation only
             obs = src.poll()
-            return [o for o in obs if o.kind == "socket"], {o.key: o for o in obs}
-        socks, obs = wait_until(lambda: sock_obs() if sock_obs()[0] else None)
+            socks = [o for o in obs if o.kind == "socket"]
+            return (socks, {o.key: o for o in obs}) if socks else None
+        socks, obs = wait_until(sock_obs)
         assert len(socks) == 1
         sk = socks[0]
         assert (sk.attrs["dst"], sk.attrs["dport"]) == ("127.0.0.1", port)

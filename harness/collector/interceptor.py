@@ -26,9 +26,9 @@ signal and returns once the process's handler has run, with the CLOCK_MONOTONIC 
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import mmap
+import operator
 import os
 import signal
 import socket
@@ -69,10 +69,13 @@ SLOT = struct.Struct("<QQQiIIHHHHI16s16sQQ")
 DIR_OFF = (128, 192)
 # dir: seq msgs bytes errors wait_ns pend_n pend_sum last_ns
 DIR = struct.Struct("<8Q")
+# a whole slot at once: identity, 32 bytes of padding, dir[0], dir[1]
+FULL_SLOT = struct.Struct("<QQQiIIHHHHI16s16sQQ32x8Q8Q")
 U64 = struct.Struct("<Q")
 U32 = struct.Struct("<I")
 
 assert HDR.size == 144 and SLOT.size == 96 and DIR.size == 64 and RETIRED.size == 80
+assert FULL_SLOT.size == SLOT_SIZE
 
 MAX_RETRIES = 50
 WAIT_JITTER_MS = 0.05   # decreases this small are read/complete races in the in-progress term
@@ -204,8 +207,8 @@ def _ns_to_s(ns: int) -> float | None:
 
 def _addr(family: int, raw: bytes, port: int) -> tuple[str, int]:
     if family == socket.AF_INET:
-        return str(ipaddress.IPv4Address(raw[:4])), port
-    return str(ipaddress.IPv6Address(raw)), port
+        return socket.inet_ntop(socket.AF_INET, raw[:4]), port
+    return socket.inet_ntop(socket.AF_INET6, raw), port
 
 
 class ShmFile:
@@ -232,6 +235,7 @@ class ShmFile:
             self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
         finally:
             os.close(fd)
+        self.last: dict[int, SocketSnapshot] = {}   # fd -> last consistent reading of its slot
 
     def close(self) -> None:
         self.mm.close()
@@ -255,45 +259,47 @@ class ShmFile:
                           resume_mono=_ns_to_s(resume_ns), paused_threads=pthreads, pause_signal=psig,
                           resume_signal=rsig, handler_kept=bool(flags & HF_HANDLER_KEPT))
 
-    def _dir(self, off: int) -> DirCounters | None:
-        mm = self.mm
-        for _ in range(MAX_RETRIES):
-            d = DIR.unpack_from(mm, off)
-            if d[0] & 1:
-                continue
-            if U64.unpack_from(mm, off)[0] != d[0]:
-                continue
-            t = mono_ns()  # after the read: every call in progress started before it
-            wait = d[4] + d[5] * t - d[6]
-            return DirCounters(msgs=d[1], bytes=d[2], errors=d[3], wait_ns=max(wait, d[4]), pending=d[5])
-        return None
-
     def _slot(self, fd: int) -> SocketSnapshot | None:
+        """The slot of fd, read consistently (its three seqlocks even and unchanged around one
+        read); if writers kept it busy through every retry, the last consistent reading (a module
+        must not vanish for one snapshot and come back)."""
         mm = self.mm
         off = HEADER_SIZE + fd * SLOT_SIZE
         for _ in range(MAX_RETRIES):
-            s = SLOT.unpack_from(mm, off)
-            if s[0] & 1:
-                continue
-            if s[4] == FREE:
+            v = FULL_SLOT.unpack_from(mm, off)
+            if v[4] == FREE:
+                self.last.pop(fd, None)
                 return None
-            inp = self._dir(off + DIR_OFF[0])
-            out = self._dir(off + DIR_OFF[1])
-            if inp is None or out is None or U64.unpack_from(mm, off)[0] != s[0]:
+            seq, seq_in, seq_out = v[0], v[15], v[23]
+            if (seq | seq_in | seq_out) & 1:
                 continue
-            if U64.unpack_from(mm, off + 8)[0] != s[1]:
+            if (U64.unpack_from(mm, off)[0] != seq or U64.unpack_from(mm, off + DIR_OFF[0])[0] != seq_in
+                    or U64.unpack_from(mm, off + DIR_OFF[1])[0] != seq_out):
                 continue
+            t = mono_ns()  # after the read: every call in progress started before it
             (_, gen, inode, sfd, state, flags, family, typ, lport, rport, _, laddr, raddr,
-             open_ns, close_ns) = s
-            local = remote = None
-            if family in (socket.AF_INET, socket.AF_INET6):
-                local = _addr(family, laddr, lport)
-                if flags & SF_PEER:
-                    remote = _addr(family, raddr, rport)
-            return SocketSnapshot(fd=sfd, gen=gen, inode=inode, state=state, flags=flags, family=family,
+             open_ns, close_ns) = v[:15]
+            prev = self.last.get(fd)
+            if prev is not None and prev.gen == gen and prev.flags == flags and prev.local is not None \
+                    and prev.local[1] == lport and (prev.remote or (None, 0))[1] == rport:
+                local, remote = prev.local, prev.remote       # endpoints change only with seq
+            else:
+                local = remote = None
+                if family in (socket.AF_INET, socket.AF_INET6):
+                    local = _addr(family, laddr, lport)
+                    if flags & SF_PEER:
+                        remote = _addr(family, raddr, rport)
+            ins = []
+            for b in (16, 24):
+                msgs, nbytes, errors, wait, pend_n, pend_sum = v[b:b + 6]
+                ins.append(DirCounters(msgs=msgs, bytes=nbytes, errors=errors,
+                                       wait_ns=max(wait + pend_n * t - pend_sum, wait), pending=pend_n))
+            snap = SocketSnapshot(fd=sfd, gen=gen, inode=inode, state=state, flags=flags, family=family,
                                   type=typ, local=local, remote=remote, open_ns=open_ns,
-                                  close_ns=close_ns, inp=inp, out=out)
-        return None
+                                  close_ns=close_ns, inp=ins[0], out=ins[1])
+            self.last[fd] = snap
+            return snap
+        return self.last.get(fd)
 
     def cmdline(self) -> list[str]:
         n = min(U32.unpack_from(self.mm, 512)[0], CMDLINE_MAX)
@@ -450,21 +456,33 @@ class _Monotonic:
         return raw + self.offset
 
 
+FIELDS = ("total_msgs", "wait_ms", "errors", "bytes")
+
+
 class _Series:
+    """The counters of one module: (in, out) x FIELDS, each series filtered by _Monotonic."""
+
+    __slots__ = ("last", "m")
+
     def __init__(self):
-        self.m: dict[tuple[str, str], _Monotonic] = {}
+        self.last: tuple | None = None        # last raw vector, while no series ever went back
+        self.m: list[_Monotonic] | None = None
 
     def filter(self, counters: Counters) -> Counters:
-        out: Counters = {}
-        for d, cs in counters.items():
-            o = {}
-            for name, v in cs.items():
-                m = self.m.get((d, name))
-                if m is None:
-                    m = self.m[(d, name)] = _Monotonic()
-                o[name] = m.feed(v, WAIT_JITTER_MS if name == "wait_ms" else 0)
-            out[d] = o
-        return out
+        i, o = counters["in"], counters["out"]
+        raw = (i["total_msgs"], i["wait_ms"], i["errors"], i["bytes"],
+               o["total_msgs"], o["wait_ms"], o["errors"], o["bytes"])
+        if self.m is None:
+            last = self.last
+            if last is None or all(map(operator.ge, raw, last)):
+                self.last = raw                # the usual case: nothing went back, report as is
+                return counters
+            self.m = [_Monotonic() for _ in raw]
+            for m, v in zip(self.m, last, strict=True):
+                m.feed(v)
+        vals = [m.feed(v, WAIT_JITTER_MS if i % 4 == 1 else 0)
+                for i, (m, v) in enumerate(zip(self.m, raw, strict=True))]
+        return {"in": dict(zip(FIELDS, vals[:4], strict=True)), "out": dict(zip(FIELDS, vals[4:], strict=True))}
 
 
 # ---- the collector source -----------------------------------------------------------------------
@@ -494,6 +512,9 @@ class InterceptorSource:
         self.dead: dict[str, int] = {}            # file name -> inode of a file whose process is gone
         self.used_pids: dict[int, int] = {}       # pid -> starttime that owns the plain 'app:<pid>' key
         self.series: dict[str, _Series] = {}
+        self.live: set[str] = set()               # keys reported by the last poll
+        self.gone: set[str] = set()               # keys reported once and then not: never reused
+        self.renamed: dict[str, str] = {}         # key that came back -> the fresh key it uses now
         self._messages: deque[dict] = deque(maxlen=10000)
         self.sock: socket.socket | None = None
         self.notify_path = str(notify_path) if notify_path is not None else None
@@ -603,10 +624,33 @@ class InterceptorSource:
         for name in list(self.procs):
             if name not in present:                       # file removed: the run is being torn down
                 self._bury(name, self.procs[name])
+        obs = self._unique(obs)
         live = {o.key for o in obs}
+        self.gone |= self.live - live
+        self.live = live
         for key in list(self.series):
             if key not in live:
                 del self.series[key]
+        return obs
+
+    def _unique(self, obs: list[Observation]) -> list[Observation]:
+        """The run store keys modules uniquely for the whole run: a key that was reported, then
+        missed a snapshot and now is back (it should not happen) gets a fresh name, not a rebirth."""
+        def fresh(key: str) -> str:
+            if key not in self.gone:
+                return key
+            new = self.renamed.get(key)
+            if new is None or new in self.gone:
+                n = 2
+                while f"{key}#{n}" in self.gone or f"{key}#{n}" in self.live:
+                    n += 1
+                new = self.renamed[key] = f"{key}#{n}"
+            return new
+        if not any(o.key in self.gone for o in obs):
+            return obs
+        for o in obs:
+            o.key = fresh(o.key)
+            o.children = [fresh(c) if not c.startswith("tcp:") else c for c in o.children]
         return obs
 
     def _filtered(self, key: str, counters: Counters) -> Counters:
@@ -624,6 +668,7 @@ class InterceptorSource:
         app_key = f"app:{p.pidtag}"
         out: list[Observation] = []
         children = []
+        live = self.live
         for s in snap.sockets:
             if not s.is_module:
                 continue
@@ -631,22 +676,26 @@ class InterceptorSource:
             children.append(key)
             src, sport = s.local or ("", 0)
             dst, dport = s.remote or ("", 0)
+            attrs = {}  # the collector reads them only when the module is born
+            if key not in live or key in self.renamed:
+                attrs = {"pid": snap.pid, "fd": s.fd, "inode": s.inode,
+                         "family": "inet6" if s.family == socket.AF_INET6 else "inet",
+                         "src": src, "sport": sport, "dst": dst, "dport": dport,
+                         "accepted": bool(s.flags & SF_ACCEPTED), "inherited": bool(s.flags & SF_INHERITED),
+                         "cmdline": cmdline}
             out.append(Observation(
                 key=key, kind="socket", name=f"{comm} {snap.pid} fd{s.fd} {src}:{sport}>{dst}:{dport}",
                 counters=self._filtered(key, {"in": s.inp.as_counters(), "out": s.out.as_counters()}),
-                attrs={"pid": snap.pid, "fd": s.fd, "inode": s.inode,
-                       "family": "inet6" if s.family == socket.AF_INET6 else "inet",
-                       "src": src, "sport": sport, "dst": dst, "dport": dport,
-                       "accepted": bool(s.flags & SF_ACCEPTED), "inherited": bool(s.flags & SF_INHERITED),
-                       "cmdline": cmdline},
-                children=[f"tcp:{s.inode}"]))
+                attrs=attrs, children=[f"tcp:{s.inode}"]))
         i, o = snap.app_counters()
+        attrs = {}
+        if app_key not in live or app_key in self.renamed:
+            attrs = {"pid": snap.pid, "ppid": snap.ppid, "cmdline": cmdline, "argv": argv,
+                     "starttime": snap.starttime, "exec_count": snap.exec_count, "shm": snap.path}
         out.insert(0, Observation(
             key=app_key, kind="app", name=f"{comm} {snap.pid}",
             counters=self._filtered(app_key, {"in": i.as_counters(), "out": o.as_counters()}),
-            attrs={"pid": snap.pid, "ppid": snap.ppid, "cmdline": cmdline, "argv": argv,
-                   "starttime": snap.starttime, "exec_count": snap.exec_count, "shm": snap.path},
-            children=children))
+            attrs=attrs, children=children))
         return out
 
     def close(self) -> None:

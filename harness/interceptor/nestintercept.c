@@ -965,6 +965,18 @@ static struct nest_header *shm_reattach(pid_t pid, uint64_t starttime) {
 /* After exec in the same process: keep the sockets still open, close the others. */
 static void revalidate_after_exec(void) {
     struct nest_header *h = g_hdr;
+    /* Threads of the old image may have died inside a seqlock: we are alone now, release them. */
+    uint32_t mx = __atomic_load_n(&h->max_fd, RELAXED);
+    for (uint32_t fd = 0; fd < mx && fd < g_nslots; fd++) {
+        struct nest_slot *s = &g_slots[fd];
+        if (s->seq & 1)
+            s->seq++;
+        for (int d = 0; d < 2; d++)
+            if (s->dir[d].seq & 1)
+                s->dir[d].seq++;
+    }
+    if (h->seq & 1)
+        h->seq++;
     uint64_t hh = seq_force(&h->seq);
     fill_cmdline(h);
     h->exec_count++;
@@ -1794,8 +1806,20 @@ EXPORT int listen(int fd, int backlog) {
         int e = errno;
         struct nest_slot *s = tracked(fd);
         if (s) {
+            struct sockaddr_storage ss;
+            socklen_t sl = sizeof ss;
+            uint8_t la[16] = {0};
+            uint16_t lp = 0;
+            int named = getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 &&
+                        (ss.ss_family == AF_INET || ss.ss_family == AF_INET6);
+            if (named)
+                set_endpoint((struct sockaddr *)&ss, la, &lp);
             uint64_t q = seq_force(&s->seq);
             s->flags |= NEST_SF_LISTEN;
+            if (named) {
+                memcpy(s->laddr, la, 16);
+                s->lport = lp;
+            }
             seq_unlock(&s->seq, q);
         }
         errno = e;

@@ -24,8 +24,12 @@
  *   handler PORT      like stream, after installing its own SIGUSR1 handler (signal, sigaction)
  *                     and blocking SIGUSR1/SIGUSR2; prints what the calls returned, and at exit
  *                     how many times its handler ran.
- *   bench N tcp|unix  N one-byte send()s on a loopback TCP connection (or a Unix socketpair), a
- *                     thread drains the other end; prints "BENCH {"ns_per_call":...}".
+ *   bench N KIND [CPU DRAIN_CPU]
+ *                     N one-byte send()s on a loopback TCP connection (KIND tcp) or a Unix
+ *                     socketpair (unix), a thread draining the other end; or on a full socketpair
+ *                     with MSG_DONTWAIT, every call failing at once with EAGAIN (eagain: no peer
+ *                     activity, the steadiest measure of the per-call cost); sender and drainer
+ *                     pinned to the CPUs given (-1: not pinned). Prints "BENCH {"ns_per_call":...}".
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -34,6 +38,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -398,17 +403,32 @@ static int mode_stream(int port, int own_handler) {
 
 /* ---------------------------------------------------------------------------------------------- */
 
+static int g_drain_cpu = -1;
+
+static void pin(int cpu) {
+    if (cpu < 0)
+        return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    sched_setaffinity(0, sizeof set, &set);
+}
+
 static void *drain(void *arg) {
     int fd = *(int *)arg;
     char buf[65536];
+    pin(g_drain_cpu);
     while (read(fd, buf, sizeof buf) > 0)
         ;
     return NULL;
 }
 
-static int mode_bench(long n, const char *kind) {
+static int mode_bench(long n, const char *kind, int cpu, int drain_cpu) {
     int sv[2];
-    if (!strcmp(kind, "unix")) {
+    pin(cpu);
+    g_drain_cpu = drain_cpu;
+    int eagain = !strcmp(kind, "eagain");
+    if (eagain || !strcmp(kind, "unix")) {
         if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
             die("socketpair");
     } else {
@@ -420,18 +440,32 @@ static int mode_bench(long n, const char *kind) {
             die("accept");
         close(l);
     }
-    pthread_t th;
-    pthread_create(&th, NULL, drain, &sv[1]);
     char b = 'x';
+    pthread_t th;
+    int flags = 0;
+    if (eagain) {
+        /* no reader: fill the socket, then every send fails at once with EAGAIN */
+        flags = MSG_DONTWAIT;
+        while (send(sv[0], &b, 1, MSG_DONTWAIT) == 1)
+            ;
+        if (errno != EAGAIN)
+            die("fill");
+    } else {
+        pthread_create(&th, NULL, drain, &sv[1]);
+    }
     for (long i = 0; i < n / 10; i++)   /* warm up */
-        send(sv[0], &b, 1, 0);
+        send(sv[0], &b, 1, flags);
     uint64_t t0 = mono_ns();
-    for (long i = 0; i < n; i++)
-        if (send(sv[0], &b, 1, 0) != 1)
+    for (long i = 0; i < n; i++) {
+        ssize_t r = send(sv[0], &b, 1, flags);
+        if (r != 1 && !(eagain && r < 0 && errno == EAGAIN))
             die("send");
+    }
     uint64_t t1 = mono_ns();
-    shutdown(sv[0], SHUT_WR);
-    pthread_join(th, NULL);
+    if (!eagain) {
+        shutdown(sv[0], SHUT_WR);
+        pthread_join(th, NULL);
+    }
     printf("BENCH {\"calls\":%ld,\"ns_per_call\":%.2f}\n", n, (double)(t1 - t0) / (double)n);
     return 0;
 }
@@ -455,10 +489,11 @@ int main(int argc, char **argv) {
         return mode_stream(atoi(argv[2]), 0);
     if (!strcmp(m, "handler") && argc == 3)
         return mode_stream(atoi(argv[2]), 1);
-    if (!strcmp(m, "bench") && argc == 4)
-        return mode_bench(atol(argv[2]), argv[3]);
+    if (!strcmp(m, "bench") && (argc == 4 || argc == 6))
+        return mode_bench(atol(argv[2]), argv[3], argc == 6 ? atoi(argv[4]) : -1,
+                          argc == 6 ? atoi(argv[5]) : -1);
 usage:
     fprintf(stderr, "usage: nestprobe threads N M S K | fork PORT | exec PORT | poll PORT | stream PORT | "
-                    "handler PORT | bench N tcp|unix\n");
+                    "handler PORT | bench N tcp|unix|eagain [CPU DRAIN_CPU]\n");
     return 2;
 }
