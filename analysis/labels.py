@@ -1,0 +1,384 @@
+"""Ground truth: which module, direction and snapshot should be diagnosed positive (STALLED).
+
+A labelling policy turns a run (analysis.runs.RunData) into one label per row of its counters:
+`actual` (the correct diagnosis is positive) and `exclude` (not scored at all), plus `cause`, why a
+row is positive or excluded. Policies are named like rule variants, `name:key=value,...`; see
+`POLICIES` and `nestlab policies`. Any object with a `name` and a `label(data) -> DataFrame` method
+can stand in for one (docs/analysis.md).
+
+The default, `impact`, is the seeds' criteria (thesis 3.5.2, NeST paper 5.2-5.3):
+
+1. Impacted by a fault that targets it: `tcp_drop` -> that TCP module, `ip_drop` -> the monitored
+   interface's ip+eth module, `app_pause` -> the application and its sockets. From the fault's
+   start, once the module's message counter and wait counter (where it has one) are both zero in a
+   direction, the module is impacted in that direction until they rise again: an *impact period*.
+   It may outlast the fault (retransmission back-off); a fault may cause several, when the counters
+   rise and fall to zero again while it is still active. Only while the fault is active can a new
+   period start. The counters must *become* zero: the direction must have carried traffic within
+   `lookback` seconds before the fault (or since its start), so a direction that is idle anyway
+   (the outbound data of a download connection) is not counted as impacted. lookback=0 drops
+   this requirement.
+2. One-way workloads: the applications and sockets of an upload-only workload are positive inbound,
+   those of a download-only workload (wget, iperf -R) outbound, at every snapshot. Sockets of a
+   two-way iperf (-d) are one-way each: remote port 5001 upload, local port 5001 download.
+3. Everything else is negative. The seeds call these criteria conservative: modules that a fault
+   silences without targeting it (the TCP connections under a dropped interface, a single flow's
+   interface under a dropped connection) are negatives, and blaming them counts as a false
+   positive. `collateral=exclude` leaves such impact periods out of the scores instead, and
+   `collateral=positive` counts them as positives (the module was stalled, if not at fault).
+   A collateral module is an ancestor or descendant of a target in the graph during the fault.
+
+Rows whose counters were discarded as invalid (thesis 3.4: a counter that went backwards, a
+module's first snapshot as a baseline, a missing row) are always excluded.
+
+`window` is a simpler, less conservative policy: targets are positive in every snapshot that
+overlaps the fault window, extended by `tail` seconds, whatever their counters say.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+
+from harness.errors import UserError
+
+CAUSE_NONE, CAUSE_ONEWAY, CAUSE_FAULT, CAUSE_COLLATERAL, CAUSE_INVALID = "", "oneway", "fault", "collateral", "invalid"
+CAUSES = (CAUSE_NONE, CAUSE_ONEWAY, CAUSE_FAULT, CAUSE_COLLATERAL, CAUSE_INVALID)
+
+
+class LabelPolicy(Protocol):
+    name: str
+
+    def label(self, data) -> pd.DataFrame:
+        """Aligned with data.counters (same index): bool `actual`, bool `exclude`, str `cause`,
+        and Int64 `fault` (the fault id behind a fault or collateral positive, else <NA>)."""
+        ...
+
+
+# ----------------------------------------------------------------------------- parameters
+
+
+def _seconds(text: str) -> float:
+    v = float(text.rstrip("s"))
+    if not v >= 0 or math.isinf(v):
+        raise ValueError("expected seconds >= 0")
+    return v
+
+
+def _on_off(text: str) -> bool:
+    t = text.strip().lower()
+    if t in ("on", "true", "yes", "1"):
+        return True
+    if t in ("off", "false", "no", "0"):
+        return False
+    raise ValueError("expected on or off")
+
+
+def _choice(*options: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in options:
+            raise ValueError(f"expected one of {', '.join(options)}")
+        return text
+    return parse
+
+
+@dataclass(frozen=True)
+class PolicyParam:
+    name: str
+    default: Any
+    parse: Callable[[str], Any]
+    help: str
+
+    def text(self, v: Any) -> str:
+        if isinstance(v, bool):
+            return "on" if v else "off"
+        return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+# ----------------------------------------------------------------------------- shared pieces
+
+
+@dataclass
+class _Frame:
+    """The columns the policies need, as arrays aligned with data.counters."""
+
+    module: np.ndarray
+    out: np.ndarray
+    seq: np.ndarray
+    t_start: np.ndarray
+    t_end: np.ndarray
+    idle: np.ndarray
+    invalid: np.ndarray
+    series: dict[tuple[int, bool], np.ndarray]  # (module, out?) -> row positions sorted by seq
+
+    @classmethod
+    def of(cls, data) -> _Frame:
+        c = data.counters
+        module = c["module"].to_numpy(np.int64)
+        out = (c["dir"] == "out").to_numpy(bool)
+        seq = c["seq"].to_numpy(np.int64)
+        snaps = data.snapshots
+        t_end = snaps["mono"].reindex(seq).to_numpy(float)
+        t_start = snaps["start"].reindex(seq).to_numpy(float)
+        # Idle = no messages and no waiting (observations IDLE and NONE, NeST paper 5.2).
+        idle = (c["tm"].to_numpy(float) == 0) & ~(c["has_wait"].to_numpy(bool) & (c["wait"].to_numpy(float) > 0))
+        invalid = c["invalid"].to_numpy(bool)
+        order = np.lexsort((seq, out, module))
+        key = module[order] * 2 + out[order]
+        cuts = np.flatnonzero(np.diff(key)) + 1
+        series = {}
+        for part in np.split(order, cuts) if len(order) else []:
+            series[(int(module[part[0]]), bool(out[part[0]]))] = part
+        return cls(module, out, seq, t_start, t_end, idle, invalid, series)
+
+
+def _active_faults(data) -> list[tuple[int, str, int, float, float]]:
+    """(id, kind, target module, start, end) of the faults that took effect and have a target."""
+    out = []
+    for f in data.faults.itertuples(index=False):
+        if f.start is None or f.start != f.start or f.target_module is pd.NA or pd.isna(f.target_module):
+            continue
+        out.append((int(f.id), str(f.kind), int(f.target_module), float(f.start), float(f.end)))
+    return out
+
+
+def _edges_during(data, t0: float, t1: float) -> list[tuple[int, int]]:
+    e = data.edges
+    if e.empty:
+        return []
+    died = e["died"].astype(float).fillna(np.inf).to_numpy()
+    born = e["born"].astype(float).to_numpy()
+    live = (born <= t1) & (died > t0)
+    return list(zip(e["parent"].to_numpy()[live].tolist(), e["child"].to_numpy()[live].tolist(), strict=True))
+
+
+def fault_targets(data, kind: str, target: int, t0: float, t1: float) -> set[int]:
+    """The modules a fault targets: app_pause -> the app and its sockets; otherwise the target."""
+    out = {target}
+    if kind == "app_pause":
+        kinds = data.modules["kind"]
+        out |= {c for p, c in _edges_during(data, t0, t1) if p == target and kinds.get(c) == "socket"}
+    return out
+
+
+def collateral_modules(data, targets: set[int], t0: float, t1: float) -> set[int]:
+    """Ancestors and descendants of the targets in the graph while the fault was active."""
+    edges = _edges_during(data, t0, t1)
+    down: dict[int, set[int]] = {}
+    up: dict[int, set[int]] = {}
+    for p, c in edges:
+        down.setdefault(p, set()).add(c)
+        up.setdefault(c, set()).add(p)
+    found: set[int] = set()
+    for nbrs in (down, up):
+        todo = list(targets)
+        seen = set(targets)
+        while todo:
+            m = todo.pop()
+            for n in nbrs.get(m, ()):
+                if n not in seen:
+                    seen.add(n)
+                    todo.append(n)
+        found |= seen
+    return found - targets
+
+
+def impact_mask(t_start: np.ndarray, t_end: np.ndarray, idle: np.ndarray, invalid: np.ndarray,
+                f0: float, f1: float, lookback: float) -> np.ndarray:
+    """Impact periods of one module/direction series (sorted by time) for a fault active [f0, f1].
+
+    A snapshot covers (t_start, t_end]. A period starts at an idle snapshot that ends after f0 and
+    begins before f1, provided the series was active within `lookback` s before f0 or since (0: no
+    such requirement); it lasts until the first active snapshot. Invalid snapshots neither start nor
+    end a period (they are excluded from scoring anyway).
+    """
+    n = len(t_end)
+    out = np.zeros(n, dtype=bool)
+    i0 = int(np.searchsorted(t_end, f0, side="right"))
+    if i0 >= n:
+        return out
+    if lookback > 0:
+        pre = slice(int(np.searchsorted(t_end, f0 - lookback, side="left")), i0)
+        seen = bool(np.any(~idle[pre] & ~invalid[pre]))
+    else:
+        seen = True
+    in_period = False
+    for i in range(i0, n):
+        starts_after_fault = not (t_start[i] < f1) if t_start[i] == t_start[i] else False
+        if invalid[i]:
+            out[i] = in_period
+            if not in_period and starts_after_fault:
+                break
+            continue
+        if idle[i]:
+            if in_period:
+                out[i] = True
+            elif seen and not starts_after_fault:
+                in_period = out[i] = True
+            elif starts_after_fault:
+                break
+        else:
+            in_period = False
+            seen = True
+            if starts_after_fault:
+                break
+    return out
+
+
+def _oneway(data, f: _Frame) -> np.ndarray:
+    ow = data.modules["oneway"]
+    up = np.isin(f.module, ow.index[ow == "upload"].to_numpy(np.int64))
+    down = np.isin(f.module, ow.index[ow == "download"].to_numpy(np.int64))
+    return (up & ~f.out) | (down & f.out)
+
+
+def _result(f: _Frame, oneway: np.ndarray, fault_pos: np.ndarray, fault_id: np.ndarray,
+            coll_pos: np.ndarray, coll_id: np.ndarray, collateral: str, index) -> pd.DataFrame:
+    actual = oneway | fault_pos
+    exclude = f.invalid.copy()
+    if collateral == "positive":
+        actual |= coll_pos
+    elif collateral == "exclude":
+        exclude |= coll_pos & ~actual
+    cause = np.full(len(actual), 0, dtype=np.int8)
+    cause[coll_pos & (actual | exclude)] = 3
+    cause[fault_pos] = 2
+    cause[oneway] = 1
+    cause[f.invalid] = 4
+    fid = np.where(fault_pos, fault_id, np.where(cause == 3, coll_id, -1))
+    return pd.DataFrame({
+        "actual": actual,
+        "exclude": exclude,
+        "cause": pd.Categorical.from_codes(cause, list(CAUSES)),
+        "fault": pd.Series(fid, index=index).where(fid >= 0).astype("Int64"),
+    }, index=index)
+
+
+# ----------------------------------------------------------------------------- policies
+
+
+class _Policy:
+    system: str = ""
+    summary: str = ""
+    params: tuple[PolicyParam, ...] = ()
+
+    def __init__(self, **values: Any):
+        self.values = {p.name: p.default for p in self.params}
+        self.values.update(values)
+
+    @property
+    def name(self) -> str:
+        parts = [f"{p.name}={p.text(self.values[p.name])}" for p in self.params
+                 if self.values[p.name] != p.default]
+        return self.system + (":" + ",".join(parts) if parts else "")
+
+    def __repr__(self) -> str:
+        return f"<label policy {self.name}>"
+
+    def _faults(self, data, f: _Frame, mark: Callable[..., np.ndarray]):
+        n = len(f.module)
+        fault_pos = np.zeros(n, dtype=bool)
+        fault_id = np.full(n, -1, dtype=np.int64)
+        coll_pos = np.zeros(n, dtype=bool)
+        coll_id = np.full(n, -1, dtype=np.int64)
+        collateral = self.values.get("collateral", "negative")
+        for fid, kind, target, f0, f1 in _active_faults(data):
+            targets = fault_targets(data, kind, target, f0, f1)
+            groups = [(targets, fault_pos, fault_id)]
+            if collateral != "negative":
+                groups.append((collateral_modules(data, targets, f0, f1), coll_pos, coll_id))
+            for mods, pos, ids in groups:
+                for m in mods:
+                    for out in (False, True):
+                        rows = f.series.get((m, out))
+                        if rows is None:
+                            continue
+                        hit = rows[mark(rows, f0, f1)]
+                        pos[hit] = True
+                        ids[hit] = np.where(ids[hit] < 0, fid, ids[hit])
+        return fault_pos, fault_id, coll_pos, coll_id
+
+    def label(self, data) -> pd.DataFrame:
+        f = _Frame.of(data)
+        oneway = _oneway(data, f) if self.values.get("oneway", True) else np.zeros(len(f.module), dtype=bool)
+        fp, fi, cp, ci = self._faults(data, f, lambda rows, f0, f1: self._mark(f, rows, f0, f1))
+        return _result(f, oneway, fp, fi, cp, ci, self.values.get("collateral", "negative"),
+                       data.counters.index)
+
+    def _mark(self, f: _Frame, rows: np.ndarray, f0: float, f1: float) -> np.ndarray:
+        raise NotImplementedError
+
+
+class ImpactPolicy(_Policy):
+    system = "impact"
+    summary = ("the seeds' criteria (thesis 3.5.2, NeST paper 5.2-5.3): impact periods of targeted "
+               "modules, one-way workloads' idle direction")
+    params = (
+        PolicyParam("lookback", 1.0, _seconds, "s before a fault in which the direction must have carried "
+                    "traffic for its counters to 'become' zero (0: not required)"),
+        PolicyParam("oneway", True, _on_off, "apps/sockets of upload-only (download-only) workloads are "
+                    "positive inbound (outbound)"),
+        PolicyParam("collateral", "negative", _choice("negative", "exclude", "positive"),
+                    "impact periods of modules a fault silences without targeting them (graph neighbours)"),
+    )
+
+    def _mark(self, f, rows, f0, f1):
+        return impact_mask(f.t_start[rows], f.t_end[rows], f.idle[rows], f.invalid[rows], f0, f1,
+                           self.values["lookback"])
+
+
+class WindowPolicy(_Policy):
+    system = "window"
+    summary = "targets positive in every snapshot overlapping the fault window (+ tail), counters aside"
+    params = (
+        PolicyParam("tail", 0.0, _seconds, "s after the fault's end still counted positive"),
+        PolicyParam("oneway", True, _on_off, "as for impact"),
+        PolicyParam("collateral", "negative", _choice("negative", "exclude", "positive"),
+                    "graph neighbours of the targets during the window"),
+    )
+
+    def _mark(self, f, rows, f0, f1):
+        ts = f.t_start[rows]
+        return (f.t_end[rows] > f0) & ((ts < f1 + self.values["tail"]) | np.isnan(ts))
+
+
+POLICIES: dict[str, type[_Policy]] = {p.system: p for p in (ImpactPolicy, WindowPolicy)}
+DEFAULT_POLICY = "impact"
+
+
+def parse_policy(spec: str | LabelPolicy | None) -> LabelPolicy:
+    """'impact', 'impact:lookback=2,collateral=exclude', 'window:tail=1' (UserError on a bad spec)."""
+    if spec is None:
+        spec = DEFAULT_POLICY
+    if not isinstance(spec, str):
+        return spec
+    name, _, rest = spec.strip().partition(":")
+    cls = POLICIES.get(name.strip())
+    if cls is None:
+        raise UserError(f"unknown label policy {name!r} (known: {', '.join(POLICIES)})")
+    byname = {p.name: p for p in cls.params}
+    values = {}
+    for item in filter(None, (s.strip() for s in rest.split(","))):
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if key not in byname:
+            raise UserError(f"policy {spec!r}: unknown parameter {key!r} (known: {', '.join(byname)})")
+        if not eq:
+            raise UserError(f"policy {spec!r}: expected {key}=value")
+        try:
+            values[key] = byname[key].parse(value.strip())
+        except ValueError as e:
+            raise UserError(f"policy {spec!r}: {key}={value}: {e}") from None
+    return cls(**values)
+
+
+def label_run(data, policy: str | LabelPolicy | None = None) -> pd.DataFrame:
+    """data.counters with the policy's labels joined on (actual, exclude, cause, fault)."""
+    pol = parse_policy(policy)
+    labels = pol.label(data)
+    return data.counters.join(labels)

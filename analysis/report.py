@@ -1,0 +1,366 @@
+"""Rendering the scores: Markdown (terminal), CSV and LaTeX; the stalled-modules list; and
+`summarize_run`, the end of `run-experiment`.
+
+Rates print as percentages with one decimal; an undefined rate (zero denominator) prints blank,
+never 0 or NaN. The `±` column is the largest half-width, in percentage points, of the row's
+Wilson score 95% intervals (analysis.score); `intervals=True` prints each interval instead.
+
+    summarize_run(run_dir, variants=("flowdiagnoser:theta=2",), policy=None) -> Path
+        Prints the run's accuracy table (one per variant) and writes into <run_dir>/analysis/:
+        accuracy.md, accuracy.csv, accuracy.tex, stalled.md, stalled.csv, and the figures of
+        analysis.plots (PNG). Prints where they went and returns that directory. Raises
+        harness.errors.UserError when the run cannot be analysed; a figure that fails is reported
+        as a warning line and does not stop the rest.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.score import COUNTS, INTERVAL, RATES, ROWS, SECTIONS, Evaluation, evaluate
+
+DEFAULT_VARIANTS = ("flowdiagnoser:theta=2",)
+TABLE_NOTE = (f"Rates in %; blank = undefined (no cases). ±: larger half-width of the row's TPR and FPR "
+              f"intervals ({INTERVAL}; snapshots treated as independent), in percentage points "
+              "(FNR, TNR alike; PPV, NPV intervals with --intervals and in accuracy.csv).")
+
+
+# ----------------------------------------------------------------------------- formatting
+
+
+def _pct(v: float, digits: int = 1) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    return f"{100.0 * v:.{digits}f}"
+
+
+PM_RATES = ("TPR", "FPR")  # FNR, TNR have the same intervals; PPV, NPV with --intervals and in the CSV
+
+
+def half_width(row: pd.Series, which: Sequence[str] = PM_RATES) -> float:
+    """Largest half-width (fraction) of the defined TPR/FPR intervals of one table row; NaN if none."""
+    widths = []
+    for r in which:
+        v, lo, hi = row[r], row[f"{r}_lo"], row[f"{r}_hi"]
+        if not math.isnan(v):
+            widths.append(max(v - lo, hi - v))
+    return max(widths) if widths else math.nan
+
+
+def _cells(t: pd.DataFrame, intervals: bool) -> list[list[str]]:
+    """Table 3.3 rows as strings: section, row, counts, rates, ±."""
+    out = []
+    for section in SECTIONS:
+        first = True
+        for row in ROWS:
+            r = t.loc[(section, row)]
+            rates = []
+            for k in RATES:
+                cell = _pct(r[k])
+                if intervals and cell:
+                    cell += f" [{_pct(r[f'{k}_lo'])}, {_pct(r[f'{k}_hi'])}]"
+                rates.append(cell)
+            out.append([section if first else "", row, *(str(int(r[c])) for c in COUNTS), *rates,
+                        _pct(half_width(r))])
+            first = False
+    return out
+
+
+def _md_table(header: list[str], rows: list[list[str]], align: list[str]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+
+    def line(cells):
+        return "| " + " | ".join(c.rjust(w) if a == "r" else c.ljust(w)
+                                 for c, w, a in zip(cells, widths, align, strict=True)) + " |"
+
+    sep = "|" + "|".join(("-" * (w + 1) + ":") if a == "r" else ("-" * (w + 2))
+                         for w, a in zip(widths, align, strict=True)) + "|"
+    return "\n".join([line(header), sep, *(line(r) for r in rows)])
+
+
+def accuracy_markdown(t: pd.DataFrame, title: str = "", intervals: bool = False) -> str:
+    header = ["", "Module", *COUNTS, *RATES, "±"]
+    align = ["l", "l"] + ["r"] * (len(COUNTS) + len(RATES) + 1)
+    if intervals:
+        header, align = header[:-1], align[:-1]
+    rows = _cells(t, intervals)
+    if intervals:
+        rows = [r[:-1] for r in rows]
+    parts = [f"### {title}", ""] if title else []
+    parts += [_md_table(header, rows, align), "", TABLE_NOTE if not intervals else TABLE_NOTE.split(" ±")[0]
+              + f" Intervals: {INTERVAL}."]
+    return "\n".join(parts)
+
+
+def accuracy_csv_frame(tables: dict[str, pd.DataFrame], policy: str) -> pd.DataFrame:
+    """One frame for every variant: variant, policy, section, row, counts, rates and intervals in %."""
+    frames = []
+    for variant, t in tables.items():
+        f = t.reset_index()
+        f.insert(0, "policy", policy)
+        f.insert(0, "variant", variant)
+        for r in RATES:
+            for col in (r, f"{r}_lo", f"{r}_hi"):
+                f[col] = (100.0 * f[col]).round(4)
+        f["pm"] = [round(100.0 * half_width(row), 4) for _, row in t.iterrows()]
+        frames.append(f)
+    out = pd.concat(frames, ignore_index=True)
+    cols = ["variant", "policy", "section", "row", *COUNTS,
+            *(c for r in RATES for c in (r, f"{r}_lo", f"{r}_hi")), "pm"]
+    return out[cols]
+
+
+_TEX_ESCAPE = {"&": r"\&", "%": r"\%", "_": r"\_", "#": r"\#", "$": r"\$", "{": r"\{", "}": r"\}",
+               "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}"}
+
+
+def tex(s: str) -> str:
+    return "".join(_TEX_ESCAPE.get(ch, ch) for ch in s)
+
+
+def accuracy_latex(t: pd.DataFrame, caption_tex: str = "") -> str:
+    """Thesis Table 3.3 as a LaTeX table (plain tabular, no packages needed); the caption is LaTeX."""
+    lines = [r"\begin{table}[htbp]", r"\centering", r"\small",
+             r"\begin{tabular}{ll" + "r" * (len(COUNTS) + len(RATES) + 1) + "}", r"\hline",
+             r" & & \multicolumn{3}{c}{Correct answers} & \multicolumn{4}{c}{Diagnosis results} & "
+             r"\multicolumn{3}{c}{Positive accuracy \%} & \multicolumn{3}{c}{Negative accuracy \%} & \\",
+             " & Module & " + " & ".join(COUNTS) + " & " + " & ".join(RATES) + r" & $\pm$ \\", r"\hline"]
+    for k, cells in enumerate(_cells(t, intervals=False)):
+        if k and k % len(ROWS) == 0:
+            lines.append(r"\hline")
+        name = cells[1]
+        name = rf"\textit{{{tex(name)}}}" if name.startswith("s:") else tex(name)
+        lines.append(" & ".join([tex(cells[0]), name, *cells[2:]]) + r" \\")
+    lines += [r"\hline", r"\end{tabular}"]
+    if caption_tex:
+        lines.append(rf"\caption{{{caption_tex}}}")
+    lines.append(r"\end{table}")
+    return "\n".join(lines) + "\n"
+
+
+def compare_markdown(c: pd.DataFrame, variants: list[str]) -> str:
+    """Paper Table 8 layout: per row and direction, each variant's TP, FP, TPR, PPV and, against
+    the first variant, the change in TP and FP in % (bold = better, italic = worse, · = no change)."""
+    names = [f"V{i + 1}" for i in range(len(variants))]
+    header = ["", "Module"]
+    for i, n in enumerate(names):
+        header += [f"{n} TP", f"{n} FP", f"{n} TPR", f"{n} PPV"]
+        if i:
+            header += [f"{n} ΔTP%", f"{n} ΔFP%"]
+    rows = []
+    for section in SECTIONS:
+        for k, row in enumerate(ROWS):
+            r = c.loc[(section, row)]
+            cells = [section if k == 0 else "", row]
+            for i, v in enumerate(variants):
+                cells += [str(int(r[(v, "TP")])), str(int(r[(v, "FP")])), _pct(r[(v, "TPR")]), _pct(r[(v, "PPV")])]
+                if i:
+                    cells += [_delta(r[(v, "dTP%")], good_if_up=True), _delta(r[(v, "dFP%")], good_if_up=False)]
+            rows.append(cells)
+    legend = [f"{n} = {v}" + (" (baseline)" if i == 0 else "") for i, (n, v) in enumerate(zip(names, variants,
+                                                                                             strict=True))]
+    align = ["l", "l"] + ["r"] * (len(header) - 2)
+    note = ("TPR, PPV in %, blank = undefined. ΔTP%, ΔFP%: change against V1 in %; **bold** = better "
+            "(more TP, fewer FP), *italic* = worse, · = no change, blank = undefined (V1 has none).")
+    return "\n".join(["Variants: " + "; ".join(legend), "", _md_table(header, rows, align), "", note])
+
+
+def _delta(v: float, good_if_up: bool) -> str:
+    if v is None or math.isnan(v):
+        return ""
+    if v == 0:
+        return "·"
+    s = f"{v:+.1f}"
+    good = (v > 0) == good_if_up
+    return f"**{s}**" if good else f"*{s}*"
+
+
+def compare_csv_frame(c: pd.DataFrame, policy: str) -> pd.DataFrame:
+    f = c.stack(level="variant", future_stack=True).reset_index()
+    f.insert(0, "policy", policy)
+    for col in ("TPR", "PPV"):
+        f[col] = (100.0 * f[col]).round(4)
+    for col in ("dTP%", "dFP%"):
+        f[col] = f[col].round(4)
+    return f[["policy", "variant", "section", "row", "TP", "FP", "TPR", "PPV", "dTP%", "dFP%"]]
+
+
+# ----------------------------------------------------------------------------- stalled modules
+
+
+def _runs_of(mask: np.ndarray) -> list[tuple[int, int]]:
+    """(start, length) of each run of True."""
+    if not mask.any():
+        return []
+    d = np.diff(np.concatenate([[0], mask.astype(np.int8), [0]]))
+    starts = np.flatnonzero(d == 1)
+    ends = np.flatnonzero(d == -1)
+    return list(zip(starts.tolist(), (ends - starts).tolist(), strict=True))
+
+
+def stalled_list(data, scored: pd.DataFrame, variant: str) -> pd.DataFrame:
+    """Thesis Table 5.2 for a run: every module/direction ever diagnosed positive, most first.
+
+    Columns: module, kind, name, dir, positive (STALLED count), DONTCARE, BLOCKED, HEALTHY (label
+    variants), transient (single-snapshot stalls), longest (most consecutive positive snapshots),
+    mean_s / max_s (duration of non-transient stalls, s), queued_min / queued_max (where the module
+    has a queue), FP (positives the ground truth calls negative). Excluded rows are not counted.
+    """
+    s = scored[(scored["variant"] == variant) & ~scored["exclude"]]
+    cols = ["module", "kind", "name", "dir", "positive", "DONTCARE", "BLOCKED", "HEALTHY", "transient",
+            "longest", "mean_s", "max_s", "queued_min", "queued_max", "FP"]
+    if s.empty:
+        return pd.DataFrame(columns=cols)
+    q = data.counters[["module", "dir", "seq", "queued", "has_queue"]]
+    mono = data.snapshots["mono"]
+    recs = []
+    for (m, d), g in s.groupby(["module", "dir"], observed=True, sort=False):
+        pos = g["positive"].to_numpy(bool)
+        if not pos.any():
+            continue
+        g = g.sort_values("seq")
+        pos = g["positive"].to_numpy(bool)
+        seqs = g["seq"].to_numpy()
+        # consecutive = adjacent snapshot seqs
+        runs, cur = [], None
+        for i in np.flatnonzero(pos):
+            if cur is not None and seqs[i] == seqs[cur[1]] + 1:
+                cur[1] = i
+            else:
+                if cur is not None:
+                    runs.append(cur)
+                cur = [i, i]
+        runs.append(cur)
+        lengths = [b - a + 1 for a, b in runs]
+        spans = [float(mono.get(seqs[b], np.nan) - mono.get(seqs[a] - 1, mono.get(seqs[a], np.nan)))
+                 for (a, b), n in zip(runs, lengths, strict=True) if n > 1]
+        labels = g["label"].astype(str) if "label" in g else pd.Series(dtype=str)
+        qq = q[(q["module"] == m) & (q["dir"] == d) & q["has_queue"]]["queued"]
+        recs.append({
+            "module": int(m), "kind": data.modules["kind"].get(m, ""), "name": data.modules["name"].get(m, ""),
+            "dir": str(d), "positive": int(pos.sum()),
+            "DONTCARE": int((labels == "DONTCARE").sum()) if len(labels) else None,
+            "BLOCKED": int((labels == "BLOCKED").sum()) if len(labels) else None,
+            "HEALTHY": int((labels == "HEALTHY").sum()) if len(labels) else None,
+            "transient": sum(1 for n in lengths if n == 1), "longest": max(lengths),
+            "mean_s": round(float(np.mean(spans)), 2) if spans else None,
+            "max_s": round(float(np.max(spans)), 2) if spans else None,
+            "queued_min": int(qq.min()) if len(qq) else None, "queued_max": int(qq.max()) if len(qq) else None,
+            "FP": int((pos & ~g["actual"].to_numpy(bool)).sum()),
+        })
+    if not recs:
+        return pd.DataFrame(columns=cols)
+    out = pd.DataFrame.from_records(recs, columns=cols)
+    for c in ("DONTCARE", "BLOCKED", "HEALTHY", "queued_min", "queued_max"):
+        out[c] = out[c].astype("Int64")
+    if s["label"].isna().all():  # certainty-factor variant: no labels
+        out[["DONTCARE", "BLOCKED", "HEALTHY"]] = None
+    return out.sort_values(["positive", "module"], ascending=[False, True], ignore_index=True)
+
+
+def stalled_markdown(st: pd.DataFrame, variant: str, limit: int | None = 30) -> str:
+    header = ["Module", "Kind", "Name", "Dir", "Stall", "DCare", "Block", "Healthy", "trans", "longest",
+              "mean s", "max s", "queued min", "queued max", "FP"]
+    rows = []
+    shown = st if limit is None else st.head(limit)
+    for r in shown.itertuples(index=False):
+        def f(v):
+            if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
+                return ""
+            return f"{v:g}" if isinstance(v, float) else str(v)
+        rows.append([f"#{r.module}", r.kind, str(r.name), r.dir, str(r.positive), f(r.DONTCARE), f(r.BLOCKED),
+                     f(r.HEALTHY), str(r.transient), str(r.longest), f(r.mean_s), f(r.max_s), f(r.queued_min),
+                     f(r.queued_max), str(r.FP)])
+    align = ["l", "l", "l", "l"] + ["r"] * 11
+    title = f"Stalled modules ({variant}), most STALLED snapshots first"
+    if not rows:
+        return f"{title}: none"
+    more = f"\n\n... and {len(st) - len(shown)} more (stalled.csv)" if len(shown) < len(st) else ""
+    note = ("\n\ntrans: single-snapshot stalls; longest: most consecutive STALLED snapshots; mean/max s: "
+            "duration of the longer stalls; FP: STALLED where the ground truth is negative.")
+    return f"{title}\n\n" + _md_table(header, rows, align) + more + note
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", text).strip("_")
+
+
+def runs_title(ev: Evaluation) -> str:
+    n = len(ev.runs)
+    if n == 1:
+        p = ev.runs[0]
+        return f"run {p.parent.name}/{p.name}"
+    exps = sorted({p.parent.name for p in ev.runs})
+    return f"{n} runs ({', '.join(exps)})"
+
+
+def write_accuracy(ev: Evaluation, out: Path, intervals: bool = False) -> tuple[str, list[Path]]:
+    """accuracy.md/.csv/.tex for every variant of an evaluation; returns (markdown, files)."""
+    out.mkdir(parents=True, exist_ok=True)
+    tables = {v: ev.table(v) for v in ev.variants}
+    md_parts, tex_parts = [], []
+    for v, t in tables.items():
+        title = f"Accuracy of {v}, ground truth {ev.policy}, {runs_title(ev)}"
+        md_parts.append(accuracy_markdown(t, title, intervals))
+        tex_parts.append(accuracy_latex(t, tex(f"Diagnosis accuracy of {v} ({runs_title(ev)}, ground truth "
+                                               f"{ev.policy}). Rates in %; blank = undefined. ") + r"$\pm$"
+                                        + tex(f": larger half-width of the row's TPR and FPR intervals ({INTERVAL}), "
+                                              "in percentage points.")))
+    md = "\n\n".join(md_parts)
+    files = [out / "accuracy.md", out / "accuracy.csv", out / "accuracy.tex"]
+    files[0].write_text(md + "\n")
+    accuracy_csv_frame(tables, ev.policy).to_csv(files[1], index=False, na_rep="")
+    files[2].write_text("\n".join(tex_parts))
+    return md, files
+
+
+def write_compare(ev: Evaluation, out: Path) -> tuple[str, list[Path]]:
+    out.mkdir(parents=True, exist_ok=True)
+    c = ev.compare()
+    md = f"### Variant comparison, ground truth {ev.policy}, {runs_title(ev)}\n\n" + compare_markdown(c, ev.variants)
+    files = [out / "compare.md", out / "compare.csv"]
+    files[0].write_text(md + "\n")
+    compare_csv_frame(c, ev.policy).to_csv(files[1], index=False, na_rep="")
+    return md, files
+
+
+def _print(text: str, file=None) -> None:
+    print(text, file=file or sys.stdout, flush=True)
+
+
+def summarize_run(run_dir: str | Path, variants: Sequence[str] = DEFAULT_VARIANTS, policy=None,
+                  figures: bool = True, out: str | Path | None = None) -> Path:
+    """See the module docstring."""
+    run_dir = Path(run_dir)
+    ev = evaluate([run_dir], variants, policy, keep=True)
+    for w in ev.warnings:
+        _print(f"warning: {w}", sys.stderr)
+    out = Path(out) if out is not None else run_dir / "analysis"
+    md, _ = write_accuracy(ev, out)
+    _print("")
+    _print(md)
+    data = ev.data[ev.runs[0]]
+    scored = ev.scored[ev.runs[0]]
+    variant = ev.variants[0]
+    st = stalled_list(data, scored, variant)
+    st.to_csv(out / "stalled.csv", index=False, na_rep="")
+    (out / "stalled.md").write_text(stalled_markdown(st, variant, limit=None) + "\n")
+    if figures:
+        try:
+            from analysis.plots import plot_run
+
+            plot_run(data, scored, variant, out)
+        except Exception as e:  # a figure must not hide the table a run ended with
+            _print(f"warning: figures not drawn: {type(e).__name__}: {e}", sys.stderr)
+    _print(f"\nanalysis: tables and figures written to {out}")
+    return out

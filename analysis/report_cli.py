@@ -1,0 +1,244 @@
+"""Analysis subcommands for `nestlab`: accuracy, compare, plots, policies (docs/analysis.md).
+
+RUNS arguments name stored runs: a run directory, a directory of runs (an experiment's directory, a
+whole results tree), a quoted glob, or an experiment name under --results.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import sys
+from pathlib import Path
+
+from harness.errors import UserError
+
+DEFAULT_VARIANT = "flowdiagnoser:theta=2"
+
+
+def register(subparsers) -> None:
+    common_help = ("runs: run directories, directories of runs, quoted globs or experiment names "
+                   "(under --results)")
+
+    def runs_args(p, nargs="+"):
+        p.add_argument("runs", nargs=nargs, metavar="RUNS", help=common_help)
+        p.add_argument("--results", default="results", metavar="DIR",
+                       help="results root for experiment names (default: results)")
+        p.add_argument("--policy", default=None, metavar="P",
+                       help="ground-truth labelling policy (default: impact, the seeds' criteria); "
+                            "see `nestlab policies`")
+        p.add_argument("--out", metavar="DIR", help="where files go (default: <the runs' common directory>/analysis)")
+
+    p = subparsers.add_parser(
+        "accuracy", help="accuracy table (thesis Table 3.3) of stored runs: Markdown, CSV, LaTeX",
+        description="Diagnose stored runs, label them with the ground-truth policy and print the accuracy "
+                    "table per variant (rows iperf, wget, socket, s:iperf, s:wget, TCP, ip+eth, all modules; "
+                    "sections Inbound, Outbound, Total). Writes accuracy.md, accuracy.csv and accuracy.tex.")
+    runs_args(p)
+    p.add_argument("--variant", action="append", metavar="V",
+                   help=f"rule variant (repeatable; ranges expand, e.g. theta=1..3; default {DEFAULT_VARIANT})")
+    p.add_argument("--intervals", action="store_true",
+                   help="print each rate with its Wilson 95%% interval instead of the ± column")
+    p.set_defaults(func=_accuracy)
+
+    p = subparsers.add_parser(
+        "compare", help="compare rule variants on the same runs (NeST paper Table 8 layout)",
+        description="Per row and direction: each variant's TP, FP, TPR and PPV and the change in TP and FP in "
+                    "percent against the first variant. Writes compare.md and compare.csv.")
+    runs_args(p)
+    p.add_argument("--variant", action="append", metavar="V",
+                   help="rule variant, the first is the baseline (repeatable; ranges expand: "
+                        "flowdiagnoser:theta=1..4)")
+    p.add_argument("--sweep", action="append", metavar="PARAM=VALUES",
+                   help="vary a parameter of the (first) variant: theta=1..4, threshold=0..0.4/0.1, "
+                        "anw=on,off (repeatable: every combination)")
+    p.set_defaults(func=_compare)
+
+    p = subparsers.add_parser(
+        "plots", help="figures of a run: diagnosis overview, counter heatmap with diagnosis timelines, "
+                      "module timeline; stalled-modules list",
+        description="Draw a run's figures (PNG) and its stalled-modules list (thesis Table 5.2 style) into "
+                    "<run>/analysis/ (or --out).")
+    runs_args(p)
+    p.add_argument("--variant", default=DEFAULT_VARIANT, metavar="V", help=f"rule variant (default {DEFAULT_VARIANT})")
+    p.add_argument("--module", action="append", metavar="M",
+                   help="draw the subgraph figure of this module: run.db id or key such as tcp:65562 "
+                        "(repeatable; default: the modules the run's faults target)")
+    p.set_defaults(func=_plots)
+
+    p = subparsers.add_parser("policies", help="list ground-truth labelling policies and their parameters")
+    p.set_defaults(func=_policies)
+
+
+# ----------------------------------------------------------------------------- variants
+
+
+_RANGE = re.compile(r"^(-?[\d.]+)\.\.(-?[\d.]+)(?:/([\d.]+))?$")
+
+
+def expand_values(text: str) -> list[str]:
+    """'1..4' -> 1,2,3,4; '0..0.4/0.1' -> 0,0.1,...,0.4; 'on,off' -> on,off; '3' -> 3."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        m = _RANGE.match(part)
+        if not m:
+            out.append(part)
+            continue
+        a, b, step = m.group(1), m.group(2), m.group(3)
+        is_int = all(re.fullmatch(r"-?\d+", x) for x in (a, b)) and (step is None or re.fullmatch(r"\d+", step))
+        if is_int:
+            lo, hi, st = int(a), int(b), int(step or 1)
+            if st <= 0 or hi < lo:
+                raise UserError(f"range {part!r}: expected low..high with low <= high")
+            out += [str(v) for v in range(lo, hi + 1, st)]
+        else:
+            lo, hi, st = float(a), float(b), float(step or 1)
+            if st <= 0 or hi < lo:
+                raise UserError(f"range {part!r}: expected low..high/step with low <= high, step > 0")
+            n = int(round((hi - lo) / st))
+            out += [f"{lo + k * st:g}" for k in range(n + 1)]
+    return out
+
+
+def expand_variant(spec: str) -> list[str]:
+    """'flowdiagnoser:theta=1..3' -> three variants; other specs are returned as they are."""
+    name, sep, rest = spec.partition(":")
+    if not sep or ".." not in rest:
+        return [spec]
+    items = [s.strip() for s in rest.split(",") if s.strip()]
+    choices = []
+    for it in items:
+        key, eq, value = it.partition("=")
+        choices.append([f"{key}={v}" for v in expand_values(value)] if eq and ".." in value else [it])
+    return [f"{name}:{','.join(combo)}" for combo in itertools.product(*choices)]
+
+
+def variants_from(args, sweep: list[str] | None = None) -> list[str]:
+    base = [v for spec in (args.variant or []) for v in expand_variant(spec)]
+    if sweep:
+        first = base[0] if base else DEFAULT_VARIANT.split(":")[0]
+        name, _, rest = first.partition(":")
+        fixed = [s for s in rest.split(",") if s.strip()]
+        axes = []
+        for sw in sweep:
+            key, eq, values = sw.partition("=")
+            if not eq or not key.strip() or not values.strip():
+                raise UserError(f"--sweep {sw!r}: expected PARAM=VALUES, e.g. theta=1..4")
+            key = key.strip()
+            fixed = [f for f in fixed if f.split("=")[0].strip() != key]
+            axes.append([f"{key}={v}" for v in expand_values(values)])
+        swept = [f"{name}:{','.join(fixed + list(combo))}" for combo in itertools.product(*axes)]
+        base = base[1:] if base else []
+        base = swept + base
+    from analysis.diagnose import as_variants
+
+    names = [v.name for v in as_variants(base or [DEFAULT_VARIANT])]  # UserError on a bad spec
+    return names
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+def _warn(run: str, message: str) -> None:
+    print(f"warning: {run}: {message}", file=sys.stderr, flush=True)
+
+
+def _evaluate(args, variants, keep=False):
+    from analysis.labels import parse_policy
+    from analysis.runs import find_runs
+    from analysis.score import evaluate
+
+    parse_policy(args.policy)  # a bad policy fails before any run is read
+    runs = find_runs(args.runs, args.results)
+
+    def progress():
+        for k, r in enumerate(runs, 1):
+            if len(runs) > 1:
+                print(f"[{k}/{len(runs)}] {r}", file=sys.stderr, flush=True)
+            yield r
+
+    return runs, evaluate(progress(), variants, args.policy, keep=keep, on_warning=_warn)
+
+
+def _out_dir(args, runs: list[Path]) -> Path:
+    from analysis.runs import common_root
+
+    return Path(args.out) if args.out else common_root(runs) / "analysis"
+
+
+def _accuracy(args) -> int:
+    from analysis.report import write_accuracy
+
+    variants = variants_from(args)
+    runs, ev = _evaluate(args, variants)
+    out = _out_dir(args, runs)
+    md, files = write_accuracy(ev, out, intervals=args.intervals)
+    print(md)
+    print(f"\nwritten: {', '.join(str(f) for f in files)}")
+    return 0
+
+
+def _compare(args) -> int:
+    from analysis.report import write_compare
+
+    variants = variants_from(args, args.sweep)
+    if len(variants) < 2:
+        raise UserError("compare needs at least two variants: --variant A --variant B, or --sweep theta=1..4")
+    runs, ev = _evaluate(args, variants)
+    out = _out_dir(args, runs)
+    md, files = write_compare(ev, out)
+    print(md)
+    print(f"\nwritten: {', '.join(str(f) for f in files)}")
+    return 0
+
+
+def _module_id(data, text: str) -> int:
+    mods = data.modules
+    if text.isdigit() and int(text) in mods.index:
+        return int(text)
+    hit = mods.index[mods["key"] == text]
+    if len(hit):
+        return int(hit[-1])
+    raise UserError(f"{data.path}: no module {text!r} (give a run.db module id or a key such as "
+                    f"{mods['key'].iloc[0] if len(mods) else 'tcp:<inode>'})")
+
+
+def _plots(args) -> int:
+    from analysis.plots import plot_run
+    from analysis.report import stalled_list, stalled_markdown
+
+    variants = variants_from(argparse_ns(variant=[args.variant]))
+    runs, ev = _evaluate(args, variants, keep=True)
+    if args.out and len(runs) > 1:
+        raise UserError("--out goes with a single run (each run's figures go to <run>/analysis otherwise)")
+    for run in ev.runs:
+        data, scored = ev.data[run], ev.scored[run]
+        out = Path(args.out) if args.out else run / "analysis"
+        modules = [_module_id(data, m) for m in args.module] if args.module else None
+        files = plot_run(data, scored, variants[0], out, modules)
+        st = stalled_list(data, scored, variants[0])
+        st.to_csv(out / "stalled.csv", index=False, na_rep="")
+        text = stalled_markdown(st, variants[0], limit=None)
+        (out / "stalled.md").write_text(text + "\n")
+        print(stalled_markdown(st, variants[0], limit=20))
+        files += [out / "stalled.md", out / "stalled.csv"]
+        print(f"\nwritten: {', '.join(str(f) for f in files)}")
+    return 0
+
+
+def argparse_ns(**kw):
+    import argparse
+
+    return argparse.Namespace(**kw)
+
+
+def _policies(args) -> int:
+    from analysis.labels import DEFAULT_POLICY, POLICIES
+
+    for name, cls in POLICIES.items():
+        print(f"{name}{'  (default)' if name == DEFAULT_POLICY else ''}  {cls.summary}")
+        for p in cls.params:
+            print(f"    {p.name + '=' + p.text(p.default):<22} {p.help}")
+        print()
+    return 0

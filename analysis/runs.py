@@ -1,0 +1,438 @@
+"""Finding stored runs and reading what the analysis needs from them.
+
+`find_runs(specs, results_root)` turns what a user types into run directories. Each spec may be
+- a run directory (holds run.db; manifest.json expected),
+- a directory tree holding runs at any depth (an experiment's directory, a whole results/ tree),
+- a glob ('results/net_fault/2026*', quoted so the shell leaves it alone),
+- an experiment name: the directory of that name under the results root.
+
+`open_run(path)` checks a run directory and says, in one line each, what is wrong with it: a run
+still recording or whose machine died (status `running`), an interrupted or failed run, a missing
+manifest, an older or newer `format_version`, missing tables. What cannot be analysed at all raises
+harness.errors.UserError; what can be analysed partly is analysed, with a warning.
+
+`load_run_data(info)` reads one run for labelling, scoring and plotting: the diagnosis engine's Run
+(analysis.graph.load_run: stretches of constant graph, counter deltas and the invalid mask), the
+same counters as one long frame, and the modules, edges, processes, faults and workloads.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.graph import DIRS, Run, load_run
+from harness.errors import UserError
+from harness.store import FORMAT_VERSION
+
+REQUIRED_TABLES = ("modules", "snapshots", "counters")
+OPTIONAL_TABLES = ("edges", "processes", "faults", "events")
+GLOB_CHARS = set("*?[")
+# Ports the seeds' workloads use: iperf writes to remote port 5001 and reads on local port 5001
+# (thesis 3.7); a web client reads from remote port 80.
+IPERF_PORT = 5001
+
+
+@dataclass
+class RunInfo:
+    """A run directory that can be analysed, with what is known about its state."""
+
+    path: Path
+    manifest: dict[str, Any]
+    status: str                       # complete | interrupted | failed | running | unknown
+    format_version: int | None
+    tables: set[str]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def experiment(self) -> str:
+        return str(self.manifest.get("experiment") or self.path.parent.name)
+
+    @property
+    def name(self) -> str:
+        return f"{self.experiment}/{self.path.name}"
+
+
+# ----------------------------------------------------------------------------- finding runs
+
+
+def _is_run_dir(p: Path) -> bool:
+    return (p / "run.db").is_file() or (p / "manifest.json").is_file()
+
+
+def _runs_under(root: Path) -> list[Path]:
+    if _is_run_dir(root):
+        return [root]
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in ("analysis", "logs") and not d.startswith("."))
+        if "run.db" in filenames or "manifest.json" in filenames:
+            found.append(Path(dirpath))
+            dirnames[:] = []  # a run does not hold runs
+    return found
+
+
+def find_runs(specs: list[str] | tuple[str, ...], results_root: str | Path = "results") -> list[Path]:
+    """Run directories named by `specs` (see the module docstring), in order, without duplicates."""
+    if not specs:
+        raise UserError("name at least one run: a run directory, a directory of runs, a glob, "
+                        "or an experiment name")
+    out: list[Path] = []
+    for spec in specs:
+        p = Path(spec)
+        if p.is_file() and p.name in ("run.db", "manifest.json"):
+            paths = [p.parent]
+        elif p.is_dir():
+            paths = _runs_under(p)
+            if not paths:
+                raise UserError(f"{spec}: no runs here (no run.db or manifest.json at any depth)")
+        elif GLOB_CHARS & set(spec):
+            matches = sorted(glob.glob(spec))
+            if not matches:
+                raise UserError(f"{spec}: the glob matches nothing")
+            paths = [r for m in matches if Path(m).is_dir() for r in _runs_under(Path(m))]
+            if not paths:
+                raise UserError(f"{spec}: the glob matches no run directories")
+        elif (Path(results_root) / spec).is_dir() and "/" not in spec:
+            paths = _runs_under(Path(results_root) / spec)
+            if not paths:
+                raise UserError(f"{spec}: experiment directory {Path(results_root) / spec} holds no runs yet")
+        else:
+            known = sorted(d.name for d in Path(results_root).iterdir() if d.is_dir()) \
+                if Path(results_root).is_dir() else []
+            hint = f" (experiments under {results_root}/: {', '.join(known)})" if known else ""
+            raise UserError(f"{spec}: not a run directory, a directory of runs, a glob or an "
+                            f"experiment name{hint}")
+        for r in paths:
+            r = r.resolve()
+            if r not in out:
+                out.append(r)
+    return out
+
+
+def common_root(paths: list[Path]) -> Path:
+    """The deepest directory holding every path (the run itself for one run)."""
+    return Path(os.path.commonpath([str(p.resolve()) for p in paths]))
+
+
+# ----------------------------------------------------------------------------- checking a run
+
+
+def open_run(path: str | Path) -> RunInfo:
+    """Check a run directory (module docstring); raises UserError when nothing can be analysed."""
+    path = Path(path)
+    warnings: list[str] = []
+    manifest: dict[str, Any] = {}
+    mpath = path / "manifest.json"
+    if mpath.is_file():
+        try:
+            manifest = json.loads(mpath.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            warnings.append(f"manifest.json unreadable ({e}); workloads and fault plan unknown")
+    else:
+        warnings.append("no manifest.json (incomplete run); workloads are guessed from command lines")
+    db = path / "run.db"
+    if not db.is_file():
+        raise UserError(f"{path}: no run.db (the run never started recording, or this is not a run directory)")
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+        try:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            db_version = None
+            if "meta" in tables:
+                row = conn.execute("SELECT value FROM meta WHERE key='format_version'").fetchone()
+                db_version = int(row[0]) if row else None
+        finally:
+            conn.close()
+    except (sqlite3.Error, ValueError) as e:
+        raise UserError(f"{path}: run.db cannot be read: {e}") from None
+    version = manifest.get("format_version", db_version)
+    try:
+        version = int(version) if version is not None else None
+    except (TypeError, ValueError):
+        version = None
+    if version is not None and version > FORMAT_VERSION:
+        raise UserError(f"{path}: format_version {version} is newer than this nestlab reads "
+                        f"({FORMAT_VERSION}); update nestlab")
+    if version is None:
+        warnings.append(f"no format_version recorded; reading it as version {FORMAT_VERSION}")
+    elif version < FORMAT_VERSION:
+        warnings.append(f"older format_version {version} (current {FORMAT_VERSION}); reading what it holds")
+    missing = [t for t in REQUIRED_TABLES if t not in tables]
+    if missing:
+        raise UserError(f"{path}: run.db has no {', '.join(missing)} table; not a nestlab run, or a format "
+                        "too old to analyse")
+    lacking = [t for t in OPTIONAL_TABLES if t not in tables]
+    if lacking:
+        warnings.append(f"run.db has no {', '.join(lacking)} table; analysing without it")
+    status = str(manifest.get("status", "unknown"))
+    reason = manifest.get("reason")
+    if status == "running":
+        warnings.append("status 'running': still recording, or the machine died; analysing what was recorded")
+    elif status in ("interrupted", "failed"):
+        warnings.append(f"run {status}{': ' + str(reason) if reason else ''}; analysing what was recorded")
+    return RunInfo(path, manifest, status, version, tables, warnings)
+
+
+# ----------------------------------------------------------------------------- reading a run
+
+
+@dataclass
+class RunData:
+    """One run read for the analysis. Frames use run.db module ids and snapshot seqs."""
+
+    info: RunInfo
+    run: Run                    # analysis.graph.Run (give it to diagnose_run to avoid reading twice)
+    snapshots: pd.DataFrame     # seq (index), mono, start (mono of the previous snapshot)
+    counters: pd.DataFrame      # module, dir, seq, tm, wait, has_wait, queued, has_queue, invalid
+    modules: pd.DataFrame       # id (index), kind, name, key, attrs (dict), born, died, workload,
+    #                             wl_kind ('wget'|'iperf'|None), oneway ('upload'|'download'|None), rows
+    edges: pd.DataFrame         # parent, child, born, died
+    processes: pd.DataFrame     # pid, workload, role, host, cmdline, started, ended, exit_code
+    faults: pd.DataFrame        # id, kind, target (dict), target_module, start, end, description
+    workloads: list[dict]       # the resolved spec's workloads (may be empty)
+    t0: float                   # the run's time origin (manifest t0, else the first snapshot)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def path(self) -> Path:
+        return self.info.path
+
+
+def _frame(conn, sql: str, columns: list[str]) -> pd.DataFrame:
+    try:
+        rows = conn.execute(sql).fetchall()
+    except sqlite3.OperationalError:
+        rows = []
+    return pd.DataFrame(rows, columns=columns)
+
+
+def counters_frame(run: Run) -> pd.DataFrame:
+    """The counter deltas of every stretch as one long frame (one row per module, dir, snapshot)."""
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in
+                                          ("module", "dir", "seq", "tm", "wait", "has_wait", "queued",
+                                           "has_queue", "invalid")}
+    for st in run.stretches:
+        mod = np.repeat(np.asarray(st.modules, dtype=np.int64), st.t)
+        seq = np.tile(st.seqs, st.n)
+        for di, d in enumerate(DIRS):
+            c = st.counters[d]
+            parts["module"].append(mod)
+            parts["dir"].append(np.full(mod.size, di, dtype=np.int8))
+            parts["seq"].append(seq)
+            parts["tm"].append(c.tm.ravel())
+            parts["wait"].append(c.wait.ravel())
+            parts["has_wait"].append(c.has_wait.ravel())
+            parts["queued"].append(c.queued.ravel())
+            parts["has_queue"].append(c.has_queue.ravel())
+            parts["invalid"].append(c.invalid.ravel())
+    if not parts["module"]:
+        return pd.DataFrame({"module": pd.Series([], dtype=np.int64),
+                             "dir": pd.Categorical([], categories=list(DIRS)),
+                             "seq": pd.Series([], dtype=np.int64), "tm": [], "wait": [],
+                             "has_wait": pd.Series([], dtype=bool), "queued": [],
+                             "has_queue": pd.Series([], dtype=bool), "invalid": pd.Series([], dtype=bool)})
+    flat = {k: np.concatenate(v) for k, v in parts.items()}
+    flat["dir"] = pd.Categorical.from_codes(flat["dir"], list(DIRS))
+    return pd.DataFrame(flat)
+
+
+def _json(text: Any) -> dict:
+    if isinstance(text, dict):
+        return text
+    try:
+        v = json.loads(text) if text else {}
+    except (TypeError, json.JSONDecodeError):
+        return {}
+    return v if isinstance(v, dict) else {}
+
+
+def _argv0(cmdline: str) -> str:
+    first = (cmdline or "").split(" ", 1)[0]
+    return os.path.basename(first)
+
+
+def _guess_workload(cmdline: str) -> tuple[str | None, str | None]:
+    """(kind, direction) from a client command line, for runs without a usable workload mapping."""
+    prog = _argv0(cmdline)
+    args = (cmdline or "").split()
+    if prog == "wget":
+        return "wget", "download"
+    if prog == "iperf" and "-c" in args:
+        return "iperf", "download" if "-R" in args else "dual" if "-d" in args else "upload"
+    return None, None
+
+
+def _socket_direction(attrs: dict, tcp_attrs: dict | None) -> str | None:
+    """Which way a socket of a two-way (iperf -d) process carries data: thesis 3.7's port rule."""
+    a = dict(tcp_attrs or {})
+    a.update({k: v for k, v in attrs.items() if v not in (None, "")})
+    if a.get("dport") == IPERF_PORT:
+        return "upload"
+    if a.get("sport") == IPERF_PORT or a.get("accepted"):
+        return "download"
+    return None
+
+
+def load_run_data(info: RunInfo | str | Path) -> RunData:
+    """Read one run (module docstring). UserError when it holds nothing to analyse."""
+    if not isinstance(info, RunInfo):
+        info = open_run(info)
+    warnings = list(info.warnings)
+    run = load_run(info.path)
+    conn = sqlite3.connect(f"file:{info.path / 'run.db'}?mode=ro", uri=True, timeout=10)
+    try:
+        snaps = _frame(conn, "SELECT seq, mono FROM snapshots ORDER BY seq", ["seq", "mono"])
+        mods = _frame(conn, "SELECT id, kind, name, key, attrs, born, died FROM modules ORDER BY id",
+                      ["id", "kind", "name", "key", "attrs", "born", "died"])
+        edges = _frame(conn, "SELECT parent, child, born, died FROM edges", ["parent", "child", "born", "died"])
+        procs = _frame(conn, "SELECT pid, workload, role, host, cmdline, started, ended, exit_code FROM processes "
+                       "ORDER BY started", ["pid", "workload", "role", "host", "cmdline", "started", "ended",
+                                            "exit_code"])
+        faults = _frame(conn, "SELECT id, spec_index, kind, at_node, target, target_module, planned_start, "
+                        "planned_duration, start, end FROM faults ORDER BY id",
+                        ["id", "spec_index", "kind", "at_node", "target", "target_module", "planned_start",
+                         "planned_duration", "start", "end"])
+    finally:
+        conn.close()
+    if snaps.empty:
+        raise UserError(f"{info.path}: no snapshots recorded; nothing to analyse")
+    snaps = snaps.set_index("seq")
+    snaps["start"] = snaps["mono"].shift(1)
+    manifest = info.manifest
+    t0 = manifest.get("t0")
+    t0 = float(t0) if isinstance(t0, int | float) else float(snaps["mono"].iloc[0])
+    end = float(snaps["mono"].iloc[-1])
+    workloads = list(((manifest.get("spec") or {}).get("workloads")) or [])
+
+    mods["attrs"] = [_json(a) for a in mods["attrs"]]
+    mods = mods.set_index("id")
+    mods = _attach_workloads(mods, procs, workloads, warnings)
+
+    faults["target"] = [_json(t) for t in faults["target"]]
+    faults = _resolve_faults(faults, mods, manifest, end, warnings)
+    return RunData(info, run, snaps, counters_frame(run), mods, edges, procs, faults, workloads, t0, warnings)
+
+
+def _attach_workloads(mods: pd.DataFrame, procs: pd.DataFrame, workloads: list[dict],
+                      warnings: list[str]) -> pd.DataFrame:
+    """Each module's workload (index), its kind (wget|iperf) and one-way direction, and table rows."""
+    clients = procs[procs["role"] == "client"] if not procs.empty else procs
+    by_pid: dict[int, list[tuple[float, Any, str]]] = {}
+    for pid, wl, started, cmd in zip(clients.get("pid", []), clients.get("workload", []),
+                                     clients.get("started", []), clients.get("cmdline", []), strict=False):
+        by_pid.setdefault(int(pid), []).append((float(started), wl, cmd))
+
+    def proc_of(pid: Any, born: float):
+        cands = by_pid.get(int(pid)) if pid is not None and pid == pid else None
+        if not cands:
+            return None
+        before = [c for c in cands if c[0] <= born + 1.0] or cands  # pid reuse: the latest started before
+        return before[-1]
+
+    guessed = False
+    wl_idx, wl_kind, wl_dir = [], [], []
+    for _mid, row in mods.iterrows():
+        a = row["attrs"]
+        idx = kind = direction = None
+        if row["kind"] in ("app", "socket", "tcp"):
+            p = proc_of(a.get("pid"), float(row["born"]))
+            if p is not None and p[1] is not None and p[1] == p[1]:
+                idx = int(p[1])
+                if 0 <= idx < len(workloads):
+                    kind, direction = workloads[idx].get("kind"), workloads[idx].get("direction")
+            if kind is None:
+                k, d = _guess_workload((p[2] if p is not None else "") or a.get("cmdline", ""))
+                if k is not None:
+                    kind, direction, guessed = k, d, True
+        wl_idx.append(idx)
+        wl_kind.append(kind)
+        wl_dir.append(direction)
+    if guessed and workloads:
+        warnings.append("some client processes have no recorded workload; kind and direction taken from "
+                        "their command lines")
+    mods["workload"] = pd.array(wl_idx, dtype="Int64")
+    mods["wl_kind"] = wl_kind
+    mods["wl_direction"] = wl_dir
+
+    # One-way direction (thesis 3.5.2): apps and sockets of upload-only or download-only workloads.
+    # Sockets of a two-way (dual) iperf carry one direction each (thesis 3.7 port rule).
+    tcp_by_inode = {r["attrs"].get("inode"): r["attrs"] for _, r in mods[mods["kind"] == "tcp"].iterrows()}
+    oneway = []
+    for _mid, row in mods.iterrows():
+        d = row["wl_direction"]
+        if row["kind"] not in ("app", "socket") or d is None:
+            oneway.append(None)
+        elif d in ("upload", "download"):
+            oneway.append(d)
+        elif row["kind"] == "socket":
+            oneway.append(_socket_direction(row["attrs"], tcp_by_inode.get(row["attrs"].get("inode"))))
+        else:
+            oneway.append(None)
+    mods["oneway"] = oneway
+    mods["rows"] = [module_rows(k, w) for k, w in zip(mods["kind"], mods["wl_kind"], strict=True)]
+    return mods
+
+
+def module_rows(kind: str, wl_kind: str | None) -> tuple[str, ...]:
+    """The rows of the accuracy table (thesis Table 3.3) a module counts in."""
+    if kind == "app":
+        return ((wl_kind,) if wl_kind in ("iperf", "wget") else ()) + ("all modules",)
+    if kind == "socket":
+        return ("socket",) + ((f"s:{wl_kind}",) if wl_kind in ("iperf", "wget") else ()) + ("all modules",)
+    if kind == "tcp":
+        return ("TCP", "all modules")
+    if kind in ("ipeth", "ip", "eth"):
+        return ("ip+eth", "all modules")
+    return ("all modules",)
+
+
+def _resolve_faults(faults: pd.DataFrame, mods: pd.DataFrame, manifest: dict, end: float,
+                    warnings: list[str]) -> pd.DataFrame:
+    """Fill in target modules the runner could not resolve, ends of faults still active at the end."""
+    by_key: dict[str, list[tuple[float, int]]] = {}
+    for mid, key, born in zip(mods.index, mods["key"], mods["born"], strict=True):
+        by_key.setdefault(key, []).append((float(born), int(mid)))
+    ifname = ((manifest.get("monitor") or {}).get("interface"))
+    ipeths = [k for k in by_key if k.startswith("ipeth:")]
+    targets, ends, descr = [], [], []
+    for row in faults.itertuples(index=False):
+        t = row.target
+        tm = row.target_module
+        if tm is None or tm != tm:
+            key = None
+            if row.kind == "tcp_drop" and t.get("inode") is not None:
+                key = f"tcp:{t['inode']}"
+            elif row.kind == "app_pause" and t.get("pid") is not None:
+                key = f"app:{t['pid']}"
+            elif row.kind == "ip_drop":
+                key = f"ipeth:{ifname}" if ifname else (ipeths[0] if len(ipeths) == 1 else None)
+            cands = by_key.get(key or "", [])
+            start = row.start if row.start is not None and row.start == row.start else end
+            before = [m for b, m in cands if b <= start] or [m for _, m in cands]
+            tm = before[-1] if before else None
+            if tm is None:
+                warnings.append(f"fault {row.id} ({row.kind}): target module unknown; it labels nothing")
+        targets.append(None if tm is None else int(tm))
+        e = row.end
+        if row.start is not None and row.start == row.start and (e is None or e != e):
+            warnings.append(f"fault {row.id} ({row.kind}) has no recorded end; taken as active until the end")
+            e = end
+        ends.append(e)
+        descr.append(t.get("description") or row.kind)
+    faults = faults.copy()
+    faults["target_module"] = pd.array(targets, dtype="Int64")
+    faults["end"] = ends
+    faults["description"] = descr
+    skipped = faults["start"].isna()
+    if skipped.any():
+        warnings.append(f"{int(skipped.sum())} fault(s) never took effect (no start recorded); ignored")
+    return faults
