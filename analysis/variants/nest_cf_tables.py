@@ -148,7 +148,8 @@ DT_OUT = {
     ("ANW", "QNZ"): (_, +0.4, "G", "glyph 0"),
     ("IGN", "ACT"): (-1.0, _, "G", "glyph • read as sigma_P, as in certain DT_IN[IGN][IDLE]"),
     ("IGN", "NONE"): (-1.0, _, "G", "glyph •; IGN row"),
-    ("IGN", "IDLE"): (-1.0, _, "G", "glyph •; IGN row"),
+    ("IGN", "IDLE"): (-1.0, +1.0, "T", "glyph • (sigma_P, IGN row); P5 blames an idle child outright "
+                                      "(its only stated exception is DT_IN[IGN][IDLE])"),
     ("IGN", "WAIT"): (-1.0, _, "G", "glyph •; IGN row"),
     ("IGN", "ANW"): (-1.0, _, "G", "glyph •; IGN row"),
     ("IGN", "IGN"): (-1.0, -1.0, "G", "glyph •; IGN row and column"),
