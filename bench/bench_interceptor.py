@@ -1,6 +1,6 @@
 """Cost of the LD_PRELOAD interceptor on the hot path: one-byte send() calls on loopback.
 
-    .venv/bin/python bench/bench_interceptor.py [--calls 300000] [--rounds 11] [--kinds eagain,unix,tcp]
+    .venv/bin/python bench/bench_interceptor.py [--calls 300000] [--rounds 11] [--kinds eagain,tcp,unix]
 
 Builds the library (make) and tests/interceptor/nestprobe.c (gcc, into a temporary directory), then
 runs `nestprobe bench N KIND` without the library (baseline), with the library but no NESTLAB_SHM_DIR
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=300_000)
     ap.add_argument("--rounds", type=int, default=11)
-    ap.add_argument("--kinds", default="eagain,unix,tcp")
+    ap.add_argument("--kinds", default="eagain,tcp")
     a = ap.parse_args(argv)
     kinds = [k for k in a.kinds.split(",") if k]
     for k in kinds:

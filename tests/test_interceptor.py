@@ -411,6 +411,22 @@ def test_exec_keeps_file_and_inherited_sockets(lib, probe, shm_dir, procs, sink)
 
 
 @pytest.mark.timeout(60)
+def test_dup_dup2_close_range_give_each_fd_its_slot(lib, probe, shm_dir, procs, sink):
+    s = sink("drain")
+    p = procs([probe, "dup", s.port], env_for(shm_dir, lib))
+    d = p.expect("DUP")
+    snap = read_process(shm_file(shm_dir, p.pid), with_closed=True)
+    a, b, c = (sock_of(snap, d[k]) for k in ("a_fd", "b_fd", "c_fd"))
+    assert a.inode == b.inode == c.inode == d["inode"]
+    assert a.state != OPEN and a.out.msgs == 1 + 2                   # closed by close_range
+    assert b.state == OPEN and b.out.msgs == 3 and c.state == OPEN and c.out.msgs == 1
+    assert snap.retired_out.msgs == 3 and snap.retired_n == 1
+    assert snap.app_counters()[1].msgs == 1 + 2 + 3 + 1
+    p.send()
+    assert p.wait() == 0
+
+
+@pytest.mark.timeout(60)
 def test_poll_select_epoll_time_goes_to_the_socket(lib, probe, shm_dir, procs, sink):
     s = sink("hold")
     p = procs([probe, "poll", s.port], env_for(shm_dir, lib))

@@ -1898,12 +1898,9 @@ EXPORT int dup3(int old, int new, int flags) {
 }
 
 static void forget_range(unsigned lo, unsigned hi, int end) {
-    uint32_t m = __atomic_load_n(&g_hdr->max_fd, RELAXED);
-    if (hi >= m)
-        hi = m ? m - 1 : 0;
-    if (!m)
-        return;
-    for (unsigned fd = lo; fd <= hi && fd < g_nslots; fd++) {
+    if (hi >= g_nslots)
+        hi = g_nslots - 1;
+    for (unsigned fd = lo; fd <= hi; fd++) {
         uint8_t k = __atomic_load_n(&g_kind[fd], RELAXED);
         if (end)
             forget_end((int)fd);

@@ -15,6 +15,8 @@
  *                     "PARENT {...}", waits for a line, exits.
  *   exec PORT         connect A (inheritable) and C (close-on-exec), send 4 on A and 1 on C, exec
  *                     itself as "exec2 FD": sends 6 more on A, prints "EXEC2 {...}", waits, exits.
+ *   dup PORT          connect A, send 2; B = dup(A), send 3 on B; dup2(A, 40), send 1 on 40;
+ *                     close_range(A, A); prints "DUP {...}", waits for a line, exits.
  *   poll PORT         connect A to a peer that sends nothing; wait for input with poll (300 ms),
  *                     select (200 ms), epoll_wait (200 ms); wait for output with poll and epoll
  *                     (ready at once); prints "WAITED {...}", then "LONG" before a 1500 ms
@@ -279,6 +281,23 @@ static int mode_exec2(int fd, const char *ino, const char *cino) {
     return 0;
 }
 
+static int mode_dup(int port) {
+    int a = connect_to(port, 0);
+    sendn(a, 2);
+    int b = dup(a);
+    sendn(b, 3);
+    if (dup2(a, 40) != 40)
+        die("dup2");
+    sendn(40, 1);
+    if (close_range((unsigned)a, (unsigned)a, 0) != 0)
+        die("close_range");
+    printf("DUP {\"pid\":%d,\"a_fd\":%d,\"b_fd\":%d,\"c_fd\":40,\"inode\":%lu}\n", getpid(), a, b,
+           inode_of(b));
+    fflush(stdout);
+    wait_line();
+    return 0;
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 
 static int mode_poll(int port) {
@@ -483,6 +502,8 @@ int main(int argc, char **argv) {
         return mode_exec(atoi(argv[2]), "/proc/self/exe");
     if (!strcmp(m, "exec2") && argc == 5)
         return mode_exec2(atoi(argv[2]), argv[3], argv[4]);
+    if (!strcmp(m, "dup") && argc == 3)
+        return mode_dup(atoi(argv[2]));
     if (!strcmp(m, "poll") && argc == 3)
         return mode_poll(atoi(argv[2]));
     if (!strcmp(m, "stream") && argc == 3)
@@ -493,7 +514,7 @@ int main(int argc, char **argv) {
         return mode_bench(atol(argv[2]), argv[3], argc == 6 ? atoi(argv[4]) : -1,
                           argc == 6 ? atoi(argv[5]) : -1);
 usage:
-    fprintf(stderr, "usage: nestprobe threads N M S K | fork PORT | exec PORT | poll PORT | stream PORT | "
+    fprintf(stderr, "usage: nestprobe threads N M S K | fork PORT | exec PORT | dup PORT | poll PORT | stream PORT | "
                     "handler PORT | bench N tcp|unix|eagain [CPU DRAIN_CPU]\n");
     return 2;
 }
