@@ -618,6 +618,26 @@ def test_notifications_and_processes_without_sockets(lib, probe, shm_dir, procs,
     assert not note.exists()
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare")
+def test_processes_of_another_network_namespace_are_not_reported(lib, probe, shm_dir, procs):
+    p = procs(["unshare", "-n", "sh", "-c", f"ip link set lo up && exec {probe} threads 2 10 100 1"],
+              env_for(shm_dir, lib))
+    p.expect("READY")
+    assert read_process(shm_file(shm_dir, p.pid)).sockets   # counted all the same
+    src = InterceptorSource(shm_dir)
+    other = InterceptorSource(shm_dir, same_netns=False)
+    try:
+        assert src.poll() == []
+        assert f"app:{p.pid}" in {o.key for o in other.poll()}
+    finally:
+        src.close()
+        other.close()
+    p.send()
+    p.send()
+    assert p.wait() == 0
+
+
 # ---- real applications --------------------------------------------------------------------------
 
 BODY = 3 * 1024 * 1024

@@ -494,20 +494,30 @@ class _Proc:
     dead: bool = False
 
 
+def netns_of(pid: int | str, proc_root: str = "/proc") -> int | None:
+    try:
+        return os.stat(f"{proc_root}/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+
+
 class InterceptorSource:
     """Application and socket modules from the interceptor's files in shm_dir.
 
     notify_path: if given, bind a Unix datagram socket there ('@name': abstract) and collect the
     library's notifications (new processes and sockets, warnings, pause/resume); `messages()` returns
     them. The files alone are enough for the modules; the datagrams are hints and a log.
+    same_netns: report only processes in the reader's own network namespace (the collector runs in
+    the monitored host's; Mininet hosts share /proc, so another host's processes are visible).
     """
 
     name = "interceptor"
 
     def __init__(self, shm_dir: str | os.PathLike, notify_path: str | os.PathLike | None = None,
-                 proc_root: str = "/proc"):
+                 proc_root: str = "/proc", same_netns: bool = True):
         self.shm_dir = str(shm_dir)
         self.proc_root = proc_root
+        self.netns = netns_of("self", proc_root) if same_netns else None
         self.procs: dict[str, _Proc] = {}
         self.dead: dict[str, int] = {}            # file name -> inode of a file whose process is gone
         self.used_pids: dict[int, int] = {}       # pid -> starttime that owns the plain 'app:<pid>' key
@@ -620,6 +630,8 @@ class InterceptorSource:
             if snap.exited or not process_alive(snap.pid, snap.starttime, self.proc_root):
                 self._bury(name, p)
                 continue
+            if self.netns is not None and netns_of(snap.pid, self.proc_root) != self.netns:
+                continue                                  # another host's process
             obs.extend(self._observe(p, snap))
         for name in list(self.procs):
             if name not in present:                       # file removed: the run is being torn down
