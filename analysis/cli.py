@@ -52,8 +52,9 @@ def _variants(args) -> int:
 
     for system in systems().values():
         print(f"{system.name}  [{system.kind}]  {system.summary}")
+        width = max(len(f"{p.name}={p.text(p.default)}") for p in system.params)
         for p in system.params:
-            print(f"    {p.name}={p.text(p.default):<6} {p.help}")
+            print(f"    {p.name + '=' + p.text(p.default):<{width}}  {p.help}")
         if system.presets:
             print("  variants: " + "  ".join(system.presets))
         print()

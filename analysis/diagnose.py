@@ -62,24 +62,25 @@ class StretchDiagnosis:
 
 def _over_time(variant: Variant, diags: list[StretchDiagnosis]) -> None:
     """Apply a variant's rule over consecutive snapshots (e.g. confirm=2) across all stretches."""
-    rule = variant.system.over_time
+    make = variant.system.over_time
+    rule = make(**variant.params) if make is not None else None
     if rule is None or not diags:
         return
     for d in DIRS:
-        mods, seqs, pos, where = [], [], [], []
-        for k, sd in enumerate(diags):
+        mods, seqs, pos, shapes = [], [], [], []
+        for sd in diags:
             st = sd.stretch
             p = sd.results[variant.name][d][1]
             mods.append(np.repeat(np.asarray(_ids(st), dtype=np.int64), st.t))
             seqs.append(np.tile(st.seqs, st.n))
             pos.append(p.ravel())
-            where.append((k, p.shape))
-        new = rule(np.concatenate(mods), np.concatenate(seqs), np.concatenate(pos), **variant.params)
+            shapes.append(p.shape)
+        new = rule(np.concatenate(mods), np.concatenate(seqs), np.concatenate(pos))
         at = 0
-        for k, shape in where:
+        for sd, shape in zip(diags, shapes, strict=True):
             size = shape[0] * shape[1]
-            res = diags[k].results[variant.name][d][0]
-            diags[k].results[variant.name][d] = (res, new[at:at + size].reshape(shape))
+            res = sd.results[variant.name][d][0]
+            sd.results[variant.name][d] = (res, new[at:at + size].reshape(shape))
             at += size
 
 

@@ -292,9 +292,13 @@ def _read_counters(conn) -> dict[str, np.ndarray]:
     """All counter rows as numeric arrays plus supported flags (NULL = unsupported).
 
     Row fetching dominates (about 2 us a row), so seq, module and direction travel packed in one
-    integer and NULLs as a sentinel: five columns instead of eleven.
+    integer (exact in a float64) and NULLs as a sentinel: five columns instead of eleven.
     """
-    sql = (f"SELECT (seq << 21) | (module << 1) | (dir = 'out'), coalesce(total_msgs, {_NULL}), "
+    max_id = conn.execute("SELECT coalesce(max(module), 0), coalesce(max(seq), 0) FROM counters").fetchone()
+    bits = max(1, int(max_id[0]).bit_length()) + 1
+    if int(max_id[1]).bit_length() + bits > 52:  # pragma: no cover - absurdly long runs
+        raise UserError("run.db: too many snapshots or modules to read")
+    sql = (f"SELECT (seq << {bits}) | (module << 1) | (dir = 'out'), coalesce(total_msgs, {_NULL}), "
            f"coalesce(wait_ms, {_NULL}), coalesce(queued, {_NULL}), coalesce(errors, {_NULL}) FROM counters")
     cur = conn.execute(sql)
     chunks = []
@@ -306,7 +310,7 @@ def _read_counters(conn) -> dict[str, np.ndarray]:
     a = np.concatenate(chunks) if chunks else np.zeros((0, 5))
     key = a[:, 0].astype(np.int64)
     has = a[:, 1:] > _NULL / 2
-    return {"seq": key >> 21, "module": (key >> 1) & ((1 << 20) - 1), "out": (key & 1).astype(bool),
+    return {"seq": key >> bits, "module": (key >> 1) & ((1 << (bits - 1)) - 1), "out": (key & 1).astype(bool),
             "vals": np.where(has, a[:, 1:], 0.0), "has": has}
 
 
@@ -331,7 +335,7 @@ def load_run(run_dir: str | Path) -> Run:
     kind = {i: k for i, k, _ in mods}
     name = {i: n for i, _, n in mods}
     run = Run(path, [], kind, name, seqs)
-    if len(seqs) == 0 or len(rows["seq"]) == 0:
+    if len(seqs) == 0 or len(rows["seq"]) == 0 or not kind:
         return run
 
     # Rows -> snapshot positions; keep rows of known snapshots and modules only.

@@ -165,3 +165,11 @@ def test_reconstruction_was_not_silently_dropped():
     assert cell("out", "WAIT", "QZ")[1] == 0.8 and cell("out", "WAIT", "QNZ")[1] == 0.6
     assert cell("in", "NONE", "WAIT")[0] == 0.8 and cell("in", "IDLE", "QZ")[0] == 0.6
     assert len(DT_IN) > 40 and len(DT_OUT) > 40
+
+
+def test_docs_show_the_tables_as_they_are():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "diagnosis.md").read_text()
+    assert markdown("out") in doc and markdown("in") in doc, \
+        "regenerate the tables in docs/diagnosis.md: python -m analysis.variants.nest_cf_tables"

@@ -71,8 +71,9 @@ class RuleSystem:
     summary: str
     params: tuple[Param, ...]
     diagnose: Callable[..., dict[str, tuple[np.ndarray, np.ndarray]]]
-    # Optional rule over time: (module ids, seqs, positive) flat arrays -> positive.
-    over_time: Callable[..., np.ndarray] | None = None
+    # Optional rule over consecutive snapshots: params -> None, or a function
+    # (module ids, seqs, positive), flat arrays of one direction -> positive.
+    over_time: Callable[..., Callable[..., np.ndarray] | None] | None = None
     presets: tuple[str, ...] = ()  # notable variants, listed by `nestlab variants`
 
 

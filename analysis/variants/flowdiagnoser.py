@@ -262,7 +262,7 @@ def diagnose_cyclic(st: Stretch, sh: Shape, d: str, theta: int, queues: bool) ->
 # ---------------------------------------------------------------- over time
 
 
-def confirmed(module: np.ndarray, seq: np.ndarray, positive: np.ndarray, confirm: int = 1, **_) -> np.ndarray:
+def confirmed(module: np.ndarray, seq: np.ndarray, positive: np.ndarray, confirm: int = 1) -> np.ndarray:
     """Thesis 2.2.1 option: positive only after `confirm` consecutive STALLED snapshots.
 
     Flat arrays of one direction; consecutive means seq numbers one apart for the same module.
@@ -280,6 +280,13 @@ def confirmed(module: np.ndarray, seq: np.ndarray, positive: np.ndarray, confirm
     return out
 
 
+def over_time(confirm: int = 1, **_):
+    """The rule over consecutive snapshots for these parameters; None when there is nothing to do."""
+    if confirm <= 1:
+        return None
+    return lambda module, seq, positive: confirmed(module, seq, positive, confirm)
+
+
 SYSTEM = RuleSystem(
     name="flowdiagnoser",
     kind="label",
@@ -294,7 +301,7 @@ SYSTEM = RuleSystem(
               "snapshots (thesis 2.2.1 suggests 2)"),
     ),
     diagnose=diagnose,
-    over_time=confirmed,
+    over_time=over_time,
     presets=("flowdiagnoser", "flowdiagnoser:theta=1", "flowdiagnoser:theta=3",
              "flowdiagnoser:queues=on", "flowdiagnoser:confirm=2"),
 )
