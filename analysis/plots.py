@@ -180,8 +180,7 @@ def diagnosis_overview(data, scored: pd.DataFrame, variant: str, path: Path,
         dd = diag[diag["dir"] == d]
         if cf:
             val = _matrix(dd, "cf", modules, seqs)
-            cmap = plt.get_cmap("RdBu_r").copy()
-            cmap.set_bad("#ffffff")
+            cmap = plt.get_cmap("RdBu_r").with_extremes(bad="#ffffff")
             img = ax.imshow(np.ma.masked_invalid(val), aspect="auto", interpolation="nearest", cmap=cmap,
                             vmin=-1, vmax=1, extent=(x0, x1, n - 0.5, -0.5))
             fig.colorbar(img, ax=ax, pad=0.01, fraction=0.02, label="certainty")

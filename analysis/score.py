@@ -56,7 +56,9 @@ def wilson(k: float, n: float, z: float = Z) -> tuple[float, float, float] | Non
     z2 = z * z
     centre = (p + z2 / (2 * n)) / (1 + z2 / n)
     half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    return p, max(0.0, centre - half), min(1.0, centre + half)
+    lo = 0.0 if k <= 0 else min(p, max(0.0, centre - half))
+    hi = 1.0 if k >= n else max(p, min(1.0, centre + half))
+    return p, lo, hi
 
 
 def rates(tp: float, tn: float, fp: float, fn: float) -> dict[str, tuple[float, float, float] | None]:

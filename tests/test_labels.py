@@ -1,0 +1,364 @@
+"""Ground-truth labelling (analysis.labels) on hand-made run directories.
+
+`RunBuilder` writes a small run.db with harness.store.create_db: modules with per-snapshot counter
+deltas, edges, processes, faults; the other analysis tests use it too.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analysis.labels import impact_mask, label_run, parse_policy
+from analysis.runs import load_run_data, open_run
+from harness.errors import UserError
+from harness.store import create_db
+
+T0 = 1000.0
+DT = 0.1
+
+
+class RunBuilder:
+    """A hand-made run: n snapshots at T0 + seq * DT; counters given as per-snapshot deltas."""
+
+    def __init__(self, path: Path, n: int, workloads=None, monitor_if: str = "h1-eth0", manifest: bool = True,
+                 status: str = "complete", experiment: str = "hand"):
+        self.path = Path(path)
+        self.n = n
+        self.workloads = workloads if workloads is not None else []
+        self.monitor_if = monitor_if
+        self.write_manifest = manifest
+        self.status = status
+        self.experiment = experiment
+        self.modules: list[tuple] = []
+        self.edges: list[tuple] = []
+        self.series: dict[tuple[int, str], dict] = {}
+        self.procs: list[tuple] = []
+        self.faults: list[tuple] = []
+        self.raw: dict[tuple[int, str, int], int] = {}
+
+    @staticmethod
+    def t(seq: float) -> float:
+        return T0 + seq * DT
+
+    def module(self, kind: str, key: str, attrs: dict | None = None, born: int = 0, died: int | None = None,
+               name: str | None = None) -> int:
+        mid = len(self.modules) + 1
+        self.modules.append((mid, kind, name or key, key, json.dumps(attrs or {}), born, died))
+        return mid
+
+    def edge(self, parent: int, child: int) -> None:
+        self.edges.append((parent, child))
+
+    def counters(self, module: int, d: str, tm, wait=None, queued=None) -> None:
+        """Per-snapshot deltas over the module's life (a scalar repeats)."""
+        self.series[(module, d)] = {"tm": tm, "wait": wait, "queued": queued}
+
+    def process(self, pid: int, workload: int | None, cmdline: str, role: str = "client", host: str = "h1") -> None:
+        self.procs.append((pid, workload, role, host, cmdline, self.t(0) - 0.05, None, None))
+
+    def fault(self, kind: str, target_module: int | None, start: float, end: float | None, target: dict | None = None):
+        fid = len(self.faults) + 1
+        self.faults.append((fid, 0, kind, "x1", target_module, json.dumps(target or {}), None, None,
+                            None if start is None else T0 + start, None if end is None else T0 + end, "rule"))
+        return fid
+
+    def write(self) -> Path:
+        self.path.mkdir(parents=True, exist_ok=True)
+        conn = create_db(self.path / "run.db")
+        conn.executemany("INSERT INTO snapshots VALUES (?, ?, ?)", [(s, self.t(s), 1e9 + s) for s in range(self.n)])
+        for mid, kind, name, key, attrs, born, died in self.modules:
+            died_t = None if died is None else self.t(died)
+            conn.execute("INSERT INTO modules VALUES (?, ?, ?, ?, ?, ?, ?)",
+                         (mid, kind, name, key, attrs, self.t(born), died_t if died_t is not None else self.t(self.n)))
+        life = {m[0]: (m[5], m[6] if m[6] is not None else self.n) for m in self.modules}
+        for p, c in self.edges:
+            a = max(life[p][0], life[c][0])
+            b = min(life[p][1], life[c][1])
+            conn.execute("INSERT INTO edges VALUES (?, ?, ?, ?)", (p, c, self.t(a), self.t(b)))
+        rows = []
+        kinds = {m[0]: m[1] for m in self.modules}
+        for mid, (born, died) in life.items():
+            for d in ("in", "out"):
+                spec = self.series.get((mid, d), {"tm": 0, "wait": None, "queued": None})
+                k = died - born
+                tm = np.broadcast_to(np.asarray(spec["tm"], dtype=float), (k,))
+                has_wait = spec["wait"] is not None or kinds[mid] in ("app", "socket")
+                wait = np.broadcast_to(np.asarray(spec["wait"] if spec["wait"] is not None else 0, dtype=float), (k,))
+                queued = spec["queued"]
+                base = 1000 if kinds[mid] == "ipeth" else 0  # an interface's counters predate the run
+                ctm, cw = base + np.cumsum(tm), np.cumsum(wait)
+                for i, s in enumerate(range(born, died)):
+                    total = self.raw.get((mid, d, s), int(ctm[i]))
+                    rows.append((s, mid, d, total, float(cw[i]) if has_wait else None,
+                                 None if queued is None else int(np.broadcast_to(queued, (k,))[i]),
+                                 0 if kinds[mid] in ("tcp", "ipeth") else None, None))
+        conn.executemany("INSERT INTO counters VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        conn.executemany("INSERT INTO processes VALUES (?, ?, ?, ?, ?, ?, ?, ?)", self.procs)
+        conn.executemany("INSERT INTO faults VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self.faults)
+        conn.commit()
+        conn.close()
+        if self.write_manifest:
+            (self.path / "manifest.json").write_text(json.dumps({
+                "format_version": 1, "experiment": self.experiment, "status": self.status, "t0": T0,
+                "monitor": {"host": "h1", "address": "10.0.1.1", "interface": self.monitor_if},
+                "spec": {"workloads": self.workloads}}))
+        return self.path
+
+
+WGET = {"kind": "wget", "direction": "download", "role": "foreground"}
+IPERF_UP = {"kind": "iperf", "direction": "upload", "role": "foreground"}
+IPERF_DOWN = {"kind": "iperf", "direction": "download", "role": "foreground"}
+IPERF_DUAL = {"kind": "iperf", "direction": "dual", "role": "foreground"}
+
+
+def labelled(b: RunBuilder, policy=None):
+    data = load_run_data(open_run(b.write()))
+    return data, label_run(data, policy)
+
+
+def positives(frame, module: int, d: str) -> list[int]:
+    f = frame[(frame["module"] == module) & (frame["dir"] == d) & frame["actual"] & ~frame["exclude"]]
+    return sorted(f["seq"].tolist())
+
+
+def spans(seqs: list[int]) -> list[tuple[int, int]]:
+    """[(first, last)] of consecutive runs."""
+    out = []
+    for s in seqs:
+        if out and s == out[-1][1] + 1:
+            out[-1] = (out[-1][0], s)
+        else:
+            out.append((s, s))
+    return out
+
+
+# ----------------------------------------------------------------------------- impact periods
+
+
+def test_impact_period_starts_late_and_outlasts_its_fault(tmp_path):
+    b = RunBuilder(tmp_path / "r", 60)
+    ip = b.module("ipeth", "ipeth:h1-eth0")
+    tcp = b.module("tcp", "tcp:1", {"inode": 1, "pid": 50})
+    b.edge(tcp, ip)
+    tm = np.full(60, 5.0)
+    tm[25:40] = 0          # silent from seq 25 (the fault started at seq 20.5) to 39, after the fault (to 30.5)
+    b.counters(tcp, "in", tm)
+    b.counters(tcp, "out", 0)  # never carries data outbound
+    b.counters(ip, "in", 50)
+    b.counters(ip, "out", 50)
+    b.fault("tcp_drop", tcp, start=2.05, end=3.05, target={"inode": 1})
+    _, lab = labelled(b)
+    assert spans(positives(lab, tcp, "in")) == [(25, 39)]
+    assert positives(lab, tcp, "out") == []        # idle anyway: its counters never 'become' zero
+    assert positives(lab, ip, "in") == [] and positives(lab, ip, "out") == []
+    assert set(lab.loc[(lab["module"] == tcp) & lab["actual"], "fault"]) == {1}
+
+
+def test_lookback_zero_counts_a_direction_that_was_idle_anyway(tmp_path):
+    b = RunBuilder(tmp_path / "r", 40)
+    tcp = b.module("tcp", "tcp:1", {"inode": 1})
+    b.counters(tcp, "in", 5)
+    b.counters(tcp, "out", 0)
+    b.fault("tcp_drop", tcp, start=2.05, end=3.05)
+    _, lab = labelled(b, "impact:lookback=0")
+    # idle from the fault's start and never active again: one period to the end of the run
+    assert spans(positives(lab, tcp, "out")) == [(21, 39)]
+    assert positives(lab, tcp, "in") == []  # active all along: never impacted
+
+
+def test_fault_that_causes_two_impact_periods(tmp_path):
+    b = RunBuilder(tmp_path / "r", 50)
+    ip = b.module("ipeth", "ipeth:h1-eth0")
+    tm = np.full(50, 40.0)
+    tm[21:26] = 0       # silent from the fault's start (20.5)
+    tm[26] = 1          # one retransmission while the fault is active: the period ends
+    tm[27:35] = 0       # silent again, past the fault's end (31.5): a second period
+    tm[36:39] = 0       # silent after the fault and after an active snapshot: not impacted
+    b.counters(ip, "out", tm)
+    b.counters(ip, "in", 40)
+    b.fault("ip_drop", ip, start=2.05, end=3.15, target={"host": "h1"})
+    _, lab = labelled(b)
+    assert spans(positives(lab, ip, "out")) == [(21, 25), (27, 34)]
+    assert positives(lab, ip, "in") == []
+
+
+def test_impact_mask_directly():
+    t_end = np.arange(10, dtype=float)
+    t_start = t_end - 1
+    idle = np.array([0, 0, 1, 1, 0, 1, 1, 1, 0, 1], dtype=bool)
+    invalid = np.zeros(10, dtype=bool)
+    invalid[6] = True
+    # fault active [1.5, 5.5]: periods 2-3 and 5-7 (the invalid 6 does not end it); 9 is after the fault
+    got = impact_mask(t_start, t_end, idle, invalid, 1.5, 5.5, lookback=1.0)
+    assert np.flatnonzero(got).tolist() == [2, 3, 5, 6, 7]
+    # a fault that ends before the second silence starts causes one period only
+    got = impact_mask(t_start, t_end, idle, invalid, 1.5, 3.5, lookback=1.0)
+    assert np.flatnonzero(got).tolist() == [2, 3]
+
+
+# ----------------------------------------------------------------------------- one-way workloads
+
+
+def _app(b: RunBuilder, pid: int, prog: str, socks: list[dict], workload: int | None, wait_in=0.0, wait_out=0.0):
+    app = b.module("app", f"app:{pid}", {"pid": pid, "cmdline": prog}, name=f"{prog.split()[0]} {pid}")
+    out = [app]
+    for k, s in enumerate(socks):
+        ino = pid * 10 + k
+        sock = b.module("socket", f"sock:{pid}:{k + 3}:{ino}", {"pid": pid, "fd": k + 3, "inode": ino, **s})
+        tcp = b.module("tcp", f"tcp:{ino}", {"inode": ino, "pid": pid, **s})
+        b.edge(app, sock)
+        b.edge(sock, tcp)
+        out += [sock, tcp]
+    if workload is not None or prog:
+        b.process(pid, workload, prog)
+    return out
+
+
+def test_upload_only_and_download_only_workloads(tmp_path):
+    b = RunBuilder(tmp_path / "r", 20, workloads=[IPERF_UP, WGET, IPERF_DOWN])
+    up_app, up_sock, up_tcp = _app(b, 100, "iperf -c 10.0.2.1", [{"dport": 5001, "sport": 40000}], 0)
+    dn_app, dn_sock, dn_tcp = _app(b, 200, "wget http://10.0.2.2/f", [{"dport": 80, "sport": 40001}], 1)
+    r_app, r_sock, r_tcp = _app(b, 300, "iperf -c 10.0.2.1 -R", [{"dport": 5001, "sport": 40002}], 2)
+    for m in (up_app, up_sock, up_tcp):
+        b.counters(m, "out", 10, wait=50.0 if m != up_tcp else None)
+    for m in (dn_app, dn_sock, dn_tcp, r_app, r_sock, r_tcp):
+        b.counters(m, "in", 10, wait=50.0 if m not in (dn_tcp, r_tcp) else None)
+    data, lab = labelled(b)
+    everything = list(range(1, 20))  # the run's first snapshot has no delta: excluded
+    assert positives(lab, up_app, "in") == everything and positives(lab, up_sock, "in") == everything
+    assert positives(lab, up_app, "out") == [] and positives(lab, up_sock, "out") == []
+    for m in (dn_app, dn_sock, r_app, r_sock):
+        assert positives(lab, m, "out") == everything and positives(lab, m, "in") == []
+    for m in (up_tcp, dn_tcp, r_tcp):  # the one-way rule is for applications and sockets only
+        assert positives(lab, m, "in") == [] and positives(lab, m, "out") == []
+    assert data.modules.loc[up_app, "rows"] == ("iperf", "all modules")
+    assert data.modules.loc[dn_sock, "rows"] == ("socket", "s:wget", "all modules")
+    assert parse_policy("impact:oneway=off").label(data)["actual"].sum() == 0
+
+
+def test_two_way_iperf_sockets_are_one_way_each(tmp_path):
+    b = RunBuilder(tmp_path / "r", 10, workloads=[IPERF_DUAL])
+    app, s_up, _t_up, s_dn, _t_dn = _app(b, 100, "iperf -c 10.0.2.1 -d",
+                                         [{"dport": 5001, "sport": 40000}, {"sport": 5001, "dport": 45000}], 0)
+    data, lab = labelled(b)
+    assert data.modules.loc[s_up, "oneway"] == "upload" and data.modules.loc[s_dn, "oneway"] == "download"
+    assert positives(lab, s_up, "in") == list(range(1, 10)) and positives(lab, s_up, "out") == []
+    assert positives(lab, s_dn, "out") == list(range(1, 10)) and positives(lab, s_dn, "in") == []
+    assert positives(lab, app, "in") == [] and positives(lab, app, "out") == []  # two-way application
+
+
+def test_workload_guessed_from_command_line_without_manifest(tmp_path):
+    b = RunBuilder(tmp_path / "r", 10, manifest=False)
+    app, sock, _ = _app(b, 100, "wget -q http://10.0.2.2/f", [{"dport": 80}], None)
+    info = open_run(b.write())
+    assert any("no manifest.json" in w for w in info.warnings)
+    data = load_run_data(info)
+    lab = label_run(data)
+    assert data.modules.loc[app, "wl_kind"] == "wget"
+    assert positives(lab, sock, "out") == list(range(1, 10))
+
+
+# ----------------------------------------------------------------------------- application faults
+
+
+def test_app_pause_targets_the_app_and_its_sockets_not_its_tcp(tmp_path):
+    b = RunBuilder(tmp_path / "r", 40, workloads=[IPERF_UP])
+    app, sock, tcp = _app(b, 100, "iperf -c 10.0.2.1", [{"dport": 5001}], 0)
+    ip = b.module("ipeth", "ipeth:h1-eth0")
+    b.edge(tcp, ip)
+    tm = np.full(40, 10.0)
+    tm[21:31] = 0
+    wait = np.full(40, 90.0)
+    wait[21:31] = 0        # paused: no calls, no wait (the interceptor's pause is not wait time)
+    tcp_tm = tm.copy()
+    tcp_tm[21:23] = 10     # TCP drains its send queue for a while, then falls silent
+    for m in (app, sock):
+        b.counters(m, "out", tm, wait=wait)
+    b.counters(tcp, "out", tcp_tm)
+    b.counters(ip, "out", 20)
+    b.counters(ip, "in", 20)
+    b.fault("app_pause", app, start=2.05, end=3.05, target={"pid": 100, "workload": 0})
+    data, lab = labelled(b)
+    for m in (app, sock):
+        assert spans(positives(lab, m, "out")) == [(21, 30)]
+    assert positives(lab, tcp, "out") == []          # collateral: negative under the seeds' criteria
+    lab_ex = label_run(data, "impact:collateral=exclude")
+    tcp_out = lab_ex[(lab_ex["module"] == tcp) & (lab_ex["dir"] == "out")]
+    assert spans(tcp_out[tcp_out["exclude"] & (tcp_out["cause"] == "collateral")]["seq"].tolist()) == [(23, 30)]
+    assert not tcp_out[tcp_out["cause"] == "collateral"]["actual"].any()
+    lab_pos = label_run(data, "impact:collateral=positive")
+    assert spans(positives(lab_pos, tcp, "out")) == [(23, 30)]
+
+
+def test_window_policy_ignores_counters(tmp_path):
+    b = RunBuilder(tmp_path / "r", 40)
+    tcp = b.module("tcp", "tcp:1", {"inode": 1})
+    b.counters(tcp, "in", 5)
+    b.fault("tcp_drop", tcp, start=2.05, end=3.05)
+    _, lab = labelled(b, "window:tail=0.5")
+    # snapshots (t - 0.1, t] overlapping [2.05, 3.55]: seq 21 (2.0, 2.1] .. 36 (3.5, 3.6]
+    assert spans(positives(lab, tcp, "in")) == [(21, 36)]
+    assert spans(positives(lab, tcp, "out")) == [(21, 36)]
+
+
+# ----------------------------------------------------------------------------- invalid counters
+
+
+def test_snapshot_with_a_discarded_counter_is_excluded(tmp_path):
+    b = RunBuilder(tmp_path / "r", 40)
+    tcp = b.module("tcp", "tcp:1", {"inode": 1})
+    tm = np.full(40, 10.0)
+    tm[22:32] = 0
+    b.counters(tcp, "in", tm)
+    b.raw[(tcp, "in", 10)] = 5          # the cumulative count reads low once (thesis 3.4)
+    b.raw[(tcp, "in", 27)] = 3          # and once inside the impact period
+    b.fault("tcp_drop", tcp, start=2.05, end=2.55)
+    _, lab = labelled(b)
+    row = lab[(lab["module"] == tcp) & (lab["dir"] == "in")].set_index("seq")
+    assert row.loc[10, "exclude"] and row.loc[10, "cause"] == "invalid"
+    assert row.loc[27, "exclude"]
+    assert not row.loc[11, "exclude"]
+    # the discarded snapshot neither starts nor ends the period: it goes on to 31
+    assert spans(positives(lab, tcp, "in")) == [(22, 26), (28, 31)]
+    # an interface's first snapshot is only a baseline: excluded
+    b2 = RunBuilder(tmp_path / "r2", 5)
+    ip = b2.module("ipeth", "ipeth:h1-eth0")
+    b2.counters(ip, "in", 3)
+    _, lab2 = labelled(b2)
+    assert lab2[(lab2["module"] == ip) & (lab2["seq"] == 0)]["exclude"].all()
+
+
+# ----------------------------------------------------------------------------- fault records
+
+
+def test_unresolved_target_and_missing_end_are_recovered(tmp_path):
+    b = RunBuilder(tmp_path / "r", 40)
+    tcp = b.module("tcp", "tcp:77", {"inode": 77})
+    ip = b.module("ipeth", "ipeth:h1-eth0")
+    tm = np.full(40, 10.0)
+    tm[21:] = 0
+    b.counters(tcp, "in", tm)
+    b.counters(ip, "in", tm)
+    b.fault("tcp_drop", None, start=2.05, end=None, target={"inode": 77})   # runner died before resolving
+    b.fault("ip_drop", None, start=2.05, end=2.5, target={"host": "h1"})
+    b.fault("tcp_drop", None, start=None, end=None, target={"inode": 77})   # never took effect
+    data, lab = labelled(b)
+    assert data.faults["target_module"].tolist()[:2] == [tcp, ip]
+    assert any("no recorded end" in w for w in data.warnings)
+    assert any("never took effect" in w for w in data.warnings)
+    assert spans(positives(lab, tcp, "in")) == [(21, 39)]
+    assert spans(positives(lab, ip, "in")) == [(21, 39)]
+
+
+def test_bad_policies():
+    for spec, msg in (("nope", "unknown label policy"), ("impact:x=1", "unknown parameter"),
+                      ("impact:lookback=-1", "lookback"), ("impact:collateral=maybe", "collateral"),
+                      ("impact:lookback", "expected lookback=value")):
+        with pytest.raises(UserError, match=msg):
+            parse_policy(spec)
+    assert parse_policy("impact").name == "impact"
+    assert parse_policy("impact:lookback=2,collateral=exclude").name == "impact:lookback=2,collateral=exclude"

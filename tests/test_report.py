@@ -1,0 +1,268 @@
+"""Tables (Markdown, CSV, LaTeX), the commands, summarize_run and reading awkward runs."""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.report import (
+    accuracy_latex,
+    accuracy_markdown,
+    compare_markdown,
+    stalled_list,
+    summarize_run,
+)
+from analysis.report_cli import expand_values, expand_variant
+from analysis.runs import find_runs, load_run_data, open_run
+from analysis.score import ROWS, SECTIONS, accuracy_table, compare_table, evaluate
+from harness.cli import nestlab_main
+from harness.errors import UserError
+from tests.test_labels import IPERF_UP, WGET, RunBuilder
+
+
+def make_run(path, n: int = 50, status: str = "complete", manifest: bool = True):
+    """wget (download) and iperf (upload) on one interface; a connection fault and an IP fault."""
+    b = RunBuilder(path, n, workloads=[WGET, IPERF_UP], status=status, manifest=manifest)
+    ip = b.module("ipeth", "ipeth:h1-eth0")
+    mods = {}
+    for pid, prog, wl, d in ((100, "wget http://x/f", 0, "in"), (200, "iperf -c 10.0.2.1", 1, "out")):
+        app = b.module("app", f"app:{pid}", {"pid": pid}, name=f"{prog.split()[0]} {pid}")
+        sock = b.module("socket", f"sock:{pid}:3:{pid}", {"pid": pid, "fd": 3, "inode": pid,
+                                                         "dport": 80 if wl == 0 else 5001})
+        tcp = b.module("tcp", f"tcp:{pid}", {"inode": pid, "pid": pid, "dport": 80 if wl == 0 else 5001})
+        b.edge(app, sock)
+        b.edge(sock, tcp)
+        b.edge(tcp, ip)
+        b.process(pid, wl, prog)
+        tm = np.full(n, 20.0)
+        if wl == 0:
+            tm[21:30] = 0  # the connection fault
+        tm[35:40] = 0      # the IP fault
+        for m in (app, sock):
+            b.counters(m, d, tm / 4, wait=60.0)
+        b.counters(tcp, d, tm, queued=np.where(tm > 0, 500, 0))
+        mods[prog.split()[0]] = (app, sock, tcp)
+    ip_tm = np.full(n, 45.0)
+    ip_tm[35:40] = 0
+    b.counters(ip, "in", ip_tm)
+    b.counters(ip, "out", ip_tm)
+    b.fault("tcp_drop", mods["wget"][2], start=2.05, end=2.8, target={"inode": 100})
+    b.fault("ip_drop", ip, start=3.45, end=3.9, target={"host": "h1"})
+    return b.write(), mods, ip
+
+
+@pytest.fixture
+def run(tmp_path):
+    return make_run(tmp_path / "results" / "hand" / "20260101-000000-r0")
+
+
+def _table(path, variant="flowdiagnoser:theta=2"):
+    return evaluate([path], [variant]).table()
+
+
+# ----------------------------------------------------------------------------- rendering
+
+
+def test_markdown_has_every_row_and_blank_undefined_rates(run):
+    path, *_ = run
+    t = _table(path)
+    md = accuracy_markdown(t, "title")
+    lines = [ln for ln in md.splitlines() if ln.startswith("| ")][1:]
+    assert len(lines) == len(SECTIONS) * len(ROWS)
+    for section in SECTIONS:
+        assert f"| {section} " in md
+    for row in ROWS:
+        assert sum(f"| {row} " in ln for ln in lines) == 3
+    assert "nan" not in md.lower()
+    # outbound wget: no actual negatives -> FPR, TNR blank, not 0
+    cells = [c.strip() for c in next(ln for ln in lines if "| wget " in ln and lines.index(ln) >= len(ROWS))
+             .split("|")[1:-1]]
+    header = [c.strip() for c in md.splitlines()[2].split("|")[1:-1]]
+    row = dict(zip(header, cells, strict=True))
+    assert row["AN"] == "0" and row["FPR"] == "" and row["TNR"] == ""
+    assert row["TPR"] != ""
+    withci = accuracy_markdown(t, intervals=True)
+    assert "[" in withci and "nan" not in withci.lower()
+
+
+def test_latex_and_csv(run, tmp_path):
+    path, *_ = run
+    t = _table(path)
+    tex = accuracy_latex(t, "caption")
+    assert tex.count(r" \\") == 2 + len(SECTIONS) * len(ROWS)
+    assert r"\textit{s:iperf}" in tex and "ip+eth" in tex and "nan" not in tex.lower()
+    assert r"\begin{tabular}" in tex and r"\end{table}" in tex
+    code = nestlab_main(["accuracy", str(path), "--out", str(tmp_path / "o")])
+    assert code == 0
+    csv = pd.read_csv(tmp_path / "o" / "accuracy.csv", keep_default_na=False)
+    assert len(csv) == len(SECTIONS) * len(ROWS)
+    out_wget = csv[(csv["section"] == "Outbound") & (csv["row"] == "wget")].iloc[0]
+    assert out_wget["FPR"] == "" and out_wget["AN"] == 0 and float(out_wget["TPR"]) > 0
+    text = (tmp_path / "o" / "accuracy.csv").read_text()
+    assert "nan" not in text.lower()
+    assert (tmp_path / "o" / "accuracy.tex").read_text().startswith(r"\begin{table}")
+
+
+def test_compare_markdown_marks_changes(run):
+    path, *_ = run
+    # theta=3 blames the two connections for the IP fault (fewer than 3 wait): theta=1 does not
+    ev = evaluate([path], ["flowdiagnoser:theta=3", "flowdiagnoser:theta=1", "nest-cf"])
+    c = ev.compare()
+    md = compare_markdown(c, ev.variants)
+    assert "V1 = flowdiagnoser:theta=3 (baseline)" in md and "V3 ΔFP%" in md and "V1 ΔTP%" not in md
+    assert "nan" not in md.lower()
+    assert c.loc[("Inbound", "TCP"), ("flowdiagnoser:theta=3", "FP")] > 0
+    assert c.loc[("Inbound", "TCP"), ("flowdiagnoser:theta=1", "dFP%")] == pytest.approx(-100.0)
+    checked = 0
+    for _, r in c.iterrows():
+        for v in ev.variants[1:]:
+            d = r[(v, "dFP%")]
+            if not math.isnan(d) and d != 0:
+                good = d < 0
+                cell = f"{d:+.1f}"
+                assert (f"**{cell}**" if good else f"*{cell}*") in md
+                checked += 1
+    assert checked and "**-100.0**" in md
+
+
+def test_stalled_list(run):
+    path, mods, ip = run
+    ev = evaluate([path], ["flowdiagnoser:theta=2"], keep=True)
+    data, scored = ev.data[path], ev.scored[path]
+    st = stalled_list(data, scored, ev.variants[0])
+    assert list(st["positive"]) == sorted(st["positive"], reverse=True)
+    sub = scored[(scored["variant"] == ev.variants[0]) & ~scored["exclude"]]
+    for r in st.itertuples():
+        g = sub[(sub["module"] == r.module) & (sub["dir"] == r.dir)]
+        assert r.positive == int(g["positive"].sum()) > 0
+        assert r.positive + r.DONTCARE + r.BLOCKED + r.HEALTHY == len(g)
+        assert r.FP == int((g["positive"] & ~g["actual"]).sum())
+    wget_tcp = st[(st["module"] == mods["wget"][2]) & (st["dir"] == "in")].iloc[0]
+    assert wget_tcp["queued_max"] == 500 and wget_tcp["longest"] >= 5
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+def test_accuracy_command_on_an_experiment_name_a_tree_and_a_glob(tmp_path, capsys):
+    root = tmp_path / "results"
+    make_run(root / "hand" / "20260101-000000-r0")
+    make_run(root / "hand" / "20260101-000100-r1")
+    assert nestlab_main(["accuracy", "hand", "--results", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "2 runs (hand)" in out and "| Inbound " in out and "written:" in out
+    assert (root / "hand" / "analysis" / "accuracy.md").is_file()
+    one = evaluate([root / "hand" / "20260101-000000-r0"]).table()
+    two = evaluate(find_runs([str(root)])).table()
+    assert (two["TP"] == 2 * one["TP"]).all() and (two["Total"] == 2 * one["Total"]).all()
+    assert len(find_runs([str(root / "hand" / "2026*")])) == 2
+
+
+def test_compare_command_sweep(run, capsys):
+    path, *_ = run
+    assert nestlab_main(["compare", str(path), "--sweep", "theta=1..3"]) == 0
+    out = capsys.readouterr().out
+    assert "V1 = flowdiagnoser:theta=1 (baseline)" in out and "V3 = flowdiagnoser:theta=3" in out
+    assert (path / "analysis" / "compare.csv").is_file()
+    csv = pd.read_csv(path / "analysis" / "compare.csv")
+    assert set(csv["variant"]) == {f"flowdiagnoser:theta={k}" for k in (1, 2, 3)}
+
+
+def test_variant_expansion():
+    assert expand_values("1..4") == ["1", "2", "3", "4"]
+    assert expand_values("0..0.3/0.1") == ["0", "0.1", "0.2", "0.3"]
+    assert expand_values("on,off") == ["on", "off"]
+    assert expand_variant("flowdiagnoser:theta=1..2,queues=on") == [
+        "flowdiagnoser:theta=1,queues=on", "flowdiagnoser:theta=2,queues=on"]
+    assert expand_variant("nest-cf:anw=off") == ["nest-cf:anw=off"]
+    with pytest.raises(UserError):
+        expand_values("4..1")
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["accuracy", "/nonexistent/run"], "not a run directory"),
+    (["accuracy", "RUN", "--variant", "nosuch"], "unknown variant"),
+    (["accuracy", "RUN", "--policy", "impact:lookback=x"], "lookback"),
+    (["compare", "RUN", "--variant", "flowdiagnoser"], "at least two variants"),
+    (["compare", "RUN", "--sweep", "theta"], "PARAM=VALUES"),
+    (["plots", "RUN", "--module", "tcp:999999"], "no module"),
+])
+def test_bad_input_is_one_line_and_exit_2(run, capsys, argv, message):
+    path, *_ = run
+    argv = [str(path) if a == "RUN" else a for a in argv]
+    assert nestlab_main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0]
+
+
+# ----------------------------------------------------------------------------- awkward runs
+
+
+def test_incomplete_and_old_runs(tmp_path, capsys):
+    running, *_ = make_run(tmp_path / "a" / "r-running", status="running")
+    info = open_run(running)
+    assert any("still recording" in w for w in info.warnings)
+    assert nestlab_main(["accuracy", str(running)]) == 0
+    assert "still recording" in capsys.readouterr().err
+
+    bare, *_ = make_run(tmp_path / "a" / "r-bare", manifest=False)
+    assert nestlab_main(["accuracy", str(bare)]) == 0
+    cap = capsys.readouterr()
+    assert "no manifest.json" in cap.err and "| Outbound " in cap.out
+    # without a manifest the workloads come from the processes' command lines
+    assert evaluate([bare]).table().loc[("Outbound", "wget"), "AP"] > 0
+
+    old, *_ = make_run(tmp_path / "a" / "r-old")
+    m = json.loads((old / "manifest.json").read_text())
+    m["format_version"] = 0
+    (old / "manifest.json").write_text(json.dumps(m))
+    conn = sqlite3.connect(old / "run.db")
+    conn.execute("DROP TABLE faults")
+    conn.execute("DROP TABLE processes")
+    conn.commit()
+    conn.close()
+    info = open_run(old)
+    assert any("older format_version 0" in w for w in info.warnings)
+    assert any("no processes, faults table" in w for w in info.warnings)
+    t = evaluate([old]).table()
+    assert t.loc[("Total", "all modules"), "Total"] > 0 and t.loc[("Inbound", "TCP"), "AP"] == 0
+
+    new, *_ = make_run(tmp_path / "a" / "r-new")
+    m["format_version"] = 99
+    (new / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(UserError, match="newer than this nestlab reads"):
+        open_run(new)
+
+    empty = tmp_path / "a" / "r-empty"
+    RunBuilder(empty, 0).write()
+    with pytest.raises(UserError, match="no snapshots recorded"):
+        load_run_data(open_run(empty))
+
+    nodb = tmp_path / "a" / "r-nodb"
+    nodb.mkdir()
+    (nodb / "manifest.json").write_text("{}")
+    with pytest.raises(UserError, match="no run.db"):
+        open_run(nodb)
+
+
+def test_summarize_run(run, capsys):
+    path, *_ = run
+    out = summarize_run(path)
+    assert out == path / "analysis"
+    printed = capsys.readouterr().out
+    assert "Accuracy of flowdiagnoser:theta=2" in printed
+    assert printed.strip().splitlines()[-1] == f"analysis: tables and figures written to {out}"
+    for name in ("accuracy.md", "accuracy.csv", "accuracy.tex", "stalled.md", "stalled.csv",
+                 "diagnosis-overview.png", "module-timeline.png"):
+        assert (out / name).stat().st_size > 0, name
+    assert list(out.glob("subgraph-*.png"))
+    t = accuracy_table(evaluate([path]).counts, "flowdiagnoser:theta=2")
+    csv = pd.read_csv(out / "accuracy.csv")
+    assert csv["TP"].tolist() == t["TP"].tolist()
+    assert compare_table(evaluate([path], ["flowdiagnoser", "nest-cf"]).counts,
+                         ["flowdiagnoser:theta=2", "nest-cf"]).shape[0] == len(SECTIONS) * len(ROWS)
