@@ -1,10 +1,14 @@
 """Leave no trace: a ledger of what a run made, and `nestlab cleanup` for runs that died.
 
 While a run goes on, its ledger (/run/nestlab/<run-id>.json) lists every process group, Mininet
-shell, link and scratch directory it created. Normal teardown empties and deletes it. A run killed with SIGKILL (or a
+shell, link and scratch directory it created, and on testbed nodes (the SSH backend) how to reach each
+node, the remote process groups (node, pid, start time), the changes to undo (the fault chain on a
+router, a sysctl) and the remote directories. Normal teardown empties and deletes it. A run killed with SIGKILL (or a
 crashed machine) leaves the ledger behind; `cleanup` kills exactly those processes (after checking
 they are still what was recorded, since pids get reused), deletes those links, and marks the run's
-manifest `interrupted`. It never touches another live run or Mininet's other users: unlike
+manifest `interrupted`. For testbed nodes it first brings back the collector's run.db and the logs,
+then kills, undoes and removes the same way, over SSH; a node it cannot reach keeps the ledger, so
+that `cleanup` can be run again. It never touches another live run or Mininet's other users: unlike
 `mn -c`, it kills nothing by name pattern.
 """
 
@@ -65,7 +69,64 @@ class Ledger:
         self.data["paths"].append(str(path))
         self._save()
 
+    # -- testbed nodes (harness.backends.ssh) ------------------------------------------------------
+    def _remote(self) -> dict:
+        return self.data.setdefault("remote", {"nodes": {}, "processes": [], "undo": [], "paths": [],
+                                               "salvage": None})
+
+    def add_remote_node(self, node: str, params: dict) -> None:
+        """How to reach a node again (host, port, user, key, known_hosts, sudo), for `cleanup`."""
+        self._remote()["nodes"][node] = params
+        self._save()
+
+    def add_remote_process(self, node: str, pid: int, start: str, what: str) -> None:
+        self._remote()["processes"].append({"node": node, "pid": pid, "start": start, "what": what})
+        self._save()
+
+    def drop_remote_process(self, node: str, pid: int) -> None:
+        r = self._remote()
+        r["processes"] = [p for p in r["processes"] if (p["node"], p["pid"]) != (node, pid)]
+        self._save()
+
+    def add_undo(self, node: str, argv: list[str], what: str) -> None:
+        """A command that undoes a change made on a node (run by teardown, or by `cleanup`)."""
+        self._remote()["undo"].append({"node": node, "argv": list(argv), "what": what})
+        self._save()
+
+    def drop_undo(self, entry: dict) -> None:
+        r = self._remote()
+        r["undo"] = [u for u in r["undo"] if u != entry]
+        self._save()
+
+    def add_remote_path(self, node: str, path: str) -> None:
+        self._remote()["paths"].append({"node": node, "path": path})
+        self._save()
+
+    def drop_remote_path(self, node: str, path: str) -> None:
+        r = self._remote()
+        r["paths"] = [p for p in r["paths"] if (p["node"], p["path"]) != (node, path)]
+        self._save()
+
+    def set_salvage(self, node: str, db: str, logs: str) -> None:
+        """Where the collector's run.db and the logs are, so that `cleanup` can bring them back."""
+        self._remote()["salvage"] = {"node": node, "db": db, "logs": logs}
+        self._save()
+
+    def drop_remote_nodes(self) -> None:
+        self.data.pop("remote", None)
+        self._save()
+
+    def remote_leftovers(self) -> bool:
+        r = self.data.get("remote") or {}
+        return bool(r.get("processes") or r.get("undo") or r.get("paths"))
+
     def close(self) -> None:
+        """Delete the ledger: everything it lists is gone. Kept when testbed nodes still hold
+        something (a node went away during teardown): `nestlab cleanup` retries."""
+        if self.remote_leftovers():
+            self.data["runner_pid"] = -1   # no runner any more: cleanup may act on it
+            self._save()
+            return
         self.path.unlink(missing_ok=True)
 
 
@@ -124,6 +185,11 @@ def cleanup(verbose: bool = False, include_live: bool = False) -> int:
         if not include_live and alive(data["runner_pid"], data.get("runner_start")):
             say(f"cleanup: run {data['run_id']} is still running (pid {data['runner_pid']}); left alone")
             continue
+        complete = True
+        if data.get("remote"):
+            from harness.backends.ssh import cleanup_remote
+
+            complete = cleanup_remote(data, say)
         killed = sum(kill_group(p["pid"], p.get("start")) for p in reversed(data["processes"]))
         removed = 0
         for link in data["links"]:
@@ -132,6 +198,7 @@ def cleanup(verbose: bool = False, include_live: bool = False) -> int:
         for scratch in data.get("paths", []):
             shutil.rmtree(scratch, ignore_errors=True)
         _mark_interrupted(Path(data["run_dir"]), "runner died; cleaned up by `nestlab cleanup`")
-        path.unlink(missing_ok=True)
+        if complete:
+            path.unlink(missing_ok=True)
         say(f"cleanup: run {data['run_id']}: {killed} process group(s) killed, {removed} link(s) removed")
     return 0

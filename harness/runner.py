@@ -1,10 +1,18 @@
 """Control: run one experiment spec, repetition by repetition, into results/<exp>/<run>/.
 
-For each repetition: build the topology, start servers, hook the fault chain into the routers,
-start the collector in the monitored host, start the workloads (t0), inject the planned faults
-while the collector records, then tear everything down in reverse order. Teardown runs on every
-exit path (normal end, error, Ctrl-C, SIGTERM) with those signals blocked, and the manifest ends
-`complete`, `interrupted` or `failed` with the reason; run.db keeps what was recorded.
+For each repetition: build the topology (Mininet) or verify the testbed nodes (SSH), start servers,
+hook the fault chain into the routers, start the collector in the monitored host, start the workloads
+(t0), inject the planned faults while the collector records, then tear everything down in reverse
+order. Teardown runs on every exit path (normal end, error, Ctrl-C, SIGTERM) with those signals
+blocked, and the manifest ends `complete`, `interrupted` or `failed` with the reason; run.db keeps
+what was recorded.
+
+Every time recorded is on the monitored host's CLOCK_MONOTONIC (the run's reference clock). On
+Mininet every namespace shares the machine's clock; on testbed nodes the backend measures each node's
+offset (and the runner's own), and the runner converts: router stamps of fault windows with the
+router's offset, its own stamps (events, process starts) with the runner's. On a testbed the
+collector writes its tables into a run.db on the monitored node; teardown brings that back and merges
+it into the local run.db, with every node's logs (docs/ssh-backend.md).
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ import platform
 import random
 import signal
 import subprocess
-import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -25,19 +33,19 @@ from pathlib import Path
 from rich.console import Console
 
 from harness import __version__, interceptor
-from harness.backends.base import Proc
-from harness.backends.mininet import MininetBackend
+from harness.backends.base import Clocks, Proc
 from harness.clean import Ledger
-from harness.collector.interceptor import pause_process, resume_process
 from harness.errors import UserError
 from harness.faults import Firewall, ip_drop_rule, target_json, tcp_drop_rule
 from harness.spec import Experiment, Window, load_spec
 from harness.store import FORMAT_VERSION, RunDir, create_db, monotonic
-from harness.workloads import Workloads, check_binaries, tcp_connections
+from harness.topology import load_topology
+from harness.workloads import Workloads, check_binaries
 
 TICK_S = 0.02
 TARGET_WAIT_S = 2.0        # how long a tcp_drop waits for its workload to have a connection
 COLLECTOR_READY_S = 10.0
+REMOTE_PROGRESS_S = 2.0    # how often the snapshot count is read from a remote monitored node
 
 console = Console(stderr=True, highlight=False)
 
@@ -78,10 +86,24 @@ def _versions(backend) -> dict[str, str]:
         except (OSError, IndexError, subprocess.TimeoutExpired):
             return "unavailable"
 
-    return {"nestlab": __version__, "kernel": platform.release(), "python": platform.python_version(),
+    local = {"kernel": platform.release(), "python": platform.python_version()}
+    if backend.remote:   # the tools run on the testbed nodes: the backend reads their versions there
+        return {"nestlab": __version__, **backend.versions(), "runner": local}
+    return {"nestlab": __version__, **local,
             **backend.versions(), "iperf": first_line(["iperf", "-v"]),
             "wget": first_line(["wget", "--version"]), "lighttpd": first_line(["lighttpd", "-v"]),
             "iptables": first_line(["iptables", "--version"])}
+
+
+def make_backend(exp: Experiment, ledger: Ledger, run_id: str):
+    """The backend the topology asks for: SSH when its nodes say where they live, else Mininet."""
+    if exp.topology.backend == "ssh":
+        from harness.backends.ssh import SshBackend
+
+        return SshBackend(exp.topology, ledger, exp.spec, run_id)
+    from harness.backends.mininet import MininetBackend
+
+    return MininetBackend(exp.topology, ledger, exp.spec.congestion_control)
 
 
 class Run:
@@ -103,26 +125,39 @@ class Run:
         self.firewalls: dict[str, Firewall] = {}
         self.active: list[ActiveFault] = []
         self.t0: float | None = None
-        self.shm_dir: Path | None = None
+        self.shm_dir: str | None = None
+        self.clocks: Clocks | None = None
+        self.chain_undo: dict[str, dict] = {}
+        self.remote_snapshots = 0
+        self._poller: threading.Thread | None = None
+        self._poller_stop = threading.Event()
+
+    def now(self) -> float:
+        """The reference clock (the monitored host's CLOCK_MONOTONIC), read through the runner's."""
+        return self.runner_time(monotonic())
+
+    def runner_time(self, t: float) -> float:
+        return self.clocks.from_runner(t) if self.clocks else t
 
     # -- recording helpers ---------------------------------------------------------------------
     def event(self, kind: str, detail: str = "", workload: int | None = None) -> None:
         self.db.execute("INSERT INTO events (mono, kind, workload, detail) VALUES (?,?,?,?)",
-                        (monotonic(), kind, workload, detail))
+                        (self.now(), kind, workload, detail))
         self.db.commit()
         if kind == "warning":
             self.progress.warnings.append(detail)
 
     def _on_process(self, proc: Proc, workload: int | None, role: str, host: str | None) -> None:
+        started = self.runner_time(proc.started)
         if role == "ended":
             code = proc.poll()
             self.db.execute("UPDATE processes SET ended = ?, exit_code = ? WHERE pid = ? AND started = ?",
-                            (monotonic(), code, proc.pid, proc.started))
+                            (self.now(), code, proc.pid, started))
             if workload is not None:
                 self.event("workload_end", f"pid {proc.pid} exit {code}", workload)
             return
         self.db.execute("INSERT INTO processes (pid, workload, role, host, cmdline, started) VALUES (?,?,?,?,?,?)",
-                        (proc.pid, workload, role, host, " ".join(proc.argv), proc.started))
+                        (proc.pid, workload, role, host, " ".join(proc.argv), started))
         self.db.commit()
         if workload is not None:
             self.event("workload_start", f"pid {proc.pid}: {' '.join(proc.argv)}", workload)
@@ -141,7 +176,7 @@ class Run:
             "spec_file": str(self.exp.path), "spec": spec.model_dump(mode="json"),
             "topology": {"name": topo.name, "file": str(topo.source), "spec": topo.spec.model_dump(mode="json"),
                          "addresses": {n: [i.__dict__ for i in intfs] for n, intfs in topo.interfaces.items()}},
-            "backend": "mininet", "repetition": self.rep, "seed": self.exp.seed_for(self.rep),
+            "backend": topo.backend, "repetition": self.rep, "seed": self.exp.seed_for(self.rep),
             "monitor": {"host": spec.monitor, "address": monitor_if.address, "interface": monitor_if.name},
             "congestion_control": spec.congestion_control, "snapshot_interval": spec.snapshot_interval,
             "planned_faults": [w.__dict__ for w in self.plan], "clock": "CLOCK_MONOTONIC of the monitored host",
@@ -176,53 +211,97 @@ class Run:
     def _setup(self) -> None:
         spec, topo = self.spec, self.exp.topology
         self.ledger = Ledger(self.run_id, self.rd.path)
-        self.backend = MininetBackend(topo, self.ledger, spec.congestion_control)
-        self.backend.preflight()
-        check_binaries(spec)
-        if spec.interceptor:
-            interceptor.library_path()  # a clear error now if it is not built
-        self._manifest("running", versions=_versions(self.backend))
-        console.print(f"[bold]{spec.name}[/] r{self.rep}: building topology {topo.name} "
-                      f"({len(topo.spec.nodes)} nodes, {len(topo.spec.links)} links)")
-        self.backend.build()
-        nodes = {n: self.backend.node(n) for n in topo.spec.nodes}
-        addresses = {n: topo.address(n) for n in topo.spec.nodes}
+        backend = self.backend = make_backend(self.exp, self.ledger, self.run_id)
+        if backend.remote:
+            console.print(f"[bold]{spec.name}[/] r{self.rep}: connecting to {len(topo.spec.nodes)} testbed "
+                          f"nodes of {topo.name} over SSH")
+        backend.preflight()
+        if not backend.remote:
+            check_binaries(spec)
+            if spec.interceptor:
+                interceptor.library_path()  # a clear error now if it is not built
+            console.print(f"[bold]{spec.name}[/] r{self.rep}: building topology {topo.name} "
+                          f"({len(topo.spec.nodes)} nodes, {len(topo.spec.links)} links)")
+        else:
+            console.print(f"[bold]{spec.name}[/] r{self.rep}: verifying the network, installing, "
+                          "measuring clocks")
+        backend.build()
+        self.clocks = backend.clocks(spec.monitor)
+        monitor_if = backend.interfaces(spec.monitor)[0]
+        self.rd.manifest["topology"]["addresses"] = {n: [i.__dict__ for i in backend.interfaces(n)]
+                                                     for n in topo.spec.nodes}
+        extra = {"nodes": backend.node_records()} if backend.remote else {}
+        self._manifest("running", versions=_versions(backend), clock_offsets=self.clocks.as_dict(),
+                       monitor={"host": spec.monitor, "address": monitor_if.address, "interface": monitor_if.name},
+                       **extra)
+        nodes = {n: backend.node(n) for n in topo.spec.nodes}
+        addresses = {n: backend.address(n) for n in topo.spec.nodes}
         client_env = {}
         if spec.interceptor:
-            self.shm_dir = interceptor.create_shm_dir(prefix=f"nestlab-{self.run_id}-")
-            self.ledger.add_path(self.shm_dir)
-            client_env[spec.monitor] = interceptor.preload_env(self.shm_dir, env={})
+            self.shm_dir, client_env[spec.monitor] = backend.interceptor(spec.monitor)
         self.workloads = Workloads(spec, nodes, addresses, self.rd.logs, client_env, on_process=self._on_process)
         self.ledger.add_path(self.workloads.www)
         self.workloads.start_servers()
         for router in sorted({f.at for f in spec.faults if f.at}):
-            fw = Firewall(self.backend.node(router))
+            fw = Firewall(backend.node(router))
             self.firewalls[router] = fw
+            if backend.remote:   # a killed run's chain is removed by `nestlab cleanup`
+                from harness.backends.ssh import CHAIN_UNDO
+
+                self.chain_undo[router] = {"node": router, "argv": CHAIN_UNDO, "what": "remove the NESTLAB chain"}
+                self.ledger.add_undo(router, CHAIN_UNDO, self.chain_undo[router]["what"])
             fw.setup()
         self._start_collector()
 
+    def _snapshots(self) -> int:
+        if self.backend.remote:
+            return self.backend.snapshots(self.spec.monitor)
+        return self.db.execute("SELECT count(*) FROM snapshots").fetchone()[0]
+
     def _start_collector(self) -> None:
         node = self.backend.node(self.spec.monitor)
-        argv = [sys.executable, "-m", "harness.collector.main", "--db", str(self.rd.db.resolve()),
+        db = self.backend.create_db(self.spec.monitor) if self.backend.remote else str(self.rd.db.resolve())
+        argv = [*self.backend.python(self.spec.monitor), "-m", "harness.collector.main", "--db", db,
                 "--interval", str(self.spec.snapshot_interval)]
         if self.shm_dir is not None:
             argv += ["--interceptor-dir", str(self.shm_dir)]
-        self.collector = node.start(argv, self.rd.logs / "collector.log",
-                                    env={"PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+        self.collector = node.start(argv, self.rd.logs / "collector.log")
         self._on_process(self.collector, None, "collector", self.spec.monitor)
         deadline = monotonic() + COLLECTOR_READY_S
         while monotonic() < deadline:
-            if self.db.execute("SELECT count(*) FROM snapshots").fetchone()[0] > 0:
+            if self._snapshots() > 0:
+                if self.backend.remote:
+                    self._poller = threading.Thread(target=self._poll_snapshots, name="progress", daemon=True)
+                    self._poller.start()
                 return
             if self.collector.poll() is not None:
                 break
             time.sleep(0.05)
-        log = (self.rd.logs / "collector.log").read_text()[-800:]
-        raise RuntimeError(f"collector did not record a snapshot: {log.strip()}")
+        log = self.rd.logs / "collector.log"
+        if self.backend.remote:
+            try:
+                node.get(node.log_path(log), log)
+            except Exception:  # noqa: BLE001 - the error below says what we know
+                pass
+        text = log.read_text()[-800:] if log.exists() else ""
+        raise RuntimeError(f"collector did not record a snapshot: {text.strip()}")
+
+    def _poll_snapshots(self) -> None:
+        """The snapshot count of a remote collector, for the progress line (off the main loop)."""
+        while not self._poller_stop.wait(REMOTE_PROGRESS_S):
+            try:
+                self.remote_snapshots = self._snapshots()
+            except Exception:  # noqa: BLE001 - progress only
+                pass
+
+    def _stop_poller(self) -> None:
+        self._poller_stop.set()
+        if self._poller is not None:
+            self._poller.join(timeout=15)
 
     def _main_loop(self) -> None:
         spec = self.spec
-        self.t0 = self.workloads.t0 = monotonic()
+        self.t0 = self.workloads.t0 = self.now()
         self.event("run_start", f"t0 = {self.t0:.6f}")
         self._manifest("running", t0=self.t0)
         pending = list(self.plan)
@@ -230,7 +309,7 @@ class Run:
         last_print = -1e9
         with console.status("", spinner="dots") if live else _nullcontext() as status:
             while True:
-                now = monotonic()
+                now = self.now()
                 t = now - self.t0
                 if t >= spec.duration:
                     break
@@ -248,10 +327,10 @@ class Run:
                 time.sleep(TICK_S)
         for af in list(self.active):
             self._end_fault(af)
-        self.event("run_end", f"t = {monotonic() - self.t0:.3f}")
+        self.event("run_end", f"t = {self.now() - self.t0:.3f}")
 
     def _progress_line(self, t: float) -> str:
-        snaps = self.db.execute("SELECT count(*) FROM snapshots").fetchone()[0]
+        snaps = self.remote_snapshots if self.backend.remote else self._snapshots()
         return (f"{self.spec.name} r{self.rep}: {t:5.1f}/{self.spec.duration:g} s  "
                 f"faults {self.progress.injected}/{len(self.plan)}  snapshots {snaps}  "
                 f"active {','.join(self.spec.faults[a.window.spec_index].kind for a in self.active) or '-'}")
@@ -276,7 +355,7 @@ class Run:
         if f.kind in ("ip_drop", "tcp_drop"):
             if f.kind == "ip_drop":
                 host = f.host or self.spec.monitor
-                addr = self.exp.topology.address(host)
+                addr = self.backend.address(host)
                 target = target_json(description=f"all IP traffic of {host} ({addr})", host=host, address=addr)
             else:
                 conn, pid = self._pick_connection(f.target)
@@ -287,26 +366,27 @@ class Run:
             fid = row(target, "", None)
             tag = f"nestlab:{self.run_id}:f{fid}"  # the rule carries the run and the fault id
             rule = ip_drop_rule(f.at, tag, addr) if f.kind == "ip_drop" else tcp_drop_rule(f.at, tag, conn)
-            fw = self.firewalls[f.at]
+            fw, at = self.firewalls[f.at], f.at
             self.db.execute("UPDATE faults SET rule = ? WHERE id = ?", (rule.describe(), fid))
-            start = fw.insert(rule)
+            start = self.clocks.from_node(at, fw.insert(rule))   # the router's clock -> the monitor's
             self.db.execute("UPDATE faults SET start = ? WHERE id = ?", (start, fid))
             self.db.commit()
-            parts.append((fid, lambda: fw.delete(rule)))
+            parts.append((fid, lambda: self.clocks.from_node(at, fw.delete(rule))))
         else:  # app_pause: every live process of the workload (or the one instance named)
             procs = [p for i, p in self.workloads.live(f.target.workload)
                      if f.target.instance is None or i.index == f.target.instance]
             if not procs:
                 return skip(f"workload {f.target.workload} had no live process")
             start = None
+            host = self.spec.workloads[f.target.workload].host
             for proc in procs:
-                state = pause_process(self.shm_dir, proc.pid)
-                start = state.ack_mono
+                state = self.backend.pause(host, self.shm_dir, proc.pid)   # acked on the host's clock
+                start = self.clocks.from_node(host, state.ack_mono)
                 target = target_json(description=f"pause pid {proc.pid} ({' '.join(proc.argv[:2])})",
                                      workload=f.target.workload, pid=proc.pid)
                 sig = f"signal {state.pause_signal} (pause) / {state.resume_signal} (resume) to pid {proc.pid}"
-                parts.append((row(target, sig, start),
-                              lambda pid=proc.pid: resume_process(self.shm_dir, pid).ack_mono))
+                parts.append((row(target, sig, start), lambda pid=proc.pid: self.clocks.from_node(
+                    host, self.backend.resume(host, self.shm_dir, pid).ack_mono)))
         self.progress.injected += 1
         self.active.append(ActiveFault(w, start + w.duration, parts))
 
@@ -316,7 +396,7 @@ class Run:
             try:
                 end = undo()
             except Exception as e:  # noqa: BLE001 - e.g. a paused process that exited meanwhile
-                end = monotonic()
+                end = self.now()
                 self.event("warning", f"fault {fid}: ending it failed ({type(e).__name__}: {e}); end stamped now")
             self.db.execute("UPDATE faults SET end = ? WHERE id = ?", (end, fid))
         self.db.commit()
@@ -328,8 +408,10 @@ class Run:
             live = self.workloads.live(target.workload)
             if target.instance is not None:
                 live = [(i, p) for i, p in live if i.index == target.instance]
-            server = self.exp.topology.address(self.spec.workloads[target.workload].server)
-            choices = [(c, p.pid) for _, p in live for c in tcp_connections(p.pid) if c["dst"] == server]
+            w = self.spec.workloads[target.workload]
+            server = self.backend.address(w.server)
+            choices = [(c, p.pid) for _, p in live for c in self.backend.tcp_connections(w.host, p.pid)
+                       if c["dst"] == server]
             if choices:
                 return self.rng.choice(choices)
             if monotonic() >= deadline:
@@ -343,15 +425,16 @@ class Run:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, lambda *_: console.print("[yellow]cleaning up, please wait[/]"))
         steps = [
+            ("stop progress", self._stop_poller),
             ("remove fault rules", self._remove_active_faults),
             ("stop workloads", lambda: self.workloads and self.workloads.stop_clients()),
             ("stop collector", self._stop_collector),
             ("stop servers", lambda: self.workloads and self.workloads.stop_servers()),
             ("remove firewall chains", self._remove_chains),
+            ("bring back run.db and logs", self._bring_back),
             ("resolve fault targets", self._resolve_targets),
             ("tear down topology", lambda: self.backend and self.backend.teardown()),
             ("remove served files", lambda: self.workloads and self.workloads.remove_files()),
-            ("remove interceptor files", lambda: self.shm_dir and interceptor.remove_shm_dir(self.shm_dir)),
         ]
         for what, step in steps:
             try:
@@ -365,6 +448,9 @@ class Run:
                     pass
         if self.ledger:
             self.ledger.close()
+            if self.ledger.path.exists():
+                console.print(f"[yellow]warning:[/] testbed nodes still hold parts of this run (see "
+                              f"{self.ledger.path}); run `nestlab cleanup` when they are reachable")
 
     def _remove_active_faults(self) -> None:
         for af in list(self.active):
@@ -376,13 +462,22 @@ class Run:
             self._on_process(self.collector, None, "ended", None)
 
     def _remove_chains(self) -> None:
-        for fw in self.firewalls.values():
+        for router, fw in self.firewalls.items():
             if fw.ready:
                 fw.teardown()
+            if router in self.chain_undo:
+                self.ledger.drop_undo(self.chain_undo.pop(router))
+
+    def _bring_back(self) -> None:
+        """SSH: the collector's tables (merged into the local run.db) and every node's logs."""
+        if self.backend is not None and self.backend.remote and self.backend.nodes:
+            self.backend.bring_back(self.db, self.rd.path)
 
     def _resolve_targets(self) -> None:
         """Link each fault to the module it targets, now that the collector has recorded them."""
-        monitor_if = self.exp.topology.interfaces[self.spec.monitor][0].name
+        if self.backend is None or self.clocks is None:
+            return
+        monitor_if = self.backend.interfaces(self.spec.monitor)[0].name
         for fid, kind, target in self.db.execute("SELECT id, kind, target FROM faults").fetchall():
             t = json.loads(target)
             key = None
@@ -402,7 +497,7 @@ class Run:
         counts = {k: self.db.execute(f"SELECT count(*) FROM {k}").fetchone()[0]
                   for k in ("snapshots", "modules", "faults")}
         self.db.close()
-        self._manifest(status, reason=reason, end_wall=time.time(), end_mono=monotonic(), counts=counts,
+        self._manifest(status, reason=reason, end_wall=time.time(), end_mono=self.now(), counts=counts,
                        warnings=self.progress.warnings)
         colour = {"complete": "green", "interrupted": "yellow", "failed": "red"}[status]
         console.print(f"[{colour}]{status}[/]{': ' + reason if reason else ''} -> {self.rd.path}")
@@ -418,9 +513,23 @@ class _nullcontext:
         return False
 
 
-def run_experiment(spec_path: str | Path, results_root: str | Path = "results") -> tuple[int, list[Path]]:
+def with_topology(exp: Experiment, topology: str | Path) -> Experiment:
+    """The experiment on another topology file (e.g. the same shape placed on testbed nodes), its
+    spec checked against it as load_spec checks it against its own."""
+    from harness.spec import _check_against_topology
+
+    topo = load_topology(topology)
+    _check_against_topology(exp.spec, exp.doc, topo)
+    exp.topology = topo
+    return exp
+
+
+def run_experiment(spec_path: str | Path, results_root: str | Path = "results",
+                   topology: str | Path | None = None) -> tuple[int, list[Path]]:
     exp = load_spec(spec_path)  # spec mistakes are reported before anything needs root
-    if os.geteuid() != 0:
+    if topology is not None:
+        exp = with_topology(exp, topology)
+    if exp.topology.backend == "mininet" and os.geteuid() != 0:
         raise UserError("run-experiment needs root (Mininet namespaces, tc, iptables); try sudo")
     runs: list[Path] = []
     code = 0
@@ -433,8 +542,8 @@ def run_experiment(spec_path: str | Path, results_root: str | Path = "results") 
     return code, runs
 
 
-def run_spec_file(spec_path: str, results_root: str = "results") -> int:
-    code, runs = run_experiment(spec_path, results_root)
+def run_spec_file(spec_path: str, results_root: str = "results", topology: str | None = None) -> int:
+    code, runs = run_experiment(spec_path, results_root, topology)
     if runs and json.loads((runs[-1] / "manifest.json").read_text()).get("counts", {}).get("snapshots"):
         _report(runs)
     return code

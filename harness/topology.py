@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,12 +24,42 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+IFNAME = r"^[A-Za-z0-9_.:@-]{1,15}$"
+
+
+class SshNode(_Strict):
+    """SSH backend only: where a logical node lives (docs/ssh-backend.md)."""
+
+    host: str = Field(min_length=1, description="address or DNS name the runner connects to")
+    port: int | None = Field(default=None, ge=1, le=65535)
+    user: str | None = None
+    key: str | None = Field(default=None, description="private key file (default: the agent, ~/.ssh/id_*)")
+    # Data-plane interface names on the node, one per link of the node in the order the links are
+    # listed. Omitted: each link's interface is the one holding the address nestlab derives for it
+    # (what `nestlab export` asks Emulab and CloudLab to assign).
+    interfaces: list[Annotated[str, Field(pattern=IFNAME)]] | None = None
+
+
+class SshDefaults(_Strict):
+    """SSH backend only: settings shared by every node of the topology."""
+
+    user: str | None = None
+    key: str | None = None
+    port: int = Field(default=22, ge=1, le=65535)
+    known_hosts: str | None = Field(default=None, description="default: ~/.ssh/known_hosts")
+    connect_timeout: Duration = 10.0
+    python: str = Field(default="python3", pattern=r"^[A-Za-z0-9_./+-]+$")
+    workdir: str = Field(default="/tmp", pattern=r"^/[A-Za-z0-9_./+-]*$",
+                         description="scratch directories of a run are made under it on each node")
+    install: bool = Field(default=True, description="apt-get install missing programs on the nodes")
+    sudo: bool | None = Field(default=None, description="prefix commands with sudo -n (default: unless root)")
+
+
 class NodeSpec(_Strict):
     router: bool = False
     site: int | None = None
     description: str = ""
-    # SSH backend only (ignored by Mininet): where the logical node lives.
-    ssh: dict | None = None
+    ssh: SshNode | None = None   # SSH backend only (ignored by Mininet)
 
 
 class LinkSpec(_Strict):
@@ -42,6 +73,7 @@ class LinkSpec(_Strict):
 class TopologySpec(_Strict):
     name: str
     description: str = ""
+    ssh: SshDefaults | None = None   # SSH backend only
     nodes: dict[str, NodeSpec]
     links: list[LinkSpec]
 
@@ -76,6 +108,11 @@ class Topology:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def backend(self) -> str:
+        """'ssh' when the nodes say where they live (every node has `ssh:`), else 'mininet'."""
+        return "ssh" if any(n.ssh for n in self.spec.nodes.values()) else "mininet"
 
     def is_router(self, node: str) -> bool:
         return self.spec.nodes[node].router
@@ -128,11 +165,33 @@ def topology_errors(doc: YamlDoc, spec: TopologySpec):
         if not node.router and degree[n] != 1:
             raise doc.error(("nodes", n), f"host {n!r} has {degree[n]} links; a host needs exactly one "
                             "(make it a router with 'router: true' to forward between several)")
+    ssh_errors(doc, spec, degree)
     g = nx.Graph(list((lk.a, lk.b) for lk in spec.links))
     g.add_nodes_from(spec.nodes)
     if not nx.is_connected(g):
         parts = [sorted(c) for c in nx.connected_components(g)]
         raise doc.error(("links",), f"topology is not connected: {parts}")
+
+
+def ssh_errors(doc: YamlDoc, spec: TopologySpec, degree: dict[str, int]) -> None:
+    """An SSH topology places every node, and names one interface per link of the node."""
+    placed = [n for n, node in spec.nodes.items() if node.ssh]
+    if not placed:
+        if spec.ssh is not None:
+            raise doc.error(("ssh",), "an 'ssh:' section needs 'ssh: {host: ...}' on every node")
+        return
+    for n, node in spec.nodes.items():
+        if node.ssh is None:
+            raise doc.error(("nodes", n), f"node {n!r} has no 'ssh: {{host: ...}}' while {placed[0]!r} has: "
+                            "an SSH topology places every node")
+        names = node.ssh.interfaces
+        if names is not None:
+            if len(names) != degree[n]:
+                raise doc.error(("nodes", n, "ssh", "interfaces"),
+                                f"{n!r} has {degree[n]} link(s), so 'interfaces' needs {degree[n]} name(s) "
+                                f"(one per link, in the order of 'links'), got {len(names)}")
+            if len(set(names)) != len(names):
+                raise doc.error(("nodes", n, "ssh", "interfaces"), f"interface names repeat: {names}")
 
 
 def load_topology(path: Path | str) -> Topology:

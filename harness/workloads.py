@@ -9,13 +9,13 @@ back to the client's own listener, one thread per connection, in the same proces
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.agent import tcp_connections  # noqa: F401 - moved to the agent; kept importable here
 from harness.backends.base import Node, Proc
 from harness.errors import UserError
 from harness.spec import Spec, Workload
@@ -59,19 +59,25 @@ class Workloads:
         wanted: dict[tuple[str, str], None] = {}
         for w in self.spec.workloads:
             wanted[(w.kind, w.server)] = None
-        for w in self.spec.workloads:
-            if w.kind == "wget":
-                self._file(w.file_size)
         for kind, server in wanted:
             node = self.nodes[server]
             if kind == "wget":
-                conf = self.www / f"lighttpd-{server}.conf"
-                conf.write_text(
-                    f'server.document-root = "{self.www}/htdocs"\n'
+                # The served files and the config live where the server runs: our scratch directory
+                # on Mininet (every host shares this machine's files), the node's own on a testbed.
+                www = f"{node.workdir}/www" if node.workdir else str(self.www)
+                node.run(["mkdir", "-p", f"{www}/htdocs"])
+                for size in sorted({w.file_size for w in self.spec.workloads
+                                    if w.kind == "wget" and w.server == server}):
+                    # sparse: instant, and lighttpd serves zeros from the page cache
+                    node.run(["truncate", "-s", str(int(size)), f"{www}/htdocs/{self._file(size)}"])
+                conf = f"{www}/lighttpd-{server}.conf"
+                errorlog = node.log_path(self.logs / f"lighttpd-{server}.error.log")
+                node.run(["sh", "-c", 'cat > "$1"', "sh", conf], input=(
+                    f'server.document-root = "{www}/htdocs"\n'
                     f'server.bind = "{self.addresses[server]}"\nserver.port = {HTTP_PORT}\n'
-                    f'server.errorlog = "{self.logs}/lighttpd-{server}.error.log"\n'
-                    'server.max-keep-alive-requests = 1000\n')
-                argv, port = ["lighttpd", "-D", "-f", str(conf)], HTTP_PORT
+                    f'server.errorlog = "{errorlog}"\n'
+                    'server.max-keep-alive-requests = 1000\n'))
+                argv, port = ["lighttpd", "-D", "-f", conf], HTTP_PORT
             else:
                 argv, port = ["iperf", "-s", "-B", self.addresses[server], "-p", str(IPERF_PORT)], IPERF_PORT
             proc = node.start(argv, self.logs / f"server-{kind}-{server}.log")
@@ -79,15 +85,9 @@ class Workloads:
             self.on_process(proc, None, "server", server)
             self._wait_listening(node, port, proc)
 
-    def _file(self, size: float) -> str:
-        htdocs = self.www / "htdocs"
-        htdocs.mkdir(exist_ok=True)
-        name = f"file-{int(size)}"
-        path = htdocs / name
-        if not path.exists():
-            with open(path, "wb") as f:  # sparse: instant, and lighttpd serves zeros from the page cache
-                f.truncate(int(size))
-        return name
+    @staticmethod
+    def _file(size: float) -> str:
+        return f"file-{int(size)}"
 
     @staticmethod
     def _wait_listening(node: Node, port: int, proc: Proc, timeout: float = 10.0) -> None:
@@ -158,37 +158,6 @@ class Workloads:
 
     def remove_files(self) -> None:
         shutil.rmtree(self.www, ignore_errors=True)
-
-
-def tcp_connections(pid: int) -> list[dict]:
-    """Established TCP connections held by process `pid`, read from its own /proc view (its netns).
-
-    Each: {'inode', 'src', 'sport', 'dst', 'dport'}. IPv4 only (the topologies are IPv4)."""
-    inodes = set()
-    try:
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                link = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if link.startswith("socket:["):
-                inodes.add(int(link[8:-1]))
-        lines = Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]
-    except OSError:
-        return []
-    out = []
-    for line in lines:
-        f = line.split()
-        if f[3] != "01" or int(f[9]) not in inodes:   # 01 = ESTABLISHED
-            continue
-        (src, sport), (dst, dport) = (_hexaddr(x) for x in (f[1], f[2]))
-        out.append({"inode": int(f[9]), "src": src, "sport": sport, "dst": dst, "dport": dport})
-    return sorted(out, key=lambda c: c["inode"])
-
-
-def _hexaddr(s: str) -> tuple[str, int]:
-    addr, port = s.split(":")
-    return ".".join(str(b) for b in reversed(bytes.fromhex(addr))), int(port, 16)
 
 
 def elapsed_since(t0: float | None) -> float:

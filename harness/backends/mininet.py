@@ -17,13 +17,19 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
-from harness.backends.base import Proc
+from harness import interceptor as _interceptor
+from harness.agent import tcp_connections
+from harness.backends.base import ClockOffset, Clocks, Proc
 from harness.clean import Ledger, kill_group
+from harness.collector.interceptor import PauseState, pause_process, resume_process
 from harness.errors import UserError
 from harness.store import monotonic
-from harness.topology import Topology
+from harness.topology import Interface, Topology
+
+REPO = Path(__file__).resolve().parent.parent.parent
 
 REQUIRED_BINARIES = ("mnexec", "ip", "tc", "ethtool", "iptables", "iptables-restore", "sysctl")
 
@@ -47,6 +53,8 @@ def netem_available() -> bool:
 
 
 class MininetNode:
+    workdir = None   # every host shares this machine's files
+
     def __init__(self, name: str, host, ledger: Ledger | None):
         self.name, self.host, self.ledger = name, host, ledger
 
@@ -103,12 +111,27 @@ class MininetNode:
     def monotonic(self) -> float:
         return monotonic()  # every Mininet namespace shares the host's CLOCK_MONOTONIC
 
+    def put(self, local: Path, remote: str) -> None:
+        if Path(local).resolve() != Path(remote).resolve():
+            shutil.copyfile(local, remote)
+
+    def get(self, remote: str, local: Path) -> None:
+        if Path(local).resolve() != Path(remote).resolve():
+            shutil.copyfile(remote, local)
+
+    def log_path(self, log: Path) -> str:
+        return str(log)
+
 
 class MininetBackend:
+    kind = "mininet"
+    remote = False   # the collector writes the run's own run.db
+
     def __init__(self, topology: Topology, ledger: Ledger | None = None, congestion_control: str = "cubic"):
         self.topology, self.ledger, self.cc = topology, ledger, congestion_control
         self.net = None
         self.nodes: dict[str, MininetNode] = {}
+        self.shm_dirs: list[Path] = []
 
     def preflight(self) -> None:
         if os.geteuid() != 0:
@@ -193,7 +216,41 @@ class MininetBackend:
     def node(self, name: str) -> MininetNode:
         return self.nodes[name]
 
+    # -- what the runner asks: on Mininet every host shares this machine's /proc, files and clock,
+    # so host-local operations run here, in-process (harness.agent does the same over SSH). --------
+    def interfaces(self, name: str) -> list[Interface]:
+        return self.topology.interfaces[name]
+
+    def address(self, name: str) -> str:
+        return self.topology.address(name)
+
+    def clocks(self, reference: str) -> Clocks:
+        """Every namespace shares this machine's CLOCK_MONOTONIC: all offsets are 0."""
+        return Clocks(reference, {n: ClockOffset() for n in self.topology.spec.nodes}, ClockOffset())
+
+    def python(self, name: str) -> list[str]:
+        return ["env", f"PYTHONPATH={REPO}", sys.executable]
+
+    def tcp_connections(self, node: str, pid: int) -> list[dict]:
+        return tcp_connections(pid)
+
+    def pause(self, node: str, shm_dir: str, pid: int) -> PauseState:
+        return pause_process(shm_dir, pid)
+
+    def resume(self, node: str, shm_dir: str, pid: int) -> PauseState:
+        return resume_process(shm_dir, pid)
+
+    def interceptor(self, name: str, prefix: str = "nestlab-") -> tuple[str, dict[str, str]]:
+        shm = _interceptor.create_shm_dir(prefix=prefix)
+        if self.ledger:
+            self.ledger.add_path(shm)
+        self.shm_dirs.append(shm)
+        return str(shm), _interceptor.preload_env(shm, env={})
+
     def teardown(self) -> None:
+        for shm in self.shm_dirs:
+            _interceptor.remove_shm_dir(shm)
+        self.shm_dirs = []
         if self.net is None:
             return
         for node in self.nodes.values():
