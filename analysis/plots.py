@@ -269,7 +269,10 @@ def subgraph_figure(data, scored: pd.DataFrame, variant: str, module: int, path:
     diag = _diag_of(scored, variant)
     diag = diag[diag["module"].isin(mods)]
     cf = _is_cf(diag)
-    windows = _fault_windows(data)
+    # the faults that target a module of this subgraph (an app_pause targets the app's sockets too)
+    inside = set(mods)
+    windows = [w for w in _fault_windows(data)
+               if w[3] in inside or (w[0] == "app_pause" and w[3] is not None and inside & set(_graph(data)[0].get(w[3], ())))]
     h_heat = max(1.5, 0.17 * len(rows))
     fig, axes = plt.subplots(3, 1, figsize=(13, h_heat + 5.2), sharex=True,
                              gridspec_kw={"height_ratios": [h_heat, 2.4, 2.4]}, squeeze=False)
