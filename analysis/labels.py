@@ -29,7 +29,10 @@ The default, `impact`, is the seeds' criteria (thesis 3.5.2, NeST paper 5.2-5.3)
    A collateral module is an ancestor or descendant of a target in the graph during the fault.
 
 Rows whose counters were discarded as invalid (thesis 3.4: a counter that went backwards, a
-module's first snapshot as a baseline, a missing row) are always excluded.
+module's first snapshot as a baseline, a missing row) are always excluded. So are, by default
+(`after_end=exclude`), snapshots that end after the run's end (the `run_end` event), when the runner
+is stopping the workloads: an iperf that stops writing and reads its final report there is the
+harness's doing, not a fault's. `after_end=keep` scores them.
 
 `window` is a simpler, less conservative policy: targets are positive in every snapshot that
 overlaps the fault window, extended by `tail` seconds, whatever their counters say.
@@ -47,8 +50,7 @@ import pandas as pd
 
 from harness.errors import UserError
 
-CAUSE_NONE, CAUSE_ONEWAY, CAUSE_FAULT, CAUSE_COLLATERAL, CAUSE_INVALID = "", "oneway", "fault", "collateral", "invalid"
-CAUSES = (CAUSE_NONE, CAUSE_ONEWAY, CAUSE_FAULT, CAUSE_COLLATERAL, CAUSE_INVALID)
+CAUSES = ("", "oneway", "fault", "collateral", "invalid", "after_end")
 
 
 class LabelPolicy(Protocol):
@@ -238,9 +240,12 @@ def _oneway(data, f: _Frame) -> np.ndarray:
 
 
 def _result(f: _Frame, oneway: np.ndarray, fault_pos: np.ndarray, fault_id: np.ndarray,
-            coll_pos: np.ndarray, coll_id: np.ndarray, collateral: str, index) -> pd.DataFrame:
+            coll_pos: np.ndarray, coll_id: np.ndarray, collateral: str, index,
+            after_end: np.ndarray | None = None) -> pd.DataFrame:
     actual = oneway | fault_pos
     exclude = f.invalid.copy()
+    if after_end is not None:
+        exclude |= after_end
     if collateral == "positive":
         actual |= coll_pos
     elif collateral == "exclude":
@@ -250,6 +255,8 @@ def _result(f: _Frame, oneway: np.ndarray, fault_pos: np.ndarray, fault_id: np.n
     cause[fault_pos] = 2
     cause[oneway] = 1
     cause[f.invalid] = 4
+    if after_end is not None:
+        cause[after_end & ~f.invalid] = 5
     fid = np.where(fault_pos, fault_id, np.where(cause == 3, coll_id, -1))
     return pd.DataFrame({
         "actual": actual,
@@ -307,8 +314,12 @@ class _Policy:
         f = _Frame.of(data)
         oneway = _oneway(data, f) if self.values.get("oneway", True) else np.zeros(len(f.module), dtype=bool)
         fp, fi, cp, ci = self._faults(data, f, lambda rows, f0, f1: self._mark(f, rows, f0, f1))
+        stop = getattr(data, "stop", None)
+        after = None
+        if self.values.get("after_end", "exclude") == "exclude" and stop is not None:
+            after = f.t_end > stop
         return _result(f, oneway, fp, fi, cp, ci, self.values.get("collateral", "negative"),
-                       data.counters.index)
+                       data.counters.index, after)
 
     def _mark(self, f: _Frame, rows: np.ndarray, f0: float, f1: float) -> np.ndarray:
         raise NotImplementedError
@@ -325,6 +336,8 @@ class ImpactPolicy(_Policy):
                     "positive inbound (outbound)"),
         PolicyParam("collateral", "negative", _choice("negative", "exclude", "positive"),
                     "impact periods of modules a fault silences without targeting them (graph neighbours)"),
+        PolicyParam("after_end", "exclude", _choice("exclude", "keep"),
+                    "snapshots after the run's end, while the runner stops the workloads"),
     )
 
     def _mark(self, f, rows, f0, f1):
@@ -340,6 +353,7 @@ class WindowPolicy(_Policy):
         PolicyParam("oneway", True, _on_off, "as for impact"),
         PolicyParam("collateral", "negative", _choice("negative", "exclude", "positive"),
                     "graph neighbours of the targets during the window"),
+        PolicyParam("after_end", "exclude", _choice("exclude", "keep"), "as for impact"),
     )
 
     def _mark(self, f, rows, f0, f1):

@@ -200,6 +200,7 @@ class RunData:
     faults: pd.DataFrame        # id, kind, target (dict), target_module, start, end, description
     workloads: list[dict]       # the resolved spec's workloads (may be empty)
     t0: float                   # the run's time origin (manifest t0, else the first snapshot)
+    stop: float | None = None   # when the runner stopped the workloads (the run_end event), if known
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -297,6 +298,7 @@ def load_run_data(info: RunInfo | str | Path) -> RunData:
         procs = _frame(conn, "SELECT pid, workload, role, host, cmdline, started, ended, exit_code FROM processes "
                        "ORDER BY started", ["pid", "workload", "role", "host", "cmdline", "started", "ended",
                                             "exit_code"])
+        ends = _frame(conn, "SELECT mono FROM events WHERE kind = 'run_end' ORDER BY mono", ["mono"])
         faults = _frame(conn, "SELECT id, spec_index, kind, at_node, target, target_module, planned_start, "
                         "planned_duration, start, end FROM faults ORDER BY id",
                         ["id", "spec_index", "kind", "at_node", "target", "target_module", "planned_start",
@@ -319,7 +321,12 @@ def load_run_data(info: RunInfo | str | Path) -> RunData:
 
     faults["target"] = [_json(t) for t in faults["target"]]
     faults = _resolve_faults(faults, mods, manifest, end, warnings)
-    return RunData(info, run, snaps, counters_frame(run), mods, edges, procs, faults, workloads, t0, warnings)
+    stop = float(ends["mono"].iloc[0]) if len(ends) else None
+    duration = (manifest.get("spec") or {}).get("duration")
+    if stop is None and isinstance(manifest.get("t0"), int | float) and isinstance(duration, int | float):
+        stop = float(manifest["t0"]) + float(duration)
+    return RunData(info, run, snaps, counters_frame(run), mods, edges, procs, faults, workloads, t0, stop,
+                   warnings)
 
 
 def _attach_workloads(mods: pd.DataFrame, procs: pd.DataFrame, workloads: list[dict],

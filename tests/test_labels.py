@@ -15,7 +15,7 @@ import pytest
 from analysis.labels import impact_mask, label_run, parse_policy
 from analysis.runs import load_run_data, open_run
 from harness.errors import UserError
-from harness.store import create_db
+from harness.store import FORMAT_VERSION, create_db
 
 T0 = 1000.0
 DT = 0.1
@@ -39,6 +39,7 @@ class RunBuilder:
         self.procs: list[tuple] = []
         self.faults: list[tuple] = []
         self.raw: dict[tuple[int, str, int], int] = {}
+        self.events: list[tuple[float, str]] = []
 
     @staticmethod
     def t(seq: float) -> float:
@@ -65,6 +66,9 @@ class RunBuilder:
         self.faults.append((fid, 0, kind, "x1", target_module, json.dumps(target or {}), None, None,
                             None if start is None else T0 + start, None if end is None else T0 + end, "rule"))
         return fid
+
+    def event(self, kind: str, at: float) -> None:
+        self.events.append((T0 + at, kind))
 
     def write(self) -> Path:
         self.path.mkdir(parents=True, exist_ok=True)
@@ -99,11 +103,12 @@ class RunBuilder:
         conn.executemany("INSERT INTO counters VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
         conn.executemany("INSERT INTO processes VALUES (?, ?, ?, ?, ?, ?, ?, ?)", self.procs)
         conn.executemany("INSERT INTO faults VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self.faults)
+        conn.executemany("INSERT INTO events (mono, kind) VALUES (?, ?)", self.events)
         conn.commit()
         conn.close()
         if self.write_manifest:
             (self.path / "manifest.json").write_text(json.dumps({
-                "format_version": 1, "experiment": self.experiment, "status": self.status, "t0": T0,
+                "format_version": FORMAT_VERSION, "experiment": self.experiment, "status": self.status, "t0": T0,
                 "monitor": {"host": "h1", "address": "10.0.1.1", "interface": self.monitor_if},
                 "spec": {"workloads": self.workloads}}))
         return self.path
@@ -362,3 +367,15 @@ def test_bad_policies():
             parse_policy(spec)
     assert parse_policy("impact").name == "impact"
     assert parse_policy("impact:lookback=2,collateral=exclude").name == "impact:lookback=2,collateral=exclude"
+
+
+def test_snapshots_after_the_run_end_are_excluded_by_default(tmp_path):
+    b = RunBuilder(tmp_path / "r", 30, workloads=[WGET])
+    app, sock, _tcp = _app(b, 100, "wget http://x/f", [{"dport": 80}], 0)
+    b.event("run_end", 2.25)          # the runner stops the workloads: snapshots 23.. end after it
+    data, lab = labelled(b)
+    assert positives(lab, sock, "out") == list(range(1, 23))
+    row = lab[(lab["module"] == sock) & (lab["dir"] == "out")].set_index("seq")
+    assert row.loc[23:, "exclude"].all() and set(row.loc[23:, "cause"]) == {"after_end"}
+    kept = label_run(data, "impact:after_end=keep")
+    assert positives(kept, sock, "out") == list(range(1, 30))
