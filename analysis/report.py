@@ -297,6 +297,8 @@ def slug(text: str) -> str:
 
 def runs_title(ev: Evaluation) -> str:
     n = len(ev.runs)
+    if n == 0:
+        return "no runs"
     if n == 1:
         p = ev.runs[0]
         return f"run {p.parent.name}/{p.name}"

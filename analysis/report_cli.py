@@ -158,7 +158,7 @@ def _evaluate(args, variants, keep=False):
                 print(f"[{k}/{len(runs)}] {r}", file=sys.stderr, flush=True)
             yield r
 
-    return runs, evaluate(progress(), variants, args.policy, keep=keep, on_warning=_warn)
+    return runs, evaluate(progress(), variants, args.policy, keep=keep, on_warning=_warn, skip_bad=len(runs) > 1)
 
 
 def _out_dir(args, runs: list[Path]) -> Path:

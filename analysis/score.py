@@ -141,23 +141,37 @@ class Evaluation:
 
 
 def evaluate(runs: Iterable[str | Path], variants: Sequence[str] = ("flowdiagnoser:theta=2",),
-             policy=None, keep: bool = False, on_warning=None) -> Evaluation:
+             policy=None, keep: bool = False, on_warning=None, skip_bad: bool = False) -> Evaluation:
     """Diagnose, label and count each run. keep=True keeps each run's data and scored frame (plots).
 
     on_warning(run_name, message) is called for each warning about a run (default: collected only).
+    skip_bad=True skips a run that cannot be analysed (no snapshots, no run.db, ...) with a warning
+    instead of raising UserError; UserError is still raised when no run at all could be analysed.
     """
     from analysis.diagnose import as_variants, diagnose_run
     from analysis.labels import parse_policy
     from analysis.runs import load_run_data, open_run
+    from harness.errors import UserError
 
     vs = as_variants(variants)
     names = [v.name for v in vs]
     pol = parse_policy(policy)
     parts, paths, warnings = [], [], []
     ev = Evaluation(pd.DataFrame(), names, pol.name, paths, warnings)
+    tried = 0
     for r in runs:
-        info = open_run(r)
-        data = load_run_data(info)
+        tried += 1
+        try:
+            info = open_run(r)
+            data = load_run_data(info)
+        except UserError as e:
+            if not skip_bad:
+                raise
+            msg = str(e).removeprefix(f"{r}: ").removeprefix(f"{Path(r)}: ")
+            warnings.append(f"{r}: skipped: {msg}")
+            if on_warning:
+                on_warning(str(r), f"skipped: {msg}")
+            continue
         for w in data.warnings:
             warnings.append(f"{info.name}: {w}")
             if on_warning:
@@ -175,6 +189,8 @@ def evaluate(runs: Iterable[str | Path], variants: Sequence[str] = ("flowdiagnos
         if keep:
             ev.data[info.path] = data
             ev.scored[info.path] = scored
+    if skip_bad and tried and not parts:
+        raise UserError(f"none of the {tried} runs could be analysed")
     cols = ["run", "variant", "dir", "module", "kind", "rows", "TP", "TN", "FP", "FN"]
     ev.counts = pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
     return ev

@@ -266,3 +266,18 @@ def test_summarize_run(run, capsys):
     assert csv["TP"].tolist() == t["TP"].tolist()
     assert compare_table(evaluate([path], ["flowdiagnoser", "nest-cf"]).counts,
                          ["flowdiagnoser:theta=2", "nest-cf"]).shape[0] == len(SECTIONS) * len(ROWS)
+
+
+def test_a_set_of_runs_skips_one_that_cannot_be_analysed(tmp_path, capsys):
+    root = tmp_path / "results" / "hand"
+    make_run(root / "20260101-000000-r0")
+    RunBuilder(root / "20260101-000100-r1", 0).write()   # the run failed before its first snapshot
+    assert nestlab_main(["accuracy", str(root)]) == 0
+    cap = capsys.readouterr()
+    assert "skipped: no snapshots recorded" in cap.err
+    assert "ground truth impact, run hand/20260101-000000-r0" in cap.out   # only the good run counted
+    only_bad = tmp_path / "bad"
+    RunBuilder(only_bad / "a", 0).write()
+    RunBuilder(only_bad / "b", 0).write()
+    assert nestlab_main(["accuracy", str(only_bad)]) == 2
+    assert "none of the 2 runs could be analysed" in capsys.readouterr().err
