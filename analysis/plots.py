@@ -470,6 +470,8 @@ def plot_run(data, scored: pd.DataFrame, variant: str, out_dir: Path,
     """Every figure of a run into out_dir; returns the files written."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if scored.empty or data.modules.empty:
+        return []  # nothing was diagnosed: no figure to draw
     files = [diagnosis_overview(data, scored, variant, out_dir / "diagnosis-overview.png"),
              module_timeline(data, out_dir / "module-timeline.png")]
     for m in modules if modules is not None else default_subgraphs(data):

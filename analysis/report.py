@@ -361,7 +361,8 @@ def summarize_run(run_dir: str | Path, variants: Sequence[str] = DEFAULT_VARIANT
         try:
             from analysis.plots import plot_run
 
-            plot_run(data, scored, variant, out)
+            if not plot_run(data, scored, variant, out):
+                _print("note: nothing was diagnosed, so no figures", sys.stderr)
         except Exception as e:  # a figure must not hide the table a run ended with
             _print(f"warning: figures not drawn: {type(e).__name__}: {e}", sys.stderr)
     _print(f"\nanalysis: tables and figures written to {out}")

@@ -176,7 +176,14 @@ def evaluate(runs: Iterable[str | Path], variants: Sequence[str] = ("flowdiagnos
             warnings.append(f"{info.name}: {w}")
             if on_warning:
                 on_warning(info.name, w)
-        diag = diagnose_run(data.run, vs)
+        if data.run.stretches:
+            diag = diagnose_run(data.run, vs)
+        else:  # snapshots but no counters: nothing to diagnose (the engine needs at least one stretch)
+            diag = _empty_diagnosis()
+            msg = "no module counters recorded; every count is 0"
+            warnings.append(f"{info.name}: {msg}")
+            if on_warning:
+                on_warning(info.name, msg)
         labels = pol.label(data)
         scored = join_labels(diag, data.counters.join(labels))
         counts = module_counts(scored)
@@ -194,6 +201,14 @@ def evaluate(runs: Iterable[str | Path], variants: Sequence[str] = ("flowdiagnos
     cols = ["run", "variant", "dir", "module", "kind", "rows", "TP", "TN", "FP", "FN"]
     ev.counts = pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
     return ev
+
+
+def _empty_diagnosis() -> pd.DataFrame:
+    return pd.DataFrame({"variant": pd.Categorical([]), "dir": pd.Categorical([], categories=["in", "out"]),
+                         "module": pd.Series([], dtype=np.int64), "kind": pd.Categorical([]),
+                         "seq": pd.Series([], dtype=np.int64), "label": pd.Categorical([]),
+                         "cf": pd.Series([], dtype=float), "positive": pd.Series([], dtype=bool),
+                         "invalid": pd.Series([], dtype=bool)})
 
 
 # ----------------------------------------------------------------------------- tables

@@ -281,3 +281,13 @@ def test_a_set_of_runs_skips_one_that_cannot_be_analysed(tmp_path, capsys):
     RunBuilder(only_bad / "b", 0).write()
     assert nestlab_main(["accuracy", str(only_bad)]) == 2
     assert "none of the 2 runs could be analysed" in capsys.readouterr().err
+
+
+def test_run_with_snapshots_but_no_modules(tmp_path, capsys):
+    """The collector ran but saw no connection: every count is 0, no figure, no crash."""
+    path = RunBuilder(tmp_path / "hand" / "r0", 5, workloads=[WGET]).write()
+    out = summarize_run(path)
+    cap = capsys.readouterr()
+    assert "no module counters recorded" in cap.err and "no figures" in cap.err
+    t = pd.read_csv(out / "accuracy.csv", keep_default_na=False)
+    assert (t["Total"] == 0).all() and (t["TPR"] == "").all()
