@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import matplotlib
@@ -44,10 +45,18 @@ CMAPS = {
 }
 ABSENT = np.array([0.92, 0.92, 0.92, 1.0])
 MAX_SUBGRAPH = 14
+MAX_OVERVIEW = 48
 DPI = 110
 
 
 # ----------------------------------------------------------------------------- helpers
+
+
+def _tight(fig, **kw) -> None:
+    with warnings.catch_warnings():  # very short runs: matplotlib cannot always fit the margins
+        warnings.simplefilter("ignore", UserWarning)
+        fig.tight_layout(**kw)
+
 
 
 def short_name(data, m: int) -> str:
@@ -168,9 +177,18 @@ def diagnosis_overview(data, scored: pd.DataFrame, variant: str, path: Path,
     diag = _diag_of(scored, variant)
     seqs, t = _times(data)
     kinds = data.modules["kind"]
+    hidden = 0
     if modules is None:
-        present = sorted(set(diag["module"].unique().tolist()))
+        present = diag["module"].unique().tolist()
+        if len(present) > MAX_OVERVIEW:
+            # the fault targets first, then the modules with most positives (diagnosed or actual)
+            targets = set(data.faults["target_module"].dropna().astype(int).tolist())
+            score = (diag["positive"] | (diag["actual"] & ~diag["exclude"])).groupby(diag["module"]).sum()
+            ranked = sorted(present, key=lambda m: (m not in targets, -int(score.get(m, 0)), m))
+            hidden = len(present) - MAX_OVERVIEW
+            present = ranked[:MAX_OVERVIEW]
         modules = sorted(present, key=lambda x: (KIND_ORDER.get(kinds.get(x, ""), 9), x))
+        diag = diag[diag["module"].isin(modules)]
     cf = _is_cf(diag)
     windows = _fault_windows(data)
     n = max(1, len(modules))
@@ -206,7 +224,8 @@ def diagnosis_overview(data, scored: pd.DataFrame, variant: str, path: Path,
             ax.axvline(b, color=FAULT_COLOURS.get(kind, "#999999"), lw=0.6, alpha=0.8, ls=":")
         ax.set_yticks(range(n))
         ax.set_yticklabels([short_name(data, m) for m in modules], fontsize=7)
-        ax.set_title(f"{title} diagnosis, {variant}", fontsize=9, loc="left", pad=8)
+        more = f" ({n} of {n + hidden} modules: the fault targets and the most often positive)" if hidden else ""
+        ax.set_title(f"{title} diagnosis, {variant}{more}", fontsize=9, loc="left", pad=8)
         ax.set_xlim(x0, x1)
     axes[1, 0].set_xlabel("time since workload start (s)")
     handles = [] if cf else [Patch(color=STRIP_COLOURS[c], label=lab) for lab, c in STRIP_CODE.items()]
@@ -214,7 +233,7 @@ def diagnosis_overview(data, scored: pd.DataFrame, variant: str, path: Path,
     handles += [plt.Line2D([], [], color="black", lw=1.6, label="ground truth positive")]
     handles += _fault_legend(windows)
     fig.legend(handles=handles, loc="lower center", ncol=min(8, len(handles)), fontsize=7, frameon=False)
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    _tight(fig, rect=(0, 0.04, 1, 1))
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return path
@@ -326,7 +345,7 @@ def subgraph_figure(data, scored: pd.DataFrame, variant: str, module: int, path:
                       fontsize=6.5, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     axes[2, 0].set_xlabel("time since workload start (s)")
     axes[2, 0].set_xlim(*(window or (x0, x1)))
-    fig.tight_layout()
+    _tight(fig)
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return path
@@ -425,7 +444,7 @@ def module_timeline(data, path: Path, workload: int | None = None, max_apps: int
     axes[1, 0].set_xlim(min(0.0, float(data.snapshots["mono"].iloc[0]) - data.t0), end)
     if windows:
         fig.legend(handles=_fault_legend(windows), fontsize=7, loc="upper right", frameon=False, ncol=3)
-    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    _tight(fig, rect=(0, 0, 1, 0.97))
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return path

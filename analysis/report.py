@@ -216,52 +216,53 @@ def stalled_list(data, scored: pd.DataFrame, variant: str) -> pd.DataFrame:
     s = scored[(scored["variant"] == variant) & ~scored["exclude"]]
     cols = ["module", "kind", "name", "dir", "positive", "DONTCARE", "BLOCKED", "HEALTHY", "transient",
             "longest", "mean_s", "max_s", "queued_min", "queued_max", "FP"]
-    if s.empty:
+    ever = s[s["positive"]][["module", "dir"]].drop_duplicates()
+    if ever.empty:
         return pd.DataFrame(columns=cols)
-    q = data.counters[["module", "dir", "seq", "queued", "has_queue"]]
+    keys = pd.MultiIndex.from_arrays([s["module"], s["dir"].astype(str)])
+    s = s[keys.isin(pd.MultiIndex.from_arrays([ever["module"], ever["dir"].astype(str)]))]
+    s = s.sort_values(["module", "dir", "seq"], kind="stable")
+    label = s["label"].astype(str).to_numpy() if "label" in s else np.full(len(s), "")
+    cf = bool(s["label"].isna().all()) if "label" in s else True
+    q = data.counters[data.counters["has_queue"]]
+    qstats = q.groupby(["module", q["dir"].astype(str)], observed=True)["queued"].agg(["min", "max"])
     mono = data.snapshots["mono"]
+    start = data.snapshots["start"].fillna(data.snapshots["mono"])
+    mod = s["module"].to_numpy()
+    dirs = s["dir"].astype(str).to_numpy()
+    pos = s["positive"].to_numpy(bool)
+    act = s["actual"].to_numpy(bool)
+    seq = s["seq"].to_numpy()
+    cut = np.flatnonzero((mod[1:] != mod[:-1]) | (dirs[1:] != dirs[:-1])) + 1
     recs = []
-    for (m, d), g in s.groupby(["module", "dir"], observed=True, sort=False):
-        pos = g["positive"].to_numpy(bool)
-        if not pos.any():
-            continue
-        g = g.sort_values("seq")
-        pos = g["positive"].to_numpy(bool)
-        seqs = g["seq"].to_numpy()
-        # consecutive = adjacent snapshot seqs
-        runs, cur = [], None
-        for i in np.flatnonzero(pos):
-            if cur is not None and seqs[i] == seqs[cur[1]] + 1:
-                cur[1] = i
-            else:
-                if cur is not None:
-                    runs.append(cur)
-                cur = [i, i]
-        runs.append(cur)
-        lengths = [b - a + 1 for a, b in runs]
-        spans = [float(mono.get(seqs[b], np.nan) - mono.get(seqs[a] - 1, mono.get(seqs[a], np.nan)))
-                 for (a, b), n in zip(runs, lengths, strict=True) if n > 1]
-        labels = g["label"].astype(str) if "label" in g else pd.Series(dtype=str)
-        qq = q[(q["module"] == m) & (q["dir"] == d) & q["has_queue"]]["queued"]
+    for a, b in zip(np.r_[0, cut], np.r_[cut, len(s)], strict=True):
+        p, sq = pos[a:b], seq[a:b]
+        # runs of consecutive positive snapshots (adjacent seqs)
+        brk = np.r_[True, ~p[:-1] | (np.diff(sq) != 1)] & p
+        run_id = np.cumsum(brk)[p]
+        first = sq[p][np.r_[True, run_id[1:] != run_id[:-1]]]
+        last = sq[p][np.r_[run_id[1:] != run_id[:-1], True]]
+        lengths = np.bincount(run_id)[1:]
+        long = lengths > 1
+        spans = mono.reindex(last[long]).to_numpy() - start.reindex(first[long]).to_numpy()
+        m, d = int(mod[a]), str(dirs[a])
+        lab = label[a:b]
+        qs = qstats.loc[(m, d)] if (m, d) in qstats.index else None
         recs.append({
-            "module": int(m), "kind": data.modules["kind"].get(m, ""), "name": data.modules["name"].get(m, ""),
-            "dir": str(d), "positive": int(pos.sum()),
-            "DONTCARE": int((labels == "DONTCARE").sum()) if len(labels) else None,
-            "BLOCKED": int((labels == "BLOCKED").sum()) if len(labels) else None,
-            "HEALTHY": int((labels == "HEALTHY").sum()) if len(labels) else None,
-            "transient": sum(1 for n in lengths if n == 1), "longest": max(lengths),
-            "mean_s": round(float(np.mean(spans)), 2) if spans else None,
-            "max_s": round(float(np.max(spans)), 2) if spans else None,
-            "queued_min": int(qq.min()) if len(qq) else None, "queued_max": int(qq.max()) if len(qq) else None,
-            "FP": int((pos & ~g["actual"].to_numpy(bool)).sum()),
+            "module": m, "kind": data.modules["kind"].get(m, ""), "name": data.modules["name"].get(m, ""),
+            "dir": d, "positive": int(p.sum()),
+            "DONTCARE": None if cf else int((lab == "DONTCARE").sum()),
+            "BLOCKED": None if cf else int((lab == "BLOCKED").sum()),
+            "HEALTHY": None if cf else int((lab == "HEALTHY").sum()),
+            "transient": int((lengths == 1).sum()), "longest": int(lengths.max()),
+            "mean_s": round(float(np.mean(spans)), 2) if spans.size else None,
+            "max_s": round(float(np.max(spans)), 2) if spans.size else None,
+            "queued_min": None if qs is None else int(qs["min"]), "queued_max": None if qs is None else int(qs["max"]),
+            "FP": int((p & ~act[a:b]).sum()),
         })
-    if not recs:
-        return pd.DataFrame(columns=cols)
     out = pd.DataFrame.from_records(recs, columns=cols)
     for c in ("DONTCARE", "BLOCKED", "HEALTHY", "queued_min", "queued_max"):
         out[c] = out[c].astype("Int64")
-    if s["label"].isna().all():  # certainty-factor variant: no labels
-        out[["DONTCARE", "BLOCKED", "HEALTHY"]] = None
     return out.sort_values(["positive", "module"], ascending=[False, True], ignore_index=True)
 
 
