@@ -314,6 +314,38 @@ def _read_counters(conn) -> dict[str, np.ndarray]:
             "vals": np.where(has, a[:, 1:], 0.0), "has": has}
 
 
+def dense_counter_rows(rows: dict[str, np.ndarray], pos: np.ndarray, end_pos: np.ndarray,
+                       seqs: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Carry stored counter rows forward to every snapshot of the module's lifetime.
+
+    The collector writes a (module, direction) row only when its values change (format 2): a
+    snapshot without a row has the values of the last row before it, until the module dies.
+    pos: each row's snapshot position; end_pos[module id]: first position after the module's life.
+    Returns the rows, one per (module, direction, position) from the first row to the end, and
+    their positions. Dense input (format 1) comes back unchanged.
+    """
+    n = len(pos)
+    if n == 0:
+        return rows, pos
+    s_count = len(seqs)
+    group = rows["module"] * 2 + rows["out"]
+    order = np.lexsort((pos, group))
+    g, p = group[order], pos[order]
+    first = np.ones(n, dtype=bool)
+    first[1:] = g[1:] != g[:-1]
+    heads = np.flatnonzero(first)
+    last_row = np.append(heads[1:] - 1, n - 1)
+    starts = p[heads]
+    ends = np.maximum(end_pos[g[heads] // 2], p[last_row] + 1)
+    lengths = ends - starts
+    dense_g = np.repeat(g[heads], lengths)
+    dense_pos = np.repeat(starts, lengths) + np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    src = order[np.searchsorted(g * s_count + p, dense_g * s_count + dense_pos, side="right") - 1]
+    dense = {"seq": seqs[dense_pos], "module": dense_g // 2, "out": (dense_g % 2).astype(bool),
+             "vals": rows["vals"][src], "has": rows["has"][src]}
+    return dense, dense_pos
+
+
 def load_run(run_dir: str | Path) -> Run:
     """Read a run directory (or a run.db path) into stretches of constant graph."""
     from harness.store import connect
@@ -325,15 +357,15 @@ def load_run(run_dir: str | Path) -> Run:
     conn = connect(db, readonly=True)
     try:
         snaps = conn.execute("SELECT seq, mono FROM snapshots ORDER BY seq").fetchall()
-        mods = conn.execute("SELECT id, kind, name FROM modules").fetchall()
+        mods = conn.execute("SELECT id, kind, name, died FROM modules").fetchall()
         edge_rows = conn.execute("SELECT parent, child, born, died FROM edges").fetchall()
         rows = _read_counters(conn)
     finally:
         conn.close()
     seqs = np.array([s for s, _ in snaps], dtype=np.int64)
     mono = np.array([m for _, m in snaps], dtype=np.float64)
-    kind = {i: k for i, k, _ in mods}
-    name = {i: n for i, _, n in mods}
+    kind = {i: k for i, k, _, _ in mods}
+    name = {i: n for i, _, n, _ in mods}
     run = Run(path, [], kind, name, seqs)
     if len(seqs) == 0 or len(rows["seq"]) == 0 or not kind:
         return run
@@ -344,6 +376,11 @@ def load_run(run_dir: str | Path) -> Run:
     known &= np.isin(rows["module"], np.fromiter(kind, dtype=np.int64, count=len(kind)))
     rows = {k: v[known] for k, v in rows.items()}
     pos = pos[known]
+    end_pos = np.full(max(kind) + 1, len(seqs), dtype=np.int64)  # alive at the end (or killed)
+    for i, _, _, died in mods:
+        if died is not None:
+            end_pos[i] = np.searchsorted(mono, died, side="left")
+    rows, pos = dense_counter_rows(rows, pos, end_pos, seqs)
 
     # Deltas per direction on rows sorted by (module, seq); then re-sorted by snapshot for slicing.
     zero_ids = np.fromiter((i for i, k in kind.items() if k in STARTS_AT_ZERO), dtype=np.int64)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: counter rows only when values change (1: a row every snapshot)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -40,7 +40,9 @@ CREATE TABLE IF NOT EXISTS snapshots (
     wall REAL NOT NULL               -- time.time() at the same moment
 );
 -- Raw cumulative values; the analysis computes deltas. NULL = unsupported for that module kind.
--- One row per (seq, module, dir). A plain rowid table: appends are ~35% cheaper than a keyed
+-- A row for (seq, module, dir) when the values differ from that module/direction's previous row
+-- (and at the module's first snapshot); between rows, and until the module dies, the values are
+-- those of the last row (see dense_counter_rows in analysis/graph.py). A plain rowid table: appends are ~35% cheaper than a keyed
 -- table; the (module, seq) index is built when the recording ends (see INDEXES).
 CREATE TABLE IF NOT EXISTS counters (
     seq INTEGER NOT NULL,

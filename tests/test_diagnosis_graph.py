@@ -106,8 +106,8 @@ def test_deltas_and_the_thesis_3_4_rule(small_run):
     # A connection born mid-run counts from zero.
     assert _series(run, 5, "in", "tm") == [4, 1, 1] and not any(_series(run, 5, "in", "invalid"))
     assert _series(run, 6, "out", "errors") == [0, 1, 1]
-    # A missing row is no measurement.
-    assert _series(run, 3, "out", "invalid")[5] and _series(run, 3, "out", "tm")[5] == 0
+    # A missing row (format 2) means the values did not change: carried forward, a valid zero delta.
+    assert not _series(run, 3, "out", "invalid")[5] and _series(run, 3, "out", "tm")[5] == 0
 
 
 def test_diagnose_run_frame(small_run):

@@ -36,6 +36,7 @@ class ModuleTracker:
         self.commit_every = commit_every
         self.last_commit = -1e9
         self.ids: dict[str, int] = {}                # live key -> module id
+        self.last: dict[tuple[int, str], tuple] = {}   # (module id, dir) -> values last written
         self.edges: set[tuple[int, int]] = set()     # live (parent id, child id)
         row = db.execute("SELECT coalesce(max(id), 0) FROM modules").fetchone()
         self.next_id = row[0] + 1
@@ -53,12 +54,22 @@ class ModuleTracker:
                 self.next_id += 1
                 births.append((mid, ob.kind, ob.name, ob.key, json.dumps(ob.attrs), now))
             seen[ob.key] = mid
-        seq = self.seq
-        rows = [(seq, seen[ob.key], d, c.get("total_msgs"), c.get("wait_ms"), c.get("queued"),
-                 c.get("errors"), c.get("bytes"))
-                for ob in observations for d, c in ob.counters.items()]
+        # A row only when a module/direction's values differ from the last row written (always at
+        # birth): readers carry values forward within the module's lifetime (docs/run-format.md).
+        # Idle connections then cost nothing to store, which is most of them on a busy host.
+        seq, last, rows = self.seq, self.last, []
+        for ob in observations:
+            mid = seen[ob.key]
+            for d, c in ob.counters.items():
+                vals = (c.get("total_msgs"), c.get("wait_ms"), c.get("queued"), c.get("errors"), c.get("bytes"))
+                if last.get((mid, d)) != vals:
+                    last[(mid, d)] = vals
+                    rows.append((seq, mid, d, *vals))
         edges = {(seen[ob.key], seen[child]) for ob in observations for child in ob.children if child in seen}
         deaths = [(now, mid) for key, mid in ids.items() if key not in seen]
+        for _, mid in deaths:
+            last.pop((mid, "in"), None)
+            last.pop((mid, "out"), None)
 
         if not db.in_transaction:
             db.execute("BEGIN")
