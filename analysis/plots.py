@@ -397,9 +397,18 @@ def module_timeline(data, path: Path, workload: int | None = None, max_apps: int
         wls = mods["workload"].dropna()
         workload = int(wls.min()) if len(wls) else None
     bottom: list[tuple[str, list[tuple[float, float]], str]] = []
+    all_apps = mods[mods["kind"] == "app"]
     if workload is not None:
         sel = mods[mods["workload"] == workload]
-        if not clients.empty:
+        bottom_title = f"Workload {workload}: processes, applications, their sockets and TCP connections"
+    elif len(all_apps):  # no workload known: the first application
+        sel = all_apps.iloc[:1]
+        bottom_title = f"{short_name(data, int(sel.index[0]))}: its sockets and TCP connections"
+    else:
+        sel = mods.iloc[:0]
+        bottom_title = "No applications or workload modules"
+    if len(sel):
+        if workload is not None and not clients.empty:
             g = clients[clients["workload"] == workload]
             for k, lane in enumerate(_lanes([span(s, e) for s, e in zip(g["started"], g["ended"], strict=True)])):
                 bottom.append((f"w{workload} processes" + (f" [{k + 1}]" if k else ""), lane, "#fcbba1"))
@@ -430,8 +439,7 @@ def module_timeline(data, path: Path, workload: int | None = None, max_apps: int
     fig, axes = plt.subplots(2, 1, figsize=(12, 1.8 + 0.28 * (n_top + n_bot)), sharex=True, squeeze=False,
                              gridspec_kw={"height_ratios": [n_top + 0.8, n_bot + 0.8]})
     for ax, rows, title in ((axes[0, 0], top, f"Processes on the monitored host {host or ''}"),
-                            (axes[1, 0], bottom, f"Workload {workload}: processes, applications, their sockets and "
-                             "TCP connections" if workload is not None else "No workload modules")):
+                            (axes[1, 0], bottom, bottom_title)):
         _shade(ax, windows, alpha=0.2)
         for i, (_label, spans, colour) in enumerate(rows):
             ax.broken_barh(spans, (i - 0.35, 0.7), facecolors=colour, edgecolor="black", lw=0.3)
