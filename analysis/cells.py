@@ -62,8 +62,8 @@ class Batch:
             if self.stretches:
                 self._cache[d] = Counters(*(np.concatenate([getattr(st.counters[d], f).ravel()
                                                             for st in self.stretches]) for f in names))
-            else:
-                self._cache[d] = Counters(*(np.zeros(0) for _ in names))
+            else:  # no cells (a run whose collector saw no module): empty, with the right dtypes
+                self._cache[d] = Counters(*(a.ravel() for a in vars(Counters.empty(0, 0)).values()))
         return self._cache[d]
 
     def split(self, flat: np.ndarray) -> list[np.ndarray]:

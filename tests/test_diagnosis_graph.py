@@ -192,3 +192,15 @@ def test_null_counter_is_unsupported():
     st = stretch_from_json(doc(snapshots=[{"in": {"s": {"total_msgs": 0, "wait_ms": None}}}]))
     assert not st.counters["in"].has_wait[1, 0]
     assert np.array_equal(st.seqs, [0])
+
+
+def test_a_run_without_counters_diagnoses_to_nothing(tmp_path):
+    import time
+
+    from harness.store import create_db
+
+    db = create_db(tmp_path / "run.db")
+    db.executemany("INSERT INTO snapshots VALUES (?,?,?)", [(i, i * 0.1, time.time()) for i in range(3)])
+    db.commit()
+    frame = diagnose_run(tmp_path, ["flowdiagnoser", "nest-cf"])
+    assert len(frame) == 0 and list(frame.columns)[:3] == ["variant", "dir", "module"]
