@@ -1,0 +1,57 @@
+"""End to end: a short real run with every fault kind, then the accuracy table command on it."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+
+import pytest
+
+from tests.conftest import REPO, VENV_BIN, write
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+SPEC = f"""\
+name: e2e_all
+topology: {REPO / "topologies" / "dumbbell.yaml"}
+duration: 24s
+seed: 2
+monitor: site1n1
+workloads:
+  - {{kind: wget, host: site1n1, server: site2n1, file_size: 500MB}}
+  - {{kind: iperf, host: site1n1, server: site2n2, direction: upload, parallel: 2}}
+faults:
+  - {{kind: tcp_drop, at: x1, target: {{workload: 0}}, schedule: {{at: [5s], duration: 2s}}}}
+  - {{kind: app_pause, target: {{workload: 1}}, schedule: {{at: [11s], duration: 2s}}}}
+  - {{kind: ip_drop, at: x1, schedule: {{at: [17s], duration: 2s}}}}
+"""
+ROWS = ["iperf", "wget", "socket", "s:iperf", "s:wget", "TCP", "ip+eth", "all modules"]
+
+
+def test_every_fault_kind_then_the_accuracy_table(tmp_path, no_leftovers):
+    results = tmp_path / "results"
+    r = subprocess.run([VENV_BIN / "run-experiment", str(write(tmp_path, "all.yaml", SPEC)), "--results", str(results)],
+                       capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (run,) = results.glob("e2e_all/*")
+    assert "| Inbound" in r.stdout and "tables and figures written to" in r.stdout + r.stderr
+    faults = json.loads((run / "manifest.json").read_text())["counts"]["faults"]
+    assert faults == 3
+
+    out = tmp_path / "tables"
+    r = subprocess.run([VENV_BIN / "nestlab", "accuracy", str(run), "--out", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert {p.name for p in out.iterdir()} >= {"accuracy.md", "accuracy.csv", "accuracy.tex"}
+    table = {(row["section"], row["row"]): row for row in csv.DictReader((out / "accuracy.csv").open())}
+    assert set(table) == {(s, r) for s in ("Inbound", "Outbound", "Total") for r in ROWS}
+    for row in table.values():
+        n = {k: int(row[k]) for k in ("Total", "AP", "AN", "TP", "TN", "FP", "FN")}
+        assert n["TP"] + n["FN"] == n["AP"] and n["TN"] + n["FP"] == n["AN"] and n["AP"] + n["AN"] == n["Total"]
+        for rate in ("TPR", "FPR", "PPV", "TNR", "FNR", "NPV"):
+            assert row[rate] == "" or 0 <= float(row[rate]) <= 100  # undefined = blank, never NaN
+    for name in ("iperf", "wget", "socket", "s:iperf", "s:wget"):
+        row = table[("Total", name)]
+        assert int(row["AP"]) > 0 and float(row["TPR"]) >= 95, (name, row)
+    # Each fault found its target: positives in the TCP and ip+eth rows too.
+    assert int(table[("Total", "TCP")]["TP"]) > 0 and int(table[("Total", "ip+eth")]["TP"]) > 0
