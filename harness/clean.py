@@ -19,6 +19,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -42,15 +43,17 @@ def alive(pid: int, start_time: int | None = None) -> bool:
 class Ledger:
     def __init__(self, run_id: str, run_dir: Path):
         LEDGER_DIR.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
         self.path = LEDGER_DIR / f"{run_id}.json"
         self.data = {"run_id": run_id, "run_dir": str(run_dir), "runner_pid": os.getpid(),
                      "runner_start": _proc_start_time(os.getpid()), "processes": [], "links": [], "paths": []}
         self._save()
 
     def _save(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data, indent=1))
-        os.replace(tmp, self.path)
+        with self._lock:   # the SSH backend records from several threads at once
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.data, indent=1))
+            os.replace(tmp, self.path)
 
     def add_process(self, pid: int, what: str) -> None:
         self.data["processes"].append({"pid": pid, "start": _proc_start_time(pid), "what": what})
@@ -69,52 +72,61 @@ class Ledger:
         self.data["paths"].append(str(path))
         self._save()
 
-    # -- testbed nodes (harness.backends.ssh) ------------------------------------------------------
+    # -- testbed nodes (harness.backends.ssh; called from several threads) ------------------------
     def _remote(self) -> dict:
         return self.data.setdefault("remote", {"nodes": {}, "processes": [], "undo": [], "paths": [],
                                                "salvage": None})
 
     def add_remote_node(self, node: str, params: dict) -> None:
         """How to reach a node again (host, port, user, key, known_hosts, sudo), for `cleanup`."""
-        self._remote()["nodes"][node] = params
-        self._save()
+        with self._lock:
+            self._remote()["nodes"][node] = params
+            self._save()
 
     def add_remote_process(self, node: str, pid: int, start: str, what: str) -> None:
-        self._remote()["processes"].append({"node": node, "pid": pid, "start": start, "what": what})
-        self._save()
+        with self._lock:
+            self._remote()["processes"].append({"node": node, "pid": pid, "start": start, "what": what})
+            self._save()
 
     def drop_remote_process(self, node: str, pid: int) -> None:
-        r = self._remote()
-        r["processes"] = [p for p in r["processes"] if (p["node"], p["pid"]) != (node, pid)]
-        self._save()
+        with self._lock:
+            r = self._remote()
+            r["processes"] = [p for p in r["processes"] if (p["node"], p["pid"]) != (node, pid)]
+            self._save()
 
     def add_undo(self, node: str, argv: list[str], what: str) -> None:
         """A command that undoes a change made on a node (run by teardown, or by `cleanup`)."""
-        self._remote()["undo"].append({"node": node, "argv": list(argv), "what": what})
-        self._save()
+        with self._lock:
+            self._remote()["undo"].append({"node": node, "argv": list(argv), "what": what})
+            self._save()
 
     def drop_undo(self, entry: dict) -> None:
-        r = self._remote()
-        r["undo"] = [u for u in r["undo"] if u != entry]
-        self._save()
+        with self._lock:
+            r = self._remote()
+            r["undo"] = [u for u in r["undo"] if u != entry]
+            self._save()
 
     def add_remote_path(self, node: str, path: str) -> None:
-        self._remote()["paths"].append({"node": node, "path": path})
-        self._save()
+        with self._lock:
+            self._remote()["paths"].append({"node": node, "path": path})
+            self._save()
 
     def drop_remote_path(self, node: str, path: str) -> None:
-        r = self._remote()
-        r["paths"] = [p for p in r["paths"] if (p["node"], p["path"]) != (node, path)]
-        self._save()
+        with self._lock:
+            r = self._remote()
+            r["paths"] = [p for p in r["paths"] if (p["node"], p["path"]) != (node, path)]
+            self._save()
 
     def set_salvage(self, node: str, db: str, logs: str) -> None:
         """Where the collector's run.db and the logs are, so that `cleanup` can bring them back."""
-        self._remote()["salvage"] = {"node": node, "db": db, "logs": logs}
-        self._save()
+        with self._lock:
+            self._remote()["salvage"] = {"node": node, "db": db, "logs": logs}
+            self._save()
 
     def drop_remote_nodes(self) -> None:
-        self.data.pop("remote", None)
-        self._save()
+        with self._lock:
+            self.data.pop("remote", None)
+            self._save()
 
     def remote_leftovers(self) -> bool:
         r = self.data.get("remote") or {}

@@ -230,10 +230,13 @@ class Run:
         monitor_if = backend.interfaces(spec.monitor)[0]
         self.rd.manifest["topology"]["addresses"] = {n: [i.__dict__ for i in backend.interfaces(n)]
                                                      for n in topo.spec.nodes}
-        extra = {"nodes": backend.node_records()} if backend.remote else {}
+        monitor = {"host": spec.monitor, "address": monitor_if.address, "interface": monitor_if.name}
+        extra = {}
+        if backend.remote:   # times so far were the runner's; the SSH session's interface is not the run's
+            extra = {"nodes": backend.node_records(), "start_mono": self.runner_time(self.rd.manifest["start_mono"])}
+            monitor["control_interface"] = backend.control.get(spec.monitor)
         self._manifest("running", versions=_versions(backend), clock_offsets=self.clocks.as_dict(),
-                       monitor={"host": spec.monitor, "address": monitor_if.address, "interface": monitor_if.name},
-                       **extra)
+                       monitor=monitor, **extra)
         nodes = {n: backend.node(n) for n in topo.spec.nodes}
         addresses = {n: backend.address(n) for n in topo.spec.nodes}
         client_env = {}

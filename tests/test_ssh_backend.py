@@ -1,0 +1,445 @@
+"""The SSH backend against real sshd servers: the same spec on "testbed nodes" over SSH.
+
+The testbed is made on this machine the way Mininet tests its own Emulab scripts: the dumbbell built
+with Mininet (the data plane the testbed would have), a management link from a network namespace of
+the test's own to every node, and a real sshd in each node, with its own config, host key and
+authorized key in a temporary directory (root logs in with a generated key). Nothing is added to the
+machine outside namespaces the test makes itself:
+
+    ctl namespace (the runner runs here)           node namespaces (Mininet hosts)
+    m-site1n1 10.255.1.1/24  <------ veth ------>  mgmt0 10.255.1.2/24, sshd on port 22
+    m-site1n2 10.255.2.1/24  <------ veth ------>  mgmt0 10.255.2.2/24, sshd
+    ...                                            (7 nodes: the hosts and the routers x1, x2)
+
+The runner (run-experiment, in ctl) reaches each node's sshd over that node's management link, as it
+would reach Emulab nodes over their control network, and finds the data-plane interfaces the topology
+names (or, for some nodes, the ones holding the derived addresses). The run directory it brings back
+is compared with a Mininet run of the same spec; a wrong host key, an unknown host and an unreachable
+node end the run with one line and leave nothing behind; a SIGKILLed runner is cleaned up by
+`nestlab cleanup`, which also brings back what the collector had recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.backends.mininet import MininetBackend
+from harness.runner import run_experiment
+from harness.store import FORMAT_VERSION
+from harness.topology import load_topology
+from tests.conftest import REPO, VENV_BIN, leftovers, write
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+DUMBBELL = REPO / "topologies" / "dumbbell.yaml"
+SPEC = f"""\
+name: e2e_ssh
+topology: {DUMBBELL}
+duration: {{duration}}
+seed: 3
+monitor: site1n1
+workloads:
+  - {{{{kind: wget, host: site1n1, server: site2n1, file_size: 200MB}}}}
+  - {{{{kind: iperf, host: site1n1, server: site2n2, direction: upload}}}}
+faults:
+  - {{{{kind: tcp_drop, at: x1, target: {{{{workload: 0}}}}, schedule: {{{{at: [3s], duration: 2s}}}}}}}}
+  - {{{{kind: app_pause, target: {{{{workload: 1}}}}, schedule: {{{{at: [6s], duration: 1.5s}}}}}}}}
+  - {{{{kind: ip_drop, at: x1, schedule: {{{{at: [9s], duration: 2s}}}}}}}}
+"""
+
+SSHD = "/usr/sbin/sshd"
+SSHD_CONFIG = """\
+Port 22
+ListenAddress {address}
+HostKey {hostkey}
+PidFile none
+PermitRootLogin prohibit-password
+PubkeyAuthentication yes
+AuthorizedKeysFile {authorized}
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+UseDNS no
+MaxStartups 100:30:200
+Subsystem sftp internal-sftp
+LogLevel ERROR
+"""
+
+
+def _run(argv, **kw):
+    return subprocess.run(argv, check=True, capture_output=True, text=True, **kw)
+
+
+class SshNet:
+    """The testbed: Mininet nodes, a management namespace, one sshd per node."""
+
+    def __init__(self, topology: Path, tmp: Path):
+        self.topo = load_topology(topology)
+        self.tmp = tmp
+        self.ctl = f"nestlab-test-ctl-{os.getpid()}"
+        self.backend: MininetBackend | None = None
+        self.sshd: dict[str, subprocess.Popen] = {}
+        self.mgmt: dict[str, str] = {}                     # node -> its management address
+        self.host_keys: dict[str, str] = {}                # node -> "type base64"
+        self.made_run_sshd = False
+
+    def start(self) -> SshNet:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        self.backend = MininetBackend(self.topo, None, "cubic")
+        self.backend.preflight()
+        self.backend.build()
+        _run(["ip", "netns", "add", self.ctl])
+        _run(["ip", "-n", self.ctl, "link", "set", "lo", "up"])
+        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.tmp / "id_ed25519")])
+        shutil.copy(self.tmp / "id_ed25519.pub", self.tmp / "authorized_keys")
+        if not os.path.isdir("/run/sshd"):   # sshd's privilege separation directory (normally made by systemd)
+            os.makedirs("/run/sshd", mode=0o755)
+            self.made_run_sshd = True
+        for k, name in enumerate(self.topo.spec.nodes, start=1):
+            node = self.backend.node(name)
+            ctl_if, addr = f"m-{name}"[:15], f"10.255.{k}.2"
+            _run(["ip", "link", "add", ctl_if, "netns", self.ctl, "type", "veth", "peer", "name", "mgmt0",
+                  "netns", str(node.pid)])
+            _run(["ip", "-n", self.ctl, "addr", "add", f"10.255.{k}.1/24", "dev", ctl_if])
+            _run(["ip", "-n", self.ctl, "link", "set", ctl_if, "up"])
+            node.run(["ip", "addr", "add", f"{addr}/24", "dev", "mgmt0"])
+            node.run(["ip", "link", "set", "mgmt0", "up"])
+            self.mgmt[name] = addr
+            key = self.tmp / f"hostkey-{name}"
+            _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)])
+            self.host_keys[name] = " ".join(Path(f"{key}.pub").read_text().split()[:2])
+            conf = self.tmp / f"sshd-{name}.conf"
+            conf.write_text(SSHD_CONFIG.format(address=addr, hostkey=key, authorized=self.tmp / "authorized_keys"))
+            with open(self.tmp / f"sshd-{name}.log", "wb") as log:
+                self.sshd[name] = subprocess.Popen(["mnexec", "-a", str(node.pid), SSHD, "-D", "-e", "-f", str(conf)],
+                                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.write_known_hosts(self.tmp / "known_hosts")
+        for name in self.topo.spec.nodes:
+            self._wait_listening(name)
+
+    def _wait_listening(self, name: str, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.in_node(name, ["ss", "-ltnH", "sport = :22"]).stdout.strip():
+                return
+            if self.sshd[name].poll() is not None:
+                break
+            time.sleep(0.05)
+        raise RuntimeError(f"sshd in {name} did not start: {(self.tmp / f'sshd-{name}.log').read_text()}")
+
+    def in_node(self, name: str, argv: list[str]) -> subprocess.CompletedProcess:
+        return subprocess.run(["mnexec", "-a", str(self.backend.node(name).pid), *argv], capture_output=True, text=True)
+
+    # -- what the runner is given --------------------------------------------------------------
+    def write_known_hosts(self, path: Path, keys: dict[str, str | None] | None = None) -> Path:
+        keys = {**self.host_keys, **(keys or {})}
+        path.write_text("".join(f"{self.mgmt[n]} {keys[n]}\n" for n in self.topo.spec.nodes if keys.get(n)))
+        return path
+
+    def topology_file(self, path: Path, known_hosts: Path | None = None, hosts: dict[str, str] | None = None,
+                      connect_timeout: str = "3s") -> Path:
+        """The dumbbell placed on the sshd nodes. Most nodes name their data interfaces; x2 and
+        site2n2 leave them to be found by the addresses nestlab derives."""
+        spec = self.topo.spec.model_dump(mode="json", exclude_none=True)
+        spec["name"] = f"{spec['name']}-ssh"
+        spec["ssh"] = {"user": "root", "key": str(self.tmp / "id_ed25519"),
+                       "known_hosts": str(known_hosts or self.tmp / "known_hosts"),
+                       "connect_timeout": connect_timeout, "python": "/usr/bin/python3"}
+        for link in spec["links"]:
+            link.pop("bw", None)   # a testbed's links are what they are; Mininet shaped them already
+        for name, node in spec["nodes"].items():
+            node["ssh"] = {"host": (hosts or {}).get(name, self.mgmt[name])}
+            if name not in ("x2", "site2n2"):
+                node["ssh"]["interfaces"] = [i.name for i in self.topo.interfaces[name]]
+        path.write_text(yaml.safe_dump(spec, sort_keys=False))
+        return path
+
+    def runner(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        """run-experiment (or another entry point) inside the management namespace."""
+        return subprocess.run(self.runner_argv(*args), capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+    def runner_argv(self, *args: str, program: str = "run-experiment") -> list[str]:
+        return ["ip", "netns", "exec", self.ctl, str(VENV_BIN / program), *args]
+
+    # -- what a run may leave on the nodes -----------------------------------------------------
+    def node_state(self) -> dict[str, str]:
+        """Per node: its routes and its iptables rules (what a run changes inside a node)."""
+        out = {}
+        for name in self.topo.spec.nodes:
+            routes = self.in_node(name, ["ip", "route", "show"]).stdout
+            rules = self.in_node(name, ["iptables", "-w", "-S"]).stdout
+            out[name] = routes + rules
+        return out
+
+    def stop(self) -> None:
+        for proc in self.sshd.values():
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for proc in self.sshd.values():
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+        self.sshd = {}
+        if self.backend is not None:
+            self.backend.teardown()   # the node ends of the management veths go with the namespaces
+            self.backend = None
+        subprocess.run(["ip", "netns", "del", self.ctl], capture_output=True)
+        if self.made_run_sshd:
+            shutil.rmtree("/run/sshd", ignore_errors=True)
+            self.made_run_sshd = False
+
+
+def _netns(pid: int | str) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+
+
+def processes_in(namespaces: set[int]) -> dict[int, str]:
+    """Processes in the given network namespaces (the test's own: others may run Mininet meanwhile)."""
+    out = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and _netns(entry.name) in namespaces:
+            try:
+                cmd = Path(f"/proc/{entry.name}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+            except OSError:
+                continue
+            if cmd:
+                out[int(entry.name)] = cmd[:200]
+    return out
+
+
+def run_traces(run_id: str) -> list[str]:
+    """What a run with this id could leave on the nodes' (shared) filesystem, and its ledger."""
+    found = [str(p) for base in ("/tmp", "/dev/shm") for p in Path(base).glob(f"nestlab-{run_id}-*")]
+    ledger = Path(os.environ.get("NESTLAB_LEDGER_DIR", "/run/nestlab")) / f"{run_id}.json"
+    return found + ([str(ledger)] if ledger.exists() else [])
+
+
+@pytest.fixture(scope="module")
+def net(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sshnet")
+    tmp.chmod(0o755)
+    net = SshNet(DUMBBELL, tmp).start()
+    namespaces = {_netns(net.backend.node(n).pid) for n in net.topo.spec.nodes}
+    namespaces.add(os.stat(f"/run/netns/{net.ctl}").st_ino)
+    try:
+        yield net
+    finally:
+        net.stop()
+        time.sleep(0.2)
+        left = processes_in(namespaces)
+        assert not left, f"processes left in the test's namespaces: {left}"
+        assert net.ctl not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert not [line for line in leftovers() if str(net.tmp) in line or net.ctl in line]
+
+
+@pytest.fixture
+def clean_nodes(net):
+    """Each test leaves the nodes as it found them: no process of its own left in any node (only the
+    Mininet shells and the sshd listeners), the same routes and firewall rules."""
+    namespaces = {_netns(net.backend.node(n).pid) for n in net.topo.spec.nodes}
+    before, state = processes_in(namespaces), net.node_state()
+    yield
+    deadline = time.monotonic() + 5   # sshd's session processes end when the runner's connections close
+    while True:
+        left = {p: c for p, c in processes_in(namespaces).items() if p not in before}
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert not left, f"the run left processes on the nodes: {left}"
+    assert net.node_state() == state, "the run changed routes or firewall rules on the nodes"
+
+
+def _tables(db: sqlite3.Connection) -> dict[str, list[str]]:
+    names = [n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+    return {n: [c[1] for c in db.execute(f"PRAGMA table_info({n})")] for n in names}
+
+
+def _shape(run: Path) -> dict:
+    db = sqlite3.connect(f"file:{run / 'run.db'}?mode=ro", uri=True)
+    try:
+        return {
+            "tables": _tables(db),
+            "module_kinds": {k for (k,) in db.execute("SELECT DISTINCT kind FROM modules")},
+            "fault_kinds": {k for (k,) in db.execute("SELECT kind FROM faults")},
+            "roles": {r for (r,) in db.execute("SELECT DISTINCT role FROM processes")},
+            "event_kinds": {k for (k,) in db.execute("SELECT DISTINCT kind FROM events")},
+            "logs": {p.name for p in (run / "logs").iterdir()},
+            "manifest": set(json.loads((run / "manifest.json").read_text())),
+        }
+    finally:
+        db.close()
+
+
+def _value(db, module, direction, t):
+    """A counter's value as of time t (the collector writes a row only when the values change)."""
+    row = db.execute("SELECT c.total_msgs FROM counters c JOIN snapshots s USING (seq) WHERE c.module = ? "
+                     "AND c.dir = ? AND s.mono <= ? ORDER BY seq DESC LIMIT 1", (module, direction, t)).fetchone()
+    return row[0] if row else None
+
+
+def _advance(db, module, direction, t_from, t_to):
+    return _value(db, module, direction, t_to) - _value(db, module, direction, t_from)
+
+
+def test_same_spec_over_ssh_brings_back_a_run_like_mininets(net, tmp_path, clean_nodes):
+    spec = write(tmp_path, "e2e.yaml", SPEC.format(duration="15s"))
+    code, runs = run_experiment(spec, tmp_path / "mininet")   # the reference: the same spec on Mininet
+    assert code == 0
+    reference = runs[0]
+
+    topo = net.topology_file(tmp_path / "dumbbell-ssh.yaml")
+    r = net.runner(str(spec), "--topology", str(topo), "--results", str(tmp_path / "ssh"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    (run,) = (tmp_path / "ssh" / "e2e_ssh").iterdir()
+    assert not run_traces(run.name), "the run left files or its ledger behind"
+
+    # The same tables, columns, kinds of modules, faults, processes, events, logs and manifest keys.
+    ssh, mininet = _shape(run), _shape(reference)
+    for key in ("tables", "fault_kinds", "roles", "event_kinds", "logs"):
+        assert ssh[key] == mininet[key], key
+    assert ssh["module_kinds"] == mininet["module_kinds"] == {"app", "socket", "tcp", "ipeth"}
+    assert mininet["manifest"] <= ssh["manifest"]
+
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["status"] == "complete" and m["backend"] == "ssh" and m["format_version"] == FORMAT_VERSION
+    assert m["monitor"] == {"host": "site1n1", "address": "10.0.1.1", "interface": "site1n1-eth0",
+                            "control_interface": "mgmt0"}
+    assert set(m["nodes"]) == set(net.topo.spec.nodes)
+    assert m["nodes"]["x2"]["interfaces"] == ["x2-eth0", "x2-eth1", "x2-eth2"]   # found by address
+    assert m["versions"]["iperf"].startswith("iperf version 2") and m["versions"]["lighttpd"].startswith("lighttpd")
+    clocks = m["clock_offsets"]
+    assert clocks["reference"] == "CLOCK_MONOTONIC of site1n1" and set(clocks["nodes"]) == set(net.topo.spec.nodes)
+    for name, off in clocks["nodes"].items():   # one machine, one clock: offsets within the round trip
+        assert abs(off["offset"]) <= max(off["rtt"], 1e-3), (name, off)
+        assert off["samples"] >= 5
+    assert abs(clocks["runner"]["offset"]) < 1e-3 and 0 < clocks["runner"]["rtt"] < 0.05
+
+    db = sqlite3.connect(f"file:{run / 'run.db'}?mode=ro", uri=True)
+    monos = [t for (t,) in db.execute("SELECT mono FROM snapshots ORDER BY seq")]
+    assert len(monos) >= 120
+    t0 = m["t0"]
+    assert monos[0] <= t0 + 1 and monos[-1] >= t0 + 14   # the collector's clock is the runner's reference
+    faults = {k: (s, e, mod, json.loads(t)) for k, s, e, mod, t in
+              db.execute("SELECT kind, start, end, target_module, target FROM faults")}
+    assert set(faults) == {"tcp_drop", "app_pause", "ip_drop"}
+    for kind, (start, end, mod, _) in faults.items():
+        assert start is not None and end is not None and mod is not None, kind
+        assert monos[0] < start < end < monos[-1]
+    planned = {k: t0 + s for k, s in db.execute("SELECT kind, planned_start FROM faults")}
+    for kind, (start, _, _, _) in faults.items():   # injected on time, stamped on the monitor's clock
+        assert 0 <= start - planned[kind] < 0.5, (kind, start - planned[kind])
+    # The faults took effect on the nodes: the dropped connection and the dropped interface stall.
+    start, end, mod, target = faults["tcp_drop"]
+    assert target["dst"] == "10.0.5.1" and _advance(db, mod, "in", start + 0.2, end) == 0
+    start, end, mod, _ = faults["ip_drop"]
+    (ipeth,) = db.execute("SELECT id FROM modules WHERE key = 'ipeth:site1n1-eth0'").fetchone()
+    assert mod == ipeth and _advance(db, ipeth, "in", start + 0.2, end) == 0
+    assert _advance(db, ipeth, "in", start - 2, start) > 100
+
+
+def _one_error_line(r: subprocess.CompletedProcess) -> str:
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, r.stderr
+    return errors[0]
+
+
+def _check_nothing_made(tmp_path: Path, results: Path) -> None:
+    (run,) = (results / "e2e_ssh").iterdir()
+    assert not run_traces(run.name)
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["status"] == "failed"
+
+
+@pytest.mark.parametrize("case", ["wrong key", "unknown host"])
+def test_wrong_or_unknown_host_key_fails_with_one_line_and_leaves_nothing(net, tmp_path, clean_nodes, case):
+    spec = write(tmp_path, "e2e.yaml", SPEC.format(duration="15s"))
+    # x1 presents its own key; known_hosts has another node's for it (or none at all).
+    keys = {"x1": net.host_keys["site2n1"]} if case == "wrong key" else {"x1": None}
+    known = net.write_known_hosts(tmp_path / "known_hosts", keys)
+    topo = net.topology_file(tmp_path / "topo.yaml", known_hosts=known)
+    r = net.runner(str(spec), "--topology", str(topo), "--results", str(tmp_path / "results"))
+    line = _one_error_line(r)
+    assert line.startswith("error: x1 (root@10.255.4.2:22): host key ")
+    assert ("mismatch" if case == "wrong key" else "not in") in line
+    _check_nothing_made(tmp_path, tmp_path / "results")
+
+
+def test_unreachable_node_fails_with_one_line_and_leaves_nothing(net, tmp_path, clean_nodes):
+    spec = write(tmp_path, "e2e.yaml", SPEC.format(duration="15s"))
+    topo = net.topology_file(tmp_path / "topo.yaml", hosts={"site2n2": "10.255.7.99"}, connect_timeout="2s")
+    t = time.monotonic()
+    r = net.runner(str(spec), "--topology", str(topo), "--results", str(tmp_path / "results"))
+    line = _one_error_line(r)
+    assert line.startswith("error: site2n2 (root@10.255.7.99:22): cannot connect: ")
+    assert time.monotonic() - t < 15
+    _check_nothing_made(tmp_path, tmp_path / "results")
+
+
+def test_sigkilled_runner_is_cleaned_up_and_its_recording_brought_back(net, tmp_path, clean_nodes):
+    spec = write(tmp_path, "e2e.yaml", SPEC.format(duration="60s"))
+    topo = net.topology_file(tmp_path / "topo.yaml")
+    results = tmp_path / "results"
+    proc = subprocess.Popen(net.runner_argv(str(spec), "--topology", str(topo), "--results", str(results)),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        deadline = time.monotonic() + 60
+        remote_db = None
+        while time.monotonic() < deadline:   # the nodes share this machine's files: watch the remote run.db
+            runs = list(results.glob("e2e_ssh/*"))
+            if runs:
+                remote_db = Path(f"/tmp/nestlab-{runs[0].name}-site1n1/run.db")
+                try:
+                    db = sqlite3.connect(f"file:{remote_db}?mode=ro", uri=True)
+                    if db.execute("SELECT count(*) FROM snapshots").fetchone()[0] >= 50:   # past the tcp_drop
+                        break
+                except sqlite3.Error:
+                    pass
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.2)
+        else:
+            raise AssertionError("the run did not get going")
+        os.kill(proc.pid, signal.SIGKILL)   # `ip netns exec` execs the runner: this is the runner
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    (run,) = results.glob("e2e_ssh/*")
+    assert run_traces(run.name), "a SIGKILLed runner cannot clean up; there should be something to clean"
+    r = subprocess.run(net.runner_argv("cleanup", program="nestlab"), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "remote process group(s) killed" in r.stdout and "brought back" in r.stdout, r.stdout
+    assert not run_traces(run.name)
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["status"] == "interrupted" and "cleanup" in m["reason"]
+    db = sqlite3.connect(f"file:{run / 'run.db'}?mode=ro", uri=True)
+    assert db.execute("SELECT count(*) FROM snapshots").fetchone()[0] >= 50
+    assert db.execute("SELECT count(*) FROM faults WHERE kind = 'tcp_drop'").fetchone()[0] == 1
+    assert (run / "logs" / "collector.log").exists()
