@@ -13,7 +13,7 @@ import sys
 from harness.errors import UserError
 
 
-COMMAND_MODULES = ("harness.commands", "analysis.cli", "analysis.report_cli")
+COMMAND_MODULES = ("harness.commands", "harness.export", "analysis.cli", "analysis.report_cli")
 
 
 def _build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,294 @@
+"""`nestlab export`: Emulab NS files, CloudLab profiles and SSH topologies for a couple of topologies.
+
+Each export is compared with a hand-written expected file (tests/expected/), and checked to be well
+formed by running it: the NS file with tclsh against a stand-in for Emulab's tb_compat.tcl, the
+profile with Python against a stand-in for geni-lib. Both stand-ins record what the file asks the
+testbed for (nodes, links, bandwidths, addresses, routing), which must be the topology's shape.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.cli import nestlab_main
+from harness.export import cloudlab_profile, emulab_ns, ssh_topology
+from harness.topology import load_topology
+from tests.conftest import REPO, write
+
+EXPECTED = REPO / "tests" / "expected"
+TOPOLOGIES = REPO / "topologies"
+
+# A stand-in for Emulab's NS parser: `new Simulator` (OTcl, loaded before the file runs) and the
+# commands of tb_compat.tcl an exported file may use, recorded and printed (one tab-separated line per
+# node and per link) when the file says `$ns run`.
+NS_PRELUDE = r"""
+set ::nn 0
+set ::nl 0
+proc new {cls} { if {$cls ne "Simulator"} { error "unknown class $cls" }; return ::ns_obj }
+proc ::ns_obj {cmd args} {
+    switch -- $cmd {
+        node { return "_node[incr ::nn]" }
+        duplex-link {
+            if {[llength $args] != 5 || [lindex $args 4] ne "DropTail"} { error "bad duplex-link $args" }
+            set l "_link[incr ::nl]"
+            set ::_link($l) [lrange $args 0 3]
+            return $l
+        }
+        rtproto { set ::_rtproto [lindex $args 0] }
+        run { dump }
+        default { error "unknown ns command $cmd" }
+    }
+}
+"""
+TB_COMPAT = r"""
+proc tb-set-node-os {n os} { set ::_os($n) $os }
+proc tb-set-hardware {n hw} { set ::_hw($n) $hw }
+proc tb-set-ip-link {n l ip} { lappend ::_ips($l) [list $n $ip] }
+proc tb-set-link-loss {l p} { set ::_loss($l) $p }
+proc dump {} {
+    foreach v [info globals] {
+        if {![array exists ::$v] && [info exists ::$v] && [string match _node* [set ::$v]]} { set ::_name([set ::$v]) $v }
+    }
+    for {set i 1} {$i <= $::nn} {incr i} {
+        set n "_node$i"
+        puts [join [list node $::_name($n) $::_os($n) [expr {[info exists ::_hw($n)] ? $::_hw($n) : ""}]] "\t"]
+    }
+    for {set i 1} {$i <= $::nl} {incr i} {
+        set l "_link$i"
+        lassign $::_link($l) a b bw delay
+        set ends {}
+        foreach e $::_ips($l) { lappend ends $::_name([lindex $e 0]) [lindex $e 1] }
+        puts [join [list link $::_name($a) $::_name($b) $bw $delay [expr {[info exists ::_loss($l)] ? $::_loss($l) : 0}] [join $ends " "]] "\t"]
+    }
+    puts [join [list rtproto $::_rtproto] "\t"]
+}
+"""
+
+# A stand-in for geni-lib (geni.portal, geni.rspec.pg/emulab/igext): records the request and prints
+# it as JSON on printRequestRSpec.
+GENI = {
+    "geni/__init__.py": "",
+    "geni/rspec/__init__.py": "",
+    "geni/rspec/emulab.py": "",
+    "geni/rspec/igext.py": "",
+    "geni/rspec/pg.py": '''
+class IPv4Address:
+    def __init__(self, address, netmask):
+        self.address, self.netmask = address, netmask
+''',
+    "geni/portal.py": '''
+import json
+
+
+class ParameterType:
+    IMAGE, NODETYPE, BOOLEAN = "image", "nodetype", "boolean"
+
+
+class Params:
+    pass
+
+
+class Node:
+    def __init__(self, kind, name):
+        self.kind, self.name, self.interfaces = kind, name, []
+        self.disk_image = self.hardware_type = None
+
+    def addInterface(self, name, address=None):
+        iface = {"client_id": f"{self.name}:{name}", "node": self.name,
+                 "address": address.address, "netmask": address.netmask}
+        assert iface["client_id"] not in [i["client_id"] for i in self.interfaces], "duplicate interface"
+        self.interfaces.append(iface)
+        return iface
+
+
+class Link:
+    def __init__(self, name):
+        self.name, self.interfaces = name, []
+        self.bandwidth, self.latency, self.plr = -1, 0, 0.0
+
+    def addInterface(self, iface):
+        self.interfaces.append(iface)
+
+
+class Request:
+    def __init__(self):
+        self.nodes, self.links, self.routing = [], [], None
+
+    def RawPC(self, name):
+        self.nodes.append(Node("raw", name))
+        return self.nodes[-1]
+
+    def XenVM(self, name):
+        self.nodes.append(Node("xen", name))
+        return self.nodes[-1]
+
+    def Link(self, name):
+        self.links.append(Link(name))
+        return self.links[-1]
+
+    def setRoutingStyle(self, style):
+        self.routing = style
+
+
+class Context:
+    def __init__(self):
+        self.params = Params()
+
+    def defineParameter(self, name, description, kind, default):
+        setattr(self.params, name, default)
+
+    def bindParameters(self):
+        return self.params
+
+    def makeRequestRSpec(self):
+        return Request()
+
+    def printRequestRSpec(self, request):
+        print(json.dumps({
+            "nodes": [{"name": n.name, "kind": n.kind, "image": n.disk_image, "hw": n.hardware_type}
+                      for n in request.nodes],
+            "links": [{"name": lk.name, "bandwidth": lk.bandwidth, "latency": lk.latency, "plr": lk.plr,
+                       "ends": [(i["node"], i["client_id"], i["address"], i["netmask"]) for i in lk.interfaces]}
+                      for lk in request.links],
+            "routing": request.routing}))
+''',
+}
+
+
+def _shape(topo):
+    """What the testbed must build: nodes, and per link its ends with their derived addresses and bandwidth."""
+    links = []
+    for k, lk in enumerate(topo.spec.links):
+        ends = [(n, next(i.address for i in topo.interfaces[n] if i.link == k)) for n in (lk.a, lk.b)]
+        links.append((ends, lk.bw or 1e9))
+    return list(topo.spec.nodes), links
+
+
+def run_ns(text: str, tmp_path: Path) -> list[list[str]]:
+    (tmp_path / "tb_compat.tcl").write_text(TB_COMPAT)
+    (tmp_path / "prelude.tcl").write_text(NS_PRELUDE)
+    (tmp_path / "exp.ns").write_text(text)
+    (tmp_path / "run.tcl").write_text("source prelude.tcl\nsource exp.ns\n")
+    r = subprocess.run(["tclsh", "run.tcl"], cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    return [line.split("\t") for line in r.stdout.splitlines()]
+
+
+def run_profile(text: str, tmp_path: Path) -> dict:
+    for path, body in GENI.items():
+        (tmp_path / "stub" / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "stub" / path).write_text(body)
+    (tmp_path / "profile.py").write_text(text)
+    r = subprocess.run([sys.executable, "profile.py"], cwd=tmp_path, capture_output=True, text=True, timeout=30,
+                       env={"PYTHONPATH": str(tmp_path / "stub"), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+CASES = [("dumbbell", {}), ("chain", {"hardware": "d430"})]
+
+
+@pytest.mark.parametrize("name,opts", CASES)
+def test_emulab_ns_is_the_expected_file(name, opts):
+    topo = load_topology(TOPOLOGIES / f"{name}.yaml")
+    assert emulab_ns(topo, **opts) == (EXPECTED / f"{name}.ns").read_text()
+
+
+@pytest.mark.parametrize("name,vm", [("dumbbell", False), ("chain", True)])
+def test_cloudlab_profile_is_the_expected_file(name, vm):
+    topo = load_topology(TOPOLOGIES / f"{name}.yaml")
+    assert cloudlab_profile(topo, vm=vm) == (EXPECTED / f"{name}.profile.py").read_text()
+
+
+def test_ssh_topology_is_the_expected_file_and_loads_as_an_ssh_topology(tmp_path):
+    topo = load_topology(TOPOLOGIES / "dumbbell.yaml")
+    text = ssh_topology(topo, "nest.nestlab.emulab.net", "alice", "~/.ssh/id_ed25519")
+    assert text == (EXPECTED / "dumbbell-ssh.yaml").read_text()
+    placed = load_topology(write(tmp_path, "dumbbell-ssh.yaml", text))
+    assert placed.backend == "ssh" and placed.spec.links == topo.spec.links
+    assert placed.spec.nodes["x1"].ssh.host == "x1.nest.nestlab.emulab.net"
+    assert placed.interfaces == topo.interfaces   # the same derived addresses the exports assign
+
+
+@pytest.mark.skipif(shutil.which("tclsh") is None, reason="needs tclsh")
+@pytest.mark.parametrize("name", ["dumbbell", "chain"])
+def test_emulab_ns_runs_and_asks_for_the_topologys_shape(name, tmp_path):
+    topo = load_topology(TOPOLOGIES / f"{name}.yaml")
+    rows = run_ns((EXPECTED / f"{name}.ns").read_text(), tmp_path)
+    nodes, links = _shape(topo)
+    assert [r[1] for r in rows if r[0] == "node"] == nodes
+    assert all(r[2] == "UBUNTU22-64-STD" for r in rows if r[0] == "node")
+    got = [r for r in rows if r[0] == "link"]
+    assert len(got) == len(links)
+    for row, (ends, bw) in zip(got, links, strict=True):
+        _, a, b, rate, delay, loss, ips = row
+        assert [a, b] == [n for n, _ in ends] and delay == "0ms" and loss == "0"
+        assert rate == f"{bw / 1e6:g}Mb"
+        assert ips.split() == [x for end in ends for x in end]
+    assert rows[-1] == ["rtproto", "Static"]
+
+
+@pytest.mark.parametrize("name", ["dumbbell", "chain"])
+def test_cloudlab_profile_runs_and_asks_for_the_topologys_shape(name, tmp_path):
+    topo = load_topology(TOPOLOGIES / f"{name}.yaml")
+    req = run_profile((EXPECTED / f"{name}.profile.py").read_text(), tmp_path)
+    nodes, links = _shape(topo)
+    assert [n["name"] for n in req["nodes"]] == nodes
+    assert {n["kind"] for n in req["nodes"]} == {"xen" if name == "chain" else "raw"}
+    assert all(n["image"].endswith("UBUNTU22-64-STD") for n in req["nodes"])
+    assert len(req["links"]) == len(links)
+    for lk, (ends, bw) in zip(req["links"], links, strict=True):
+        assert [(n, addr) for n, _, addr, _ in lk["ends"]] == ends
+        assert all(mask == "255.255.255.0" for *_, mask in lk["ends"])
+        assert lk["bandwidth"] == bw / 1e3 and lk["latency"] == 0 and lk["plr"] == 0
+    # interface i of a node is its i-th link, in the order of the topology's links
+    for n in nodes:
+        ifaces = [cid for lk in req["links"] for node, cid, _, _ in lk["ends"] if node == n]
+        assert ifaces == [f"{n}:eth{i}" for i in range(len(topo.interfaces[n]))]
+    assert req["routing"] == "static"
+
+
+DELAY_LOSS = """\
+name: lossy
+nodes:
+  h1: {}
+  r: {router: true}
+  h2: {}
+links:
+  - {a: h1, b: r, bw: 10Mbit, delay: 20ms, loss: 1.5}
+  - {a: r, b: h2, bw: 512kbit}
+"""
+
+
+def test_delay_loss_and_slow_links_are_exported(tmp_path):
+    topo = load_topology(write(tmp_path, "lossy.yaml", DELAY_LOSS))
+    ns = emulab_ns(topo)
+    assert "set link0 [$ns duplex-link $h1 $r 10Mb 20ms DropTail]" in ns
+    assert "tb-set-link-loss $link0 0.015" in ns
+    assert "set link1 [$ns duplex-link $r $h2 512kb 0ms DropTail]" in ns
+    if shutil.which("tclsh"):
+        rows = run_ns(ns, tmp_path)
+        assert [r[3:6] for r in rows if r[0] == "link"] == [["10Mb", "20ms", "0.015"], ["512kb", "0ms", "0"]]
+    (tmp_path / "p").mkdir()
+    req = run_profile(cloudlab_profile(topo), tmp_path / "p")
+    assert [(lk["bandwidth"], lk["latency"], lk["plr"]) for lk in req["links"]] == [(10000, 20, 0.015), (512, 0, 0.0)]
+
+
+def test_cli_writes_the_file_and_refuses_names_a_testbed_cannot_take(tmp_path, capsys):
+    out = tmp_path / "dumbbell.ns"
+    assert nestlab_main(["export", "--format", "emulab", str(TOPOLOGIES / "dumbbell.yaml"), "-o", str(out)]) == 0
+    assert out.read_text() == (EXPECTED / "dumbbell.ns").read_text()
+    bad = write(tmp_path, "bad.yaml", DELAY_LOSS.replace("h1", "h_1"))
+    capsys.readouterr()
+    assert nestlab_main(["export", "--format", "cloudlab", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "node 'h_1' cannot be a testbed node name" in err[0]
+    assert nestlab_main(["export", "--format", "ssh", str(bad).replace("bad", "none")]) == 2
+    assert nestlab_main(["export", "--format", "ssh", str(TOPOLOGIES / "chain.yaml")]) == 2
+    assert "--domain" in capsys.readouterr().err
