@@ -17,6 +17,9 @@ names (or, for some nodes, the ones holding the derived addresses). The run dire
 is compared with a Mininet run of the same spec; a wrong host key, an unknown host and an unreachable
 node end the run with one line and leave nothing behind; a SIGKILLed runner is cleaned up by
 `nestlab cleanup`, which also brings back what the collector had recorded.
+
+The first tests need neither root nor the testbed: SSH topology validation, connection settings,
+the command server and the node agent, run locally.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import shutil
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -39,7 +43,11 @@ from harness.store import FORMAT_VERSION
 from harness.topology import load_topology
 from tests.conftest import REPO, VENV_BIN, leftovers, write
 
-pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+def e2e(fn):
+    """Tests that build the sshd testbed: root, and slow."""
+    return pytest.mark.root(pytest.mark.slow(fn))
+
 
 DUMBBELL = REPO / "topologies" / "dumbbell.yaml"
 SPEC = f"""\
@@ -76,6 +84,114 @@ Subsystem sftp internal-sftp
 LogLevel ERROR
 """
 
+
+# ---- without the testbed ------------------------------------------------------------------------
+
+SSH_TOPO = """\
+name: tiny-ssh
+ssh: {user: alice, key: keys/id_ed25519, known_hosts: known_hosts, connect_timeout: 2s}
+nodes:
+  h1: {ssh: {host: 192.0.2.1, interfaces: [eth1]}}
+  r:  {router: true, ssh: {host: 192.0.2.2, port: 2222, user: root, interfaces: [eth1, eth2]}}
+  h2: {ssh: {host: h2.example.org}}
+links:
+  - {a: h1, b: r}
+  - {a: r, b: h2}
+"""
+
+
+def test_ssh_topology_resolves_settings_relative_to_the_topology_file(tmp_path):
+    from harness.backends.ssh import ssh_params
+
+    topo = load_topology(write(tmp_path, "tiny.yaml", SSH_TOPO))
+    assert topo.backend == "ssh"
+    p = ssh_params(topo)
+    assert p["h1"].user == "alice" and p["h1"].sudo and p["h1"].port == 22 and p["h1"].timeout == 2.0
+    assert p["h1"].key == str(tmp_path / "keys" / "id_ed25519")
+    assert p["h1"].known_hosts == str(tmp_path / "known_hosts")
+    assert p["r"].user == "root" and not p["r"].sudo and p["r"].port == 2222
+    assert p["h2"].host == "h2.example.org" and p["h2"].python == "python3"
+    assert load_topology(DUMBBELL).backend == "mininet"
+
+
+@pytest.mark.parametrize("change,where,message", [
+    ("  h2: {ssh: {host: h2.example.org}}", "  h2: {}", ("tiny.yaml:6", "nodes.h2", "has no 'ssh:")),
+    ("interfaces: [eth1, eth2]", "interfaces: [eth1]", ("tiny.yaml:5", "nodes.r.ssh.interfaces", "2 link(s)")),
+    ("interfaces: [eth1, eth2]", "interfaces: [eth1, eth1]", ("tiny.yaml:5", "interfaces", "repeat")),
+    ("interfaces: [eth1, eth2]", "interfaces: [eth1, 'a b']", ("tiny.yaml:5", "interfaces", "")),
+    ("port: 2222", "port: 0", ("tiny.yaml:5", "nodes.r.ssh.port", "")),
+])
+def test_ssh_topology_mistakes_are_one_line_naming_file_line_and_field(tmp_path, change, where, message):
+    from harness.errors import UserError
+
+    path = write(tmp_path, "tiny.yaml", SSH_TOPO.replace(change, where))
+    with pytest.raises(UserError) as e:
+        load_topology(path)
+    text = str(e.value)
+    assert "\n" not in text and all(m in text for m in message), text
+
+
+def test_node_server_runs_spawns_reports_exits_and_kills_only_its_own(tmp_path):
+    from harness.backends.ssh import SERVER_SOURCE
+
+    srv = subprocess.Popen([sys.executable, "-u", "-c", SERVER_SOURCE], stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def ask(**q):
+        srv.stdin.write(json.dumps(q) + "\n")
+        srv.stdin.flush()
+        return json.loads(srv.stdout.readline())
+
+    try:
+        a = ask(op="run", argv=["sh", "-c", 'cat; echo "$1" >&2; exit 3', "sh", "x y"], input="in", id=1)
+        assert a == {"rc": 3, "out": "in", "err": "x y\n", "id": 1}   # argv, never a shell string
+        assert ask(op="run", argv=["no-such-program"], id=2)["rc"] == 127
+        assert ask(op="run", argv=["sleep", "5"], timeout=0.2, id=3)["rc"] is None
+        log = tmp_path / "p.log"
+        a = ask(op="spawn", argv=["sh", "-c", "echo out; exec sleep 30"], cwd=str(tmp_path), log=str(log),
+                env={"X": "1"}, id=4)
+        pid, start = a["pid"], a["start"]
+        assert os.getpgid(pid) == pid   # its own process group
+        assert ask(op="kill", pid=pid, start="1", sig=15, id=5) == {"sent": False, "id": 5}   # not that process
+        assert ask(op="kill", pid=pid, start=start, sig=15, id=6)["sent"]
+        assert srv.stderr.readline().strip() == f"exit {pid} -15"
+        assert log.read_text() == "out\n"
+        assert "error" in ask(op="nope", id=7)
+    finally:
+        srv.stdin.close()
+        srv.wait(5)
+
+
+def test_agent_reports_connections_and_reads_run_db_locally(tmp_path):
+    import socket
+
+    def agent(*args):
+        r = subprocess.run([sys.executable, "-m", "harness.agent", *map(str, args)], capture_output=True,
+                           text=True, cwd=REPO)
+        return r.returncode, json.loads(r.stdout)
+
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    peer, _ = server.accept()
+    try:
+        code, conns = agent("conns", os.getpid())
+        assert code == 0
+        mine = [c for c in conns if (c["src"], c["sport"]) == client.getsockname()]
+        assert mine and mine[0]["dport"] == server.getsockname()[1]
+        assert mine[0]["inode"] == os.fstat(client.fileno()).st_ino
+    finally:
+        for s in (client, peer, server):
+            s.close()
+    db = tmp_path / "run.db"
+    assert agent("initdb", db) == (0, True)
+    assert agent("count", db) == (0, 0)
+    assert agent("checkpoint", db) == (0, True)
+    code, out = agent("pause", tmp_path, 1)
+    assert code == 1 and "no interceptor file" in out["error"]
+    assert agent("bogus")[0] == 2
+
+
+# ---- the testbed ---------------------------------------------------------------------------------
 
 def _run(argv, **kw):
     return subprocess.run(argv, check=True, capture_output=True, text=True, **kw)
@@ -306,6 +422,7 @@ def _advance(db, module, direction, t_from, t_to):
     return _value(db, module, direction, t_to) - _value(db, module, direction, t_from)
 
 
+@e2e
 def test_same_spec_over_ssh_brings_back_a_run_like_mininets(net, tmp_path, clean_nodes):
     spec = write(tmp_path, "e2e.yaml", SPEC.format(duration="15s"))
     code, runs = run_experiment(spec, tmp_path / "mininet")   # the reference: the same spec on Mininet
@@ -377,6 +494,7 @@ def _check_nothing_made(tmp_path: Path, results: Path) -> None:
     assert m["status"] == "failed"
 
 
+@e2e
 @pytest.mark.parametrize("case", ["wrong key", "unknown host"])
 def test_wrong_or_unknown_host_key_fails_with_one_line_and_leaves_nothing(net, tmp_path, clean_nodes, case):
     spec = write(tmp_path, "e2e.yaml", SPEC.format(duration="15s"))
@@ -391,6 +509,7 @@ def test_wrong_or_unknown_host_key_fails_with_one_line_and_leaves_nothing(net, t
     _check_nothing_made(tmp_path, tmp_path / "results")
 
 
+@e2e
 def test_unreachable_node_fails_with_one_line_and_leaves_nothing(net, tmp_path, clean_nodes):
     spec = write(tmp_path, "e2e.yaml", SPEC.format(duration="15s"))
     topo = net.topology_file(tmp_path / "topo.yaml", hosts={"site2n2": "10.255.7.99"}, connect_timeout="2s")
@@ -402,6 +521,7 @@ def test_unreachable_node_fails_with_one_line_and_leaves_nothing(net, tmp_path, 
     _check_nothing_made(tmp_path, tmp_path / "results")
 
 
+@e2e
 def test_sigkilled_runner_is_cleaned_up_and_its_recording_brought_back(net, tmp_path, clean_nodes):
     spec = write(tmp_path, "e2e.yaml", SPEC.format(duration="60s"))
     topo = net.topology_file(tmp_path / "topo.yaml")

@@ -1,7 +1,8 @@
 """The command server the SSH backend runs on each testbed node (`python3 -u -c <this file>`).
 
 Standard library only: it runs before anything but Python is installed. It reads one JSON request per
-line on stdin and answers one JSON line on stdout, in order; no request goes through a shell.
+line on stdin and answers one JSON line on stdout, in order, with the request's "id"; no request goes
+through a shell.
 
     {"op": "run", "argv": [...], "input": str|null, "timeout": s}  -> {"rc", "out", "err"}  (rc null: timed out)
     {"op": "spawn", "argv": [...], "cwd": dir, "log": file, "env": {...}}
@@ -86,11 +87,13 @@ OPS = {"run": run, "spawn": spawn, "kill": kill}
 
 def main():
     for line in sys.stdin:
+        q = {}
         try:
             q = json.loads(line)
             a = OPS[q["op"]](q)
         except Exception as e:  # noqa: BLE001 - answered, never fatal
             a = {"error": f"{type(e).__name__}: {e}"}
+        a["id"] = q.get("id") if isinstance(q, dict) else None
         sys.stdout.write(json.dumps(a) + "\n")
         sys.stdout.flush()
 

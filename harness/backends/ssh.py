@@ -152,8 +152,7 @@ class Connection:
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
         try:
             client.connect(p.host, port=p.port, username=p.user, key_filename=p.key, timeout=p.timeout,
-                           banner_timeout=p.timeout, auth_timeout=p.timeout, look_for_keys=p.key is None,
-                           allow_agent=p.key is None)
+                           banner_timeout=p.timeout, auth_timeout=p.timeout, look_for_keys=p.key is None)
         except paramiko.BadHostKeyException as e:
             client.close()
             raise SshError(f"{p.where}: host key mismatch: the server offered {_fingerprint(e.key)}, "
@@ -291,6 +290,7 @@ class SshNode:
         self._events = b""
         self._exits: dict[int, int] = {}
         self._server_lock = threading.RLock()
+        self._seq = 0
 
     # -- commands ------------------------------------------------------------------------------
     def command(self, argv: list[str], sudo: bool = True) -> str:
@@ -319,9 +319,21 @@ class SshNode:
                 chan.exec_command(self.command([self.p.python, "-u", "-c", SERVER_SOURCE, "nestlab-node-server"]))
                 self._server, self._server_buf = chan, b""
             chan = self._server
+            self._seq += 1
+            q = {**q, "id": self._seq}
             chan.sendall(json.dumps(q).encode() + b"\n")
             deadline = time.monotonic() + timeout
-            while b"\n" not in self._server_buf:
+            while True:
+                # An answer to an earlier request that was interrupted (Ctrl-C) is skipped.
+                while b"\n" in self._server_buf:
+                    line, _, self._server_buf = self._server_buf.partition(b"\n")
+                    a = json.loads(line)
+                    if a.get("id") == q["id"]:
+                        break
+                else:
+                    a = None
+                if a is not None:
+                    break
                 if chan.recv_ready():
                     self._server_buf += chan.recv(1 << 16)
                     continue
@@ -332,8 +344,6 @@ class SshNode:
                     raise RuntimeError(f"{self.name}: the command server stopped ({self._events.decode(errors='replace')[-300:].strip() or 'no answer'}) "
                                        f"during {q['op']} {shlex.join(q.get('argv', []))}")
                 select.select([chan], [], [], 0.05)
-            line, _, self._server_buf = self._server_buf.partition(b"\n")
-        a = json.loads(line)
         if "error" in a:
             raise RuntimeError(f"{self.name}: {q['op']} {shlex.join(q.get('argv', []))}: {a['error']}")
         return a
@@ -553,14 +563,14 @@ class SshBackend:
 
         def check(name: str) -> None:
             node = self.nodes[name]
-            uname = node.run(["uname", "-sr"], sudo=False).stdout.split()
+            probe = ('uname -sr; . /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-unknown}"; '
+                     'echo "$SSH_CONNECTION"')
+            lines = node.run(["sh", "-c", probe], sudo=False, check=False).stdout.splitlines() + ["", "", ""]
+            uname = lines[0].split()
             if not uname or uname[0] != "Linux":
-                raise SshError(f"{node.p.where}: not a Linux node ({' '.join(uname) or 'uname failed'})")
-            if node.p.sudo:
-                r = node.run(["true"], check=False)
-                if r.returncode != 0:
-                    raise SshError(f"{node.p.where}: `sudo -n` is refused ({r.stderr.strip()}); the harness "
-                                   "needs passwordless sudo on testbed nodes (or log in as root)")
+                raise SshError(f"{node.p.where}: not a Linux node ({lines[0].strip() or 'uname failed'})")
+            self.node_info[name] = {"kernel": uname[1] if len(uname) > 1 else "", "os": lines[1],
+                                    "ssh_server_address": (lines[2].split() + ["", "", ""])[2]}
             missing = self._missing(node, need[name])
             if missing and (self.defaults is None or self.defaults.install):
                 self._apt_install(node, missing)
@@ -569,17 +579,19 @@ class SshBackend:
                 raise SshError(f"{node.p.where}: missing program(s) {', '.join(missing)} (Debian/Ubuntu "
                                f"packages: {' '.join(sorted({PACKAGES.get(m, m) for m in missing}))})")
             node.use_server = True
-            info = node.run(["sh", "-c", '. /etc/os-release 2>/dev/null; echo "$PRETTY_NAME"; '
-                             'echo "$SSH_CONNECTION"'], sudo=False).stdout.splitlines() + ["", ""]
-            self.node_info[name] = {"kernel": uname[1] if len(uname) > 1 else "", "os": info[0],
-                                    "ssh_server_address": (info[1].split() + ["", "", ""])[2]}
 
         self._each(check)
 
     @staticmethod
     def _missing(node: SshNode, programs: set[str]) -> list[str]:
+        """The programs not on the node's PATH (root's, under sudo: iptables and sysctl are in sbin)."""
         script = 'for p; do command -v "$p" >/dev/null 2>&1 || echo "$p"; done'
         r = node.run(["sh", "-c", script, "sh", *sorted(programs)], check=False)
+        if r.returncode != 0:
+            if node.p.sudo:
+                raise SshError(f"{node.p.where}: `sudo -n` is refused ({r.stderr.strip()}); the harness needs "
+                               "passwordless sudo on testbed nodes (or log in as root)")
+            raise SshError(f"{node.p.where}: cannot run commands: {r.stderr.strip()}")
         return r.stdout.split()
 
     @staticmethod
