@@ -256,9 +256,9 @@ class Run:
             fw.setup()
         self._start_collector()
 
-    def _snapshots(self) -> int:
+    def _snapshots(self, server: bool = True) -> int:
         if self.backend.remote:
-            return self.backend.snapshots(self.spec.monitor)
+            return self.backend.snapshots(self.spec.monitor, server=server)
         return self.db.execute("SELECT count(*) FROM snapshots").fetchone()[0]
 
     def _start_collector(self) -> None:
@@ -293,7 +293,7 @@ class Run:
         """The snapshot count of a remote collector, for the progress line (off the main loop)."""
         while not self._poller_stop.wait(REMOTE_PROGRESS_S):
             try:
-                self.remote_snapshots = self._snapshots()
+                self.remote_snapshots = self._snapshots(server=False)
             except Exception:  # noqa: BLE001 - progress only
                 pass
 
@@ -474,6 +474,11 @@ class Run:
     def _bring_back(self) -> None:
         """SSH: the collector's tables (merged into the local run.db) and every node's logs."""
         if self.backend is not None and self.backend.remote and self.backend.nodes:
+            if self.clocks is not None:   # how far the clocks drifted apart during the run
+                try:
+                    self.rd.manifest["clock_offsets_end"] = self.backend.measure_clocks().as_dict()
+                except Exception as e:  # noqa: BLE001 - a node gone away: bring back what can be
+                    self.event("warning", f"measuring the clocks again failed: {e}")
             self.backend.bring_back(self.db, self.rd.path)
 
     def _resolve_targets(self) -> None:

@@ -455,6 +455,7 @@ def test_same_spec_over_ssh_brings_back_a_run_like_mininets(net, tmp_path, clean
         assert abs(off["offset"]) <= max(off["rtt"], 1e-3), (name, off)
         assert off["samples"] >= 5
     assert abs(clocks["runner"]["offset"]) < 1e-3 and 0 < clocks["runner"]["rtt"] < 0.05
+    assert set(m["clock_offsets_end"]["nodes"]) == set(net.topo.spec.nodes)   # measured again at the end
 
     db = sqlite3.connect(f"file:{run / 'run.db'}?mode=ro", uri=True)
     monos = [t for (t,) in db.execute("SELECT mono FROM snapshots ORDER BY seq")]
@@ -521,37 +522,61 @@ def test_unreachable_node_fails_with_one_line_and_leaves_nothing(net, tmp_path, 
     _check_nothing_made(tmp_path, tmp_path / "results")
 
 
-@e2e
-def test_sigkilled_runner_is_cleaned_up_and_its_recording_brought_back(net, tmp_path, clean_nodes):
+def _start_and_wait(net: SshNet, tmp_path: Path, snapshots: int) -> tuple[subprocess.Popen, Path]:
+    """A 60 s run in the background, once the collector on site1n1 has recorded `snapshots` (the nodes
+    share this machine's files, so the test watches the remote run.db)."""
     spec = write(tmp_path, "e2e.yaml", SPEC.format(duration="60s"))
     topo = net.topology_file(tmp_path / "topo.yaml")
     results = tmp_path / "results"
     proc = subprocess.Popen(net.runner_argv(str(spec), "--topology", str(topo), "--results", str(results)),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        runs = list(results.glob("e2e_ssh/*"))
+        if runs:
+            try:
+                db = sqlite3.connect(f"file:/tmp/nestlab-{runs[0].name}-site1n1/run.db?mode=ro", uri=True)
+                if db.execute("SELECT count(*) FROM snapshots").fetchone()[0] >= snapshots:
+                    return proc, runs[0]
+            except sqlite3.Error:
+                pass
+        if proc.poll() is not None:
+            raise AssertionError(proc.stderr.read())
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError("the run did not get going")
+
+
+@e2e
+def test_sigterm_midway_tears_down_the_nodes_and_brings_back_the_run(net, tmp_path, clean_nodes):
+    proc, run = _start_and_wait(net, tmp_path, 40)   # during the tcp_drop (3 s - 5 s)
     try:
-        deadline = time.monotonic() + 60
-        remote_db = None
-        while time.monotonic() < deadline:   # the nodes share this machine's files: watch the remote run.db
-            runs = list(results.glob("e2e_ssh/*"))
-            if runs:
-                remote_db = Path(f"/tmp/nestlab-{runs[0].name}-site1n1/run.db")
-                try:
-                    db = sqlite3.connect(f"file:{remote_db}?mode=ro", uri=True)
-                    if db.execute("SELECT count(*) FROM snapshots").fetchone()[0] >= 50:   # past the tcp_drop
-                        break
-                except sqlite3.Error:
-                    pass
-            assert proc.poll() is None, proc.stderr.read()
-            time.sleep(0.2)
-        else:
-            raise AssertionError("the run did not get going")
-        os.kill(proc.pid, signal.SIGKILL)   # `ip netns exec` execs the runner: this is the runner
+        proc.send_signal(signal.SIGTERM)   # `ip netns exec` execs the runner: this is the runner
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert not run_traces(run.name)
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["status"] == "interrupted" and "SIGTERM" in m["reason"]
+    db = sqlite3.connect(f"file:{run / 'run.db'}?mode=ro", uri=True)
+    assert db.execute("SELECT count(*) FROM snapshots").fetchone()[0] >= 40
+    assert db.execute("SELECT count(*) FROM faults WHERE start IS NOT NULL AND end IS NULL").fetchone()[0] == 0
+    assert db.execute("SELECT count(*) FROM faults").fetchone()[0] >= 1
+
+
+@e2e
+def test_sigkilled_runner_is_cleaned_up_and_its_recording_brought_back(net, tmp_path, clean_nodes):
+    proc, run = _start_and_wait(net, tmp_path, 50)   # past the tcp_drop at 3 s
+    try:
+        os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    (run,) = results.glob("e2e_ssh/*")
     assert run_traces(run.name), "a SIGKILLed runner cannot clean up; there should be something to clean"
     r = subprocess.run(net.runner_argv("cleanup", program="nestlab"), capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr

@@ -9,6 +9,7 @@ through a shell.
                                                   -> {"pid", "start"}  (a new session: pid = process group)
     {"op": "kill", "pid": n, "start": t, "sig": n} -> {"sent": bool}  (group and process, if pid is still
                                                      the process started at t, field 22 of /proc/pid/stat)
+    {"op": "clock"}                               -> {"t": CLOCK_MONOTONIC seconds, read in-process}
 
 When a spawned process ends, a line "exit <pid> <code>" is written to stderr (code < 0: killed by
 that signal), so the runner learns of it without asking. The server ends at the end of its input;
@@ -20,6 +21,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 _err_lock = threading.Lock()
 
@@ -82,7 +84,11 @@ def kill(q):
     return {"sent": sent}
 
 
-OPS = {"run": run, "spawn": spawn, "kill": kill}
+def clock(q):
+    return {"t": time.clock_gettime(time.CLOCK_MONOTONIC)}
+
+
+OPS = {"run": run, "spawn": spawn, "kill": kill, "clock": clock}
 
 
 def main():

@@ -59,11 +59,11 @@ CLOCK_ROUNDS = 15              # round trips per node when measuring clock offse
 MIN_PYTHON = (3, 10)
 
 SERVER_SOURCE = (Path(__file__).resolve().parent / "nodeserver.py").read_text()
-# Prints the monotonic clock once per line read: a clock read costs one round trip, no process start.
-CLOCK_SCRIPT = ("import sys, time\n"
-                "for _ in sys.stdin:\n"
-                "    sys.stdout.write('%.9f\\n' % time.clock_gettime(time.CLOCK_MONOTONIC))\n"
-                "    sys.stdout.flush()\n")
+# $1 = "sudo" or "-", then the programs to look for. Prints uname, the OS, $SSH_CONNECTION, a line
+# "missing <program>" for each one not found, and "checked" when the check ran.
+PROBE_SCRIPT = ('uname -sr; (. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-unknown}"); echo "$SSH_CONNECTION"\n'
+                'check=\'for p; do command -v "$p" >/dev/null 2>&1 || echo "missing $p"; done; echo checked\'\n'
+                'if [ "$1" = sudo ]; then shift; sudo -n sh -c "$check" sh "$@"; else shift; sh -c "$check" sh "$@"; fi\n')
 # Removes the harness's fault chain on a router (the same steps as harness.faults.Firewall.teardown).
 CHAIN_UNDO = ["sh", "-c", "while iptables -w -D FORWARD -j NESTLAB 2>/dev/null; do :; done; "
               "iptables -w -F NESTLAB 2>/dev/null; iptables -w -X NESTLAB 2>/dev/null; true"]
@@ -282,8 +282,6 @@ class SshNode:
         self.p = conn.p
         self.workdir = workdir
         self.procs: dict[int, RemoteProc] = {}
-        self._clock: paramiko.Channel | None = None
-        self._clock_lock = threading.Lock()
         self.use_server = False        # set once the node is known to have Python
         self._server: paramiko.Channel | None = None
         self._server_buf = b""
@@ -427,24 +425,11 @@ class SshNode:
         return self.clock_sample()[1]
 
     def clock_sample(self) -> tuple[float, float, float]:
-        """(runner clock before, node clock, runner clock after) of one round trip."""
-        with self._clock_lock:
-            if self._clock is None or self._clock.closed:
-                chan = self.conn.open(long_lived=True)
-                chan.exec_command(shlex.join([self.p.python, "-u", "-c", CLOCK_SCRIPT, "nestlab-clock"]))
-                self._clock, self._clock_buf = chan, b""
-            chan = self._clock
-            t0 = monotonic()
-            chan.sendall(b"\n")
-            while b"\n" not in self._clock_buf:
-                data = chan.recv(4096)
-                if not data:
-                    err = chan.recv_stderr(4096).decode(errors="replace").strip() if chan.recv_stderr_ready() else ""
-                    raise RuntimeError(f"{self.name}: cannot read the clock with {self.p.python}: {err or 'no output'}")
-                self._clock_buf += data
-            t1 = monotonic()
-            line, _, self._clock_buf = self._clock_buf.partition(b"\n")
-            return t0, float(line), t1
+        """(runner clock before, node clock, runner clock after) of one round trip to the command
+        server (it reads the clock in-process: no program is started for it)."""
+        t0 = monotonic()
+        t = self._request({"op": "clock"})["t"]
+        return t0, t, monotonic()
 
     def measure_clock(self, rounds: int = CLOCK_ROUNDS) -> tuple[float, float]:
         """(node clock - runner clock, round trip) of the fastest of `rounds` round trips."""
@@ -456,10 +441,6 @@ class SshNode:
         return best
 
     def close(self) -> None:
-        with self._clock_lock:
-            if self._clock is not None:
-                self._clock.close()
-                self._clock = None
         with self._server_lock:
             if self._server is not None:
                 try:
@@ -552,8 +533,11 @@ class SshBackend:
 
     def build(self) -> None:
         self._check_nodes()
-        self._verify_network()
-        self._install()
+        with ThreadPoolExecutor(max_workers=2) as pool:   # the interceptor builds while the network is checked
+            steps = [pool.submit(self._install), pool.submit(self._verify_network)]
+        for f in steps:
+            if f.exception() is not None:
+                raise f.exception()
         self._set_congestion_control()
         self._measure_clocks()
 
@@ -563,18 +547,15 @@ class SshBackend:
 
         def check(name: str) -> None:
             node = self.nodes[name]
-            probe = ('uname -sr; . /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-unknown}"; '
-                     'echo "$SSH_CONNECTION"')
-            lines = node.run(["sh", "-c", probe], sudo=False, check=False).stdout.splitlines() + ["", "", ""]
+            lines, missing = self._probe(node, need[name])
             uname = lines[0].split()
             if not uname or uname[0] != "Linux":
                 raise SshError(f"{node.p.where}: not a Linux node ({lines[0].strip() or 'uname failed'})")
             self.node_info[name] = {"kernel": uname[1] if len(uname) > 1 else "", "os": lines[1],
                                     "ssh_server_address": (lines[2].split() + ["", "", ""])[2]}
-            missing = self._missing(node, need[name])
             if missing and (self.defaults is None or self.defaults.install):
                 self._apt_install(node, missing)
-                missing = self._missing(node, need[name])
+                missing = self._probe(node, need[name])[1]
             if missing:
                 raise SshError(f"{node.p.where}: missing program(s) {', '.join(missing)} (Debian/Ubuntu "
                                f"packages: {' '.join(sorted({PACKAGES.get(m, m) for m in missing}))})")
@@ -583,16 +564,19 @@ class SshBackend:
         self._each(check)
 
     @staticmethod
-    def _missing(node: SshNode, programs: set[str]) -> list[str]:
-        """The programs not on the node's PATH (root's, under sudo: iptables and sysctl are in sbin)."""
-        script = 'for p; do command -v "$p" >/dev/null 2>&1 || echo "$p"; done'
-        r = node.run(["sh", "-c", script, "sh", *sorted(programs)], check=False)
-        if r.returncode != 0:
+    def _probe(node: SshNode, programs: set[str]) -> tuple[list[str], list[str]]:
+        """One login-shell command: kernel, OS, the SSH session's addresses, and which programs are
+        not on root's PATH (under sudo -n when not root: iptables and sysctl live in sbin)."""
+        r = node.run(["sh", "-c", PROBE_SCRIPT, "sh", "sudo" if node.p.sudo else "-", *sorted(programs)],
+                     sudo=False, check=False)
+        lines = r.stdout.splitlines()
+        if "checked" not in lines:
             if node.p.sudo:
-                raise SshError(f"{node.p.where}: `sudo -n` is refused ({r.stderr.strip()}); the harness needs "
+                raise SshError(f"{node.p.where}: `sudo -n` failed ({r.stderr.strip()}); the harness needs "
                                "passwordless sudo on testbed nodes (or log in as root)")
-            raise SshError(f"{node.p.where}: cannot run commands: {r.stderr.strip()}")
-        return r.stdout.split()
+            raise SshError(f"{node.p.where}: cannot run commands: {r.stderr.strip() or r.stdout.strip()}")
+        missing = [line.split()[1] for line in lines if line.startswith("missing ")]
+        return lines[:3] + ["", "", ""], missing
 
     @staticmethod
     def _apt_install(node: SshNode, programs: list[str]) -> None:
@@ -755,6 +739,10 @@ class SshBackend:
                 f.result()
 
     def _measure_clocks(self) -> None:
+        self._clocks = self.measure_clocks()
+
+    def measure_clocks(self) -> Clocks:
+        """Every node's and the runner's offset to the monitored host's clock, measured now."""
         mon = self.spec.monitor
         measured: dict[str, tuple[float, float]] = {}
 
@@ -765,10 +753,11 @@ class SshBackend:
         d_mon, rtt_mon = measured[mon]
         method = f"best of {CLOCK_ROUNDS} round trips"
         clocks = Clocks(mon, runner=ClockOffset(d_mon, rtt_mon, CLOCK_ROUNDS, method))
-        for name, (d, rtt) in measured.items():
+        for name in self.nodes:
+            d, rtt = measured[name]
             clocks.nodes[name] = (ClockOffset(0.0, 0.0, CLOCK_ROUNDS, "reference") if name == mon else
                                   ClockOffset(d_mon - d, rtt + rtt_mon, CLOCK_ROUNDS, method))
-        self._clocks = clocks
+        return clocks
 
     # -- what the runner asks ------------------------------------------------------------------
     def node(self, name: str) -> SshNode:
@@ -831,9 +820,10 @@ class SshBackend:
             self.ledger.set_salvage(name, db, f"{self.nodes[name].workdir}/logs")
         return db
 
-    def snapshots(self, name: str) -> int:
-        """Snapshots recorded so far (also called from the progress thread: not through the command server)."""
-        return int(self.agent(name, "count", self.collector_db, timeout=10, server=False))
+    def snapshots(self, name: str, server: bool = True) -> int:
+        """Snapshots recorded so far (the progress thread passes server=False: the command server is
+        the main thread's)."""
+        return int(self.agent(name, "count", self.collector_db, timeout=10, server=server))
 
     def bring_back(self, db: sqlite3.Connection, run_dir: Path) -> None:
         """Copy the collector's run.db into the local one, and every node's logs into logs/."""
