@@ -15,9 +15,9 @@ Commands go to a small command server on each node (harness/backends/nodeserver.
 without any shell: one round trip each, however slow the login shell's startup files are. The server
 also starts background processes (each in a new session, so its pid is the process group to signal),
 writing their output to a log on the node, and reports their exits on its stderr, so polling a
-process costs no round trip. The few commands that run through the login shell (the first checks,
-starting the servers) are argv lists joined with shlex.join: no spec field ever reaches a shell
-unquoted.
+process costs no round trip; it also reads the node's clock in-process. The few commands that run
+through the login shell (the first check of each node, the command server itself, the progress
+reads) are argv lists joined with shlex.join: no spec field ever reaches a shell unquoted.
 """
 
 from __future__ import annotations
@@ -69,8 +69,8 @@ CHAIN_UNDO = ["sh", "-c", "while iptables -w -D FORWARD -j NESTLAB 2>/dev/null; 
               "iptables -w -F NESTLAB 2>/dev/null; iptables -w -X NESTLAB 2>/dev/null; true"]
 
 # Programs a node needs for its role, and the Debian/Ubuntu packages that provide them.
-PACKAGES = {"python3": "python3", "ip": "iproute2", "ss": "iproute2", "truncate": "coreutils", "tar": "tar", "sysctl": "procps",
-            "iptables": "iptables", "iptables-restore": "iptables", "lighttpd": "lighttpd",
+PACKAGES = {"python3": "python3", "ip": "iproute2", "ss": "iproute2", "truncate": "coreutils", "tar": "tar",
+            "sysctl": "procps", "iptables": "iptables", "iptables-restore": "iptables", "lighttpd": "lighttpd",
             "iperf": "iperf", "wget": "wget", "make": "make", "gcc": "gcc libc6-dev"}
 BASE_PROGRAMS = ("ip",)
 
@@ -134,7 +134,7 @@ def _fingerprint(key) -> str:
 
 class Connection:
     """SSH connections to one node: a pool, since sshd limits the sessions (channels) of one
-    connection, and the command server, the clock and the progress reads each keep one open."""
+    connection (MaxSessions), and the command server keeps one open for the whole run."""
 
     def __init__(self, params: SshParams):
         self.p = params
