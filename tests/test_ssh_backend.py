@@ -112,6 +112,10 @@ def test_ssh_topology_resolves_settings_relative_to_the_topology_file(tmp_path):
     assert p["r"].user == "root" and not p["r"].sudo and p["r"].port == 2222
     assert p["h2"].host == "h2.example.org" and p["h2"].python == "python3"
     assert load_topology(DUMBBELL).backend == "mininet"
+    example = load_topology(REPO / "topologies" / "dumbbell-ssh.yaml")   # the documented example
+    dumbbell = load_topology(DUMBBELL)
+    assert example.backend == "ssh" and example.spec.links == dumbbell.spec.links
+    assert list(example.spec.nodes) == list(dumbbell.spec.nodes)
 
 
 @pytest.mark.parametrize("change,where,message", [
@@ -478,6 +482,26 @@ def test_same_spec_over_ssh_brings_back_a_run_like_mininets(net, tmp_path, clean
     (ipeth,) = db.execute("SELECT id FROM modules WHERE key = 'ipeth:site1n1-eth0'").fetchone()
     assert mod == ipeth and _advance(db, ipeth, "in", start + 0.2, end) == 0
     assert _advance(db, ipeth, "in", start - 2, start) > 100
+
+
+@e2e
+def test_agent_through_mnexec_sees_what_the_mininet_backend_reads_in_process(net, clean_nodes):
+    """The node agent works on Mininet too (through mnexec), and agrees with the in-process path the
+    Mininet backend takes."""
+    backend, node = net.backend, net.backend.node("site1n1")
+    client = subprocess.Popen(["mnexec", "-a", str(node.pid), sys.executable, "-c",
+                               "import socket, sys, time; s = socket.create_connection((sys.argv[1], 22)); "
+                               "print('up', flush=True); time.sleep(30)", net.mgmt["site1n1"]],
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert client.stdout.readline().strip() == "up"
+        r = node.run([*backend.python("site1n1"), "-m", "harness.agent", "conns", str(client.pid)])
+        via_agent = json.loads(r.stdout)
+        assert via_agent == backend.tcp_connections("site1n1", client.pid)
+        assert [(c["dst"], c["dport"]) for c in via_agent] == [(net.mgmt["site1n1"], 22)]
+    finally:
+        os.killpg(client.pid, signal.SIGKILL)
+        client.wait()
 
 
 def _one_error_line(r: subprocess.CompletedProcess) -> str:
