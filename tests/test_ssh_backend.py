@@ -156,10 +156,13 @@ def test_node_server_runs_spawns_reports_exits_and_kills_only_its_own(tmp_path):
                 env={"X": "1"}, id=4)
         pid, start = a["pid"], a["start"]
         assert os.getpgid(pid) == pid   # its own process group
+        deadline = time.monotonic() + 10
+        while log.read_text() != "out\n" and time.monotonic() < deadline:   # its output goes to its log
+            time.sleep(0.02)
         assert ask(op="kill", pid=pid, start="1", sig=15, id=5) == {"sent": False, "id": 5}   # not that process
         assert ask(op="kill", pid=pid, start=start, sig=15, id=6)["sent"]
         assert srv.stderr.readline().strip() == f"exit {pid} -15"
-        assert log.read_text() == "out\n"
+        assert log.read_text() == "out\n"   # and nothing after the kill
         assert "error" in ask(op="nope", id=7)
     finally:
         srv.stdin.close()
