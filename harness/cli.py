@@ -12,7 +12,6 @@ import sys
 
 from harness.errors import UserError
 
-
 COMMAND_MODULES = ("harness.commands", "harness.export", "analysis.cli", "analysis.report_cli")
 
 

@@ -268,6 +268,9 @@ class Run:
                 "--interval", str(self.spec.snapshot_interval)]
         if self.shm_dir is not None:
             argv += ["--interceptor-dir", str(self.shm_dir)]
+        control = getattr(self.backend, "control", {}).get(self.spec.monitor)
+        if control:  # the testbed's control interface carries the runner's SSH session: not the experiment
+            argv += ["--ignore-interface", control]
         self.collector = node.start(argv, self.rd.logs / "collector.log")
         self._on_process(self.collector, None, "collector", self.spec.monitor)
         deadline = monotonic() + COLLECTOR_READY_S

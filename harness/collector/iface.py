@@ -20,18 +20,25 @@ from harness.collector.source import Observation
 class InterfaceSource:
     name = "ipeth"
 
-    def __init__(self):
+    def __init__(self, ignore: set[str] = frozenset()):
         self.ipr = IPRoute()
+        self.ignore = set(ignore) | {"lo"}     # interfaces that are not part of the experiment
         self.addresses: dict[str, str] = {}   # local address -> 'ipeth:<ifname>'
+        self.ignored_addresses: set[str] = set()
         self.refresh_addresses()
 
     def refresh_addresses(self) -> None:
         names = {link["index"]: link.get_attr("IFLA_IFNAME") for link in self.ipr.get_links()}
-        self.addresses = {a.get_attr("IFA_ADDRESS"): f"ipeth:{names.get(a['index'])}"
-                          for a in self.ipr.get_addr() if names.get(a["index"]) != "lo"}
+        addrs = [(a.get_attr("IFA_ADDRESS"), names.get(a["index"])) for a in self.ipr.get_addr()]
+        self.addresses = {addr: f"ipeth:{name}" for addr, name in addrs if name not in self.ignore}
+        self.ignored_addresses = {addr for addr, name in addrs if name in self.ignore and name != "lo"}
 
     def ifkey_of(self, address: str) -> str | None:
         return self.addresses.get(address)
+
+    def ignored(self, address: str) -> bool:
+        """A connection bound to an ignored interface's address (e.g. the runner's SSH session)."""
+        return address in self.ignored_addresses
 
     def poll(self) -> list[Observation]:
         obs = []
@@ -40,7 +47,7 @@ class InterfaceSource:
         for line in lines:
             name, _, rest = line.partition(":")
             name = name.strip()
-            if name == "lo":
+            if name in self.ignore:
                 continue
             v = rest.split()
             # rx: bytes packets errs drop fifo frame compressed multicast | tx: bytes packets errs drop ...

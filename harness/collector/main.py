@@ -99,9 +99,9 @@ class ModuleTracker:
         ensure_indexes(self.db)
 
 
-def make_sources(interceptor_dir: str | None) -> tuple[list[Source], InterfaceSource]:
-    iface = InterfaceSource()
-    sources: list[Source] = [iface, TcpSource(iface.ifkey_of, socket_owners)]
+def make_sources(interceptor_dir: str | None, ignore_interfaces=()) -> tuple[list[Source], InterfaceSource]:
+    iface = InterfaceSource(set(ignore_interfaces))
+    sources: list[Source] = [iface, TcpSource(iface.ifkey_of, socket_owners, iface.ignored)]
     if interceptor_dir:
         from harness.collector.interceptor import InterceptorSource
 
@@ -110,10 +110,10 @@ def make_sources(interceptor_dir: str | None) -> tuple[list[Source], InterfaceSo
 
 
 def run(db_path: str, interval: float, interceptor_dir: str | None = None,
-        max_snapshots: int | None = None) -> int:
+        max_snapshots: int | None = None, ignore_interfaces=()) -> int:
     db = connect(db_path)
     db.isolation_level = None  # explicit BEGIN/COMMIT per snapshot
-    sources, iface = make_sources(interceptor_dir)
+    sources, iface = make_sources(interceptor_dir, ignore_interfaces)
     tracker = ModuleTracker(db, COMMIT_EVERY_S)
     stop = False
 
@@ -160,8 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--interval", type=float, default=0.1)
     p.add_argument("--interceptor-dir")
     p.add_argument("--max-snapshots", type=int)
+    p.add_argument("--ignore-interface", action="append", default=[],
+                   help="an interface outside the experiment (e.g. a testbed's control network): "
+                        "neither it nor connections bound to its addresses become modules")
     a = p.parse_args(argv)
-    return run(a.db, a.interval, a.interceptor_dir, a.max_snapshots)
+    return run(a.db, a.interval, a.interceptor_dir, a.max_snapshots, a.ignore_interface)
 
 
 if __name__ == "__main__":

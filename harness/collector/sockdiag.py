@@ -151,36 +151,47 @@ class TcpSource:
 
     name = "tcp"
 
-    def __init__(self, address_to_ifkey, owner_of_inode=None):
+    def __init__(self, address_to_ifkey, owner_of_inode=None, ignored=lambda address: False):
         # address_to_ifkey(local address) -> 'ipeth:<ifname>' (the tcp -> ipeth edge);
-        # owner_of_inode(inodes) -> {inode: {pid, cmdline}}: who holds each new socket (attrs only).
+        # owner_of_inode(inodes) -> {inode: {pid, cmdline}}: who holds each new socket (attrs only);
+        # ignored(local address): connections that are not part of the experiment (never modules).
         self.diag = SockDiag()
         self.address_to_ifkey = address_to_ifkey
         self.owner_of_inode = owner_of_inode
+        self.ignored = ignored
         self.known: dict[int, tuple[str, str, list[str]]] = {}   # inode -> (key, name, children)
+        self.ignored_inodes: set[int] = set()
 
     def poll(self) -> list[Observation]:
         raw = self.diag.dump()
         known, obs = self.known, []
+        if self.ignored_inodes:
+            raw = [r for r in raw if r[0] not in self.ignored_inodes]
         new = [r for r in raw if r[0] not in known]
         owners = self.owner_of_inode([r[0] for r in new]) if (new and self.owner_of_inode) else {}
         births = {}
         for r in new:
             s = TcpSock.decode(r)
+            if self.ignored(s.src):
+                self.ignored_inodes.add(s.inode)
+                continue
             ifkey = self.address_to_ifkey(s.src)
             known[s.inode] = (f"tcp:{s.inode}", f"tcp {s.src}:{s.sport}>{s.dst}:{s.dport}", [ifkey] if ifkey else [])
             births[s.inode] = {"inode": s.inode, "src": s.src, "sport": s.sport, "dst": s.dst, "dport": s.dport,
                                **owners.get(s.inode, {})}
         for r in raw:
+            if r[0] in self.ignored_inodes:
+                continue
             key, name, children = known[r[0]]
             obs.append(Observation(
                 key, "tcp", name,
                 {"in": {"total_msgs": r[9], "bytes": r[11], "queued": r[7]},
                  "out": {"total_msgs": r[10], "bytes": r[12], "queued": r[8], "errors": r[13]}},
                 births.get(r[0], _NO_ATTRS), children))
-        if len(known) > 2 * len(raw) + 1000:  # forget connections long gone
+        if len(known) + len(self.ignored_inodes) > 2 * len(raw) + 1000:  # forget connections long gone
             live = {r[0] for r in raw}
             self.known = {i: v for i, v in known.items() if i in live}
+            self.ignored_inodes &= live
         return obs
 
     def close(self) -> None:
