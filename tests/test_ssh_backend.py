@@ -485,6 +485,9 @@ def test_same_spec_over_ssh_brings_back_a_run_like_mininets(net, tmp_path, clean
     (ipeth,) = db.execute("SELECT id FROM modules WHERE key = 'ipeth:site1n1-eth0'").fetchone()
     assert mod == ipeth and _advance(db, ipeth, "in", start + 0.2, end) == 0
     assert _advance(db, ipeth, "in", start - 2, start) > 100
+    # The control interface and the runner's own SSH session are not part of the experiment.
+    assert db.execute("SELECT count(*) FROM modules WHERE key = 'ipeth:mgmt0' OR name LIKE '%:22>%' "
+                      "OR name LIKE '%>%:22'").fetchone()[0] == 0
 
 
 @e2e
