@@ -39,7 +39,6 @@ from harness.errors import UserError
 from harness.faults import Firewall, ip_drop_rule, target_json, tcp_drop_rule
 from harness.spec import Experiment, Window, load_spec
 from harness.store import FORMAT_VERSION, RunDir, create_db, monotonic
-from harness.topology import load_topology
 from harness.workloads import Workloads, check_binaries
 
 TICK_S = 0.02
@@ -524,22 +523,9 @@ class _nullcontext:
         return False
 
 
-def with_topology(exp: Experiment, topology: str | Path) -> Experiment:
-    """The experiment on another topology file (e.g. the same shape placed on testbed nodes), its
-    spec checked against it as load_spec checks it against its own."""
-    from harness.spec import _check_against_topology
-
-    topo = load_topology(topology)
-    _check_against_topology(exp.spec, exp.doc, topo)
-    exp.topology = topo
-    return exp
-
-
 def run_experiment(spec_path: str | Path, results_root: str | Path = "results",
                    topology: str | Path | None = None) -> tuple[int, list[Path]]:
-    exp = load_spec(spec_path)  # spec mistakes are reported before anything needs root
-    if topology is not None:
-        exp = with_topology(exp, topology)
+    exp = load_spec(spec_path, topology)  # spec mistakes are reported before anything needs root
     if exp.topology.backend == "mininet" and os.geteuid() != 0:
         raise UserError("run-experiment needs root (Mininet namespaces, tc, iptables); try sudo")
     runs: list[Path] = []

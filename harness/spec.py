@@ -13,7 +13,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from harness.errors import UserError
 from harness.topology import Topology, load_topology
 from harness.units import Duration, Size
 from harness.yamlload import YamlDoc
@@ -266,19 +265,16 @@ def _check_against_topology(spec: Spec, doc: YamlDoc, topo: Topology) -> None:
                                 f"{spec.monitor}; its modules would not be observed")
 
 
-def load_spec(path: Path | str) -> Experiment:
+def load_spec(path: Path | str, topology: Path | str | None = None) -> Experiment:
+    """Load and check a spec. `topology` overrides the spec's topology file (e.g. the same shape
+    placed on testbed nodes: `run-experiment SPEC --topology FILE`)."""
     path = Path(path)
     doc = YamlDoc(path)
     spec = doc.parse(Spec)
-    topo_path = _resolve_topology(spec, doc, path)
-    topo = load_topology(topo_path)
+    topo = load_topology(topology if topology is not None else _resolve_topology(spec, doc, path))
     _check_against_topology(spec, doc, topo)
     exp = Experiment(spec, topo, path, doc)
     for r in range(spec.repetitions):
         exp.plan(r)  # infeasible schedules are spec errors: find them before anything runs
     return exp
 
-
-def require(condition: bool, message: str) -> None:
-    if not condition:
-        raise UserError(message)
