@@ -48,6 +48,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
+from analysis.variants import Param, on_off
 from harness.errors import UserError
 
 CAUSES = ("", "oneway", "fault", "collateral", "invalid", "after_end")
@@ -72,34 +73,12 @@ def _seconds(text: str) -> float:
     return v
 
 
-def _on_off(text: str) -> bool:
-    t = text.strip().lower()
-    if t in ("on", "true", "yes", "1"):
-        return True
-    if t in ("off", "false", "no", "0"):
-        return False
-    raise ValueError("expected on or off")
-
-
 def _choice(*options: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in options:
             raise ValueError(f"expected one of {', '.join(options)}")
         return text
     return parse
-
-
-@dataclass(frozen=True)
-class PolicyParam:
-    name: str
-    default: Any
-    parse: Callable[[str], Any]
-    help: str
-
-    def text(self, v: Any) -> str:
-        if isinstance(v, bool):
-            return "on" if v else "off"
-        return f"{v:g}" if isinstance(v, float) else str(v)
 
 
 # ----------------------------------------------------------------------------- shared pieces
@@ -272,7 +251,7 @@ def _result(f: _Frame, oneway: np.ndarray, fault_pos: np.ndarray, fault_id: np.n
 class _Policy:
     system: str = ""
     summary: str = ""
-    params: tuple[PolicyParam, ...] = ()
+    params: tuple[Param, ...] = ()
 
     def __init__(self, **values: Any):
         self.values = {p.name: p.default for p in self.params}
@@ -330,13 +309,13 @@ class ImpactPolicy(_Policy):
     summary = ("the seeds' criteria (thesis 3.5.2, NeST paper 5.2-5.3): impact periods of targeted "
                "modules, one-way workloads' idle direction")
     params = (
-        PolicyParam("lookback", 1.0, _seconds, "s before a fault in which the direction must have carried "
+        Param("lookback", 1.0, _seconds, "s before a fault in which the direction must have carried "
                     "traffic for its counters to 'become' zero (0: not required)"),
-        PolicyParam("oneway", True, _on_off, "apps/sockets of upload-only (download-only) workloads are "
+        Param("oneway", True, on_off, "apps/sockets of upload-only (download-only) workloads are "
                     "positive inbound (outbound)"),
-        PolicyParam("collateral", "negative", _choice("negative", "exclude", "positive"),
+        Param("collateral", "negative", _choice("negative", "exclude", "positive"),
                     "impact periods of modules a fault silences without targeting them (graph neighbours)"),
-        PolicyParam("after_end", "exclude", _choice("exclude", "keep"),
+        Param("after_end", "exclude", _choice("exclude", "keep"),
                     "snapshots after the run's end, while the runner stops the workloads"),
     )
 
@@ -349,11 +328,11 @@ class WindowPolicy(_Policy):
     system = "window"
     summary = "targets positive in every snapshot overlapping the fault window (+ tail), counters aside"
     params = (
-        PolicyParam("tail", 0.0, _seconds, "s after the fault's end still counted positive"),
-        PolicyParam("oneway", True, _on_off, "as for impact"),
-        PolicyParam("collateral", "negative", _choice("negative", "exclude", "positive"),
+        Param("tail", 0.0, _seconds, "s after the fault's end still counted positive"),
+        Param("oneway", True, on_off, "as for impact"),
+        Param("collateral", "negative", _choice("negative", "exclude", "positive"),
                     "graph neighbours of the targets during the window"),
-        PolicyParam("after_end", "exclude", _choice("exclude", "keep"), "as for impact"),
+        Param("after_end", "exclude", _choice("exclude", "keep"), "as for impact"),
     )
 
     def _mark(self, f, rows, f0, f1):
