@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import subprocess
@@ -35,6 +36,10 @@ def leftovers() -> list[str]:
     for tool in ("iptables", "iptables-legacy"):
         r = subprocess.run([tool, "-S"], capture_output=True, text=True)
         found += [f"{tool}: {line}" for line in r.stdout.splitlines() if "NESTLAB" in line]
+    # Scratch directories (served files, interceptor shared memory, SSH node workdirs) and ledgers;
+    # nestlab-bench-* is a benchmark's deliberate cache of its synthetic input.
+    for pattern in ("/tmp/nestlab-*", "/dev/shm/nestlab-*", "/run/nestlab/*.json"):
+        found += [f"path: {p}" for p in glob.glob(pattern) if not Path(p).name.startswith("nestlab-bench-")]
     ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()[1:]
     me = str(os.getpid())
     found += [f"process: {line.strip()}" for line in ps
