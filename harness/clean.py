@@ -14,6 +14,7 @@ that `cleanup` can be run again. It never touches another live run or Mininet's 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -140,6 +141,18 @@ class Ledger:
             self._save()
             return
         self.path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def signals_held():
+    """Hold off SIGINT/SIGTERM/SIGHUP while a process is started and recorded: a signal in between
+    would leave a process that teardown does not know about. They are delivered on exit."""
+    sigs = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def kill_group(pid: int, start_time: int | None, timeout: float = 2.0) -> bool:

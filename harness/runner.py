@@ -34,7 +34,7 @@ from rich.console import Console
 
 from harness import __version__, interceptor
 from harness.backends.base import Clocks, Proc
-from harness.clean import Ledger
+from harness.clean import Ledger, signals_held
 from harness.errors import UserError
 from harness.faults import Firewall, ip_drop_rule, target_json, tcp_drop_rule
 from harness.spec import Experiment, Window, load_spec
@@ -125,6 +125,7 @@ class Run:
         self.active: list[ActiveFault] = []
         self.t0: float | None = None
         self.shm_dir: str | None = None
+        self.fault_ids = 0   # faults.id, assigned here so a rule's tag is known before its row is written
         self.clocks: Clocks | None = None
         self.chain_undo: dict[str, dict] = {}
         self.remote_snapshots = 0
@@ -241,7 +242,8 @@ class Run:
         client_env = {}
         if spec.interceptor:
             self.shm_dir, client_env[spec.monitor] = backend.interceptor(spec.monitor)
-        self.workloads = Workloads(spec, nodes, addresses, self.rd.logs, client_env, on_process=self._on_process)
+        self.workloads = Workloads(spec, nodes, addresses, self.rd.logs, client_env, on_process=self._on_process,
+                                   warn=lambda message, workload: self.event("warning", message, workload))
         self.ledger.add_path(self.workloads.www)
         self.workloads.start_servers()
         for router in sorted({f.at for f in spec.faults if f.at}):
@@ -270,8 +272,9 @@ class Run:
         control = getattr(self.backend, "control", {}).get(self.spec.monitor)
         if control:  # the testbed's control interface carries the runner's SSH session: not the experiment
             argv += ["--ignore-interface", control]
-        self.collector = node.start(argv, self.rd.logs / "collector.log")
-        self._on_process(self.collector, None, "collector", self.spec.monitor)
+        with signals_held():
+            self.collector = node.start(argv, self.rd.logs / "collector.log")
+            self._on_process(self.collector, None, "collector", self.spec.monitor)
         deadline = monotonic() + COLLECTOR_READY_S
         while monotonic() < deadline:
             if self._snapshots() > 0:
@@ -344,13 +347,15 @@ class Run:
     def _start_fault(self, w: Window) -> None:
         f = self.spec.faults[w.spec_index]
 
-        def row(target: str, rule: str, start: float | None) -> int:
-            cur = self.db.execute(
-                "INSERT INTO faults (spec_index, kind, at_node, target, planned_start, planned_duration, start, rule) "
-                "VALUES (?,?,?,?,?,?,?,?)",
-                (w.spec_index, f.kind, f.at or self.spec.monitor, target, w.start, w.duration, start, rule))
-            self.db.commit()
-            return cur.lastrowid
+        def row(target: str, rule: str, start: float) -> int:
+            # Written after the fault is in force, so the injection never waits for the database.
+            self.fault_ids += 1
+            self.db.execute(
+                "INSERT INTO faults (id, spec_index, kind, at_node, target, planned_start, planned_duration, start, "
+                "rule) VALUES (?,?,?,?,?,?,?,?,?)",
+                (self.fault_ids, w.spec_index, f.kind, f.at or self.spec.monitor, target, w.start, w.duration,
+                 start, rule))
+            return self.fault_ids
 
         def skip(why: str) -> None:
             self.progress.skipped += 1
@@ -368,30 +373,26 @@ class Run:
                     return skip(f"workload {f.target.workload} had no established connection")
                 target = target_json(description=f"tcp {conn['src']}:{conn['sport']}>{conn['dst']}:{conn['dport']}",
                                      workload=f.target.workload, pid=pid, **conn)
-            fid = row(target, "", None)
-            tag = f"nestlab:{self.run_id}:f{fid}"  # the rule carries the run and the fault id
+            tag = f"nestlab:{self.run_id}:f{self.fault_ids + 1}"  # the rule carries the run and the fault id
             rule = ip_drop_rule(f.at, tag, addr) if f.kind == "ip_drop" else tcp_drop_rule(f.at, tag, conn)
             fw, at = self.firewalls[f.at], f.at
-            self.db.execute("UPDATE faults SET rule = ? WHERE id = ?", (rule.describe(), fid))
             start = self.clocks.from_node(at, fw.insert(rule))   # the router's clock -> the monitor's
-            self.db.execute("UPDATE faults SET start = ? WHERE id = ?", (start, fid))
-            self.db.commit()
-            parts.append((fid, lambda: self.clocks.from_node(at, fw.delete(rule))))
-        else:  # app_pause: every live process of the workload (or the one instance named)
+            parts.append((row(target, rule.describe(), start), lambda: self.clocks.from_node(at, fw.delete(rule))))
+        else:  # app_pause: every live process of the workload (or the one instance named), then record
             procs = [p for i, p in self.workloads.live(f.target.workload)
                      if f.target.instance is None or i.index == f.target.instance]
             if not procs:
                 return skip(f"workload {f.target.workload} had no live process")
-            start = None
             host = self.spec.workloads[f.target.workload].host
-            for proc in procs:
-                state = self.backend.pause(host, self.shm_dir, proc.pid)   # acked on the host's clock
+            paused = [(proc, self.backend.pause(host, self.shm_dir, proc.pid)) for proc in procs]  # acked on host's clock
+            for proc, state in paused:
                 start = self.clocks.from_node(host, state.ack_mono)
                 target = target_json(description=f"pause pid {proc.pid} ({' '.join(proc.argv[:2])})",
                                      workload=f.target.workload, pid=proc.pid)
                 sig = f"signal {state.pause_signal} (pause) / {state.resume_signal} (resume) to pid {proc.pid}"
                 parts.append((row(target, sig, start), lambda pid=proc.pid: self.clocks.from_node(
                     host, self.backend.resume(host, self.shm_dir, pid).ack_mono)))
+        self.db.commit()
         self.progress.injected += 1
         self.active.append(ActiveFault(w, start + w.duration, parts))
 

@@ -10,18 +10,19 @@ back to the client's own listener, one thread per connection, in the same proces
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from harness.agent import tcp_connections  # noqa: F401 - moved to the agent; kept importable here
 from harness.backends.base import Node, Proc
+from harness.clean import signals_held
 from harness.errors import UserError
 from harness.spec import Spec, Workload
-from harness.store import monotonic
 
 HTTP_PORT = 80
+FAST_FAILURE_S = 1.0
 IPERF_PORT = 5001
 CLIENT_BINARIES = {"wget": "wget", "iperf": "iperf"}
 SERVER_BINARIES = {"wget": "lighttpd", "iperf": "iperf"}
@@ -40,15 +41,17 @@ class Instance:
     index: int
     proc: Proc | None = None
     runs: int = 0                                  # processes started for this instance so far
-    history: list[Proc] = field(default_factory=list)
+    not_before: float = 0.0                        # restart backoff after a process that failed at once
+    backoff: float = 0.0
 
 
 class Workloads:
     def __init__(self, spec: Spec, nodes: dict[str, Node], addresses: dict[str, str], logs: Path,
-                 client_env: dict[str, dict[str, str]] | None = None, on_process=None):
+                 client_env: dict[str, dict[str, str]] | None = None, on_process=None, warn=None):
         self.spec, self.nodes, self.addresses, self.logs = spec, nodes, addresses, logs
         self.client_env = client_env or {}   # host -> extra environment of the clients started there
         self.on_process = on_process or (lambda *a, **k: None)   # (proc, workload, role, host)
+        self.warn = warn or (lambda message, workload: print(f"warning: {message}", file=sys.stderr))
         self.servers: list[Proc] = []
         self.instances = [Instance(i, k) for i, w in enumerate(spec.workloads) for k in range(w.instances)]
         self.www = Path(tempfile.mkdtemp(prefix="nestlab-www-"))
@@ -80,21 +83,27 @@ class Workloads:
                 argv, port = ["lighttpd", "-D", "-f", conf], HTTP_PORT
             else:
                 argv, port = ["iperf", "-s", "-B", self.addresses[server], "-p", str(IPERF_PORT)], IPERF_PORT
-            proc = node.start(argv, self.logs / f"server-{kind}-{server}.log")
-            self.servers.append(proc)
-            self.on_process(proc, None, "server", server)
-            self._wait_listening(node, port, proc)
+            with signals_held():
+                proc = node.start(argv, self.logs / f"server-{kind}-{server}.log")
+                self.servers.append(proc)
+                self.on_process(proc, None, "server", server)
+            self._wait_listening(node, self.addresses[server], port, proc)
 
     @staticmethod
     def _file(size: float) -> str:
         return f"file-{int(size)}"
 
     @staticmethod
-    def _wait_listening(node: Node, port: int, proc: Proc, timeout: float = 10.0) -> None:
+    def _wait_listening(node: Node, address: str, port: int, proc: Proc, timeout: float = 10.0) -> None:
+        """Wait for our server's socket: bound to its address (another server already listening on
+        0.0.0.0 would not do), with our process still alive."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if node.run(["ss", "-ltnH", f"sport = :{port}"], check=False).stdout.strip():
-                return
+            if node.run(["ss", "-ltnH", f"src = {address}:{port}"], check=False).stdout.strip():
+                time.sleep(0.05)
+                if proc.poll() is None:
+                    return
+                break
             if proc.poll() is not None:
                 break
             time.sleep(0.05)
@@ -123,16 +132,33 @@ class Workloads:
             if now - self.t0 < w.start or (inst.proc is not None and inst.proc.poll() is None):
                 continue
             if inst.proc is not None:
-                self._ended(inst)
+                if not getattr(inst.proc, "reported", False):
+                    self._ended(inst)
+                    self._schedule_restart(inst, now)
                 if w.kind != "wget" or w.count is not None:
                     continue  # finished for good
+                if now < inst.not_before:
+                    continue
             log = self.logs / f"w{inst.workload}-{w.kind}-i{inst.index}-{inst.runs}.log"
-            inst.proc = self.nodes[w.host].start(self._client_argv(w), log, env=self.client_env.get(w.host))
+            with signals_held():
+                inst.proc = self.nodes[w.host].start(self._client_argv(w), log, env=self.client_env.get(w.host))
+                self.on_process(inst.proc, inst.workload, "client", w.host)
             inst.runs += 1
-            inst.history.append(inst.proc)
-            self.on_process(inst.proc, inst.workload, "client", w.host)
             started += 1
         return started
+
+    def _schedule_restart(self, inst: Instance, now: float) -> None:
+        """A repeating client that failed within a second is restarted after 1, 2, 4, 8 s, with a
+        warning, instead of every tick (a dead or wrong server)."""
+        proc, code = inst.proc, inst.proc.poll()
+        if code not in (0, None) and now - proc.started < FAST_FAILURE_S:
+            inst.backoff = min(max(2 * inst.backoff, 1.0), 8.0)
+            inst.not_before = now + inst.backoff
+            self.warn(f"workload {inst.workload} instance {inst.index}: {proc.argv[0]} exited with {code} "
+                      f"after {now - proc.started:.1f} s; restarting in {inst.backoff:g} s (see {proc.log})",
+                      inst.workload)
+        else:
+            inst.backoff = 0.0
 
     def _ended(self, inst: Instance) -> None:
         proc = inst.proc
@@ -158,7 +184,3 @@ class Workloads:
 
     def remove_files(self) -> None:
         shutil.rmtree(self.www, ignore_errors=True)
-
-
-def elapsed_since(t0: float | None) -> float:
-    return 0.0 if t0 is None else monotonic() - t0

@@ -4,8 +4,9 @@ sees and record modules, edges, a snapshot and its counters in run.db.
     python -m harness.collector.main --db RUN/run.db --interval 0.1 [--interceptor-dir DIR]
 
 Snapshots follow absolute deadlines (start + k * interval) so the interval does not drift; a
-snapshot that overruns skips missed deadlines rather than bunching up. Writes are committed every
-COMMIT_EVERY_S (and at the end), so a crash loses at most that much. SIGTERM/SIGINT end the loop after
+snapshot that overruns skips missed deadlines rather than bunching up. Each snapshot is one short
+transaction: a crash loses at most the snapshot being written, and the runner, which writes to the
+same run.db, never waits long for the lock. SIGTERM/SIGINT end the loop after
 the current snapshot.
 """
 
@@ -25,16 +26,13 @@ from harness.collector.source import Observation, Source
 from harness.store import connect, ensure_indexes, monotonic
 
 ADDRESS_REFRESH_S = 5.0
-COMMIT_EVERY_S = 0.5   # DESIGN.md: committed at least once a second
 
 
 class ModuleTracker:
     """Turns per-snapshot observations into module/edge lifetimes and counter rows."""
 
-    def __init__(self, db: sqlite3.Connection, commit_every: float = 0.0):
+    def __init__(self, db: sqlite3.Connection):
         self.db = db
-        self.commit_every = commit_every
-        self.last_commit = -1e9
         self.ids: dict[str, int] = {}                # live key -> module id
         self.last: dict[tuple[int, str], tuple] = {}   # (module id, dir) -> values last written
         self.edges: set[tuple[int, int]] = set()     # live (parent id, child id)
@@ -71,8 +69,7 @@ class ModuleTracker:
             last.pop((mid, "in"), None)
             last.pop((mid, "out"), None)
 
-        if not db.in_transaction:
-            db.execute("BEGIN")
+        db.execute("BEGIN")
         db.execute("INSERT INTO snapshots VALUES (?, ?, ?)", (seq, now, wall))
         if births:
             db.executemany("INSERT INTO modules (id, kind, name, key, attrs, born) VALUES (?,?,?,?,?,?)", births)
@@ -84,15 +81,12 @@ class ModuleTracker:
                            [(p, c, now) for p, c in edges - self.edges])
             db.executemany("UPDATE edges SET died = ? WHERE parent = ? AND child = ? AND died IS NULL",
                            [(now, p, c) for p, c in self.edges - edges])
-        if now - self.last_commit >= self.commit_every:
-            db.execute("COMMIT")
-            self.last_commit = now
+        db.execute("COMMIT")
         self.ids, self.edges, self.seq = seen, edges, seq + 1
 
     def close(self, now: float) -> None:
         """Mark everything still alive as dying at the end of the recording."""
-        if not self.db.in_transaction:
-            self.db.execute("BEGIN")
+        self.db.execute("BEGIN")
         self.db.executemany("UPDATE modules SET died = ? WHERE id = ?", [(now, m) for m in self.ids.values()])
         self.db.execute("UPDATE edges SET died = ? WHERE died IS NULL", (now,))
         self.db.execute("COMMIT")
@@ -114,7 +108,7 @@ def run(db_path: str, interval: float, interceptor_dir: str | None = None,
     db = connect(db_path)
     db.isolation_level = None  # explicit BEGIN/COMMIT per snapshot
     sources, iface = make_sources(interceptor_dir, ignore_interfaces)
-    tracker = ModuleTracker(db, COMMIT_EVERY_S)
+    tracker = ModuleTracker(db)
     stop = False
 
     def on_signal(signum, frame):
