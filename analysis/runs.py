@@ -31,7 +31,7 @@ import pandas as pd
 
 from analysis.graph import DIRS, Run, load_run
 from harness.errors import UserError
-from harness.store import FORMAT_VERSION
+from harness.store import FORMAT_VERSION, choose_target, fault_target_key
 
 REQUIRED_TABLES = ("modules", "snapshots", "counters")
 OPTIONAL_TABLES = ("edges", "processes", "faults", "events")
@@ -405,27 +405,19 @@ def module_rows(kind: str, wl_kind: str | None) -> tuple[str, ...]:
 def _resolve_faults(faults: pd.DataFrame, mods: pd.DataFrame, manifest: dict, end: float,
                     warnings: list[str]) -> pd.DataFrame:
     """Fill in target modules the runner could not resolve, ends of faults still active at the end."""
-    by_key: dict[str, list[tuple[float, int]]] = {}
-    for mid, key, born in zip(mods.index, mods["key"], mods["born"], strict=True):
-        by_key.setdefault(key, []).append((float(born), int(mid)))
-    ifname = ((manifest.get("monitor") or {}).get("interface"))
-    ipeths = [k for k in by_key if k.startswith("ipeth:")]
+    modules = [(int(mid), key, float(born)) for mid, key, born in zip(mods.index, mods["key"], mods["born"], strict=True)]
+    monitor = manifest.get("monitor") or {}
+    ipeths = [k for _, k, _ in modules if k.startswith("ipeth:")]
+    # Runs that did not record the monitored interface: the only interface, if there is one.
+    ifname = monitor.get("interface") or (ipeths[0].split(":", 1)[1] if len(set(ipeths)) == 1 else None)
     targets, ends, descr = [], [], []
     for row in faults.itertuples(index=False):
         t = row.target
         tm = row.target_module
         if tm is None or tm != tm:
-            key = None
-            if row.kind == "tcp_drop" and t.get("inode") is not None:
-                key = f"tcp:{t['inode']}"
-            elif row.kind == "app_pause" and t.get("pid") is not None:
-                key = f"app:{t['pid']}"
-            elif row.kind == "ip_drop":
-                key = f"ipeth:{ifname}" if ifname else (ipeths[0] if len(ipeths) == 1 else None)
-            cands = by_key.get(key or "", [])
+            key = fault_target_key(row.kind, t, monitor.get("host"), ifname)
             start = row.start if row.start is not None and row.start == row.start else end
-            before = [m for b, m in cands if b <= start] or [m for _, m in cands]
-            tm = before[-1] if before else None
+            tm = choose_target(modules, key, start) if key else None
             if tm is None:
                 warnings.append(f"fault {row.id} ({row.kind}): target module unknown; it labels nothing")
         targets.append(None if tm is None else int(tm))

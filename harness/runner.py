@@ -38,7 +38,7 @@ from harness.clean import Ledger, signals_held
 from harness.errors import UserError
 from harness.faults import Firewall, ip_drop_rule, target_json, tcp_drop_rule
 from harness.spec import Experiment, Window, load_spec
-from harness.store import FORMAT_VERSION, RunDir, create_db, monotonic
+from harness.store import FORMAT_VERSION, RunDir, choose_target, create_db, fault_target_key, monotonic
 from harness.workloads import Workloads, check_binaries
 
 TICK_S = 0.02
@@ -489,19 +489,12 @@ class Run:
         if self.backend is None or self.clocks is None:
             return
         monitor_if = self.backend.interfaces(self.spec.monitor)[0].name
-        for fid, kind, target in self.db.execute("SELECT id, kind, target FROM faults").fetchall():
-            t = json.loads(target)
-            key = None
-            if kind == "tcp_drop":
-                key = f"tcp:{t['inode']}"
-            elif kind == "app_pause":
-                key = f"app:{t['pid']}"
-            elif kind == "ip_drop" and t.get("host") == self.spec.monitor:
-                key = f"ipeth:{monitor_if}"
-            if key:
-                row = self.db.execute("SELECT id FROM modules WHERE key = ? ORDER BY id DESC LIMIT 1", (key,)).fetchone()
-                if row:
-                    self.db.execute("UPDATE faults SET target_module = ? WHERE id = ?", (row[0], fid))
+        modules = self.db.execute("SELECT id, key, born FROM modules").fetchall()
+        for fid, kind, target, start in self.db.execute("SELECT id, kind, target, start FROM faults").fetchall():
+            key = fault_target_key(kind, json.loads(target), self.spec.monitor, monitor_if)
+            module = choose_target(modules, key, start) if key else None
+            if module is not None:
+                self.db.execute("UPDATE faults SET target_module = ? WHERE id = ?", (module, fid))
         self.db.commit()
 
     def _finish(self, status: str, reason: str | None) -> None:

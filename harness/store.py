@@ -112,6 +112,27 @@ def connect(db_path: Path | str, readonly: bool = False) -> sqlite3.Connection:
     return conn
 
 
+def fault_target_key(kind: str, target: dict, monitor: str | None, monitor_if: str | None) -> str | None:
+    """The collector key of the module a fault targets: tcp_drop -> its connection, app_pause -> the
+    paused process, ip_drop of the monitored host -> the monitored interface. None when the target
+    is not observed (e.g. an ip_drop of another host)."""
+    if kind == "tcp_drop" and target.get("inode") is not None:
+        return f"tcp:{target['inode']}"
+    if kind == "app_pause" and target.get("pid") is not None:
+        return f"app:{target['pid']}"
+    if kind == "ip_drop" and monitor_if and target.get("host", monitor) == monitor:
+        return f"ipeth:{monitor_if}"
+    return None
+
+
+def choose_target(modules, key: str, start: float | None) -> int | None:
+    """Among modules (id, key, born), the one a fault at `start` targets: the key itself or a reborn
+    key of the same identity ('app:<pid>@<start time>', '...#<n>'), the latest born by `start`."""
+    cands = sorted((born, mid) for mid, k, born in modules if k == key or k.startswith((key + "@", key + "#")))
+    before = [mid for born, mid in cands if start is None or born <= start]
+    return before[-1] if before else (cands[0][1] if cands else None)
+
+
 def ensure_indexes(conn: sqlite3.Connection) -> None:
     conn.executescript(INDEXES)
 
