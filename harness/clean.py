@@ -24,7 +24,22 @@ import threading
 import time
 from pathlib import Path
 
-LEDGER_DIR = Path(os.environ.get("NESTLAB_LEDGER_DIR", "/run/nestlab"))
+from harness.errors import UserError
+
+
+def _ledger_dir() -> Path:
+    """/run/nestlab for root; a user running an SSH experiment (no root needed on the runner's
+    machine) keeps ledgers in $XDG_RUNTIME_DIR/nestlab or ~/.local/state/nestlab. NESTLAB_LEDGER_DIR
+    overrides both."""
+    if "NESTLAB_LEDGER_DIR" in os.environ:
+        return Path(os.environ["NESTLAB_LEDGER_DIR"])
+    if os.geteuid() == 0:
+        return Path("/run/nestlab")
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    return Path(runtime) / "nestlab" if runtime else Path.home() / ".local" / "state" / "nestlab"
+
+
+LEDGER_DIR = _ledger_dir()
 
 
 def _proc_start_time(pid: int) -> int | None:
@@ -43,7 +58,11 @@ def alive(pid: int, start_time: int | None = None) -> bool:
 
 class Ledger:
     def __init__(self, run_id: str, run_dir: Path):
-        LEDGER_DIR.mkdir(parents=True, exist_ok=True)
+        try:
+            LEDGER_DIR.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"cannot keep the run's ledger in {LEDGER_DIR}: {e.strerror}; "
+                            "set NESTLAB_LEDGER_DIR to a writable directory") from None
         self._lock = threading.RLock()
         self.path = LEDGER_DIR / f"{run_id}.json"
         self.data = {"run_id": run_id, "run_dir": str(run_dir), "runner_pid": os.getpid(),
