@@ -9,6 +9,7 @@ Hosts have exactly one link and a default route through the router at its other 
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -18,6 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness.units import Duration, Rate
 from harness.yamlload import YamlDoc
+
+NODE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+IFNAMSIZ = 15  # usable characters of a Linux interface name
 
 
 class _Strict(BaseModel):
@@ -152,6 +156,17 @@ class Topology:
 
 def topology_errors(doc: YamlDoc, spec: TopologySpec):
     """Structural checks pydantic cannot do: unknown nodes, hosts with several links, disconnection."""
+    degree = {n: 0 for n in spec.nodes}
+    for lk in spec.links:
+        for end in (lk.a, lk.b):
+            degree[end] = degree.get(end, 0) + 1
+    for n in spec.nodes:
+        # Names become interface names (<node>-eth<k>, at most 15 characters on Linux) and appear
+        # in commands on the nodes: letters, digits and '_' only.
+        longest = f"{n}-eth{max(degree[n] - 1, 0)}"
+        if not NODE_NAME.fullmatch(n) or len(longest) > IFNAMSIZ:
+            raise doc.error(("nodes", n), f"node name {n!r}: letters, digits and '_', starting with a letter, "
+                            f"and short enough that {longest!r} fits in {IFNAMSIZ} characters")
     degree = {n: 0 for n in spec.nodes}
     for k, link in enumerate(spec.links):
         for end in ("a", "b"):

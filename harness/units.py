@@ -14,9 +14,13 @@ from pydantic import BeforeValidator
 _NUM = r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z/]*)\s*"
 
 _DURATION = {"": 1.0, "s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "m": 60.0, "min": 60.0, "h": 3600.0}
-# Decimal units as iperf/wget users write them (100MB = 10^8 bytes); binary ones spelled KiB/MiB/GiB.
-_SIZE = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
-_RATE = {"": 1, "bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "bps": 1, "kbps": 1e3, "mbps": 1e6, "gbps": 1e9}
+# Sizes in bytes: decimal as iperf/wget users write them (100MB = 10^8 bytes), binary spelled
+# KiB/MiB/GiB. Case matters for the B: 'Mb' (megabits) is refused rather than guessed.
+_SIZE = {"": 1, "B": 1, "kB": 10**3, "KB": 10**3, "MB": 10**6, "GB": 10**9,
+         "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+# Rates in bits per second, spelled as tc spells them (any case). 'Mbps'/'MBps' are refused: tc reads
+# 'mbps' as megabytes per second, most people as megabits.
+_RATE = {"": 1, "bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 
 
 def _parse(value: object, table: dict, what: str, example: str, casefold: bool) -> float:
@@ -41,7 +45,7 @@ def parse_duration(value: object) -> float:
 
 
 def parse_size(value: object) -> float:
-    return _parse(value, _SIZE, "size", "'100MB'", casefold=True)
+    return _parse(value, _SIZE, "size", "'100MB'", casefold=False)
 
 
 def parse_rate(value: object) -> float:

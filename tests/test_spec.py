@@ -38,10 +38,18 @@ def test_units():
     assert parse_duration(3) == 3
     assert parse_size("100MB") == 100e6
     assert parse_size("1MiB") == 2**20
-    assert parse_rate("100Mbit") == 100e6
+    assert parse_rate("100Mbit") == 100e6 == parse_rate("100mbit")
+    assert parse_rate("512kbit") == 512e3
     for bad in ("10 parsecs", "-1s", "", "s"):
         with pytest.raises(ValueError):
             parse_duration(bad)
+    # Ambiguous bits/bytes spellings are refused rather than guessed (8x apart).
+    for bad in ("100MBps", "100Mbps", "100MB"):
+        with pytest.raises(ValueError, match="Mbit"):
+            parse_rate(bad)
+    for bad in ("100Mb", "100mb", "1gb"):
+        with pytest.raises(ValueError, match="MB"):
+            parse_size(bad)
 
 
 def test_shipped_experiment_loads_and_plans_deterministically():
@@ -91,6 +99,7 @@ BAD = [
     ("bad count", GOOD.replace("parallel: 2", "parallel: 0"), 7, "workloads[1].parallel"),
     ("wget parallel", GOOD.replace("file_size: 10MB", "file_size: 10MB, parallel: 3"), 6, "parallel applies to iperf"),
     ("no topology", GOOD.replace(str(TOPO), "nowhere"), 2, "topology: no topology file 'nowhere'"),
+    ("bits for bytes", GOOD.replace("file_size: 10MB", "file_size: 10Mb"), 6, "workloads[0].file_size: expected a size"),
 ]
 
 
@@ -117,6 +126,21 @@ def test_bad_topology_names_the_topology_file(tmp_path, capsys):
     assert nestlab_main(["run", str(spec)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: {topo}:5: links[1].b: unknown node 'rr'"), err
+
+
+def test_node_names_must_make_interface_names(tmp_path, capsys):
+    topo = write(tmp_path, "t.yaml", textwrap.dedent("""\
+        name: t
+        nodes: {a: {}, averyverylongname: {}, r: {router: true}}
+        links:
+          - {a: a, b: r}
+          - {a: averyverylongname, b: r}
+        """))
+    spec = write(tmp_path, "spec.yaml", GOOD.replace(str(TOPO), str(topo)))
+    assert nestlab_main(["run", str(spec)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {topo}:2: nodes.averyverylongname: node name"), err
+    assert "'averyverylongname-eth0' fits in 15 characters" in err
 
 
 def test_cli_prints_no_traceback(tmp_path):
