@@ -500,6 +500,7 @@ class Run:
     def _finish(self, status: str, reason: str | None) -> None:
         counts = {k: self.db.execute(f"SELECT count(*) FROM {k}").fetchone()[0]
                   for k in ("snapshots", "modules", "faults")}
+        self.db.commit()  # rows written since the last commit (process ends, events)
         self.db.close()
         self._manifest(status, reason=reason, end_wall=time.time(), end_mono=self.now(), counts=counts,
                        warnings=self.progress.warnings)
@@ -551,3 +552,6 @@ def _report(runs: list[Path]) -> None:
             summarize_run(run)
         except UserError as e:
             console.print(f"[yellow]analysis:[/] {e}")
+        except Exception as e:  # noqa: BLE001 - the run is recorded; a report failure must not hide that
+            console.print(f"[yellow]analysis failed:[/] {type(e).__name__}: {e} "
+                          f"(the run is complete; try `nestlab accuracy {run}`)")
