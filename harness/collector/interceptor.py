@@ -30,7 +30,6 @@ import json
 import mmap
 import operator
 import os
-import signal
 import socket
 import stat
 import struct
@@ -242,9 +241,6 @@ class ShmFile:
 
     # -- pieces --------------------------------------------------------------------------------
 
-    def header(self) -> tuple:
-        return HDR.unpack_from(self.mm, 0)
-
     def pause_state(self) -> PauseState:
         mm = self.mm
         for _ in range(MAX_RETRIES):
@@ -419,13 +415,6 @@ def pause_process(shm_dir: str | os.PathLike, pid: int, timeout: float = 2.0) ->
 def resume_process(shm_dir: str | os.PathLike, pid: int, timeout: float = 2.0) -> PauseState:
     """Send pid its resume signal and wait for the handler to run; .ack_mono is when it did."""
     return _signal_and_wait(shm_dir, pid, False, timeout)
-
-
-def signal_name(sig: int) -> str:
-    try:
-        return signal.Signals(sig).name
-    except ValueError:
-        return str(sig)
 
 
 # ---- thesis 3.4: counters that go backwards -----------------------------------------------------

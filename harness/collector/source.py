@@ -3,7 +3,7 @@
 Sources run inside the monitored host's namespace. Each `poll()` returns one Observation per live
 module; the collector (harness.collector.main) turns those into module births/deaths, edges and
 counter rows. Adding a source (the interceptor for app and socket modules) means writing one class
-with this interface and listing it in harness.collector.main.SOURCES.
+with this interface and creating it in harness.collector.main.make_sources.
 """
 
 from __future__ import annotations
