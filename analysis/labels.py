@@ -48,8 +48,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from analysis.variants import Param, on_off
-from harness.errors import UserError
+from analysis.variants import Param, on_off, parse_named
 
 CAUSES = ("", "oneway", "fault", "collateral", "invalid", "after_end")
 
@@ -350,23 +349,7 @@ def parse_policy(spec: str | LabelPolicy | None) -> LabelPolicy:
         spec = DEFAULT_POLICY
     if not isinstance(spec, str):
         return spec
-    name, _, rest = spec.strip().partition(":")
-    cls = POLICIES.get(name.strip())
-    if cls is None:
-        raise UserError(f"unknown label policy {name!r} (known: {', '.join(POLICIES)})")
-    byname = {p.name: p for p in cls.params}
-    values = {}
-    for item in filter(None, (s.strip() for s in rest.split(","))):
-        key, eq, value = item.partition("=")
-        key = key.strip()
-        if key not in byname:
-            raise UserError(f"policy {spec!r}: unknown parameter {key!r} (known: {', '.join(byname)})")
-        if not eq:
-            raise UserError(f"policy {spec!r}: expected {key}=value")
-        try:
-            values[key] = byname[key].parse(value.strip())
-        except ValueError as e:
-            raise UserError(f"policy {spec!r}: {key}={value}: {e}") from None
+    cls, values = parse_named(spec, "label policy", POLICIES)
     return cls(**values)
 
 

@@ -115,27 +115,33 @@ def systems() -> dict[str, RuleSystem]:
     return _SYSTEMS
 
 
-def parse_variant(spec: str) -> Variant:
-    """'flowdiagnoser:theta=3', 'nest-cf:anw=off,ign=off' -> Variant (UserError on a bad spec)."""
+def parse_named(spec: str, what: str, known: dict) -> tuple[Any, dict[str, Any]]:
+    """'name:key=value,key=value' -> (known[name], {key: parsed value}) for anything that is a name
+    plus Params (rule variants, labelling policies). UserError names the spec and the problem."""
     name, _, rest = spec.strip().partition(":")
-    system = systems().get(name.strip())
-    if system is None:
-        raise UserError(f"unknown variant {name!r} (known: {', '.join(systems())})")
-    byname = {p.name: p for p in system.params}
-    params = {p.name: p.default for p in system.params}
+    thing = known.get(name.strip())
+    if thing is None:
+        raise UserError(f"unknown {what} {name!r} (known: {', '.join(known)})")
+    byname = {p.name: p for p in thing.params}
+    values = {}
     for item in filter(None, (s.strip() for s in rest.split(","))):
         key, eq, value = item.partition("=")
         key = key.strip()
         if key not in byname:
-            raise UserError(f"variant {spec!r}: unknown parameter {key!r} "
-                            f"(known: {', '.join(byname) or 'none'})")
+            raise UserError(f"{what} {spec!r}: unknown parameter {key!r} (known: {', '.join(byname) or 'none'})")
         if not eq:
-            raise UserError(f"variant {spec!r}: expected {key}=value")
+            raise UserError(f"{what} {spec!r}: expected {key}=value")
         try:
-            params[key] = byname[key].parse(value)
+            values[key] = byname[key].parse(value.strip())
         except ValueError as e:
-            raise UserError(f"variant {spec!r}: {key}={value}: {e}") from None
-    return Variant(system, params)
+            raise UserError(f"{what} {spec!r}: {key}={value}: {e}") from None
+    return thing, values
+
+
+def parse_variant(spec: str) -> Variant:
+    """'flowdiagnoser:theta=3', 'nest-cf:anw=off,ign=off' -> Variant (UserError on a bad spec)."""
+    system, values = parse_named(spec, "variant", systems())
+    return Variant(system, {p.name: p.default for p in system.params} | values)
 
 
 DEFAULT_VARIANTS = ("flowdiagnoser", "nest-cf")
