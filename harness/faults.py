@@ -10,11 +10,28 @@ gone, on the monitored host's monotonic clock.
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass
 
 from harness.backends.base import Node
 
 CHAIN = "NESTLAB"
+
+
+def chain_teardown_steps() -> tuple[list[str], list[list[str]]]:
+    """How the chain is removed from a router: (unhook, run again while it succeeds: the chain may be
+    hooked into FORWARD more than once; then the other steps, each run once, failures ignored)."""
+    return (["iptables", "-w", "-D", "FORWARD", "-j", CHAIN],
+            [["iptables", "-w", "-F", CHAIN], ["iptables", "-w", "-X", CHAIN]])
+
+
+def chain_teardown_argv() -> list[str]:
+    """The same steps as one command (sh -c, every word quoted), for the undo entry a testbed run's
+    ledger keeps, so that `nestlab cleanup` removes the chain as Firewall.teardown does."""
+    unhook, rest = chain_teardown_steps()
+    script = (f"while {shlex.join(unhook)} 2>/dev/null; do :; done; "
+              + "".join(f"{shlex.join(step)} 2>/dev/null; " for step in rest) + "true")
+    return ["sh", "-c", script]
 
 
 @dataclass
@@ -60,10 +77,11 @@ class Firewall:
 
     def teardown(self) -> None:
         n = self.node
-        while n.run(["iptables", "-w", "-D", "FORWARD", "-j", CHAIN], check=False).returncode == 0:
+        unhook, rest = chain_teardown_steps()
+        while n.run(unhook, check=False).returncode == 0:
             pass
-        n.run(["iptables", "-w", "-F", CHAIN], check=False)
-        n.run(["iptables", "-w", "-X", CHAIN], check=False)
+        for step in rest:
+            n.run(step, check=False)
         self.ready = False
 
     def _restore(self, op: str, rule: Rule) -> None:

@@ -38,6 +38,7 @@ import pytest
 import yaml
 
 from harness.backends.mininet import MininetBackend
+from harness.clean import LEDGER_DIR
 from harness.runner import run_experiment
 from harness.store import FORMAT_VERSION
 from harness.topology import load_topology
@@ -196,6 +197,65 @@ def test_agent_reports_connections_and_reads_run_db_locally(tmp_path):
     code, out = agent("pause", tmp_path, 1)
     assert code == 1 and "no interceptor file" in out["error"]
     assert agent("bogus")[0] == 2
+
+
+class LocalNode:
+    """A stand-in for a node: runs argv here, with PATH from the test (fake programs first)."""
+
+    name = "local"
+
+    def __init__(self, path: str):
+        self.env = {**os.environ, "PATH": path}
+
+    def run(self, argv, check=True, timeout=30.0, input=None, sudo=True):
+        return subprocess.run([str(a) for a in argv], input=input, capture_output=True, text=True,
+                              timeout=timeout, env=self.env, check=check)
+
+
+def test_cleanups_chain_undo_makes_the_same_iptables_calls_as_firewall_teardown(tmp_path):
+    """The ledger's undo entry for the fault chain (run by `nestlab cleanup`) and Firewall.teardown
+    remove the chain with the same iptables calls; here the chain is hooked into FORWARD twice."""
+    from harness.backends.ssh import CHAIN_UNDO
+    from harness.faults import Firewall
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "iptables"   # logs its arguments; `-D FORWARD` succeeds twice, then fails
+    fake.write_text('#!/bin/sh\necho "$*" >> "$LOG"\ncase "$*" in *"-D FORWARD"*)\n'
+                    '  n=$(cat "$LOG.n" 2>/dev/null || echo 0); echo $((n + 1)) > "$LOG.n"; [ "$n" -lt 2 ];;\n'
+                    'esac\n')
+    fake.chmod(0o755)
+    calls = {}
+    for how in ("teardown", "undo"):
+        log = tmp_path / f"{how}.log"
+        node = LocalNode(f"{bin_dir}:{os.environ['PATH']}")
+        node.env["LOG"] = str(log)
+        if how == "teardown":
+            Firewall(node).teardown()
+        else:
+            node.run(CHAIN_UNDO)
+        calls[how] = log.read_text().splitlines()
+    assert calls["teardown"] == calls["undo"]
+    assert calls["undo"] == ["-w -D FORWARD -j NESTLAB"] * 3 + ["-w -F NESTLAB", "-w -X NESTLAB"]
+
+
+def test_failed_apt_install_names_aptgets_last_line(tmp_path):
+    from types import SimpleNamespace
+
+    from harness.backends.ssh import SshBackend, SshError
+
+    calls = []
+
+    def run(argv, check=True, timeout=30.0):
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 100, "", "W: something\nE: Unable to locate package iperf\n")
+
+    node = SimpleNamespace(run=run, p=SimpleNamespace(where="h1 (alice@192.0.2.1:22)"))
+    with pytest.raises(SshError) as e:
+        SshBackend._apt_install(node, ["iperf"])
+    assert str(e.value) == ("h1 (alice@192.0.2.1:22): apt-get install iperf failed: "
+                            "E: Unable to locate package iperf")
+    assert [a[2] for a in calls] == ["apt-get"] * 3   # install, update, install again
 
 
 # ---- the testbed ---------------------------------------------------------------------------------
@@ -358,7 +418,7 @@ def processes_in(namespaces: set[int]) -> dict[int, str]:
 def run_traces(run_id: str) -> list[str]:
     """What a run with this id could leave on the nodes' (shared) filesystem, and its ledger."""
     found = [str(p) for base in ("/tmp", "/dev/shm") for p in Path(base).glob(f"nestlab-{run_id}-*")]
-    ledger = Path(os.environ.get("NESTLAB_LEDGER_DIR", "/run/nestlab")) / f"{run_id}.json"
+    ledger = LEDGER_DIR / f"{run_id}.json"
     return found + ([str(ledger)] if ledger.exists() else [])
 
 

@@ -47,6 +47,7 @@ from harness.backends.base import ClockOffset, Clocks, Proc
 from harness.clean import Ledger
 from harness.collector.interceptor import PauseState
 from harness.errors import UserError
+from harness.faults import chain_teardown_argv
 from harness.store import ensure_indexes, monotonic
 from harness.topology import Interface, Topology
 
@@ -64,9 +65,8 @@ SERVER_SOURCE = (Path(__file__).resolve().parent / "nodeserver.py").read_text()
 PROBE_SCRIPT = ('uname -sr; (. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-unknown}"); echo "$SSH_CONNECTION"\n'
                 'check=\'for p; do command -v "$p" >/dev/null 2>&1 || echo "missing $p"; done; echo checked\'\n'
                 'if [ "$1" = sudo ]; then shift; sudo -n sh -c "$check" sh "$@"; else shift; sh -c "$check" sh "$@"; fi\n')
-# Removes the harness's fault chain on a router (the same steps as harness.faults.Firewall.teardown).
-CHAIN_UNDO = ["sh", "-c", "while iptables -w -D FORWARD -j NESTLAB 2>/dev/null; do :; done; "
-              "iptables -w -F NESTLAB 2>/dev/null; iptables -w -X NESTLAB 2>/dev/null; true"]
+# Removes the harness's fault chain on a router: the ledger's undo entry (Firewall.teardown's steps).
+CHAIN_UNDO = chain_teardown_argv()
 
 # Programs a node needs for its role, and the Debian/Ubuntu packages that provide them.
 PACKAGES = {"python3": "python3", "ip": "iproute2", "ss": "iproute2", "truncate": "coreutils", "tar": "tar",
@@ -589,7 +589,7 @@ class SshBackend:
             r = node.run(install, check=False, timeout=900)
         if r.returncode != 0:
             raise SshError(f"{node.p.where}: apt-get install {' '.join(pkgs)} failed: "
-                           f"{(r.stderr or r.stdout).strip().splitlines()[-1:]}")
+                           f"{((r.stderr or r.stdout).strip().splitlines() or [''])[-1]}")
         if "lighttpd" in pkgs:   # the package starts a server on port 80; ours binds there
             node.run(["systemctl", "disable", "--now", "lighttpd"], check=False)
 
