@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import signal
 import sqlite3
@@ -161,6 +162,7 @@ def test_node_server_runs_spawns_reports_exits_and_kills_only_its_own(tmp_path):
         while log.read_text() != "out\n" and time.monotonic() < deadline:   # its output goes to its log
             time.sleep(0.02)
         assert ask(op="kill", pid=pid, start="1", sig=15, id=5) == {"sent": False, "id": 5}   # not that process
+        assert ask(op="kill", pid=pid, start="1", sig=15, group=False, id=8) == {"sent": False, "id": 8}
         assert ask(op="kill", pid=pid, start=start, sig=15, id=6)["sent"]
         assert srv.stderr.readline().strip() == f"exit {pid} -15"
         assert log.read_text() == "out\n"   # and nothing after the kill
@@ -168,6 +170,181 @@ def test_node_server_runs_spawns_reports_exits_and_kills_only_its_own(tmp_path):
     finally:
         srv.stdin.close()
         srv.wait(5)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_for(cond, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_node_server_sweeps_a_group_whose_leader_exited_only_if_it_knows_the_group(tmp_path):
+    """A shell that leaves a child behind and exits: the group lives on without its leader. The server
+    that spawned it still kills the group; another server (which never saw the leader) refuses."""
+    from harness.backends.ssh import SERVER_SOURCE
+
+    def server():
+        return subprocess.Popen([sys.executable, "-u", "-c", SERVER_SOURCE], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def ask(srv, **q):
+        srv.stdin.write(json.dumps(q) + "\n")
+        srv.stdin.flush()
+        return json.loads(srv.stdout.readline())
+
+    spawner, other = server(), server()
+    log = tmp_path / "p.log"
+    child = None
+    try:
+        a = ask(spawner, op="spawn", argv=["sh", "-c", "sleep 60 & echo $!"], log=str(log), id=1)
+        pid, start = a["pid"], a["start"]
+        assert spawner.stderr.readline().strip() == f"exit {pid} 0"   # the leader is gone
+        assert _wait_for(lambda: log.read_text().strip().isdigit())
+        child = int(log.read_text())
+        assert os.getpgid(child) == pid and _alive(child)
+        assert ask(other, op="kill", pid=pid, start=start, sig=9, id=1)["sent"] is False
+        assert ask(spawner, op="kill", pid=pid, start="1", sig=9, id=2)["sent"] is False   # not that group
+        assert ask(spawner, op="kill", pid=pid, start=start, sig=0, id=3)["sent"] is True  # something left
+        assert ask(spawner, op="kill", pid=pid, start=start, sig=9, id=4)["sent"] is True
+        assert _wait_for(lambda: not _alive(child)), "the group's member survived"
+        assert ask(spawner, op="kill", pid=pid, start=start, sig=0, id=5)["sent"] is False  # nothing left
+    finally:
+        if child is not None and _alive(child):
+            os.kill(child, signal.SIGKILL)
+        for srv in (spawner, other):
+            srv.stdin.close()
+            srv.wait(5)
+
+
+class LocalChannel:
+    """What SshNode needs of a paramiko session channel, for a command run here (its shell string)."""
+
+    def __init__(self):
+        self.proc: subprocess.Popen | None = None
+        self.closed = False
+
+    def exec_command(self, command: str) -> None:
+        self.proc = subprocess.Popen(command, shell=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE)
+
+    def fileno(self) -> int:
+        return self.proc.stdout.fileno()
+
+    def _ready(self, f) -> bool:
+        return bool(select.select([f], [], [], 0)[0])
+
+    def recv_ready(self) -> bool:
+        return self._ready(self.proc.stdout)
+
+    def recv_stderr_ready(self) -> bool:
+        return self._ready(self.proc.stderr)
+
+    def recv(self, n: int) -> bytes:
+        return os.read(self.proc.stdout.fileno(), n)
+
+    def recv_stderr(self, n: int) -> bytes:
+        return os.read(self.proc.stderr.fileno(), n)
+
+    def sendall(self, data: bytes) -> None:
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def exit_status_ready(self) -> bool:
+        return self.proc.poll() is not None
+
+    def shutdown_write(self) -> None:
+        self.proc.stdin.close()
+
+    def close(self) -> None:   # as sshd ends a session the client closed: the server goes
+        if not self.closed:
+            self.closed = True
+            self.proc.kill()
+            self.proc.wait()
+            for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+                f.close()
+
+
+class LocalConnection:
+    def __init__(self):
+        from harness.backends.ssh import SshParams
+
+        self.p = SshParams(node="n1", host="local", port=22, user="root", key=None, known_hosts="",
+                           timeout=5.0, sudo=False, python=sys.executable)
+        self.channels: list[LocalChannel] = []
+
+    def open(self, long_lived: bool = False) -> LocalChannel:
+        self.channels.append(LocalChannel())
+        return self.channels[-1]
+
+
+@pytest.fixture
+def local_node(tmp_path):
+    """An SshNode whose command server runs here (no sshd)."""
+    from harness.backends.ssh import SshNode
+
+    (tmp_path / "logs").mkdir()
+    node = SshNode("n1", LocalConnection(), None, str(tmp_path))
+    node.use_server = True
+    yield node
+    node.close()
+    for chan in node.conn.channels:
+        chan.close()
+
+
+def test_ssh_node_stop_sweeps_the_group_after_its_leader_exited(local_node, tmp_path):
+    proc = local_node.start(["sh", "-c", "sleep 60 & echo $!"], tmp_path / "logs" / "p.log")
+    assert _wait_for(lambda: proc.poll() is not None) and proc.poll() == 0   # reported by the server
+    child = int((tmp_path / "logs" / "p.log").read_text())
+    try:
+        assert _alive(child)
+        local_node.stop(proc)
+        assert _wait_for(lambda: not _alive(child), 5), "stop left the group's member running"
+    finally:
+        if _alive(child):
+            os.kill(child, signal.SIGKILL)
+
+
+def test_ssh_node_ends_what_a_replaced_command_server_started(local_node, tmp_path):
+    """A command server that stops answering is replaced; what it started can no longer be watched:
+    it is killed, and polling it ends (exit code unknown, -1) instead of waiting forever."""
+    proc = local_node.start(["sleep", "60"], tmp_path / "logs" / "p.log")
+    try:
+        assert proc.poll() is None
+        with pytest.raises(RuntimeError, match="command server stopped"):
+            local_node._request({"op": "run", "argv": ["sleep", "1"], "timeout": 5}, timeout=0.2)
+        assert local_node.run(["echo", "hi"]).stdout == "hi\n"   # a new server answers
+        assert proc.poll() == -1
+        assert _wait_for(lambda: not _alive(proc.pid), 5), "the old server's process was left running"
+        assert len(local_node.conn.channels) == 2
+    finally:
+        if _alive(proc.pid):
+            os.kill(proc.pid, signal.SIGKILL)
+
+
+def test_ssh_node_signal_checks_the_start_time_without_group_too(local_node, tmp_path):
+    proc = local_node.start(["sleep", "60"], tmp_path / "logs" / "p.log")
+    try:
+        real = proc.start_time
+        proc.start_time = "1"   # as if the pid now belonged to another process
+        local_node.signal(proc, signal.SIGKILL, group=False)
+        time.sleep(0.2)
+        assert proc.poll() is None and _alive(proc.pid)
+        proc.start_time = real
+        local_node.signal(proc, signal.SIGKILL, group=False)
+        assert _wait_for(lambda: proc.poll() is not None) and proc.poll() == -signal.SIGKILL
+    finally:
+        if _alive(proc.pid):
+            os.kill(proc.pid, signal.SIGKILL)
 
 
 def test_agent_reports_connections_and_reads_run_db_locally(tmp_path):

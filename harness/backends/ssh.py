@@ -287,6 +287,7 @@ class SshNode:
         self._server_buf = b""
         self._events = b""
         self._exits: dict[int, int] = {}
+        self._spawned: dict[int, str] = {}   # pid -> start time: started by the current server, still running
         self._server_lock = threading.RLock()
         self._seq = 0
 
@@ -313,9 +314,7 @@ class SshNode:
     def _request(self, q: dict, timeout: float = 30.0) -> dict:
         with self._server_lock:
             if self._server is None or self._server.closed:
-                chan = self.conn.open(long_lived=True)
-                chan.exec_command(self.command([self.p.python, "-u", "-c", SERVER_SOURCE, "nestlab-node-server"]))
-                self._server, self._server_buf = chan, b""
+                self._start_server()
             chan = self._server
             self._seq += 1
             q = {**q, "id": self._seq}
@@ -346,6 +345,31 @@ class SshNode:
             raise RuntimeError(f"{self.name}: {q['op']} {shlex.join(q.get('argv', []))}: {a['error']}")
         return a
 
+    def _start_server(self) -> None:
+        """Start a command server; if it replaces one (that stopped answering), end what that one
+        started: its exit reports are lost with it, and a process nobody can watch is not left running."""
+        chan = self.conn.open(long_lived=True)
+        chan.exec_command(self.command([self.p.python, "-u", "-c", SERVER_SOURCE, "nestlab-node-server"]))
+        self._server, self._server_buf, self._events = chan, b"", b""
+        orphans, self._spawned = {p: t for p, t in self._spawned.items() if p not in self._exits}, {}
+        if orphans:
+            self._end_orphans(orphans)
+
+    def _end_orphans(self, orphans: dict[int, str]) -> None:
+        """SIGTERM the groups of processes a previous server started, SIGKILL what is left after 2 s;
+        their exit codes are unknown (-1), so that polling them ends."""
+        try:
+            left = {p: t for p, t in orphans.items() if self.kill(p, t, signal.SIGTERM)}
+            deadline = time.monotonic() + 2.0
+            while left and time.monotonic() < deadline:
+                time.sleep(0.05)
+                left = {p: t for p, t in left.items() if self.kill(p, t, 0)}
+            for p, t in left.items():
+                self.kill(p, t, signal.SIGKILL)
+        finally:
+            for p in orphans:
+                self._exits.setdefault(p, -1)
+
     def _drain_events(self) -> None:
         """Read the server's exit reports ("exit <pid> <code>" lines on its stderr)."""
         chan = self._server
@@ -358,6 +382,7 @@ class SshNode:
             f = line.split()
             if len(f) == 3 and f[0] == b"exit":
                 self._exits[int(f[1])] = int(f[2])
+                self._spawned.pop(int(f[1]), None)
 
     def exit_code(self, pid: int) -> int | None:
         with self._server_lock:
@@ -376,19 +401,20 @@ class SshNode:
         proc = RemoteProc(self.name, int(a["pid"]), argv, log, monotonic(), None,
                           start_time=a["start"] or "", remote_log=remote_log, node_ref=self)
         self.procs[proc.pid] = proc
+        self._spawned[proc.pid] = proc.start_time
         if self.ledger:
             self.ledger.add_remote_process(self.name, proc.pid, proc.start_time, f"{self.name}: {shlex.join(argv)}")
         return proc
 
-    def kill(self, pid: int, start_time: str, sig: int) -> bool:
-        """Signal the process group pid (and pid), if pid is still the process started at start_time."""
-        return self._request({"op": "kill", "pid": pid, "start": start_time, "sig": int(sig)})["sent"]
+    def kill(self, pid: int, start_time: str, sig: int, group: bool = True) -> bool:
+        """Signal the process group pid (and pid; only pid if not group), if pid is still the process
+        started at start_time; once that process has exited, the members left in its group, if the
+        command server knows the group (nodeserver.py). sig 0: True while something is left."""
+        q = {"op": "kill", "pid": pid, "start": start_time, "sig": int(sig), "group": group}
+        return self._request(q)["sent"]
 
     def signal(self, proc: Proc, sig: int, group: bool = True) -> None:
-        if group:
-            self.kill(proc.pid, proc.start_time, sig)
-        else:
-            self.run(["kill", "-s", str(int(sig)), str(proc.pid)], check=False)
+        self.kill(proc.pid, proc.start_time, sig, group)
 
     def stop(self, proc: Proc, timeout: float = 3.0) -> int | None:
         if proc.poll() is None:
