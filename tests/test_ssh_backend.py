@@ -845,6 +845,9 @@ def test_sigkilled_runner_is_cleaned_up_and_its_recording_brought_back(net, tmp_
             proc.kill()
             proc.wait()
     assert run_traces(run.name), "a SIGKILLed runner cannot clean up; there should be something to clean"
+    remote = sqlite3.connect(f"file:/tmp/nestlab-{run.name}-site1n1/run.db?mode=ro", uri=True)
+    recorded, last = remote.execute("SELECT count(*), max(seq) FROM snapshots").fetchone()   # the collector runs on
+    remote.close()
     r = subprocess.run(net.runner_argv("cleanup", program="nestlab"), capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "remote process group(s) killed" in r.stdout and "brought back" in r.stdout, r.stdout
@@ -852,6 +855,12 @@ def test_sigkilled_runner_is_cleaned_up_and_its_recording_brought_back(net, tmp_
     m = json.loads((run / "manifest.json").read_text())
     assert m["status"] == "interrupted" and "cleanup" in m["reason"]
     db = sqlite3.connect(f"file:{run / 'run.db'}?mode=ro", uri=True)
-    assert db.execute("SELECT count(*) FROM snapshots").fetchone()[0] >= 50
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert db.execute("SELECT count(*) FROM snapshots").fetchone()[0] >= recorded >= 50
+    assert db.execute("SELECT count(*) FROM snapshots WHERE seq <= ?", (last,)).fetchone()[0] == recorded
+    # The collector was stopped (it closed its recording: every module and edge has ended) before its
+    # run.db was copied, not copied while it wrote.
+    assert db.execute("SELECT count(*) FROM modules WHERE died IS NULL").fetchone()[0] == 0
+    assert db.execute("SELECT count(*) FROM edges WHERE died IS NULL").fetchone()[0] == 0
     assert db.execute("SELECT count(*) FROM faults WHERE kind = 'tcp_drop'").fetchone()[0] == 1
     assert (run / "logs" / "collector.log").exists()

@@ -988,9 +988,50 @@ def fetch_logs(node: SshNode, remote_dir: str, local_dir: Path) -> int:
     return len(names)
 
 
+CHECKPOINT = ("import pathlib, sqlite3, sys; "
+              "c = sqlite3.connect(pathlib.Path(sys.argv[1]).as_uri() + '?mode=rw', uri=True, timeout=10); "
+              "c.execute('PRAGMA wal_checkpoint(TRUNCATE)').fetchall(); c.close()")
+STOP_WAIT_S = 10.0   # how long `cleanup` gives the recorded processes to end after SIGTERM
+
+
+def stop_recorded(nodes: dict[str, SshNode], processes: list[dict], say) -> int:
+    """SIGTERM every recorded process group that is still the one recorded (the collector then commits
+    and closes its run.db), wait until they are gone, SIGKILL what is left. Returns the groups
+    signalled."""
+    live: list[dict] = []
+    for p in reversed(processes):
+        node = nodes.get(p["node"])
+        if node is None:
+            continue
+        try:
+            if node.kill(p["pid"], p["start"], signal.SIGTERM):
+                live.append(p)
+        except Exception as e:  # noqa: BLE001
+            say(f"cleanup: {p['node']}: pid {p['pid']}: {e}")
+    signalled = len(live)
+    deadline = time.monotonic() + STOP_WAIT_S
+    while live and time.monotonic() < deadline:
+        time.sleep(0.1)
+        still = []
+        for p in live:
+            try:
+                if nodes[p["node"]].kill(p["pid"], p["start"], 0):
+                    still.append(p)
+            except Exception:  # noqa: BLE001 - SIGKILLed below
+                still.append(p)
+        live = still
+    for p in live:
+        try:
+            nodes[p["node"]].kill(p["pid"], p["start"], signal.SIGKILL)
+        except Exception as e:  # noqa: BLE001
+            say(f"cleanup: {p['node']}: pid {p['pid']}: {e}")
+    return signalled
+
+
 def cleanup_remote(data: dict, say) -> bool:
-    """Undo what a killed run left on its testbed nodes (its ledger's `remote` part): bring back its
-    run.db and logs, kill its processes, undo its changes (chains, sysctls), remove its directories.
+    """Undo what a killed run left on its testbed nodes (its ledger's `remote` part): stop its
+    processes (the collector first commits and closes its run.db), bring back that run.db and the
+    logs, undo its changes (the fault chain, the congestion-control routes), remove its directories.
     Returns True when every node was reached and everything is gone."""
     remote = data.get("remote") or {}
     params = {n: SshParams(**p) for n, p in (remote.get("nodes") or {}).items()}
@@ -1008,38 +1049,28 @@ def cleanup_remote(data: dict, say) -> bool:
             continue
         nodes[name] = SshNode(name, conn, None, "/")
         nodes[name].use_server = True
+    # Stopped before anything is copied: a run.db copied while the collector writes can be stale or torn.
+    killed = stop_recorded(nodes, remote.get("processes", []), say)
     run_dir = Path(data["run_dir"])
     salvage = remote.get("salvage")
-    if salvage and salvage["node"] in nodes and (run_dir / "run.db").exists():
-        node = nodes[salvage["node"]]
+    mon = nodes.get(salvage["node"]) if salvage else None
+    if mon is not None and (run_dir / "run.db").exists():
         try:
             db = sqlite3.connect(str(run_dir / "run.db"), timeout=10)
             try:
                 if db.execute("SELECT count(*) FROM snapshots").fetchone()[0] == 0:
-                    n = fetch_collector_db(node, salvage["db"], run_dir, db)
+                    n = fetch_collector_db(mon, salvage["db"], run_dir, db, checkpoint=lambda: mon.run(
+                        [mon.p.python, "-c", CHECKPOINT, salvage["db"]]))
                     say(f"cleanup: brought back {n} snapshot(s) from {salvage['node']}")
             finally:
                 db.close()
         except Exception as e:  # noqa: BLE001
             say(f"cleanup: could not bring back run.db from {salvage['node']}: {e}")
-    for name, node in nodes.items():
+    if mon is not None:
         try:
-            fetch_logs(node, salvage["logs"], run_dir / "logs") if salvage and salvage["node"] == name else None
+            fetch_logs(mon, salvage["logs"], run_dir / "logs")
         except Exception:  # noqa: BLE001
             pass
-    killed = 0
-    for p in reversed(remote.get("processes", [])):
-        node = nodes.get(p["node"])
-        if node is None:
-            continue
-        try:
-            sent = node.kill(p["pid"], p["start"], signal.SIGTERM)
-            time.sleep(0.2)
-            node.kill(p["pid"], p["start"], signal.SIGKILL)
-        except Exception as e:  # noqa: BLE001
-            say(f"cleanup: {p['node']}: pid {p['pid']}: {e}")
-            continue
-        killed += bool(sent)
     for entry in remote.get("undo", []):
         node = nodes.get(entry["node"])
         if node is not None:
