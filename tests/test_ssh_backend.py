@@ -331,6 +331,51 @@ def test_ssh_node_ends_what_a_replaced_command_server_started(local_node, tmp_pa
             os.kill(proc.pid, signal.SIGKILL)
 
 
+class PathLedger:
+    """The part of a Ledger that records remote paths."""
+
+    def __init__(self):
+        self.paths: list[tuple[str, str]] = []
+
+    def add_remote_path(self, node: str, path: str) -> None:
+        self.paths.append((node, path))
+
+    def drop_remote_path(self, node: str, path: str) -> None:
+        self.paths.remove((node, path))
+
+
+def test_scratch_directories_are_made_new_never_taken_over(local_node, tmp_path, monkeypatch):
+    """A node's scratch directory (and the interceptor's in /dev/shm) is created, mode 700; one that
+    exists already (another user could have made it, in /tmp) is refused with one line naming the node
+    and the path, and so is one that does not belong to the user the commands run as."""
+    from harness.backends.ssh import SshError, make_private_dir
+
+    local_node.ledger = ledger = PathLedger()
+    fresh = tmp_path / "fresh"
+    make_private_dir(local_node, str(fresh))
+    assert fresh.is_dir() and (fresh.stat().st_mode & 0o777) == 0o700
+    assert ledger.paths == [("n1", str(fresh))]
+    taken = tmp_path / "taken"
+    taken.mkdir(mode=0o777)
+    (tmp_path / "link").symlink_to(taken)
+    for path in (taken, tmp_path / "link"):
+        with pytest.raises(SshError) as e:
+            make_private_dir(local_node, str(path))
+        assert str(e.value).startswith(f"n1 (root@local:22): scratch directory {path}: it exists already")
+        assert ledger.paths == [("n1", str(fresh))]   # not recorded: not the run's to remove
+    # Made, but not owned by the user commands run as (here: `id` says another uid).
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "id").write_text("#!/bin/sh\necho 12345\n")
+    (fake / "id").chmod(0o755)
+    local_node.close()   # the next command server starts with the fake id first on its PATH
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    with pytest.raises(SshError, match=r"n1 \(root@local:22\): scratch directory .*/other: it is not a "
+                                       r"directory owned by uid 12345"):
+        make_private_dir(local_node, str(tmp_path / "other"))
+    assert ledger.paths == [("n1", str(fresh))]
+
+
 def test_ssh_node_signal_checks_the_start_time_without_group_too(local_node, tmp_path):
     proc = local_node.start(["sleep", "60"], tmp_path / "logs" / "p.log")
     try:

@@ -511,6 +511,34 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
+# $1: the directory just made. Prints its owner's uid and type, then the uid commands run as.
+OWNER_SCRIPT = 'stat -c "%u %F" -- "$1" && id -u'
+
+
+def make_private_dir(node: SshNode, path: str, sudo: bool = True) -> None:
+    """Create directory `path` (mode 700) on the node as the user commands run as (root with sudo,
+    else the login user). Whatever is there already is refused, never reused: in a shared directory
+    (/tmp, /dev/shm) another local user could have made it, and root would then run or preload code
+    from it. Recorded in the ledger first (dropped again if it was not made here)."""
+    if node.ledger:
+        node.ledger.add_remote_path(node.name, path)
+    r = node.run(["mkdir", "-m", "700", "--", path], check=False, sudo=sudo)
+    problem = None
+    if r.returncode != 0:
+        problem = f"cannot create it ({(r.stderr or r.stdout).strip()})"
+        if "exists" in problem:
+            problem = ("it exists already (not made by this run: another user may have made it); "
+                       "nestlab only uses a directory it has just created")
+    else:
+        out = node.run(["sh", "-c", OWNER_SCRIPT, "sh", path], check=False, sudo=sudo).stdout.split()
+        if len(out) < 3 or out[1:-1] != ["directory"] or out[0] != out[-1]:
+            problem = f"it is not a directory owned by uid {out[-1] if out else '?'} (stat: {' '.join(out[:-1])})"
+    if problem:
+        if node.ledger:
+            node.ledger.drop_remote_path(node.name, path)
+        raise SshError(f"{node.p.where}: scratch directory {path}: {problem}")
+
+
 class SshBackend:
     kind = "ssh"
     remote = True
@@ -703,17 +731,15 @@ class SshBackend:
         interceptor (built with make) on the monitored host."""
         def scratch(name: str) -> None:
             node = self.nodes[name]
-            if self.ledger:
-                self.ledger.add_remote_path(name, node.workdir)
             # Made as the login user (files are copied in over SFTP as that user); commands run with
             # sudo write into it as root.
-            node.run(["mkdir", "-p", "-m", "700", node.workdir], sudo=False)
-            node.run(["mkdir", "-p", f"{node.workdir}/logs"], sudo=False)
+            make_private_dir(node, node.workdir, sudo=False)
+            node.run(["mkdir", f"{node.workdir}/logs"], sudo=False)
 
         self._each(scratch)
         mon = self.nodes[self.spec.monitor]
         pkg = f"{mon.workdir}/pkg"
-        mon.run(["mkdir", "-p", pkg], sudo=False)
+        mon.run(["mkdir", pkg], sudo=False)
         with mon.conn.sftp.open(f"{mon.workdir}/nestlab.tar.gz", "wb") as f:
             f.write(bundle())
         mon.run(["tar", "-xzf", f"{mon.workdir}/nestlab.tar.gz", "-C", pkg], sudo=False)
@@ -830,9 +856,7 @@ class SshBackend:
         node = self.nodes[name]
         base = "/dev/shm" if node.exists("/dev/shm") else node.workdir
         shm = f"{base}/nestlab-{self.run_id}-{_safe(name)}"
-        if self.ledger:
-            self.ledger.add_remote_path(name, shm)
-        node.run(["mkdir", "-p", "-m", "700", shm])
+        make_private_dir(node, shm)
         self.shm_dirs[name] = shm
         lib = f"{self.pkg[name]}/harness/interceptor/{LIBRARY_NAME}"
         return shm, {"LD_PRELOAD": lib, ENV_SHM_DIR: shm}
