@@ -8,6 +8,7 @@ testbed for (nodes, links, bandwidths, addresses, routing), which must be the to
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
 import subprocess
@@ -15,8 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from harness.cli import nestlab_main
+from harness.errors import UserError
 from harness.export import cloudlab_profile, emulab_ns, ssh_topology
 from harness.topology import load_topology
 from tests.conftest import REPO, write
@@ -292,3 +295,89 @@ def test_cli_writes_the_file_and_refuses_names_a_testbed_cannot_take(tmp_path, c
     assert nestlab_main(["export", "--format", "ssh", str(bad).replace("bad", "none")]) == 2
     assert nestlab_main(["export", "--format", "ssh", str(TOPOLOGIES / "chain.yaml")]) == 2
     assert "--domain" in capsys.readouterr().err
+
+
+def _hostile(tmp_path: Path, evil: bool) -> Path:
+    """DELAY_LOSS with a name and descriptions that try to break out of comments and docstrings into
+    code (a newline, a triple quote, a Tcl line continuation); `evil=False`: plain ones, for reference."""
+    if not evil:
+        return write(tmp_path, "plain.yaml", DELAY_LOSS.replace("  h1: {}", "  h1: {description: plain}"))
+    tcl = f"exec touch {tmp_path}/pwned-tcl"
+    py = f"import os; os.system('touch {tmp_path}/pwned-py')"
+    spec = yaml.safe_load(DELAY_LOSS)
+    spec["name"] = f'x"""\n{py}\n"""'
+    spec["description"] = f'up\n{tcl}\n"""\n{py}\nx = """ \\'
+    spec["nodes"]["h1"] = {"description": f"h\n{tcl}\n{py} \\"}
+    spec["nodes"]["r"]["description"] = "ends in a backslash \\\\"
+    return write(tmp_path, "evil.yaml", yaml.safe_dump(spec, sort_keys=False))
+
+
+def _calls(tree: ast.AST) -> list[str]:
+    return sorted(ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call))
+
+
+def test_hostile_descriptions_stay_inert_text(tmp_path):
+    """Topology text reaches the NS file only as comments, the profile only inside its docstring: the
+    exports do the same as for plain text, and nothing injected runs."""
+    evil, plain = (load_topology(_hostile(tmp_path, e)) for e in (True, False))
+    assert "\n" in evil.spec.description and '"""' in evil.name   # what the topology file really says
+
+    ns = emulab_ns(evil, hardware="d430")
+    code_lines = [line for line in ns.splitlines() if not line.startswith("#")]
+    assert all("pwned" not in line.split(";#")[0] for line in code_lines)
+    assert not any(line.lstrip().startswith(("exec", "import", "x = ")) for line in ns.splitlines())
+    assert not any(line.rstrip().endswith("\\") for line in ns.splitlines())   # no Tcl continuation
+    assert "pwned" in ns   # kept, as text
+    profile = cloudlab_profile(evil)
+    tree = ast.parse(profile)
+    assert "import os; os.system" in ast.get_docstring(tree)
+    assert _calls(tree) == _calls(ast.parse(cloudlab_profile(plain)))
+    assert [ast.unparse(n) for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)] == [
+        ast.unparse(n) for n in ast.parse(cloudlab_profile(plain)).body if isinstance(n, ast.Import | ast.ImportFrom)]
+
+    (tmp_path / "p").mkdir()
+    (tmp_path / "q").mkdir()
+    assert run_profile(profile, tmp_path / "p") == run_profile(cloudlab_profile(plain), tmp_path / "q")
+    if shutil.which("tclsh"):
+        (tmp_path / "t").mkdir()
+        (tmp_path / "u").mkdir()
+        assert run_ns(ns, tmp_path / "t") == run_ns(emulab_ns(plain, hardware="d430"), tmp_path / "u")
+    assert not list(tmp_path.glob("pwned-*"))
+
+    text = ssh_topology(evil, "exp.proj.emulab.net")
+    placed = load_topology(write(tmp_path, "placed.yaml", text))
+    assert placed.spec.description == evil.spec.description and placed.spec.links == evil.spec.links
+
+
+@pytest.mark.parametrize("opt", ["os_image", "hardware"])
+def test_os_and_hardware_are_checked_before_they_reach_tcl_or_python(tmp_path, opt, capsys):
+    topo = load_topology(TOPOLOGIES / "chain.yaml")
+    for bad in ['X"; exec touch pwned; "', "a b", "x\ny", "$x", "[x]", "{x}", "x'"]:
+        for fn in (emulab_ns, cloudlab_profile):
+            kwargs = {"image" if fn is cloudlab_profile and opt == "os_image" else opt: bad}
+            with pytest.raises(UserError, match="only letters, digits and"):
+                fn(topo, **kwargs)
+    flag = "--os" if opt == "os_image" else "--hardware"
+    assert nestlab_main(["export", "--format", "emulab", str(TOPOLOGIES / "chain.yaml"), flag, "a;b"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and flag in err[0]
+    ok = "urn:publicid:IDN+emulab.net+image+emulab-ops//UBUNTU22-64-STD"
+    assert f'"{ok}"' in emulab_ns(topo, **{opt: ok}) and f'"{ok}"' in cloudlab_profile(
+        topo, **{"image" if opt == "os_image" else opt: ok})
+
+
+def test_ssh_export_writes_a_relative_key_as_an_absolute_path(tmp_path, monkeypatch):
+    """ssh_params takes a relative key from the topology file's directory: the exported file must
+    name the key the user meant, relative to where they ran the command."""
+    from harness.backends.ssh import ssh_params
+
+    (tmp_path / "keys").mkdir()
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "elsewhere" / "topo.yaml"
+    out.parent.mkdir()
+    assert nestlab_main(["export", "--format", "ssh", str(TOPOLOGIES / "chain.yaml"), "--domain", "e.p.emulab.net",
+                         "--key", "keys/id", "-o", str(out)]) == 0
+    assert yaml.safe_load(out.read_text())["ssh"]["key"] == str(tmp_path / "keys" / "id")
+    assert {p.key for p in ssh_params(load_topology(out)).values()} == {str(tmp_path / "keys" / "id")}
+    home = ssh_topology(load_topology(TOPOLOGIES / "chain.yaml"), "e.p.emulab.net", key="~/.ssh/id")
+    assert yaml.safe_load(home)["ssh"]["key"] == "~/.ssh/id"   # already means the same from anywhere
