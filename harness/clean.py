@@ -1,14 +1,14 @@
 """Leave no trace: a ledger of what a run made, and `nestlab cleanup` for runs that died.
 
-While a run goes on, its ledger (/run/nestlab/<run-id>.json) lists every process group, Mininet
-shell, link and scratch directory it created, and on testbed nodes (the SSH backend) how to reach each
-node, the remote process groups (node, pid, start time), the changes to undo (the fault chain on a
-router, a sysctl) and the remote directories. Normal teardown empties and deletes it. A run killed with SIGKILL (or a
-crashed machine) leaves the ledger behind; `cleanup` kills exactly those processes (after checking
-they are still what was recorded, since pids get reused), deletes those links, and marks the run's
-manifest `interrupted`. For testbed nodes it first brings back the collector's run.db and the logs,
-then kills, undoes and removes the same way, over SSH; a node it cannot reach keeps the ledger, so
-that `cleanup` can be run again. It never touches another live run or Mininet's other users: unlike
+While a run goes on, its ledger (/run/nestlab/<run-id>.json for root; see _ledger_dir) lists every
+process group, Mininet shell, link and scratch directory it created, and on testbed nodes (the SSH
+backend) how to reach each node, the remote process groups (node, pid, start time), the changes to
+undo (the fault chain on a router) and the remote directories. Normal teardown empties and deletes it.
+A run killed with SIGKILL (or a crashed machine) leaves the ledger behind; `cleanup` kills exactly
+those processes (after checking they are still what was recorded, since pids get reused), deletes
+those links, and marks the run's manifest `interrupted`. For testbed nodes it first stops the
+recorded processes, then brings back the collector's run.db and the logs, then undoes and removes the
+same way, over SSH; a node it cannot reach keeps the ledger, so that `cleanup` can be run again. It never touches another live run or Mininet's other users: unlike
 `mn -c`, it kills nothing by name pattern.
 """
 
