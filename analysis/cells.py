@@ -51,6 +51,11 @@ class Batch:
         return np.concatenate(ps), np.concatenate(cs)
 
     @cached_property
+    def detached(self) -> np.ndarray:
+        """Per cell: the module is detached in its stretch (analysis.graph.Stretch.detached)."""
+        return self.per_module([st.detached for st in self.stretches], dtype=bool)
+
+    @cached_property
     def edges(self) -> tuple[np.ndarray, np.ndarray]:
         """Every edge of the NS graph, as cell edges."""
         return self.edge_cells([st.edges for st in self.stretches])

@@ -14,6 +14,9 @@ Two sources:
   (and snapshots without a measurement); the diagnosis still runs on them, the labeller drops them.
 - `stretch_from_json(obj)`: the `nestlab diagnose --json` format (docs/diagnosis.md), whose values
   are already deltas.
+
+A stretch also marks its *detached* modules: those with an upper layer elsewhere in the run but not
+in this stretch (see `Stretch`), which the rule systems do not treat as roots with work.
 """
 
 from __future__ import annotations
@@ -63,16 +66,31 @@ class Counters:
 
 @dataclass
 class Stretch:
-    """A graph that stays the same over `seqs`, with its counters per direction."""
+    """A graph that stays the same over `seqs`, with its counters per direction.
+
+    `detached[m]`: module m has a parent (an upper layer) somewhere else in the run but none in
+    this stretch -- a TCP connection the collector sees before the interceptor has reported its
+    socket, or after the socket was closed while the connection lingers (FIN_WAIT, ...). Its upper
+    layer is unknown here, so a rule system must not assume that it has work the way it does for a
+    true root (a module that never has a parent in the run, e.g. every TCP connection when the
+    interceptor is off). Only a module without a parent edge in the stretch can be detached (the
+    flag is cleared on the others); JSON stretches have none.
+    """
 
     modules: list[Any]                 # module ids: int (run.db) or str (JSON)
     kinds: list[str]
     edges: list[tuple[int, int]]       # (parent index, child index); parent = upper layer
     seqs: np.ndarray                   # snapshot seq numbers, shape (T,)
     counters: dict[str, Counters] = field(default_factory=dict)
+    detached: np.ndarray | None = None  # bool (modules,); None = none detached
 
     def __post_init__(self):
         self.edges = sorted(set(self.edges))  # one canonical order: every variant relies on it
+        detached = np.zeros(self.n, dtype=bool)
+        if self.detached is not None:
+            detached[:] = np.asarray(self.detached, dtype=bool)
+            detached[[c for _, c in self.edges]] = False
+        self.detached = detached
 
     @property
     def n(self) -> int:
@@ -99,7 +117,7 @@ class Stretch:
     def take(self, cols) -> Stretch:
         """The same graph over a subset of the snapshots."""
         return Stretch(self.modules, self.kinds, self.edges, self.seqs[cols],
-                       {d: c.take(cols) for d, c in self.counters.items()})
+                       {d: c.take(cols) for d, c in self.counters.items()}, self.detached)
 
 
 # ---------------------------------------------------------------- JSON snapshots
@@ -447,4 +465,12 @@ def load_run(run_dir: str | Path) -> Run:
             st.counters[d] = c
         lookup[here] = -1
         run.stretches.append(st)
+
+    # Detached modules (see Stretch): a parent edge in some stretch of the run, none in this one.
+    # "Some stretch" rather than "some row of the edges table": an edge counts where the diagnosis
+    # sees it, with both ends present, so a module whose upper layer never shows up stays a root.
+    attached_somewhere = {st.modules[c] for st in run.stretches for _, c in st.edges}
+    for st in run.stretches:
+        st.detached = np.array([m in attached_somewhere for m in st.modules], dtype=bool)
+        st.detached[[c for _, c in st.edges]] = False
     return run

@@ -34,6 +34,13 @@ module's first snapshot as a baseline, a missing row) are always excluded. So ar
 is stopping the workloads: an iperf that stops writing and reads its final report there is the
 harness's doing, not a fault's. `after_end=keep` scores them.
 
+Faults are scheduled apart by default (docs/schedules.md), so that no fault's collateral covers
+another's target. Where a spec allows overlap, a target's impact period may fall inside another
+fault's collateral (a tcp_drop's connection while an ip_drop silences the whole interface): the
+right answer there is ambiguous, and by default (`overlap=exclude`) those rows are left out of the
+scores and counted (cause `overlap`; the accuracy table's footnote gives the number).
+`overlap=keep` scores them as the fault's positives, as the seeds did.
+
 `window` is a simpler, less conservative policy: targets are positive in every snapshot that
 overlaps the fault window, extended by `tail` seconds, whatever their counters say.
 """
@@ -50,7 +57,7 @@ import pandas as pd
 
 from analysis.variants import Param, on_off, parse_named
 
-CAUSES = ("", "oneway", "fault", "collateral", "invalid", "after_end")
+CAUSES = ("", "oneway", "fault", "collateral", "invalid", "after_end", "overlap")
 
 
 class LabelPolicy(Protocol):
@@ -219,9 +226,13 @@ def _oneway(data, f: _Frame) -> np.ndarray:
 
 def _result(f: _Frame, oneway: np.ndarray, fault_pos: np.ndarray, fault_id: np.ndarray,
             coll_pos: np.ndarray, coll_id: np.ndarray, collateral: str, index,
-            after_end: np.ndarray | None = None) -> pd.DataFrame:
+            after_end: np.ndarray | None = None, masked: np.ndarray | None = None) -> pd.DataFrame:
+    if collateral == "negative":
+        coll_pos = np.zeros_like(coll_pos)
     actual = oneway | fault_pos
     exclude = f.invalid.copy()
+    if masked is not None:
+        exclude |= masked
     if after_end is not None:
         exclude |= after_end
     if collateral == "positive":
@@ -231,6 +242,8 @@ def _result(f: _Frame, oneway: np.ndarray, fault_pos: np.ndarray, fault_id: np.n
     cause = np.full(len(actual), 0, dtype=np.int8)
     cause[coll_pos & (actual | exclude)] = 3
     cause[fault_pos] = 2
+    if masked is not None:
+        cause[masked] = 6
     cause[oneway] = 1
     cause[f.invalid] = 4
     if after_end is not None:
@@ -271,11 +284,13 @@ class _Policy:
         fault_id = np.full(n, -1, dtype=np.int64)
         coll_pos = np.zeros(n, dtype=bool)
         coll_id = np.full(n, -1, dtype=np.int64)
-        collateral = self.values.get("collateral", "negative")
+        # Collateral is marked whenever it is scored or needed to find targets it masks (overlap).
+        need_coll = self.values.get("collateral", "negative") != "negative" or \
+            self.values.get("overlap", "exclude") == "exclude"
         for fid, kind, target, f0, f1 in _active_faults(data):
             targets = fault_targets(data, kind, target, f0, f1)
             groups = [(targets, fault_pos, fault_id)]
-            if collateral != "negative":
+            if need_coll:
                 groups.append((collateral_modules(data, targets, f0, f1), coll_pos, coll_id))
             for mods, pos, ids in groups:
                 for m in mods:
@@ -296,8 +311,11 @@ class _Policy:
         after = None
         if self.values.get("after_end", "exclude") == "exclude" and stop is not None:
             after = f.t_end > stop
+        # A target's impact while another fault's collateral covers it (possible only where the
+        # spec allowed overlap): ambiguous, left out unless overlap=keep.
+        masked = fp & cp if self.values.get("overlap", "exclude") == "exclude" else None
         return _result(f, oneway, fp, fi, cp, ci, self.values.get("collateral", "negative"),
-                       data.counters.index, after)
+                       data.counters.index, after, masked)
 
     def _mark(self, f: _Frame, rows: np.ndarray, f0: float, f1: float) -> np.ndarray:
         raise NotImplementedError
@@ -316,6 +334,8 @@ class ImpactPolicy(_Policy):
                     "impact periods of modules a fault silences without targeting them (graph neighbours)"),
         Param("after_end", "exclude", _choice("exclude", "keep"),
                     "snapshots after the run's end, while the runner stops the workloads"),
+        Param("overlap", "exclude", _choice("exclude", "keep"),
+                    "a target's impact while another fault's collateral covers it (overlapping faults)"),
     )
 
     def _mark(self, f, rows, f0, f1):
@@ -332,6 +352,7 @@ class WindowPolicy(_Policy):
         Param("collateral", "negative", _choice("negative", "exclude", "positive"),
                     "graph neighbours of the targets during the window"),
         Param("after_end", "exclude", _choice("exclude", "keep"), "as for impact"),
+        Param("overlap", "exclude", _choice("exclude", "keep"), "as for impact"),
     )
 
     def _mark(self, f, rows, f0, f1):

@@ -6,8 +6,9 @@ never 0 or NaN. The `±` column is the largest half-width, in percentage points,
 Wilson score 95% intervals (analysis.score); `intervals=True` prints each interval instead.
 
     summarize_run(run_dir, variants=("flowdiagnoser:theta=2",), policy=None) -> Path
-        Prints the run's accuracy table (one per variant) and writes into <run_dir>/analysis/:
-        accuracy.md, accuracy.csv, accuracy.tex, stalled.md, stalled.csv, and the figures of
+        Prints the run's accuracy table (one per variant) and network health, and writes into
+        <run_dir>/analysis/: accuracy.md, accuracy.csv, accuracy.tex, health.csv, health.json,
+        stalled.md, stalled.csv, and the figures of
         analysis.plots (PNG). Prints where they went and returns that directory. Raises
         harness.errors.UserError when the run cannot be analysed; a figure that fails is reported
         as a warning line and does not stop the rest.
@@ -15,6 +16,7 @@ Wilson score 95% intervals (analysis.score); `intervals=True` prints each interv
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import sys
@@ -24,6 +26,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.health import HEADER as HEALTH_HEADER
+from analysis.health import HEALTH_NOTE, health_row
 from analysis.score import COUNTS, INTERVAL, RATES, ROWS, SECTIONS, Evaluation, evaluate
 
 DEFAULT_VARIANTS = ("flowdiagnoser:theta=2",)
@@ -307,23 +311,56 @@ def runs_title(ev: Evaluation) -> str:
     return f"{n} runs ({', '.join(exps)})"
 
 
+def overlap_note(ev: Evaluation) -> str:
+    """The footnote on rows the labeller left out because faults overlapped (policy overlap=exclude)."""
+    if not ev.overlap_rows:
+        return ""
+    return (f"Left out: {ev.overlap_rows} module-snapshots where a fault's target was also another fault's "
+            "collateral (overlapping faults; ground truth ambiguous; policy overlap=exclude).")
+
+
+def health_markdown(ev: Evaluation) -> str:
+    """The network health of each run (analysis.health), with its warnings."""
+    if not ev.health:
+        return ""
+    rows, warns = [], []
+    for path, h in ev.health.items():
+        name = f"{path.parent.name}/{path.name}"
+        rows.append(health_row(name, h))
+        warns += [f"- {name}: {w}" for w in h.warnings]
+    align = ["l"] + ["r"] * (len(HEALTH_HEADER) - 1)
+    parts = ["### Network health", "", _md_table(HEALTH_HEADER, rows, align), "", HEALTH_NOTE]
+    if warns:
+        parts += ["", *warns]
+    return "\n".join(parts)
+
+
 def write_accuracy(ev: Evaluation, out: Path, intervals: bool = False) -> tuple[str, list[Path]]:
-    """accuracy.md/.csv/.tex for every variant of an evaluation; returns (markdown, files)."""
+    """accuracy.md/.csv/.tex for every variant of an evaluation, the overlap footnote and the runs'
+    network health (accuracy.md; health.csv); returns (markdown, files)."""
     out.mkdir(parents=True, exist_ok=True)
     tables = {v: ev.table(v) for v in ev.variants}
     md_parts, tex_parts = [], []
+    note = overlap_note(ev)
     for v, t in tables.items():
         title = f"Accuracy of {v}, ground truth {ev.policy}, {runs_title(ev)}"
-        md_parts.append(accuracy_markdown(t, title, intervals))
+        md_parts.append(accuracy_markdown(t, title, intervals) + (f"\n{note}" if note else ""))
         tex_parts.append(accuracy_latex(t, tex(f"Diagnosis accuracy of {v} ({runs_title(ev)}, ground truth "
                                                f"{ev.policy}). Rates in %; blank = undefined. ") + r"$\pm$"
                                         + tex(f": larger half-width of the row's TPR and FPR intervals ({INTERVAL}), "
                                               "in percentage points.")))
-    md = "\n\n".join(md_parts)
+    health = health_markdown(ev)
+    md = "\n\n".join(md_parts + ([health] if health else []))
     files = [out / "accuracy.md", out / "accuracy.csv", out / "accuracy.tex"]
     files[0].write_text(md + "\n")
     accuracy_csv_frame(tables, ev.policy).to_csv(files[1], index=False, na_rep="")
     files[2].write_text("\n".join(tex_parts))
+    if ev.health:
+        rows = [{"run": str(p), **h.as_dict()} for p, h in ev.health.items()]
+        for r in rows:
+            r["warnings"] = " | ".join(r["warnings"])
+        files.append(out / "health.csv")
+        pd.DataFrame.from_records(rows).to_csv(files[-1], index=False, na_rep="")
     return md, files
 
 
@@ -355,6 +392,11 @@ def summarize_run(run_dir: str | Path, variants: Sequence[str] = DEFAULT_VARIANT
     data = ev.data[ev.runs[0]]
     scored = ev.scored[ev.runs[0]]
     variant = ev.variants[0]
+    health = ev.health.get(ev.runs[0])
+    if health is not None:   # the runner copies it into the manifest
+        (out / "health.json").write_text(json.dumps(health.as_dict(), indent=2) + "\n")
+        for w in health.warnings:
+            _print(f"warning: {w}", sys.stderr)
     st = stalled_list(data, scored, variant)
     st.to_csv(out / "stalled.csv", index=False, na_rep="")
     (out / "stalled.md").write_text(stalled_markdown(st, variant, limit=None) + "\n")

@@ -35,6 +35,7 @@ from harness.store import FORMAT_VERSION, choose_target, fault_target_key
 
 REQUIRED_TABLES = ("modules", "snapshots", "counters")
 OPTIONAL_TABLES = ("edges", "processes", "faults", "events")
+HEALTH_TABLES = ("tcp_info", "queue_stats")   # format 3; older runs have no network health data
 GLOB_CHARS = set("*?[")
 # Ports the seeds' workloads use: iperf writes to remote port 5001 and reads on local port 5001
 # (thesis 3.7); a web client reads from remote port 80.
@@ -192,7 +193,7 @@ class RunData:
     info: RunInfo
     run: Run                    # analysis.graph.Run (give it to diagnose_run to avoid reading twice)
     snapshots: pd.DataFrame     # seq (index), mono, start (mono of the previous snapshot)
-    counters: pd.DataFrame      # module, dir, seq, tm, wait, has_wait, queued, has_queue, invalid
+    counters: pd.DataFrame      # module, dir, seq, tm, wait, has_wait, queued, has_queue, errors, invalid
     modules: pd.DataFrame       # id (index), kind, name, key, attrs (dict), born, died, workload,
     #                             wl_kind ('wget'|'iperf'|None), oneway ('upload'|'download'|None), rows
     edges: pd.DataFrame         # parent, child, born, died
@@ -202,6 +203,8 @@ class RunData:
     t0: float                   # the run's time origin (manifest t0, else the first snapshot)
     stop: float | None = None   # when the runner stopped the workloads (the run_end event), if known
     warnings: list[str] = field(default_factory=list)
+    tcp_info: pd.DataFrame | None = None     # seq, module, rtt_us, rttvar_us (None: not recorded)
+    queue_stats: pd.DataFrame | None = None  # mono, node, interface, cumulative counters, backlog
 
     @property
     def path(self) -> Path:
@@ -220,7 +223,7 @@ def counters_frame(run: Run) -> pd.DataFrame:
     """The counter deltas of every stretch as one long frame (one row per module, dir, snapshot)."""
     parts: dict[str, list[np.ndarray]] = {k: [] for k in
                                           ("module", "dir", "seq", "tm", "wait", "has_wait", "queued",
-                                           "has_queue", "invalid")}
+                                           "has_queue", "errors", "invalid")}
     for st in run.stretches:
         mod = np.repeat(np.asarray(st.modules, dtype=np.int64), st.t)
         seq = np.tile(st.seqs, st.n)
@@ -234,13 +237,15 @@ def counters_frame(run: Run) -> pd.DataFrame:
             parts["has_wait"].append(c.has_wait.ravel())
             parts["queued"].append(c.queued.ravel())
             parts["has_queue"].append(c.has_queue.ravel())
+            parts["errors"].append(c.errors.ravel())
             parts["invalid"].append(c.invalid.ravel())
     if not parts["module"]:
         return pd.DataFrame({"module": pd.Series([], dtype=np.int64),
                              "dir": pd.Categorical([], categories=list(DIRS)),
                              "seq": pd.Series([], dtype=np.int64), "tm": [], "wait": [],
                              "has_wait": pd.Series([], dtype=bool), "queued": [],
-                             "has_queue": pd.Series([], dtype=bool), "invalid": pd.Series([], dtype=bool)})
+                             "has_queue": pd.Series([], dtype=bool), "errors": [],
+                             "invalid": pd.Series([], dtype=bool)})
     flat = {k: np.concatenate(v) for k, v in parts.items()}
     flat["dir"] = pd.Categorical.from_codes(flat["dir"], list(DIRS))
     return pd.DataFrame(flat)
@@ -303,6 +308,16 @@ def load_run_data(info: RunInfo | str | Path) -> RunData:
                         "planned_duration, start, end FROM faults ORDER BY id",
                         ["id", "spec_index", "kind", "at_node", "target", "target_module", "planned_start",
                          "planned_duration", "start", "end"])
+        health = {t: None for t in HEALTH_TABLES}
+        if "tcp_info" in info.tables:
+            health["tcp_info"] = _frame(conn, "SELECT seq, module, rtt_us, rttvar_us FROM tcp_info",
+                                        ["seq", "module", "rtt_us", "rttvar_us"])
+        if "queue_stats" in info.tables:
+            health["queue_stats"] = _frame(
+                conn, "SELECT mono, node, interface, sent_packets, sent_bytes, drops, overlimits, requeues, "
+                "backlog_packets, backlog_bytes FROM queue_stats ORDER BY mono",
+                ["mono", "node", "interface", "sent_packets", "sent_bytes", "drops", "overlimits", "requeues",
+                 "backlog_packets", "backlog_bytes"])
     finally:
         conn.close()
     if snaps.empty:
@@ -326,7 +341,7 @@ def load_run_data(info: RunInfo | str | Path) -> RunData:
     if stop is None and isinstance(manifest.get("t0"), int | float) and isinstance(duration, int | float):
         stop = float(manifest["t0"]) + float(duration)
     return RunData(info, run, snaps, counters_frame(run), mods, edges, procs, faults, workloads, t0, stop,
-                   warnings)
+                   warnings, health["tcp_info"], health["queue_stats"])
 
 
 def _attach_workloads(mods: pd.DataFrame, procs: pd.DataFrame, workloads: list[dict],

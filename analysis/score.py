@@ -132,6 +132,8 @@ class Evaluation:
     warnings: list[str] = field(default_factory=list)
     data: dict = field(default_factory=dict)     # run path -> RunData, when kept
     scored: dict = field(default_factory=dict)   # run path -> join_labels frame, when kept
+    health: dict = field(default_factory=dict)   # run path -> analysis.health.Health
+    overlap_rows: int = 0   # module-snapshots left out: a target under another fault's collateral
 
     def table(self, variant: str | None = None) -> pd.DataFrame:
         return accuracy_table(self.counts, variant or self.variants[0])
@@ -149,6 +151,7 @@ def evaluate(runs: Iterable[str | Path], variants: Sequence[str] = ("flowdiagnos
     instead of raising UserError; UserError is still raised when no run at all could be analysed.
     """
     from analysis.diagnose import as_variants, diagnose_run
+    from analysis.health import network_health
     from analysis.labels import parse_policy
     from analysis.runs import load_run_data, open_run
     from harness.errors import UserError
@@ -185,6 +188,14 @@ def evaluate(runs: Iterable[str | Path], variants: Sequence[str] = ("flowdiagnos
             if on_warning:
                 on_warning(info.name, msg)
         labels = pol.label(data)
+        ev.overlap_rows += int((labels["cause"] == "overlap").sum())
+        try:
+            ev.health[info.path] = network_health(data)
+        except Exception as e:  # noqa: BLE001 - health figures must not stop the accuracy table
+            msg = f"network health not computed: {type(e).__name__}: {e}"
+            warnings.append(f"{info.name}: {msg}")
+            if on_warning:
+                on_warning(info.name, msg)
         scored = join_labels(diag, data.counters.join(labels))
         counts = module_counts(scored)
         mods = data.modules

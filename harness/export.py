@@ -10,6 +10,15 @@ addresses nestlab derives (link k: 10.0.<k+1>.0/24, a = .1, b = .2) and static r
 forward. The SSH backend finds each link's interface on a node by that address, so the SSH topology
 (`--format ssh` writes one, with the nodes' testbed host names) need not name interfaces.
 docs/ssh-backend.md walks through it.
+
+Queues: a bandwidth-limited link queues `queue` packets (default 50) at each end, as the Mininet
+backend's pfifo does. The NS file sets both directions' queue objects (`limit_`, in packets); Emulab's
+delay nodes take at most 100 (FreeBSD delaysetup ignores larger slot counts), so a larger queue is
+refused. Emulab puts no delay node on a 100Mb or 1000Mb link without delay or loss (its FAQ "What are
+the limits for link shaping?"), and no NS command documented for users forces one, so there the
+queue is not applied: the export says so. geni-lib cannot ask for a queue size: the profile
+force-shapes every bandwidth-limited link (a delay node, whose DropTail queue holds 50 packets), and a
+different queue is reported as one the profile cannot build.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -33,6 +43,19 @@ UNSHAPED_BW = 1e9          # a link the topology does not limit: a plain gigabit
 NODE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,31}$")   # what Emulab and CloudLab accept as node names
 IMAGE_OR_TYPE = re.compile(r"^[A-Za-z0-9_.:+/-]+$")     # --os and --hardware: disk image names/URNs, node types
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
+# Emulab's delay nodes (dummynet) queue at most 100 packets ("slots"; or 1 MB in bytes): tbsetup's
+# FreeBSD delaysetup calls a larger slot count bogus and leaves the pipe's default.
+EMULAB_MAX_QUEUE = 100
+# Rates at which Emulab allocates no delay node when the link has no delay and no loss either.
+EMULAB_NATIVE_RATES = (100e6, 1e9)
+# The queue of a delay node nobody configured: dummynet's default, 50 slots (ipfw(8)).
+DELAY_NODE_QUEUE = 50
+
+Warn = Callable[[str], None]
+
+
+def _stderr_warning(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
 
 
 def _one_line(text: str) -> str:
@@ -95,10 +118,20 @@ def _ends(topo: Topology, k: int):
     return out
 
 
-def emulab_ns(topo: Topology, os_image: str = EMULAB_OS, hardware: str | None = None) -> str:
+def _link_name(topo: Topology, k: int) -> str:
+    link = topo.spec.links[k]
+    return f"link{k} ({link.a}-{link.b})"
+
+
+def emulab_ns(topo: Topology, os_image: str = EMULAB_OS, hardware: str | None = None,
+              warn: Warn = _stderr_warning) -> str:
     _check_names(topo)
     _check_option("--os", os_image)
     _check_option("--hardware", hardware)
+    for k, link in enumerate(topo.spec.links):
+        if (link.queue_packets or 0) > EMULAB_MAX_QUEUE:
+            raise UserError(f"{topo.source}: {_link_name(topo, k)}: queue {link.queue_packets} cannot be built on "
+                            f"Emulab: its delay nodes queue at most {EMULAB_MAX_QUEUE} packets")
 
     def var(name: str) -> str:
         return f"${name}" if name.isalnum() else f"${{{name}}}"
@@ -126,12 +159,33 @@ def emulab_ns(topo: Topology, os_image: str = EMULAB_OS, hardware: str | None = 
             out.append(f"tb-set-ip-link {var(node)} $link{k} {addr}")
         if link.loss:
             out.append(f"tb-set-link-loss $link{k} {link.loss / 100:g}")
+        if link.queue_packets:
+            out += _emulab_queues(topo, k, var, warn)
     out += ["", "$ns rtproto Static", "$ns run", ""]
     return "\n".join(out)
 
 
+def _emulab_queues(topo: Topology, k: int, var, warn: Warn) -> list[str]:
+    """Both directions' queue objects of bandwidth-limited link k, in packets."""
+    link = topo.spec.links[k]
+    q = link.queue_packets
+    out = [f"# link{k}: {q} packets queued in each direction (the topology's queue, as on Mininet)"]
+    for name, src, dst in ((f"q{k}ab", link.a, link.b), (f"q{k}ba", link.b, link.a)):
+        out += [f"set {name} [[$ns link {var(src)} {var(dst)}] queue]",
+                f"${name} set queue-in-bytes_ 0",
+                f"${name} set limit_ {q}"]
+    if link.bw in EMULAB_NATIVE_RATES and not link.delay and not link.loss:
+        rate = _rate(link.bw)
+        out += [f"# Emulab builds a {rate} link without delay or loss with no delay node where the nodes' ports",
+                f"# run at {rate} (Emulab FAQ kb97, \"What are the limits for link shaping?\"): the queue above",
+                "# then does not apply. No NS command documented for users forces a delay node."]
+        warn(f"{_link_name(topo, k)}: Emulab may build a {rate} link without delay or loss with no delay node, "
+             f"and then its queue of {q} packets does not apply (the CloudLab profile forces shaping)")
+    return out
+
+
 def cloudlab_profile(topo: Topology, image: str = CLOUDLAB_IMAGE, hardware: str | None = None,
-                     vm: bool = False) -> str:
+                     vm: bool = False, warn: Warn = _stderr_warning) -> str:
     _check_names(topo)
     _check_option("--os", image)
     _check_option("--hardware", hardware)
@@ -140,7 +194,7 @@ def cloudlab_profile(topo: Topology, image: str = CLOUDLAB_IMAGE, hardware: str 
            "", "Interfaces are named eth<i>, i being the link's place among the node's links (the order of",
            "`interfaces` in an SSH topology); the names Linux gives them are the testbed's.", '"""', "",
            "import geni.portal as portal",
-           "import geni.rspec.emulab  # noqa: F401 - registers request.setRoutingStyle",
+           "import geni.rspec.emulab  # noqa: F401 - registers request.setRoutingStyle, Link.setForceShaping",
            "import geni.rspec.igext  # noqa: F401 - registers request.XenVM",
            "import geni.rspec.pg as pg", "",
            "pc = portal.Context()",
@@ -155,14 +209,19 @@ def cloudlab_profile(topo: Topology, image: str = CLOUDLAB_IMAGE, hardware: str 
            "    if params.hwtype:",
            "        n.hardware_type = params.hwtype",
            "    nodes[name] = n", "", "",
-           "def link(name, ends, kbps=None, latency_ms=None, loss=None):",
-           '    """ends: (node, interface, address) for both ends; bandwidth in kbit/s, loss a fraction."""',
+           "def link(name, ends, kbps=None, latency_ms=None, loss=None, queue=None):",
+           '    """ends: (node, interface, address) for both ends; bandwidth in kbit/s, loss a fraction.',
+           "",
+           "    queue: the packets nestlab expects queued at each end of a bandwidth-limited link. geni-lib",
+           "    cannot ask for a queue size; the link is force-shaped, so that a delay node shapes it even at",
+           f'    a native rate, and its DropTail queue holds {DELAY_NODE_QUEUE} packets."""',
            "    lk = request.Link(name)",
            "    for n, ifname, address in ends:",
            '        lk.addInterface(nodes[n].addInterface(ifname, pg.IPv4Address(address, "255.255.255.0")))',
            "    if kbps:", "        lk.bandwidth = kbps",
            "    if latency_ms:", "        lk.latency = latency_ms",
-           "    if loss:", "        lk.plr = loss", "", ""]
+           "    if loss:", "        lk.plr = loss",
+           "    if queue:", "        lk.setForceShaping()", "", ""]
     out += [f"node({json.dumps(name)})" for name in topo.spec.nodes]
     out.append("")
     for k, lk in enumerate(topo.spec.links):
@@ -173,6 +232,15 @@ def cloudlab_profile(topo: Topology, image: str = CLOUDLAB_IMAGE, hardware: str 
             extra.append(f"latency_ms={lk.delay * 1000:g}")
         if lk.loss:
             extra.append(f"loss={lk.loss / 100:g}")
+        q = lk.queue_packets
+        if q:
+            extra.append(f"queue={q}")
+            out.append(f"# link{k}: nestlab expects {q} packets queued at each end; geni-lib cannot set a queue size "
+                       f"(the delay node queues {DELAY_NODE_QUEUE}" + (")." if q == DELAY_NODE_QUEUE else
+                                                                     ", not what the topology asks for)."))
+            if q != DELAY_NODE_QUEUE:
+                warn(f"{_link_name(topo, k)}: queue {q} cannot be expressed in a CloudLab profile (geni-lib has no "
+                     f"queue size; the delay node queues {DELAY_NODE_QUEUE} packets)")
         out.append(f'link("link{k}", [{ends}], {", ".join(extra)})')
     out += ["", 'request.setRoutingStyle("static")', "pc.printRequestRSpec(request)", ""]
     return "\n".join(out)
@@ -199,7 +267,8 @@ def ssh_topology(topo: Topology, domain: str, user: str | None = None, key: str 
     for lk in topo.spec.links:   # units as a topology file writes them
         links.append({"a": lk.a, "b": lk.b, **({"bw": f"{lk.bw / 1e6:g}Mbit"} if lk.bw else {}),
                       **({"delay": f"{lk.delay * 1000:g}ms"} if lk.delay else {}),
-                      **({"loss": lk.loss} if lk.loss else {})})
+                      **({"loss": lk.loss} if lk.loss else {}),
+                      **({"queue": lk.queue} if lk.queue is not None else {})})
     body = {"name": spec["name"], "description": spec.get("description", ""),
             **({"ssh": defaults} if defaults else {}), "nodes": nodes, "links": links}
     head = (f"# {_one_line(topo.name)} placed on testbed nodes (generated by `nestlab export --format ssh`).\n"

@@ -45,11 +45,15 @@ TICK_S = 0.02
 TARGET_WAIT_S = 2.0        # how long a tcp_drop waits for its workload to have a connection
 COLLECTOR_READY_S = 10.0
 REMOTE_PROGRESS_S = 2.0    # how often the snapshot count is read from a remote monitored node
+QUEUE_SAMPLE_S = 1.0       # how often the shaped links' queues are read (network health)
 
 console = Console(stderr=True, highlight=False)
 
 
-class Interrupted(Exception):
+class Interrupted(BaseException):
+    """SIGTERM/SIGHUP, raised wherever the run is. A BaseException, like KeyboardInterrupt, so that no
+    `except Exception` on the way (ending a fault, starting a workload) swallows it."""
+
     def __init__(self, reason: str, code: int):
         super().__init__(reason)
         self.reason, self.code = reason, code
@@ -236,7 +240,7 @@ class Run:
             extra = {"nodes": backend.node_records(), "start_mono": self.runner_time(self.rd.manifest["start_mono"])}
             monitor["control_interface"] = backend.control.get(spec.monitor)
         self._manifest("running", versions=_versions(backend), clock_offsets=self.clocks.as_dict(),
-                       monitor=monitor, **extra)
+                       monitor=monitor, link_model=backend.link_model, **extra)
         nodes = {n: backend.node(n) for n in topo.spec.nodes}
         addresses = {n: backend.address(n) for n in topo.spec.nodes}
         client_env = {}
@@ -314,7 +318,7 @@ class Run:
         self._manifest("running", t0=self.t0)
         pending = list(self.plan)
         live = console.is_terminal
-        last_print = -1e9
+        last_print = next_queue_sample = -1e9
         with console.status("", spinner="dots") if live else _nullcontext() as status:
             while True:
                 now = self.now()
@@ -322,10 +326,17 @@ class Run:
                 if t >= spec.duration:
                     break
                 self.workloads.start_due(now)
+                # A signal waits until a fault is fully in or out, so that its rule or pause and its
+                # row always go together (teardown then removes what is recorded).
                 for af in [a for a in self.active if now >= a.end_due]:
-                    self._end_fault(af)
+                    with signals_held():
+                        self._end_fault(af)
                 while pending and t >= pending[0].start:
-                    self._start_fault(pending.pop(0))
+                    with signals_held():
+                        self._start_fault(pending.pop(0))
+                if now >= next_queue_sample:
+                    self._sample_queues()
+                    next_queue_sample = now + QUEUE_SAMPLE_S
                 line = self._progress_line(t)
                 if live:
                     status.update(line)
@@ -335,7 +346,17 @@ class Run:
                 time.sleep(TICK_S)
         for af in list(self.active):
             self._end_fault(af)
+        self._sample_queues()
         self.event("run_end", f"t = {self.now() - self.t0:.3f}")
+
+    def _sample_queues(self) -> None:
+        """The shaped links' queue counters (cumulative drops, sent packets) and backlog."""
+        rows = [(self.now(), q["node"], q["interface"], q["sent_packets"], q["sent_bytes"], q["drops"],
+                 q["overlimits"], q["requeues"], q["backlog_packets"], q["backlog_bytes"])
+                for q in self.backend.queue_stats()]
+        if rows:
+            self.db.executemany("INSERT INTO queue_stats VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
+            self.db.commit()
 
     def _progress_line(self, t: float) -> str:
         snaps = self.remote_snapshots if self.backend.remote else self._snapshots()
@@ -541,6 +562,15 @@ def run_spec_file(spec_path: str, results_root: str = "results", topology: str |
     return code
 
 
+def _health_into_manifest(run: Path, health_file: Path) -> None:
+    """The run's network health (analysis.health, computed by the report) joins its manifest."""
+    if not health_file.is_file():
+        return
+    rd = RunDir.open(run)
+    rd.manifest["health"] = json.loads(health_file.read_text())
+    rd.write_manifest()
+
+
 def _report(runs: list[Path]) -> None:
     """The accuracy table of the runs just made (analysis.report), and where its files went."""
     try:
@@ -549,7 +579,8 @@ def _report(runs: list[Path]) -> None:
         return
     for run in runs:
         try:
-            summarize_run(run)
+            out = summarize_run(run)
+            _health_into_manifest(run, out / "health.json")
         except UserError as e:
             console.print(f"[yellow]analysis:[/] {e}")
         except Exception as e:  # noqa: BLE001 - the run is recorded; a report failure must not hide that

@@ -19,6 +19,8 @@ from harness.yamlload import YamlDoc
 
 # Faults are kept this far from the start (workloads ramp up) and the end (so the recovery is seen).
 FAULT_MARGIN_S = 2.0
+# The automatic recovery margin after a fault window: its duration plus this (see recovery_after).
+RECOVERY_EXTRA_S = 1.0
 
 
 class _Strict(BaseModel):
@@ -108,6 +110,16 @@ class Fault(_Strict):
         return self
 
 
+class Isolation(_Strict):
+    """How fault windows are kept apart (docs/schedules.md)."""
+
+    overlap: bool = Field(default=False, description="let a fault cover another's target (the labeller "
+                                                     "then leaves such rows out by default)")
+    recovery: Literal["auto"] | Duration = Field(
+        default="auto", description="kept free after each window on what the fault touched; "
+                                    f"auto = the window's duration + {RECOVERY_EXTRA_S:g}s")
+
+
 class Spec(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
@@ -123,6 +135,7 @@ class Spec(_Strict):
     interceptor: bool = True
     workloads: list[Workload] = Field(min_length=1)
     faults: list[Fault] = []
+    isolation: Isolation = Isolation()
 
     @model_validator(mode="after")
     def _times(self):
@@ -135,15 +148,22 @@ class Spec(_Strict):
 
 @dataclass(frozen=True)
 class Window:
-    """A planned fault: spec_index into spec.faults, start and duration in run-relative seconds."""
+    """A planned fault: spec_index into spec.faults, start and duration in run-relative seconds, and
+    the recovery margin kept free after it on everything it touches."""
 
     spec_index: int
     start: float
     duration: float
+    recovery: float = 0.0
 
     @property
     def end(self) -> float:
         return self.start + self.duration
+
+    @property
+    def reserved_until(self) -> float:
+        """The end of the window's recovery margin (docs/schedules.md)."""
+        return self.end + self.recovery
 
 
 @dataclass
@@ -161,47 +181,111 @@ class Experiment:
         return plan_faults(self.spec, self.doc, self.seed_for(repetition))
 
 
-def plan_faults(spec: Spec, doc: YamlDoc, seed: int) -> list[Window]:
-    """Fault windows for one repetition, sorted by start.
+def recovery_after(duration: float, setting: float | str = "auto") -> float:
+    """The recovery margin after a fault window of `duration` s: the setting, or for 'auto' the
+    window's duration + RECOVERY_EXTRA_S. Why: TCP's retransmission timer doubles while packets are
+    dropped (RTO 0.2 s, then 0.4, 0.8, ... s), so the first retransmission after a drop of d seconds
+    ends comes at most about d + RTO_min later; the extra second covers RTO_min, the queueing RTT and
+    the first round trips after it (measured: 0.2-3.3 s for 1-5 s faults, ../shared/notes)."""
+    return duration + RECOVERY_EXTRA_S if setting == "auto" else float(setting)
 
-    Each fault entry is planned on its own (a random schedule draws from its own seeded stream, so
-    adding a fault does not move the others). Windows of one entry never overlap. Windows of two
-    entries may overlap when both can be in force at once (an ip_drop and a tcp_drop are two rules);
-    they may not when they would act on the same thing (same kind and same target), which cannot be
-    honoured: that is a spec error.
+
+@dataclass(frozen=True)
+class Footprint:
+    """What a fault touches beyond its own target: hosts whose whole IP traffic it drops, and the
+    workloads (instance, or None for every instance) whose connections or processes it stalls."""
+
+    hosts: frozenset[str]
+    workloads: frozenset[tuple[int, int | None]]
+
+    def touches(self, other: Footprint) -> bool:
+        if self.hosts & other.hosts:
+            return True
+        return any(w == w2 and (i is None or i2 is None or i == i2)
+                   for w, i in self.workloads for w2, i2 in other.workloads)
+
+
+def footprint(spec: Spec, fault: Fault) -> Footprint:
+    """An ip_drop of host H stalls every workload that runs on H or is served by H; a tcp_drop or an
+    app_pause stalls its target workload (instance)."""
+    if fault.kind == "ip_drop":
+        host = fault.host or spec.monitor
+        return Footprint(frozenset({host}), frozenset((i, None) for i, w in enumerate(spec.workloads)
+                                                      if host in (w.host, w.server)))
+    return Footprint(frozenset(), frozenset({(fault.target.workload, fault.target.instance)}))
+
+
+def plan_faults(spec: Spec, doc: YamlDoc, seed: int) -> list[Window]:
+    """Fault windows for one repetition, sorted by start (docs/schedules.md).
+
+    Isolation (the default): a window and its recovery margin never overlap the window or margin
+    of a fault whose footprint it touches, so no fault masks another. Fixed schedules (`at`) are
+    checked: a clash is a spec error. Random schedules are planned after them, entry by entry, each
+    from its own seeded stream (adding a fault does not move another entry's draws): a drawn window
+    that would clash is moved to the end of the clashing reservation; one that no longer fits before
+    the run's end is a spec error. With `isolation: {overlap: true}` only faults acting on the same
+    target are kept apart (they cannot both be in force), and no margin is kept.
     """
     latest_end = spec.duration - FAULT_MARGIN_S
+    iso = spec.isolation
+    prints = [footprint(spec, f) for f in spec.faults]
     planned: list[Window] = []
-    for i, fault in enumerate(spec.faults):
-        s, mine = fault.schedule, []
+
+    def clash(i: int, w: Window) -> Window | None:
+        for other in planned:
+            if iso.overlap:
+                hit = _same_action(spec.faults[other.spec_index], spec.faults[i]) and \
+                    w.start < other.end and other.start < w.end
+            else:
+                hit = prints[i].touches(prints[other.spec_index]) and \
+                    w.start < other.reserved_until and other.start < w.reserved_until
+            if hit:
+                return other
+        return None
+
+    def describe(other: Window) -> str:
+        f = spec.faults[other.spec_index]
+        return (f"fault {other.spec_index} ({f.kind}) at {other.start:g}s+{other.duration:g}s"
+                + ("" if iso.overlap else f" and its recovery until {other.reserved_until:g}s"))
+
+    def margin(dur: float) -> float:
+        return 0.0 if iso.overlap else recovery_after(dur, iso.recovery)
+
+    order = [i for i, f in enumerate(spec.faults) if f.schedule.at is not None] + \
+            [i for i, f in enumerate(spec.faults) if f.schedule.at is None]
+    for i in order:
+        s = spec.faults[i].schedule
         if s.at is not None:
             for k, at in enumerate(sorted(s.at)):
+                loc = ("faults", i, "schedule", "at", k)
                 if at < FAULT_MARGIN_S or at + s.duration > latest_end:
-                    raise doc.error(("faults", i, "schedule", "at", k),
-                                    f"window {at:g}s+{s.duration:g}s must lie within "
-                                    f"[{FAULT_MARGIN_S:g}s, duration - {FAULT_MARGIN_S:g}s = {latest_end:g}s]")
-                if mine and at < mine[-1].end:
-                    raise doc.error(("faults", i, "schedule", "at", k),
-                                    f"window at {at:g}s starts before the previous one ends ({mine[-1].end:g}s)")
-                mine.append(Window(i, at, s.duration))
-        else:
-            r, rng, t = s.random, random.Random(seed * 1000 + i), FAULT_MARGIN_S
-            for n in range(r.count):
-                t += rng.uniform(*r.gap)
-                dur = rng.uniform(*r.duration)
-                if t + dur > latest_end:
-                    raise doc.error(("faults", i, "schedule", "random"),
-                                    f"only {n} of {r.count} faults fit in {spec.duration:g}s with these "
-                                    f"gaps (seed {seed}); lengthen duration or lower count")
-                mine.append(Window(i, round(t, 3), round(dur, 3)))
-                t += dur
-        for w in mine:
-            for other in planned:
-                if _same_action(spec.faults[other.spec_index], fault) and w.start < other.end and other.start < w.end:
-                    raise doc.error(("faults", i, "schedule"),
-                                    f"window {w.start:g}s+{w.duration:g}s overlaps fault {other.spec_index}'s "
-                                    f"window at {other.start:g}s, which acts on the same target")
-        planned.extend(mine)
+                    raise doc.error(loc, f"window {at:g}s+{s.duration:g}s must lie within "
+                                         f"[{FAULT_MARGIN_S:g}s, duration - {FAULT_MARGIN_S:g}s = {latest_end:g}s]")
+                w = Window(i, at, s.duration, margin(s.duration))
+                other = clash(i, w)
+                if other is not None:
+                    same = _same_action(spec.faults[other.spec_index], spec.faults[i])
+                    hint = ("they act on the same target" if same else
+                            "one would mask the other; move it, or allow it with 'isolation: {overlap: true}'")
+                    raise doc.error(loc, f"window {at:g}s+{s.duration:g}s clashes with {describe(other)}: {hint}")
+                planned.append(w)
+            continue
+        r, rng, t = s.random, random.Random(seed * 1000 + i), FAULT_MARGIN_S
+        for n in range(r.count):
+            t += rng.uniform(*r.gap)
+            dur = round(rng.uniform(*r.duration), 3)
+            w = Window(i, round(t, 3), dur, margin(dur))
+            while (other := clash(i, w)) is not None:  # move past the reservation it clashes with
+                free = other.end if iso.overlap else other.reserved_until
+                start = round(free, 3)   # ms steps, never before `free`
+                w = Window(i, start if start >= free else round(start + 0.001, 3), dur, w.recovery)
+            if w.end > latest_end:
+                raise doc.error(("faults", i, "schedule", "random"),
+                                f"only {n} of {r.count} faults fit in {spec.duration:g}s with these gaps"
+                                + ("" if iso.overlap else " and the recovery margins of isolated faults")
+                                + f" (seed {seed}); lengthen duration or lower count")
+            planned.append(w)
+            t = w.end
     return sorted(planned, key=lambda w: (w.start, w.spec_index))
 
 

@@ -14,7 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-FORMAT_VERSION = 2  # 2: counter rows only when values change (1: a row every snapshot)
+# 2: counter rows only when values change (1: a row every snapshot).
+# 3: tcp_info (each connection's smoothed RTT) and queue_stats (the shaped links' queues); the
+#    manifest's link_model, isolation and health. Version 2 runs read as before, without health data.
+FORMAT_VERSION = 3
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -84,6 +87,28 @@ CREATE TABLE IF NOT EXISTS events (
     kind TEXT NOT NULL,              -- workload_start | workload_end | warning | info | ...
     workload INTEGER,
     detail TEXT NOT NULL DEFAULT ''
+);
+-- Per TCP module, tcp_info fields beyond the counters, a row when they change (carried forward like
+-- counters). Written by the collector.
+CREATE TABLE IF NOT EXISTS tcp_info (
+    seq INTEGER NOT NULL,
+    module INTEGER NOT NULL,
+    rtt_us INTEGER,                  -- tcpi_rtt: smoothed round-trip time, microseconds
+    rttvar_us INTEGER                -- tcpi_rttvar
+);
+-- The queue of each shaped link end (the leaf qdisc under HTB), sampled by the runner about once a
+-- second. Counters are cumulative since the qdisc was made; backlog is the current value.
+CREATE TABLE IF NOT EXISTS queue_stats (
+    mono REAL NOT NULL,              -- reference clock (the monitored host's CLOCK_MONOTONIC)
+    node TEXT NOT NULL,
+    interface TEXT NOT NULL,
+    sent_packets INTEGER,
+    sent_bytes INTEGER,
+    drops INTEGER,
+    overlimits INTEGER,
+    requeues INTEGER,
+    backlog_packets INTEGER,
+    backlog_bytes INTEGER
 );
 CREATE INDEX IF NOT EXISTS modules_key ON modules (key);
 """

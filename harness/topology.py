@@ -15,13 +15,17 @@ from pathlib import Path
 from typing import Annotated
 
 import networkx as nx
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from harness.units import Duration, Rate
 from harness.yamlload import YamlDoc
 
 NODE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 IFNAMSIZ = 15  # usable characters of a Linux interface name
+# Packets a bandwidth-limited link queues at each end, as Emulab's delay nodes do by default (a
+# DropTail queue of 50 packets: Emulab's "Link Shaping"/"Queues" documentation, ns-2's limit_).
+# docs/link-model.md explains why this, and not Linux's 1000-slot default, is the right model.
+DEFAULT_QUEUE_PACKETS = 50
 
 
 class _Strict(BaseModel):
@@ -72,6 +76,21 @@ class LinkSpec(_Strict):
     bw: Rate | None = Field(default=None, description="bandwidth limit, shaped with HTB")
     delay: Duration | None = None
     loss: float | None = Field(default=None, ge=0, le=100, description="loss in percent")
+    queue: int | None = Field(default=None, ge=1, le=100_000,
+                              description="packets queued at each end of a bandwidth-limited link "
+                                          f"(default {DEFAULT_QUEUE_PACKETS}, as on Emulab)")
+
+    @model_validator(mode="after")
+    def _queue_needs_bw(self):
+        if self.queue is not None and not self.bw:
+            raise ValueError("queue applies to a bandwidth-limited link (give bw as well): without a "
+                             "rate limit nothing queues on the link")
+        return self
+
+    @property
+    def queue_packets(self) -> int | None:
+        """The leaf queue of the link's shaping (packets), None when the link is not shaped."""
+        return (self.queue or DEFAULT_QUEUE_PACKETS) if self.bw else None
 
 
 class TopologySpec(_Strict):

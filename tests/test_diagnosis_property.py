@@ -45,13 +45,19 @@ def any_graph(draw, max_n=7, max_t=5):
     edges = draw(st.lists(st.sampled_from(pairs), unique=True, max_size=2 * n)) if pairs else []
     t = draw(st.integers(1, max_t))
     counters = {d: _counters(draw, n, t) for d in DIRS}
-    return Stretch(list(range(n)), kinds, edges, np.arange(t), counters)
+    # Any module without a parent here may be detached (a parent elsewhere in the run).
+    detached = draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    return Stretch(list(range(n)), kinds, edges, np.arange(t), counters, detached)
 
 
 @st.composite
 def ns_graph(draw, max_t=5):
-    """NS-like graphs: apps -> sockets -> tcp -> ipeth (or ip -> eth), as the collector builds them."""
-    kinds, edges = [], []
+    """NS-like graphs: apps -> sockets -> tcp -> ipeth (or ip -> eth), as the collector builds them.
+
+    A connection's TCP module may be under its socket, detached (its socket not reported yet or
+    closed already: with or without the socket module, no socket -> tcp edge), or a root for the
+    whole run (no interceptor). An interface with no connection above it may be detached too."""
+    kinds, edges, detached = [], [], set()
     lower = []
     for _ in range(draw(st.integers(1, 2))):
         lower.append(len(kinds))
@@ -63,13 +69,24 @@ def ns_graph(draw, max_t=5):
         app = len(kinds)
         kinds.append("app")
         for _ in range(draw(st.integers(0, 3))):
-            sock = len(kinds)
-            kinds += ["socket", "tcp"]
-            edges += [(app, sock), (sock, sock + 1), (sock + 1, draw(st.sampled_from(lower)))]
+            how = draw(st.sampled_from(["attached", "attached", "detached", "no socket", "root"]))
+            if how != "no socket" and how != "root":
+                kinds.append("socket")
+                edges.append((app, len(kinds) - 1))
+                if how == "attached":
+                    edges.append((len(kinds) - 1, len(kinds)))
+            tcp = len(kinds)
+            kinds.append("tcp")
+            edges.append((tcp, draw(st.sampled_from(lower))))
+            if how in ("detached", "no socket"):
+                detached.add(tcp)
+    for m in lower:
+        if draw(st.booleans()):
+            detached.add(m)  # cleared by Stretch where a connection is above it
     n, t = len(kinds), draw(st.integers(1, max_t))
     realistic = draw(st.booleans())
     counters = {d: _counters(draw, n, t, kinds if realistic else None) for d in DIRS}
-    return Stretch(list(range(n)), kinds, edges, np.arange(t), counters)
+    return Stretch(list(range(n)), kinds, edges, np.arange(t), counters, [m in detached for m in range(n)])
 
 
 @st.composite

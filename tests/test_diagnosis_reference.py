@@ -32,10 +32,15 @@ def _fd_graphs(stretch: Stretch):
     dgraph.add_nodes_from(i for i in range(stretch.n) if i not in apps)
     dgraph.add_edges_from((p, c) for p, c in stretch.edges if p not in apps and c not in apps)
     kids = {a: [c for p, c in stretch.edges if p == a] for a in apps}
-    return dgraph, kids
+    # Detached modules (an upper layer elsewhere in the run, none here) are roots without assumed
+    # work; sockets keep it (their application is never above them in the analysis graph).
+    no_work = {m for m in range(stretch.n)
+               if stretch.detached[m] and stretch.kinds[m] != "socket"
+               and not any(c == m for _, c in stretch.edges)}
+    return dgraph, kids, no_work
 
 
-def _fd_snapshot(dgraph, kids, cnt, theta, literal=False):
+def _fd_snapshot(dgraph, kids, no_work, cnt, theta, literal=False):
     """Algorithms 1-5 for one snapshot; literal=True is the plain chapter 2 algorithm (no Θ)."""
     # Algorithm 2: BreakNonBlockedCycles
     wgraph = dgraph.copy()
@@ -52,7 +57,8 @@ def _fd_snapshot(dgraph, kids, cnt, theta, literal=False):
         sup[s] = {"tm": max(cnt[m]["tm"] for m in members),
                   "wait": max(waits) if waits else None,
                   "q": max(qs) if qs else None,
-                  "root": all(p in members for m in members for p in dgraph.predecessors(m))}
+                  "root": all(p in members for m in members for p in dgraph.predecessors(m))
+                  and not all(m in no_work for m in members)}
     diagnosis = {}
     memo = {}
 
@@ -106,13 +112,13 @@ def _fd_snapshot(dgraph, kids, cnt, theta, literal=False):
 
 
 def ref_flowdiagnoser(stretch: Stretch, theta=2, queues=False, confirm=1, literal=False):
-    dgraph, kids = _fd_graphs(stretch)
+    dgraph, kids, no_work = _fd_graphs(stretch)
     out = {}
     for d in DIRS:
         res = np.zeros((stretch.n, stretch.t), dtype=np.int8)
         for t in range(stretch.t):
             cnt = _module_counters(stretch, d, t, queues and d == "out")
-            diag = _fd_snapshot(dgraph, kids, cnt, theta, literal)
+            diag = _fd_snapshot(dgraph, kids, no_work, cnt, theta, literal)
             for m, r in diag.items():
                 res[m, t] = r
         pos = res == STALLED
@@ -164,7 +170,9 @@ def _cf_snapshot(stretch, d, t, anw, ign, queues, errors):
     while changed:  # ANW / IGN propagate from parents (least fixed point)
         changed = False
         for m in range(n):
-            if c.tm[m, t] > 0 or c.has_wait[m, t] or state[m] != NONE or not parents[m]:
+            # A detached module (no upper layer known here, one elsewhere in the run) takes part:
+            # "every parent is IDLE or IGN" holds for it, so it is IGN; a true root is never IGN.
+            if c.tm[m, t] > 0 or c.has_wait[m, t] or state[m] != NONE or not (parents[m] or stretch.detached[m]):
                 continue
             ps = [state[p] for p in parents[m]]
             if anw and any(s in (WAIT, ANW) for s in ps):

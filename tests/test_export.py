@@ -3,7 +3,8 @@
 Each export is compared with a hand-written expected file (tests/expected/), and checked to be well
 formed by running it: the NS file with tclsh against a stand-in for Emulab's tb_compat.tcl, the
 profile with Python against a stand-in for geni-lib. Both stand-ins record what the file asks the
-testbed for (nodes, links, bandwidths, addresses, routing), which must be the topology's shape.
+testbed for (nodes, links, bandwidths, addresses, queues, forced shaping, routing), which must be the
+topology's shape.
 """
 
 from __future__ import annotations
@@ -29,10 +30,13 @@ TOPOLOGIES = REPO / "topologies"
 
 # A stand-in for Emulab's NS parser: `new Simulator` (OTcl, loaded before the file runs) and the
 # commands of tb_compat.tcl an exported file may use, recorded and printed (one tab-separated line per
-# node and per link) when the file says `$ns run`.
+# node, per link and per queue set) when the file says `$ns run`. As in Emulab's ns2ir (sim.tcl.in,
+# lanlink.tcl), `$ns link A B` is the A->B direction of the duplex link, and its `queue` one of the
+# link's two queue objects, with ns-2's defaults (limit_ 50, queue-in-bytes_ 0).
 NS_PRELUDE = r"""
 set ::nn 0
 set ::nl 0
+set ::nsl 0
 proc new {cls} { if {$cls ne "Simulator"} { error "unknown class $cls" }; return ::ns_obj }
 proc ::ns_obj {cmd args} {
     switch -- $cmd {
@@ -43,10 +47,35 @@ proc ::ns_obj {cmd args} {
             set ::_link($l) [lrange $args 0 3]
             return $l
         }
+        link {
+            if {[llength $args] != 2} { error "bad link $args" }
+            lassign $args src dst
+            for {set i 1} {$i <= $::nl} {incr i} {
+                lassign $::_link(_link$i) a b
+                if {$a eq $src && $b eq $dst} { return [simplex _link$i to] }
+                if {$a eq $dst && $b eq $src} { return [simplex _link$i from] }
+            }
+            error "no link between $src and $dst"
+        }
         rtproto { set ::_rtproto [lindex $args 0] }
         run { dump }
         default { error "unknown ns command $cmd" }
     }
+}
+proc simplex {l dir} {
+    set q "::_q_${l}_$dir"
+    if {![info exists ::_qset($q)]} {
+        set ::_qset($q) [dict create limit_ 50 queue-in-bytes_ 0]
+        proc $q {cmd args} [string map [list @Q@ $q] {
+            if {$cmd ne "set" || [llength $args] != 2} { error "bad queue command $cmd $args" }
+            lassign $args var value
+            if {$var ni {limit_ queue-in-bytes_}} { error "unknown queue variable $var" }
+            dict set ::_qset(@Q@) $var $value
+        }]
+    }
+    set sl "::_sl[incr ::nsl]"
+    proc $sl {cmd} [string map [list @Q@ $q] { if {$cmd ne "queue"} { error "bad link command $cmd" }; return @Q@ }]
+    return $sl
 }
 """
 TB_COMPAT = r"""
@@ -68,6 +97,12 @@ proc dump {} {
         set ends {}
         foreach e $::_ips($l) { lappend ends $::_name([lindex $e 0]) [lindex $e 1] }
         puts [join [list link $::_name($a) $::_name($b) $bw $delay [expr {[info exists ::_loss($l)] ? $::_loss($l) : 0}] [join $ends " "]] "\t"]
+        foreach {dir src dst} [list to $a $b from $b $a] {
+            set q "::_q_${l}_$dir"
+            if {[info exists ::_qset($q)]} {
+                puts [join [list queue $::_name($src) $::_name($dst) [dict get $::_qset($q) limit_] [dict get $::_qset($q) queue-in-bytes_]] "\t"]
+            }
+        }
     }
     puts [join [list rtproto $::_rtproto] "\t"]
 }
@@ -114,9 +149,14 @@ class Link:
     def __init__(self, name):
         self.name, self.interfaces = name, []
         self.bandwidth, self.latency, self.plr = -1, 0, 0.0
+        self.force_shaping = False
 
     def addInterface(self, iface):
         self.interfaces.append(iface)
+
+    def setForceShaping(self):   # geni.rspec.emulab's Link extension (emuext.py)
+        assert not self.force_shaping, "setForceShaping is once-only"
+        self.force_shaping = True
 
 
 class Request:
@@ -157,7 +197,7 @@ class Context:
             "nodes": [{"name": n.name, "kind": n.kind, "image": n.disk_image, "hw": n.hardware_type}
                       for n in request.nodes],
             "links": [{"name": lk.name, "bandwidth": lk.bandwidth, "latency": lk.latency, "plr": lk.plr,
-                       "ends": [(i["node"], i["client_id"], i["address"], i["netmask"]) for i in lk.interfaces]}
+                       "force_shaping": lk.force_shaping, "ends": [(i["node"], i["client_id"], i["address"], i["netmask"]) for i in lk.interfaces]}
                       for lk in request.links],
             "routing": request.routing}))
 ''',
@@ -171,6 +211,12 @@ def _shape(topo):
         ends = [(n, next(i.address for i in topo.interfaces[n] if i.link == k)) for n in (lk.a, lk.b)]
         links.append((ends, lk.bw or 1e9))
     return list(topo.spec.nodes), links
+
+
+def _queues(topo):
+    """The queue rows the NS file must ask for: both directions of every bandwidth-limited link, in packets."""
+    return [["queue", src, dst, str(lk.queue_packets), "0"] for lk in topo.spec.links if lk.bw
+            for src, dst in ((lk.a, lk.b), (lk.b, lk.a))]
 
 
 def run_ns(text: str, tmp_path: Path) -> list[list[str]]:
@@ -234,6 +280,9 @@ def test_emulab_ns_runs_and_asks_for_the_topologys_shape(name, tmp_path):
         assert [a, b] == [n for n, _ in ends] and delay == "0ms" and loss == "0"
         assert rate == f"{bw / 1e6:g}Mb"
         assert ips.split() == [x for end in ends for x in end]
+    # both directions of every bandwidth-limited link queue 50 packets (the default), no other link's
+    assert [r for r in rows if r[0] == "queue"] == _queues(topo) != []
+    assert all(r[3] == "50" for r in rows if r[0] == "queue")
     assert rows[-1] == ["rtproto", "Static"]
 
 
@@ -250,6 +299,8 @@ def test_cloudlab_profile_runs_and_asks_for_the_topologys_shape(name, tmp_path):
         assert [(n, addr) for n, _, addr, _ in lk["ends"]] == ends
         assert all(mask == "255.255.255.0" for *_, mask in lk["ends"])
         assert lk["bandwidth"] == bw / 1e3 and lk["latency"] == 0 and lk["plr"] == 0
+    # bandwidth-limited links are force-shaped: a delay node (queue of 50 packets) shapes them
+    assert [lk["force_shaping"] for lk in req["links"]] == [bool(lk.bw) for lk in topo.spec.links]
     # interface i of a node is its i-th link, in the order of the topology's links
     for n in nodes:
         ifaces = [cid for lk in req["links"] for node, cid, _, _ in lk["ends"] if node == n]
@@ -381,3 +432,92 @@ def test_ssh_export_writes_a_relative_key_as_an_absolute_path(tmp_path, monkeypa
     assert {p.key for p in ssh_params(load_topology(out)).values()} == {str(tmp_path / "keys" / "id")}
     home = ssh_topology(load_topology(TOPOLOGIES / "chain.yaml"), "e.p.emulab.net", key="~/.ssh/id")
     assert yaml.safe_load(home)["ssh"]["key"] == "~/.ssh/id"   # already means the same from anywhere
+
+
+QUEUES = """\
+name: queues
+nodes:
+  h1: {}
+  r: {router: true}
+  r2: {router: true}
+  h2: {}
+  h3: {}
+links:
+  - {a: h1, b: r, bw: 10Mbit, queue: 100}
+  - {a: r, b: h2, bw: 20Mbit}
+  - {a: r, b: r2, bw: 30Mbit, delay: 5ms, queue: 20}
+  - {a: r2, b: h3}
+"""
+
+
+def test_queues_reach_the_ns_file_the_profile_and_the_ssh_topology(tmp_path):
+    topo = load_topology(write(tmp_path, "queues.yaml", QUEUES))
+    warnings = []
+    ns = emulab_ns(topo, warn=warnings.append)
+    assert "set q0ab [[$ns link $h1 $r] queue]\n$q0ab set queue-in-bytes_ 0\n$q0ab set limit_ 100\n" in ns
+    assert "set q0ba [[$ns link $r $h1] queue]\n$q0ba set queue-in-bytes_ 0\n$q0ba set limit_ 100\n" in ns
+    assert "$q1ab set limit_ 50" in ns and "$q2ba set limit_ 20" in ns and "q3" not in ns
+    assert warnings == []   # no 100Mb/1000Mb link: Emulab shapes each with a delay node
+    if shutil.which("tclsh"):
+        rows = run_ns(ns, tmp_path)
+        assert [r for r in rows if r[0] == "queue"] == [
+            ["queue", "h1", "r", "100", "0"], ["queue", "r", "h1", "100", "0"],
+            ["queue", "r", "h2", "50", "0"], ["queue", "h2", "r", "50", "0"],
+            ["queue", "r", "r2", "20", "0"], ["queue", "r2", "r", "20", "0"]] == _queues(topo)
+
+    (tmp_path / "p").mkdir()
+    profile = cloudlab_profile(topo, warn=warnings.append)
+    req = run_profile(profile, tmp_path / "p")
+    assert [lk["force_shaping"] for lk in req["links"]] == [True, True, True, False]
+    assert "kbps=10000, queue=100)" in profile and "kbps=20000, queue=50)" in profile
+    assert "# link1: nestlab expects 50 packets queued at each end; geni-lib cannot set a queue size" in profile
+    assert "# link0: nestlab expects 100 packets" in profile and "not what the topology asks for" in profile
+    assert len(warnings) == 2 and warnings[0].startswith("link0 (h1-r): queue 100 cannot be expressed")
+    assert warnings[1].startswith("link2 (r-r2): queue 20 cannot be expressed")
+
+    text = ssh_topology(topo, "e.p.emulab.net")
+    links = yaml.safe_load(text)["links"]
+    assert [lk.get("queue") for lk in links] == [100, None, 20, None]   # only where the topology sets it
+    placed = load_topology(write(tmp_path, "placed.yaml", text))
+    assert placed.spec.links == topo.spec.links
+    assert [lk.queue_packets for lk in placed.spec.links] == [100, 50, 20, None]
+
+
+def test_a_queue_emulab_cannot_build_is_refused_naming_the_link(tmp_path, capsys):
+    big = write(tmp_path, "big.yaml", QUEUES.replace("queue: 20", "queue: 101"))
+    with pytest.raises(UserError, match=r"link2 \(r-r2\): queue 101 cannot be built on Emulab"):
+        emulab_ns(load_topology(big))
+    capsys.readouterr()
+    assert nestlab_main(["export", "--format", "emulab", str(big), "-o", str(tmp_path / "big.ns")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "link2 (r-r2): queue 101" in err[0] and "at most 100 packets" in err[0]
+    assert not (tmp_path / "big.ns").exists()
+    # the other formats still export it; the profile warns that it cannot build the queue
+    assert nestlab_main(["export", "--format", "cloudlab", str(big), "-o", str(tmp_path / "big.py")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: link0 (h1-r): queue 100 cannot be expressed in a CloudLab profile" in err
+    assert "warning: link2 (r-r2): queue 101 cannot be expressed in a CloudLab profile" in err
+
+
+def test_cli_warns_about_queues_the_testbed_may_not_build(tmp_path, capsys):
+    """CloudLab: a queue other than the delay node's 50 packets. Emulab: the dumbbell's 100Mb
+    bottleneck without delay or loss, which Emulab may build with no delay node (so no queue)."""
+    assert nestlab_main(["export", "--format", "cloudlab", str(TOPOLOGIES / "dumbbell.yaml")]) == 0
+    assert "warning" not in capsys.readouterr().err   # 50 packets: what the delay node queues
+    odd = write(tmp_path, "odd.yaml", (TOPOLOGIES / "dumbbell.yaml").read_text().replace(
+        "{a: x1, b: x2, bw: 100Mbit}", "{a: x1, b: x2, bw: 100Mbit, queue: 200}"))
+    assert nestlab_main(["export", "--format", "cloudlab", str(odd), "-o", str(tmp_path / "odd.py")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == ("warning: link3 (x1-x2): queue 200 cannot be expressed in a CloudLab profile (geni-lib has "
+                      "no queue size; the delay node queues 50 packets)")
+    assert err[1] == f"wrote {tmp_path / 'odd.py'}"
+
+    assert nestlab_main(["export", "--format", "emulab", str(TOPOLOGIES / "dumbbell.yaml")]) == 0
+    out, err = capsys.readouterr()
+    assert err.splitlines() == ["warning: link3 (x1-x2): Emulab may build a 100Mb link without delay or loss with "
+                                "no delay node, and then its queue of 50 packets does not apply (the CloudLab "
+                                "profile forces shaping)"]
+    assert out == (EXPECTED / "dumbbell.ns").read_text()
+    assert "no delay node where the nodes' ports\n# run at 100Mb" in out
+    assert nestlab_main(["export", "--format", "emulab", str(TOPOLOGIES / "chain.yaml")]) == 0
+    assert capsys.readouterr().err == ""   # 50Mb: always a delay node

@@ -14,6 +14,7 @@ from itertools import pairwise
 import pytest
 
 from harness.runner import run_experiment
+from harness.store import FORMAT_VERSION
 from tests.conftest import REPO, VENV_BIN, leftovers, write
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -54,7 +55,7 @@ def test_faults_show_in_the_recorded_counters(tmp_path, no_leftovers):
     assert code == 0
     run = runs[0]
     manifest = json.loads((run / "manifest.json").read_text())
-    assert manifest["status"] == "complete" and manifest["format_version"] == 2
+    assert manifest["status"] == "complete" and manifest["format_version"] == FORMAT_VERSION
     assert manifest["versions"]["iperf"].startswith("iperf version 2")
     db = sqlite3.connect(run / "run.db")
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"

@@ -58,11 +58,15 @@ def test_shipped_experiment_loads_and_plans_deterministically():
     assert plan == exp.plan(0)
     assert plan != exp.plan(1)  # the next repetition draws other windows
     kinds = [exp.spec.faults[w.spec_index].kind for w in plan]
-    assert kinds.count("ip_drop") == 6 and kinds.count("tcp_drop") == 2
+    assert kinds.count("ip_drop") == 5 and kinds.count("tcp_drop") == 2
     assert all(2 <= w.start and w.end <= exp.spec.duration - 2 for w in plan)
     ip = [w for w in plan if w.spec_index == 0]
     assert all(1 <= w.duration <= 3 for w in ip)
-    assert all(b.start - a.end >= 4 - 1e-9 for a, b in pairwise(ip))  # gaps within [4s, 8s]
+    # gaps within [3s, 6s], and never shorter than the recovery margin (duration + 1 s)
+    assert all(b.start - a.end >= max(3, a.duration + 1) - 1e-9 for a, b in pairwise(ip))
+    # the ip_drop of the monitored host never covers the tcp_drop's window or its recovery
+    for t in (w for w in plan if w.spec_index == 1):
+        assert all(w.reserved_until <= t.start or t.reserved_until <= w.start for w in ip)
 
 
 def test_dumbbell_addresses_and_routes():
@@ -85,14 +89,15 @@ BAD = [
     ("fault on a host", GOOD.replace("at: x1", "at: site2n1"), 10, "faults[0].at: 'site2n1' is not a router"),
     ("missing target", GOOD.replace("    target: {workload: 0}\n", ""), 9, "tcp_drop needs 'target"),
     ("no such workload", GOOD.replace("workload: 0", "workload: 5"), 11, "faults[0].target.workload: no workload 5"),
-    ("overlap", GOOD.replace("at: [5s, 15s]", "at: [5s, 6s]"), 12, "starts before the previous one ends"),
+    ("overlap", GOOD.replace("at: [5s, 15s]", "at: [5s, 6s]"), 12, "act on the same target"),
+    ("within recovery", GOOD.replace("at: [5s, 15s]", "at: [5s, 9s]"), 12, "its recovery until 10s"),
     ("outside the run", GOOD.replace("at: [5s, 15s]", "at: [5s, 29s]"), 12, "must lie within"),
     ("same target overlaps", GOOD + """\
   - kind: tcp_drop
     at: x1
     target: {workload: 0}
     schedule: {at: [6s], duration: 2s}
-""", 16, "overlaps fault 0"),
+""", 16, "clashes with fault 0 (tcp_drop) at 5s+2s"),
     ("random does not fit", GOOD.replace("schedule: {at: [5s, 15s], duration: 2s}",
                                          "schedule: {random: {count: 20, duration: [1s, 2s], gap: [2s, 3s]}}"),
      12, "only"),

@@ -8,6 +8,12 @@ How the algorithm maps onto arrays (docs/diagnosis.md has the long form):
 - The analysis graph is the NS graph without the application's out-edges: sockets are the roots
   that HasWork assumes have work (thesis 3.6.2) and an application's result follows from its
   sockets (thesis 3.3.1): HEALTHY if one moved messages, else BLOCKED if one waited, else STALLED.
+- Detached modules (analysis.graph.Stretch: an upper layer elsewhere in the run, none in this
+  stretch -- a TCP connection before the interceptor has reported its socket, or after close()
+  while it lingers) are roots *without* assumed work: HasWork is false for them at the top level
+  (still overridden by their own outbound queue with queues=on). So an inactive one is DONTCARE, not
+  a STALLED root. A module that never has a parent in the run stays a root with work (thesis 3.6.2),
+  and so does a socket in any case: the analysis graph never has its application above it.
 - "A parent is BLOCKED" in HasWork (Algorithm 4, line 11) is computed as "the parent *waits*": it is
   inactive, has work, and either its wait counter grew or it has none. With Θ = 1 that is exactly
   BLOCKED (a waiting module without a wait counter always has the inactive child that takes the
@@ -91,6 +97,18 @@ def shape(st: Stretch) -> Shape:
     return Shape(derived, edges, level, done < st.n - len(derived))
 
 
+def no_assumed_work(st: Stretch) -> np.ndarray:
+    """Per module: a root of the analysis graph that HasWork must *not* assume has work.
+
+    These are the detached modules (their upper layer is known elsewhere in the run, not here): a
+    TCP connection whose socket is not reported yet, or is closed already, has no known demand
+    above it, so an inactive one is not blamed as a stalled root. Sockets are excluded: the
+    analysis graph leaves out the application's out-edges, so a socket is a root with assumed work
+    whether its application is known or not (thesis 3.6.2).
+    """
+    return st.detached & np.array([k != "socket" for k in st.kinds], dtype=bool)
+
+
 # ---------------------------------------------------------------- all acyclic stretches at once
 
 
@@ -104,6 +122,7 @@ class _Cells:
     app_p: np.ndarray        # derived application cell edges: app, child
     app_c: np.ndarray
     derived: np.ndarray      # bool per cell
+    no_work: np.ndarray      # bool per cell: a root without assumed work (no_assumed_work)
     levels: list[tuple[np.ndarray, np.ndarray, np.ndarray]]  # per level: cells, edge parents, edge children
 
 
@@ -124,7 +143,8 @@ def _cells(batch: Batch) -> _Cells:
                 levels.append((order[bounds[lv]:bounds[lv + 1]], aep[e], aec[e]))
         derived = batch.per_module([[m in s.derived for m in range(st.n)]
                                     for s, st in zip(shapes, batch.stretches, strict=True)], dtype=bool)
-        batch._cache["flowdiagnoser"] = _Cells(shapes, aep, aec, app_p, app_c, derived, levels)
+        no_work = batch.per_module([no_assumed_work(st) for st in batch.stretches], dtype=bool)
+        batch._cache["flowdiagnoser"] = _Cells(shapes, aep, aec, app_p, app_c, derived, no_work, levels)
     return batch._cache["flowdiagnoser"]
 
 
@@ -141,7 +161,8 @@ def _batch_direction(batch: Batch, d: str, theta: int, queues: bool) -> np.ndarr
     parent_waits = np.zeros(n, dtype=bool)
     for lv, (cells, ep, ec) in enumerate(s.levels):  # HasWork, top down (Algorithm 4)
         parent_waits[ec[waits[ep]]] = True
-        h = np.ones(len(cells), dtype=bool) if lv == 0 else parent_waits[cells]
+        # Level 0 = the roots: work assumed (thesis 3.6.2) except for detached ones.
+        h = ~s.no_work[cells] if lv == 0 else parent_waits[cells]
         haswork[cells] = np.where(hq[cells], q[cells] > 0, h)
         waits[cells] = inactive[cells] & haswork[cells] & (waited[cells] | ~hw[cells])
     # CanPassBlame with Θ: an inactive child with work, under at least Θ waiting parents.
@@ -177,7 +198,8 @@ def diagnose(batch: Batch, theta: int = 2, queues: bool = False, confirm: int = 
 
 def _dag_diagnose(g: nx.DiGraph, c: Counters, has_queue: np.ndarray, theta: int) -> np.ndarray:
     """Algorithms 3-5 with the Θ rule over an acyclic graph whose nodes are frozensets of modules
-    (super-modules); node attribute 'root': a root of the analysis graph."""
+    (super-modules); node attribute 'work': a root of the analysis graph that HasWork assumes has
+    work (not a detached one)."""
     nodes = list(nx.topological_sort(g))
     pos = {n: i for i, n in enumerate(nodes)}
     t = c.tm.shape[1]
@@ -198,11 +220,11 @@ def _dag_diagnose(g: nx.DiGraph, c: Counters, has_queue: np.ndarray, theta: int)
     haswork = np.empty((k, t), dtype=bool)
     waits = np.empty((k, t), dtype=bool)
     for i, n in enumerate(nodes):
-        if g.nodes[n]["root"]:
+        if g.nodes[n]["work"]:
             h = np.ones(t, dtype=bool)
         elif parents[i]:
             h = waits[parents[i]].any(0)
-        else:  # its parents' edges were cut: they are active or have no work
+        else:  # its parents' edges were cut (active or no work), or a detached root
             h = np.zeros(t, dtype=bool)
         haswork[i] = np.where(hq[i], q[i] > 0, h)
         waits[i] = inactive[i] & haswork[i] & (waited[i] | ~hw[i])
@@ -221,16 +243,21 @@ def _dag_diagnose(g: nx.DiGraph, c: Counters, has_queue: np.ndarray, theta: int)
     return out
 
 
-def _condense(g: nx.DiGraph, removed: list[int]) -> nx.DiGraph:
-    """Algorithms 1-2: drop the out-edges of `removed`, merge strongly connected components."""
+def _condense(g: nx.DiGraph, removed: list[int], no_work: np.ndarray) -> nx.DiGraph:
+    """Algorithms 1-2: drop the out-edges of `removed`, merge strongly connected components.
+
+    no_work: per module, a root without assumed work (no_assumed_work)."""
     w = g.copy()
     w.remove_edges_from([(m, ch) for m in removed for ch in g.successors(m)])
     comps = [frozenset(s) for s in nx.strongly_connected_components(w)]
     owner = {m: s for s in comps for m in s}
     dag = nx.DiGraph()
     for s in comps:
-        # A super-module is a root when no edge of the original graph enters it from outside.
-        dag.add_node(s, root=all(owner.get(p) is s for m in s for p in g.predecessors(m)))
+        # A super-module is a root when no edge of the original graph enters it from outside; a
+        # root is assumed to have work unless it is made only of detached modules (a detached
+        # module has no parent, so it is never on a cycle: in practice a lone detached module).
+        root = all(owner.get(p) is s for m in s for p in g.predecessors(m))
+        dag.add_node(s, work=root and not all(no_work[m] for m in s))
     dag.add_edges_from((owner[a], owner[b]) for a, b in w.edges if owner[a] is not owner[b])
     return dag
 
@@ -245,13 +272,14 @@ def diagnose_cyclic(st: Stretch, sh: Shape, d: str, theta: int, queues: bool) ->
     cyc = sorted(m for comp in nx.strongly_connected_components(g)
                  for m in comp if len(comp) > 1 or g.has_edge(m, m))
     res = np.empty(c.tm.shape, dtype=np.int8)
+    no_work = no_assumed_work(st)
     # Which cycle members are active or have no work decides how the cycles break (Algorithm 2).
     settled = (c.tm[cyc] > 0) | (has_queue[cyc] & (c.queued[cyc] == 0))
     patterns, group = np.unique(settled, axis=1, return_inverse=True)
     for k in range(patterns.shape[1]):
         cols = np.flatnonzero(group.ravel() == k)
         removed = [m for m, s in zip(cyc, patterns[:, k], strict=True) if s]
-        res[:, cols] = _dag_diagnose(_condense(g, removed), c.take(cols), has_queue[:, cols], theta)
+        res[:, cols] = _dag_diagnose(_condense(g, removed, no_work), c.take(cols), has_queue[:, cols], theta)
     for app, kids in sh.derived.items():
         moved = (c.tm[kids] > 0).any(0)
         waited = (c.has_wait[kids] & (c.wait[kids] > 0)).any(0)

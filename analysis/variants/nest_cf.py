@@ -4,6 +4,12 @@
    and for modules without a wait counter ANW (a parent is WAIT or ANW), IGN (every parent is IDLE
    or IGN; a module with no parent is never IGN) or NONE. ANW and IGN propagate from parents, to
    their least fixed point (on a graph with cycles too).
+   "Never IGN without a parent" is this system's form of FlowDiagnoser's "roots have work": a
+   root is not taken as quiet. A *detached* module (analysis.graph.Stretch: its upper layer is
+   known elsewhere in the run, not here -- a TCP connection before the interceptor has reported
+   its socket, or after close() while it lingers) is not a true root: with no known upper layer
+   there is no demand on it, and "every parent is IDLE or IGN" holds (vacuously), so it is IGN
+   like a connection under an idle socket, rather than NONE, which DT_OUT/DT_IN blame.
 2. Extra observations: QZ / QNZ (the module's queue in that direction is empty / not) only for
    inactive modules (not ACT or WAIT) that report a queue; ERR when the error counter grew.
 3. Phase one: for every edge (X parent, Y child) and every pair of observations, DT_OUT[B_X][B_Y]
@@ -91,7 +97,7 @@ def states(batch: Batch, d: str, anw: bool = True, ign: bool = True) -> np.ndarr
         st[is_anw] = ANW
     if ign:
         n_parents = np.bincount(ec, minlength=n)
-        candidate = free & (st == NONE) & (n_parents > 0)
+        candidate = free & (st == NONE) & ((n_parents > 0) | batch.detached)
         is_ign = np.zeros(n, dtype=bool)
         while True:
             quiet = np.bincount(ec, weights=(st[ep] == IDLE) | is_ign[ep], minlength=n)

@@ -134,6 +134,16 @@ class Backend(Protocol):
 
     def resume(self, node: str, shm_dir: str, pid: int) -> PauseState: ...
 
+    # The link model as built and verified (docs/link-model.md), for the manifest: per topology link,
+    # its rate and queue and, per end, the interface, qdisc, limit and offloads.
+    link_model: list[dict]
+
+    def queue_stats(self) -> list[dict]:
+        """Per shaped link end: node, interface, and its queue's cumulative sent_packets, sent_bytes,
+        drops, overlimits, requeues and current backlog_packets, backlog_bytes ([] when the links
+        are shaped by someone else, e.g. a testbed's delay nodes)."""
+        ...
+
     def teardown(self) -> None:
         """Remove everything build() made. Idempotent; safe after a partial build."""
         ...

@@ -1,8 +1,9 @@
 """The embedded default backend: the topology as Mininet hosts on this machine.
 
 Every node (routers included) is a Mininet Host; there are no switches and no controller, so Open
-vSwitch is not needed. Routers forward with static routes. Bandwidth limits use TCLink (HTB), and
-the shaping is checked after the build. Delay and loss need netem, which this kernel may lack: a
+vSwitch is not needed. Routers forward with static routes. Bandwidth limits use TCLink (HTB) with a
+pfifo of the link's `queue` packets under the HTB class, and segmentation offloads are off on every
+interface (docs/link-model.md); rate, queue and offloads are checked after the build. Delay and loss need netem, which this kernel may lack: a
 topology asking for them is refused rather than silently built without them.
 
 Processes run in a node's namespaces through `mnexec -a <shell pid>`, each in its own session so
@@ -12,6 +13,7 @@ net.stop(), and its cleanup kills every Mininet shell on the machine; we use nei
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -32,6 +34,13 @@ from harness.topology import Interface, Topology
 REPO = Path(__file__).resolve().parent.parent.parent
 
 REQUIRED_BINARIES = ("mnexec", "ip", "tc", "ethtool", "iptables", "iptables-restore", "sysctl")
+HTB_HANDLE = 5     # Mininet's TCLink: root qdisc 5: htb, class 5:1 at the link's rate
+LEAF_HANDLE = 10   # our pfifo under 5:1 (where Mininet would put netem)
+# Segmentation offloads, turned off on every emulated interface (ethtool -K names; lro is often
+# '[fixed] off' on veth, and ethtool accepts turning it off anyway), and ethtool -k's labels.
+OFFLOADS = ("tso", "gso", "gro", "lro")
+OFFLOAD_LABELS = {"tso": "tcp-segmentation-offload", "gso": "generic-segmentation-offload",
+                  "gro": "generic-receive-offload", "lro": "large-receive-offload"}
 
 
 def _mininet():
@@ -132,6 +141,7 @@ class MininetBackend:
         self.net = None
         self.nodes: dict[str, MininetNode] = {}
         self.shm_dirs: list[Path] = []
+        self.link_model: list[dict] = []   # what _check_shaping verified, for the manifest
 
     def preflight(self) -> None:
         if os.geteuid() != 0:
@@ -166,11 +176,16 @@ class MininetBackend:
                 self.ledger.add_links([ia.name, ib.name])
             params = {"intfName1": ia.name, "intfName2": ib.name}
             if link.bw:
-                self.net.addLink(link.a, link.b, cls=TCLink, bw=link.bw / 1e6, **params)
+                netem = {}
+                if link.delay or link.loss:  # only where netem exists (preflight): netem is then the leaf
+                    netem = {"delay": f"{link.delay * 1e3:g}ms" if link.delay else None, "loss": link.loss,
+                             "max_queue_size": link.queue_packets}
+                self.net.addLink(link.a, link.b, cls=TCLink, bw=link.bw / 1e6, **netem, **params)
             else:
                 self.net.addLink(link.a, link.b, cls=Link, **params)
         for name, node in self.nodes.items():
             self._configure(name, node)
+        self._link_model()
         self._check_shaping()
 
     def _configure(self, name: str, node: MininetNode) -> None:
@@ -198,20 +213,90 @@ class MininetBackend:
                 raise UserError(f"congestion_control: {self.cc!r} is not available in this kernel")
             raise RuntimeError(f"configuring {name}: {msg}")
 
-    def _check_shaping(self) -> None:
-        """Each bandwidth-limited link must show an HTB class at the requested rate on both ends."""
+    def _shaped_ends(self):
+        """(link index, node, interface) of both ends of every bandwidth-limited link."""
         for k, link in enumerate(self.topology.spec.links):
-            if not link.bw:
-                continue
-            for end in (link.a, link.b):
-                intf = next(i for i in self.topology.interfaces[end] if i.link == k)
-                out = self.nodes[end].run(["tc", "class", "show", "dev", intf.name]).stdout
-                m = re.search(r"htb .*?rate (\d+(?:\.\d+)?)([KMG]?)bit", out)
-                scale = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}
-                rate = float(m.group(1)) * scale[m.group(2)] if m else 0.0
-                if abs(rate - link.bw) > 0.01 * link.bw:
-                    raise RuntimeError(f"shaping did not take effect on {intf.name}: wanted "
-                                       f"{link.bw / 1e6:g} Mbit/s, tc shows {out.strip() or 'no class'}")
+            if link.bw:
+                for end in (link.a, link.b):
+                    yield k, end, next(i for i in self.topology.interfaces[end] if i.link == k)
+
+    def _link_model(self) -> None:
+        """The testbed's link model (docs/link-model.md): a wire-packet queue of `queue` packets as the
+        leaf of each HTB class, and no segmentation offloads anywhere, so a queue slot is one packet
+        and not a 64 KB aggregate."""
+        for k, end, intf in self._shaped_ends():
+            link = self.topology.spec.links[k]
+            if link.delay or link.loss:
+                continue  # Mininet made netem the leaf, with limit = the queue
+            self.nodes[end].run(["tc", "qdisc", "replace", "dev", intf.name, "parent", f"{HTB_HANDLE}:1",
+                                 "handle", f"{LEAF_HANDLE}:", "pfifo", "limit", str(link.queue_packets)])
+        for name, intfs in self.topology.interfaces.items():
+            for intf in intfs:
+                self.nodes[name].run(["ethtool", "-K", intf.name, *(w for f in OFFLOADS for w in (f, "off"))])
+
+    def _check_shaping(self) -> None:
+        """Verify what was asked for took effect, as `tc` and `ethtool` report it, and keep the
+        verified link model for the manifest: each shaped end has the HTB rate and the pfifo limit,
+        and no interface has a segmentation offload on."""
+        model: list[dict] = []
+        for k, link in enumerate(self.topology.spec.links):
+            model.append({"link": k, "a": link.a, "b": link.b, "bw": link.bw, "queue": link.queue_packets,
+                          "ends": {}})
+        for k, end, intf in self._shaped_ends():
+            link = self.topology.spec.links[k]
+            out = self.nodes[end].run(["tc", "class", "show", "dev", intf.name]).stdout
+            m = re.search(r"htb .*?rate (\d+(?:\.\d+)?)([KMG]?)bit", out)
+            scale = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}
+            rate = float(m.group(1)) * scale[m.group(2)] if m else 0.0
+            if abs(rate - link.bw) > 0.01 * link.bw:
+                raise RuntimeError(f"shaping did not take effect on {intf.name}: wanted "
+                                   f"{link.bw / 1e6:g} Mbit/s, tc shows {out.strip() or 'no class'}")
+            leaf = self._leaf(end, intf.name)
+            kind = "netem" if (link.delay or link.loss) else "pfifo"
+            if leaf is None or leaf.get("kind") != kind or leaf.get("options", {}).get("limit") != link.queue_packets:
+                raise RuntimeError(f"the queue did not take effect on {intf.name}: wanted {kind} limit "
+                                   f"{link.queue_packets} under HTB class {HTB_HANDLE}:1, tc shows {leaf}")
+            model[k]["ends"][end] = {"interface": intf.name, "rate": rate, "qdisc": kind,
+                                     "limit": leaf["options"]["limit"]}
+        for name, intfs in self.topology.interfaces.items():
+            for intf in intfs:
+                state = self._offloads(name, intf.name)
+                on = [f for f, v in state.items() if v]
+                if on:
+                    raise RuntimeError(f"segmentation offloads still on for {intf.name}: {', '.join(on)}")
+                end = model[intf.link]["ends"].setdefault(name, {"interface": intf.name})
+                end["offloads"] = {f: "off" for f in state}
+        self.link_model = model
+
+    def _leaf(self, node: str, ifname: str) -> dict | None:
+        """The leaf qdisc under the HTB class of a shaped interface, as `tc -s -j` reports it."""
+        out = self.nodes[node].run(["tc", "-s", "-j", "qdisc", "show", "dev", ifname]).stdout
+        for q in json.loads(out or "[]"):
+            if q.get("parent") == f"{HTB_HANDLE}:1":
+                return q
+        return None
+
+    def _offloads(self, node: str, ifname: str) -> dict[str, bool]:
+        """ethtool's view of the offloads we turn off: feature -> on? ('[fixed]' off ones count as off)."""
+        out = self.nodes[node].run(["ethtool", "-k", ifname]).stdout
+        state = {}
+        for feature, label in OFFLOAD_LABELS.items():
+            m = re.search(rf"^{label}: (on|off)", out, re.M)
+            if m:
+                state[feature] = m.group(1) == "on"
+        return state
+
+    def queue_stats(self) -> list[dict]:
+        """Cumulative counters and the backlog of every shaped link end's queue (the runner samples
+        them during the run: queue drops are part of a run's network health)."""
+        out = []
+        for _k, end, intf in self._shaped_ends():
+            leaf = self._leaf(end, intf.name) or {}
+            out.append({"node": end, "interface": intf.name, "sent_packets": leaf.get("packets"),
+                        "sent_bytes": leaf.get("bytes"), "drops": leaf.get("drops"),
+                        "overlimits": leaf.get("overlimits"), "requeues": leaf.get("requeues"),
+                        "backlog_packets": leaf.get("qlen"), "backlog_bytes": leaf.get("backlog")})
+        return out
 
     def node(self, name: str) -> MininetNode:
         return self.nodes[name]

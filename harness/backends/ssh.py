@@ -922,6 +922,16 @@ class SshBackend:
                "iptables": first_line(router, ["iptables", "--version"] if router else [])}
         return out
 
+    @property
+    def link_model(self) -> list[dict]:
+        """The testbed shapes the links (its delay nodes, as the exported NS file or profile asks);
+        nestlab neither sets nor reads their queues and leaves the nodes' offloads as they are."""
+        return [{"link": k, "a": lk.a, "b": lk.b, "bw": lk.bw, "queue": lk.queue_packets,
+                 "shaped_by": "the testbed (docs/ssh-backend.md)"} for k, lk in enumerate(self.topology.spec.links)]
+
+    def queue_stats(self) -> list[dict]:
+        return []   # the queues are on the testbed's delay nodes, which nestlab does not reach
+
     # -- teardown ------------------------------------------------------------------------------
     def teardown(self) -> None:
         errors = []
@@ -962,7 +972,7 @@ class SshBackend:
 
 # ---- bringing data back (also used by `nestlab cleanup` for a killed run) ------------------------
 
-COLLECTOR_TABLES = ("modules", "edges", "snapshots", "counters")
+COLLECTOR_TABLES = ("modules", "edges", "snapshots", "counters", "tcp_info")
 
 
 def fetch_collector_db(node: SshNode, remote_db: str, run_dir: Path, db: sqlite3.Connection,

@@ -35,6 +35,7 @@ class ModuleTracker:
         self.db = db
         self.ids: dict[str, int] = {}                # live key -> module id
         self.last: dict[tuple[int, str], tuple] = {}   # (module id, dir) -> values last written
+        self.last_info: dict[int, tuple] = {}          # module id -> tcp_info values last written
         self.edges: set[tuple[int, int]] = set()     # live (parent id, child id)
         row = db.execute("SELECT coalesce(max(id), 0) FROM modules").fetchone()
         self.next_id = row[0] + 1
@@ -55,7 +56,7 @@ class ModuleTracker:
         # A row only when a module/direction's values differ from the last row written (always at
         # birth): readers carry values forward within the module's lifetime (docs/run-format.md).
         # Idle connections then cost nothing to store, which is most of them on a busy host.
-        seq, last, rows = self.seq, self.last, []
+        seq, last, rows, info_rows = self.seq, self.last, [], []
         for ob in observations:
             mid = seen[ob.key]
             for d, c in ob.counters.items():
@@ -63,11 +64,15 @@ class ModuleTracker:
                 if last.get((mid, d)) != vals:
                     last[(mid, d)] = vals
                     rows.append((seq, mid, d, *vals))
+            if ob.tcp_info is not None and self.last_info.get(mid) != ob.tcp_info:
+                self.last_info[mid] = ob.tcp_info
+                info_rows.append((seq, mid, *ob.tcp_info))
         edges = {(seen[ob.key], seen[child]) for ob in observations for child in ob.children if child in seen}
         deaths = [(now, mid) for key, mid in ids.items() if key not in seen]
         for _, mid in deaths:
             last.pop((mid, "in"), None)
             last.pop((mid, "out"), None)
+            self.last_info.pop(mid, None)
 
         db.execute("BEGIN")
         db.execute("INSERT INTO snapshots VALUES (?, ?, ?)", (seq, now, wall))
@@ -76,6 +81,8 @@ class ModuleTracker:
         if deaths:
             db.executemany("UPDATE modules SET died = ? WHERE id = ?", deaths)
         db.executemany("INSERT INTO counters VALUES (?,?,?,?,?,?,?,?)", rows)
+        if info_rows:
+            db.executemany("INSERT INTO tcp_info VALUES (?,?,?,?)", info_rows)
         if edges != self.edges:
             db.executemany("INSERT OR IGNORE INTO edges (parent, child, born) VALUES (?,?,?)",
                            [(p, c, now) for p, c in edges - self.edges])

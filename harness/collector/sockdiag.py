@@ -9,6 +9,7 @@ Per TCP module (key 'tcp:<inode>') and direction:
   in:  total_msgs = tcpi_data_segs_in,  bytes = tcpi_bytes_received, queued = receive queue
   out: total_msgs = tcpi_data_segs_out, bytes = tcpi_bytes_acked,    queued = send queue,
        errors = tcpi_total_retrans
+and per connection (the tcp_info table, for the run's network health): tcpi_rtt, tcpi_rttvar (µs).
 The receive queue is data TCP has delivered and the socket has not read (pending work of the
 reader); the send queue is the connection's own unsent/unacked work (see DESIGN.md).
 """
@@ -44,12 +45,13 @@ _TI_TOTAL_RETRANS = 100  # u32
 _U32 = struct.Struct("=I")
 _TI_BYTES = struct.Struct("=QQ")          # bytes_acked @120, bytes_received @128
 _TI_DATA_SEGS = struct.Struct("=II")      # data_segs_in @152, data_segs_out @156
+_TI_RTT = struct.Struct("=II")            # rtt @68, rttvar @72 (µs, smoothed)
 _TI_MIN_LEN = 160
 
 
 # One socket as dumped: raw addresses are decoded only when a connection is first seen.
 # (inode, family, state, src_raw, sport_raw, dst_raw, dport_raw, rqueue, wqueue,
-#  data_segs_in, data_segs_out, bytes_received, bytes_acked, total_retrans)
+#  data_segs_in, data_segs_out, bytes_received, bytes_acked, total_retrans, rtt_us, rttvar_us)
 RawSock = tuple
 
 
@@ -71,6 +73,8 @@ class TcpSock:
     bytes_in: int
     bytes_out: int
     retrans: int
+    rtt_us: int
+    rttvar_us: int
 
     @classmethod
     def decode(cls, r: RawSock) -> TcpSock:
@@ -111,6 +115,7 @@ class SockDiag:
         buf = self.buf
         unpack_hdr, unpack_msg, unpack_rta = _NLMSGHDR.unpack_from, _MSG.unpack_from, _RTA.unpack_from
         unpack_u32, unpack_bytes, unpack_segs = _U32.unpack_from, _TI_BYTES.unpack_from, _TI_DATA_SEGS.unpack_from
+        unpack_rtt = _TI_RTT.unpack_from
         append = out.append
         while True:
             n = self.sock.recv_into(buf)
@@ -141,7 +146,7 @@ class SockDiag:
                         i = a + 4
                         append((inode, family, state, src, sport, dst, dport, rq, wq,
                                 *unpack_segs(buf, i + 152), *unpack_bytes(buf, i + 120)[::-1],
-                                unpack_u32(buf, i + _TI_TOTAL_RETRANS)[0]))
+                                unpack_u32(buf, i + _TI_TOTAL_RETRANS)[0], *unpack_rtt(buf, i + 68)))
                         break
                     a += (alen + 3) & ~3
 
@@ -187,7 +192,7 @@ class TcpSource:
                 key, "tcp", name,
                 {"in": {"total_msgs": r[9], "bytes": r[11], "queued": r[7]},
                  "out": {"total_msgs": r[10], "bytes": r[12], "queued": r[8], "errors": r[13]}},
-                births.get(r[0], _NO_ATTRS), children))
+                births.get(r[0], _NO_ATTRS), children, (r[14], r[15])))
         if len(known) + len(self.ignored_inodes) > 2 * len(raw) + 1000:  # forget connections long gone
             live = {r[0] for r in raw}
             self.known = {i: v for i, v in known.items() if i in live}

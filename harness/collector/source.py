@@ -24,6 +24,8 @@ class Observation:
     counters: Counters
     attrs: dict = field(default_factory=dict)    # recorded once, when the module is born
     children: list[str] = field(default_factory=list)  # keys of lower-layer modules it depends on
+    # TCP modules: (rtt_us, rttvar_us) from tcp_info, stored in the tcp_info table when they change.
+    tcp_info: tuple[int, int] | None = None
 
 
 class Source(Protocol):

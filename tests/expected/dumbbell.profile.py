@@ -10,7 +10,7 @@ Interfaces are named eth<i>, i being the link's place among the node's links (th
 """
 
 import geni.portal as portal
-import geni.rspec.emulab  # noqa: F401 - registers request.setRoutingStyle
+import geni.rspec.emulab  # noqa: F401 - registers request.setRoutingStyle, Link.setForceShaping
 import geni.rspec.igext  # noqa: F401 - registers request.XenVM
 import geni.rspec.pg as pg
 
@@ -31,8 +31,12 @@ def node(name):
     nodes[name] = n
 
 
-def link(name, ends, kbps=None, latency_ms=None, loss=None):
-    """ends: (node, interface, address) for both ends; bandwidth in kbit/s, loss a fraction."""
+def link(name, ends, kbps=None, latency_ms=None, loss=None, queue=None):
+    """ends: (node, interface, address) for both ends; bandwidth in kbit/s, loss a fraction.
+
+    queue: the packets nestlab expects queued at each end of a bandwidth-limited link. geni-lib
+    cannot ask for a queue size; the link is force-shaped, so that a delay node shapes it even at
+    a native rate, and its DropTail queue holds 50 packets."""
     lk = request.Link(name)
     for n, ifname, address in ends:
         lk.addInterface(nodes[n].addInterface(ifname, pg.IPv4Address(address, "255.255.255.0")))
@@ -42,6 +46,8 @@ def link(name, ends, kbps=None, latency_ms=None, loss=None):
         lk.latency = latency_ms
     if loss:
         lk.plr = loss
+    if queue:
+        lk.setForceShaping()
 
 
 node("site1n1")
@@ -55,7 +61,8 @@ node("site2n2")
 link("link0", [("site1n1", "eth0", "10.0.1.1"), ("x1", "eth0", "10.0.1.2")], kbps=1000000)
 link("link1", [("site1n2", "eth0", "10.0.2.1"), ("x1", "eth1", "10.0.2.2")], kbps=1000000)
 link("link2", [("site1n3", "eth0", "10.0.3.1"), ("x1", "eth2", "10.0.3.2")], kbps=1000000)
-link("link3", [("x1", "eth3", "10.0.4.1"), ("x2", "eth0", "10.0.4.2")], kbps=100000)
+# link3: nestlab expects 50 packets queued at each end; geni-lib cannot set a queue size (the delay node queues 50).
+link("link3", [("x1", "eth3", "10.0.4.1"), ("x2", "eth0", "10.0.4.2")], kbps=100000, queue=50)
 link("link4", [("site2n1", "eth0", "10.0.5.1"), ("x2", "eth1", "10.0.5.2")], kbps=1000000)
 link("link5", [("site2n2", "eth0", "10.0.6.1"), ("x2", "eth2", "10.0.6.2")], kbps=1000000)
 

@@ -1,0 +1,200 @@
+"""Network health of a run: was the emulated network quiet enough that its TCP and ip+eth rows
+measure the diagnoser rather than the network? (DESIGN.md, "Fidelity"; docs/analysis.md)
+
+Every figure is taken outside every fault window and its recovery margin (the *quiet* snapshots;
+the margin as the spec's `isolation.recovery` gives it, harness.spec.recovery_after), and before the
+runner stops the workloads:
+
+- RTT: median and p99 of the connections' smoothed RTT (tcpi_rtt), over the stored samples.
+- Queue: drops of the shaped links' queues (in all, and in quiet time), and the backlog (median and
+  maximum, packets) of the busiest one, from the runner's samples of the leaf qdiscs (about 1/s).
+- Retransmissions: TCP's retransmitted segments (tcpi_total_retrans) in quiet snapshots.
+- Silence rate: the share of *busy* TCP module-snapshots in which the connection made no progress.
+  Busy outbound: the send queue held data at the start of the snapshot (data to send). Busy
+  inbound: the connection received data before and receives data again later (a silence in the
+  middle of a flow; the receiver cannot see whether its peer has data to send). A healthy
+  connection with data to move sends or receives something every 100 ms; a silent busy one looks
+  to the diagnoser exactly like a stalled one.
+
+Above SILENCE_WARN the run is flagged: its TCP rows measure the network, not the diagnoser.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from harness.spec import recovery_after
+
+SILENCE_WARN = 0.02   # 2%: above this, silences of healthy connections dominate the TCP rows
+
+
+@dataclass
+class Health:
+    quiet_snapshots: int = 0            # snapshots outside every fault window and recovery margin
+    snapshots: int = 0
+    quiet_s: float = 0.0                # the time they cover
+    rtt_ms_median: float | None = None
+    rtt_ms_p99: float | None = None
+    rtt_samples: int = 0
+    queue_drops: int | None = None          # None: no queue samples (older run, testbed-shaped links)
+    queue_drops_quiet: int | None = None
+    queue_sent_packets: int | None = None
+    backlog_packets_median: float | None = None
+    backlog_packets_max: int | None = None
+    retransmissions_quiet: int = 0
+    busy: int = 0                       # busy TCP module-snapshots (both directions) in quiet time
+    silent: int = 0                     # of those, without progress
+    busy_out: int = 0
+    silent_out: int = 0
+    busy_in: int = 0
+    silent_in: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def silence_rate(self) -> float | None:
+        return self.silent / self.busy if self.busy else None
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["silence_rate"] = self.silence_rate
+        d["silence_threshold"] = SILENCE_WARN
+        return d
+
+
+def fault_spans(data) -> list[tuple[float, float]]:
+    """[start, end + recovery margin] of every fault that took effect (monotonic seconds)."""
+    iso = ((data.info.manifest.get("spec") or {}).get("isolation") or {})
+    setting = iso.get("recovery", "auto") if not iso.get("overlap") else "auto"
+    spans = []
+    for f in data.faults.itertuples(index=False):
+        if f.start is None or f.start != f.start:
+            continue
+        end = float(f.end) if f.end is not None and f.end == f.end else math.inf
+        spans.append((float(f.start), end + recovery_after(end - float(f.start), setting)))
+    return spans
+
+
+def quiet_snapshots(data) -> pd.Series:
+    """Per snapshot seq: True when its interval (start, mono] touches no fault span and it ends before
+    the runner stopped the workloads."""
+    snaps = data.snapshots
+    end = snaps["mono"].to_numpy(float)
+    start = snaps["start"].fillna(snaps["mono"]).to_numpy(float)
+    quiet = np.ones(len(snaps), dtype=bool)
+    for a, b in fault_spans(data):
+        quiet &= ~((end > a) & (start < b))
+    if data.stop is not None:
+        quiet &= end <= data.stop
+    return pd.Series(quiet, index=snaps.index)
+
+
+def _silences(data, quiet: pd.Series) -> dict[str, tuple[int, int]]:
+    """Per direction: (busy, silent) TCP module-snapshots in quiet time."""
+    c = data.counters
+    tcp_ids = data.modules.index[data.modules["kind"] == "tcp"]
+    c = c[c["module"].isin(tcp_ids)]
+    out = {}
+    for d in ("out", "in"):
+        s = c[(c["dir"] == d)].sort_values(["module", "seq"], kind="stable")
+        mod = s["module"].to_numpy(np.int64)
+        tm = s["tm"].to_numpy(float)
+        first = np.ones(len(s), dtype=bool)
+        first[1:] = mod[1:] != mod[:-1]
+        if d == "out":
+            prev_q = np.roll(s["queued"].to_numpy(float) * s["has_queue"].to_numpy(bool), 1)
+            busy = ~first & (prev_q > 0)
+        else:
+            moved = (tm > 0).astype(np.int64)
+            group = np.cumsum(first)
+            before = pd.Series(moved).groupby(group).cumsum().to_numpy() - moved
+            after = pd.Series(moved[::-1]).groupby(group[::-1]).cumsum().to_numpy()[::-1] - moved
+            busy = (before > 0) & (after > 0)
+        ok = busy & ~s["invalid"].to_numpy(bool) & quiet.reindex(s["seq"]).fillna(False).to_numpy(bool)
+        out[d] = (int(ok.sum()), int((ok & (tm == 0)).sum()))
+    return out
+
+
+def _queues(data, h: Health) -> None:
+    """Drops of every shaped queue (in all and in quiet time); backlog of the busiest one (the
+    bottleneck's loaded direction: the other end mostly carries ACKs and is empty)."""
+    q = data.queue_stats
+    if q is None or q.empty:
+        return
+    spans = fault_spans(data)
+    drops = drops_quiet = sent = 0
+    busiest, busiest_sent = None, -1
+    for _, g in q.groupby(["node", "interface"], sort=False):
+        g = g.sort_values("mono")
+        d = g["drops"].astype(float).to_numpy()
+        n = g["sent_packets"].astype(float).to_numpy()
+        drops += int(d[-1] - d[0])
+        sent += int(n[-1] - n[0])
+        t = g["mono"].to_numpy(float)
+        for k in range(1, len(g)):
+            if not any(t[k] > a and t[k - 1] < b for a, b in spans) and (data.stop is None or t[k] <= data.stop):
+                drops_quiet += int(d[k] - d[k - 1])
+        if n[-1] - n[0] > busiest_sent:
+            busiest, busiest_sent = g["backlog_packets"].astype(float).to_numpy(), n[-1] - n[0]
+    h.queue_drops, h.queue_drops_quiet, h.queue_sent_packets = drops, drops_quiet, sent
+    h.backlog_packets_median = float(np.median(busiest))
+    h.backlog_packets_max = int(busiest.max())
+
+
+def network_health(data) -> Health:
+    """The health figures of one run (analysis.runs.RunData)."""
+    quiet = quiet_snapshots(data)
+    span = (data.snapshots["mono"] - data.snapshots["start"]).fillna(0.0).to_numpy(float)
+    h = Health(quiet_snapshots=int(quiet.sum()), snapshots=len(quiet), quiet_s=float(span[quiet.to_numpy()].sum()))
+    tcp_ids = data.modules.index[data.modules["kind"] == "tcp"]
+    info = data.tcp_info
+    if info is not None and not info.empty:
+        rtt = info[info["module"].isin(tcp_ids) & quiet.reindex(info["seq"]).fillna(False).to_numpy(bool)]
+        rtt = rtt["rtt_us"].dropna().to_numpy(float) / 1000.0
+        if rtt.size:
+            h.rtt_ms_median, h.rtt_ms_p99 = float(np.median(rtt)), float(np.percentile(rtt, 99))
+            h.rtt_samples = int(rtt.size)
+    c = data.counters
+    qmask = quiet.reindex(c["seq"]).fillna(False).to_numpy(bool)
+    retrans = c[(c["dir"] == "out") & c["module"].isin(tcp_ids) & qmask & ~c["invalid"]]
+    h.retransmissions_quiet = int(retrans["errors"].sum())
+    _queues(data, h)
+    sil = _silences(data, quiet)
+    h.busy_out, h.silent_out = sil["out"]
+    h.busy_in, h.silent_in = sil["in"]
+    h.busy, h.silent = h.busy_out + h.busy_in, h.silent_out + h.silent_in
+    if info is None:
+        h.warnings.append("no RTT samples (a run of format 2 or older)")
+    if h.silence_rate is not None and h.silence_rate > SILENCE_WARN:
+        h.warnings.append(f"silence rate {100 * h.silence_rate:.1f}% is above {100 * SILENCE_WARN:g}%: healthy "
+                          "connections with data to move went silent outside faults, so this run's TCP rows "
+                          "measure the network, not the diagnoser")
+    return h
+
+
+def _num(v, fmt="{:.1f}") -> str:
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt.format(v)
+
+
+HEADER = ["Run", "quiet s", "RTT p50 ms", "RTT p99 ms", "queue drops (quiet)", "backlog p50/max",
+          "retrans (quiet)", "silence %", "busy"]
+
+
+def health_row(name: str, h: Health) -> list[str]:
+    quiet = f"{h.quiet_s:.0f}"
+    drops = "" if h.queue_drops is None else f"{h.queue_drops} ({h.queue_drops_quiet})"
+    backlog = "" if h.backlog_packets_max is None else f"{h.backlog_packets_median:g}/{h.backlog_packets_max}"
+    rate = _num(None if h.silence_rate is None else 100 * h.silence_rate, "{:.2f}")
+    flag = " !" if h.silence_rate is not None and h.silence_rate > SILENCE_WARN else ""
+    return [name, quiet, _num(h.rtt_ms_median), _num(h.rtt_ms_p99), drops, backlog,
+            str(h.retransmissions_quiet), rate + flag, str(h.busy)]
+
+
+HEALTH_NOTE = ("Network health, outside fault windows and their recovery margins (quiet time): smoothed "
+               "RTT of the connections; drops of the shaped links' queues in all (and in quiet time); "
+               "queue backlog in packets; TCP retransmissions; silence: busy TCP module-snapshots "
+               "(data queued to send, or in the middle of a received flow) without progress, "
+               f"! above {100 * SILENCE_WARN:g}% (docs/analysis.md).")
