@@ -49,6 +49,10 @@ def test_decoder_agrees_with_ss(connection):
     assert s.bytes_out == int(fields["bytes_acked"]) == 5001  # tcpi_bytes_acked counts the SYN
     assert s.bytes_in == int(fields["bytes_received"]) == 300
     assert s.rqueue == 300 and s.wqueue == 0  # the client has not read the reply yet
+    # tcpi_rtt/rttvar: ss prints them in ms with three decimals ("rtt:0.052/0.026")
+    rtt, rttvar = (float(x) for x in re.search(r"\brtt:([\d.]+)/([\d.]+)", out).groups())
+    assert s.rtt_us == pytest.approx(rtt * 1000, abs=1) and s.rttvar_us == pytest.approx(rttvar * 1000, abs=1)
+    assert s.rtt_us > 0
 
 
 def test_ignored_addresses_never_become_modules(connection):
@@ -94,3 +98,13 @@ def test_tracker_writes_rows_on_change_and_the_reader_fills_them(tmp_path):
             tm.setdefault(m, []).extend(st.counters["in"].tm[i].tolist())
     assert tm[1] == [10, 0, 2]          # carried forward at seq 1; gone at seq 3
     assert tm[2][1:] == [50, 0, 0]      # interfaces: deltas only (the first is not a measurement)
+
+
+def test_tracker_writes_tcp_info_on_change(tmp_path):
+    db = create_db(tmp_path / "run.db")
+    db.isolation_level = None
+    tr = ModuleTracker(db)
+    for k, rtt in enumerate([(500, 250), (500, 250), (700, 300)]):
+        tr.record(float(k), time.time(), [Observation("tcp:1", "tcp", "c", {"in": {"total_msgs": k}}, {}, [], rtt)])
+    assert db.execute("SELECT seq, module, rtt_us, rttvar_us FROM tcp_info").fetchall() == [(0, 1, 500, 250),
+                                                                                         (2, 1, 700, 300)]

@@ -379,3 +379,52 @@ def test_snapshots_after_the_run_end_are_excluded_by_default(tmp_path):
     assert row.loc[23:, "exclude"].all() and set(row.loc[23:, "cause"]) == {"after_end"}
     kept = label_run(data, "impact:after_end=keep")
     assert positives(kept, sock, "out") == list(range(1, 30))
+
+
+def _overlapping_faults(tmp_path):
+    """An ip_drop of the interface (2.05-4.05 s) with a tcp_drop of one of its connections inside it
+    (2.55-3.05 s), as a spec with `isolation: {overlap: true}` may have."""
+    b = RunBuilder(tmp_path / "r", 60)
+    ip = b.module("ipeth", "ipeth:h1-eth0")
+    tcp1 = b.module("tcp", "tcp:1", {"inode": 1})
+    tcp2 = b.module("tcp", "tcp:2", {"inode": 2})
+    for m in (tcp1, tcp2):
+        b.edge(m, ip)
+    silent = np.full(60, 5.0)
+    silent[21:45] = 0
+    b.counters(tcp1, "in", silent)
+    b.counters(tcp2, "in", silent)
+    ip_in = np.full(60, 10.0)
+    ip_in[21:41] = 0
+    b.counters(ip, "in", ip_in)
+    b.fault("ip_drop", ip, start=2.05, end=4.05)
+    b.fault("tcp_drop", tcp1, start=2.55, end=3.05, target={"inode": 1})
+    return b, ip, tcp1
+
+
+def test_a_target_covered_by_another_faults_collateral_is_left_out(tmp_path):
+    b, ip, tcp1 = _overlapping_faults(tmp_path)
+    data, lab = labelled(b)
+    rows = lab[(lab["module"] == tcp1) & (lab["dir"] == "in")]
+    masked = rows[rows["cause"] == "overlap"]
+    # the tcp_drop's impact (from its start, seq 26, while silent) lies inside the ip_drop's collateral
+    assert spans(masked["seq"].tolist()) == [(26, 44)] and masked["exclude"].all()
+    assert positives(lab, tcp1, "in") == []
+    # the interface is the tcp_drop's collateral while the ip_drop silences it: ambiguous too
+    assert positives(lab, ip, "in") == list(range(21, 26))
+    # overlap=keep scores them as the faults' positives, as the seeds did
+    kept = label_run(data, "impact:overlap=keep")
+    assert spans(positives(kept, tcp1, "in")) == [(26, 44)]
+    assert spans(positives(kept, ip, "in")) == [(21, 40)]
+    assert not (kept["cause"] == "overlap").any()
+
+
+def test_overlap_rows_are_counted_in_the_tables_footnote(tmp_path):
+    from analysis.report import overlap_note
+    from analysis.score import evaluate
+
+    b, _, _ = _overlapping_faults(tmp_path)
+    ev = evaluate([b.write()])
+    assert ev.overlap_rows == 19 + 15
+    assert "Left out: 34 module-snapshots" in overlap_note(ev)
+    assert evaluate([b.path], policy="impact:overlap=keep").overlap_rows == 0

@@ -153,3 +153,32 @@ def test_cli_prints_no_traceback(tmp_path):
     r = subprocess.run([VENV_BIN / "run-experiment", str(path)], capture_output=True, text=True)
     assert r.returncode == 2
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_link_queue_defaults_to_emulab_and_needs_a_rate(tmp_path, capsys):
+    t = load_topology(TOPO)
+    assert [lk.queue_packets for lk in t.spec.links] == [None, None, None, 50, None, None]
+    topo = write(tmp_path, "t.yaml", textwrap.dedent("""\
+        name: t
+        nodes: {a: {}, b: {}, r: {router: true}}
+        links:
+          - {a: a, b: r, bw: 10Mbit, queue: 20}
+          - {a: b, b: r, queue: 20}
+        """))
+    spec = write(tmp_path, "spec.yaml", GOOD.replace(str(TOPO), str(topo)))
+    assert nestlab_main(["run", str(spec)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {topo}:5: links[1]"), err
+    assert "queue applies to a bandwidth-limited link" in err
+
+
+def test_a_signal_is_not_swallowed_by_error_handling():
+    """SIGTERM raises Interrupted wherever the runner is; `except Exception` (ending a fault) must
+    not catch it (it did: a SIGTERM while a fault ended was logged as a warning and ignored)."""
+    from harness.runner import Interrupted
+
+    with pytest.raises(Interrupted):
+        try:
+            raise Interrupted("received SIGTERM", 143)
+        except Exception:  # noqa: BLE001 - what _end_fault does around a failing undo
+            pass

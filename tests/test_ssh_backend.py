@@ -64,7 +64,7 @@ workloads:
 faults:
   - {{{{kind: tcp_drop, at: x1, target: {{{{workload: 0}}}}, schedule: {{{{at: [3s], duration: 2s}}}}}}}}
   - {{{{kind: app_pause, target: {{{{workload: 1}}}}, schedule: {{{{at: [6s], duration: 1.5s}}}}}}}}
-  - {{{{kind: ip_drop, at: x1, schedule: {{{{at: [9s], duration: 2s}}}}}}}}
+  - {{{{kind: ip_drop, at: x1, schedule: {{{{at: [10s], duration: 2s}}}}}}}}
 """
 
 SSHD = "/usr/sbin/sshd"
