@@ -12,6 +12,9 @@ Two sources:
   one is lower too, the last good value was the spurious one, it is discarded as well, and the
   series re-baselines on the lower values. `Counters.invalid` marks those module/direction/snapshots
   (and snapshots without a measurement); the diagnosis still runs on them, the labeller drops them.
+  A wait_ms decrease of at most 0.05 ms is not an event (a call of the interceptor finishing between
+  the reader's look at the slot and its clock): the previous value carries over. This is the one
+  place the rule lives; the collector stores what it read.
 - `stretch_from_json(obj)`: the `nestlab diagnose --json` format (docs/diagnosis.md), whose values
   are already deltas.
 
@@ -222,6 +225,10 @@ def stretch_from_json(obj: Any, where: str = "input") -> Stretch:
 
 # Cumulative counters (deltas taken) in the order of the value columns read below; queued is current.
 _CUM = (0, 1, 3)  # total_msgs, wait_ms, errors
+_WAIT = 1
+# The interceptor's wait_ms counts calls in progress up to the reader's clock; a call that ends
+# between the reader's look at its slot and that clock reads a few microseconds high once.
+WAIT_JITTER_MS = 0.05
 _QUEUED = 2
 
 
@@ -269,6 +276,32 @@ def _rebaseline(vals: np.ndarray, has: np.ndarray, bad: np.ndarray, a: int, end:
     return i
 
 
+def _absorb_wait_jitter(vals: np.ndarray, has: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """vals with every wait_ms that is lower than the one before by at most WAIT_JITTER_MS raised
+    to it (the carried value, so a run of such readings compares with the same one)."""
+    w, hw = vals[:, _WAIT], has[:, _WAIT]
+    cont = np.zeros(len(w), dtype=bool)   # comparable with the row before: same module, both known
+    cont[1:] = hw[1:] & hw[:-1] & ~start[1:]
+    drop = np.zeros(len(w))
+    drop[1:] = w[:-1] - w[1:]
+    small = cont & (drop > 0) & (drop <= WAIT_JITTER_MS)
+    if not small.any():
+        return vals
+    vals = vals.copy()
+    w = vals[:, _WAIT]
+    stop = 0
+    for i in np.flatnonzero(small):
+        if i < stop:
+            continue
+        carried = w[i - 1]
+        j = i
+        while j < len(w) and cont[j] and carried - WAIT_JITTER_MS <= w[j] < carried:
+            w[j] = carried
+            j += 1
+        stop = j
+    return vals
+
+
 def series_deltas(mod: np.ndarray, vals: np.ndarray, has: np.ndarray, kinds_zero: np.ndarray,
                   first_of_run: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Deltas for rows already sorted by (module, seq) in one direction.
@@ -283,6 +316,7 @@ def series_deltas(mod: np.ndarray, vals: np.ndarray, has: np.ndarray, kinds_zero
         return np.zeros((0, len(_CUM))), np.zeros(0, dtype=bool)
     start = np.ones(r, dtype=bool)
     start[1:] = mod[1:] != mod[:-1]
+    vals = _absorb_wait_jitter(vals, has, start)
     # Common case, vectorised: difference with the previous row of the same module.
     ok = has[:, cum].copy()
     ok[1:] &= has[:-1, cum]

@@ -29,8 +29,9 @@ import pandas as pd
 from analysis.health import HEADER as HEALTH_HEADER
 from analysis.health import HEALTH_NOTE, health_row
 from analysis.score import COUNTS, INTERVAL, RATES, ROWS, SECTIONS, Evaluation, evaluate
+from analysis.variants import DEFAULT_VARIANT
 
-DEFAULT_VARIANTS = ("flowdiagnoser:theta=2",)
+DEFAULT_VARIANTS = (DEFAULT_VARIANT,)
 TABLE_NOTE = (f"Rates in %; blank = undefined (no cases). ±: larger half-width of the row's TPR and FPR "
               f"intervals ({INTERVAL}; snapshots treated as independent), in percentage points "
               "(FNR, TNR alike; PPV, NPV intervals with --intervals and in accuracy.csv).")

@@ -11,9 +11,8 @@ import re
 import sys
 from pathlib import Path
 
+from analysis.variants import DEFAULT_VARIANT
 from harness.errors import UserError
-
-DEFAULT_VARIANT = "flowdiagnoser:theta=2"
 
 
 def register(subparsers) -> None:

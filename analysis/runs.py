@@ -31,7 +31,7 @@ import pandas as pd
 
 from analysis.graph import DIRS, Run, load_run
 from harness.errors import UserError
-from harness.store import FORMAT_VERSION, choose_target, fault_target_key
+from harness.store import FORMAT_VERSION, resolve_fault_targets
 
 REQUIRED_TABLES = ("modules", "snapshots", "counters")
 OPTIONAL_TABLES = ("edges", "processes", "faults", "events")
@@ -422,17 +422,17 @@ def _resolve_faults(faults: pd.DataFrame, mods: pd.DataFrame, manifest: dict, en
     """Fill in target modules the runner could not resolve, ends of faults still active at the end."""
     modules = [(int(mid), key, float(born)) for mid, key, born in zip(mods.index, mods["key"], mods["born"], strict=True)]
     monitor = manifest.get("monitor") or {}
-    ipeths = [k for _, k, _ in modules if k.startswith("ipeth:")]
-    # Runs that did not record the monitored interface: the only interface, if there is one.
-    ifname = monitor.get("interface") or (ipeths[0].split(":", 1)[1] if len(set(ipeths)) == 1 else None)
+    rows = list(faults.itertuples(index=False))
+    todo = [i for i, row in enumerate(rows) if row.target_module is None or row.target_module != row.target_module]
+    found = resolve_fault_targets([(rows[i].kind, rows[i].target, rows[i].start) for i in todo], modules,
+                                  monitor.get("host"), monitor.get("interface"), missing_start=end)
+    resolved = dict(zip(todo, found, strict=True))
     targets, ends, descr = [], [], []
-    for row in faults.itertuples(index=False):
+    for i, row in enumerate(rows):
         t = row.target
         tm = row.target_module
-        if tm is None or tm != tm:
-            key = fault_target_key(row.kind, t, monitor.get("host"), ifname)
-            start = row.start if row.start is not None and row.start == row.start else end
-            tm = choose_target(modules, key, start) if key else None
+        if i in resolved:
+            tm = resolved[i]
             if tm is None:
                 warnings.append(f"fault {row.id} ({row.kind}): target module unknown; it labels nothing")
         targets.append(None if tm is None else int(tm))

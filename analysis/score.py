@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.variants import DEFAULT_VARIANT
+
 ROWS = ("iperf", "wget", "socket", "s:iperf", "s:wget", "TCP", "ip+eth", "all modules")
 SECTIONS = ("Inbound", "Outbound", "Total")
 SECTION_DIR = {"Inbound": ("in",), "Outbound": ("out",), "Total": ("in", "out")}
@@ -142,7 +144,7 @@ class Evaluation:
         return compare_table(self.counts, list(variants or self.variants))
 
 
-def evaluate(runs: Iterable[str | Path], variants: Sequence[str] = ("flowdiagnoser:theta=2",),
+def evaluate(runs: Iterable[str | Path], variants: Sequence[str] = (DEFAULT_VARIANT,),
              policy=None, keep: bool = False, on_warning=None, skip_bad: bool = False) -> Evaluation:
     """Diagnose, label and count each run. keep=True keeps each run's data and scored frame (plots).
 

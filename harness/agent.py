@@ -55,7 +55,7 @@ def _hexaddr(s: str) -> tuple[str, int]:
 
 
 def _pause(shm_dir: str, pid: str, pause: bool) -> dict:
-    from harness.collector.interceptor import pause_process, resume_process
+    from harness.interceptor.pause import pause_process, resume_process
 
     state = (pause_process if pause else resume_process)(shm_dir, int(pid))
     return dataclasses.asdict(state)

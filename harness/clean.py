@@ -1,199 +1,23 @@
-"""Leave no trace: a ledger of what a run made, and `nestlab cleanup` for runs that died.
+"""`nestlab cleanup`: remove what runs that died left behind, as their ledgers list it.
 
-While a run goes on, its ledger (/run/nestlab/<run-id>.json for root; see _ledger_dir) lists every
-process group, Mininet shell, link and scratch directory it created, and on testbed nodes (the SSH
-backend) how to reach each node, the remote process groups (node, pid, start time), the changes to
-undo (the fault chain on a router) and the remote directories. Normal teardown empties and deletes it.
-A run killed with SIGKILL (or a crashed machine) leaves the ledger behind; `cleanup` kills exactly
-those processes (after checking they are still what was recorded, since pids get reused), deletes
-those links, and marks the run's manifest `interrupted`. For testbed nodes it first stops the
-recorded processes, then brings back the collector's run.db and the logs, then undoes and removes the
-same way, over SSH; a node it cannot reach keeps the ledger, so that `cleanup` can be run again. It never touches another live run or Mininet's other users: unlike
-`mn -c`, it kills nothing by name pattern.
+A run killed with SIGKILL (or a crashed machine) leaves its ledger (harness/ledger.py) behind;
+`cleanup` kills exactly those processes (after checking they are still what was recorded, since pids
+get reused), deletes those links, and marks the run's manifest `interrupted`. For testbed nodes it
+first stops the recorded processes, then brings back the collector's run.db and the logs, then undoes
+and removes the same way, over SSH (harness/backends/ssh/cleanup.py); a node it cannot reach keeps the
+ledger, so that `cleanup` can be run again. It never touches another live run or Mininet's other
+users: unlike `mn -c`, it kills nothing by name pattern.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
-import threading
-import time
 from pathlib import Path
 
-from harness.errors import UserError
-
-
-def _ledger_dir() -> Path:
-    """/run/nestlab for root; a user running an SSH experiment (no root needed on the runner's
-    machine) keeps ledgers in $XDG_RUNTIME_DIR/nestlab or ~/.local/state/nestlab. NESTLAB_LEDGER_DIR
-    overrides both."""
-    if "NESTLAB_LEDGER_DIR" in os.environ:
-        return Path(os.environ["NESTLAB_LEDGER_DIR"])
-    if os.geteuid() == 0:
-        return Path("/run/nestlab")
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    return Path(runtime) / "nestlab" if runtime else Path.home() / ".local" / "state" / "nestlab"
-
-
-LEDGER_DIR = _ledger_dir()
-
-
-def _proc_start_time(pid: int) -> int | None:
-    """Process start time in clock ticks since boot: with the pid, a unique process identity."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
-
-
-def alive(pid: int, start_time: int | None = None) -> bool:
-    st = _proc_start_time(pid)
-    return st is not None and (start_time is None or st == start_time)
-
-
-class Ledger:
-    def __init__(self, run_id: str, run_dir: Path):
-        try:
-            LEDGER_DIR.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise UserError(f"cannot keep the run's ledger in {LEDGER_DIR}: {e.strerror}; "
-                            "set NESTLAB_LEDGER_DIR to a writable directory") from None
-        self._lock = threading.RLock()
-        self.path = LEDGER_DIR / f"{run_id}.json"
-        self.data = {"run_id": run_id, "run_dir": str(run_dir), "runner_pid": os.getpid(),
-                     "runner_start": _proc_start_time(os.getpid()), "processes": [], "links": [], "paths": []}
-        self._save()
-
-    def _save(self) -> None:
-        with self._lock:   # the SSH backend records from several threads at once
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(self.data, indent=1))
-            os.replace(tmp, self.path)
-
-    def add_process(self, pid: int, what: str) -> None:
-        self.data["processes"].append({"pid": pid, "start": _proc_start_time(pid), "what": what})
-        self._save()
-
-    def drop_process(self, pid: int) -> None:
-        self.data["processes"] = [p for p in self.data["processes"] if p["pid"] != pid]
-        self._save()
-
-    def add_links(self, names: list[str]) -> None:
-        self.data["links"].extend(names)
-        self._save()
-
-    def add_path(self, path: Path | str) -> None:
-        """A scratch directory of the run (served files, interceptor shared memory)."""
-        self.data["paths"].append(str(path))
-        self._save()
-
-    # -- testbed nodes (harness.backends.ssh; called from several threads) ------------------------
-    def _remote(self) -> dict:
-        return self.data.setdefault("remote", {"nodes": {}, "processes": [], "undo": [], "paths": [],
-                                               "salvage": None})
-
-    def add_remote_node(self, node: str, params: dict) -> None:
-        """How to reach a node again (host, port, user, key, known_hosts, sudo), for `cleanup`."""
-        with self._lock:
-            self._remote()["nodes"][node] = params
-            self._save()
-
-    def add_remote_process(self, node: str, pid: int, start: str, what: str) -> None:
-        with self._lock:
-            self._remote()["processes"].append({"node": node, "pid": pid, "start": start, "what": what})
-            self._save()
-
-    def drop_remote_process(self, node: str, pid: int) -> None:
-        with self._lock:
-            r = self._remote()
-            r["processes"] = [p for p in r["processes"] if (p["node"], p["pid"]) != (node, pid)]
-            self._save()
-
-    def add_undo(self, node: str, argv: list[str], what: str) -> None:
-        """A command that undoes a change made on a node (run by teardown, or by `cleanup`)."""
-        with self._lock:
-            self._remote()["undo"].append({"node": node, "argv": list(argv), "what": what})
-            self._save()
-
-    def drop_undo(self, entry: dict) -> None:
-        with self._lock:
-            r = self._remote()
-            r["undo"] = [u for u in r["undo"] if u != entry]
-            self._save()
-
-    def add_remote_path(self, node: str, path: str) -> None:
-        with self._lock:
-            self._remote()["paths"].append({"node": node, "path": path})
-            self._save()
-
-    def drop_remote_path(self, node: str, path: str) -> None:
-        with self._lock:
-            r = self._remote()
-            r["paths"] = [p for p in r["paths"] if (p["node"], p["path"]) != (node, path)]
-            self._save()
-
-    def set_salvage(self, node: str, db: str, logs: str) -> None:
-        """Where the collector's run.db and the logs are, so that `cleanup` can bring them back."""
-        with self._lock:
-            self._remote()["salvage"] = {"node": node, "db": db, "logs": logs}
-            self._save()
-
-    def drop_remote_nodes(self) -> None:
-        with self._lock:
-            self.data.pop("remote", None)
-            self._save()
-
-    def remote_leftovers(self) -> bool:
-        r = self.data.get("remote") or {}
-        return bool(r.get("processes") or r.get("undo") or r.get("paths"))
-
-    def close(self) -> None:
-        """Delete the ledger: everything it lists is gone. Kept when testbed nodes still hold
-        something (a node went away during teardown): `nestlab cleanup` retries."""
-        if self.remote_leftovers():
-            self.data["runner_pid"] = -1   # no runner any more: cleanup may act on it
-            self._save()
-            return
-        self.path.unlink(missing_ok=True)
-
-
-@contextlib.contextmanager
-def signals_held():
-    """Hold off SIGINT/SIGTERM/SIGHUP while a process is started and recorded: a signal in between
-    would leave a process that teardown does not know about. They are delivered on exit."""
-    sigs = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-def kill_group(pid: int, start_time: int | None, timeout: float = 2.0) -> bool:
-    """SIGTERM then SIGKILL the process group led by pid (only if pid is still that process)."""
-    if not alive(pid, start_time):
-        return False
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for kill in (os.killpg, os.kill):  # the group, and the process if it left its group
-            try:
-                kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and alive(pid, start_time):
-            try:  # reap it if it is our child
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
-            time.sleep(0.02)
-        if not alive(pid, start_time):
-            return True
-    return not alive(pid, start_time)
+from harness.ledger import LEDGER_DIR, alive, kill_group
 
 
 def _mark_interrupted(run_dir: Path, reason: str) -> None:
@@ -231,7 +55,7 @@ def cleanup(verbose: bool = False, include_live: bool = False) -> int:
             continue
         complete = True
         if data.get("remote"):
-            from harness.backends.ssh import cleanup_remote
+            from harness.backends.ssh.cleanup import cleanup_remote
 
             complete = cleanup_remote(data, say)
         killed = sum(kill_group(p["pid"], p.get("start")) for p in reversed(data["processes"]))

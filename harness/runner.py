@@ -9,10 +9,10 @@ what was recorded.
 
 Every time recorded is on the monitored host's CLOCK_MONOTONIC (the run's reference clock). On
 Mininet every namespace shares the machine's clock; on testbed nodes the backend measures each node's
-offset (and the runner's own), and the runner converts: router stamps of fault windows with the
-router's offset, its own stamps (events, process starts) with the runner's. On a testbed the
-collector writes its tables into a run.db on the monitored node; teardown brings that back and merges
-it into the local run.db, with every node's logs (docs/ssh-backend.md).
+offset (and the runner's own): the fault kinds (harness/faults/) convert their nodes' stamps of fault
+windows with those nodes' offsets, the runner its own stamps (events, process starts) with the
+runner's. On a testbed the collector writes its tables into a run.db on the monitored node; teardown
+brings that back and merges it into the local run.db, with every node's logs (docs/ssh-backend.md).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import subprocess
 import threading
 import time
 import traceback
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,15 +33,14 @@ from rich.console import Console
 
 from harness import __version__, interceptor
 from harness.backends.base import Clocks, Proc
-from harness.clean import Ledger, signals_held
 from harness.errors import UserError
-from harness.faults import Firewall, ip_drop_rule, target_json, tcp_drop_rule
+from harness.faults import FaultEnv, FaultKind, Faults, NoTarget, Part
+from harness.ledger import Ledger, signals_held
 from harness.spec import Experiment, Window, load_spec
-from harness.store import FORMAT_VERSION, RunDir, choose_target, create_db, fault_target_key, monotonic
+from harness.store import FORMAT_VERSION, RunDir, create_db, monotonic, resolve_fault_targets
 from harness.workloads import Workloads, check_binaries
 
 TICK_S = 0.02
-TARGET_WAIT_S = 2.0        # how long a tcp_drop waits for its workload to have a connection
 COLLECTOR_READY_S = 10.0
 REMOTE_PROGRESS_S = 2.0    # how often the snapshot count is read from a remote monitored node
 QUEUE_SAMPLE_S = 1.0       # how often the shaped links' queues are read (network health)
@@ -66,12 +64,13 @@ def _raise_interrupted(signum, frame):
 
 @dataclass
 class ActiveFault:
-    """A fault in force: one fault row per thing it acts on (a rule, or each paused process), each
-    with the action that undoes it and returns the monotonic time the undoing was verified."""
+    """A fault in force: its kind, and one faults row (id) per part it acts on (a rule, or each
+    paused process), which the kind heals."""
 
     window: Window
     end_due: float
-    parts: list[tuple[int, Callable[[], float]]]
+    kind: FaultKind
+    parts: list[tuple[int, Part]]
 
 
 @dataclass
@@ -125,13 +124,12 @@ class Run:
         self.ledger: Ledger | None = None
         self.workloads: Workloads | None = None
         self.collector: Proc | None = None
-        self.firewalls: dict[str, Firewall] = {}
+        self.faults: Faults | None = None
         self.active: list[ActiveFault] = []
         self.t0: float | None = None
         self.shm_dir: str | None = None
         self.fault_ids = 0   # faults.id, assigned here so a rule's tag is known before its row is written
         self.clocks: Clocks | None = None
-        self.chain_undo: dict[str, dict] = {}
         self.remote_snapshots = 0
         self._poller: threading.Thread | None = None
         self._poller_stop = threading.Event()
@@ -250,15 +248,9 @@ class Run:
                                    warn=lambda message, workload: self.event("warning", message, workload))
         self.ledger.add_path(self.workloads.www)
         self.workloads.start_servers()
-        for router in sorted({f.at for f in spec.faults if f.at}):
-            fw = Firewall(backend.node(router))
-            self.firewalls[router] = fw
-            if backend.remote:   # a killed run's chain is removed by `nestlab cleanup`
-                from harness.backends.ssh import CHAIN_UNDO
-
-                self.chain_undo[router] = {"node": router, "argv": CHAIN_UNDO, "what": "remove the NESTLAB chain"}
-                self.ledger.add_undo(router, CHAIN_UNDO, self.chain_undo[router]["what"])
-            fw.setup()
+        self.faults = Faults(FaultEnv(spec, backend, self.clocks, self.workloads, self.rng, self.run_id,
+                                      self.shm_dir, self.ledger))
+        self.faults.setup()   # the kinds' shared state, e.g. the fault chain on each router
         self._start_collector()
 
     def _snapshots(self, server: bool = True) -> int:
@@ -367,83 +359,36 @@ class Run:
     # -- faults --------------------------------------------------------------------------------
     def _start_fault(self, w: Window) -> None:
         f = self.spec.faults[w.spec_index]
-
-        def row(target: str, rule: str, start: float) -> int:
-            # Written after the fault is in force, so the injection never waits for the database.
+        kind = self.faults.of(w)
+        try:   # the first part's id is known before its row is written: a rule's tag carries it
+            parts = kind.inject(w, self.fault_ids + 1)
+        except NoTarget as e:
+            self.progress.skipped += 1
+            self.event("warning", f"{f.kind} at {w.start:g}s skipped: {e}", f.target.workload if f.target else None)
+            return
+        rows = []
+        for part in parts:   # written after the fault is in force, so the injection never waits for the database
             self.fault_ids += 1
             self.db.execute(
                 "INSERT INTO faults (id, spec_index, kind, at_node, target, planned_start, planned_duration, start, "
                 "rule) VALUES (?,?,?,?,?,?,?,?,?)",
-                (self.fault_ids, w.spec_index, f.kind, f.at or self.spec.monitor, target, w.start, w.duration,
-                 start, rule))
-            return self.fault_ids
-
-        def skip(why: str) -> None:
-            self.progress.skipped += 1
-            self.event("warning", f"{f.kind} at {w.start:g}s skipped: {why}", f.target.workload)
-
-        parts: list[tuple[int, Callable[[], float]]] = []
-        if f.kind in ("ip_drop", "tcp_drop"):
-            if f.kind == "ip_drop":
-                host = f.host or self.spec.monitor
-                addr = self.backend.address(host)
-                target = target_json(description=f"all IP traffic of {host} ({addr})", host=host, address=addr)
-            else:
-                conn, pid = self._pick_connection(f.target)
-                if conn is None:
-                    return skip(f"workload {f.target.workload} had no established connection")
-                target = target_json(description=f"tcp {conn['src']}:{conn['sport']}>{conn['dst']}:{conn['dport']}",
-                                     workload=f.target.workload, pid=pid, **conn)
-            tag = f"nestlab:{self.run_id}:f{self.fault_ids + 1}"  # the rule carries the run and the fault id
-            rule = ip_drop_rule(f.at, tag, addr) if f.kind == "ip_drop" else tcp_drop_rule(f.at, tag, conn)
-            fw, at = self.firewalls[f.at], f.at
-            start = self.clocks.from_node(at, fw.insert(rule))   # the router's clock -> the monitor's
-            parts.append((row(target, rule.describe(), start), lambda: self.clocks.from_node(at, fw.delete(rule))))
-        else:  # app_pause: every live process of the workload (or the one instance named), then record
-            procs = [p for i, p in self.workloads.live(f.target.workload)
-                     if f.target.instance is None or i.index == f.target.instance]
-            if not procs:
-                return skip(f"workload {f.target.workload} had no live process")
-            host = self.spec.workloads[f.target.workload].host
-            paused = [(proc, self.backend.pause(host, self.shm_dir, proc.pid)) for proc in procs]  # acked on host's clock
-            for proc, state in paused:
-                start = self.clocks.from_node(host, state.ack_mono)
-                target = target_json(description=f"pause pid {proc.pid} ({' '.join(proc.argv[:2])})",
-                                     workload=f.target.workload, pid=proc.pid)
-                sig = f"signal {state.pause_signal} (pause) / {state.resume_signal} (resume) to pid {proc.pid}"
-                parts.append((row(target, sig, start), lambda pid=proc.pid: self.clocks.from_node(
-                    host, self.backend.resume(host, self.shm_dir, pid).ack_mono)))
+                (self.fault_ids, w.spec_index, f.kind, f.at or self.spec.monitor, part.target, w.start, w.duration,
+                 part.start, part.rule))
+            rows.append((self.fault_ids, part))
         self.db.commit()
         self.progress.injected += 1
-        self.active.append(ActiveFault(w, start + w.duration, parts))
+        self.active.append(ActiveFault(w, parts[-1].start + w.duration, kind, rows))
 
     def _end_fault(self, af: ActiveFault) -> None:
         self.active.remove(af)
-        for fid, undo in af.parts:
+        for fid, part in af.parts:
             try:
-                end = undo()
+                end = af.kind.heal(part)
             except Exception as e:  # noqa: BLE001 - e.g. a paused process that exited meanwhile
                 end = self.now()
                 self.event("warning", f"fault {fid}: ending it failed ({type(e).__name__}: {e}); end stamped now")
             self.db.execute("UPDATE faults SET end = ? WHERE id = ?", (end, fid))
         self.db.commit()
-
-    def _pick_connection(self, target) -> tuple[dict | None, int | None]:
-        """A live connection of the target workload (instance), chosen with the run's seed."""
-        deadline = monotonic() + TARGET_WAIT_S
-        while True:
-            live = self.workloads.live(target.workload)
-            if target.instance is not None:
-                live = [(i, p) for i, p in live if i.index == target.instance]
-            w = self.spec.workloads[target.workload]
-            server = self.backend.address(w.server)
-            choices = [(c, p.pid) for _, p in live for c in self.backend.tcp_connections(w.host, p.pid)
-                       if c["dst"] == server]
-            if choices:
-                return self.rng.choice(choices)
-            if monotonic() >= deadline:
-                return None, None
-            time.sleep(0.05)
 
     # -- teardown ------------------------------------------------------------------------------
     def _teardown_safely(self) -> None:
@@ -489,11 +434,8 @@ class Run:
             self._on_process(self.collector, None, "ended", None)
 
     def _remove_chains(self) -> None:
-        for router, fw in self.firewalls.items():
-            if fw.ready:
-                fw.teardown()
-            if router in self.chain_undo:
-                self.ledger.drop_undo(self.chain_undo.pop(router))
+        if self.faults is not None:
+            self.faults.teardown()
 
     def _bring_back(self) -> None:
         """SSH: the collector's tables (merged into the local run.db) and every node's logs."""
@@ -511,9 +453,10 @@ class Run:
             return
         monitor_if = self.backend.interfaces(self.spec.monitor)[0].name
         modules = self.db.execute("SELECT id, key, born FROM modules").fetchall()
-        for fid, kind, target, start in self.db.execute("SELECT id, kind, target, start FROM faults").fetchall():
-            key = fault_target_key(kind, json.loads(target), self.spec.monitor, monitor_if)
-            module = choose_target(modules, key, start) if key else None
+        faults = self.db.execute("SELECT id, kind, target, start FROM faults").fetchall()
+        resolved = resolve_fault_targets([(kind, json.loads(target), start) for _, kind, target, start in faults],
+                                         modules, self.spec.monitor, monitor_if)
+        for (fid, *_), module in zip(faults, resolved, strict=True):
             if module is not None:
                 self.db.execute("UPDATE faults SET target_module = ? WHERE id = ?", (module, fid))
         self.db.commit()

@@ -10,6 +10,7 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -156,6 +157,25 @@ def choose_target(modules, key: str, start: float | None) -> int | None:
     cands = sorted((born, mid) for mid, k, born in modules if k == key or k.startswith((key + "@", key + "#")))
     before = [mid for born, mid in cands if start is None or born <= start]
     return before[-1] if before else (cands[0][1] if cands else None)
+
+
+def resolve_fault_targets(faults: Iterable[tuple[str, dict, float | None]], modules: Sequence[tuple[int, str, float]],
+                          monitor: str | None, monitor_if: str | None,
+                          missing_start: float | None = None) -> list[int | None]:
+    """The module id each fault (kind, target JSON as a dict, start) targets, or None where it is not
+    observed, among modules (id, key, born); the runner and the analysis both resolve with this.
+    Without a monitored interface (runs that did not record it) the only ipeth module's is taken, if
+    there is one. A fault without a start (never took effect) is looked up at `missing_start`."""
+    if not monitor_if:
+        ipeths = {k.split(":", 1)[1] for _, k, _ in modules if k.startswith("ipeth:")}
+        monitor_if = next(iter(ipeths)) if len(ipeths) == 1 else None
+    out: list[int | None] = []
+    for kind, target, start in faults:
+        key = fault_target_key(kind, target, monitor, monitor_if)
+        if start is None or start != start:   # None, or NaN from a data frame
+            start = missing_start
+        out.append(choose_target(modules, key, start) if key else None)
+    return out
 
 
 def ensure_indexes(conn: sqlite3.Connection) -> None:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.backends.base import Node, Proc
-from harness.clean import signals_held
 from harness.errors import UserError
+from harness.ledger import signals_held
 from harness.spec import Spec, Workload
 
 HTTP_PORT = 80

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import REPO
 
-CODE = ("from harness.clean import Ledger, LEDGER_DIR; print(LEDGER_DIR); "
+CODE = ("from harness.ledger import Ledger, LEDGER_DIR; print(LEDGER_DIR); "
         "l = Ledger('t-run', '/nonexistent'); print(l.path.exists()); l.close(); print(l.path.exists())")
 
 
@@ -45,6 +45,6 @@ def test_root_uses_run_nestlab():
     if os.geteuid() != 0:
         pytest.skip("root only")
     env = {k: v for k, v in os.environ.items() if k != "NESTLAB_LEDGER_DIR"}
-    out = subprocess.run([sys.executable, "-c", "from harness.clean import LEDGER_DIR; print(LEDGER_DIR)"],
+    out = subprocess.run([sys.executable, "-c", "from harness.ledger import LEDGER_DIR; print(LEDGER_DIR)"],
                          capture_output=True, text=True, env=env, cwd=REPO).stdout.strip()
     assert out == "/run/nestlab"

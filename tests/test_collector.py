@@ -1,20 +1,25 @@
 """The collector: the lean sock_diag decoder against `ss`, the module tracker's rows, ignored
-interfaces. Real sockets on loopback; the tracker on hand-made observations."""
+interfaces, interceptor counters stored raw. Real sockets on loopback; the tracker on hand-made
+observations and on an interceptor counter file written here."""
 
 from __future__ import annotations
 
+import os
 import re
 import socket
+import struct
 import subprocess
 import time
 
 import pytest
 
 from analysis.graph import load_run
+from harness.collector.appsockets import InterceptorSource
 from harness.collector.iface import InterfaceSource
 from harness.collector.main import ModuleTracker
 from harness.collector.sockdiag import SockDiag, TcpSock, TcpSource
 from harness.collector.source import Observation
+from harness.interceptor import shm
 from harness.store import connect, create_db
 
 
@@ -108,3 +113,86 @@ def test_tracker_writes_tcp_info_on_change(tmp_path):
         tr.record(float(k), time.time(), [Observation("tcp:1", "tcp", "c", {"in": {"total_msgs": k}}, {}, [], rtt)])
     assert db.execute("SELECT seq, module, rtt_us, rttvar_us FROM tcp_info").fetchall() == [(0, 1, 500, 250),
                                                                                          (2, 1, 700, 300)]
+
+
+class CounterFile:
+    """A counter file in the interceptor's format (harness/interceptor/nestintercept.h) for this
+    very process, with one connected TCP socket whose inbound and outbound counters a test sets."""
+
+    FD, INODE, NSLOTS = 3, 4242, 8
+
+    def __init__(self, shm_dir):
+        self.path = shm.shm_file(shm_dir, os.getpid())
+        header = shm.HDR.pack(shm.MAGIC, shm.VERSION, shm.HEADER_SIZE, shm.SLOT_SIZE, self.NSLOTS,
+                              os.getpid(), os.getppid(), 0, 1, 0, shm.HF_HAD_GRAPH, 0, self.FD + 1,
+                              10, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        cmd = b"probe\0raw\0"
+        with open(self.path, "wb") as f:
+            f.write(bytes(shm.HEADER_SIZE + self.NSLOTS * shm.SLOT_SIZE))
+            f.seek(0)
+            f.write(header)
+            f.seek(512)
+            f.write(struct.pack("<I", len(cmd)))
+            f.seek(shm.CMDLINE_OFF)
+            f.write(cmd)
+
+    def set(self, inp: tuple[int, float], out: tuple[int, float]) -> None:
+        """(calls, wait_ms) per direction; bytes follow the calls, no errors, no call in progress."""
+        dirs = []
+        for msgs, wait_ms in (inp, out):
+            dirs += [0, msgs, 100 * msgs, 0, round(wait_ms * 1e6), 0, 0, 0]
+        addr = socket.inet_aton("127.0.0.1") + bytes(12)
+        slot = shm.FULL_SLOT.pack(0, 1, self.INODE, self.FD, shm.OPEN,
+                                  shm.SF_GRAPH | shm.SF_PEER | shm.SF_CONNECT, socket.AF_INET,
+                                  socket.SOCK_STREAM, 40000, 5001, 0, addr, addr, 1, 0, *dirs)
+        with open(self.path, "r+b") as f:
+            f.seek(shm.HEADER_SIZE + self.FD * shm.SLOT_SIZE)
+            f.write(slot)
+
+
+def test_interceptor_counters_are_stored_raw_and_the_analysis_applies_thesis_3_4(tmp_path):
+    """A counter that goes backwards reaches run.db as read; the analysis alone applies the rule
+    (analysis/graph.py): the lower snapshot is invalid, and when the next one is lower too the
+    higher value before them was the spurious one. A wait_ms reading a few microseconds low (a call
+    ending between the reader's look and its clock) is not an event."""
+    shm_dir = tmp_path / "shm"
+    shm_dir.mkdir()
+    cf = CounterFile(shm_dir)
+    db = create_db(tmp_path / "run.db")
+    db.isolation_level = None
+    tr = ModuleTracker(db)
+    src = InterceptorSource(shm_dir)
+    msgs_in = [5, 9, 7, 8, 10, 12]                      # 9 is spurious: 7 and then 8 are below it
+    wait_out = [1.0, 2.0, 1.98, 1.99, 3.0, 3.5]          # 2.0 -> 1.98 -> 1.99: within 0.05 ms
+    try:
+        for k, (m, w) in enumerate(zip(msgs_in, wait_out, strict=True)):
+            cf.set(inp=(m, 0.5 * k), out=(10 + k, w))
+            obs = {o.key: o for o in src.poll()}
+            sock = obs[f"sock:{os.getpid()}:{cf.FD}:{cf.INODE}"]
+            assert sock.counters["in"]["total_msgs"] == m and sock.counters["out"]["wait_ms"] == w
+            assert obs[f"app:{os.getpid()}"].counters == sock.counters       # the sum of one socket
+            tr.record(10.0 + 0.1 * k, time.time(), list(obs.values()))
+        tr.close(10.0 + 0.1 * len(msgs_in))
+    finally:
+        src.close()
+    for kind in ("app", "socket"):
+        (mid,) = db.execute("SELECT id FROM modules WHERE kind = ?", (kind,)).fetchone()
+        stored = db.execute("SELECT total_msgs FROM counters WHERE module = ? AND dir = 'in' ORDER BY seq",
+                            (mid,)).fetchall()
+        assert [v for (v,) in stored] == msgs_in                                   # raw, as read
+        stored = db.execute("SELECT wait_ms FROM counters WHERE module = ? AND dir = 'out' ORDER BY seq",
+                            (mid,)).fetchall()
+        assert [v for (v,) in stored] == wait_out
+    db.close()
+
+    run = load_run(tmp_path)
+    (st,) = run.stretches
+    for i, m in enumerate(st.modules):
+        inp, out = st.counters["in"], st.counters["out"]
+        assert run.module_kind[m] in ("app", "socket")
+        # seq 0: the run's first snapshot; 9 and 7 discarded, 8 measured from 7
+        assert inp.invalid[i].tolist() == [True, True, True, False, False, False]
+        assert inp.tm[i].tolist()[3:] == [1, 2, 2]
+        assert out.invalid[i].tolist() == [True] + [False] * 5
+        assert out.wait[i].tolist()[1:] == pytest.approx([1.0, 0.0, 0.0, 1.0, 0.5])
+

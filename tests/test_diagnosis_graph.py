@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from analysis.diagnose import diagnose_run
-from analysis.graph import load_run, read_json, stretch_from_json
+from analysis.graph import load_run, read_json, series_deltas, stretch_from_json
 from harness.errors import UserError
 from harness.store import create_db
 
@@ -108,6 +108,33 @@ def test_deltas_and_the_thesis_3_4_rule(small_run):
     assert _series(run, 6, "out", "errors") == [0, 1, 1]
     # A missing row (format 2) means the values did not change: carried forward, a valid zero delta.
     assert not _series(run, 3, "out", "invalid")[5] and _series(run, 3, "out", "tm")[5] == 0
+
+
+def test_series_deltas_applies_thesis_3_4_to_raw_counters():
+    """The rule lives here only (the collector stores counters as read; tests/test_collector.py
+    checks that end to end): one dip is discarded, a second lower value shows the higher one before
+    was spurious; a wait_ms a hair low (within 0.05 ms, also several in a row) carries the previous
+    value instead, and never across modules."""
+    def rows(*series):
+        mod, vals = [], []
+        for m, (msgs, wait) in enumerate(series):
+            mod += [m] * len(msgs)
+            vals += [(t, w, 0, 0) for t, w in zip(msgs, wait, strict=True)]
+        vals = np.array(vals, dtype=float)
+        has = np.ones_like(vals, dtype=bool)
+        has[:, 2] = False
+        mod = np.array(mod)
+        return series_deltas(mod, vals, has, np.ones(len(mod), dtype=bool), np.zeros(len(mod), dtype=bool))
+
+    delta, invalid = rows(([5, 9, 7, 8, 10, 12], [1.0, 2.0, 2.5, 3.0, 3.5, 4.0]))
+    assert invalid.tolist() == [False, True, True, False, False, False]
+    assert delta[3:, 0].tolist() == [1, 2, 2] and delta[3:, 1].tolist() == pytest.approx([0.5, 0.5, 0.5])
+    delta, invalid = rows(([1, 2, 3, 4, 5], [1.0, 0.98, 0.99, 0.96, 1.5]),   # jitter: not an event
+                          ([1, 2, 3], [1.0, 0.9, 1.5]),                       # 0.1 ms lower: it is
+                          ([0, 1], [0.97, 1.0]))                              # a new module: from zero
+    assert not invalid[:5].any() and delta[:5, 1].tolist() == pytest.approx([1.0, 0, 0, 0, 0.5])
+    assert invalid[5:8].tolist() == [False, True, False]
+    assert not invalid[8:].any() and delta[8:, 1].tolist() == pytest.approx([0.97, 0.03])
 
 
 def test_diagnose_run_frame(small_run):

@@ -11,7 +11,7 @@ import pytest
 
 from analysis.score import evaluate
 from harness.backends.mininet import MininetBackend
-from harness.clean import Ledger
+from harness.ledger import Ledger
 from harness.runner import run_experiment
 from harness.topology import load_topology
 from tests.conftest import REPO, write

@@ -18,23 +18,19 @@ from pathlib import Path
 
 import pytest
 
-from harness.collector.interceptor import (
+from harness.collector.appsockets import InterceptorSource
+from harness.errors import UserError
+from harness.interceptor import build, create_shm_dir, preload_env, remove_shm_dir
+from harness.interceptor.pause import pause_process, pause_state, resume_process
+from harness.interceptor.shm import (
     HEADER_SIZE,
     HF_EXITED,
     HF_HANDLER_KEPT,
     OPEN,
     SLOT_SIZE,
-    InterceptorSource,
-    _Monotonic,
-    _Series,
-    pause_process,
-    pause_state,
     read_process,
-    resume_process,
     shm_file,
 )
-from harness.errors import UserError
-from harness.interceptor import build, create_shm_dir, preload_env, remove_shm_dir
 
 REPO = Path(__file__).resolve().parent.parent
 PROBE_SRC = REPO / "tests" / "interceptor" / "nestprobe.c"
@@ -272,24 +268,6 @@ def test_library_path_error_names_the_fix(monkeypatch, tmp_path):
     monkeypatch.setattr(hi, "HERE", tmp_path)
     with pytest.raises(UserError, match="make -C"):
         hi.library_path()
-
-
-def test_monotonic_filter_follows_thesis_3_4():
-    m = _Monotonic()
-    assert [m.feed(v) for v in (10, 20, 15, 25)] == [10, 20, 20, 25]      # one dip: discarded
-    m = _Monotonic()
-    assert [m.feed(v) for v in (10, 20, 15, 12, 14)] == [10, 20, 20, 20, 22]  # two: re-based, goes on
-    m = _Monotonic()
-    assert [m.feed(v, 0.05) for v in (1.0, 0.98, 1.5)] == [1.0, 1.0, 1.5]    # jitter is not an event
-
-    def c(msgs, wait):
-        return {"in": {"total_msgs": msgs, "wait_ms": wait, "errors": 0, "bytes": msgs},
-                "out": {"total_msgs": 0, "wait_ms": 0.0, "errors": 0, "bytes": 0}}
-    s = _Series()
-    got = [s.filter(c(m, w))["in"] for m, w in ((5, 1.0), (9, 2.0), (7, 2.5), (8, 3.0), (10, 3.5), (12, 4.0))]
-    # 7 is discarded; 8 is lower again, so 9 was spurious: go on from 8, re-based to stay monotonic
-    assert [g["total_msgs"] for g in got] == [5, 9, 9, 9, 11, 13]
-    assert [g["wait_ms"] for g in got] == [1.0, 2.0, 2.5, 3.0, 3.5, 4.0]   # the other series untouched
 
 
 def test_source_never_reuses_a_key_that_died(tmp_path):

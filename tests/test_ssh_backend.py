@@ -39,7 +39,7 @@ import pytest
 import yaml
 
 from harness.backends.mininet import MininetBackend
-from harness.clean import LEDGER_DIR
+from harness.ledger import LEDGER_DIR
 from harness.runner import run_experiment
 from harness.store import FORMAT_VERSION
 from harness.topology import load_topology
@@ -103,7 +103,7 @@ links:
 
 
 def test_ssh_topology_resolves_settings_relative_to_the_topology_file(tmp_path):
-    from harness.backends.ssh import ssh_params
+    from harness.backends.ssh.transport import ssh_params
 
     topo = load_topology(write(tmp_path, "tiny.yaml", SSH_TOPO))
     assert topo.backend == "ssh"
@@ -138,7 +138,7 @@ def test_ssh_topology_mistakes_are_one_line_naming_file_line_and_field(tmp_path,
 
 
 def test_node_server_runs_spawns_reports_exits_and_kills_only_its_own(tmp_path):
-    from harness.backends.ssh import SERVER_SOURCE
+    from harness.backends.ssh.node import SERVER_SOURCE
 
     srv = subprocess.Popen([sys.executable, "-u", "-c", SERVER_SOURCE], stdin=subprocess.PIPE,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -191,7 +191,7 @@ def _wait_for(cond, timeout: float = 10.0) -> bool:
 def test_node_server_sweeps_a_group_whose_leader_exited_only_if_it_knows_the_group(tmp_path):
     """A shell that leaves a child behind and exits: the group lives on without its leader. The server
     that spawned it still kills the group; another server (which never saw the leader) refuses."""
-    from harness.backends.ssh import SERVER_SOURCE
+    from harness.backends.ssh.node import SERVER_SOURCE
 
     def server():
         return subprocess.Popen([sys.executable, "-u", "-c", SERVER_SOURCE], stdin=subprocess.PIPE,
@@ -276,7 +276,7 @@ class LocalChannel:
 
 class LocalConnection:
     def __init__(self):
-        from harness.backends.ssh import SshParams
+        from harness.backends.ssh.transport import SshParams
 
         self.p = SshParams(node="n1", host="local", port=22, user="root", key=None, known_hosts="",
                            timeout=5.0, sudo=False, python=sys.executable)
@@ -290,7 +290,7 @@ class LocalConnection:
 @pytest.fixture
 def local_node(tmp_path):
     """An SshNode whose command server runs here (no sshd)."""
-    from harness.backends.ssh import SshNode
+    from harness.backends.ssh.node import SshNode
 
     (tmp_path / "logs").mkdir()
     node = SshNode("n1", LocalConnection(), None, str(tmp_path))
@@ -348,7 +348,8 @@ def test_scratch_directories_are_made_new_never_taken_over(local_node, tmp_path,
     """A node's scratch directory (and the interceptor's in /dev/shm) is created, mode 700; one that
     exists already (another user could have made it, in /tmp) is refused with one line naming the node
     and the path, and so is one that does not belong to the user the commands run as."""
-    from harness.backends.ssh import SshError, make_private_dir
+    from harness.backends.ssh.provision import make_private_dir
+    from harness.backends.ssh.transport import SshError
 
     local_node.ledger = ledger = PathLedger()
     fresh = tmp_path / "fresh"
@@ -464,7 +465,8 @@ def test_cleanups_chain_undo_makes_the_same_iptables_calls_as_firewall_teardown(
 def test_failed_apt_install_names_aptgets_last_line(tmp_path):
     from types import SimpleNamespace
 
-    from harness.backends.ssh import SshBackend, SshError
+    from harness.backends.ssh.provision import apt_install
+    from harness.backends.ssh.transport import SshError
 
     calls = []
 
@@ -474,7 +476,7 @@ def test_failed_apt_install_names_aptgets_last_line(tmp_path):
 
     node = SimpleNamespace(run=run, p=SimpleNamespace(where="h1 (alice@192.0.2.1:22)"))
     with pytest.raises(SshError) as e:
-        SshBackend._apt_install(node, ["iperf"])
+        apt_install(node, ["iperf"])
     assert str(e.value) == ("h1 (alice@192.0.2.1:22): apt-get install iperf failed: "
                             "E: Unable to locate package iperf")
     assert [a[2] for a in calls] == ["apt-get"] * 3   # install, update, install again

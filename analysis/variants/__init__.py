@@ -144,4 +144,7 @@ def parse_variant(spec: str) -> Variant:
     return Variant(system, {p.name: p.default for p in system.params} | values)
 
 
+# What `nestlab diagnose` runs when no variant is named: one of each rule system.
 DEFAULT_VARIANTS = ("flowdiagnoser", "nest-cf")
+# The variant accuracy tables, comparisons and run summaries use when none is named: the thesis's NeST.
+DEFAULT_VARIANT = "flowdiagnoser:theta=2"

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from harness.collector.interceptor import PauseState
+from harness.interceptor.pause import PauseState
 from harness.topology import Interface, Topology
 
 

@@ -25,9 +25,9 @@ from pathlib import Path
 from harness import interceptor as _interceptor
 from harness.agent import tcp_connections
 from harness.backends.base import ClockOffset, Clocks, Proc
-from harness.clean import Ledger, kill_group
-from harness.collector.interceptor import PauseState, pause_process, resume_process
 from harness.errors import UserError
+from harness.interceptor.pause import PauseState, pause_process, resume_process
+from harness.ledger import Ledger, kill_group
 from harness.store import monotonic
 from harness.topology import Interface, Topology
 

@@ -104,7 +104,7 @@ def make_sources(interceptor_dir: str | None, ignore_interfaces=()) -> tuple[lis
     iface = InterfaceSource(set(ignore_interfaces))
     sources: list[Source] = [iface, TcpSource(iface.ifkey_of, socket_owners, iface.ignored)]
     if interceptor_dir:
-        from harness.collector.interceptor import InterceptorSource
+        from harness.collector.appsockets import InterceptorSource
 
         sources.insert(0, InterceptorSource(interceptor_dir))
     return sources, iface

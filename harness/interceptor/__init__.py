@@ -1,8 +1,10 @@
 """The LD_PRELOAD interceptor: where the built library is and how to start a process under it.
 
 The C source is next to this file (nestintercept.c, nestintercept.h); `make -C harness/interceptor`
-builds libnestintercept.so (scripts/setup.sh does it on install). The shared-memory reader and the
-pause/resume API are in harness.collector.interceptor; docs/interceptor.md describes the whole thing.
+builds libnestintercept.so (scripts/setup.sh does it on install). Next to it, in Python: the reader
+of the library's shared memory (harness.interceptor.shm) and the pause/resume handshake
+(harness.interceptor.pause); the collector source of app and socket modules is
+harness.collector.appsockets. docs/interceptor.md describes the whole thing.
 """
 
 from __future__ import annotations

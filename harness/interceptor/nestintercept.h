@@ -4,7 +4,7 @@
  * The interceptor (nestintercept.c, built into libnestintercept.so) is loaded with LD_PRELOAD into
  * every workload process. It counts, per socket, the calls of the NeST socket module (thesis 3.2.1,
  * paper section 4) and implements the application fault (thesis 3.5.1). The collector reads the
- * counters from shared memory (harness/collector/interceptor.py mirrors this file in Python; keep
+ * counters from shared memory (harness/interceptor/shm.py mirrors this file in Python; keep
  * the two in step and bump NEST_VERSION on any change; docs/interceptor.md describes it for humans).
  *
  * Files. One file per process, $NESTLAB_SHM_DIR/<pid>.nest (the harness makes the directory 0700 in

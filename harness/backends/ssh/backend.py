@@ -1,0 +1,250 @@
+"""The SSH backend: testbed nodes over SSH, with the same Node interface as Mininet.
+
+SshBackend is what the runner uses when every node of the topology says where it lives: it connects
+(transport.py), checks and provisions the nodes and verifies the network the testbed built
+(provision.py), hands the runner its nodes (node.py), runs the node agent for host-local operations,
+brings the run's data back (retrieve.py) and, at teardown, undoes everything the run's ledger lists.
+docs/ssh-backend.md describes the topology file and the whole procedure.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from harness.backends.base import Clocks
+from harness.backends.ssh import provision
+from harness.backends.ssh.node import SshNode
+from harness.backends.ssh.provision import make_private_dir
+from harness.backends.ssh.retrieve import fetch_collector_db, fetch_logs
+from harness.backends.ssh.transport import Connection, connect_all, ssh_params
+from harness.faults import chain_teardown_argv
+from harness.interceptor.pause import PauseState
+from harness.ledger import Ledger
+from harness.topology import Interface, Topology
+
+# Removes the harness's fault chain on a router: the ledger's undo entry (Firewall.teardown's steps),
+# which the runner records, so that a killed run's chain is removed by `nestlab cleanup`.
+CHAIN_UNDO = chain_teardown_argv()
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+class SshBackend:
+    kind = "ssh"
+    remote = True
+
+    def __init__(self, topology: Topology, ledger: Ledger | None, spec, run_id: str):
+        self.topology, self.ledger, self.spec, self.run_id = topology, ledger, spec, run_id
+        self.params = ssh_params(topology)
+        self.defaults = topology.spec.ssh
+        self.conns: dict[str, Connection] = {}
+        self.nodes: dict[str, SshNode] = {}
+        self._interfaces: dict[str, list[Interface]] = {}
+        self.control: dict[str, str | None] = {}
+        self._clocks: Clocks | None = None
+        self.shm_dirs: dict[str, str] = {}
+        self.pkg: dict[str, str] = {}
+        self.node_info: dict[str, dict] = {}
+        self.collector_db: str | None = None
+
+    # -- preflight and build -------------------------------------------------------------------
+    def preflight(self) -> None:
+        """Connect to every node (nothing is created on them yet): unreachable nodes, unknown or wrong
+        host keys and refused logins end the run here with one line."""
+        self.conns = connect_all(self.params)
+        for name, conn in self.conns.items():
+            base = f"{(self.defaults.workdir if self.defaults else '/tmp').rstrip('/')}"
+            self.nodes[name] = SshNode(name, conn, self.ledger, f"{base}/nestlab-{self.run_id}-{_safe(name)}")
+        if self.ledger:
+            for name, p in self.params.items():
+                self.ledger.add_remote_node(name, p.as_dict())
+
+    def build(self) -> None:
+        """Check the nodes, install and verify the network (at once: the interceptor builds meanwhile),
+        set the congestion control, measure the clocks (provision.py)."""
+        provision.check_nodes(self.nodes, provision.needed_programs(self.topology, self.spec),
+                              self.defaults is None or self.defaults.install, self.node_info)
+        with ThreadPoolExecutor(max_workers=2) as pool:   # the interceptor builds while the network is checked
+            steps = [pool.submit(self._install), pool.submit(self._verify_network)]
+        for f in steps:
+            if f.exception() is not None:
+                raise f.exception()
+        provision.set_congestion_control(self.nodes, self.spec, self._interfaces, self.node_info, self.ledger)
+        self._clocks = self.measure_clocks()
+
+    def _install(self) -> None:
+        self.pkg[self.spec.monitor] = provision.install(self.nodes, self.spec.monitor, self.spec.interceptor,
+                                                        self.node_info)
+
+    def _verify_network(self) -> None:
+        provision.verify_network(self.nodes, self.topology, self.spec, self.node_info, self.control,
+                                 self._interfaces)
+
+    def measure_clocks(self) -> Clocks:
+        """Every node's and the runner's offset to the monitored host's clock, measured now."""
+        return provision.measure_clocks(self.nodes, self.spec.monitor)
+
+    # -- what the runner asks ------------------------------------------------------------------
+    def node(self, name: str) -> SshNode:
+        return self.nodes[name]
+
+    def interfaces(self, name: str) -> list[Interface]:
+        return self._interfaces[name]
+
+    def address(self, name: str) -> str:
+        return self._interfaces[name][0].address
+
+    def clocks(self, reference: str) -> Clocks:
+        assert reference == self._clocks.reference
+        return self._clocks
+
+    def python(self, name: str) -> list[str]:
+        """argv prefix that runs this package's modules on the node."""
+        return ["env", f"PYTHONPATH={self.pkg[name]}", self.params[name].python]
+
+    def agent(self, name: str, *args: str, timeout: float = 30.0, server: bool = True):
+        r = self.nodes[name].run([*self.python(name), "-m", "harness.agent", *map(str, args)],
+                                 check=False, timeout=timeout, server=server)
+        try:
+            out = json.loads(r.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise RuntimeError(f"{name}: agent {' '.join(map(str, args))}: {(r.stderr or r.stdout).strip()}") from None
+        if r.returncode != 0 or isinstance(out, dict) and "error" in out:
+            raise RuntimeError(f"{name}: agent {args[0]}: {out.get('error') if isinstance(out, dict) else out}")
+        return out
+
+    def tcp_connections(self, node: str, pid: int) -> list[dict]:
+        return self.agent(node, "conns", pid)
+
+    def pause(self, node: str, shm_dir: str, pid: int) -> PauseState:
+        return PauseState(**self.agent(node, "pause", shm_dir, pid))
+
+    def resume(self, node: str, shm_dir: str, pid: int) -> PauseState:
+        return PauseState(**self.agent(node, "resume", shm_dir, pid))
+
+    def interceptor(self, name: str) -> tuple[str, dict[str, str]]:
+        """A shared-memory directory for the interceptor on the node, and the clients' environment."""
+        from harness.interceptor import ENV_SHM_DIR, LIBRARY_NAME
+
+        node = self.nodes[name]
+        base = "/dev/shm" if node.exists("/dev/shm") else node.workdir
+        shm = f"{base}/nestlab-{self.run_id}-{_safe(name)}"
+        make_private_dir(node, shm)
+        self.shm_dirs[name] = shm
+        lib = f"{self.pkg[name]}/harness/interceptor/{LIBRARY_NAME}"
+        return shm, {"LD_PRELOAD": lib, ENV_SHM_DIR: shm}
+
+    def create_db(self, name: str) -> str:
+        """run.db for the collector on the node, with the run-store schema."""
+        db = f"{self.nodes[name].workdir}/run.db"
+        self.agent(name, "initdb", db)
+        self.collector_db = db
+        if self.ledger:
+            self.ledger.set_salvage(name, db, f"{self.nodes[name].workdir}/logs")
+        return db
+
+    def snapshots(self, name: str, server: bool = True) -> int:
+        """Snapshots recorded so far (the progress thread passes server=False: the command server is
+        the main thread's)."""
+        return int(self.agent(name, "count", self.collector_db, timeout=10, server=server))
+
+    def bring_back(self, db: sqlite3.Connection, run_dir: Path) -> None:
+        """Copy the collector's run.db into the local one, and every node's logs into logs/."""
+        errors = []
+        if self.collector_db:
+            mon = self.spec.monitor
+            try:
+                fetch_collector_db(self.nodes[mon], self.collector_db, run_dir, db,
+                                   checkpoint=lambda: self.agent(mon, "checkpoint", self.collector_db))
+            except Exception as e:  # noqa: BLE001 - still fetch the logs
+                errors.append(f"run.db from {mon}: {e}")
+        for name, node in self.nodes.items():
+            try:
+                fetch_logs(node, f"{node.workdir}/logs", run_dir / "logs")
+            except Exception as e:  # noqa: BLE001
+                errors.append(f"logs from {name}: {e}")
+        if errors:
+            raise RuntimeError("; ".join(errors))
+
+    def node_records(self) -> dict[str, dict]:
+        """What the manifest records about each node."""
+        out = {}
+        for name, p in self.params.items():
+            out[name] = {"host": p.host, "port": p.port, "user": p.user, "control_interface": self.control.get(name),
+                         "interfaces": [i.name for i in self._interfaces.get(name, [])],
+                         **self.node_info.get(name, {})}
+        return out
+
+    def versions(self) -> dict[str, str]:
+        def first_line(node: str | None, argv: list[str]) -> str:
+            if node is None:
+                return "unused"
+            r = self.nodes[node].run(argv, check=False, sudo=False)
+            return ((r.stdout or r.stderr).strip().splitlines() or ["unavailable"])[0]
+
+        spec = self.spec
+        mon = spec.monitor
+        servers = [w.server for w in spec.workloads]
+        web = next((w.server for w in spec.workloads if w.kind == "wget"), None)
+        router = next((f.at for f in spec.faults if f.at), None)
+        out = {"kernel": self.node_info[mon].get("kernel", ""), "python": self.node_info[mon].get("python", ""),
+               "iperf": first_line(mon if any(w.kind == "iperf" for w in spec.workloads) else
+                                   (servers[0] if servers else None), ["iperf", "-v"]),
+               "wget": first_line(mon, ["wget", "--version"]),
+               "lighttpd": first_line(web, ["lighttpd", "-v"]),
+               "iptables": first_line(router, ["iptables", "--version"] if router else [])}
+        return out
+
+    @property
+    def link_model(self) -> list[dict]:
+        """The testbed shapes the links (its delay nodes, as the exported NS file or profile asks);
+        nestlab neither sets nor reads their queues and leaves the nodes' offloads as they are."""
+        return [{"link": k, "a": lk.a, "b": lk.b, "bw": lk.bw, "queue": lk.queue_packets,
+                 "shaped_by": "the testbed (docs/ssh-backend.md)"} for k, lk in enumerate(self.topology.spec.links)]
+
+    def queue_stats(self) -> list[dict]:
+        return []   # the queues are on the testbed's delay nodes, which nestlab does not reach
+
+    # -- teardown ------------------------------------------------------------------------------
+    def teardown(self) -> None:
+        errors = []
+        for name, node in self.nodes.items():
+            for proc in list(node.procs.values()):   # anything the runner did not stop
+                try:
+                    node.stop(proc, timeout=1.0)
+                except Exception as e:  # noqa: BLE001
+                    errors.append(f"{name}: stopping pid {proc.pid}: {e}")
+        if self.ledger:
+            for entry in list(self.ledger.data.get("remote", {}).get("undo", [])):
+                node = self.nodes.get(entry["node"])
+                if node is None:
+                    continue
+                try:
+                    node.run(entry["argv"], check=True)
+                    self.ledger.drop_undo(entry)
+                except Exception as e:  # noqa: BLE001
+                    errors.append(f"{entry['node']}: {entry['what']}: {e}")
+            for entry in list(self.ledger.data.get("remote", {}).get("paths", [])):
+                node = self.nodes.get(entry["node"])
+                if node is None:
+                    continue
+                try:
+                    node.run(["rm", "-rf", "--", entry["path"]])
+                    self.ledger.drop_remote_path(entry["node"], entry["path"])
+                except Exception as e:  # noqa: BLE001
+                    errors.append(f"{entry['node']}: removing {entry['path']}: {e}")
+        for node in self.nodes.values():
+            node.close()
+        for conn in self.conns.values():
+            conn.close()
+        if self.ledger and not errors:
+            self.ledger.drop_remote_nodes()
+        if errors:
+            raise RuntimeError("; ".join(errors) + " (the ledger keeps them: run `nestlab cleanup`)")
+

@@ -1,0 +1,113 @@
+"""Cleaning up after a killed run on testbed nodes (the `remote` part of its ledger), for
+`nestlab cleanup`: stop the recorded processes, bring back what the collector recorded and the logs,
+run the undo commands (which the run wrote into the ledger), remove the run's directories."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import time
+from pathlib import Path
+
+from harness.backends.ssh.node import SshNode
+from harness.backends.ssh.retrieve import fetch_collector_db, fetch_logs
+from harness.backends.ssh.transport import Connection, SshParams
+from harness.errors import UserError
+
+CHECKPOINT = ("import pathlib, sqlite3, sys; "
+              "c = sqlite3.connect(pathlib.Path(sys.argv[1]).as_uri() + '?mode=rw', uri=True, timeout=10); "
+              "c.execute('PRAGMA wal_checkpoint(TRUNCATE)').fetchall(); c.close()")
+STOP_WAIT_S = 10.0   # how long `cleanup` gives the recorded processes to end after SIGTERM
+
+
+def stop_recorded(nodes: dict[str, SshNode], processes: list[dict], say) -> int:
+    """SIGTERM every recorded process group that is still the one recorded (the collector then commits
+    and closes its run.db), wait until they are gone, SIGKILL what is left. Returns the groups
+    signalled."""
+    live: list[dict] = []
+    for p in reversed(processes):
+        node = nodes.get(p["node"])
+        if node is None:
+            continue
+        try:
+            if node.kill(p["pid"], p["start"], signal.SIGTERM):
+                live.append(p)
+        except Exception as e:  # noqa: BLE001
+            say(f"cleanup: {p['node']}: pid {p['pid']}: {e}")
+    signalled = len(live)
+    deadline = time.monotonic() + STOP_WAIT_S
+    while live and time.monotonic() < deadline:
+        time.sleep(0.1)
+        still = []
+        for p in live:
+            try:
+                if nodes[p["node"]].kill(p["pid"], p["start"], 0):
+                    still.append(p)
+            except Exception:  # noqa: BLE001 - SIGKILLed below
+                still.append(p)
+        live = still
+    for p in live:
+        try:
+            nodes[p["node"]].kill(p["pid"], p["start"], signal.SIGKILL)
+        except Exception as e:  # noqa: BLE001
+            say(f"cleanup: {p['node']}: pid {p['pid']}: {e}")
+    return signalled
+
+
+def cleanup_remote(data: dict, say) -> bool:
+    """Undo what a killed run left on its testbed nodes (its ledger's `remote` part): stop its
+    processes (the collector first commits and closes its run.db), bring back that run.db and the
+    logs, undo its changes (the fault chain, the congestion-control routes), remove its directories.
+    Returns True when every node was reached and everything is gone."""
+    remote = data.get("remote") or {}
+    params = {n: SshParams(**p) for n, p in (remote.get("nodes") or {}).items()}
+    if not params:
+        return True
+    nodes: dict[str, SshNode] = {}
+    complete = True
+    for name, p in params.items():
+        conn = Connection(p)
+        try:
+            conn.connect()
+        except UserError as e:
+            say(f"cleanup: {e}; run `nestlab cleanup` again when it is reachable")
+            complete = False
+            continue
+        nodes[name] = SshNode(name, conn, None, "/")
+        nodes[name].use_server = True
+    # Stopped before anything is copied: a run.db copied while the collector writes can be stale or torn.
+    killed = stop_recorded(nodes, remote.get("processes", []), say)
+    run_dir = Path(data["run_dir"])
+    salvage = remote.get("salvage")
+    mon = nodes.get(salvage["node"]) if salvage else None
+    if mon is not None and (run_dir / "run.db").exists():
+        try:
+            db = sqlite3.connect(str(run_dir / "run.db"), timeout=10)
+            try:
+                if db.execute("SELECT count(*) FROM snapshots").fetchone()[0] == 0:
+                    n = fetch_collector_db(mon, salvage["db"], run_dir, db, checkpoint=lambda: mon.run(
+                        [mon.p.python, "-c", CHECKPOINT, salvage["db"]]))
+                    say(f"cleanup: brought back {n} snapshot(s) from {salvage['node']}")
+            finally:
+                db.close()
+        except Exception as e:  # noqa: BLE001
+            say(f"cleanup: could not bring back run.db from {salvage['node']}: {e}")
+    if mon is not None:
+        try:
+            fetch_logs(mon, salvage["logs"], run_dir / "logs")
+        except Exception:  # noqa: BLE001
+            pass
+    for entry in remote.get("undo", []):
+        node = nodes.get(entry["node"])
+        if node is not None:
+            node.run(entry["argv"], check=False)
+    for entry in remote.get("paths", []):
+        node = nodes.get(entry["node"])
+        if node is not None:
+            node.run(["rm", "-rf", "--", entry["path"]], check=False)
+    for node in nodes.values():
+        node.close()
+        node.conn.close()
+    say(f"cleanup: run {data['run_id']}: {killed} remote process group(s) killed on "
+        f"{', '.join(sorted(nodes)) or 'no node'}")
+    return complete

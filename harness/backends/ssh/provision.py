@@ -1,0 +1,345 @@
+"""Provisioning testbed nodes over SSH: what the run relies on, checked, installed and set.
+
+On a testbed the network already exists (Emulab/CloudLab made the links, addresses and routes), so
+nothing is built: each node is checked (Linux, sudo, the programs its role needs, installed with
+apt-get where missing), the network is verified (the named data interfaces exist and have
+addresses, the routers forward, each client reaches its server through its data interface) and its
+real addresses recorded, this package and the interceptor are installed on the monitored host in a
+scratch directory of the run, the congestion control is set on the experiment's routes, and every
+node's clock is measured against the monitored host's. Every change is written to the run's ledger
+first. docs/ssh-backend.md, section 3, describes the procedure.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from harness.backends.base import ClockOffset, Clocks
+from harness.backends.ssh.node import CLOCK_ROUNDS, SshNode
+from harness.backends.ssh.transport import SshError
+from harness.ledger import Ledger
+from harness.topology import Interface, Topology
+
+MIN_PYTHON = (3, 10)
+
+# $1 = "sudo" or "-", then the programs to look for. Prints uname, the OS, $SSH_CONNECTION, a line
+# "missing <program>" for each one not found, and "checked" when the check ran.
+PROBE_SCRIPT = ('uname -sr; (. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-unknown}"); echo "$SSH_CONNECTION"\n'
+                'check=\'for p; do command -v "$p" >/dev/null 2>&1 || echo "missing $p"; done; echo checked\'\n'
+                'if [ "$1" = sudo ]; then shift; sudo -n sh -c "$check" sh "$@"; else shift; sh -c "$check" sh "$@"; fi\n')
+
+# Programs a node needs for its role, and the Debian/Ubuntu packages that provide them.
+PACKAGES = {"python3": "python3", "ip": "iproute2", "ss": "iproute2", "truncate": "coreutils", "tar": "tar",
+            "sysctl": "procps", "iptables": "iptables", "iptables-restore": "iptables", "lighttpd": "lighttpd",
+            "iperf": "iperf", "wget": "wget", "make": "make", "gcc": "gcc libc6-dev"}
+BASE_PROGRAMS = ("ip",)
+
+# $1: the directory just made. Prints its owner's uid and type, then the uid commands run as.
+OWNER_SCRIPT = 'stat -c "%u %F" -- "$1" && id -u'
+
+
+def each(names: Iterable[str], fn: Callable[[str], None]) -> None:
+    """fn(name) for every node at once; the first failure (in node order) is raised."""
+    names = list(names)
+    with ThreadPoolExecutor(max_workers=min(16, len(names)) or 1) as pool:
+        futures = {n: pool.submit(fn, n) for n in names}
+    for f in futures.values():
+        if f.exception() is not None:
+            raise f.exception()
+
+
+def needed_programs(topology: Topology, spec) -> dict[str, set[str]]:
+    """The programs each node needs for what the spec has it do."""
+    need = {n: {"python3", *BASE_PROGRAMS} for n in topology.spec.nodes}
+    for w in spec.workloads:
+        need[w.host].add({"wget": "wget", "iperf": "iperf"}[w.kind])
+        need[w.server] |= {"lighttpd", "truncate"} if w.kind == "wget" else {"iperf"}
+        need[w.server].add("ss")
+    for f in spec.faults:
+        if f.at:
+            need[f.at] |= {"iptables", "iptables-restore"}
+    need[spec.monitor] |= {"tar"} | ({"make", "gcc"} if spec.interceptor else set())
+    for n in {w.host for w in spec.workloads} | {w.server for w in spec.workloads}:
+        need[n].add("sysctl")
+    return need
+
+
+# ---- checking the nodes --------------------------------------------------------------------------
+
+def check_nodes(nodes: dict[str, SshNode], need: dict[str, set[str]], install: bool,
+                node_info: dict[str, dict]) -> None:
+    """Linux, the programs each node needs (installed with apt-get if `install`), sudo where needed.
+    Records each node's kernel, OS and SSH server address in node_info."""
+    def check(name: str) -> None:
+        node = nodes[name]
+        lines, missing = probe(node, need[name])
+        uname = lines[0].split()
+        if not uname or uname[0] != "Linux":
+            raise SshError(f"{node.p.where}: not a Linux node ({lines[0].strip() or 'uname failed'})")
+        node_info[name] = {"kernel": uname[1] if len(uname) > 1 else "", "os": lines[1],
+                           "ssh_server_address": (lines[2].split() + ["", "", ""])[2]}
+        if missing and install:
+            apt_install(node, missing)
+            missing = probe(node, need[name])[1]
+        if missing:
+            raise SshError(f"{node.p.where}: missing program(s) {', '.join(missing)} (Debian/Ubuntu "
+                           f"packages: {' '.join(sorted({PACKAGES.get(m, m) for m in missing}))})")
+        node.use_server = True
+
+    each(nodes, check)
+
+
+def probe(node: SshNode, programs: set[str]) -> tuple[list[str], list[str]]:
+    """One login-shell command: kernel, OS, the SSH session's addresses, and which programs are
+    not on root's PATH (under sudo -n when not root: iptables and sysctl live in sbin)."""
+    r = node.run(["sh", "-c", PROBE_SCRIPT, "sh", "sudo" if node.p.sudo else "-", *sorted(programs)],
+                 sudo=False, check=False)
+    lines = r.stdout.splitlines()
+    if "checked" not in lines:
+        if node.p.sudo:
+            raise SshError(f"{node.p.where}: `sudo -n` failed ({r.stderr.strip()}); the harness needs "
+                           "passwordless sudo on testbed nodes (or log in as root)")
+        raise SshError(f"{node.p.where}: cannot run commands: {r.stderr.strip() or r.stdout.strip()}")
+    missing = [line.split()[1] for line in lines if line.startswith("missing ")]
+    return lines[:3] + ["", "", ""], missing
+
+
+def apt_install(node: SshNode, programs: list[str]) -> None:
+    pkgs = sorted({pkg for m in programs for pkg in PACKAGES.get(m, m).split()})
+    env = ["env", "DEBIAN_FRONTEND=noninteractive"]
+    install = [*env, "apt-get", "install", "-y", "-qq", "--no-install-recommends", *pkgs]
+    r = node.run(install, check=False, timeout=900)
+    if r.returncode != 0:   # stale package lists: update once and try again
+        node.run([*env, "apt-get", "update", "-qq"], check=False, timeout=900)
+        r = node.run(install, check=False, timeout=900)
+    if r.returncode != 0:
+        raise SshError(f"{node.p.where}: apt-get install {' '.join(pkgs)} failed: "
+                       f"{((r.stderr or r.stdout).strip().splitlines() or [''])[-1]}")
+    if "lighttpd" in pkgs:   # the package starts a server on port 80; ours binds there
+        node.run(["systemctl", "disable", "--now", "lighttpd"], check=False)
+
+
+# ---- verifying the network -----------------------------------------------------------------------
+
+def verify_network(nodes: dict[str, SshNode], topology: Topology, spec, node_info: dict[str, dict],
+                   control: dict[str, str | None], interfaces: dict[str, list[Interface]]) -> None:
+    """The named data interfaces exist and have addresses; routers forward; each client reaches
+    its server through its data interface; the monitor's SSH does not use its data interface.
+    Records every node's real interfaces in `interfaces` and the one its SSH session arrives on in
+    `control`."""
+    topo = topology
+    real: dict[str, list[tuple[str, str, int, int]]] = {}   # node -> [(ifname, address, prefixlen, link)]
+
+    def inspect(name: str) -> None:
+        node = nodes[name]
+        addrs = json.loads(node.run(["ip", "-j", "-4", "addr", "show"], sudo=False).stdout or "[]")
+        by_if = {a["ifname"]: [(i["local"], i["prefixlen"]) for i in a.get("addr_info", [])
+                               if i.get("family") == "inet"] for a in addrs}
+        names = topology.spec.nodes[name].ssh.interfaces
+        mine = []
+        for j, intf in enumerate(topo.interfaces[name]):
+            link = topo.spec.links[intf.link]
+            what = f"link {intf.link} ({link.a}-{link.b})"
+            if names is not None:
+                ifname = names[j]
+                if ifname not in by_if:
+                    raise SshError(f"{node.p.where}: interface {ifname} for {what} does not exist "
+                                   f"(IPv4 interfaces: {', '.join(sorted(by_if)) or 'none'})")
+                if not by_if[ifname]:
+                    raise SshError(f"{node.p.where}: interface {ifname} for {what} has no IPv4 address")
+            else:
+                found = [i for i, a in by_if.items() if any(x == intf.address for x, _ in a)]
+                if not found:
+                    raise SshError(f"{node.p.where}: no interface has {intf.address}, the address nestlab "
+                                   f"derives for {what}; name the interfaces in 'ssh: {{interfaces: [...]}}'")
+                ifname = found[0]
+            address, prefixlen = by_if[ifname][0]
+            mine.append((ifname, address, prefixlen, intf.link))
+        real[name] = mine
+        server_ip = node_info.get(name, {}).get("ssh_server_address")
+        control[name] = next((i for i, a in by_if.items() if any(x == server_ip for x, _ in a)), None)
+        if topo.is_router(name):
+            fwd = node.run(["cat", "/proc/sys/net/ipv4/ip_forward"], sudo=False).stdout.strip()
+            if fwd != "1":
+                raise SshError(f"{node.p.where}: {name} is a router in the topology but does not forward "
+                               "IPv4 (net.ipv4.ip_forward = 0); use static routing in the testbed profile "
+                               "(nestlab export does) or enable forwarding")
+
+    each(nodes, inspect)
+    for name, mine in real.items():
+        interfaces[name] = []
+        for ifname, address, prefixlen, k in mine:
+            link = topo.spec.links[k]
+            peer = link.b if link.a == name else link.a
+            peer_addr = next(a for _, a, _, kk in real[peer] if kk == k)
+            interfaces[name].append(Interface(name, ifname, address, prefixlen, peer, peer_addr, k))
+    mon = spec.monitor
+    if control.get(mon) and control[mon] in {i.name for i in interfaces[mon]}:
+        raise SshError(f"{nodes[mon].p.where}: the runner's SSH connection arrives on {control[mon]}, "
+                       "the monitored host's data interface: its own traffic would be measured and an "
+                       "ip_drop would cut it off; connect through the control network")
+
+    def route_check(pair: tuple[str, str]) -> None:
+        host, server = pair
+        data_if = interfaces[host][0].name
+        dst = interfaces[server][0].address
+        out = nodes[host].run(["ip", "-j", "route", "get", dst], sudo=False, check=False).stdout
+        dev = (json.loads(out or "[{}]") or [{}])[0].get("dev")
+        if dev != data_if:
+            raise SshError(f"{nodes[host].p.where}: {host} reaches {server} ({dst}) through "
+                           f"{dev or 'no route'}, not its data interface {data_if}: the traffic would "
+                           "bypass the topology's routers")
+
+    pairs = {(w.host, w.server) for w in spec.workloads}
+    pairs |= {(w.server, w.host) for w in spec.workloads}
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(route_check, sorted(pairs)))
+
+
+# ---- installing ----------------------------------------------------------------------------------
+
+_BUNDLE: bytes | None = None
+
+
+def bundle() -> bytes:
+    """This package and pyroute2 (pure Python; the collector needs it) as a .tar.gz for the monitored
+    node: sources only, the interceptor is built there with make."""
+    global _BUNDLE
+    if _BUNDLE is None:
+        import pyroute2
+
+        import harness
+
+        def keep(ti: tarfile.TarInfo) -> tarfile.TarInfo | None:
+            if "__pycache__" in ti.name or ti.name.endswith((".pyc", ".so", ".o", ".tmp")):
+                return None
+            ti.uid = ti.gid = 0
+            ti.uname = ti.gname = "root"
+            return ti
+
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            for pkg in (harness, pyroute2):
+                root = Path(pkg.__file__).resolve().parent
+                tar.add(root, arcname=root.name, filter=keep)
+        _BUNDLE = buf.getvalue()
+    return _BUNDLE
+
+
+def make_private_dir(node: SshNode, path: str, sudo: bool = True) -> None:
+    """Create directory `path` (mode 700) on the node as the user commands run as (root with sudo,
+    else the login user). Whatever is there already is refused, never reused: in a shared directory
+    (/tmp, /dev/shm) another local user could have made it, and root would then run or preload code
+    from it. Recorded in the ledger first (dropped again if it was not made here)."""
+    if node.ledger:
+        node.ledger.add_remote_path(node.name, path)
+    r = node.run(["mkdir", "-m", "700", "--", path], check=False, sudo=sudo)
+    problem = None
+    if r.returncode != 0:
+        problem = f"cannot create it ({(r.stderr or r.stdout).strip()})"
+        if "exists" in problem:
+            problem = ("it exists already (not made by this run: another user may have made it); "
+                       "nestlab only uses a directory it has just created")
+    else:
+        out = node.run(["sh", "-c", OWNER_SCRIPT, "sh", path], check=False, sudo=sudo).stdout.split()
+        if len(out) < 3 or out[1:-1] != ["directory"] or out[0] != out[-1]:
+            problem = f"it is not a directory owned by uid {out[-1] if out else '?'} (stat: {' '.join(out[:-1])})"
+    if problem:
+        if node.ledger:
+            node.ledger.drop_remote_path(node.name, path)
+        raise SshError(f"{node.p.where}: scratch directory {path}: {problem}")
+
+
+
+def install(nodes: dict[str, SshNode], monitor: str, interceptor: bool, node_info: dict[str, dict]) -> str:
+    """Scratch directory on every node (logs, served files); this package, pyroute2 and the
+    interceptor (built with make, if `interceptor`) on the monitored host. Returns the directory the
+    package is in there; the monitored host's Python version goes into node_info."""
+    def scratch(name: str) -> None:
+        node = nodes[name]
+        # Made as the login user (files are copied in over SFTP as that user); commands run with
+        # sudo write into it as root.
+        make_private_dir(node, node.workdir, sudo=False)
+        node.run(["mkdir", f"{node.workdir}/logs"], sudo=False)
+
+    each(nodes, scratch)
+    mon = nodes[monitor]
+    pkg = f"{mon.workdir}/pkg"
+    mon.run(["mkdir", pkg], sudo=False)
+    with mon.conn.sftp.open(f"{mon.workdir}/nestlab.tar.gz", "wb") as f:
+        f.write(bundle())
+    mon.run(["tar", "-xzf", f"{mon.workdir}/nestlab.tar.gz", "-C", pkg], sudo=False)
+    r = mon.run([mon.p.python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], sudo=False)
+    version = r.stdout.strip()
+    if tuple(int(x) for x in version.split(".")) < MIN_PYTHON:
+        raise SshError(f"{mon.p.where}: {mon.p.python} is Python {version}; the collector needs "
+                       f"{'.'.join(map(str, MIN_PYTHON))} or later (set ssh: {{python: ...}} in the topology)")
+    node_info[mon.name]["python"] = version
+    if interceptor:
+        r = mon.run(["make", "-s", "-C", f"{pkg}/harness/interceptor"], check=False, sudo=False, timeout=300)
+        if r.returncode != 0:
+            raise SshError(f"{mon.p.where}: building the interceptor failed: {r.stderr.strip()[-300:]}")
+    return pkg
+
+
+# ---- congestion control and clocks ---------------------------------------------------------------
+
+def set_congestion_control(nodes: dict[str, SshNode], spec, interfaces: dict[str, list[Interface]],
+                           node_info: dict[str, dict], ledger: Ledger | None) -> None:
+    """The spec's congestion control on the experiment's flows only: a host route to each peer
+    (client -> server and back) with `congctl`, as the Mininet backend does, removed at the end.
+    The node's default and its other routes stay as they are."""
+    cc = spec.congestion_control
+    wanted: dict[str, set[str]] = {}
+    for w in spec.workloads:
+        wanted.setdefault(w.host, set()).add(interfaces[w.server][0].address)
+        wanted.setdefault(w.server, set()).add(interfaces[w.host][0].address)
+
+    def set_cc(name: str) -> None:
+        node = nodes[name]
+        node_info[name]["congestion_control_default"] = node.run(
+            ["cat", "/proc/sys/net/ipv4/tcp_congestion_control"]).stdout.strip()
+        for peer in sorted(wanted[name]):
+            route = (json.loads(node.run(["ip", "-j", "route", "get", peer]).stdout or "[{}]") or [{}])[0]
+            where = [*(["via", route["gateway"]] if route.get("gateway") else []), "dev", route.get("dev", "")]
+            if ledger:
+                ledger.add_undo(name, ["ip", "route", "del", f"{peer}/32", *where],
+                                f"remove the route to {peer} with congctl {cc}")
+            r = node.run(["ip", "route", "add", f"{peer}/32", *where, "congctl", cc], check=False)
+            if r.returncode != 0:
+                if ledger:
+                    ledger.drop_undo({"node": name, "argv": ["ip", "route", "del", f"{peer}/32", *where],
+                                      "what": f"remove the route to {peer} with congctl {cc}"})
+                why = r.stderr.strip()
+                if "exists" in why:
+                    why = f"a route to {peer}/32 exists already"
+                raise SshError(f"{node.p.where}: congestion_control {cc!r} cannot be set on the route to "
+                               f"{peer}: {why}")
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for f in [pool.submit(set_cc, n) for n in sorted(wanted)]:
+            f.result()
+
+
+def measure_clocks(nodes: dict[str, SshNode], monitor: str) -> Clocks:
+    """Every node's and the runner's offset to the monitored host's clock, measured now."""
+    mon = monitor
+    measured: dict[str, tuple[float, float]] = {}
+
+    def measure(name: str) -> None:
+        measured[name] = nodes[name].measure_clock()
+
+    each(nodes, measure)
+    d_mon, rtt_mon = measured[mon]
+    method = f"best of {CLOCK_ROUNDS} round trips"
+    clocks = Clocks(mon, runner=ClockOffset(d_mon, rtt_mon, CLOCK_ROUNDS, method))
+    for name in nodes:
+        d, rtt = measured[name]
+        clocks.nodes[name] = (ClockOffset(0.0, 0.0, CLOCK_ROUNDS, "reference") if name == mon else
+                              ClockOffset(d_mon - d, rtt + rtt_mon, CLOCK_ROUNDS, method))
+    return clocks

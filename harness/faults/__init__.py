@@ -1,0 +1,62 @@
+"""Fault injection: the kinds of fault (nemeses) and the registry the runner dispatches through.
+
+    base.py       the interface (FaultKind: setup, inject, heal, describe, teardown), Part, FaultEnv
+    iptables.py   ip_drop, tcp_drop: DROP rules in the NESTLAB chain on a router (Firewall, Rule)
+    app_pause.py  app_pause: the interceptor's pause/resume handshake with a workload's processes
+
+Adding a kind: a module with a class following FaultKind, its entry in KINDS, and the name in the
+spec's `Fault.kind` (harness/spec.py). The runner never names a kind.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from harness.faults.app_pause import AppPause
+from harness.faults.base import FaultEnv, FaultKind, NoTarget, Part, target_json
+from harness.faults.iptables import (
+    CHAIN,
+    Firewall,
+    IpDrop,
+    Rule,
+    TcpDrop,
+    chain_teardown_argv,
+    chain_teardown_steps,
+    ip_drop_rule,
+    tcp_drop_rule,
+)
+
+if TYPE_CHECKING:
+    from harness.spec import Window
+
+KINDS: dict[str, type[FaultKind]] = {
+    "ip_drop": IpDrop,
+    "tcp_drop": TcpDrop,
+    "app_pause": AppPause,
+}
+
+
+class Faults:
+    """The run's fault kinds composed into one (Jepsen's compose): one object per kind the spec
+    uses, in the order of its first use; `of(window)` is the kind that injects that window."""
+
+    def __init__(self, env: FaultEnv):
+        self.env = env
+        names = dict.fromkeys(f.kind for f in env.spec.faults)
+        self.kinds: dict[str, FaultKind] = {name: KINDS[name](env) for name in names}
+
+    def setup(self) -> None:
+        for name, kind in self.kinds.items():
+            kind.setup([f for f in self.env.spec.faults if f.kind == name])
+
+    def of(self, window: Window) -> FaultKind:
+        return self.kinds[self.env.spec.faults[window.spec_index].kind]
+
+    def teardown(self) -> None:
+        for kind in self.kinds.values():
+            kind.teardown()
+
+
+__all__ = ["CHAIN", "KINDS", "AppPause", "FaultEnv", "FaultKind", "Faults", "Firewall", "IpDrop", "NoTarget",
+           "Part", "Rule", "TcpDrop", "chain_teardown_argv", "chain_teardown_steps", "ip_drop_rule",
+           "target_json", "tcp_drop_rule"]

@@ -1,0 +1,62 @@
+"""app_pause: every live process of a workload (or the one instance named) pauses its reads and
+writes, through the LD_PRELOAD interceptor's signal handshake (backend.pause/resume on the process's
+host). Each process is one part: its start is the pause acknowledged, its end the resume acknowledged,
+both stamped by the process on its host's clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from harness.faults.base import FaultEnv, NoTarget, Part, target_json
+
+if TYPE_CHECKING:
+    from harness.spec import Fault, Window
+
+
+@dataclass
+class Paused:
+    """A process paused: where it runs and the signals the handshake used."""
+
+    host: str
+    pid: int
+    pause_signal: int
+    resume_signal: int
+
+
+class AppPause:
+    def __init__(self, env: FaultEnv):
+        self.env = env
+
+    def setup(self, faults: Sequence[Fault]) -> None:
+        pass   # nothing shared: the interceptor is loaded into the clients when they start
+
+    def teardown(self) -> None:
+        pass
+
+    def describe(self, action: Paused) -> str:
+        return f"signal {action.pause_signal} (pause) / {action.resume_signal} (resume) to pid {action.pid}"
+
+    def inject(self, window: Window, first_id: int) -> list[Part]:
+        env = self.env
+        f = env.spec.faults[window.spec_index]
+        procs = [p for i, p in env.workloads.live(f.target.workload)
+                 if f.target.instance is None or i.index == f.target.instance]
+        if not procs:
+            raise NoTarget(f"workload {f.target.workload} had no live process")
+        host = env.spec.workloads[f.target.workload].host
+        # Pause them all first (each acknowledged on the host's clock), then describe them.
+        paused: list[tuple[Any, Any]] = [(proc, env.backend.pause(host, env.shm_dir, proc.pid)) for proc in procs]
+        parts = []
+        for proc, state in paused:
+            action = Paused(host, proc.pid, state.pause_signal, state.resume_signal)
+            target = target_json(description=f"pause pid {proc.pid} ({' '.join(proc.argv[:2])})",
+                                 workload=f.target.workload, pid=proc.pid)
+            parts.append(Part(target, self.describe(action), env.clocks.from_node(host, state.ack_mono), action))
+        return parts
+
+    def heal(self, part: Part) -> float:
+        p: Paused = part.action
+        return self.env.clocks.from_node(p.host, self.env.backend.resume(p.host, self.env.shm_dir, p.pid).ack_mono)

@@ -1,0 +1,222 @@
+"""ip_drop and tcp_drop: iptables DROP rules on a router, in a chain the harness owns.
+
+ip_drop drops all IP traffic of a host (default: the monitored one); tcp_drop one live connection
+of a workload, chosen with the run's seed. Every rule lives in the chain NESTLAB, hooked first into
+FORWARD, and carries a comment 'nestlab:<run-id>:f<fault-id>'. Only that chain is ever flushed. Both
+directions are dropped.
+Rules go in and out with `iptables-restore --noflush` (atomically, both directions at once); the
+recorded window starts when a listing shows the rules in place and ends when a listing shows them
+gone, on the monitored host's monotonic clock.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from harness.faults.base import FaultEnv, NoTarget, Part, target_json
+from harness.store import monotonic
+
+if TYPE_CHECKING:
+    from harness.backends.base import Node
+    from harness.spec import Fault, FaultTarget, Window
+
+CHAIN = "NESTLAB"
+TARGET_WAIT_S = 2.0        # how long a tcp_drop waits for its workload to have a connection
+
+
+def chain_teardown_steps() -> tuple[list[str], list[list[str]]]:
+    """How the chain is removed from a router: (unhook, run again while it succeeds: the chain may be
+    hooked into FORWARD more than once; then the other steps, each run once, failures ignored)."""
+    return (["iptables", "-w", "-D", "FORWARD", "-j", CHAIN],
+            [["iptables", "-w", "-F", CHAIN], ["iptables", "-w", "-X", CHAIN]])
+
+
+def chain_teardown_argv() -> list[str]:
+    """The same steps as one command (sh -c, every word quoted), for the undo entry a testbed run's
+    ledger keeps, so that `nestlab cleanup` removes the chain as Firewall.teardown does."""
+    unhook, rest = chain_teardown_steps()
+    script = (f"while {shlex.join(unhook)} 2>/dev/null; do :; done; "
+              + "".join(f"{shlex.join(step)} 2>/dev/null; " for step in rest) + "true")
+    return ["sh", "-c", script]
+
+
+@dataclass
+class Rule:
+    """One fault's pair of DROP rules (both directions) and where they live."""
+
+    node: str
+    tag: str
+    specs: list[str]          # iptables rule specs without the -A/-D CHAIN prefix
+
+    def describe(self) -> str:
+        return " ; ".join(f"iptables -A {CHAIN} {s}" for s in self.specs)
+
+
+def ip_drop_rule(node: str, tag: str, address: str) -> Rule:
+    c = f'-m comment --comment "{tag}" -j DROP'
+    return Rule(node, tag, [f"-s {address}/32 {c}", f"-d {address}/32 {c}"])
+
+
+def tcp_drop_rule(node: str, tag: str, conn: dict) -> Rule:
+    c = f'-m comment --comment "{tag}" -j DROP'
+    fwd = f"-p tcp -s {conn['src']}/32 --sport {conn['sport']} -d {conn['dst']}/32 --dport {conn['dport']}"
+    rev = f"-p tcp -s {conn['dst']}/32 --sport {conn['dport']} -d {conn['src']}/32 --dport {conn['sport']}"
+    return Rule(node, tag, [f"{fwd} {c}", f"{rev} {c}"])
+
+
+class Firewall:
+    """The harness's chain on one router."""
+
+    def __init__(self, node: Node):
+        self.node = node
+        self.ready = False
+
+    def setup(self) -> None:
+        n = self.node
+        if n.run(["iptables", "-w", "-S", CHAIN], check=False).returncode == 0:
+            n.run(["iptables", "-w", "-F", CHAIN])   # a leftover of ours: empty it, never others'
+        else:
+            n.run(["iptables", "-w", "-N", CHAIN])
+        if n.run(["iptables", "-w", "-C", "FORWARD", "-j", CHAIN], check=False).returncode != 0:
+            n.run(["iptables", "-w", "-I", "FORWARD", "1", "-j", CHAIN])
+        self.ready = True
+
+    def teardown(self) -> None:
+        n = self.node
+        unhook, rest = chain_teardown_steps()
+        while n.run(unhook, check=False).returncode == 0:
+            pass
+        for step in rest:
+            n.run(step, check=False)
+        self.ready = False
+
+    def _restore(self, op: str, rule: Rule) -> None:
+        body = "*filter\n" + "".join(f"{op} {CHAIN} {s}\n" for s in rule.specs) + "COMMIT\n"
+        self.node.run(["iptables-restore", "-w", "--noflush"], input=body)
+
+    def _count(self, tag: str) -> int:
+        listing = self.node.run(["iptables", "-w", "-S", CHAIN]).stdout
+        return sum(1 for line in listing.splitlines() if f'"{tag}"' in line or f" {tag} " in line + " ")
+
+    def insert(self, rule: Rule) -> float:
+        """Put the rules in; return the monotonic time they were verified in place."""
+        self._restore("-A", rule)
+        if self._count(rule.tag) != len(rule.specs):
+            raise RuntimeError(f"{self.node.name}: rule {rule.tag} not found in place after insertion")
+        return self.node.monotonic()
+
+    def delete(self, rule: Rule) -> float:
+        """Take the rules out; return the monotonic time they were verified gone."""
+        self._restore("-D", rule)
+        if self._count(rule.tag) != 0:
+            raise RuntimeError(f"{self.node.name}: rule {rule.tag} still present after deletion")
+        return self.node.monotonic()
+
+
+class Chains:
+    """The chain on every router the run's drops use, shared by ip_drop and tcp_drop. On testbed
+    nodes each chain also has an undo entry in the run's ledger, for `nestlab cleanup`."""
+
+    WHAT = "remove the NESTLAB chain"
+
+    def __init__(self, env: FaultEnv):
+        self.env = env
+        self.firewalls: dict[str, Firewall] = {}
+        self.undo: dict[str, dict] = {}
+
+    @classmethod
+    def of(cls, env: FaultEnv) -> Chains:
+        return env.shared.setdefault(CHAIN, cls(env))
+
+    def setup(self, routers) -> None:
+        for router in sorted(set(routers) - set(self.firewalls)):
+            fw = Firewall(self.env.backend.node(router))
+            self.firewalls[router] = fw
+            if self.env.backend.remote:   # a killed run's chain is removed by `nestlab cleanup`
+                argv = chain_teardown_argv()
+                self.undo[router] = {"node": router, "argv": argv, "what": self.WHAT}
+                self.env.ledger.add_undo(router, argv, self.WHAT)
+            fw.setup()
+
+    def teardown(self) -> None:
+        for router, fw in self.firewalls.items():   # a second call (the other kind's) finds nothing to do
+            if fw.ready:
+                fw.teardown()
+            if router in self.undo:
+                self.env.ledger.drop_undo(self.undo.pop(router))
+
+
+class _Drop:
+    """A fault made of one Rule (both directions) on the router `at`."""
+
+    def __init__(self, env: FaultEnv):
+        self.env = env
+        self.chains = Chains.of(env)
+
+    def setup(self, faults: Sequence[Fault]) -> None:
+        self.chains.setup(f.at for f in faults)
+
+    def teardown(self) -> None:
+        self.chains.teardown()
+
+    def describe(self, action: Rule) -> str:
+        return action.describe()
+
+    def _target(self, fault: Fault) -> tuple[str, Callable[[str], Rule]]:
+        """The row's target JSON and how the rule is made from its tag."""
+        raise NotImplementedError
+
+    def inject(self, window: Window, first_id: int) -> list[Part]:
+        f = self.env.spec.faults[window.spec_index]
+        target, make_rule = self._target(f)
+        rule = make_rule(f"nestlab:{self.env.run_id}:f{first_id}")   # the rule carries the run and the fault id
+        start = self.env.clocks.from_node(f.at, self.chains.firewalls[f.at].insert(rule))  # router's clock -> monitor's
+        return [Part(target, self.describe(rule), start, rule)]
+
+    def heal(self, part: Part) -> float:
+        rule = part.action
+        return self.env.clocks.from_node(rule.node, self.chains.firewalls[rule.node].delete(rule))
+
+
+class IpDrop(_Drop):
+    """All IP traffic of a host (default: the monitored one), both directions."""
+
+    def _target(self, fault: Fault) -> tuple[str, Callable[[str], Rule]]:
+        host = fault.host or self.env.spec.monitor
+        addr = self.env.backend.address(host)
+        target = target_json(description=f"all IP traffic of {host} ({addr})", host=host, address=addr)
+        return target, lambda tag: ip_drop_rule(fault.at, tag, addr)
+
+
+class TcpDrop(_Drop):
+    """One live TCP connection of a workload (instance) to its server, both directions."""
+
+    def _target(self, fault: Fault) -> tuple[str, Callable[[str], Rule]]:
+        conn, pid = self.pick_connection(fault.target)
+        if conn is None:
+            raise NoTarget(f"workload {fault.target.workload} had no established connection")
+        target = target_json(description=f"tcp {conn['src']}:{conn['sport']}>{conn['dst']}:{conn['dport']}",
+                             workload=fault.target.workload, pid=pid, **conn)
+        return target, lambda tag: tcp_drop_rule(fault.at, tag, conn)
+
+    def pick_connection(self, target: FaultTarget) -> tuple[dict | None, int | None]:
+        """A live connection of the target workload (instance), chosen with the run's seed."""
+        env = self.env
+        deadline = monotonic() + TARGET_WAIT_S
+        while True:
+            live = env.workloads.live(target.workload)
+            if target.instance is not None:
+                live = [(i, p) for i, p in live if i.index == target.instance]
+            w = env.spec.workloads[target.workload]
+            server = env.backend.address(w.server)
+            choices = [(c, p.pid) for _, p in live for c in env.backend.tcp_connections(w.host, p.pid)
+                       if c["dst"] == server]
+            if choices:
+                return env.rng.choice(choices)
+            if monotonic() >= deadline:
+                return None, None
+            time.sleep(0.05)

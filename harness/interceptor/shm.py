@@ -1,0 +1,343 @@
+"""The reader of the interceptor's shared memory: the per-process counter files the library writes.
+
+The LD_PRELOAD library (nestintercept.c, next to this file) keeps one file per process in the run's
+shared memory directory, `<dir>/<pid>.nest`: a header and one 256-byte slot per file descriptor,
+laid out as in nestintercept.h (keep the two in step; tests/test_interceptor.py compiles the header
+and compares the offsets). This module mirrors that layout and reads the files consistently through
+their seqlocks: `ShmFile` (one file, mapped read-only), `read_process(path)` (one reading, also after
+the process has exited), `process_alive(pid, starttime)`. Values are reported as read: cumulative
+counters, with the wait of calls in progress counted up to the time of reading; nothing is smoothed
+here (a counter that goes backwards is the analysis's business, thesis 3.4).
+
+The header's pause/resume fields are read as a `PauseState`; the handshake that signals a process
+and waits for its acknowledgement is harness.interceptor.pause. The collector source that turns
+these readings into app and socket modules is harness.collector.appsockets. docs/interceptor.md
+describes the whole thing.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import socket
+import struct
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# ---- format (nestintercept.h) -------------------------------------------------------------------
+
+MAGIC = b"NESTSHM\0"
+VERSION = 1
+HEADER_SIZE = 4096
+SLOT_SIZE = 256
+CMDLINE_OFF = 520
+CMDLINE_MAX = 2048
+SUFFIX = ".nest"
+
+FREE, OPEN, CLOSED = 0, 1, 2
+SF_LISTEN, SF_PEER, SF_ACCEPTED, SF_CONNECT, SF_INHERITED, SF_GRAPH = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
+HF_EXITED, HF_HAD_GRAPH, HF_FD_OVERFLOW, HF_HANDLER_KEPT, HF_MASK_KEPT, HF_PAUSE_OFF = (
+    0x01, 0x02, 0x04, 0x08, 0x10, 0x20)
+
+# header @0: magic version header_size slot_size nslots pid ppid starttime created_ns exec_count flags
+#            exited_ns max_fd pause_sig resume_sig paused ack_seq ack_ns pause_count resume_count
+#            pause_ns resume_ns paused_threads refused lost
+HDR = struct.Struct("<8sIIIIiiQQIIQIiiIQQQQQQIIQ")
+HDR_SEQ_OFF = 256
+# @256: seq retired_n retired[in](msgs bytes errors wait_ns) retired[out](...)
+RETIRED = struct.Struct("<QQ8Q")
+ACK_SEQ_OFF = 80
+# slot @0: seq gen inode fd state flags family type lport rport pad laddr raddr open_ns close_ns
+SLOT = struct.Struct("<QQQiIIHHHHI16s16sQQ")
+DIR_OFF = (128, 192)
+# dir: seq msgs bytes errors wait_ns pend_n pend_sum last_ns
+DIR = struct.Struct("<8Q")
+# a whole slot at once: identity, 32 bytes of padding, dir[0], dir[1]
+FULL_SLOT = struct.Struct("<QQQiIIHHHHI16s16sQQ32x8Q8Q")
+U64 = struct.Struct("<Q")
+U32 = struct.Struct("<I")
+
+assert HDR.size == 144 and SLOT.size == 96 and DIR.size == 64 and RETIRED.size == 80
+assert FULL_SLOT.size == SLOT_SIZE
+
+MAX_RETRIES = 50
+
+
+def mono_ns() -> int:
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+class InterceptorStateError(RuntimeError):
+    """No usable interceptor file for a process, or the process did not acknowledge a signal."""
+
+
+# ---- snapshots ----------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class DirCounters:
+    msgs: int = 0
+    bytes: int = 0
+    errors: int = 0
+    wait_ns: int = 0        # finished calls plus calls in progress up to the time of reading
+    pending: int = 0        # calls or waits in progress
+
+    @property
+    def wait_ms(self) -> float:
+        return self.wait_ns / 1e6
+
+    def add(self, o: DirCounters) -> None:
+        self.msgs += o.msgs
+        self.bytes += o.bytes
+        self.errors += o.errors
+        self.wait_ns += o.wait_ns
+        self.pending += o.pending
+
+    def as_counters(self) -> dict[str, int | float]:
+        return {"total_msgs": self.msgs, "wait_ms": self.wait_ms, "errors": self.errors, "bytes": self.bytes}
+
+
+@dataclass(slots=True)
+class SocketSnapshot:
+    fd: int
+    gen: int
+    inode: int
+    state: int
+    flags: int
+    family: int
+    type: int
+    local: tuple[str, int] | None
+    remote: tuple[str, int] | None
+    open_ns: int
+    close_ns: int
+    inp: DirCounters
+    out: DirCounters
+
+    @property
+    def is_graph(self) -> bool:
+        return bool(self.flags & SF_GRAPH)
+
+    @property
+    def is_listening(self) -> bool:
+        return bool(self.flags & SF_LISTEN)
+
+    @property
+    def is_data(self) -> bool:
+        """Counted in its application: an open AF_INET/AF_INET6 stream socket that is not listening."""
+        return self.state == OPEN and self.is_graph and not self.is_listening
+
+    @property
+    def is_module(self) -> bool:
+        """Reported as a socket module: a data socket with a known peer (it has a TCP connection)."""
+        return self.is_data and bool(self.flags & SF_PEER)
+
+
+@dataclass(frozen=True, slots=True)
+class PauseState:
+    """The header's pause/resume fields (the handshake itself: harness.interceptor.pause)."""
+
+    pid: int
+    paused: bool
+    ack_seq: int            # +1 for every pause/resume signal the process handled
+    ack_mono: float | None  # CLOCK_MONOTONIC seconds when the handler ran for the last one
+    pause_count: int
+    resume_count: int
+    pause_mono: float | None
+    resume_mono: float | None
+    paused_threads: int     # threads parked in the pause loop right now
+    pause_signal: int       # 0: pause/resume disabled in that process
+    resume_signal: int
+    handler_kept: bool      # the program tried to install its own handler for one of the signals
+
+
+@dataclass(slots=True)
+class ProcessSnapshot:
+    path: str
+    pid: int
+    ppid: int
+    starttime: int
+    exec_count: int
+    flags: int
+    nslots: int
+    max_fd: int
+    lost: int
+    refused: int
+    cmdline: list[str]
+    retired_n: int
+    retired_in: DirCounters
+    retired_out: DirCounters
+    pause: PauseState
+    sockets: list[SocketSnapshot] = field(default_factory=list)
+
+    @property
+    def exited(self) -> bool:
+        return bool(self.flags & HF_EXITED)
+
+    def app_counters(self) -> tuple[DirCounters, DirCounters]:
+        """(in, out) of the application: closed data sockets plus the open ones."""
+        i = DirCounters()
+        o = DirCounters()
+        i.add(self.retired_in)
+        o.add(self.retired_out)
+        for s in self.sockets:
+            if s.is_data:
+                i.add(s.inp)
+                o.add(s.out)
+        return i, o
+
+
+def _ns_to_s(ns: int) -> float | None:
+    return ns / 1e9 if ns else None
+
+
+def _addr(family: int, raw: bytes, port: int) -> tuple[str, int]:
+    if family == socket.AF_INET:
+        return socket.inet_ntop(socket.AF_INET, raw[:4]), port
+    return socket.inet_ntop(socket.AF_INET6, raw), port
+
+
+class ShmFile:
+    """One process's counter file, mapped read-only."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = str(path)
+        fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        try:
+            st = os.fstat(fd)
+            self.ino = st.st_ino
+            head = os.pread(fd, HDR.size, 0)
+            if len(head) < HDR.size:
+                raise InterceptorStateError(f"{self.path}: truncated header")
+            h = HDR.unpack(head)
+            if h[0] != MAGIC or h[1] != VERSION or h[2] != HEADER_SIZE or h[3] != SLOT_SIZE:
+                raise InterceptorStateError(f"{self.path}: not an interceptor file of format version {VERSION}")
+            self.nslots = h[4]
+            self.pid = h[5]
+            self.starttime = h[7]
+            size = HEADER_SIZE + self.nslots * SLOT_SIZE
+            if st.st_size < size:
+                raise InterceptorStateError(f"{self.path}: {st.st_size} bytes, expected {size}")
+            self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+        finally:
+            os.close(fd)
+        self.last: dict[int, SocketSnapshot] = {}   # fd -> last consistent reading of its slot
+
+    def close(self) -> None:
+        self.mm.close()
+
+    # -- pieces --------------------------------------------------------------------------------
+
+    def pause_state(self) -> PauseState:
+        mm = self.mm
+        for _ in range(MAX_RETRIES):
+            s1 = U64.unpack_from(mm, ACK_SEQ_OFF)[0]
+            h = HDR.unpack_from(mm, 0)
+            if U64.unpack_from(mm, ACK_SEQ_OFF)[0] == s1:
+                break
+        (_, _, _, _, _, pid, _, _, _, _, flags, _, _, psig, rsig, paused, ack_seq, ack_ns,
+         pcount, rcount, pause_ns, resume_ns, pthreads, _, _) = h
+        return PauseState(pid=pid, paused=bool(paused), ack_seq=ack_seq, ack_mono=_ns_to_s(ack_ns),
+                          pause_count=pcount, resume_count=rcount, pause_mono=_ns_to_s(pause_ns),
+                          resume_mono=_ns_to_s(resume_ns), paused_threads=pthreads, pause_signal=psig,
+                          resume_signal=rsig, handler_kept=bool(flags & HF_HANDLER_KEPT))
+
+    def _slot(self, fd: int) -> SocketSnapshot | None:
+        """The slot of fd, read consistently (its three seqlocks even and unchanged around one
+        read); if writers kept it busy through every retry, the last consistent reading (a module
+        must not vanish for one snapshot and come back)."""
+        mm = self.mm
+        off = HEADER_SIZE + fd * SLOT_SIZE
+        for _ in range(MAX_RETRIES):
+            v = FULL_SLOT.unpack_from(mm, off)
+            if v[4] == FREE:
+                self.last.pop(fd, None)
+                return None
+            seq, seq_in, seq_out = v[0], v[15], v[23]
+            if (seq | seq_in | seq_out) & 1:
+                continue
+            if (U64.unpack_from(mm, off)[0] != seq or U64.unpack_from(mm, off + DIR_OFF[0])[0] != seq_in
+                    or U64.unpack_from(mm, off + DIR_OFF[1])[0] != seq_out):
+                continue
+            t = mono_ns()  # after the read: every call in progress started before it
+            (_, gen, inode, sfd, state, flags, family, typ, lport, rport, _, laddr, raddr,
+             open_ns, close_ns) = v[:15]
+            prev = self.last.get(fd)
+            if prev is not None and prev.gen == gen and prev.flags == flags and prev.local is not None \
+                    and prev.local[1] == lport and (prev.remote or (None, 0))[1] == rport:
+                local, remote = prev.local, prev.remote       # endpoints change only with seq
+            else:
+                local = remote = None
+                if family in (socket.AF_INET, socket.AF_INET6):
+                    local = _addr(family, laddr, lport)
+                    if flags & SF_PEER:
+                        remote = _addr(family, raddr, rport)
+            ins = []
+            for b in (16, 24):
+                msgs, nbytes, errors, wait, pend_n, pend_sum = v[b:b + 6]
+                ins.append(DirCounters(msgs=msgs, bytes=nbytes, errors=errors,
+                                       wait_ns=max(wait + pend_n * t - pend_sum, wait), pending=pend_n))
+            snap = SocketSnapshot(fd=sfd, gen=gen, inode=inode, state=state, flags=flags, family=family,
+                                  type=typ, local=local, remote=remote, open_ns=open_ns,
+                                  close_ns=close_ns, inp=ins[0], out=ins[1])
+            self.last[fd] = snap
+            return snap
+        return self.last.get(fd)
+
+    def cmdline(self) -> list[str]:
+        n = min(U32.unpack_from(self.mm, 512)[0], CMDLINE_MAX)
+        raw = self.mm[CMDLINE_OFF:CMDLINE_OFF + n]
+        parts = raw.split(b"\0")
+        if parts and parts[-1] == b"":
+            parts.pop()
+        return [p.decode(errors="replace") for p in parts]
+
+    def snapshot(self, with_closed: bool = False) -> ProcessSnapshot:
+        """A consistent reading: no socket closed between the slots and the retired totals."""
+        mm = self.mm
+        for attempt in range(MAX_RETRIES):
+            s1 = U64.unpack_from(mm, HDR_SEQ_OFF)[0]
+            if s1 & 1 and attempt < MAX_RETRIES - 1:
+                continue
+            h = HDR.unpack_from(mm, 0)
+            max_fd = min(h[12], self.nslots)
+            socks = []
+            for fd in range(max_fd):
+                sk = self._slot(fd)
+                if sk is not None and (with_closed or sk.state == OPEN):
+                    socks.append(sk)
+            r = RETIRED.unpack_from(mm, HDR_SEQ_OFF)
+            cmd = self.cmdline()
+            if U64.unpack_from(mm, HDR_SEQ_OFF)[0] == s1 and not s1 & 1:
+                break
+        retired_in = DirCounters(msgs=r[2], bytes=r[3], errors=r[4], wait_ns=r[5])
+        retired_out = DirCounters(msgs=r[6], bytes=r[7], errors=r[8], wait_ns=r[9])
+        return ProcessSnapshot(path=self.path, pid=h[5], ppid=h[6], starttime=h[7], exec_count=h[9],
+                               flags=h[10], nslots=self.nslots, max_fd=max_fd, lost=h[24], refused=h[23],
+                               cmdline=cmd, retired_n=r[1], retired_in=retired_in, retired_out=retired_out,
+                               pause=self.pause_state(), sockets=socks)
+
+
+def read_process(path: str | os.PathLike, with_closed: bool = False) -> ProcessSnapshot:
+    """Read one counter file (also after the process has exited)."""
+    f = ShmFile(path)
+    try:
+        return f.snapshot(with_closed=with_closed)
+    finally:
+        f.close()
+
+
+def shm_file(shm_dir: str | os.PathLike, pid: int) -> Path:
+    return Path(shm_dir) / f"{pid}{SUFFIX}"
+
+
+def process_alive(pid: int, starttime: int, proc_root: str = "/proc") -> bool:
+    """True while pid is the same process (not gone, not a zombie, same start time)."""
+    try:
+        with open(f"{proc_root}/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    rest = data[data.rfind(b")") + 2:].split()
+    if len(rest) < 20 or rest[0] in (b"Z", b"X", b"x"):
+        return False
+    return starttime == 0 or int(rest[19]) == starttime
