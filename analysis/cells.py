@@ -13,7 +13,7 @@ from functools import cached_property
 
 import numpy as np
 
-from analysis.graph import Counters, Stretch
+from analysis.stretches import Counters, Stretch
 
 
 @dataclass
@@ -52,7 +52,7 @@ class Batch:
 
     @cached_property
     def detached(self) -> np.ndarray:
-        """Per cell: the module is detached in its stretch (analysis.graph.Stretch.detached)."""
+        """Per cell: the module is detached in its stretch (analysis.stretches.Stretch.detached)."""
         return self.per_module([st.detached for st in self.stretches], dtype=bool)
 
     @cached_property

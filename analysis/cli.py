@@ -27,7 +27,7 @@ def register(subparsers) -> None:
 
 def _diagnose(args) -> int:
     from analysis.diagnose import as_variants, diagnose_json, diagnose_run
-    from analysis.graph import read_json
+    from analysis.stretches import read_json
 
     variants = as_variants(args.variant)  # bad variant specs fail before any input is read
     if args.json is not None:

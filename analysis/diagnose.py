@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.cells import Batch
-from analysis.graph import DIRS, Run, Stretch, load_run, stretch_from_json
+from analysis.stretches import DIRS, Run, Stretch, load_run, stretch_from_json
 from analysis.variants import DEFAULT_VARIANTS, LABELS, Variant, parse_variant
 
 CF_DECIMALS = 4  # certainty factors in JSON output

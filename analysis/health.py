@@ -67,8 +67,8 @@ class Health:
 
 def fault_spans(data) -> list[tuple[float, float]]:
     """[start, end + recovery margin] of every fault that took effect (monotonic seconds)."""
-    iso = ((data.info.manifest.get("spec") or {}).get("isolation") or {})
-    setting = iso.get("recovery", "auto") if not iso.get("overlap") else "auto"
+    iso = data.info.spec.isolation
+    setting = iso.recovery if not iso.overlap else "auto"
     spans = []
     for f in data.faults.itertuples(index=False):
         if f.start is None or f.start != f.start:

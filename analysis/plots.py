@@ -371,7 +371,7 @@ def module_timeline(data, path: Path, workload: int | None = None, max_apps: int
     mods = data.modules
     end = float(data.snapshots["mono"].iloc[-1]) - data.t0
     windows = _fault_windows(data)
-    host = (data.info.manifest.get("monitor") or {}).get("host")
+    host = data.info.monitor.host
 
     def span(born, died):
         b = float(born) - data.t0

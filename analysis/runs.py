@@ -12,8 +12,11 @@ manifest, an older or newer `format_version`, missing tables. What cannot be ana
 harness.errors.UserError; what can be analysed partly is analysed, with a warning.
 
 `load_run_data(info)` reads one run for labelling, scoring and plotting: the diagnosis engine's Run
-(analysis.graph.load_run: stretches of constant graph, counter deltas and the invalid mask), the
+(analysis.stretches.load_run: stretches of constant graph, counter deltas and the invalid mask), the
 same counters as one long frame, and the modules, edges, processes, faults and workloads.
+
+The manifest is read once, as a harness.manifest.Manifest (the schema the runner writes with); the
+analysis reads its attributes.
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.graph import DIRS, Run, load_run
+from analysis.stretches import DIRS, Run, load_run
 from harness.errors import UserError
-from harness.store import FORMAT_VERSION, resolve_fault_targets
+from harness.manifest import Manifest, ManifestError, Monitor, RunSpec, SpecWorkload, read_manifest
+from harness.store import FORMAT_VERSION, connect, resolve_fault_targets
 
 REQUIRED_TABLES = ("modules", "snapshots", "counters")
 OPTIONAL_TABLES = ("edges", "processes", "faults", "events")
@@ -47,7 +51,7 @@ class RunInfo:
     """A run directory that can be analysed, with what is known about its state."""
 
     path: Path
-    manifest: dict[str, Any]
+    manifest: Manifest | None         # None: no manifest.json, or one that could not be read
     status: str                       # complete | interrupted | failed | running | unknown
     format_version: int | None
     tables: set[str]
@@ -55,7 +59,17 @@ class RunInfo:
 
     @property
     def experiment(self) -> str:
-        return str(self.manifest.get("experiment") or self.path.parent.name)
+        return (self.manifest.experiment if self.manifest is not None else None) or self.path.parent.name
+
+    @property
+    def spec(self) -> RunSpec:
+        """The manifest's resolved spec (empty without a manifest)."""
+        return self.manifest.spec if self.manifest is not None else RunSpec()
+
+    @property
+    def monitor(self) -> Monitor:
+        """The manifest's monitored host (empty without a manifest)."""
+        return self.manifest.monitor if self.manifest is not None else Monitor()
 
     @property
     def name(self) -> str:
@@ -131,20 +145,19 @@ def open_run(path: str | Path) -> RunInfo:
     """Check a run directory (module docstring); raises UserError when nothing can be analysed."""
     path = Path(path)
     warnings: list[str] = []
-    manifest: dict[str, Any] = {}
-    mpath = path / "manifest.json"
-    if mpath.is_file():
-        try:
-            manifest = json.loads(mpath.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            warnings.append(f"manifest.json unreadable ({e}); workloads and fault plan unknown")
+    try:
+        manifest = read_manifest(path / "manifest.json")
+    except ManifestError as e:
+        manifest = None
+        warnings.append(f"manifest.json {e.detail}; workloads and fault plan unknown")
     else:
-        warnings.append("no manifest.json (incomplete run); workloads are guessed from command lines")
+        if manifest is None:
+            warnings.append("no manifest.json (incomplete run); workloads are guessed from command lines")
     db = path / "run.db"
     if not db.is_file():
         raise UserError(f"{path}: no run.db (the run never started recording, or this is not a run directory)")
     try:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+        conn = connect(db, readonly=True)
         try:
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             db_version = None
@@ -155,11 +168,7 @@ def open_run(path: str | Path) -> RunInfo:
             conn.close()
     except (sqlite3.Error, ValueError) as e:
         raise UserError(f"{path}: run.db cannot be read: {e}") from None
-    version = manifest.get("format_version", db_version)
-    try:
-        version = int(version) if version is not None else None
-    except (TypeError, ValueError):
-        version = None
+    version = manifest.format_version if manifest is not None else db_version
     if version is not None and version > FORMAT_VERSION:
         raise UserError(f"{path}: format_version {version} is newer than this nestlab reads "
                         f"({FORMAT_VERSION}); update nestlab")
@@ -174,8 +183,8 @@ def open_run(path: str | Path) -> RunInfo:
     lacking = [t for t in OPTIONAL_TABLES if t not in tables]
     if lacking:
         warnings.append(f"run.db has no {', '.join(lacking)} table; analysing without it")
-    status = str(manifest.get("status", "unknown"))
-    reason = manifest.get("reason")
+    status = manifest.status if manifest is not None else "unknown"
+    reason = manifest.reason if manifest is not None else None
     if status == "running":
         warnings.append("status 'running': still recording, or the machine died; analysing what was recorded")
     elif status in ("interrupted", "failed"):
@@ -191,7 +200,7 @@ class RunData:
     """One run read for the analysis. Frames use run.db module ids and snapshot seqs."""
 
     info: RunInfo
-    run: Run                    # analysis.graph.Run (give it to diagnose_run to avoid reading twice)
+    run: Run                    # analysis.stretches.Run (give it to diagnose_run to avoid reading twice)
     snapshots: pd.DataFrame     # seq (index), mono, start (mono of the previous snapshot)
     counters: pd.DataFrame      # module, dir, seq, tm, wait, has_wait, queued, has_queue, errors, invalid
     modules: pd.DataFrame       # id (index), kind, name, key, attrs (dict), born, died, workload,
@@ -199,7 +208,7 @@ class RunData:
     edges: pd.DataFrame         # parent, child, born, died
     processes: pd.DataFrame     # pid, workload, role, host, cmdline, started, ended, exit_code
     faults: pd.DataFrame        # id, kind, target (dict), target_module, start, end, description
-    workloads: list[dict]       # the resolved spec's workloads (may be empty)
+    workloads: list[SpecWorkload]  # the resolved spec's workloads (may be empty)
     t0: float                   # the run's time origin (manifest t0, else the first snapshot)
     stop: float | None = None   # when the runner stopped the workloads (the run_end event), if known
     warnings: list[str] = field(default_factory=list)
@@ -294,7 +303,7 @@ def load_run_data(info: RunInfo | str | Path) -> RunData:
         info = open_run(info)
     warnings = list(info.warnings)
     run = load_run(info.path)
-    conn = sqlite3.connect(f"file:{info.path / 'run.db'}?mode=ro", uri=True, timeout=10)
+    conn = connect(info.path / "run.db", readonly=True)
     try:
         snaps = _frame(conn, "SELECT seq, mono FROM snapshots ORDER BY seq", ["seq", "mono"])
         mods = _frame(conn, "SELECT id, kind, name, key, attrs, born, died FROM modules ORDER BY id",
@@ -324,27 +333,25 @@ def load_run_data(info: RunInfo | str | Path) -> RunData:
         raise UserError(f"{info.path}: no snapshots recorded; nothing to analyse")
     snaps = snaps.set_index("seq")
     snaps["start"] = snaps["mono"].shift(1)
-    manifest = info.manifest
-    t0 = manifest.get("t0")
-    t0 = float(t0) if isinstance(t0, int | float) else float(snaps["mono"].iloc[0])
+    manifest_t0 = info.manifest.t0 if info.manifest is not None else None
+    t0 = manifest_t0 if manifest_t0 is not None else float(snaps["mono"].iloc[0])
     end = float(snaps["mono"].iloc[-1])
-    workloads = list(((manifest.get("spec") or {}).get("workloads")) or [])
+    workloads = list(info.spec.workloads)
 
     mods["attrs"] = [_json(a) for a in mods["attrs"]]
     mods = mods.set_index("id")
     mods = _attach_workloads(mods, procs, workloads, warnings)
 
     faults["target"] = [_json(t) for t in faults["target"]]
-    faults = _resolve_faults(faults, mods, manifest, end, warnings)
+    faults = _resolve_faults(faults, mods, info.monitor, end, warnings)
     stop = float(ends["mono"].iloc[0]) if len(ends) else None
-    duration = (manifest.get("spec") or {}).get("duration")
-    if stop is None and isinstance(manifest.get("t0"), int | float) and isinstance(duration, int | float):
-        stop = float(manifest["t0"]) + float(duration)
+    if stop is None and manifest_t0 is not None and info.spec.duration is not None:
+        stop = manifest_t0 + info.spec.duration
     return RunData(info, run, snaps, counters_frame(run), mods, edges, procs, faults, workloads, t0, stop,
                    warnings, health["tcp_info"], health["queue_stats"])
 
 
-def _attach_workloads(mods: pd.DataFrame, procs: pd.DataFrame, workloads: list[dict],
+def _attach_workloads(mods: pd.DataFrame, procs: pd.DataFrame, workloads: list[SpecWorkload],
                       warnings: list[str]) -> pd.DataFrame:
     """Each module's workload (index), its kind (wget|iperf) and one-way direction, and table rows."""
     clients = procs[procs["role"] == "client"] if not procs.empty else procs
@@ -370,7 +377,7 @@ def _attach_workloads(mods: pd.DataFrame, procs: pd.DataFrame, workloads: list[d
             if p is not None and p[1] is not None and p[1] == p[1]:
                 idx = int(p[1])
                 if 0 <= idx < len(workloads):
-                    kind, direction = workloads[idx].get("kind"), workloads[idx].get("direction")
+                    kind, direction = workloads[idx].kind, workloads[idx].direction
             if kind is None:
                 k, d = _guess_workload((p[2] if p is not None else "") or a.get("cmdline", ""))
                 if k is not None:
@@ -417,15 +424,15 @@ def module_rows(kind: str, wl_kind: str | None) -> tuple[str, ...]:
     return ("all modules",)
 
 
-def _resolve_faults(faults: pd.DataFrame, mods: pd.DataFrame, manifest: dict, end: float,
+def _resolve_faults(faults: pd.DataFrame, mods: pd.DataFrame, monitor: Monitor, end: float,
                     warnings: list[str]) -> pd.DataFrame:
-    """Fill in target modules the runner could not resolve, ends of faults still active at the end."""
+    """Fill in target modules the runner could not resolve, ends of faults still active at the end;
+    `monitor` is the manifest's (host and interface of the monitored host)."""
     modules = [(int(mid), key, float(born)) for mid, key, born in zip(mods.index, mods["key"], mods["born"], strict=True)]
-    monitor = manifest.get("monitor") or {}
     rows = list(faults.itertuples(index=False))
     todo = [i for i, row in enumerate(rows) if row.target_module is None or row.target_module != row.target_module]
     found = resolve_fault_targets([(rows[i].kind, rows[i].target, rows[i].start) for i in todo], modules,
-                                  monitor.get("host"), monitor.get("interface"), missing_start=end)
+                                  monitor.host, monitor.interface, missing_start=end)
     resolved = dict(zip(todo, found, strict=True))
     targets, ends, descr = [], [], []
     for i, row in enumerate(rows):

@@ -3,9 +3,9 @@
     .venv/bin/python bench/bench_diagnose.py [--minutes 15] [--ref-stretches 60] [--fresh]
 
 The run has ~100 modules (4 apps x 12 connections: app, socket, tcp, one ipeth) at 100 ms, with
-connection churn (graph changes), faults and counter glitches (tests/test_diagnosis_synthetic.py).
+connection churn (graph changes), faults and counter glitches (tests/support/synthetic.py).
 A module-diagnosis is one module, one direction, one snapshot. The fast path runs over the whole
-run; the reference (tests/test_diagnosis_reference.py) over the first --ref-stretches stretches of
+run; the reference (tests/support/reference.py) over the first --ref-stretches stretches of
 the run, where both results are also compared.
 """
 
@@ -23,10 +23,10 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 
 from analysis.diagnose import diagnose_stretches  # noqa: E402
-from analysis.graph import load_run  # noqa: E402
+from analysis.stretches import load_run  # noqa: E402
 from analysis.variants import parse_variant  # noqa: E402
-from tests.test_diagnosis_reference import assert_same, reference  # noqa: E402
-from tests.test_diagnosis_synthetic import make_run  # noqa: E402
+from tests.support.reference import assert_same, reference  # noqa: E402
+from tests.support.synthetic import synthetic_run  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     cache = Path(tempfile.gettempdir()) / f"nestlab-bench-run-{a.minutes:g}min"
     t0 = time.perf_counter()
     if a.fresh or not (cache / "run.db").exists():
-        make_run(cache, seconds=a.minutes * 60)
+        synthetic_run(cache, seconds=a.minutes * 60)
         print(f"generated synthetic run in {time.perf_counter() - t0:.1f} s: {cache}")
     t0 = time.perf_counter()
     run = load_run(cache)

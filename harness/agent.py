@@ -69,9 +69,9 @@ def _initdb(db: str) -> bool:
 
 
 def _count(db: str) -> int:
-    import sqlite3
+    from harness.store import connect
 
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+    conn = connect(db, readonly=True)
     try:
         return conn.execute("SELECT count(*) FROM snapshots").fetchone()[0]
     finally:

@@ -12,26 +12,29 @@ users: unlike `mn -c`, it kills nothing by name pattern.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
 from harness.ledger import LEDGER_DIR, alive, kill_group
+from harness.manifest import ManifestError
+from harness.store import RunDir
 
 
 def _mark_interrupted(run_dir: Path, reason: str) -> None:
-    manifest = run_dir / "manifest.json"
+    """A manifest still `running` (or without a status) becomes `interrupted` with `reason`; one that
+    cannot be read, or would not fit the schema (harness.manifest), is left as it is."""
     try:
-        data = json.loads(manifest.read_text())
+        rd = RunDir.open(run_dir)
     except (OSError, ValueError):
         return
-    if data.get("status") in (None, "running"):
-        data["status"] = "interrupted"
-        data["reason"] = reason
-        tmp = manifest.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(data, indent=2) + "\n")
-        os.replace(tmp, manifest)
+    if isinstance(rd.manifest, dict) and rd.manifest.get("status") in (None, "running"):
+        rd.manifest["status"] = "interrupted"
+        rd.manifest["reason"] = reason
+        try:
+            rd.write_manifest()
+        except ManifestError:
+            pass
 
 
 def cleanup(verbose: bool = False, include_live: bool = False) -> int:

@@ -13,17 +13,18 @@ offset (and the runner's own): the fault kinds (harness/faults/) convert their n
 windows with those nodes' offsets, the runner its own stamps (events, process starts) with the
 runner's. On a testbed the collector writes its tables into a run.db on the monitored node; teardown
 brings that back and merges it into the local run.db, with every node's logs (docs/ssh-backend.md).
+
+The runner asks and does not look inside: the backend (harness/backends/, chosen by the topology's
+kind) for the nodes, the clocks, what the manifest records and where the collector writes; the fault
+kinds (harness/faults/) for faults; the collector (harness.collector.main.command) for its command
+line; the recorder (harness/recorder.py) for run.db's rows; the store for the run directory.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import platform
 import random
 import signal
-import subprocess
-import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -31,18 +32,20 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness import __version__, interceptor
+from harness import __version__
+from harness.backends import check_runner, make_backend
 from harness.backends.base import Clocks, Proc
+from harness.collector.main import command as collector_command
 from harness.errors import UserError
 from harness.faults import FaultEnv, FaultKind, Faults, NoTarget, Part
 from harness.ledger import Ledger, signals_held
+from harness.recorder import RunRecorder, link_fault_targets
 from harness.spec import Experiment, Window, load_spec
-from harness.store import FORMAT_VERSION, RunDir, create_db, monotonic, resolve_fault_targets
-from harness.workloads import Workloads, check_binaries
+from harness.store import FORMAT_VERSION, RunDir, monotonic
+from harness.workloads import Workloads
 
 TICK_S = 0.02
 COLLECTOR_READY_S = 10.0
-REMOTE_PROGRESS_S = 2.0    # how often the snapshot count is read from a remote monitored node
 QUEUE_SAMPLE_S = 1.0       # how often the shaped links' queues are read (network health)
 
 console = Console(stderr=True, highlight=False)
@@ -80,34 +83,6 @@ class Progress:
     warnings: list[str] = field(default_factory=list)
 
 
-def _versions(backend) -> dict[str, str]:
-    def first_line(argv):
-        try:
-            r = subprocess.run(argv, capture_output=True, text=True, timeout=5)
-            return (r.stdout or r.stderr).strip().splitlines()[0]
-        except (OSError, IndexError, subprocess.TimeoutExpired):
-            return "unavailable"
-
-    local = {"kernel": platform.release(), "python": platform.python_version()}
-    if backend.remote:   # the tools run on the testbed nodes: the backend reads their versions there
-        return {"nestlab": __version__, **backend.versions(), "runner": local}
-    return {"nestlab": __version__, **local,
-            **backend.versions(), "iperf": first_line(["iperf", "-v"]),
-            "wget": first_line(["wget", "--version"]), "lighttpd": first_line(["lighttpd", "-v"]),
-            "iptables": first_line(["iptables", "--version"])}
-
-
-def make_backend(exp: Experiment, ledger: Ledger, run_id: str):
-    """The backend the topology asks for: SSH when its nodes say where they live, else Mininet."""
-    if exp.topology.backend == "ssh":
-        from harness.backends.ssh import SshBackend
-
-        return SshBackend(exp.topology, ledger, exp.spec, run_id)
-    from harness.backends.mininet import MininetBackend
-
-    return MininetBackend(exp.topology, ledger, exp.spec.congestion_control)
-
-
 class Run:
     """One repetition of an experiment."""
 
@@ -118,7 +93,8 @@ class Run:
         self.rng = random.Random(exp.seed_for(repetition))
         self.rd = RunDir.create(results_root, self.spec.name, repetition)
         self.run_id = self.rd.path.name
-        self.db = create_db(self.rd.db)
+        self.record = RunRecorder.create(self.rd.db)   # the runner's rows of run.db
+        self.db = self.record.db                        # its connection, for what takes one (target links)
         self.progress = Progress()
         self.backend = None
         self.ledger: Ledger | None = None
@@ -130,9 +106,6 @@ class Run:
         self.shm_dir: str | None = None
         self.fault_ids = 0   # faults.id, assigned here so a rule's tag is known before its row is written
         self.clocks: Clocks | None = None
-        self.remote_snapshots = 0
-        self._poller: threading.Thread | None = None
-        self._poller_stop = threading.Event()
 
     def now(self) -> float:
         """The reference clock (the monitored host's CLOCK_MONOTONIC), read through the runner's."""
@@ -143,9 +116,7 @@ class Run:
 
     # -- recording helpers ---------------------------------------------------------------------
     def event(self, kind: str, detail: str = "", workload: int | None = None) -> None:
-        self.db.execute("INSERT INTO events (mono, kind, workload, detail) VALUES (?,?,?,?)",
-                        (self.now(), kind, workload, detail))
-        self.db.commit()
+        self.record.event(self.now(), kind, workload, detail)
         if kind == "warning":
             self.progress.warnings.append(detail)
 
@@ -153,14 +124,11 @@ class Run:
         started = self.runner_time(proc.started)
         if role == "ended":
             code = proc.poll()
-            self.db.execute("UPDATE processes SET ended = ?, exit_code = ? WHERE pid = ? AND started = ?",
-                            (self.now(), code, proc.pid, started))
+            self.record.process_ended(proc.pid, started, self.now(), code)
             if workload is not None:
                 self.event("workload_end", f"pid {proc.pid} exit {code}", workload)
             return
-        self.db.execute("INSERT INTO processes (pid, workload, role, host, cmdline, started) VALUES (?,?,?,?,?,?)",
-                        (proc.pid, workload, role, host, " ".join(proc.argv), started))
-        self.db.commit()
+        self.record.process_started(proc.pid, workload, role, host, " ".join(proc.argv), started)
         if workload is not None:
             self.event("workload_start", f"pid {proc.pid}: {' '.join(proc.argv)}", workload)
 
@@ -213,32 +181,21 @@ class Run:
     def _setup(self) -> None:
         spec, topo = self.spec, self.exp.topology
         self.ledger = Ledger(self.run_id, self.rd.path)
-        backend = self.backend = make_backend(self.exp, self.ledger, self.run_id)
-        if backend.remote:
-            console.print(f"[bold]{spec.name}[/] r{self.rep}: connecting to {len(topo.spec.nodes)} testbed "
-                          f"nodes of {topo.name} over SSH")
-        backend.preflight()
-        if not backend.remote:
-            check_binaries(spec)
-            if spec.interceptor:
-                interceptor.library_path()  # a clear error now if it is not built
-            console.print(f"[bold]{spec.name}[/] r{self.rep}: building topology {topo.name} "
-                          f"({len(topo.spec.nodes)} nodes, {len(topo.spec.links)} links)")
-        else:
-            console.print(f"[bold]{spec.name}[/] r{self.rep}: verifying the network, installing, "
-                          "measuring clocks")
+        backend = self.backend = make_backend(topo.backend, topo, self.ledger, spec, self.run_id)
+        self._announce("preflight")
+        backend.preflight()   # programs, permissions, connections: before anything is made
+        self._announce("build")
         backend.build()
         self.clocks = backend.clocks(spec.monitor)
         monitor_if = backend.interfaces(spec.monitor)[0]
         self.rd.manifest["topology"]["addresses"] = {n: [i.__dict__ for i in backend.interfaces(n)]
                                                      for n in topo.spec.nodes}
-        monitor = {"host": spec.monitor, "address": monitor_if.address, "interface": monitor_if.name}
-        extra = {}
-        if backend.remote:   # times so far were the runner's; the SSH session's interface is not the run's
-            extra = {"nodes": backend.node_records(), "start_mono": self.runner_time(self.rd.manifest["start_mono"])}
-            monitor["control_interface"] = backend.control.get(spec.monitor)
-        self._manifest("running", versions=_versions(backend), clock_offsets=self.clocks.as_dict(),
-                       monitor=monitor, link_model=backend.link_model, **extra)
+        monitor = {"host": spec.monitor, "address": monitor_if.address, "interface": monitor_if.name,
+                   **backend.manifest_monitor(spec.monitor)}
+        # start_mono was read on the runner's clock (the same clock on Mininet: offset 0).
+        self._manifest("running", versions={"nestlab": __version__, **backend.versions()},
+                       clock_offsets=self.clocks.as_dict(), monitor=monitor, link_model=backend.link_model,
+                       **backend.manifest_extra(), start_mono=self.runner_time(self.rd.manifest["start_mono"]))
         nodes = {n: backend.node(n) for n in topo.spec.nodes}
         addresses = {n: backend.address(n) for n in topo.spec.nodes}
         client_env = {}
@@ -253,55 +210,34 @@ class Run:
         self.faults.setup()   # the kinds' shared state, e.g. the fault chain on each router
         self._start_collector()
 
-    def _snapshots(self, server: bool = True) -> int:
-        if self.backend.remote:
-            return self.backend.snapshots(self.spec.monitor, server=server)
-        return self.db.execute("SELECT count(*) FROM snapshots").fetchone()[0]
+    def _announce(self, step: str) -> None:
+        message = self.backend.announce(step)
+        if message:
+            console.print(f"[bold]{self.spec.name}[/] r{self.rep}: {message}")
 
     def _start_collector(self) -> None:
-        node = self.backend.node(self.spec.monitor)
-        db = self.backend.create_db(self.spec.monitor) if self.backend.remote else str(self.rd.db.resolve())
-        argv = [*self.backend.python(self.spec.monitor), "-m", "harness.collector.main", "--db", db,
-                "--interval", str(self.spec.snapshot_interval)]
-        if self.shm_dir is not None:
-            argv += ["--interceptor-dir", str(self.shm_dir)]
-        control = getattr(self.backend, "control", {}).get(self.spec.monitor)
-        if control:  # the testbed's control interface carries the runner's SSH session: not the experiment
-            argv += ["--ignore-interface", control]
+        backend, monitor = self.backend, self.spec.monitor
+        node = backend.node(monitor)
+        argv = collector_command(backend.python(monitor), backend.collector_db(monitor, self.record),
+                                 self.spec.snapshot_interval, self.shm_dir, backend.ignored_interfaces(monitor))
         with signals_held():
             self.collector = node.start(argv, self.rd.logs / "collector.log")
             self._on_process(self.collector, None, "collector", self.spec.monitor)
         deadline = monotonic() + COLLECTOR_READY_S
         while monotonic() < deadline:
-            if self._snapshots() > 0:
-                if self.backend.remote:
-                    self._poller = threading.Thread(target=self._poll_snapshots, name="progress", daemon=True)
-                    self._poller.start()
+            if backend.snapshots(monitor, self.record) > 0:
+                backend.start_progress(monitor)
                 return
             if self.collector.poll() is not None:
                 break
             time.sleep(0.05)
         log = self.rd.logs / "collector.log"
-        if self.backend.remote:
-            try:
-                node.get(node.log_path(log), log)
-            except Exception:  # noqa: BLE001 - the error below says what we know
-                pass
+        try:   # the node's copy of the log (on Mininet the node writes this very file: nothing to copy)
+            node.get(node.log_path(log), log)
+        except Exception:  # noqa: BLE001 - the error below says what we know
+            pass
         text = log.read_text()[-800:] if log.exists() else ""
         raise RuntimeError(f"collector did not record a snapshot: {text.strip()}")
-
-    def _poll_snapshots(self) -> None:
-        """The snapshot count of a remote collector, for the progress line (off the main loop)."""
-        while not self._poller_stop.wait(REMOTE_PROGRESS_S):
-            try:
-                self.remote_snapshots = self._snapshots(server=False)
-            except Exception:  # noqa: BLE001 - progress only
-                pass
-
-    def _stop_poller(self) -> None:
-        self._poller_stop.set()
-        if self._poller is not None:
-            self._poller.join(timeout=15)
 
     def _main_loop(self) -> None:
         spec = self.spec
@@ -343,15 +279,10 @@ class Run:
 
     def _sample_queues(self) -> None:
         """The shaped links' queue counters (cumulative drops, sent packets) and backlog."""
-        rows = [(self.now(), q["node"], q["interface"], q["sent_packets"], q["sent_bytes"], q["drops"],
-                 q["overlimits"], q["requeues"], q["backlog_packets"], q["backlog_bytes"])
-                for q in self.backend.queue_stats()]
-        if rows:
-            self.db.executemany("INSERT INTO queue_stats VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
-            self.db.commit()
+        self.record.queue_stats(self.backend.queue_stats(), self.now)
 
     def _progress_line(self, t: float) -> str:
-        snaps = self.remote_snapshots if self.backend.remote else self._snapshots()
+        snaps = self.backend.progress_snapshots(self.spec.monitor, self.record)
         return (f"{self.spec.name} r{self.rep}: {t:5.1f}/{self.spec.duration:g} s  "
                 f"faults {self.progress.injected}/{len(self.plan)}  snapshots {snaps}  "
                 f"active {','.join(self.spec.faults[a.window.spec_index].kind for a in self.active) or '-'}")
@@ -369,13 +300,9 @@ class Run:
         rows = []
         for part in parts:   # written after the fault is in force, so the injection never waits for the database
             self.fault_ids += 1
-            self.db.execute(
-                "INSERT INTO faults (id, spec_index, kind, at_node, target, planned_start, planned_duration, start, "
-                "rule) VALUES (?,?,?,?,?,?,?,?,?)",
-                (self.fault_ids, w.spec_index, f.kind, f.at or self.spec.monitor, part.target, w.start, w.duration,
-                 part.start, part.rule))
             rows.append((self.fault_ids, part))
-        self.db.commit()
+        self.record.faults_started((fid, w.spec_index, f.kind, f.at or self.spec.monitor, part.target, w.start,
+                                    w.duration, part.start, part.rule) for fid, part in rows)
         self.progress.injected += 1
         self.active.append(ActiveFault(w, parts[-1].start + w.duration, kind, rows))
 
@@ -387,8 +314,8 @@ class Run:
             except Exception as e:  # noqa: BLE001 - e.g. a paused process that exited meanwhile
                 end = self.now()
                 self.event("warning", f"fault {fid}: ending it failed ({type(e).__name__}: {e}); end stamped now")
-            self.db.execute("UPDATE faults SET end = ? WHERE id = ?", (end, fid))
-        self.db.commit()
+            self.record.fault_ended(fid, end)
+        self.record.commit()
 
     # -- teardown ------------------------------------------------------------------------------
     def _teardown_safely(self) -> None:
@@ -397,7 +324,7 @@ class Run:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, lambda *_: console.print("[yellow]cleaning up, please wait[/]"))
         steps = [
-            ("stop progress", self._stop_poller),
+            ("stop progress", lambda: self.backend and self.backend.stop_progress()),
             ("remove fault rules", self._remove_active_faults),
             ("stop workloads", lambda: self.workloads and self.workloads.stop_clients()),
             ("stop collector", self._stop_collector),
@@ -438,34 +365,28 @@ class Run:
             self.faults.teardown()
 
     def _bring_back(self) -> None:
-        """SSH: the collector's tables (merged into the local run.db) and every node's logs."""
-        if self.backend is not None and self.backend.remote and self.backend.nodes:
-            if self.clocks is not None:   # how far the clocks drifted apart during the run
-                try:
-                    self.rd.manifest["clock_offsets_end"] = self.backend.measure_clocks().as_dict()
-                except Exception as e:  # noqa: BLE001 - a node gone away: bring back what can be
-                    self.event("warning", f"measuring the clocks again failed: {e}")
-            self.backend.bring_back(self.db, self.rd.path)
+        """What the backend left on the nodes (SSH: the collector's tables, merged into the local
+        run.db, and every node's logs), and how far the clocks drifted apart during the run."""
+        if self.backend is None:
+            return
+        if self.clocks is not None:
+            try:
+                end = self.backend.clocks_end()
+                if end is not None:   # None: one shared clock
+                    self.rd.manifest["clock_offsets_end"] = end.as_dict()
+            except Exception as e:  # noqa: BLE001 - a node gone away: bring back what can be
+                self.event("warning", f"measuring the clocks again failed: {e}")
+        self.backend.bring_back(self.record, self.rd.path)
 
     def _resolve_targets(self) -> None:
         """Link each fault to the module it targets, now that the collector has recorded them."""
         if self.backend is None or self.clocks is None:
             return
-        monitor_if = self.backend.interfaces(self.spec.monitor)[0].name
-        modules = self.db.execute("SELECT id, key, born FROM modules").fetchall()
-        faults = self.db.execute("SELECT id, kind, target, start FROM faults").fetchall()
-        resolved = resolve_fault_targets([(kind, json.loads(target), start) for _, kind, target, start in faults],
-                                         modules, self.spec.monitor, monitor_if)
-        for (fid, *_), module in zip(faults, resolved, strict=True):
-            if module is not None:
-                self.db.execute("UPDATE faults SET target_module = ? WHERE id = ?", (module, fid))
-        self.db.commit()
+        link_fault_targets(self.db, self.spec.monitor, self.backend.interfaces(self.spec.monitor)[0].name)
 
     def _finish(self, status: str, reason: str | None) -> None:
-        counts = {k: self.db.execute(f"SELECT count(*) FROM {k}").fetchone()[0]
-                  for k in ("snapshots", "modules", "faults")}
-        self.db.commit()  # rows written since the last commit (process ends, events)
-        self.db.close()
+        counts = self.record.counts()
+        self.record.close()  # commits the rows written since the last commit (process ends, events)
         self._manifest(status, reason=reason, end_wall=time.time(), end_mono=self.now(), counts=counts,
                        warnings=self.progress.warnings)
         colour = {"complete": "green", "interrupted": "yellow", "failed": "red"}[status]
@@ -485,8 +406,7 @@ class _nullcontext:
 def run_experiment(spec_path: str | Path, results_root: str | Path = "results",
                    topology: str | Path | None = None) -> tuple[int, list[Path]]:
     exp = load_spec(spec_path, topology)  # spec mistakes are reported before anything needs root
-    if exp.topology.backend == "mininet" and os.geteuid() != 0:
-        raise UserError("run-experiment needs root (Mininet namespaces, tc, iptables); try sudo")
+    check_runner(exp.topology.backend)   # e.g. root for Mininet, before a run directory is made
     runs: list[Path] = []
     code = 0
     for rep in range(exp.spec.repetitions):

@@ -1,7 +1,8 @@
 """The run directory: manifest.json, run.db (SQLite, WAL) and logs/.
 
-This module is the single definition of the on-disk format shared by the harness (writer) and the
-analysis (reader). docs/run-format.md documents it for humans; bump FORMAT_VERSION on any change.
+This module and harness/manifest.py (the schema of manifest.json) are the single definition of the
+on-disk format shared by the harness (writer) and the analysis (reader). docs/run-format.md
+documents it for humans; bump FORMAT_VERSION on any change.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ CREATE TABLE IF NOT EXISTS snapshots (
 -- Raw cumulative values; the analysis computes deltas. NULL = unsupported for that module kind.
 -- A row for (seq, module, dir) when the values differ from that module/direction's previous row
 -- (and at the module's first snapshot); between rows, and until the module dies, the values are
--- those of the last row (see dense_counter_rows in analysis/graph.py). A plain rowid table: appends are ~35% cheaper than a keyed
+-- those of the last row (see dense_counter_rows in analysis/stretches.py). A plain rowid table: appends are ~35% cheaper than a keyed
 -- table; the (module, seq) index is built when the recording ends (see INDEXES).
 CREATE TABLE IF NOT EXISTS counters (
     seq INTEGER NOT NULL,
@@ -210,6 +211,13 @@ class RunDir:
         return self.path / "manifest.json"
 
     def write_manifest(self) -> None:
+        """Write `manifest` (a dict) as manifest.json, after checking it against the schema
+        (harness.manifest.Manifest; ManifestError, one line, when it does not fit: nothing is written)."""
+        # Imported here: run.db's functions run on testbed nodes too (harness.agent), where only the
+        # standard library is installed; the manifest is written on the runner's machine.
+        from harness.manifest import validate_manifest
+
+        validate_manifest(self.manifest, self.manifest_path)
         # Write-then-rename so a crash never leaves a half-written manifest.
         tmp = self.manifest_path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(self.manifest, indent=2, sort_keys=False, default=str) + "\n")

@@ -1,19 +1,13 @@
-"""Shared test helpers: the root marker and a check that a run left nothing behind."""
+"""Fixtures and hooks: the root marker and a check that a run left nothing behind. Helpers shared by
+test modules live in tests/support/."""
 
 from __future__ import annotations
 
-import glob
 import os
-import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-VENV_BIN = Path(sys.executable).parent
-OUR_PROCESSES = re.compile(r"\b(iperf|lighttpd|wget|mnexec)\b|mininet:|harness\.collector")
+from tests.support.env import leftovers
 
 
 def pytest_collection_modifyitems(config, items):
@@ -25,28 +19,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def leftovers() -> list[str]:
-    """Everything a run could leave behind that is visible from the root namespace."""
-    found = []
-    ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.strip()
-    if ns:
-        found.append(f"netns: {ns}")
-    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    found += [f"link: {m}" for m in re.findall(r"^\d+: ([^:@]+-eth\d+)", links, re.M)]
-    for tool in ("iptables", "iptables-legacy"):
-        r = subprocess.run([tool, "-S"], capture_output=True, text=True)
-        found += [f"{tool}: {line}" for line in r.stdout.splitlines() if "NESTLAB" in line]
-    # Scratch directories (served files, interceptor shared memory, SSH node workdirs) and ledgers;
-    # nestlab-bench-* is a benchmark's deliberate cache of its synthetic input.
-    for pattern in ("/tmp/nestlab-*", "/dev/shm/nestlab-*", "/run/nestlab/*.json"):
-        found += [f"path: {p}" for p in glob.glob(pattern) if not Path(p).name.startswith("nestlab-bench-")]
-    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()[1:]
-    me = str(os.getpid())
-    found += [f"process: {line.strip()}" for line in ps
-              if OUR_PROCESSES.search(line) and not line.strip().startswith(me) and "pytest" not in line]
-    return found
-
-
 @pytest.fixture
 def no_leftovers():
     """Fail if the test leaves anything behind that was not there before it (in CI the machine
@@ -55,9 +27,3 @@ def no_leftovers():
     yield
     after = [t for t in leftovers() if t not in before]
     assert not after, f"the run left traces behind: {after}"
-
-
-def write(tmp_path: Path, name: str, text: str) -> Path:
-    p = tmp_path / name
-    p.write_text(text)
-    return p

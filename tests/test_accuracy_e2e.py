@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import REPO, VENV_BIN, write
+from tests.support.env import REPO, VENV_BIN, write
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.support.env import REPO
 
 CODE = ("from harness.ledger import Ledger, LEDGER_DIR; print(LEDGER_DIR); "
         "l = Ledger('t-run', '/nonexistent'); print(l.path.exists()); l.close(); print(l.path.exists())")

@@ -98,9 +98,9 @@ def test_variants_lists_every_system_and_parameter(capsys):
 
 
 def test_diagnose_run_directory_summary_and_csv(capsys, tmp_path):
-    from tests.test_diagnosis_synthetic import make_run
+    from tests.support.synthetic import synthetic_run
 
-    run = make_run(tmp_path / "run", seconds=5, apps=1, conns=2, churn_s=2, seed=1)
+    run = synthetic_run(tmp_path / "run", seconds=5, apps=1, conns=2, churn_s=2, seed=1)
     csv = tmp_path / "d.csv"
     code, out, err = cli(capsys, "diagnose", str(run), "--variant", "flowdiagnoser", "--csv", str(csv))
     assert code == 0, err

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from analysis.diagnose import diagnose_run, diagnose_stretches
-from analysis.graph import DIRS, Counters, Stretch, load_run
+from analysis.stretches import DIRS, Counters, Stretch, load_run
 from analysis.variants import LABELS, parse_variant
 from analysis.variants.flowdiagnoser import shape
-from tests.test_diagnosis_graph import write_run
-from tests.test_diagnosis_reference import assert_same, reference
+from tests.support.reference import assert_same, reference
+from tests.support.rundb import write_run
 
 FD = ["flowdiagnoser", "flowdiagnoser:theta=1"]  # queues=on: test_..._pending_send_queue_...
 

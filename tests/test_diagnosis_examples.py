@@ -10,11 +10,11 @@ import pytest
 
 from analysis.cells import Batch
 from analysis.diagnose import diagnose_json, diagnose_stretches
-from analysis.graph import stretch_from_json
+from analysis.stretches import stretch_from_json
 from analysis.variants import LABELS, parse_variant
 from analysis.variants.nest_cf import observations as batch_observations
 from analysis.variants.nest_cf_tables import OBS
-from tests.test_diagnosis_reference import reference
+from tests.support.reference import reference
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "table5.json"
 

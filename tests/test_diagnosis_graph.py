@@ -1,4 +1,4 @@
-"""The NS graph and counter deltas: run.db (stretches, deltas, thesis 3.4 invalid mask) and JSON."""
+"""Stretches and counter deltas (analysis.stretches): run.db (stretches, deltas, thesis 3.4 invalid mask) and JSON."""
 
 from __future__ import annotations
 
@@ -8,33 +8,9 @@ import numpy as np
 import pytest
 
 from analysis.diagnose import diagnose_run
-from analysis.graph import load_run, read_json, series_deltas, stretch_from_json
+from analysis.stretches import load_run, read_json, series_deltas, stretch_from_json
 from harness.errors import UserError
-from harness.store import create_db
-
-MONO0, STEP = 10.0, 0.1
-
-
-def mono(seq):
-    return MONO0 + seq * STEP
-
-
-def write_run(path, counters, modules, edges, n_snapshots=8):
-    """counters: {(module, dir): [(total_msgs, wait_ms, queued, errors) or None per seq]}."""
-    path.mkdir()
-    conn = create_db(path / "run.db")
-    conn.executemany("INSERT INTO snapshots VALUES (?,?,?)", [(s, mono(s), 1e9 + s) for s in range(n_snapshots)])
-    conn.executemany("INSERT INTO modules (id, kind, name, key, born, died) VALUES (?,?,?,?,?,?)",
-                     [(m, k, f"{k}{m}", f"{k}:{m}", mono(b), None if e is None else mono(e))
-                      for m, (k, b, e) in modules.items()])
-    conn.executemany("INSERT INTO edges VALUES (?,?,?,?)",
-                     [(p, c, mono(b), None if e is None else mono(e)) for p, c, b, e in edges])
-    rows = [(s, m, d, *v) for (m, d), vs in counters.items() for s, v in enumerate(vs) if v is not None]
-    conn.executemany("INSERT INTO counters (seq, module, dir, total_msgs, wait_ms, queued, errors) "
-                     "VALUES (?,?,?,?,?,?,?)", rows)
-    conn.commit()
-    conn.close()
-    return path
+from tests.support.rundb import write_run
 
 
 @pytest.fixture

@@ -8,10 +8,10 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from analysis.diagnose import diagnose_stretches
-from analysis.graph import DIRS, KINDS, Counters, Stretch
+from analysis.stretches import DIRS, KINDS, Counters, Stretch
 from analysis.variants import Variant, systems
 from analysis.variants.nest_cf import combine
-from tests.test_diagnosis_reference import assert_same, parallel_combine, ref_flowdiagnoser, reference
+from tests.support.reference import assert_same, parallel_combine, ref_flowdiagnoser, reference
 
 
 def _counters(draw, n, t, realistic_kinds=None):

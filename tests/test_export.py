@@ -23,7 +23,7 @@ from harness.cli import nestlab_main
 from harness.errors import UserError
 from harness.export import cloudlab_profile, emulab_ns, ssh_topology
 from harness.topology import load_topology
-from tests.conftest import REPO, write
+from tests.support.env import REPO, write
 
 EXPECTED = REPO / "tests" / "expected"
 TOPOLOGIES = REPO / "topologies"

@@ -377,6 +377,7 @@ def _db(rows):
 
 def test_runner_and_analysis_resolve_alike():
     from analysis.runs import _resolve_faults
+    from harness.manifest import Monitor
     from harness.runner import Run
 
     db = _db(FAULT_ROWS)
@@ -391,13 +392,13 @@ def test_runner_and_analysis_resolve_alike():
     faults = pd.DataFrame({"id": [r[0] for r in FAULT_ROWS], "kind": [r[1] for r in FAULT_ROWS],
                            "target": [r[2] for r in FAULT_ROWS], "target_module": [None] * len(FAULT_ROWS),
                            "start": [r[3] for r in FAULT_ROWS], "end": [10.0] * len(FAULT_ROWS)})
-    manifest = {"monitor": {"host": "site1n1", "interface": "site1n1-eth0"}}
+    monitor = Monitor(host="site1n1", interface="site1n1-eth0")   # the manifest's
     warnings: list[str] = []
-    out = _resolve_faults(faults, mods, manifest, 9.0, warnings)
+    out = _resolve_faults(faults, mods, monitor, 9.0, warnings)
     assert [None if pd.isna(m) else int(m) for m in out["target_module"]] == EXPECTED
     assert sum("target module unknown" in w for w in warnings) == 2
     # What the runner resolved, the analysis keeps (it only fills in the rest).
     faults["target_module"] = [5, None, None, None, None, None, None]
-    out = _resolve_faults(faults, mods, manifest, 9.0, [])
+    out = _resolve_faults(faults, mods, monitor, 9.0, [])
     assert [None if pd.isna(m) else int(m) for m in out["target_module"]] == [5, *EXPECTED[1:]]
 

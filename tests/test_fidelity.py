@@ -14,7 +14,7 @@ from harness.backends.mininet import MininetBackend
 from harness.ledger import Ledger
 from harness.runner import run_experiment
 from harness.topology import load_topology
-from tests.conftest import REPO, write
+from tests.support.env import REPO, write
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

@@ -11,7 +11,7 @@ import pytest
 
 from analysis.health import SILENCE_WARN, network_health
 from analysis.runs import load_run_data, open_run
-from tests.test_labels import T0, RunBuilder
+from tests.support.runs import T0, RunBuilder
 
 
 def _run(tmp_path, upload_tm, download_tm, fault=None, queue_rows=(), rtts=(), recovery=None):

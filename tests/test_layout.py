@@ -16,7 +16,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from tests.conftest import REPO
+from tests.support.env import REPO
 
 PACKAGES = ("harness", "analysis")
 MAX_LINES = 600
@@ -106,3 +106,28 @@ def test_no_module_is_over_600_lines():
     sizes = {name: len(path.read_text().splitlines()) for name, path in module_names(REPO).items()}
     long = {name: n for name, n in sizes.items() if n > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def test_what_runs_on_testbed_nodes_needs_only_the_standard_library_and_pyroute2():
+    """The SSH backend ships this package and pyroute2 to the monitored node, whose python3 has
+    nothing else: the collector and the agent (run.db, pause, connections) must import there. (The
+    command server, harness/backends/ssh/nodeserver.py, is sent as a standalone script.)"""
+    import subprocess
+    import sys
+
+    code = (
+        "import importlib.abc, sys\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        top = name.split('.')[0]\n"
+        "        if top in {'pydantic', 'yaml', 'numpy', 'pandas', 'matplotlib', 'networkx', 'rich', 'paramiko'}:\n"
+        "            raise ImportError(f'{name} is not on a testbed node')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import harness.agent, harness.store, harness.collector.main, harness.interceptor.pause\n"
+        "harness.agent._count  # the agent's run.db calls resolve their imports lazily: call one\n"
+        "import tempfile, os\n"
+        "d = tempfile.mkdtemp(); db = os.path.join(d, 'run.db')\n"
+        "harness.agent._initdb(db); assert harness.agent._count(db) == 0\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stderr[-2000:]

@@ -17,8 +17,7 @@ from analysis.plots import (
 )
 from analysis.score import evaluate
 from harness.cli import nestlab_main
-from tests.test_labels import RunBuilder
-from tests.test_report import make_run
+from tests.support.runs import RunBuilder, make_run
 
 
 def _png_ok(path, min_w=600, min_h=200):

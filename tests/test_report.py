@@ -6,7 +6,6 @@ import json
 import math
 import sqlite3
 
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -22,38 +21,7 @@ from analysis.runs import find_runs, load_run_data, open_run
 from analysis.score import ROWS, SECTIONS, accuracy_table, compare_table, evaluate
 from harness.cli import nestlab_main
 from harness.errors import UserError
-from tests.test_labels import IPERF_UP, WGET, RunBuilder
-
-
-def make_run(path, n: int = 50, status: str = "complete", manifest: bool = True):
-    """wget (download) and iperf (upload) on one interface; a connection fault and an IP fault."""
-    b = RunBuilder(path, n, workloads=[WGET, IPERF_UP], status=status, manifest=manifest)
-    ip = b.module("ipeth", "ipeth:h1-eth0")
-    mods = {}
-    for pid, prog, wl, d in ((100, "wget http://x/f", 0, "in"), (200, "iperf -c 10.0.2.1", 1, "out")):
-        app = b.module("app", f"app:{pid}", {"pid": pid}, name=f"{prog.split()[0]} {pid}")
-        sock = b.module("socket", f"sock:{pid}:3:{pid}", {"pid": pid, "fd": 3, "inode": pid,
-                                                         "dport": 80 if wl == 0 else 5001})
-        tcp = b.module("tcp", f"tcp:{pid}", {"inode": pid, "pid": pid, "dport": 80 if wl == 0 else 5001})
-        b.edge(app, sock)
-        b.edge(sock, tcp)
-        b.edge(tcp, ip)
-        b.process(pid, wl, prog)
-        tm = np.full(n, 20.0)
-        if wl == 0:
-            tm[21:30] = 0  # the connection fault
-        tm[35:40] = 0      # the IP fault
-        for m in (app, sock):
-            b.counters(m, d, tm / 4, wait=60.0)
-        b.counters(tcp, d, tm, queued=np.where(tm > 0, 500, 0))
-        mods[prog.split()[0]] = (app, sock, tcp)
-    ip_tm = np.full(n, 45.0)
-    ip_tm[35:40] = 0
-    b.counters(ip, "in", ip_tm)
-    b.counters(ip, "out", ip_tm)
-    b.fault("tcp_drop", mods["wget"][2], start=2.05, end=2.8, target={"inode": 100})
-    b.fault("ip_drop", ip, start=3.45, end=3.9, target={"host": "h1"})
-    return b.write(), mods, ip
+from tests.support.runs import WGET, RunBuilder, make_run
 
 
 @pytest.fixture

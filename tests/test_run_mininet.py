@@ -15,7 +15,7 @@ import pytest
 
 from harness.runner import run_experiment
 from harness.store import FORMAT_VERSION
-from tests.conftest import REPO, VENV_BIN, leftovers, write
+from tests.support.env import REPO, VENV_BIN, leftovers, write
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

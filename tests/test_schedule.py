@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from harness.spec import footprint, load_spec, plan_faults, recovery_after
 from harness.yamlload import SpecError
-from tests.conftest import REPO, write
+from tests.support.env import REPO, write
 
 TOPO = REPO / "topologies" / "dumbbell.yaml"
 HEAD = f"""\

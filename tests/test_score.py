@@ -23,7 +23,7 @@ from analysis.score import (
     rates,
     wilson,
 )
-from tests.test_labels import WGET, RunBuilder
+from tests.support.runs import WGET, RunBuilder
 
 
 def test_wilson_known_values():

@@ -12,7 +12,7 @@ from harness.cli import nestlab_main
 from harness.spec import load_spec
 from harness.topology import load_topology
 from harness.units import parse_duration, parse_rate, parse_size
-from tests.conftest import REPO, VENV_BIN, write
+from tests.support.env import REPO, VENV_BIN, write
 
 TOPO = REPO / "topologies" / "dumbbell.yaml"
 

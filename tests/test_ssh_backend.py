@@ -43,7 +43,7 @@ from harness.ledger import LEDGER_DIR
 from harness.runner import run_experiment
 from harness.store import FORMAT_VERSION
 from harness.topology import load_topology
-from tests.conftest import REPO, VENV_BIN, leftovers, write
+from tests.support.env import REPO, VENV_BIN, leftovers, write
 
 
 def e2e(fn):

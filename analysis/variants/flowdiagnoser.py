@@ -8,7 +8,7 @@ How the algorithm maps onto arrays (docs/diagnosis.md has the long form):
 - The analysis graph is the NS graph without the application's out-edges: sockets are the roots
   that HasWork assumes have work (thesis 3.6.2) and an application's result follows from its
   sockets (thesis 3.3.1): HEALTHY if one moved messages, else BLOCKED if one waited, else STALLED.
-- Detached modules (analysis.graph.Stretch: an upper layer elsewhere in the run, none in this
+- Detached modules (analysis.stretches.Stretch: an upper layer elsewhere in the run, none in this
   stretch -- a TCP connection before the interceptor has reported its socket, or after close()
   while it lingers) are roots *without* assumed work: HasWork is false for them at the top level
   (still overridden by their own outbound queue with queues=on). So an inactive one is DONTCARE, not
@@ -41,7 +41,7 @@ import networkx as nx
 import numpy as np
 
 from analysis.cells import Batch
-from analysis.graph import DIRS, Counters, Stretch
+from analysis.stretches import DIRS, Counters, Stretch
 from analysis.variants import (
     BLOCKED,
     DONTCARE,

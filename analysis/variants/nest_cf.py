@@ -5,7 +5,7 @@
    or IGN; a module with no parent is never IGN) or NONE. ANW and IGN propagate from parents, to
    their least fixed point (on a graph with cycles too).
    "Never IGN without a parent" is this system's form of FlowDiagnoser's "roots have work": a
-   root is not taken as quiet. A *detached* module (analysis.graph.Stretch: its upper layer is
+   root is not taken as quiet. A *detached* module (analysis.stretches.Stretch: its upper layer is
    known elsewhere in the run, not here -- a TCP connection before the interceptor has reported
    its socket, or after close() while it lingers) is not a true root: with no known upper layer
    there is no demand on it, and "every parent is IDLE or IGN" holds (vacuously), so it is IGN
@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.cells import Batch
-from analysis.graph import DIRS
+from analysis.stretches import DIRS
 from analysis.variants import Param, RuleSystem, certainty, on_off
 from analysis.variants.nest_cf_tables import (
     ABSENT,

@@ -7,7 +7,11 @@ machine's files and clock); the SSH backend over paramiko on testbed nodes (docs
 
 A Backend builds (Mininet) or verifies (SSH) the network, says which address and interface each node
 really has, how each node's clock relates to the monitored host's, and does the host-local operations
-the runner needs where a process runs (its TCP connections, the interceptor pause handshake).
+the runner needs where a process runs (its TCP connections, the interceptor pause handshake). It also
+answers everything else in which a run on this machine and one on testbed nodes differ: what the
+manifest records, where the collector writes and how its progress is read, and what must be brought
+back at the end; the runner asks, and never branches on the kind (harness/backends/__init__.py lists
+the kinds).
 """
 
 from __future__ import annotations
@@ -15,10 +19,13 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from harness.interceptor.pause import PauseState
 from harness.topology import Interface, Topology
+
+if TYPE_CHECKING:
+    from harness.recorder import RunRecorder
 
 
 @dataclass
@@ -106,11 +113,29 @@ class Node(Protocol):
 
 
 class Backend(Protocol):
+    """Everything the runner asks of a backend, in the order of a run. Every backend is made the same
+    way: `Backend(topology, ledger, spec, run_id)` (harness.backends.make_backend); the runner never
+    asks which kind it has."""
+
     kind: str                    # 'mininet' | 'ssh': the manifest's backend
     topology: Topology
-    remote: bool                 # the collector's run.db lives on the monitored node, not here
+    # The collector's run.db lives on the monitored node, not here, and the fault chain is removed by
+    # the backend's ledger entries after a killed run (harness/faults/iptables.py records them).
+    remote: bool
 
-    def preflight(self) -> None: ...
+    @classmethod
+    def check_runner(cls) -> None:
+        """What the runner's own machine needs, checked before a run directory is made (UserError)."""
+        ...
+
+    # -- setting up ----------------------------------------------------------------------------
+    def announce(self, step: str) -> str | None:
+        """What the console says before `step` ('preflight' or 'build'), if anything."""
+        ...
+
+    def preflight(self) -> None:
+        """Everything that can fail before anything is created: programs, permissions, connections."""
+        ...
 
     def build(self) -> None: ...
 
@@ -128,15 +153,63 @@ class Backend(Protocol):
         """Every node's and the runner's clock against `reference`'s (the monitored host)."""
         ...
 
+    # -- what the manifest records -------------------------------------------------------------
+    def versions(self) -> dict[str, str | dict]:
+        """The software the run used, where it ran (the manifest's `versions`, after `nestlab`)."""
+        ...
+
+    def manifest_monitor(self, name: str) -> dict:
+        """Keys the manifest's `monitor` gets besides host, address and interface."""
+        ...
+
+    def manifest_extra(self) -> dict:
+        """Top-level manifest keys only this backend records (SSH: `nodes`)."""
+        ...
+
+    # The link model as built and verified (docs/link-model.md), for the manifest: per topology link,
+    # its rate and queue and, per end, the interface, qdisc, limit and offloads.
+    link_model: list[dict]
+
+    # -- the collector and the workloads -------------------------------------------------------
+    def python(self, name: str) -> list[str]:
+        """argv prefix that runs this package's modules on the node."""
+        ...
+
+    def interceptor(self, name: str) -> tuple[str, dict[str, str]]:
+        """A shared-memory directory for the interceptor on the node, and the clients' environment."""
+        ...
+
+    def ignored_interfaces(self, name: str) -> list[str]:
+        """Interfaces of the node outside the experiment, which its collector leaves out (SSH: the
+        control interface carrying the runner's session)."""
+        ...
+
+    def collector_db(self, name: str, run_db: RunRecorder) -> str:
+        """The run.db the collector on `name` writes: the run's own (Mininet), or a new one on the node
+        (SSH; bring_back() merges it into the run's)."""
+        ...
+
+    def snapshots(self, name: str, run_db: RunRecorder) -> int:
+        """Snapshots the collector on `name` has recorded so far (SSH: a round trip)."""
+        ...
+
+    def start_progress(self, name: str) -> None:
+        """Once the collector records: keep progress_snapshots() current off the main loop (SSH: a
+        thread polling the node; Mininet: nothing to do)."""
+        ...
+
+    def progress_snapshots(self, name: str, run_db: RunRecorder) -> int:
+        """The snapshot count for the progress line, without waiting on the network."""
+        ...
+
+    def stop_progress(self) -> None: ...
+
+    # -- host-local operations of the fault kinds ----------------------------------------------
     def tcp_connections(self, node: str, pid: int) -> list[dict]: ...
 
     def pause(self, node: str, shm_dir: str, pid: int) -> PauseState: ...
 
     def resume(self, node: str, shm_dir: str, pid: int) -> PauseState: ...
-
-    # The link model as built and verified (docs/link-model.md), for the manifest: per topology link,
-    # its rate and queue and, per end, the interface, qdisc, limit and offloads.
-    link_model: list[dict]
 
     def queue_stats(self) -> list[dict]:
         """Per shaped link end: node, interface, and its queue's cumulative sent_packets, sent_bytes,
@@ -144,8 +217,17 @@ class Backend(Protocol):
         are shaped by someone else, e.g. a testbed's delay nodes)."""
         ...
 
+    # -- the end -------------------------------------------------------------------------------
+    def clocks_end(self) -> Clocks | None:
+        """The clocks measured again after the run (how far they drifted apart: the manifest's
+        `clock_offsets_end`); None where they share one clock."""
+        ...
+
+    def bring_back(self, run_db: RunRecorder, run_dir: Path) -> None:
+        """Whatever the run left on the nodes into the run directory: the collector's tables merged
+        into `run_db`, every node's logs into logs/ (nothing on Mininet: it is all here already)."""
+        ...
+
     def teardown(self) -> None:
         """Remove everything build() made. Idempotent; safe after a partial build."""
         ...
-
-    def versions(self) -> dict[str, str]: ...

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness import interceptor as _interceptor
 from harness.agent import tcp_connections
@@ -30,6 +32,11 @@ from harness.interceptor.pause import PauseState, pause_process, resume_process
 from harness.ledger import Ledger, kill_group
 from harness.store import monotonic
 from harness.topology import Interface, Topology
+from harness.workloads import check_binaries
+
+if TYPE_CHECKING:
+    from harness.recorder import RunRecorder
+    from harness.spec import Spec
 
 REPO = Path(__file__).resolve().parent.parent.parent
 
@@ -132,18 +139,44 @@ class MininetNode:
         return str(log)
 
 
+def _first_line(argv: list[str]) -> str:
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=5)
+        return (r.stdout or r.stderr).strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        return "unavailable"
+
+
 class MininetBackend:
     kind = "mininet"
     remote = False   # the collector writes the run's own run.db
 
-    def __init__(self, topology: Topology, ledger: Ledger | None = None, congestion_control: str = "cubic"):
-        self.topology, self.ledger, self.cc = topology, ledger, congestion_control
+    def __init__(self, topology: Topology, ledger: Ledger | None = None, spec: Spec | str | None = None,
+                 run_id: str | None = None):
+        """`spec`: the run's spec (its congestion control, the programs its workloads need), or for a
+        network alone (tests, benchmarks) nothing or just the congestion control's name (cubic)."""
+        self.topology, self.ledger, self.run_id = topology, ledger, run_id
+        self.spec = None if spec is None or isinstance(spec, str) else spec
+        self.cc = self.spec.congestion_control if self.spec is not None else (spec or "cubic")
         self.net = None
         self.nodes: dict[str, MininetNode] = {}
         self.shm_dirs: list[Path] = []
         self.link_model: list[dict] = []   # what _check_shaping verified, for the manifest
 
+    @classmethod
+    def check_runner(cls) -> None:
+        if os.geteuid() != 0:
+            raise UserError("run-experiment needs root (Mininet namespaces, tc, iptables); try sudo")
+
+    def announce(self, step: str) -> str | None:
+        if step == "build":
+            topo = self.topology
+            return f"building topology {topo.name} ({len(topo.spec.nodes)} nodes, {len(topo.spec.links)} links)"
+        return None
+
     def preflight(self) -> None:
+        """Root, the programs, Mininet, netem where the links need it; for a run, also its workloads'
+        programs and the interceptor library (a clear error now if it is not built)."""
         if os.geteuid() != 0:
             raise UserError("the Mininet backend needs root (network namespaces, tc, iptables)")
         missing = [b for b in REQUIRED_BINARIES if shutil.which(b) is None]
@@ -157,6 +190,10 @@ class MininetBackend:
                     msg = (f"{field} needs the netem qdisc, which this kernel does not have; "
                            "remove it (bandwidth limits work, via HTB)")
                     raise doc.error(("links", k, field), msg) if doc else UserError(msg)
+        if self.spec is not None:
+            check_binaries(self.spec)
+            if self.spec.interceptor:
+                _interceptor.library_path()
 
     def build(self) -> None:
         Mininet, Link, TCLink, setLogLevel = _mininet()
@@ -316,6 +353,38 @@ class MininetBackend:
     def python(self, name: str) -> list[str]:
         return ["env", f"PYTHONPATH={REPO}", sys.executable]
 
+    def ignored_interfaces(self, name: str) -> list[str]:
+        return []   # every interface of a Mininet host is the experiment's
+
+    # -- the collector writes the run's own run.db: its progress is read there, nothing comes back --
+    def collector_db(self, name: str, run_db: RunRecorder) -> str:
+        return str(run_db.path.resolve())
+
+    def snapshots(self, name: str, run_db: RunRecorder) -> int:
+        return run_db.snapshot_count()
+
+    def start_progress(self, name: str) -> None:
+        pass
+
+    def progress_snapshots(self, name: str, run_db: RunRecorder) -> int:
+        return run_db.snapshot_count()
+
+    def stop_progress(self) -> None:
+        pass
+
+    def clocks_end(self) -> Clocks | None:
+        return None   # one clock: nothing drifts
+
+    def bring_back(self, run_db: RunRecorder, run_dir: Path) -> None:
+        pass          # run.db and the logs were written in the run directory
+
+    # -- the manifest ------------------------------------------------------------------------------
+    def manifest_monitor(self, name: str) -> dict:
+        return {}
+
+    def manifest_extra(self) -> dict:
+        return {}
+
     def tcp_connections(self, node: str, pid: int) -> list[dict]:
         return tcp_connections(pid)
 
@@ -357,6 +426,10 @@ class MininetBackend:
         self.net = None
 
     def versions(self) -> dict[str, str]:
+        """This machine's kernel and Python, Mininet, and the programs the run uses here."""
         import mininet.net
 
-        return {"mininet": getattr(mininet.net, "VERSION", "unknown")}
+        local = {"kernel": platform.release(), "python": platform.python_version()}
+        return {**local, "mininet": getattr(mininet.net, "VERSION", "unknown"), "iperf": _first_line(["iperf", "-v"]),
+                "wget": _first_line(["wget", "--version"]), "lighttpd": _first_line(["lighttpd", "-v"]),
+                "iptables": _first_line(["iptables", "--version"])}

@@ -18,6 +18,7 @@ import signal
 import sqlite3
 import sys
 import time
+from collections.abc import Iterable
 
 from harness.collector.iface import InterfaceSource
 from harness.collector.procs import socket_owners
@@ -153,6 +154,18 @@ def run(db_path: str, interval: float, interceptor_dir: str | None = None,
             src.close()
         db.close()
     return 0
+
+
+def command(python: list[str], db: str, interval: float, interceptor_dir: str | None = None,
+            ignore_interfaces: Iterable[str] = ()) -> list[str]:
+    """The command line that runs the collector: `python` is the argv prefix that runs this package's
+    modules where the collector runs (Backend.python), the rest are main()'s options."""
+    argv = [*python, "-m", "harness.collector.main", "--db", db, "--interval", str(interval)]
+    if interceptor_dir is not None:
+        argv += ["--interceptor-dir", str(interceptor_dir)]
+    for name in ignore_interfaces:
+        argv += ["--ignore-interface", name]
+    return argv
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,10 +10,12 @@ docs/ssh-backend.md describes the topology file and the whole procedure.
 from __future__ import annotations
 
 import json
+import platform
 import re
-import sqlite3
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.backends.base import Clocks
 from harness.backends.ssh import provision
@@ -26,9 +28,13 @@ from harness.interceptor.pause import PauseState
 from harness.ledger import Ledger
 from harness.topology import Interface, Topology
 
+if TYPE_CHECKING:
+    from harness.recorder import RunRecorder
+
 # Removes the harness's fault chain on a router: the ledger's undo entry (Firewall.teardown's steps),
 # which the runner records, so that a killed run's chain is removed by `nestlab cleanup`.
 CHAIN_UNDO = chain_teardown_argv()
+PROGRESS_S = 2.0    # how often the progress thread reads the collector's snapshot count on the node
 
 
 def _safe(name: str) -> str:
@@ -51,7 +57,19 @@ class SshBackend:
         self.shm_dirs: dict[str, str] = {}
         self.pkg: dict[str, str] = {}
         self.node_info: dict[str, dict] = {}
-        self.collector_db: str | None = None
+        self.remote_db: str | None = None     # the collector's run.db on the monitored node
+        self._progress = 0                     # its snapshot count, as the progress thread last read it
+        self._poller: threading.Thread | None = None
+        self._poller_stop = threading.Event()
+
+    @classmethod
+    def check_runner(cls) -> None:
+        pass   # no root here: the ledger goes to the user's runtime directory (harness/ledger.py)
+
+    def announce(self, step: str) -> str | None:
+        topo = self.topology
+        return {"preflight": f"connecting to {len(topo.spec.nodes)} testbed nodes of {topo.name} over SSH",
+                "build": "verifying the network, installing, measuring clocks"}.get(step)
 
     # -- preflight and build -------------------------------------------------------------------
     def preflight(self) -> None:
@@ -140,28 +158,60 @@ class SshBackend:
         lib = f"{self.pkg[name]}/harness/interceptor/{LIBRARY_NAME}"
         return shm, {"LD_PRELOAD": lib, ENV_SHM_DIR: shm}
 
-    def create_db(self, name: str) -> str:
-        """run.db for the collector on the node, with the run-store schema."""
+    def ignored_interfaces(self, name: str) -> list[str]:
+        """The control interface: it carries the runner's SSH session, not the experiment."""
+        control = self.control.get(name)
+        return [control] if control else []
+
+    # -- the collector's run.db on the node ------------------------------------------------------
+    def collector_db(self, name: str, run_db: RunRecorder | None = None) -> str:
+        """run.db for the collector on the node, with the run-store schema (merged into the run's
+        `run_db` by bring_back())."""
         db = f"{self.nodes[name].workdir}/run.db"
         self.agent(name, "initdb", db)
-        self.collector_db = db
+        self.remote_db = db
         if self.ledger:
             self.ledger.set_salvage(name, db, f"{self.nodes[name].workdir}/logs")
         return db
 
-    def snapshots(self, name: str, server: bool = True) -> int:
+    def snapshots(self, name: str, run_db: RunRecorder | None = None, server: bool = True) -> int:
         """Snapshots recorded so far (the progress thread passes server=False: the command server is
         the main thread's)."""
-        return int(self.agent(name, "count", self.collector_db, timeout=10, server=server))
+        return int(self.agent(name, "count", self.remote_db, timeout=10, server=server))
 
-    def bring_back(self, db: sqlite3.Connection, run_dir: Path) -> None:
+    def start_progress(self, name: str) -> None:
+        self._poller = threading.Thread(target=self._poll_snapshots, args=(name,), name="progress", daemon=True)
+        self._poller.start()
+
+    def _poll_snapshots(self, name: str) -> None:
+        """The snapshot count of the collector, for the progress line (off the main loop)."""
+        while not self._poller_stop.wait(PROGRESS_S):
+            try:
+                self._progress = self.snapshots(name, server=False)
+            except Exception:  # noqa: BLE001 - progress only
+                pass
+
+    def progress_snapshots(self, name: str, run_db: RunRecorder | None = None) -> int:
+        return self._progress
+
+    def stop_progress(self) -> None:
+        self._poller_stop.set()
+        if self._poller is not None:
+            self._poller.join(timeout=15)
+
+    # -- the end of the run ----------------------------------------------------------------------
+    def clocks_end(self) -> Clocks | None:
+        """The clocks measured again (how far they drifted apart during the run)."""
+        return self.measure_clocks() if self.nodes else None
+
+    def bring_back(self, run_db: RunRecorder, run_dir: Path) -> None:
         """Copy the collector's run.db into the local one, and every node's logs into logs/."""
         errors = []
-        if self.collector_db:
+        if self.remote_db:
             mon = self.spec.monitor
             try:
-                fetch_collector_db(self.nodes[mon], self.collector_db, run_dir, db,
-                                   checkpoint=lambda: self.agent(mon, "checkpoint", self.collector_db))
+                fetch_collector_db(self.nodes[mon], self.remote_db, run_dir, run_db.db,
+                                   checkpoint=lambda: self.agent(mon, "checkpoint", self.remote_db))
             except Exception as e:  # noqa: BLE001 - still fetch the logs
                 errors.append(f"run.db from {mon}: {e}")
         for name, node in self.nodes.items():
@@ -172,6 +222,12 @@ class SshBackend:
         if errors:
             raise RuntimeError("; ".join(errors))
 
+    def manifest_monitor(self, name: str) -> dict:
+        return {"control_interface": self.control.get(name)}
+
+    def manifest_extra(self) -> dict:
+        return {"nodes": self.node_records()}
+
     def node_records(self) -> dict[str, dict]:
         """What the manifest records about each node."""
         out = {}
@@ -181,7 +237,9 @@ class SshBackend:
                          **self.node_info.get(name, {})}
         return out
 
-    def versions(self) -> dict[str, str]:
+    def versions(self) -> dict[str, str | dict]:
+        """The monitored host's kernel and Python and the programs on the nodes that use them; the
+        runner machine's own kernel and Python under `runner`."""
         def first_line(node: str | None, argv: list[str]) -> str:
             if node is None:
                 return "unused"
@@ -198,7 +256,8 @@ class SshBackend:
                                    (servers[0] if servers else None), ["iperf", "-v"]),
                "wget": first_line(mon, ["wget", "--version"]),
                "lighttpd": first_line(web, ["lighttpd", "-v"]),
-               "iptables": first_line(router, ["iptables", "--version"] if router else [])}
+               "iptables": first_line(router, ["iptables", "--version"] if router else []),
+               "runner": {"kernel": platform.release(), "python": platform.python_version()}}
         return out
 
     @property

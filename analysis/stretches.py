@@ -1,4 +1,5 @@
-"""The NS graph and counter deltas, as arrays the rule variants run over.
+"""Stretches of constant graph and their counter deltas, as arrays the rule variants run over, and
+the readers that make them (run.db, the `diagnose --json` format).
 
 A run is cut into *stretches*: maximal runs of consecutive snapshots over which the graph (modules
 and edges) does not change. Each stretch holds, per direction ('in', 'out'), modules x snapshots
