@@ -140,9 +140,12 @@ def connect(db_path: Path | str, readonly: bool = False) -> sqlite3.Connection:
 
 
 def fault_target_key(kind: str, target: dict, monitor: str | None, monitor_if: str | None) -> str | None:
-    """The collector key of the module a fault targets: tcp_drop -> its connection, app_pause -> the
-    paused process, ip_drop of the monitored host -> the monitored interface. None when the target
-    is not observed (e.g. an ip_drop of another host)."""
+    """The collector key of the module a fault targets, None when the target is not observed (e.g. an
+    ip_drop of another host). The fault kind records it in the target (`module_key`); for runs
+    recorded before it did, the key is derived as those kinds did: tcp_drop -> its connection,
+    app_pause -> the paused process, ip_drop of the monitored host -> the monitored interface."""
+    if "module_key" in target:
+        return target["module_key"]
     if kind == "tcp_drop" and target.get("inode") is not None:
         return f"tcp:{target['inode']}"
     if kind == "app_pause" and target.get("pid") is not None:

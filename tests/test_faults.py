@@ -35,7 +35,8 @@ from harness.store import SCHEMA, resolve_fault_targets
 REPO = Path(__file__).resolve().parent.parent
 
 # What the code before the fault kinds became objects wrote (harness/faults.py and the runner's
-# _start_fault): rule text, iptables specs and target JSON, byte for byte.
+# _start_fault): rule text, iptables specs and target JSON, byte for byte; since then the target
+# also names the module it targets (module_key).
 IP_RULE = ('iptables -A NESTLAB -s 10.0.1.1/32 -m comment --comment "nestlab:RUN:f1" -j DROP ; '
            'iptables -A NESTLAB -d 10.0.1.1/32 -m comment --comment "nestlab:RUN:f1" -j DROP')
 IP_SPECS = ['-s 10.0.1.1/32 -m comment --comment "nestlab:RUN:f1" -j DROP',
@@ -47,10 +48,11 @@ TCP_SPECS = ['-p tcp -s 10.0.1.1/32 --sport 40000 -d 10.0.2.2/32 --dport 5001 -m
              '"nestlab:RUN:f3" -j DROP',
              '-p tcp -s 10.0.2.2/32 --sport 5001 -d 10.0.1.1/32 --dport 40000 -m comment --comment '
              '"nestlab:RUN:f3" -j DROP']
-IP_TARGET = '{"address": "10.0.1.1", "description": "all IP traffic of site1n1 (10.0.1.1)", "host": "site1n1"}'
-TCP_TARGET = ('{"description": "tcp 10.0.1.1:40000>10.0.2.2:5001", "dport": 5001, "dst": "10.0.2.2", "pid": 77, '
-              '"sport": 40000, "src": "10.0.1.1", "workload": 1}')
-CONN = {"src": "10.0.1.1", "sport": 40000, "dst": "10.0.2.2", "dport": 5001}
+IP_TARGET = ('{"address": "10.0.1.1", "description": "all IP traffic of site1n1 (10.0.1.1)", "host": "site1n1", '
+             '"module_key": "ipeth:site1n1-eth0"}')
+TCP_TARGET = ('{"description": "tcp 10.0.1.1:40000>10.0.2.2:5001", "dport": 5001, "dst": "10.0.2.2", "inode": 4242, '
+              '"module_key": "tcp:4242", "pid": 77, "sport": 40000, "src": "10.0.1.1", "workload": 1}')
+CONN = {"src": "10.0.1.1", "sport": 40000, "dst": "10.0.2.2", "dport": 5001, "inode": 4242}
 
 
 # -- fakes --------------------------------------------------------------------------------------
@@ -123,6 +125,9 @@ class FakeBackend:
 
     def address(self, name):
         return self.addresses[name]
+
+    def interfaces(self, name):
+        return [SimpleNamespace(name=f"{name}-eth0", address=self.addresses[name])]
 
     def tcp_connections(self, node, pid):
         self.calls.append(("tcp_connections", node, pid))
@@ -246,7 +251,7 @@ def test_ip_drop_of_another_host_and_a_rule_that_does_not_take():
     faults.setup()
     kind = faults.of(Window(0, 10, 2))
     part = kind.inject(Window(0, 10, 2), 9)[0]
-    assert json.loads(part.target) == {"address": "10.0.2.2", "host": "site2n2",
+    assert json.loads(part.target) == {"address": "10.0.2.2", "host": "site2n2", "module_key": None,
                                        "description": "all IP traffic of site2n2 (10.0.2.2)"}
     assert '"nestlab:RUN:f9"' in part.rule and part.start == 5001.0 - 4000.0
     x2 = env.backend.nodes["x2"]
@@ -321,8 +326,9 @@ def test_app_pause_pauses_every_live_process_then_resumes_each():
     parts = kind.inject(Window(0, 10, 2), 4)
     assert env.backend.calls == [("pause", "site1n1", "/dev/shm/nestlab-x", 88),
                                  ("pause", "site1n1", "/dev/shm/nestlab-x", 89)]
-    assert [p.target for p in parts] == ['{"description": "pause pid 88 (iperf -c)", "pid": 88, "workload": 1}',
-                                         '{"description": "pause pid 89 (iperf -c)", "pid": 89, "workload": 1}']
+    assert [p.target for p in parts] == [
+        '{"description": "pause pid 88 (iperf -c)", "module_key": "app:88", "pid": 88, "workload": 1}',
+        '{"description": "pause pid 89 (iperf -c)", "module_key": "app:89", "pid": 89, "workload": 1}']
     assert [p.rule for p in parts] == ["signal 40 (pause) / 41 (resume) to pid 88",
                                        "signal 40 (pause) / 41 (resume) to pid 89"]
     assert [p.start for p in parts] == [50.75, 51.0]      # acknowledged on the host's clock, + its offset
@@ -362,6 +368,11 @@ def test_resolve_fault_targets():
     assert resolve_fault_targets(rows, MODULES + [(6, "ipeth:x", 0.0)], "site1n1", None, 9.0)[3] is None
     assert resolve_fault_targets(rows, MODULES, "site1n1", "site1n1-eth0")[6] == 2   # no end given: the latest
     assert resolve_fault_targets([("app_pause", {"pid": 88}, None)], MODULES, "site1n1", None, 3.0) == [1]
+    # A kind records the key of the module it targets: resolution needs nothing else about the kind
+    # (a new kind touches only its module and the spec), and the record wins over the old rules.
+    assert resolve_fault_targets([("new_kind", {"module_key": "tcp:555"}, 0.5)], MODULES, "site1n1", None) == [3]
+    assert resolve_fault_targets([("ip_drop", {"host": "site1n1", "module_key": None}, 4.0)], MODULES,
+                                 "site1n1", "site1n1-eth0") == [None]
     assert resolve_fault_targets([("tcp_drop", {"inode": 555}, float("nan"))], MODULES, "site1n1", None, 0.5) == [3]
 
 

@@ -53,7 +53,7 @@ class AppPause:
         for proc, state in paused:
             action = Paused(host, proc.pid, state.pause_signal, state.resume_signal)
             target = target_json(description=f"pause pid {proc.pid} ({' '.join(proc.argv[:2])})",
-                                 workload=f.target.workload, pid=proc.pid)
+                                 workload=f.target.workload, pid=proc.pid, module_key=f"app:{proc.pid}")
             parts.append(Part(target, self.describe(action), env.clocks.from_node(host, state.ack_mono), action))
         return parts
 

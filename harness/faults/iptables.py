@@ -188,7 +188,11 @@ class IpDrop(_Drop):
     def _target(self, fault: Fault) -> tuple[str, Callable[[str], Rule]]:
         host = fault.host or self.env.spec.monitor
         addr = self.env.backend.address(host)
-        target = target_json(description=f"all IP traffic of {host} ({addr})", host=host, address=addr)
+        # Only the monitored host's interface is observed: another host's ip_drop targets no module.
+        monitor = self.env.spec.monitor
+        key = f"ipeth:{self.env.backend.interfaces(monitor)[0].name}" if host == monitor else None
+        target = target_json(description=f"all IP traffic of {host} ({addr})", host=host, address=addr,
+                             module_key=key)
         return target, lambda tag: ip_drop_rule(fault.at, tag, addr)
 
 
@@ -200,7 +204,7 @@ class TcpDrop(_Drop):
         if conn is None:
             raise NoTarget(f"workload {fault.target.workload} had no established connection")
         target = target_json(description=f"tcp {conn['src']}:{conn['sport']}>{conn['dst']}:{conn['dport']}",
-                             workload=fault.target.workload, pid=pid, **conn)
+                             workload=fault.target.workload, pid=pid, module_key=f"tcp:{conn['inode']}" if conn.get("inode") is not None else None, **conn)
         return target, lambda tag: tcp_drop_rule(fault.at, tag, conn)
 
     def pick_connection(self, target: FaultTarget) -> tuple[dict | None, int | None]:
