@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from harness.errors import UserError
 
@@ -27,24 +28,42 @@ def register(subparsers) -> None:
 
 def _diagnose(args) -> int:
     from analysis.diagnose import as_variants, diagnose_json, diagnose_run
+    from analysis.runs import guarded, read_run
     from analysis.stretches import read_json
 
     variants = as_variants(args.variant)  # bad variant specs fail before any input is read
     if args.json is not None:
         if args.csv:
             raise UserError("--csv goes with a run directory, not --json")
+        if Path(args.json).is_dir():
+            raise UserError(f"{args.json}: a directory; --json reads JSON snapshots (docs/diagnosis.md), "
+                            f"`nestlab diagnose {args.json}` diagnoses a run directory")
         out = diagnose_json(read_json(args.json), variants, where=args.json)
         json.dump(out, sys.stdout, indent=1)
         sys.stdout.write("\n")
         return 0
-    frame = diagnose_run(args.run_dir, variants)
-    if args.csv:
-        frame.to_csv(args.csv, index=False)
-    ok = frame[~frame["invalid"]]
+    data = read_run(args.run_dir)
+    for w in data.warnings:
+        print(f"warning: {data.info.name}: {w}", file=sys.stderr, flush=True)
+    if not data.run.stretches:
+        print(f"warning: {data.info.name}: no module counters recorded; nothing to diagnose", file=sys.stderr)
+    guarded(args.run_dir, lambda: _summary(diagnose_run(data.run, variants) if data.run.stretches else None,
+                                           args.csv))
+    return 0
+
+
+def _summary(frame, csv: str | None) -> None:
+    """The run's diagnoses per variant, direction and kind (valid snapshots), and --csv."""
+    import pandas as pd
+
+    cols = ["variant", "dir", "module", "kind", "seq", "label", "cf", "positive", "invalid"]
+    frame = frame if frame is not None else pd.DataFrame({c: [] for c in cols})
+    if csv:
+        frame.to_csv(csv, index=False)
+    ok = frame[~frame["invalid"].astype(bool)]
     summary = (ok.groupby(["variant", "dir", "kind"], observed=True)["positive"]
                .agg(snapshots="size", positive="sum").reset_index())
     print(summary.to_string(index=False))
-    return 0
 
 
 def _variants(args) -> int:

@@ -85,7 +85,7 @@ def quiet_snapshots(data) -> pd.Series:
     end = snaps["mono"].to_numpy(float)
     start = snaps["start"].fillna(snaps["mono"]).to_numpy(float)
     quiet = np.ones(len(snaps), dtype=bool)
-    for a, b in fault_spans(data):
+    for a, b in fault_spans(data) + list(getattr(data, "uncertain", [])):   # + faults of unknown window
         quiet &= ~((end > a) & (start < b))
     if data.stop is not None:
         quiet &= end <= data.stop

@@ -320,6 +320,28 @@ def overlap_note(ev: Evaluation) -> str:
             "collateral (overlapping faults; ground truth ambiguous; policy overlap=exclude).")
 
 
+def skipped_note(ev: Evaluation) -> str:
+    """The runs named but not analysed, and why (the tables do not count them)."""
+    if not ev.skipped:
+        return ""
+    return "\n".join([f"Not analysed ({len(ev.skipped)} of {len(ev.skipped) + len(ev.runs)} runs; not counted "
+                      "above):"] + [f"- {p}: {why}" for p, why in ev.skipped])
+
+
+def warnings_note(ev: Evaluation) -> str:
+    """What was wrong with the runs that were analysed (their warnings), for the files written."""
+    lines = [f"- {p.parent.name}/{p.name}: {w}" for p, ws in ev.run_warnings.items() for w in ws]
+    return "\n".join(["Warnings about the runs (what was wrong, what was left out):", *lines]) if lines else ""
+
+
+def _with_notes(md: str, ev: Evaluation) -> tuple[str, str]:
+    """(what is printed, what is written): the skipped runs in both, the runs' warnings (printed on
+    stderr as they come) in the file too."""
+    skipped, warned = skipped_note(ev), warnings_note(ev)
+    shown = md + (f"\n\n{skipped}" if skipped else "")
+    return shown, shown + (f"\n\n{warned}" if warned else "")
+
+
 def health_markdown(ev: Evaluation) -> str:
     """The network health of each run (analysis.health), with its warnings."""
     if not ev.health:
@@ -351,9 +373,9 @@ def write_accuracy(ev: Evaluation, out: Path, intervals: bool = False) -> tuple[
                                         + tex(f": larger half-width of the row's TPR and FPR intervals ({INTERVAL}), "
                                               "in percentage points.")))
     health = health_markdown(ev)
-    md = "\n\n".join(md_parts + ([health] if health else []))
+    md, written = _with_notes("\n\n".join(md_parts + ([health] if health else [])), ev)
     files = [out / "accuracy.md", out / "accuracy.csv", out / "accuracy.tex"]
-    files[0].write_text(md + "\n")
+    files[0].write_text(written + "\n")
     accuracy_csv_frame(tables, ev.policy).to_csv(files[1], index=False, na_rep="")
     files[2].write_text("\n".join(tex_parts))
     if ev.health:
@@ -368,9 +390,10 @@ def write_accuracy(ev: Evaluation, out: Path, intervals: bool = False) -> tuple[
 def write_compare(ev: Evaluation, out: Path) -> tuple[str, list[Path]]:
     out.mkdir(parents=True, exist_ok=True)
     c = ev.compare()
-    md = f"### Variant comparison, ground truth {ev.policy}, {runs_title(ev)}\n\n" + compare_markdown(c, ev.variants)
+    md, written = _with_notes(f"### Variant comparison, ground truth {ev.policy}, {runs_title(ev)}\n\n"
+                              + compare_markdown(c, ev.variants), ev)
     files = [out / "compare.md", out / "compare.csv"]
-    files[0].write_text(md + "\n")
+    files[0].write_text(written + "\n")
     compare_csv_frame(c, ev.policy).to_csv(files[1], index=False, na_rep="")
     return md, files
 

@@ -206,23 +206,37 @@ def _module_id(data, text: str) -> int:
 def _plots(args) -> int:
     from analysis.plots import plot_run
     from analysis.report import stalled_list, stalled_markdown
+    from analysis.runs import guarded
 
     variants = variants_from(argparse_ns(variant=[args.variant]))
     runs, ev = _evaluate(args, variants, keep=True)
     if args.out and len(runs) > 1:
         raise UserError("--out goes with a single run (each run's figures go to <run>/analysis otherwise)")
+    drawn = 0
     for run in ev.runs:
         data, scored = ev.data[run], ev.scored[run]
         out = Path(args.out) if args.out else run / "analysis"
         modules = [_module_id(data, m) for m in args.module] if args.module else None
-        files = plot_run(data, scored, variants[0], out, modules)
-        st = stalled_list(data, scored, variants[0])
-        st.to_csv(out / "stalled.csv", index=False, na_rep="")
-        text = stalled_markdown(st, variants[0], limit=None)
-        (out / "stalled.md").write_text(text + "\n")
+
+        def draw(data=data, scored=scored, out=out, modules=modules):
+            files = plot_run(data, scored, variants[0], out, modules)
+            st = stalled_list(data, scored, variants[0])
+            st.to_csv(out / "stalled.csv", index=False, na_rep="")
+            (out / "stalled.md").write_text(stalled_markdown(st, variants[0], limit=None) + "\n")
+            return files + [out / "stalled.md", out / "stalled.csv"], st
+
+        try:
+            files, st = guarded(run, draw)
+        except UserError as e:
+            if len(runs) == 1:
+                raise
+            _warn(str(run), f"skipped: {str(e).removeprefix(f'{run}: ')}")
+            continue
+        drawn += 1
         print(stalled_markdown(st, variants[0], limit=20))
-        files += [out / "stalled.md", out / "stalled.csv"]
         print(f"\nwritten: {', '.join(str(f) for f in files)}")
+    if not drawn:
+        raise UserError(f"no figures drawn for any of the {len(runs)} runs")
     return 0
 
 

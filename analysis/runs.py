@@ -8,8 +8,12 @@
 
 `open_run(path)` checks a run directory and says, in one line each, what is wrong with it: a run
 still recording or whose machine died (status `running`), an interrupted or failed run, a missing
-manifest, an older or newer `format_version`, missing tables. What cannot be analysed at all raises
-harness.errors.UserError; what can be analysed partly is analysed, with a warning.
+manifest, an older or newer `format_version`, missing tables, a run.db cut short or holding fewer
+snapshots than the manifest counts (a lost WAL). What cannot be analysed at all raises
+harness.errors.UserError; what can be analysed partly is analysed, with a warning. Damage inside
+run.db (analysis.damage: values that are not numbers, times that go back, faults whose window or
+target is unknown) leaves rows out of the scores, never changes one (docs/analysis.md, "Reading
+awkward runs"). `guarded(run, fn, ...)` turns any failure of one run into one line.
 
 `load_run_data(info)` reads one run for labelling, scoring and plotting: the diagnosis engine's Run
 (analysis.stretches.load_run: stretches of constant graph, counter deltas and the invalid mask), the
@@ -22,16 +26,17 @@ analysis reads its attributes.
 from __future__ import annotations
 
 import glob
-import json
 import os
 import sqlite3
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
 
+from analysis import damage
 from analysis.stretches import DIRS, Run, load_run
 from harness.errors import UserError
 from harness.manifest import Manifest, ManifestError, Monitor, RunSpec, SpecWorkload, read_manifest
@@ -44,6 +49,7 @@ GLOB_CHARS = set("*?[")
 # Ports the seeds' workloads use: iperf writes to remote port 5001 and reads on local port 5001
 # (thesis 3.7); a web client reads from remote port 80.
 IPERF_PORT = 5001
+T = TypeVar("T")
 
 
 @dataclass
@@ -141,6 +147,14 @@ def common_root(paths: list[Path]) -> Path:
 # ----------------------------------------------------------------------------- checking a run
 
 
+def _db_version(value: Any, warnings: list[str]) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        warnings.append(f"run.db meta: format_version {damage.shown(value)} is not a number; ignored")
+        return None
+
+
 def open_run(path: str | Path) -> RunInfo:
     """Check a run directory (module docstring); raises UserError when nothing can be analysed."""
     path = Path(path)
@@ -156,6 +170,7 @@ def open_run(path: str | Path) -> RunInfo:
     db = path / "run.db"
     if not db.is_file():
         raise UserError(f"{path}: no run.db (the run never started recording, or this is not a run directory)")
+    damage.check_file(db)
     try:
         conn = connect(db, readonly=True)
         try:
@@ -163,11 +178,20 @@ def open_run(path: str | Path) -> RunInfo:
             db_version = None
             if "meta" in tables:
                 row = conn.execute("SELECT value FROM meta WHERE key='format_version'").fetchone()
-                db_version = int(row[0]) if row else None
+                db_version = _db_version(row[0], warnings) if row else None
+            if manifest is not None and "snapshots" in tables:
+                lost = damage.counts_warning(conn, manifest.counts)
+                if lost:
+                    warnings.append(lost)
         finally:
             conn.close()
-    except (sqlite3.Error, ValueError) as e:
-        raise UserError(f"{path}: run.db cannot be read: {e}") from None
+    except sqlite3.Error as e:
+        raise damage.db_error(path, e) from None
+    if manifest is not None:
+        for what, v, instead in (("t0", manifest.t0, "the time origin is the first snapshot"),
+                                 ("spec.duration", manifest.spec.duration, "the run's end is its run_end event")):
+            if v is not None and not (damage.is_number(v) and v >= 0):
+                warnings.append(f"manifest.json: {what} {damage.shown(v)} is not a time; {instead}")
     version = manifest.format_version if manifest is not None else db_version
     if version is not None and version > FORMAT_VERSION:
         raise UserError(f"{path}: format_version {version} is newer than this nestlab reads "
@@ -195,6 +219,32 @@ def open_run(path: str | Path) -> RunInfo:
 # ----------------------------------------------------------------------------- reading a run
 
 
+DEBUG_ENV = "NESTLAB_DEBUG"   # set: a run that fails unexpectedly raises with its traceback
+
+
+def guarded(run: str | Path, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+    """fn(*args) for one run, with every failure as one line (UserError): a run.db SQLite cannot read,
+    or anything the analysis did not expect of a damaged run (its type and message; the traceback
+    with NESTLAB_DEBUG=1). UserError and OSError pass as they are (harness.cli prints them)."""
+    try:
+        return fn(*args, **kw)
+    except (UserError, OSError):   # OSError: a file the user names or writes (nestlab's one line)
+        raise
+    except sqlite3.Error as e:
+        raise damage.db_error(Path(run), e) from None
+    except Exception as e:   # noqa: BLE001 - a damaged run must not end in a traceback
+        if os.environ.get(DEBUG_ENV):
+            raise
+        text = " ".join(str(e).split())
+        raise UserError(f"{run}: cannot be analysed: {type(e).__name__}: {text[:200]} (a damaged run? "
+                        f"{DEBUG_ENV}=1 shows where)") from None
+
+
+def read_run(path: str | Path) -> RunData:
+    """open_run and load_run_data, every failure one line (guarded)."""
+    return guarded(path, lambda: load_run_data(open_run(path)))
+
+
 @dataclass
 class RunData:
     """One run read for the analysis. Frames use run.db module ids and snapshot seqs."""
@@ -214,6 +264,9 @@ class RunData:
     warnings: list[str] = field(default_factory=list)
     tcp_info: pd.DataFrame | None = None     # seq, module, rtt_us, rttvar_us (None: not recorded)
     queue_stats: pd.DataFrame | None = None  # mono, node, interface, cumulative counters, backlog
+    uncertain: list[tuple[float, float]] = field(default_factory=list)  # spans of faults whose window or
+    #                             target is unknown (a damaged run): not quiet time (analysis.health)
+    unscored: np.ndarray | None = None   # bool per counters row: left out of the scores (analysis.damage)
 
     @property
     def path(self) -> Path:
@@ -260,16 +313,6 @@ def counters_frame(run: Run) -> pd.DataFrame:
     return pd.DataFrame(flat)
 
 
-def _json(text: Any) -> dict:
-    if isinstance(text, dict):
-        return text
-    try:
-        v = json.loads(text) if text else {}
-    except (TypeError, json.JSONDecodeError):
-        return {}
-    return v if isinstance(v, dict) else {}
-
-
 def _argv0(cmdline: str) -> str:
     first = (cmdline or "").split(" ", 1)[0]
     return os.path.basename(first)
@@ -301,54 +344,69 @@ def load_run_data(info: RunInfo | str | Path) -> RunData:
     """Read one run (module docstring). UserError when it holds nothing to analyse."""
     if not isinstance(info, RunInfo):
         info = open_run(info)
+    try:
+        return _load(info)
+    except sqlite3.Error as e:
+        raise damage.db_error(info.path, e) from None
+
+
+def _load(info: RunInfo) -> RunData:
     warnings = list(info.warnings)
     run = load_run(info.path)
+    warnings += run.warnings
     conn = connect(info.path / "run.db", readonly=True)
     try:
-        snaps = _frame(conn, "SELECT seq, mono FROM snapshots ORDER BY seq", ["seq", "mono"])
-        mods = _frame(conn, "SELECT id, kind, name, key, attrs, born, died FROM modules ORDER BY id",
-                      ["id", "kind", "name", "key", "attrs", "born", "died"])
-        edges = _frame(conn, "SELECT parent, child, born, died FROM edges", ["parent", "child", "born", "died"])
-        procs = _frame(conn, "SELECT pid, workload, role, host, cmdline, started, ended, exit_code FROM processes "
-                       "ORDER BY started", ["pid", "workload", "role", "host", "cmdline", "started", "ended",
-                                            "exit_code"])
-        ends = _frame(conn, "SELECT mono FROM events WHERE kind = 'run_end' ORDER BY mono", ["mono"])
-        faults = _frame(conn, "SELECT id, spec_index, kind, at_node, target, target_module, planned_start, "
-                        "planned_duration, start, end FROM faults ORDER BY id",
-                        ["id", "spec_index", "kind", "at_node", "target", "target_module", "planned_start",
-                         "planned_duration", "start", "end"])
+        procs = damage.numeric_frame(
+            conn, "processes", "SELECT pid, workload, role, host, cmdline, started, ended, exit_code FROM processes "
+            "ORDER BY started", ["pid", "workload", "role", "host", "cmdline", "started", "ended", "exit_code"],
+            ("pid", "started"), warnings, optional=("workload", "ended", "exit_code"))
+        ends = damage.numeric_frame(conn, "events", "SELECT mono FROM events WHERE kind = 'run_end'", ["mono"],
+                                    ("mono",), warnings).sort_values("mono")
+        faults = _frame(conn, f"SELECT {', '.join(damage.FAULT_COLUMNS)} FROM faults ORDER BY id", damage.FAULT_COLUMNS)
         health = {t: None for t in HEALTH_TABLES}
         if "tcp_info" in info.tables:
-            health["tcp_info"] = _frame(conn, "SELECT seq, module, rtt_us, rttvar_us FROM tcp_info",
-                                        ["seq", "module", "rtt_us", "rttvar_us"])
+            health["tcp_info"] = damage.numeric_frame(
+                conn, "tcp_info", "SELECT seq, module, rtt_us, rttvar_us FROM tcp_info",
+                ["seq", "module", "rtt_us", "rttvar_us"], ("seq", "module"), warnings, optional=("rtt_us", "rttvar_us"))
         if "queue_stats" in info.tables:
-            health["queue_stats"] = _frame(
-                conn, "SELECT mono, node, interface, sent_packets, sent_bytes, drops, overlimits, requeues, "
-                "backlog_packets, backlog_bytes FROM queue_stats ORDER BY mono",
-                ["mono", "node", "interface", "sent_packets", "sent_bytes", "drops", "overlimits", "requeues",
-                 "backlog_packets", "backlog_bytes"])
+            cols = ["mono", "node", "interface", "sent_packets", "sent_bytes", "drops", "overlimits", "requeues",
+                    "backlog_packets", "backlog_bytes"]
+            health["queue_stats"] = damage.numeric_frame(
+                conn, "queue_stats", f"SELECT {', '.join(cols)} FROM queue_stats ORDER BY mono", cols,
+                tuple(c for c in cols if c not in ("node", "interface")), warnings)
+            health["queue_stats"] = health["queue_stats"].sort_values("mono", ignore_index=True)
     finally:
         conn.close()
-    if snaps.empty:
+    if len(run.seqs) == 0:
         raise UserError(f"{info.path}: no snapshots recorded; nothing to analyse")
-    snaps = snaps.set_index("seq")
+    snaps = pd.DataFrame({"mono": run.mono}, index=pd.Index(run.seqs, name="seq"))
     snaps["start"] = snaps["mono"].shift(1)
     manifest_t0 = info.manifest.t0 if info.manifest is not None else None
+    manifest_t0 = manifest_t0 if damage.is_number(manifest_t0) else None
     t0 = manifest_t0 if manifest_t0 is not None else float(snaps["mono"].iloc[0])
     end = float(snaps["mono"].iloc[-1])
     workloads = list(info.spec.workloads)
 
-    mods["attrs"] = [_json(a) for a in mods["attrs"]]
+    mods = pd.DataFrame(run.modules, columns=["id", "kind", "name", "key", "attrs", "born", "died"])
+    mods["attrs"] = [damage.as_dict(a) for a in mods["attrs"]]
     mods = mods.set_index("id")
     mods = _attach_workloads(mods, procs, workloads, warnings)
+    edges = pd.DataFrame(run.edges, columns=["parent", "child", "born", "died"])
 
-    faults["target"] = [_json(t) for t in faults["target"]]
-    faults = _resolve_faults(faults, mods, info.monitor, end, warnings)
+    faults, unknown = damage.fault_rows(faults, manifest_t0, warnings)
+    lost: list[tuple[int, int]] = []
+    faults = _resolve_faults(faults, mods, info.monitor, end, warnings, unknown, lost)
+    spans = damage.leave_out_unknown_windows(faults, unknown, mods, edges, t0, warnings)
+    spans += damage.leave_out_lost_targets(faults, lost, t0, warnings)
+    counters = counters_frame(run)
+    unscored = damage.unscored(counters, snaps, run.seqs[run.unscored], spans, warnings)
     stop = float(ends["mono"].iloc[0]) if len(ends) else None
-    if stop is None and manifest_t0 is not None and info.spec.duration is not None:
-        stop = manifest_t0 + info.spec.duration
-    return RunData(info, run, snaps, counters_frame(run), mods, edges, procs, faults, workloads, t0, stop,
-                   warnings, health["tcp_info"], health["queue_stats"])
+    duration = info.spec.duration
+    if stop is None and manifest_t0 is not None and damage.is_number(duration) and duration >= 0:
+        stop = manifest_t0 + duration
+    return RunData(info, run, snaps, counters, mods, edges, procs, faults, workloads, t0, stop,
+                   warnings, health["tcp_info"], health["queue_stats"], [(lo, hi) for _, lo, hi, _ in spans],
+                   unscored)
 
 
 def _attach_workloads(mods: pd.DataFrame, procs: pd.DataFrame, workloads: list[SpecWorkload],
@@ -358,10 +416,11 @@ def _attach_workloads(mods: pd.DataFrame, procs: pd.DataFrame, workloads: list[S
     by_pid: dict[int, list[tuple[float, Any, str]]] = {}
     for pid, wl, started, cmd in zip(clients.get("pid", []), clients.get("workload", []),
                                      clients.get("started", []), clients.get("cmdline", []), strict=False):
-        by_pid.setdefault(int(pid), []).append((float(started), wl, cmd))
+        if not (_missing(pid) or _missing(started)):
+            by_pid.setdefault(int(pid), []).append((float(started), wl, cmd))
 
     def proc_of(pid: Any, born: float):
-        cands = by_pid.get(int(pid)) if pid is not None and pid == pid else None
+        cands = by_pid.get(int(pid)) if damage.is_number(pid) else None
         if not cands:
             return None
         before = [c for c in cands if c[0] <= born + 1.0] or cands  # pid reuse: the latest started before
@@ -379,7 +438,7 @@ def _attach_workloads(mods: pd.DataFrame, procs: pd.DataFrame, workloads: list[S
                 if 0 <= idx < len(workloads):
                     kind, direction = workloads[idx].kind, workloads[idx].direction
             if kind is None:
-                k, d = _guess_workload((p[2] if p is not None else "") or a.get("cmdline", ""))
+                k, d = _guess_workload(str((p[2] if p is not None else "") or a.get("cmdline") or ""))
                 if k is not None:
                     kind, direction, guessed = k, d, True
         wl_idx.append(idx)
@@ -424,36 +483,51 @@ def module_rows(kind: str, wl_kind: str | None) -> tuple[str, ...]:
     return ("all modules",)
 
 
+def _missing(v: Any) -> bool:
+    return v is None or v is pd.NA or v != v
+
+
 def _resolve_faults(faults: pd.DataFrame, mods: pd.DataFrame, monitor: Monitor, end: float,
-                    warnings: list[str]) -> pd.DataFrame:
-    """Fill in target modules the runner could not resolve, ends of faults still active at the end;
-    `monitor` is the manifest's (host and interface of the monitored host)."""
+                    warnings: list[str], unknown_window: Iterable[int] = (),
+                    lost: list[tuple[int, int]] | None = None) -> pd.DataFrame:
+    """Fill in target modules the runner could not resolve (or that are not in the modules table),
+    ends of faults still active at the end; `monitor` is the manifest's (host and interface of the
+    monitored host). Faults in `unknown_window` (see analysis.damage.fault_rows) are already reported.
+    Faults whose recorded target module does not exist and whose target does not resolve go into
+    `lost` as (id, recorded module) (analysis.damage.leave_out_lost_targets reports them)."""
     modules = [(int(mid), key, float(born)) for mid, key, born in zip(mods.index, mods["key"], mods["born"], strict=True)]
+    known = {m for m, _, _ in modules}
     rows = list(faults.itertuples(index=False))
-    todo = [i for i, row in enumerate(rows) if row.target_module is None or row.target_module != row.target_module]
+    todo = [i for i, row in enumerate(rows) if _missing(row.target_module) or int(row.target_module) not in known]
     found = resolve_fault_targets([(rows[i].kind, rows[i].target, rows[i].start) for i in todo], modules,
                                   monitor.host, monitor.interface, missing_start=end)
     resolved = dict(zip(todo, found, strict=True))
     targets, ends, descr = [], [], []
+    lost = lost if lost is not None else []
     for i, row in enumerate(rows):
         t = row.target
         tm = row.target_module
         if i in resolved:
             tm = resolved[i]
-            if tm is None:
+            if not _missing(row.target_module) and tm is not None:
+                warnings.append(f"fault {row.id} ({row.kind}): target module {int(row.target_module)} is not in "
+                                f"the modules table; resolved from its target: module {tm} ({mods.at[tm, 'key']})")
+            elif not _missing(row.target_module):
+                lost.append((int(row.id), int(row.target_module)))
+            elif tm is None and row.id not in unknown_window:
                 warnings.append(f"fault {row.id} ({row.kind}): target module unknown; it labels nothing")
         targets.append(None if tm is None else int(tm))
         e = row.end
-        if row.start is not None and row.start == row.start and (e is None or e != e):
+        if not _missing(row.start) and _missing(e):
             warnings.append(f"fault {row.id} ({row.kind}) has no recorded end; taken as active until the end")
             e = end
         ends.append(e)
         descr.append(t.get("description") or row.kind)
     faults = faults.copy()
     faults["target_module"] = pd.array(targets, dtype="Int64")
-    faults["end"] = ends
+    faults["end"] = pd.array(ends, dtype=float) if ends else faults["end"]
     faults["description"] = descr
-    skipped = faults["start"].isna()
+    skipped = faults["start"].isna() & ~faults["id"].isin(list(unknown_window))
     if skipped.any():
         warnings.append(f"{int(skipped.sum())} fault(s) never took effect (no start recorded); ignored")
     return faults

@@ -136,6 +136,8 @@ class Evaluation:
     scored: dict = field(default_factory=dict)   # run path -> join_labels frame, when kept
     health: dict = field(default_factory=dict)   # run path -> analysis.health.Health
     overlap_rows: int = 0   # module-snapshots left out: a target under another fault's collateral
+    skipped: list = field(default_factory=list)       # (run path, why) of runs that could not be analysed
+    run_warnings: dict = field(default_factory=dict)  # run path -> what was wrong with it (warnings)
 
     def table(self, variant: str | None = None) -> pd.DataFrame:
         return accuracy_table(self.counts, variant or self.variants[0])
@@ -149,13 +151,14 @@ def evaluate(runs: Iterable[str | Path], variants: Sequence[str] = (DEFAULT_VARI
     """Diagnose, label and count each run. keep=True keeps each run's data and scored frame (plots).
 
     on_warning(run_name, message) is called for each warning about a run (default: collected only).
-    skip_bad=True skips a run that cannot be analysed (no snapshots, no run.db, ...) with a warning
-    instead of raising UserError; UserError is still raised when no run at all could be analysed.
+    skip_bad=True skips a run that cannot be analysed (no snapshots, no run.db, a damaged file, or any
+    failure the analysis did not expect) with a warning instead of raising UserError (Evaluation.skipped);
+    UserError is still raised when no run at all could be analysed. Every failure of a run is one
+    line (analysis.runs.guarded), never a traceback.
     """
-    from analysis.diagnose import as_variants, diagnose_run
-    from analysis.health import network_health
+    from analysis.diagnose import as_variants
     from analysis.labels import parse_policy
-    from analysis.runs import load_run_data, open_run
+    from analysis.runs import guarded, load_run_data, open_run
     from harness.errors import UserError
 
     vs = as_variants(variants)
@@ -166,44 +169,33 @@ def evaluate(runs: Iterable[str | Path], variants: Sequence[str] = (DEFAULT_VARI
     tried = 0
     for r in runs:
         tried += 1
+        said: list[str] = []
+
+        def warn(name: str, message: str, said: list[str] = said) -> None:
+            warnings.append(f"{name}: {message}")
+            said.append(message)
+            if on_warning:
+                on_warning(name, message)
+
         try:
-            info = open_run(r)
-            data = load_run_data(info)
+            info = guarded(r, open_run, r)
+            data = guarded(r, load_run_data, info)
+            for w in data.warnings:
+                warn(info.name, w)
+            counts, scored, overlap, health = guarded(r, _score_run, data, vs, pol, warn)
         except UserError as e:
             if not skip_bad:
                 raise
             msg = str(e).removeprefix(f"{r}: ").removeprefix(f"{Path(r)}: ")
             warnings.append(f"{r}: skipped: {msg}")
+            ev.skipped.append((Path(r), msg))
             if on_warning:
                 on_warning(str(r), f"skipped: {msg}")
             continue
-        for w in data.warnings:
-            warnings.append(f"{info.name}: {w}")
-            if on_warning:
-                on_warning(info.name, w)
-        if data.run.stretches:
-            diag = diagnose_run(data.run, vs)
-        else:  # snapshots but no counters: nothing to diagnose (the engine needs at least one stretch)
-            diag = _empty_diagnosis()
-            msg = "no module counters recorded; every count is 0"
-            warnings.append(f"{info.name}: {msg}")
-            if on_warning:
-                on_warning(info.name, msg)
-        labels = pol.label(data)
-        ev.overlap_rows += int((labels["cause"] == "overlap").sum())
-        try:
-            ev.health[info.path] = network_health(data)
-        except Exception as e:  # noqa: BLE001 - health figures must not stop the accuracy table
-            msg = f"network health not computed: {type(e).__name__}: {e}"
-            warnings.append(f"{info.name}: {msg}")
-            if on_warning:
-                on_warning(info.name, msg)
-        scored = join_labels(diag, data.counters.join(labels))
-        counts = module_counts(scored)
-        mods = data.modules
-        counts["run"] = str(info.path)
-        counts["kind"] = mods["kind"].reindex(counts["module"]).to_numpy()
-        counts["rows"] = mods["rows"].reindex(counts["module"]).to_numpy()
+        ev.overlap_rows += overlap
+        if health is not None:
+            ev.health[info.path] = health
+        ev.run_warnings[info.path] = said
         parts.append(counts)
         paths.append(info.path)
         if keep:
@@ -214,6 +206,37 @@ def evaluate(runs: Iterable[str | Path], variants: Sequence[str] = (DEFAULT_VARI
     cols = ["run", "variant", "dir", "module", "kind", "rows", "TP", "TN", "FP", "FN"]
     ev.counts = pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
     return ev
+
+
+def _score_run(data, vs, pol, warn):
+    """(counts, scored, overlap rows, health or None) of one run read by load_run_data."""
+    from analysis.diagnose import diagnose_run
+    from analysis.health import network_health
+
+    name = data.info.name
+    if data.run.stretches:
+        diag = diagnose_run(data.run, vs)
+    else:  # snapshots but no counters: nothing to diagnose (the engine needs at least one stretch)
+        diag = _empty_diagnosis()
+        warn(name, "no module counters recorded; every count is 0")
+    labels = pol.label(data)
+    unscored = getattr(data, "unscored", None)
+    if unscored is not None and unscored.any():   # a damaged run: rows whose ground truth is unknown
+        labels = labels.assign(exclude=labels["exclude"].to_numpy(bool) | unscored,
+                               cause=labels["cause"].where(~unscored, "invalid"))
+    overlap = int((labels["cause"] == "overlap").sum())
+    health = None
+    try:
+        health = network_health(data)
+    except Exception as e:  # noqa: BLE001 - health figures must not stop the accuracy table
+        warn(name, f"network health not computed: {type(e).__name__}: {e}")
+    scored = join_labels(diag, data.counters.join(labels))
+    counts = module_counts(scored)
+    mods = data.modules
+    counts["run"] = str(data.info.path)
+    counts["kind"] = mods["kind"].reindex(counts["module"]).to_numpy()
+    counts["rows"] = mods["rows"].reindex(counts["module"]).to_numpy()
+    return counts, scored, overlap, health
 
 
 def _empty_diagnosis() -> pd.DataFrame:

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from analysis import damage
 from harness.errors import UserError
 
 DIRS = ("in", "out")
@@ -242,6 +243,11 @@ class Run:
     module_kind: dict[int, str]
     module_name: dict[int, str]
     seqs: np.ndarray  # every snapshot seq of the run, ascending
+    mono: np.ndarray | None = None      # their times, never decreasing (analysis.damage.read_snapshots)
+    unscored: np.ndarray | None = None  # bool per snapshot: no usable interval (damaged time): not scored
+    modules: list[tuple] = field(default_factory=list)  # (id, kind, name, key, attrs, born, died), as read
+    edges: list[tuple] = field(default_factory=list)    # (parent, child, born, died), as read
+    warnings: list[str] = field(default_factory=list)   # what was wrong with run.db, what was left out
 
 
 def _rebaseline(vals: np.ndarray, has: np.ndarray, bad: np.ndarray, a: int, end: int,
@@ -338,35 +344,6 @@ def series_deltas(mod: np.ndarray, vals: np.ndarray, has: np.ndarray, kinds_zero
     return delta, invalid
 
 
-_NULL = -1e308  # stands for SQL NULL while reading (counters are never negative)
-
-
-def _read_counters(conn) -> dict[str, np.ndarray]:
-    """All counter rows as numeric arrays plus supported flags (NULL = unsupported).
-
-    Row fetching dominates (about 2 us a row), so seq, module and direction travel packed in one
-    integer (exact in a float64) and NULLs as a sentinel: five columns instead of eleven.
-    """
-    max_id = conn.execute("SELECT coalesce(max(module), 0), coalesce(max(seq), 0) FROM counters").fetchone()
-    bits = max(1, int(max_id[0]).bit_length()) + 1
-    if int(max_id[1]).bit_length() + bits > 52:  # pragma: no cover - absurdly long runs
-        raise UserError("run.db: too many snapshots or modules to read")
-    sql = (f"SELECT (seq << {bits}) | (module << 1) | (dir = 'out'), coalesce(total_msgs, {_NULL}), "
-           f"coalesce(wait_ms, {_NULL}), coalesce(queued, {_NULL}), coalesce(errors, {_NULL}) FROM counters")
-    cur = conn.execute(sql)
-    chunks = []
-    while True:
-        rows = cur.fetchmany(200_000)
-        if not rows:
-            break
-        chunks.append(np.array(rows, dtype=np.float64))
-    a = np.concatenate(chunks) if chunks else np.zeros((0, 5))
-    key = a[:, 0].astype(np.int64)
-    has = a[:, 1:] > _NULL / 2
-    return {"seq": key >> bits, "module": (key >> 1) & ((1 << (bits - 1)) - 1), "out": (key & 1).astype(bool),
-            "vals": np.where(has, a[:, 1:], 0.0), "has": has}
-
-
 def dense_counter_rows(rows: dict[str, np.ndarray], pos: np.ndarray, end_pos: np.ndarray,
                        seqs: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Carry stored counter rows forward to every snapshot of the module's lifetime.
@@ -396,44 +373,49 @@ def dense_counter_rows(rows: dict[str, np.ndarray], pos: np.ndarray, end_pos: np
     src = order[np.searchsorted(g * s_count + p, dense_g * s_count + dense_pos, side="right") - 1]
     dense = {"seq": seqs[dense_pos], "module": dense_g // 2, "out": (dense_g % 2).astype(bool),
              "vals": rows["vals"][src], "has": rows["has"][src]}
+    if "bad" in rows:
+        dense["bad"] = rows["bad"][src]
     return dense, dense_pos
 
 
 def load_run(run_dir: str | Path) -> Run:
-    """Read a run directory (or a run.db path) into stretches of constant graph."""
+    """Read a run directory (or a run.db path) into stretches of constant graph. What is wrong with
+    run.db (analysis.damage) is in `Run.warnings`; sqlite3.Error when the file cannot be read."""
     from harness.store import connect
 
     path = Path(run_dir)
     db = path if path.is_file() else path / "run.db"
     if not db.is_file():
         raise UserError(f"{path}: no run.db here (expected a run directory)")
+    warnings: list[str] = []
     conn = connect(db, readonly=True)
     try:
-        snaps = conn.execute("SELECT seq, mono FROM snapshots ORDER BY seq").fetchall()
-        mods = conn.execute("SELECT id, kind, name, died FROM modules").fetchall()
-        edge_rows = conn.execute("SELECT parent, child, born, died FROM edges").fetchall()
-        rows = _read_counters(conn)
+        seqs, mono, unscored, w = damage.read_snapshots(conn, path)
+        warnings += w
+        mods, unknown_death, w = damage.read_modules(conn)
+        warnings += w
+        edge_rows, w = damage.read_edges(conn, mods)
+        warnings += w
+        rows, unplaced = damage.read_counters(conn, warnings)
     finally:
         conn.close()
-    seqs = np.array([s for s, _ in snaps], dtype=np.int64)
-    mono = np.array([m for _, m in snaps], dtype=np.float64)
-    kind = {i: k for i, k, _, _ in mods}
-    name = {i: n for i, _, n, _ in mods}
-    run = Run(path, [], kind, name, seqs)
+    kind = {i: k for i, k, *_ in mods}
+    name = {i: n for i, _, n, *_ in mods}
+    run = Run(path, [], kind, name, seqs, mono, unscored, mods, edge_rows, warnings)
     if len(seqs) == 0 or len(rows["seq"]) == 0 or not kind:
+        if len(seqs):
+            run.modules = damage.fill_lives(mods, unknown_death, np.zeros(0, np.int64), np.zeros(0, np.int64), mono)
         return run
 
-    # Rows -> snapshot positions; keep rows of known snapshots and modules only.
-    pos = np.searchsorted(seqs, rows["seq"])
-    known = (pos < len(seqs)) & (seqs[np.minimum(pos, len(seqs) - 1)] == rows["seq"])
-    known &= np.isin(rows["module"], np.fromiter(kind, dtype=np.int64, count=len(kind)))
-    rows = {k: v[known] for k, v in rows.items()}
-    pos = pos[known]
+    rows, pos = damage.place_rows(rows, seqs, kind, warnings)
     end_pos = np.full(max(kind) + 1, len(seqs), dtype=np.int64)  # alive at the end (or killed)
-    for i, _, _, died in mods:
+    for i, *_, died in mods:
         if died is not None:
             end_pos[i] = np.searchsorted(mono, died, side="left")
+        elif i in unknown_death:
+            end_pos[i] = 0   # death unknown: alive until its last row (dense_counter_rows)
     rows, pos = dense_counter_rows(rows, pos, end_pos, seqs)
+    run.modules = damage.fill_lives(mods, unknown_death, rows["module"], pos, mono)
 
     # Deltas per direction on rows sorted by (module, seq); then re-sorted by snapshot for slicing.
     zero_ids = np.fromiter((i for i, k in kind.items() if k in STARTS_AT_ZERO), dtype=np.int64)
@@ -442,12 +424,19 @@ def load_run(run_dir: str | Path) -> Run:
         sel = np.flatnonzero(rows["out"] == is_out)
         order = sel[np.lexsort((pos[sel], rows["module"][sel]))]
         mod = rows["module"][order]
-        delta, invalid = series_deltas(mod, rows["vals"][order], rows["has"][order],
-                                       np.isin(mod, zero_ids), pos[order] == 0)
+        vals, has, bad = damage.carry_over_bad(mod, rows["vals"][order], rows["has"][order], rows["bad"][order])
+        delta, invalid = series_deltas(mod, vals, has, np.isin(mod, zero_ids), pos[order] == 0)
+        if bad.any():  # a bad value, and the delta after it (which spans it), are no measurement
+            invalid |= bad
+            invalid[1:] |= bad[:-1] & (mod[1:] == mod[:-1])
+        lost = [m for m, o in unplaced.series if o == is_out]
+        if lost:       # a row of this series could not be placed: its carried values are unknown
+            invalid |= np.isin(mod, lost)
+        if unplaced.from_seq is not None:
+            invalid |= rows["seq"][order] >= unplaced.from_seq
         by_pos = np.argsort(pos[order], kind="stable")
         o = order[by_pos]
-        per_dir[d] = (pos[o], mod[by_pos], delta[by_pos], rows["vals"][o, _QUEUED], rows["has"][o],
-                      invalid[by_pos])
+        per_dir[d] = (pos[o], mod[by_pos], delta[by_pos], vals[by_pos, _QUEUED], has[by_pos], invalid[by_pos])
 
     # Module presence (a counters row in either direction) as unique (module, position) pairs.
     s_count = len(seqs)

@@ -72,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     shm = create_shm_dir("nestlab-bench-")
     try:
         probe = tmp / "nestprobe"
-        subprocess.run(["gcc", "-O2", "-pthread", "-o", str(probe), str(REPO / "tests/interceptor/nestprobe.c")],
-                       check=True)
+        subprocess.run(["gcc", "-O2", "-pthread", "-I", str(REPO / "harness/interceptor"), "-o", str(probe),
+                        str(REPO / "tests/interceptor/nestprobe.c")], check=True)
         clean = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("NESTLAB_")}
         envs = {
             "baseline": clean,

@@ -6,17 +6,25 @@ get reused), deletes those links, and marks the run's manifest `interrupted`. Fo
 first stops the recorded processes, then brings back the collector's run.db and the logs, then undoes
 and removes the same way, over SSH (harness/backends/ssh/cleanup.py); a node it cannot reach keeps the
 ledger, so that `cleanup` can be run again. It never touches another live run or Mininet's other
-users: unlike `mn -c`, it kills nothing by name pattern.
+users: unlike `mn -c`, it kills nothing by name pattern. It trusts a ledger only in a ledger directory
+of the user running it that nobody else may write, and only if the ledger file, too, is that user's
+and writable by nobody else (harness.ledger.untrusted): anything else is refused with one line and
+left alone.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
-from harness.ledger import LEDGER_DIR, alive, kill_group
+from harness import ledger
+from harness.errors import UserError
+from harness.ledger import alive, kill_group, untrusted
 from harness.manifest import ManifestError
 from harness.store import RunDir
 
@@ -37,21 +45,55 @@ def _mark_interrupted(run_dir: Path, reason: str) -> None:
             pass
 
 
+def _read_ledger(path: Path) -> tuple[dict | None, str | None]:
+    """(the ledger's data, None), or (None, why it is not trusted). Opened without following a
+    symbolic link, and checked on the open file: what is read is what was checked."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return None, "it is a symbolic link"
+        return None, e.strerror or str(e)
+    with os.fdopen(fd, "rb") as f:
+        problem = untrusted(os.fstat(f.fileno()), "file")
+        if problem:
+            return None, problem
+        try:
+            data = json.loads(f.read())
+        except (OSError, ValueError):
+            return {}, None
+    return (data if isinstance(data, dict) else {}), None
+
+
 def cleanup(verbose: bool = False, include_live: bool = False) -> int:
-    """Remove leftovers of runs whose runner is gone. Returns 0 (also when there was nothing)."""
+    """Remove leftovers of runs whose runner is gone. Returns 0 (also when there was nothing), 2 when
+    a ledger was refused (one line each on stderr, the ledger left alone). A ledger directory that
+    is not a directory of the user running this, or that others may write, is refused as a whole
+    (UserError): its ledgers could list anything to kill or delete."""
     def say(msg: str) -> None:
         if verbose:
             print(msg)
 
-    ledgers = sorted(LEDGER_DIR.glob("*.json")) if LEDGER_DIR.is_dir() else []
+    where = ledger.LEDGER_DIR
+    try:
+        problem = untrusted(os.lstat(where), "directory")
+    except FileNotFoundError:
+        problem, where = None, None
+    if problem:
+        raise UserError(f"ledger directory {where}: {problem}; its ledgers are left alone")
+    ledgers = sorted(where.glob("*.json")) if where is not None else []
     if not ledgers:
         say("cleanup: nothing to do")
         return 0
+    refused = 0
     for path in ledgers:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            path.unlink(missing_ok=True)
+        data, problem = _read_ledger(path)
+        if problem:
+            print(f"cleanup: refusing ledger {path}: {problem}; left alone", file=sys.stderr)
+            refused += 1
+            continue
+        if not {"run_id", "run_dir", "runner_pid", "processes", "links"} <= set(data):
+            path.unlink(missing_ok=True)   # not a ledger (or a torn one): as before, dropped
             continue
         if not include_live and alive(data["runner_pid"], data.get("runner_start")):
             say(f"cleanup: run {data['run_id']} is still running (pid {data['runner_pid']}); left alone")
@@ -72,4 +114,4 @@ def cleanup(verbose: bool = False, include_live: bool = False) -> int:
         if complete:
             path.unlink(missing_ok=True)
         say(f"cleanup: run {data['run_id']}: {killed} process group(s) killed, {removed} link(s) removed")
-    return 0
+    return 2 if refused else 0

@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import signal
+import stat
 import threading
 import time
 from pathlib import Path
@@ -27,6 +28,10 @@ def _ledger_dir() -> Path:
     overrides both."""
     if "NESTLAB_LEDGER_DIR" in os.environ:
         return Path(os.environ["NESTLAB_LEDGER_DIR"])
+    return _default_dir()
+
+
+def _default_dir() -> Path:
     if os.geteuid() == 0:
         return Path("/run/nestlab")
     runtime = os.environ.get("XDG_RUNTIME_DIR")
@@ -34,6 +39,42 @@ def _ledger_dir() -> Path:
 
 
 LEDGER_DIR = _ledger_dir()
+PRIVATE_DIR, PRIVATE_FILE = 0o700, 0o600
+
+
+def untrusted(st: os.stat_result, kind: str) -> str | None:
+    """Why a ledger directory (kind "directory") or ledger file ("file") with lstat/fstat result `st`
+    cannot be trusted, or None: it must be a real directory or regular file (not a symbolic link),
+    belong to the user running this, and be writable by nobody else. `nestlab cleanup` kills, deletes
+    and removes what a ledger lists, so a ledger someone else could write is not acted on."""
+    if stat.S_ISLNK(st.st_mode):
+        return "it is a symbolic link"
+    if not (stat.S_ISDIR if kind == "directory" else stat.S_ISREG)(st.st_mode):
+        return f"it is not a {kind}"
+    if st.st_uid != os.geteuid():
+        return f"it belongs to uid {st.st_uid}, not to you (uid {os.geteuid()})"
+    if st.st_mode & 0o022:
+        return f"others may write it (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def _private_dir(path: Path) -> None:
+    """The ledger directory: created with mode 700 whatever the umask; one that exists must be a
+    directory of this user that nobody else may write (one of the default places, always named by
+    nestlab, is made private as well)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(path, PRIVATE_DIR)
+        os.chmod(path, PRIVATE_DIR)   # the umask may have taken bits away: exactly 700
+    except FileExistsError:
+        if path == _default_dir():   # nestlab's own place: only ledgers are kept there
+            st = os.lstat(path)
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+                os.chmod(path, PRIVATE_DIR)
+    problem = untrusted(os.lstat(path), "directory")
+    if problem:
+        raise UserError(f"cannot keep the run's ledger in {path}: {problem}; set NESTLAB_LEDGER_DIR to a "
+                        "directory of yours that only you may write")
 
 
 def _proc_start_time(pid: int) -> int | None:
@@ -53,7 +94,7 @@ def alive(pid: int, start_time: int | None = None) -> bool:
 class Ledger:
     def __init__(self, run_id: str, run_dir: Path):
         try:
-            LEDGER_DIR.mkdir(parents=True, exist_ok=True)
+            _private_dir(LEDGER_DIR)
         except OSError as e:
             raise UserError(f"cannot keep the run's ledger in {LEDGER_DIR}: {e.strerror}; "
                             "set NESTLAB_LEDGER_DIR to a writable directory") from None
@@ -66,7 +107,17 @@ class Ledger:
     def _save(self) -> None:
         with self._lock:   # the SSH backend records from several threads at once
             tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(self.data, indent=1))
+            tmp.unlink(missing_ok=True)
+            # Mode 600 whatever the umask: created so (O_EXCL: never through a name already there), and set.
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE)
+            try:
+                os.fchmod(fd, PRIVATE_FILE)
+                with os.fdopen(fd, "w") as f:
+                    fd = -1
+                    f.write(json.dumps(self.data, indent=1))
+            finally:
+                if fd >= 0:
+                    os.close(fd)
             os.replace(tmp, self.path)
 
     def add_process(self, pid: int, what: str) -> None:

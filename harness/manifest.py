@@ -284,6 +284,8 @@ def read_manifest(path: Path | str) -> Manifest | None:
         return None
     try:
         data = json.loads(path.read_text())
+    except RecursionError:   # JSON nested deeper than the parser goes
+        raise ManifestError(path, "unreadable (RecursionError)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ManifestError(path, f"unreadable ({e})") from None
     return validate_manifest(data, path)

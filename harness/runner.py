@@ -35,6 +35,7 @@ from rich.console import Console
 from harness import __version__
 from harness.backends import check_runner, make_backend
 from harness.backends.base import Clocks, Proc
+from harness.collector.appsockets import warnings_from_log
 from harness.collector.main import command as collector_command
 from harness.errors import UserError
 from harness.faults import FaultEnv, FaultKind, Faults, NoTarget, Part
@@ -331,6 +332,7 @@ class Run:
             ("stop servers", lambda: self.workloads and self.workloads.stop_servers()),
             ("remove firewall chains", self._remove_chains),
             ("bring back run.db and logs", self._bring_back),
+            ("record the interceptor's warnings", self._interceptor_warnings),
             ("resolve fault targets", self._resolve_targets),
             ("tear down topology", lambda: self.backend and self.backend.teardown()),
             ("remove served files", lambda: self.workloads and self.workloads.remove_files()),
@@ -363,6 +365,12 @@ class Run:
     def _remove_chains(self) -> None:
         if self.faults is not None:
             self.faults.teardown()
+
+    def _interceptor_warnings(self) -> None:
+        """What the interceptor could not count (lost updates, untracked sockets, no shared memory),
+        as the collector logged it: into the run's warnings."""
+        for w in warnings_from_log(self.rd.logs / "collector.log"):
+            self.event("warning", f"interceptor: {w}")
 
     def _bring_back(self) -> None:
         """What the backend left on the nodes (SSH: the collector's tables, merged into the local

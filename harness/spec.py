@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from harness.topology import Topology, load_topology
 from harness.units import Duration, Size
@@ -120,6 +120,13 @@ class Isolation(_Strict):
                                     f"auto = the window's duration + {RECOVERY_EXTRA_S:g}s")
 
 
+# The most repetitions one spec may ask for. Each repetition is a whole run (`duration` plus setup
+# and teardown, a run directory with its run.db), and load_spec plans every repetition's faults
+# before the first starts: a thousand 60 s runs already take a day and tens of GB, while a slip
+# like 100000 would plan for minutes and then run for months. More: run again with seed + 1000.
+MAX_REPETITIONS = 1000
+
+
 class Spec(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
@@ -136,6 +143,23 @@ class Spec(_Strict):
     workloads: list[Workload] = Field(min_length=1)
     faults: list[Fault] = []
     isolation: Isolation = Isolation()
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        if name in (".", ".."):   # the name is a directory: results/<name>/<run>/
+            raise ValueError(f"{name!r} is not an experiment name: runs go to results/<name>/, and "
+                             f"{name!r} is not a directory of its own there")
+        return name
+
+    @field_validator("repetitions")
+    @classmethod
+    def _repetitions(cls, n: int) -> int:
+        if n > MAX_REPETITIONS:
+            raise ValueError(f"at most {MAX_REPETITIONS} repetitions (got {n}): each is a whole run, all "
+                             f"planned before the first starts; for more, run the spec again with seed "
+                             f"raised by {MAX_REPETITIONS}")
+        return n
 
     @model_validator(mode="after")
     def _times(self):

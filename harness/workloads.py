@@ -9,6 +9,7 @@ back to the client's own listener, one thread per connection, in the same proces
 
 from __future__ import annotations
 
+import ipaddress
 import shutil
 import sys
 import tempfile
@@ -33,6 +34,18 @@ def check_binaries(spec: Spec) -> None:
     missing = sorted(b for b in needed if shutil.which(b) is None)
     if missing:
         raise UserError(f"missing program(s) for the workloads: {', '.join(missing)}; run scripts/setup.sh")
+
+
+def _web_server_address(server: str, address) -> str:
+    """The address lighttpd binds to, checked before it goes into its configuration (on a testbed
+    the node reported it): an IPv4 address, nothing that could close the quotes or add a line."""
+    if isinstance(address, str):
+        try:
+            return str(ipaddress.IPv4Address(address))
+        except ValueError:
+            pass
+    raise UserError(f"{server}: refusing address {address!r} for the web server configuration: "
+                    "not an IPv4 address")
 
 
 @dataclass
@@ -65,6 +78,7 @@ class Workloads:
         for kind, server in wanted:
             node = self.nodes[server]
             if kind == "wget":
+                bind = _web_server_address(server, self.addresses[server])
                 # The served files and the config live where the server runs: our scratch directory
                 # on Mininet (every host shares this machine's files), the node's own on a testbed.
                 www = f"{node.workdir}/www" if node.workdir else str(self.www)
@@ -77,7 +91,7 @@ class Workloads:
                 errorlog = node.log_path(self.logs / f"lighttpd-{server}.error.log")
                 node.run(["sh", "-c", 'cat > "$1"', "sh", conf], input=(
                     f'server.document-root = "{www}/htdocs"\n'
-                    f'server.bind = "{self.addresses[server]}"\nserver.port = {HTTP_PORT}\n'
+                    f'server.bind = "{bind}"\nserver.port = {HTTP_PORT}\n'
                     f'server.errorlog = "{errorlog}"\n'
                     'server.max-keep-alive-requests = 1000\n'))
                 argv, port = ["lighttpd", "-D", "-f", conf], HTTP_PORT

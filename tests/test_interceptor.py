@@ -4,30 +4,37 @@ with gcc) compares its own call counts with the library's, and real wget and ipe
 
 from __future__ import annotations
 
+import errno
 import http.server
 import json
+import mmap
 import os
 import queue
+import shlex
 import shutil
 import signal
 import socket
+import struct
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from harness.collector.appsockets import InterceptorSource
+from harness.collector.appsockets import InterceptorSource, warnings_from_log
 from harness.errors import UserError
-from harness.interceptor import build, create_shm_dir, preload_env, remove_shm_dir
+from harness.interceptor import build, create_shm_dir, preload_env, remove_shm_dir, shm
 from harness.interceptor.pause import pause_process, pause_state, resume_process
 from harness.interceptor.shm import (
+    CLOSED,
     HEADER_SIZE,
     HF_EXITED,
     HF_HANDLER_KEPT,
     OPEN,
     SLOT_SIZE,
+    ShmFile,
     read_process,
     shm_file,
 )
@@ -50,8 +57,8 @@ def lib() -> Path:
 @pytest.fixture(scope="session")
 def probe(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("nestprobe") / "nestprobe"
-    subprocess.run(["gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-pthread", "-o", str(out), str(PROBE_SRC)],
-                   check=True)
+    subprocess.run(["gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-pthread", "-I", str(LIB_DIR), "-o", str(out),
+                    str(PROBE_SRC)], check=True)
     return out
 
 
@@ -247,6 +254,8 @@ def test_layout_matches_python_reader(tmp_path):
 #define F(t, m) printf("%s %zu\\n", #m, offsetof(struct t, m));
 int main(void) {
     F(nest_header, max_fd) F(nest_header, ack_seq) F(nest_header, lost) F(nest_header, seq)
+    F(nest_header, untracked) F(nest_header, deferred) F(nest_header, unended) F(nest_header, forced)
+    F(nest_header, eintr_retried) F(nest_header, want_slots) F(nest_header, space_errno)
     F(nest_header, retired) F(nest_header, cmdline_len) F(nest_header, cmdline)
     F(nest_slot, state) F(nest_slot, laddr) F(nest_slot, close_ns) F(nest_slot, dir)
     printf("header %zu\\nslot %zu\\n", sizeof(struct nest_header), sizeof(struct nest_slot));
@@ -256,8 +265,11 @@ int main(void) {
     exe = tmp_path / "layout"
     subprocess.run(["gcc", "-I", str(LIB_DIR), "-o", str(exe), str(src)], check=True)
     got = dict(line.split() for line in subprocess.run([exe], capture_output=True, text=True).stdout.splitlines())
+    assert shm.EXTRA_OFF == int(got["untracked"])
     assert {k: int(v) for k, v in got.items()} == {
-        "max_fd": 64, "ack_seq": 80, "lost": 136, "seq": 256, "retired": 272, "cmdline_len": 512,
+        "max_fd": 64, "ack_seq": 80, "lost": 136, "untracked": 144, "deferred": 152, "unended": 160,
+        "forced": 168, "eintr_retried": 176, "want_slots": 184, "space_errno": 188,
+        "seq": 256, "retired": 272, "cmdline_len": 512,
         "cmdline": 520, "state": 28, "laddr": 48, "close_ns": 88, "dir": 128,
         "header": HEADER_SIZE, "slot": SLOT_SIZE}
 
@@ -614,6 +626,290 @@ def test_processes_of_another_network_namespace_are_not_reported(lib, probe, shm
     p.send()
     p.send()
     assert p.wait() == 0
+
+
+# ---- at its limits: no program may die or hang because of the interceptor --------------------------
+
+needs_mount_ns = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                                    reason="needs root and unshare (a small tmpfs in a private mount namespace)")
+
+
+def _small_tmpfs(procs, lib, mnt: Path, args, fill: bool = False) -> Proc:
+    """Start args under the interceptor, with NESTLAB_SHM_DIR a fresh 256 KiB tmpfs mounted at mnt in
+    a private mount namespace (filled up first if `fill`). Its files: /proc/<pid>/root<mnt>."""
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o size=64k nestlab-test {mnt}"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs in a private mount namespace: {probe.stderr.strip()}")
+    base = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("NESTLAB_")}
+    script = f"mount -t tmpfs -o size=256k,mode=0700 nestlab-test {mnt} || exit 97\n"
+    if fill:
+        script += f"dd if=/dev/zero of={mnt}/fill bs=4k 2>/dev/null\n"
+    script += "exec env " + shlex.join([f"LD_PRELOAD={lib}", f"NESTLAB_SHM_DIR={mnt}", *map(str, args)])
+    return procs(["unshare", "-m", "sh", "-c", script], base)
+
+
+@needs_mount_ns
+@pytest.mark.timeout(60)
+def test_full_shm_gives_a_flagged_header_only_file_never_sigbus(lib, probe, procs, sink, tmp_path):
+    """(a) 4096 slots need 1 MiB; 256 KiB of tmpfs hold the header only. Today's file is sparse: the
+    probe's sockets on fds 100, 116, ... 1364 touch 80 pages of slots, the 65th write is SIGBUS and
+    the probe dies."""
+    mnt = tmp_path / "shm"
+    mnt.mkdir()
+    s = sink("drain")
+    p = _small_tmpfs(procs, lib, mnt, [probe, "highfd", s.port, 100, 80])
+    h = p.expect("HIGH")
+    shm_dir = f"/proc/{p.pid}/root{mnt}"
+    snap = read_process(shm_file(shm_dir, p.pid))
+    assert snap.no_space and snap.nslots == 0 and snap.want_slots == 4096
+    assert snap.space_errno == errno.ENOSPC
+    assert snap.sockets == [] and snap.untracked == 1 + 80      # the socket and its 80 dups
+    assert snap.problems()[0].startswith("no space in the shared memory")
+    st = pause_process(shm_dir, p.pid)                          # the application fault still works
+    assert st.paused and resume_process(shm_dir, p.pid).ack_seq == 2
+    src = InterceptorSource(shm_dir)                            # the collector: no module, a warning
+    try:
+        assert src.poll() == []
+        assert len(src.warnings()) == 1 and f"[app:{h['pid']}]" in src.warnings()[0]
+        assert "no space" in src.warnings()[0] and "81 socket(s) not tracked (no slots)" in src.warnings()[0]
+    finally:
+        src.close()
+    p.send()
+    assert p.wait() == 0
+    assert "not counting: no space for 4096 slots" in p.stderr_text()
+
+
+@needs_mount_ns
+@pytest.mark.timeout(60)
+def test_shm_without_room_for_a_header_leaves_the_program_uncounted_not_dead(lib, probe, procs, sink, tmp_path):
+    """(a) A full tmpfs: no file at all, one line on stderr. Today: SIGBUS at the header's first byte."""
+    mnt = tmp_path / "shm"
+    mnt.mkdir()
+    s = sink("drain")
+    p = _small_tmpfs(procs, lib, mnt, [probe, "highfd", s.port, 40], fill=True)
+    h = p.expect("HIGH")
+    assert not shm_file(f"/proc/{p.pid}/root{mnt}", h["pid"]).exists()
+    p.send()
+    assert p.wait() == 0
+    assert "not counting: No space left on device" in p.stderr_text()
+
+
+@needs_mount_ns
+@pytest.mark.timeout(60)
+def test_reader_never_maps_a_sparse_file_it_cannot_fill(procs, tmp_path):
+    """(a) A file of an earlier build is sparse; reading its holes in a full tmpfs allocates pages:
+    SIGBUS in the collector. The reader gives the file its space first, or does not read it."""
+    mnt = tmp_path / "shm"
+    mnt.mkdir()
+    if subprocess.run(["unshare", "-m", "true"]).returncode != 0:
+        pytest.skip("cannot make a mount namespace")
+    holder = procs(["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o size=2m nestlab-test {mnt} && echo READY "
+                    "&& exec sleep 60"], None)
+    try:
+        holder.expect("READY")
+    except AssertionError:
+        pytest.skip(f"cannot mount a tmpfs in a private mount namespace: {holder.stderr_text()}")
+    root = Path(f"/proc/{holder.pid}/root{mnt}")
+    path = root / "4242.nest"
+    _fake_file(path, slots=4096, max_fd=4096)                 # 1 MiB, sparse: one page allocated
+    fd = os.open(root / "fill", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:                                                      # now nothing is left
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    code = ("import sys; from harness.interceptor.shm import read_process, InterceptorStateError\n"
+            "try:\n    read_process(sys.argv[1])\nexcept InterceptorStateError as e:\n    print('REFUSED', e)\n")
+    r = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, f"the reader died (rc {r.returncode}): {r.stderr[-300:]}"
+    assert r.stdout.startswith("REFUSED") and "sparse" in r.stdout
+    os.unlink(root / "fill")                                  # room again: given its space, then read
+    assert sock_of(read_process(path), 3).out.msgs == 7
+
+
+def _fake_file(path: Path, out_msgs: int = 7, slots: int = 64, max_fd: int = 4) -> None:
+    """A counter file with one open TCP socket on fd 3, as the library would write it (sparse after
+    its first page)."""
+    buf = bytearray(shm.HEADER_SIZE + 4 * shm.SLOT_SIZE)
+    struct.pack_into("<8sIIIIii", buf, 0, shm.MAGIC, shm.VERSION, shm.HEADER_SIZE, shm.SLOT_SIZE, slots, 4242, 1)
+    struct.pack_into("<I", buf, 64, max_fd)
+    off = shm.HEADER_SIZE + 3 * shm.SLOT_SIZE
+    struct.pack_into("<QQQiIIHHHH", buf, off, 0, 1, 99, 3, OPEN, shm.SF_GRAPH | shm.SF_PEER, socket.AF_INET,
+                     socket.SOCK_STREAM, 40000, 80)
+    buf[off + 48:off + 52] = socket.inet_aton("127.0.0.1")
+    buf[off + 64:off + 68] = socket.inet_aton("127.0.0.2")
+    struct.pack_into("<Q", buf, off + shm.DIR_OFF[1] + 8, out_msgs)
+    path.write_bytes(bytes(buf))
+    os.truncate(path, shm.HEADER_SIZE + slots * shm.SLOT_SIZE)
+
+
+def test_reader_waits_for_a_preempted_writer_and_never_drops_the_slot(tmp_path, monkeypatch):
+    """(b) The flaky pause test's vanishing slot: a writer preempted inside its update holds the
+    seqlock for milliseconds; the reader gave up after 50 quick retries and reported no socket."""
+    path = tmp_path / "4242.nest"
+    _fake_file(path)
+    seq_off = shm.HEADER_SIZE + 3 * shm.SLOT_SIZE + shm.DIR_OFF[1]
+    with open(path, "r+b") as f:
+        mm = mmap.mmap(f.fileno(), 0)
+    try:
+        struct.pack_into("<Q", mm, seq_off, (5 << 32) | (777 << 1) | 1)     # held by thread 777
+
+        def let_go():
+            time.sleep(0.02)
+            struct.pack_into("<QQ", mm, seq_off, 6 << 32, 8)               # its update, released
+        monkeypatch.setattr(shm, "SLOT_PATIENCE_S", 1.0, raising=False)   # a busy test machine
+        t = threading.Thread(target=let_go)
+        t.start()
+        snap = read_process(path)
+        t.join()
+        assert sock_of(snap, 3).out.msgs == 8
+        # a holder that never lets go: the slot is still there, waited for once, then not again
+        monkeypatch.setattr(shm, "SLOT_PATIENCE_S", 0.05, raising=False)
+        struct.pack_into("<Q", mm, seq_off, (7 << 32) | (777 << 1) | 1)
+        f = ShmFile(path)
+        try:
+            t0 = time.monotonic()
+            a = f.snapshot()
+            t1 = time.monotonic()
+            b = f.snapshot()
+            t2 = time.monotonic()
+        finally:
+            f.close()
+        assert sock_of(a, 3).out.msgs == sock_of(b, 3).out.msgs == 8
+        assert t1 - t0 >= 0.05 and t2 - t1 < 0.02
+    finally:
+        mm.close()
+
+
+def _lock_case(lib, probe, shm_dir, procs, case, **env):
+    p = procs([probe, "lock", case], {**env_for(shm_dir, lib), **env})
+    r = p.expect("LOCK")
+    snap = read_process(shm_file(shm_dir, p.pid), with_closed=True)
+    p.send()
+    assert p.wait() == 0
+    return r, snap
+
+
+@pytest.mark.timeout(60)
+def test_a_writer_waits_for_a_preempted_thread_instead_of_taking_its_lock(lib, probe, shm_dir, procs):
+    """(b) Closing a socket while another thread (preempted, 300 ms) is inside its send counters.
+    Today the close takes the lock after a short spin: it finishes at once, the holder's update lands
+    on the closed slot and is missing from the application's totals."""
+    r, snap = _lock_case(lib, probe, shm_dir, procs, "other")
+    a = sock_of(snap, r["a_fd"])
+    assert a.state == CLOSED and a.out.pending == 0
+    assert r["close_ms"] >= 250
+    assert snap.retired_out.msgs == 1 + 2 + 100                 # connect, 2 sends, the holder's 100
+    assert snap.forced == snap.lost == snap.unended == 0
+
+
+@pytest.mark.timeout(60)
+def test_a_lock_left_by_a_dead_thread_is_taken_over_and_counted(lib, probe, shm_dir, procs):
+    r, snap = _lock_case(lib, probe, shm_dir, procs, "dead", NESTLAB_LOCK_WAIT_MS="5000")
+    assert r["close_ms"] < 1000                                # not the 5 s of a live holder
+    assert sock_of(snap, r["a_fd"]).state == CLOSED and snap.retired_out.msgs == 1 + 2
+    assert snap.forced == 1
+    assert "1 counter lock(s) taken over" in " ".join(snap.problems())
+
+
+@pytest.mark.timeout(60)
+def test_a_thread_never_waits_for_a_lock_it_holds_itself(lib, probe, shm_dir, procs):
+    """A signal handler re-entering the library on the socket its thread was updating."""
+    r, snap = _lock_case(lib, probe, shm_dir, procs, "self", NESTLAB_LOCK_WAIT_MS="5000")
+    assert r["send_ms"] < 500 and r["send_rc"] == 1
+    a = sock_of(snap, r["a_fd"])
+    assert a.out.msgs == 1 + 2 + 1 and a.out.pending == 0 and snap.lost == 1
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", ["end", "defer"])
+def test_the_end_of_a_call_is_never_lost_leaving_the_socket_waiting(lib, probe, shm_dir, procs, case):
+    """(c) A recv ends while another thread holds its counters' lock (300 ms; 400 ms with a 50 ms
+    wait limit, so its end is recorded later, at the program's next call). Today the end is dropped
+    after a short spin: the socket shows the recv in progress for ever, its wait growing."""
+    env = {"NESTLAB_LOCK_WAIT_MS": "50"} if case == "defer" else {}
+    r, snap = _lock_case(lib, probe, shm_dir, procs, case, **env)
+    assert r["got"] == 10
+    a = sock_of(snap, r["a_fd"])
+    assert a.inp.pending == 0 and a.inp.msgs == 1 and a.inp.bytes == 10
+    assert snap.lost == snap.unended == snap.forced == 0
+    assert snap.deferred == (1 if case == "defer" else 0)
+
+
+@pytest.mark.timeout(90)
+def test_pause_and_resume_signals_never_surface_as_eintr(lib, probe, shm_dir, procs, sink):
+    """(d) Timed waits that SA_RESTART does not restart, hit by pause/resume every 15 ms: each ends as
+    it would have without the signals (timeout, after its full time), never with EINTR; the
+    program's own signal still interrupts. Today poll, select, epoll, the sleeps... return EINTR."""
+    s = sink("hold")
+    p = procs([probe, "eintr", s.port], env_for(shm_dir, lib))
+    p.expect("EINTR_READY")
+    stop = threading.Event()
+
+    def signals():
+        while not stop.is_set():
+            pause_process(shm_dir, p.pid)
+            time.sleep(0.015)
+            resume_process(shm_dir, p.pid)
+            time.sleep(0.015)
+    t = threading.Thread(target=signals)
+    t.start()
+    try:
+        p.send()
+        p.expect("OWN", timeout=60)
+    finally:
+        stop.set()
+        t.join()
+    p.send()
+    res = p.expect("EINTR")
+    assert res.pop("alarms") == 1
+    rc, err, ms, _ = res.pop("own_alarm")
+    assert (rc, err) == (-1, errno.EINTR) and ms < 1000
+    timed_out = {"recv_timeout": errno.EAGAIN, "sem_timedwait": errno.ETIMEDOUT, "sigtimedwait": errno.EAGAIN}
+    for name, (rc, err, ms, expected) in res.items():
+        want = (-1, timed_out[name]) if name in timed_out else (0, 0)
+        assert (rc, err) == want, (name, rc, errno.errorcode.get(err, err))
+        assert expected - 2 <= ms < expected + 400, (name, ms)
+    snap = read_process(shm_file(shm_dir, p.pid))
+    assert snap.eintr_retried > 0
+    p.send()
+    assert p.wait() == 0
+
+
+@pytest.mark.timeout(60)
+def test_what_could_not_be_counted_reaches_the_collector_warnings(lib, probe, shm_dir, procs, sink, capsys,
+                                                                  tmp_path):
+    """(e) Sockets beyond the slots (NESTLAB_MAX_FDS=64, a dup on fd 100) and a lock taken from a dead
+    thread: counted in the file, said by the collector source on stderr (the collector's log) and
+    read back from the log for the run's warnings."""
+    s = sink("drain")
+    p = procs([probe, "highfd", s.port, 100], env_for(shm_dir, lib, max_fds=64))
+    h = p.expect("HIGH")
+    q = procs([probe, "lock", "dead"], env_for(shm_dir, lib))
+    lk = q.expect("LOCK")
+    snap = read_process(shm_file(shm_dir, p.pid))
+    assert snap.untracked == 1 and snap.flags & shm.HF_FD_OVERFLOW
+    src = InterceptorSource(shm_dir)
+    try:
+        obs = {o.key for o in src.poll()}
+        assert f"sock:{p.pid}:{h['a_fd']}:{h['inode']}" in obs     # the fd below 64 is counted
+        assert src.poll() and len(src.warnings()) == 2             # said once, not every poll
+    finally:
+        src.close()
+    p.send()
+    q.send()
+    assert p.wait() == 0 and q.wait() == 0
+    err = capsys.readouterr().err
+    log = tmp_path / "collector.log"
+    log.write_text("collector: ready\n" + err)
+    got = {w.split("]")[0] + "]": w for w in warnings_from_log(log)}
+    assert sorted(got) == sorted([f"[app:{p.pid}]", f"[app:{lk['pid']}]"])
+    assert got[f"[app:{p.pid}]"].startswith(
+        f"[app:{p.pid}] nestprobe (pid {p.pid}): 1 socket(s) not tracked (fd beyond its 64 slots")
+    assert "1 counter lock(s) taken over" in got[f"[app:{lk['pid']}]"]
 
 
 # ---- real applications --------------------------------------------------------------------------

@@ -119,6 +119,34 @@ def test_bad_spec_is_one_line_with_file_line_field(tmp_path, capsys, what, text,
     assert not (tmp_path / "res").exists()  # nothing was started
 
 
+# Refused by load_spec before anything could start (checked with load_spec, not `nestlab run`: code
+# that accepted them would start the run).
+SHARP = [
+    ("name .", GOOD.replace("name: t", "name: ."), 1, "name: '.' is not an experiment name"),
+    ("name ..", GOOD.replace("name: t", "name: '..'"), 1, "name: '..' is not an experiment name"),
+    ("too many repetitions", GOOD.replace("duration: 30s", "duration: 30s\nrepetitions: 1001"), 4,
+     "repetitions: at most 1000"),
+]
+
+
+@pytest.mark.parametrize("what,text,line,words", SHARP, ids=[s[0] for s in SHARP])
+def test_sharp_edges_are_one_line_with_file_line_field(tmp_path, what, text, line, words):
+    from harness.yamlload import SpecError
+
+    # What is near them still loads: names with dots in them, a thousand repetitions.
+    for name in ("a.b", "..a", "v1.2"):
+        ok = write(tmp_path, "ok.yaml", GOOD.replace("name: t", f"name: '{name}'"))
+        assert load_spec(ok).spec.name == name
+    ok = write(tmp_path, "ok.yaml", GOOD.replace("duration: 30s", "duration: 30s\nrepetitions: 1000"))
+    assert load_spec(ok).spec.repetitions == 1000
+    path = write(tmp_path, "spec.yaml", text)
+    with pytest.raises(SpecError) as e:
+        load_spec(path)
+    err = str(e.value)
+    assert "\n" not in err and err.startswith(f"{path}:{line}: "), err
+    assert words in err, err
+
+
 def test_bad_topology_names_the_topology_file(tmp_path, capsys):
     topo = write(tmp_path, "t.yaml", textwrap.dedent("""\
         name: t

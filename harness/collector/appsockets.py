@@ -16,6 +16,13 @@ A process is gone when /proc/<pid>/stat is missing, shows a zombie or another st
 library saw exit(): from then on its modules are no longer reported (they die). Counters are
 reported raw, as read: a counter that goes backwards is left for the analysis, which applies the
 thesis 3.4 rule (analysis/stretches.py).
+
+What the library could not count (calls whose counters were locked, sockets beyond its slots, a
+process whose file got no space, call ends never recorded, locks taken over) is a warning: one line
+on stderr (the collector's log) starting with WARNING_PREFIX, when it first appears, at most every
+WARN_INTERVAL_S while it grows, and a last one when the process ends or the source closes;
+`warnings()` returns them, `warnings_from_log(path)` reads them back from a log (the last line per
+process) for the run's warnings.
 """
 
 from __future__ import annotations
@@ -24,8 +31,11 @@ import json
 import os
 import socket
 import stat
+import sys
+import time
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 
 from harness.collector.source import Observation
 from harness.interceptor.shm import (
@@ -36,8 +46,12 @@ from harness.interceptor.shm import (
     InterceptorStateError,
     ProcessSnapshot,
     ShmFile,
+    SparseFileError,
     process_alive,
 )
+
+WARNING_PREFIX = "interceptor warning: "
+WARN_INTERVAL_S = 10.0
 
 
 @dataclass
@@ -45,6 +59,27 @@ class _Proc:
     file: ShmFile
     pidtag: str
     dead: bool = False
+    foreign: bool = False                       # seen alive in another network namespace
+    warned: tuple = ()                          # ProcessSnapshot.loss_key() last warned about
+    warned_at: float = float("-inf")
+    unwarned: ProcessSnapshot | None = None     # a reading with more loss than warned, held back
+
+
+def warnings_from_log(path: str | os.PathLike) -> list[str]:
+    """The interceptor warnings in a collector log (without the prefix): the last line of each
+    process, which has its final tallies, in the order the processes first warned."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return []
+    last: dict[str, str] = {}
+    for line in text.splitlines():
+        i = line.find(WARNING_PREFIX)
+        if i < 0:
+            continue
+        msg = line[i + len(WARNING_PREFIX):].strip()
+        last[msg.split("]", 1)[0]] = msg
+    return list(last.values())
 
 
 def netns_of(pid: int | str, proc_root: str = "/proc") -> int | None:
@@ -78,6 +113,8 @@ class InterceptorSource:
         self.gone: set[str] = set()               # keys reported once and then not: never reused
         self.renamed: dict[str, str] = {}         # key that came back -> the fresh key it uses now
         self._messages: deque[dict] = deque(maxlen=10000)
+        self._warnings: list[str] = []
+        self.unreadable: set[str] = set()        # file names warned about as unreadable
         self.sock: socket.socket | None = None
         self.notify_path = str(notify_path) if notify_path is not None else None
         if self.notify_path:
@@ -136,6 +173,11 @@ class InterceptorSource:
     def _open(self, name: str, ino: int) -> _Proc | None:
         try:
             f = ShmFile(os.path.join(self.shm_dir, name))
+        except SparseFileError as e:      # not readable without risking SIGBUS: say so, once
+            if name not in self.unreadable:
+                self.unreadable.add(name)
+                self._say(f"[{name}] {e}")
+            return None
         except (OSError, InterceptorStateError, ValueError):
             return None   # being replaced, foreign, or not ours to read: try again next poll
         if f.ino != ino:
@@ -146,9 +188,38 @@ class InterceptorSource:
         return p
 
     def _bury(self, name: str, p: _Proc) -> None:
+        if p.unwarned is not None:
+            self._warn(p, p.unwarned)
         p.file.close()
         self.dead[name] = p.file.ino
         del self.procs[name]
+
+    # -- what could not be counted ---------------------------------------------------------------
+
+    def _check_losses(self, p: _Proc, snap: ProcessSnapshot, final: bool) -> None:
+        key = snap.loss_key()
+        if p.foreign or not any(key) or key == p.warned:
+            return
+        if not final and time.monotonic() - p.warned_at < WARN_INTERVAL_S:
+            p.unwarned = snap                            # said recently: the rest later
+            return
+        self._warn(p, snap)
+
+    def _warn(self, p: _Proc, snap: ProcessSnapshot) -> None:
+        argv = snap.cmdline
+        comm = os.path.basename(argv[0]) if argv else "?"
+        self._say(f"[app:{p.pidtag}] {comm} (pid {snap.pid}): " + "; ".join(snap.problems()))
+        p.warned = snap.loss_key()
+        p.warned_at = time.monotonic()
+        p.unwarned = None
+
+    def _say(self, line: str) -> None:
+        self._warnings.append(line)
+        print(WARNING_PREFIX + line, file=sys.stderr, flush=True)
+
+    def warnings(self) -> list[str]:
+        """Every warning line so far (without the prefix), in order."""
+        return list(self._warnings)
 
     def poll(self) -> list[Observation]:
         self._drain()
@@ -179,11 +250,14 @@ class InterceptorSource:
                 if p is None:
                     continue
             snap = p.file.snapshot()
-            if snap.exited or not process_alive(snap.pid, snap.starttime, self.proc_root):
+            gone = snap.exited or not process_alive(snap.pid, snap.starttime, self.proc_root)
+            if not gone and self.netns is not None and netns_of(snap.pid, self.proc_root) != self.netns:
+                p.foreign = True
+                continue                                  # another host's process
+            self._check_losses(p, snap, final=gone)
+            if gone:
                 self._bury(name, p)
                 continue
-            if self.netns is not None and netns_of(snap.pid, self.proc_root) != self.netns:
-                continue                                  # another host's process
             obs.extend(self._observe(p, snap))
         for name in list(self.procs):
             if name not in present:                       # file removed: the run is being torn down
@@ -254,8 +328,12 @@ class InterceptorSource:
         return out
 
     def close(self) -> None:
-        for name in list(self.procs):
-            self._bury(name, self.procs[name])
+        for name, p in list(self.procs.items()):
+            try:                                     # the last tallies, said now
+                self._check_losses(p, p.file.snapshot(), final=True)
+            except (OSError, ValueError, InterceptorStateError):
+                pass
+            self._bury(name, p)
         if self.sock is not None:
             self.sock.close()
             self.sock = None

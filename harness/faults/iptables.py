@@ -11,12 +11,14 @@ gone, on the monitored host's monotonic clock.
 
 from __future__ import annotations
 
+import ipaddress
 import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from harness.errors import UserError
 from harness.faults.base import FaultEnv, NoTarget, Part, target_json
 from harness.store import monotonic
 
@@ -56,12 +58,53 @@ class Rule:
         return " ; ".join(f"iptables -A {CHAIN} {s}" for s in self.specs)
 
 
+class UnsafeValue(UserError):
+    """A value that would go into iptables input is not what it must be (an IPv4 address, a port):
+    one line naming the node and the value."""
+
+
+def check_address(node: str, value, what: str = "address") -> str:
+    """An IPv4 address (iptables here is IPv4 only), as ipaddress writes it; anything else (a network,
+    a name, words that iptables-restore would read as options or as another rule) is refused."""
+    if isinstance(value, str):
+        try:
+            return str(ipaddress.IPv4Address(value))
+        except ValueError:
+            pass
+    raise UnsafeValue(f"{node}: refusing {what} {value!r} for an iptables rule: not an IPv4 address")
+
+
+def check_port(node: str, value, what: str = "port") -> int:
+    """A TCP port: an int from 1 to 65535 (not a bool, a float or text)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535:
+        return value
+    raise UnsafeValue(f"{node}: refusing {what} {value!r} for an iptables rule: not a port (1-65535)")
+
+
+def check_connection(node: str, conn) -> dict:
+    """A connection as the node agent reports it ({'inode', 'src', 'sport', 'dst', 'dport'}), each
+    field checked; returns a new dict of exactly those fields."""
+    if not isinstance(conn, dict) or not {"src", "sport", "dst", "dport"} <= set(conn) \
+            or not set(conn) <= {"inode", "src", "sport", "dst", "dport"}:
+        raise UnsafeValue(f"{node}: refusing the reported connection {conn!r}: not "
+                          "{inode, src, sport, dst, dport}")
+    inode = conn.get("inode")
+    if inode is not None and (not isinstance(inode, int) or isinstance(inode, bool)):
+        raise UnsafeValue(f"{node}: refusing socket inode {inode!r} of a reported connection: not an int")
+    return {"inode": inode, "src": check_address(node, conn["src"], "source address"),
+            "sport": check_port(node, conn["sport"], "source port"),
+            "dst": check_address(node, conn["dst"], "destination address"),
+            "dport": check_port(node, conn["dport"], "destination port")}
+
+
 def ip_drop_rule(node: str, tag: str, address: str) -> Rule:
+    address = check_address(node, address)
     c = f'-m comment --comment "{tag}" -j DROP'
     return Rule(node, tag, [f"-s {address}/32 {c}", f"-d {address}/32 {c}"])
 
 
 def tcp_drop_rule(node: str, tag: str, conn: dict) -> Rule:
+    conn = check_connection(node, conn)
     c = f'-m comment --comment "{tag}" -j DROP'
     fwd = f"-p tcp -s {conn['src']}/32 --sport {conn['sport']} -d {conn['dst']}/32 --dport {conn['dport']}"
     rev = f"-p tcp -s {conn['dst']}/32 --sport {conn['dport']} -d {conn['src']}/32 --dport {conn['sport']}"
@@ -187,7 +230,7 @@ class IpDrop(_Drop):
 
     def _target(self, fault: Fault) -> tuple[str, Callable[[str], Rule]]:
         host = fault.host or self.env.spec.monitor
-        addr = self.env.backend.address(host)
+        addr = check_address(host, self.env.backend.address(host))
         # Only the monitored host's interface is observed: another host's ip_drop targets no module.
         monitor = self.env.spec.monitor
         key = f"ipeth:{self.env.backend.interfaces(monitor)[0].name}" if host == monitor else None
@@ -217,8 +260,10 @@ class TcpDrop(_Drop):
                 live = [(i, p) for i, p in live if i.index == target.instance]
             w = env.spec.workloads[target.workload]
             server = env.backend.address(w.server)
-            choices = [(c, p.pid) for _, p in live for c in env.backend.tcp_connections(w.host, p.pid)
-                       if c["dst"] == server]
+            # What the workload's host reports is checked before anything is chosen from it.
+            reported = [(check_connection(w.host, c), p.pid) for _, p in live
+                        for c in env.backend.tcp_connections(w.host, p.pid)]
+            choices = [(c, pid) for c, pid in reported if c["dst"] == server]
             if choices:
                 return env.rng.choice(choices)
             if monotonic() >= deadline:

@@ -29,10 +29,23 @@
  *    nor block the signals (sigprocmask/pthread_sigmask drop them from the set); the first attempt
  *    is logged once on stderr and to the collector and flagged in the header.
  *
+ *    The two signals never surface as EINTR: a call that SA_RESTART does not restart (poll, ppoll,
+ *    select, pselect, epoll_wait/epoll_pwait/epoll_pwait2, nanosleep, clock_nanosleep, usleep,
+ *    sleep, pause, sigsuspend, sigtimedwait, sigwaitinfo, sem_wait, sem_timedwait, and socket calls
+ *    on sockets with SO_RCVTIMEO/SO_SNDTIMEO) and that our handler interrupted is restarted here
+ *    with what is left of its timeout (the handler counts its runs per thread).
+ *
+ * Never fatal to the program: the file's space is allocated up front (posix_fallocate; a full
+ * /dev/shm gives a header-only file flagged NO_SPACE, or no file, never SIGBUS); a writer waits for
+ * a seqlock held by a live thread (preempted), takes it from a dead one and never waits for itself;
+ * the end of a call that could not be recorded at once is recorded later; what could not be
+ * counted is counted (lost, untracked, unended, forced in the header).
+ *
  * Environment: NESTLAB_SHM_DIR (unset or unusable: the library is inert, every call passes
  * straight through), NESTLAB_COLLECTOR_SOCK (path, '@name' for the abstract namespace; optional),
  * NESTLAB_PAUSE_SIGNAL / NESTLAB_RESUME_SIGNAL (USR1, SIGUSR2, 12, RTMIN+3, none), NESTLAB_MAX_FDS
- * (slots per process, default 4096: sockets with a larger fd are not counted and flagged).
+ * (slots per process, default 4096: sockets with a larger fd are not counted and flagged),
+ * NESTLAB_LOCK_WAIT_MS (how long a writer waits for a seqlock held by a live thread, default 1000).
  *
  * Processes: fork() (pthread_atfork child handler) gives the child its own file, with the inherited
  * sockets and zero counters; exec keeps LD_PRELOAD, so the constructor runs again and re-attaches to
@@ -55,6 +68,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -117,6 +131,16 @@
     X(epoll_pwait, int, (int, struct epoll_event *, int, int, const sigset_t *)) \
     X(epoll_pwait2, int, (int, struct epoll_event *, int, const struct timespec *, const sigset_t *)) \
     X(epoll_ctl, int, (int, int, int, struct epoll_event *)) \
+    X(nanosleep, int, (const struct timespec *, struct timespec *)) \
+    X(clock_nanosleep, int, (clockid_t, int, const struct timespec *, struct timespec *)) \
+    X(usleep, int, (useconds_t)) \
+    X(sleep, unsigned int, (unsigned int)) \
+    X(pause, int, (void)) \
+    X(sigsuspend, int, (const sigset_t *)) \
+    X(sigtimedwait, int, (const sigset_t *, siginfo_t *, const struct timespec *)) \
+    X(sigwaitinfo, int, (const sigset_t *, siginfo_t *)) \
+    X(sem_wait, int, (sem_t *)) \
+    X(sem_timedwait, int, (sem_t *, const struct timespec *)) \
     X(epoll_create, int, (int)) \
     X(epoll_create1, int, (int)) \
     X(socket, int, (int, int, int)) \
@@ -166,15 +190,23 @@ sighandler_t bsd_signal(int, sighandler_t);
 /* ------------------------------------------------------------------------------------------ */
 /* State                                                                                       */
 
-enum { K_UNKNOWN = 0, K_SOCK = 1, K_OTHER = 2, K_BUSY = 3, K_EPOLL = 4 };
+/* What an fd is (private, per fd): the kind in bits 0..2; K_BUSY and K_CLOSING also name the thread
+ * doing it (tid << 3), so that nobody waits for itself. K_BUSY: a slot is being made for it (others
+ * wait, then count the call); K_CLOSING: it is being closed (a call on it is the program's race). */
+enum { K_UNKNOWN = 0, K_SOCK = 1, K_OTHER = 2, K_BUSY = 3, K_EPOLL = 4, K_CLOSING = 5 };
+#define KIND(v) ((v) & 7u)
+#define KOWNER(v) ((v) >> 3)
 
-static int g_on;                       /* counting (NESTLAB_SHM_DIR usable) */
+#define TLS __thread __attribute__((tls_model("initial-exec")))
+
+static int g_on;                       /* the library is active (a file of ours exists) */
 static pid_t g_pid;
-static uint32_t g_nslots;
+static uint32_t g_nslots;              /* slots in our file (0: no space, nothing counted) */
+static uint32_t g_want_slots;          /* slots asked for (NESTLAB_MAX_FDS); the private tables' size */
 static struct nest_header *g_hdr;
 static struct nest_slot *g_slots;
 static size_t g_map_size;
-static uint8_t *g_kind;                /* private, per fd: K_* */
+static uint32_t *g_kind;               /* private, per fd: K_* | owner << 3 */
 static int32_t *g_ep_owner;            /* private, per fd: epoll fd + 1 it is registered in, 0 none */
 static uint32_t *g_ep_events;          /* private, per fd: its epoll events */
 static char g_dir[PATH_MAX - 32];
@@ -185,6 +217,12 @@ static int g_sig_on;                   /* our handlers are installed */
 static volatile int g_paused;
 static struct sigaction g_app_act[2];  /* what the program asked for (never installed) */
 static int g_logged_handler, g_logged_mask;
+static uint64_t g_lock_wait_ns = 1000000000ull;   /* NESTLAB_LOCK_WAIT_MS */
+static uint64_t *g_stuck_seq;          /* a seqlock that outlasted the wait (and its value then): */
+static uint64_t g_stuck_val;           /* later writers give up on it at once while it stays so */
+
+static TLS uint32_t t_tid;             /* this thread's id (0: not known yet; reset after fork) */
+static TLS volatile uint32_t t_sigs;   /* runs of our pause/resume handler on this thread */
 
 static inline uint64_t now_ns(void) {
     struct timespec ts;
@@ -201,39 +239,146 @@ static inline void cpu_relax(void) {
 /* ------------------------------------------------------------------------------------------ */
 /* Seqlocks (also the writers' lock)                                                            */
 
-/* Take *seq (even -> odd). Returns the odd value held, or 0 after a bounded spin. */
-static inline uint64_t seq_lock(uint64_t *seq) {
-    for (int i = 0; i < 96; i++) {
-        uint64_t s = __atomic_load_n(seq, RELAXED);
-        if (!(s & 1) &&
-            __atomic_compare_exchange_n(seq, &s, s + 1, 0, __ATOMIC_ACQUIRE, RELAXED))
-            return s + 1;
-        if (i < 64)
-            cpu_relax();
-        else
-            sched_yield();
-    }
-    return 0;
+#define HCOUNT(field) do { if (g_hdr) __atomic_fetch_add(&g_hdr->field, 1, RELAXED); } while (0)
+
+static inline uint32_t my_tid(void) {
+    uint32_t t = t_tid;
+    if (UNLIKELY(!t))
+        t_tid = t = (uint32_t)syscall(SYS_gettid) & 0x7fffffffu;
+    return t;
+}
+
+#define SEQ_LOW 0xffffffffull
+
+static inline uint64_t seq_mine(uint64_t s, uint32_t tid) {   /* the held value, from s */
+    return (s & ~SEQ_LOW) | ((uint64_t)tid << 1) | 1u;
+}
+
+/* One attempt: the odd value held, or 0 if it is held by someone. */
+static inline uint64_t seq_trylock(uint64_t *seq, uint32_t tid) {
+    uint64_t s = __atomic_load_n(seq, RELAXED);
+    if (s & 1)
+        return 0;
+    uint64_t h = seq_mine(s, tid);
+    return __atomic_compare_exchange_n(seq, &s, h, 0, __ATOMIC_ACQUIRE, RELAXED) ? h : 0;
 }
 
 static inline void seq_unlock(uint64_t *seq, uint64_t held) {
-    __atomic_store_n(seq, held + 1, __ATOMIC_RELEASE);
+    __atomic_store_n(seq, (held & ~SEQ_LOW) + (1ull << 32), __ATOMIC_RELEASE);
 }
 
-/* For the rare paths that must change a slot (install, retire): take it or, when a holder never
- * lets go (it is the thread we interrupted), go ahead anyway and leave seq even afterwards. */
-static uint64_t seq_force(uint64_t *seq) {
-    uint64_t h = seq_lock(seq);
-    if (h)
+static int thread_gone(uint32_t tid) {   /* tid is no thread of this process any more */
+    if (!tid || !g_pid)
+        return 0;
+    return syscall(SYS_tgkill, g_pid, tid, 0) != 0 && errno == ESRCH;
+}
+
+static void nap(unsigned i) {            /* back off: 20 us, doubling to 1 ms */
+    unsigned sh = i > 6 ? 6 : i;
+    struct timespec ts = {0, (long)(20000u << sh) > 1000000 ? 1000000 : (long)(20000u << sh)};
+    ENSURE(clock_nanosleep);
+    if (real_clock_nanosleep)
+        real_clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, NULL);
+    else
+        sched_yield();
+}
+
+enum { SEQ_SELF = 1, SEQ_STUCK = 2 };
+
+/* Wait for *seq: the odd value held, or 0 with *why = SEQ_SELF (this thread holds it: a signal
+ * handler that interrupted its own thread inside the library; waiting would never end) or SEQ_STUCK
+ * (a live holder kept the same value for g_lock_wait_ns; or an earlier writer found it so and it has
+ * not changed since). A holder that is not a thread of ours any more is taken over (forced). */
+static uint64_t seq_lock_slow(uint64_t *seq, uint32_t tid, int *why) {
+    int saved = errno;
+    uint64_t last = 0, since = 0, h = 0;
+    for (unsigned i = 0;; i++) {
+        uint64_t s = __atomic_load_n(seq, __ATOMIC_ACQUIRE);
+        if (!(s & 1)) {
+            h = seq_mine(s, tid);
+            if (__atomic_compare_exchange_n(seq, &s, h, 0, __ATOMIC_ACQUIRE, RELAXED))
+                break;
+            continue;
+        }
+        uint32_t owner = NEST_SEQ_OWNER(s);
+        if (owner == tid) {
+            *why = SEQ_SELF;
+            h = 0;
+            break;
+        }
+        if (seq == __atomic_load_n(&g_stuck_seq, RELAXED) && s == __atomic_load_n(&g_stuck_val, RELAXED)) {
+            *why = SEQ_STUCK;
+            h = 0;
+            break;
+        }
+        if (s != last) {                  /* it changed hands: whoever holds it now is new */
+            last = s;
+            since = 0;
+        }
+        if (i < 64) {
+            cpu_relax();
+            continue;
+        }
+        if (i < 128) {
+            sched_yield();
+            continue;
+        }
+        uint64_t t = now_ns();
+        if (!since)
+            since = t;
+        if ((i & 3) == 0 && thread_gone(owner)) {
+            h = seq_mine(s, tid);
+            if (__atomic_compare_exchange_n(seq, &s, h, 0, __ATOMIC_ACQUIRE, RELAXED)) {
+                HCOUNT(forced);
+                break;
+            }
+            continue;
+        }
+        if (t - since >= g_lock_wait_ns) {
+            __atomic_store_n(&g_stuck_val, s, RELAXED);
+            __atomic_store_n(&g_stuck_seq, seq, RELAXED);
+            *why = SEQ_STUCK;
+            h = 0;
+            break;
+        }
+        nap(i - 128);
+    }
+    errno = saved;
+    return h;
+}
+
+/* Take *seq (even -> odd, naming this thread). Returns the odd value held, or 0 (see above). */
+static inline uint64_t seq_lock(uint64_t *seq) {
+    uint32_t tid = my_tid();
+    uint64_t h = seq_trylock(seq, tid);
+    if (LIKELY(h))
         return h;
-    uint64_t s = __atomic_load_n(seq, RELAXED) | 1;
-    __atomic_store_n(seq, s, __ATOMIC_SEQ_CST);
-    return s;
+    int why = 0;
+    return seq_lock_slow(seq, tid, &why);
+}
+
+/* For the rare paths that must change a slot (install, retire, endpoints): take it, or, when it is
+ * this thread's own (we interrupted it) or stuck, go ahead without it: returns 0 then, and the
+ * caller must not release it. Going ahead past a live holder is counted in `forced`. */
+static uint64_t seq_force(uint64_t *seq) {
+    uint32_t tid = my_tid();
+    uint64_t h = seq_trylock(seq, tid);
+    if (LIKELY(h))
+        return h;
+    int why = 0;
+    h = seq_lock_slow(seq, tid, &why);
+    if (!h && why == SEQ_STUCK)
+        HCOUNT(forced);
+    return h;
+}
+
+static inline void seq_release(uint64_t *seq, uint64_t held) {
+    if (held)
+        seq_unlock(seq, held);
 }
 
 static inline void lost_call(void) {
-    if (g_hdr)
-        __atomic_fetch_add(&g_hdr->lost, 1, RELAXED);
+    HCOUNT(lost);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -519,18 +664,22 @@ static void bump_max_fd(int fd) {
         ;
 }
 
+static void defer_apply_slot(struct nest_slot *s);
+
 /* Close the socket in slot fd: account calls in progress up to now, add its counters to the
- * header's retired totals (graph data sockets only), mark it closed. */
+ * header's retired totals (graph data sockets only), mark it closed. The header's seqlock is taken
+ * last: nobody waits for another lock while holding it. */
 static void retire_slot(int fd) {
     struct nest_header *h = g_hdr;
     struct nest_slot *s = &g_slots[fd];
     if (__atomic_load_n(&s->state, RELAXED) != NEST_OPEN)
         return;
-    uint64_t hh = seq_force(&h->seq);
     uint64_t hs = seq_force(&s->seq);
     uint64_t h0 = seq_force(&s->dir[0].seq);
     uint64_t h1 = seq_force(&s->dir[1].seq);
+    uint64_t hh = seq_force(&h->seq);
     if (s->state == NEST_OPEN) {
+        defer_apply_slot(s);   /* call ends that were waiting for these locks */
         uint64_t t = now_ns();
         int data = (s->flags & NEST_SF_GRAPH) && !(s->flags & NEST_SF_LISTEN);
         for (int d = 0; d < 2; d++) {
@@ -550,10 +699,15 @@ static void retire_slot(int fd) {
         s->close_ns = t;
         __atomic_store_n(&s->state, NEST_CLOSED, RELAXED);
     }
-    seq_unlock(&s->dir[1].seq, h1);
-    seq_unlock(&s->dir[0].seq, h0);
-    seq_unlock(&s->seq, hs);
-    seq_unlock(&h->seq, hh);
+    seq_release(&h->seq, hh);
+    seq_release(&s->dir[1].seq, h1);
+    seq_release(&s->dir[0].seq, h0);
+    seq_release(&s->seq, hs);
+}
+
+/* Release a lock we went ahead without (install_slot): a new socket starts with a usable lock. */
+static void seq_heal(uint64_t *seq) {
+    __atomic_store_n(seq, (__atomic_load_n(seq, RELAXED) & ~SEQ_LOW) + (1ull << 32), __ATOMIC_RELEASE);
 }
 
 /* Give slot fd to the socket now open on fd (inode ino); extra: NEST_SF_* known by the caller. */
@@ -605,12 +759,65 @@ static void install_slot(int fd, uint64_t ino, uint32_t extra) {
         x->msgs = x->bytes = x->errors = x->wait_ns = x->pend_n = x->pend_sum = x->last_ns = 0;
     }
     __atomic_store_n(&s->state, NEST_OPEN, RELAXED);
-    seq_unlock(&s->dir[1].seq, h1);
-    seq_unlock(&s->dir[0].seq, h0);
-    seq_unlock(&s->seq, hs);
+    if (h1) seq_unlock(&s->dir[1].seq, h1); else seq_heal(&s->dir[1].seq);
+    if (h0) seq_unlock(&s->dir[0].seq, h0); else seq_heal(&s->dir[0].seq);
+    if (hs) seq_unlock(&s->seq, hs); else seq_heal(&s->seq);
     bump_max_fd(fd);
     if ((flags & NEST_SF_GRAPH) && (flags & NEST_SF_PEER) && !(flags & NEST_SF_LISTEN))
         __atomic_fetch_or(&g_hdr->flags, NEST_HF_HAD_GRAPH, RELAXED);
+}
+
+/* A socket we have no slot for (fd >= nslots, or no space for slots at all): counted, not tracked. */
+static void untracked_socket(void) {
+    HCOUNT(untracked);
+    if (g_nslots)
+        __atomic_fetch_or(&g_hdr->flags, NEST_HF_FD_OVERFLOW, RELAXED);
+}
+
+static void untracked_fd(int fd) {   /* fd >= nslots was handed out: a socket? */
+    struct stat st;
+    int saved = errno;
+    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode))
+        untracked_socket();
+    errno = saved;
+}
+
+static inline uint32_t mark(uint32_t kind) { return kind | (my_tid() << 3); }
+
+/* While another live thread makes a slot for fd (K_BUSY: a few system calls, unless it was
+ * preempted), wait for it, up to g_lock_wait_ns. Returns the kind word seen last. */
+static uint32_t wait_not_busy(int fd, uint32_t k) {
+    uint32_t me = my_tid();
+    uint64_t since = 0;
+    int saved = errno;
+    for (unsigned i = 0; KIND(k) == K_BUSY && KOWNER(k) != me; i++) {
+        if (i < 64) {
+            cpu_relax();
+        } else if (i < 128) {
+            sched_yield();
+        } else {
+            uint64_t t = now_ns();
+            if (!since)
+                since = t;
+            if (t - since >= g_lock_wait_ns || ((i & 3) == 0 && thread_gone(KOWNER(k))))
+                break;
+            nap(i - 128);
+        }
+        k = __atomic_load_n(&g_kind[fd], __ATOMIC_ACQUIRE);
+    }
+    errno = saved;
+    return k;
+}
+
+/* Finish making the slot of fd (we hold K_BUSY as `m`): K_SOCK, unless the fd was closed meanwhile
+ * (by a signal handler of this thread, which did not wait for us): then the slot is closed again. */
+static int adopt_done(int fd, uint32_t m) {
+    uint64_t gen = g_slots[fd].gen;
+    if (__atomic_compare_exchange_n(&g_kind[fd], &m, K_SOCK, 0, __ATOMIC_RELEASE, RELAXED))
+        return 1;
+    if (g_slots[fd].gen == gen)
+        retire_slot(fd);
+    return 0;
 }
 
 /* A socket fd came into existence (socket, accept): make its slot now. */
@@ -618,84 +825,136 @@ static void adopt_socket(int fd, uint32_t extra) {
     if (fd < 0)
         return;
     if ((unsigned)fd >= g_nslots) {
-        __atomic_fetch_or(&g_hdr->flags, NEST_HF_FD_OVERFLOW, RELAXED);
+        untracked_socket();
         return;
     }
-    __atomic_store_n(&g_kind[fd], K_BUSY, __ATOMIC_SEQ_CST);
+    uint32_t m = mark(K_BUSY);
+    __atomic_store_n(&g_kind[fd], m, __ATOMIC_SEQ_CST);
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) {
-        __atomic_store_n(&g_kind[fd], K_UNKNOWN, __ATOMIC_RELEASE);
+        __atomic_compare_exchange_n(&g_kind[fd], &m, K_UNKNOWN, 0, __ATOMIC_RELEASE, RELAXED);
         return;
     }
     install_slot(fd, (uint64_t)st.st_ino, extra);
-    __atomic_store_n(&g_kind[fd], K_SOCK, __ATOMIC_RELEASE);
-    if (g_slots[fd].flags & NEST_SF_PEER)
+    if (adopt_done(fd, m) && (g_slots[fd].flags & NEST_SF_PEER))
         notify_sock("sock", fd);
 }
 
 /* An fd number was handed out by a call we do not count on (dup, socketpair, SCM_RIGHTS...):
  * forget what we knew about that number (it is classified again on first use). */
 static void fresh_fd(int fd) {
-    if (fd < 0 || (unsigned)fd >= g_nslots)
+    if (fd < 0)
         return;
-    uint8_t k = __atomic_exchange_n(&g_kind[fd], K_BUSY, __ATOMIC_SEQ_CST);
-    if (k == K_SOCK)
+    if ((unsigned)fd >= g_nslots) {
+        untracked_fd(fd);
+        return;
+    }
+    uint32_t k = __atomic_exchange_n(&g_kind[fd], mark(K_CLOSING), __ATOMIC_SEQ_CST);
+    if (KIND(k) == K_SOCK)
         retire_slot(fd);
     g_ep_owner[fd] = 0;
     __atomic_store_n(&g_kind[fd], K_UNKNOWN, __ATOMIC_RELEASE);
 }
 
-static struct nest_slot *classify(int fd) {
-    uint8_t k = K_UNKNOWN;
-    if (!__atomic_compare_exchange_n(&g_kind[fd], &k, K_BUSY, 0, __ATOMIC_ACQUIRE, RELAXED))
-        return k == K_SOCK ? &g_slots[fd] : NULL;
+/* First sight of fd (we hold K_BUSY as `m`): a socket gets a slot, anything else is remembered. */
+static struct nest_slot *classify(int fd, uint32_t m) {
     struct stat st;
     if (fstat(fd, &st) != 0) {
-        __atomic_store_n(&g_kind[fd], K_UNKNOWN, __ATOMIC_RELEASE);
+        __atomic_compare_exchange_n(&g_kind[fd], &m, K_UNKNOWN, 0, __ATOMIC_RELEASE, RELAXED);
         return NULL;
     }
     if (!S_ISSOCK(st.st_mode)) {
-        __atomic_store_n(&g_kind[fd], K_OTHER, __ATOMIC_RELEASE);
+        __atomic_compare_exchange_n(&g_kind[fd], &m, K_OTHER, 0, __ATOMIC_RELEASE, RELAXED);
         return NULL;
     }
     install_slot(fd, (uint64_t)st.st_ino, NEST_SF_INHERITED);
-    __atomic_store_n(&g_kind[fd], K_SOCK, __ATOMIC_RELEASE);
+    if (!adopt_done(fd, m))
+        return NULL;
     if (g_slots[fd].flags & NEST_SF_PEER)
         notify_sock("sock", fd);
     return &g_slots[fd];
+}
+
+static void lost_if_socket(int fd) {
+    struct stat st;
+    int saved = errno;
+    if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode))
+        lost_call();
+    errno = saved;
+}
+
+static struct nest_slot *tracked_slow(int fd, uint32_t k) {
+    for (int round = 0; round < 8; round++) {
+        switch (KIND(k)) {
+        case K_SOCK:
+            return &g_slots[fd];
+        case K_UNKNOWN: {
+            uint32_t m = mark(K_BUSY);
+            if (__atomic_compare_exchange_n(&g_kind[fd], &k, m, 0, __ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE))
+                return classify(fd, m);
+            continue;                         /* k: what another thread made of it */
+        }
+        case K_BUSY:                          /* another thread is making its slot: wait for it */
+            if (KOWNER(k) != my_tid()) {
+                uint32_t k2 = wait_not_busy(fd, k);
+                if (k2 != k || KIND(k2) != K_BUSY) {
+                    k = k2;
+                    continue;
+                }
+            }
+            lost_if_socket(fd);               /* this thread's own (a signal handler), or stuck */
+            return NULL;
+        default:                              /* K_OTHER, K_EPOLL, K_CLOSING (the program's race) */
+            return NULL;
+        }
+    }
+    return NULL;
 }
 
 /* The slot of fd if fd is a socket we count, else NULL. The hot path. */
 static inline struct nest_slot *tracked(int fd) {
     if (UNLIKELY(!g_on) || (unsigned)fd >= g_nslots)
         return NULL;
-    uint8_t k = __atomic_load_n(&g_kind[fd], __ATOMIC_ACQUIRE);
+    uint32_t k = __atomic_load_n(&g_kind[fd], __ATOMIC_ACQUIRE);
     if (LIKELY(k == K_SOCK))
         return &g_slots[fd];
-    if (k == K_UNKNOWN)
-        return classify(fd);
-    return NULL;
+    return tracked_slow(fd, k);
 }
 
-/* The program closes fd (close, fclose, dup2 target, close_range): called before the real close. */
-static uint8_t forget_begin(int fd) {
-    uint8_t k = __atomic_exchange_n(&g_kind[fd], K_BUSY, __ATOMIC_SEQ_CST);
-    if (k == K_SOCK)
+/* The program closes fd (close, fclose, dup2 target, close_range): called before the real close.
+ * A slot another live thread is making for fd is waited for, not taken from it. */
+static uint32_t forget_begin(int fd) {
+    uint32_t m = mark(K_CLOSING);
+    uint32_t k = __atomic_load_n(&g_kind[fd], __ATOMIC_ACQUIRE);
+    for (;;) {
+        if (KIND(k) == K_BUSY && KOWNER(k) != my_tid()) {
+            uint32_t k2 = wait_not_busy(fd, k);
+            if (k2 != k) {
+                k = k2;
+                continue;
+            }
+        }
+        if (__atomic_compare_exchange_n(&g_kind[fd], &k, m, 0, __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE))
+            break;
+    }
+    uint32_t kind = KIND(k);
+    if (kind == K_SOCK) {
         retire_slot(fd);
-    if (k == K_SOCK && g_notify_len)
-        notify_sock("close", fd);
+        if (g_notify_len)
+            notify_sock("close", fd);
+    }
     g_ep_owner[fd] = 0;
-    if (k == K_EPOLL) {
-        uint32_t m = __atomic_load_n(&g_hdr->max_fd, RELAXED);
-        for (uint32_t i = 0; i < m && i < g_nslots; i++)
+    if (kind == K_EPOLL) {
+        uint32_t mx = __atomic_load_n(&g_hdr->max_fd, RELAXED);
+        for (uint32_t i = 0; i < mx && i < g_nslots; i++)
             if (g_ep_owner[i] == fd + 1)
                 g_ep_owner[i] = 0;
     }
-    return k;
+    return kind;
 }
 
 static void forget_end(int fd) {
-    uint8_t k = K_BUSY;
+    uint32_t k = mark(K_CLOSING);
     __atomic_compare_exchange_n(&g_kind[fd], &k, K_UNKNOWN, 0, __ATOMIC_RELEASE, RELAXED);
 }
 
@@ -710,8 +969,9 @@ static void pause_wait(void) {
     if (h)
         __atomic_fetch_add(&h->paused_threads, 1, RELAXED);
     struct timespec ten_ms = {0, 10 * 1000 * 1000};
+    ENSURE(clock_nanosleep);
     while (__atomic_load_n(&g_paused, __ATOMIC_ACQUIRE))
-        clock_nanosleep(CLOCK_MONOTONIC, 0, &ten_ms, NULL);
+        real_clock_nanosleep(CLOCK_MONOTONIC, 0, &ten_ms, NULL);
     if (h)
         __atomic_fetch_sub(&h->paused_threads, 1, RELAXED);
 }
@@ -725,14 +985,15 @@ static void pause_handler(int sig, siginfo_t *si, void *uc) {
     (void)si;
     (void)uc;
     int saved = errno;
+    t_sigs++;   /* the call this thread was in, if any, is restarted (see RESTART) */
     uint64_t t = now_ns();
-    int pause = (g_pause_sig == g_resume_sig) ? !__atomic_load_n(&g_paused, RELAXED)
-                                              : (sig == g_pause_sig);
-    __atomic_store_n(&g_paused, pause, __ATOMIC_SEQ_CST);
+    int pausing = (g_pause_sig == g_resume_sig) ? !__atomic_load_n(&g_paused, RELAXED)
+                                                : (sig == g_pause_sig);
+    __atomic_store_n(&g_paused, pausing, __ATOMIC_SEQ_CST);
     struct nest_header *h = g_hdr;
     uint64_t seq = 0;
     if (h) {
-        if (pause) {
+        if (pausing) {
             if (!__atomic_load_n(&h->paused, RELAXED))
                 __atomic_store_n(&h->pause_ns, t, RELAXED);
             __atomic_fetch_add(&h->pause_count, 1, RELAXED);
@@ -740,11 +1001,11 @@ static void pause_handler(int sig, siginfo_t *si, void *uc) {
             __atomic_store_n(&h->resume_ns, t, RELAXED);
             __atomic_fetch_add(&h->resume_count, 1, RELAXED);
         }
-        __atomic_store_n(&h->paused, (uint32_t)pause, RELAXED);
+        __atomic_store_n(&h->paused, (uint32_t)pausing, RELAXED);
         __atomic_store_n(&h->ack_ns, t, RELAXED);
         seq = __atomic_add_fetch(&h->ack_seq, 1, __ATOMIC_SEQ_CST);
     }
-    notify_signal(pause ? "pause" : "resume", t, seq);
+    notify_signal(pausing ? "pause" : "resume", t, seq);
     errno = saved;
 }
 
@@ -885,10 +1146,29 @@ static void fill_cmdline(struct nest_header *h) {
     h->cmdline_len = (uint32_t)n;
 }
 
-/* Make a fresh file for this process; copy the command line from `from` when given (fork).
- * Returns the mapping or NULL. Async-signal-safe (used in the fork child). */
+/* Give the file its space now (a write to a page tmpfs cannot supply would be SIGBUS): all of it,
+ * else the header alone (*nslots = 0). Returns 0, or the error of the full allocation with
+ * *nslots = 0, or -1 when not even the header fits (errno set). */
+static int shm_allocate(int fd, uint32_t *nslots) {
+    int err = posix_fallocate(fd, 0, (off_t)map_size(*nslots));
+    if (err == 0)
+        return 0;
+    *nslots = 0;
+    if (ftruncate(fd, 0) != 0)
+        return -1;
+    int herr = posix_fallocate(fd, 0, (off_t)NEST_HEADER_SIZE);
+    if (herr != 0) {
+        errno = herr;
+        return -1;
+    }
+    return err;
+}
+
+/* Make a fresh file for this process with g_want_slots slots (fewer: see shm_allocate; *nslots says
+ * how many); copy the command line from `from` when given (fork). Returns the mapping or NULL.
+ * Async-signal-safe (used in the fork child). */
 static struct nest_header *shm_create(pid_t pid, pid_t ppid, uint64_t starttime,
-                                      const struct nest_header *from) {
+                                      const struct nest_header *from, uint32_t *nslots) {
     char tmp[PATH_MAX], path[PATH_MAX];
     shm_path(tmp, sizeof tmp, pid, 1);
     shm_path(path, sizeof path, pid, 0);
@@ -899,18 +1179,25 @@ static struct nest_header *shm_create(pid_t pid, pid_t ppid, uint64_t starttime,
     }
     if (fd < 0)
         return NULL;
-    size_t size = map_size(g_nslots);
+    uint32_t n = g_want_slots;
+    int space = -1;
     struct nest_header *h = NULL;
-    if (fchmod(fd, 0600) == 0 && ftruncate(fd, (off_t)size) == 0) {
-        void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (fchmod(fd, 0600) == 0 && (space = shm_allocate(fd, &n)) >= 0) {
+        void *m = mmap(NULL, map_size(n), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (m != MAP_FAILED)
             h = (struct nest_header *)m;
     }
+    int saved = errno;
     if (h) {
         memcpy(h->magic, NEST_MAGIC, 8);
         h->header_size = NEST_HEADER_SIZE;
         h->slot_size = NEST_SLOT_SIZE;
-        h->nslots = g_nslots;
+        h->nslots = n;
+        h->want_slots = g_want_slots;
+        if (space > 0) {
+            h->flags = NEST_HF_NO_SPACE;
+            h->space_errno = space;
+        }
         h->pid = pid;
         h->ppid = ppid;
         h->starttime = starttime;
@@ -925,33 +1212,47 @@ static struct nest_header *shm_create(pid_t pid, pid_t ppid, uint64_t starttime,
         }
         __atomic_store_n(&h->version, NEST_VERSION, __ATOMIC_RELEASE);
         if (rename(tmp, path) != 0) {
-            munmap(h, size);
+            saved = errno;
+            munmap(h, map_size(n));
             h = NULL;
         }
     }
     if (!h)
         unlink(tmp);
     real_close(fd);
+    if (h)
+        *nslots = n;
+    errno = saved;
     return h;
 }
 
-/* After exec: the file of this pid, if it is ours (same process), else NULL. */
-static struct nest_header *shm_reattach(pid_t pid, uint64_t starttime) {
+/* After exec: the file of this pid, if it is ours (same process), else NULL. A file with the
+ * header only (no space when it was made) is taken as it is (*nslots = 0). A file made by an
+ * earlier build may be sparse: its space is allocated now, or it is not taken. */
+static struct nest_header *shm_reattach(pid_t pid, uint64_t starttime, uint32_t *nslots) {
     char path[PATH_MAX];
     shm_path(path, sizeof path, pid, 0);
     int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0)
         return NULL;
     struct stat st;
-    size_t size = map_size(g_nslots);
     struct nest_header *h = NULL;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (size_t)st.st_size == size) {
+    uint32_t n = 0;
+    int ok = 0;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+        if ((size_t)st.st_size == map_size(g_want_slots))
+            n = g_want_slots, ok = 1;
+        else if ((size_t)st.st_size == map_size(0))
+            ok = 1;
+    }
+    size_t size = map_size(n);
+    if (ok && posix_fallocate(fd, 0, (off_t)size) == 0) {
         void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (m != MAP_FAILED) {
             h = (struct nest_header *)m;
             if (memcmp(h->magic, NEST_MAGIC, 8) || h->version != NEST_VERSION ||
                 h->header_size != NEST_HEADER_SIZE || h->slot_size != NEST_SLOT_SIZE ||
-                h->nslots != g_nslots || h->pid != pid || h->starttime != starttime ||
+                h->nslots != n || h->pid != pid || h->starttime != starttime ||
                 starttime == 0) {
                 munmap(m, size);
                 h = NULL;
@@ -959,6 +1260,8 @@ static struct nest_header *shm_reattach(pid_t pid, uint64_t starttime) {
         }
     }
     real_close(fd);
+    if (h)
+        *nslots = n;
     return h;
 }
 
@@ -970,17 +1273,17 @@ static void revalidate_after_exec(void) {
     for (uint32_t fd = 0; fd < mx && fd < g_nslots; fd++) {
         struct nest_slot *s = &g_slots[fd];
         if (s->seq & 1)
-            s->seq++;
+            seq_heal(&s->seq);
         for (int d = 0; d < 2; d++)
             if (s->dir[d].seq & 1)
-                s->dir[d].seq++;
+                seq_heal(&s->dir[d].seq);
     }
     if (h->seq & 1)
-        h->seq++;
+        seq_heal(&h->seq);
     uint64_t hh = seq_force(&h->seq);
     fill_cmdline(h);
     h->exec_count++;
-    seq_unlock(&h->seq, hh);
+    seq_release(&h->seq, hh);
     __atomic_and_fetch(&h->flags, ~(uint32_t)NEST_HF_EXITED, RELAXED);
     h->paused = 0;
     h->paused_threads = 0;
@@ -1001,7 +1304,7 @@ static void revalidate_after_exec(void) {
                 x->wait_ns += x->pend_n * t - x->pend_sum;
                 x->pend_n = 0;
                 x->pend_sum = 0;
-                seq_unlock(&x->seq, hd);
+                seq_release(&x->seq, hd);
             }
             g_kind[fd] = K_SOCK;
         } else {
@@ -1010,7 +1313,33 @@ static void revalidate_after_exec(void) {
     }
 }
 
+static void warn_inert(const char *what) {
+    char t[PATH_MAX + 128];
+    struct buf b = {t, 0, sizeof t};
+    b_str(&b, "not counting: ");
+    b_str(&b, what);
+    b_str(&b, " (NESTLAB_SHM_DIR=");
+    b_str(&b, g_dir);
+    b_str(&b, ")");
+    log_stderr(t);
+    notify_msg("warn", t);
+}
+
+static void warn_no_space(const struct nest_header *h) {
+    char t[256];
+    struct buf b = {t, 0, sizeof t};
+    b_str(&b, "no space for ");
+    b_u64(&b, h->want_slots);
+    b_str(&b, " slots (");
+    b_str(&b, strerror(h->space_errno));
+    b_str(&b, "): the file has its header only; pause/resume work, sockets are not counted");
+    warn_inert(t);
+}
+
+static void defer_forget(void);
+
 static void atfork_child(void) {
+    t_tid = 0;   /* this thread has another id in the child */
     if (!g_on)
         return;
     sigset_t all, old;
@@ -1019,14 +1348,20 @@ static void atfork_child(void) {
     struct nest_header *oh = g_hdr;
     struct nest_slot *os = g_slots;
     size_t osz = g_map_size;
+    uint32_t on = g_nslots;
     g_on = 0;
+    defer_forget();   /* they point into the parent's file */
+    g_stuck_seq = NULL;
     pid_t ppid = g_pid;
     g_pid = (pid_t)syscall(SYS_getpid);
     uint64_t st = proc_starttime(NULL);
-    struct nest_header *h = shm_create(g_pid, ppid, st, oh);
+    uint32_t nn = 0;
+    struct nest_header *h = shm_create(g_pid, ppid, st, oh, &nn);
     if (h) {
         struct nest_slot *ns = (struct nest_slot *)((char *)h + NEST_HEADER_SIZE);
-        uint32_t m = oh->max_fd < g_nslots ? oh->max_fd : g_nslots;
+        uint32_t m = oh->max_fd < on ? oh->max_fd : on;
+        if (m > nn)
+            m = nn;
         uint32_t had = 0;
         for (uint32_t fd = 0; fd < m; fd++) {
             const struct nest_slot *s = &os[fd];
@@ -1049,31 +1384,26 @@ static void atfork_child(void) {
                 had = NEST_HF_HAD_GRAPH;
         }
         h->max_fd = m;
-        h->flags = had | (oh->flags & NEST_HF_PAUSE_OFF);
+        h->flags |= had | (oh->flags & NEST_HF_PAUSE_OFF);
         h->paused = (uint32_t)__atomic_load_n(&g_paused, RELAXED);
         g_hdr = h;
         g_slots = ns;
+        g_nslots = nn;
+        g_map_size = map_size(nn);
         g_on = 1;
     } else {
         g_hdr = NULL;
         g_slots = NULL;
+        g_nslots = 0;
     }
     munmap(oh, osz);
     real_pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (g_on)
         notify_proc("fork");
+    if (g_on && (h->flags & NEST_HF_NO_SPACE))
+        warn_no_space(h);
 }
 
-static void warn_inert(const char *what) {
-    char t[PATH_MAX + 128];
-    struct buf b = {t, 0, sizeof t};
-    b_str(&b, "not counting: ");
-    b_str(&b, what);
-    b_str(&b, " (NESTLAB_SHM_DIR=");
-    b_str(&b, g_dir);
-    b_str(&b, ")");
-    log_stderr(t);
-}
 
 __attribute__((constructor)) static void nest_init(void) {
     int saved = errno;
@@ -1086,7 +1416,10 @@ __attribute__((constructor)) static void nest_init(void) {
 
     const char *ms = getenv("NESTLAB_MAX_FDS");
     long n = ms && *ms ? strtol(ms, NULL, 10) : NEST_DEFAULT_SLOTS;
-    g_nslots = (uint32_t)(n < 64 ? 64 : n > 65536 ? 65536 : n);
+    g_want_slots = (uint32_t)(n < 64 ? 64 : n > 65536 ? 65536 : n);
+    const char *lw = getenv("NESTLAB_LOCK_WAIT_MS");
+    long w = lw && *lw ? strtol(lw, NULL, 10) : 1000;
+    g_lock_wait_ns = (uint64_t)(w < 1 ? 1 : w > 60000 ? 60000 : w) * 1000000ull;
 
     g_pause_sig = parse_signal(getenv("NESTLAB_PAUSE_SIGNAL"), SIGUSR1);
     g_resume_sig = parse_signal(getenv("NESTLAB_RESUME_SIGNAL"), SIGUSR2);
@@ -1107,25 +1440,25 @@ __attribute__((constructor)) static void nest_init(void) {
         g_notify_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + l + (sock[0] == '@' ? 0 : 1));
     }
 
-    size_t priv = (size_t)g_nslots * (1 + 4 + 4);
+    size_t priv = (size_t)g_want_slots * (4 + 4 + 4);
     void *p = mmap(NULL, priv, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
         warn_inert("no memory");
         goto out;
     }
     g_ep_owner = (int32_t *)p;
-    g_ep_events = (uint32_t *)((char *)p + (size_t)g_nslots * 4);
-    g_kind = (uint8_t *)p + (size_t)g_nslots * 8;
+    g_ep_events = (uint32_t *)((char *)p + (size_t)g_want_slots * 4);
+    g_kind = (uint32_t *)((char *)p + (size_t)g_want_slots * 8);
 
     pid_t ppid = getppid();
     uint64_t st = proc_starttime(NULL);
-    g_map_size = map_size(g_nslots);
     int reattached = 0;
-    struct nest_header *h = shm_reattach(g_pid, st);
+    uint32_t nn = 0;
+    struct nest_header *h = shm_reattach(g_pid, st, &nn);
     if (h) {
         reattached = 1;
     } else {
-        h = shm_create(g_pid, ppid, st, NULL);
+        h = shm_create(g_pid, ppid, st, NULL, &nn);
     }
     if (!h) {
         warn_inert(strerror(errno));
@@ -1134,6 +1467,8 @@ __attribute__((constructor)) static void nest_init(void) {
         goto out;
     }
     g_hdr = h;
+    g_nslots = nn;
+    g_map_size = map_size(nn);
     g_slots = (struct nest_slot *)((char *)h + NEST_HEADER_SIZE);
     if (reattached)
         revalidate_after_exec();
@@ -1141,6 +1476,8 @@ __attribute__((constructor)) static void nest_init(void) {
     pthread_atfork(NULL, NULL, atfork_child);
     __atomic_store_n(&g_on, 1, __ATOMIC_SEQ_CST);
     notify_proc(reattached ? "exec" : "start");
+    if (h->flags & NEST_HF_NO_SPACE)
+        warn_no_space(h);
 out:
     errno = saved;
 }
@@ -1169,6 +1506,115 @@ static inline int is_error(int e) {
              e == EISCONN);
 }
 
+/* The end of a call or wait: it is no longer in progress; a call is a message or an error. */
+static inline void end_apply(struct nest_slot *s, struct nest_dir *d, uint64_t gen, uint64_t t0,
+                             uint64_t t1, long r, int e, int is_call) {
+    if (LIKELY(s->gen == gen && s->state == NEST_OPEN)) {
+        d->pend_n--;
+        d->pend_sum -= t0;
+        d->wait_ns += t1 - t0;
+        if (is_call) {
+            if (r >= 0) {
+                d->msgs++;
+                d->bytes += (uint64_t)r;
+            } else if (is_error(e)) {
+                d->errors++;
+            }
+            d->last_ns = t1;
+        }
+    }
+}
+
+/* Ends that could not take their seqlock (this thread's own, interrupted by the signal handler we
+ * run in, or stuck) wait here, in private memory, and are applied as soon as the lock is free: by
+ * the next call of any thread (call_end, waits_end) or when the socket closes (retire_slot). So no
+ * socket is left showing a call in progress that ended. Only when all NEST_NDEFER places are taken
+ * is an end given up (`unended`; the socket shows the call in progress until it closes). */
+#define NEST_NDEFER 64
+enum { DF_FREE = 0, DF_FILLING, DF_READY, DF_TAKEN };
+
+struct nest_defer {
+    uint32_t st;
+    int32_t e;
+    int is_call;
+    struct nest_slot *s;
+    struct nest_dir *d;
+    uint64_t gen, t0, t1;
+    long r;
+};
+
+static struct nest_defer g_defer[NEST_NDEFER];
+static uint32_t g_defer_n;               /* entries DF_READY or DF_TAKEN */
+
+static void defer_end(struct nest_slot *s, struct nest_dir *d, uint64_t gen, uint64_t t0, uint64_t t1,
+                      long r, int e, int is_call) {
+    for (int i = 0; i < NEST_NDEFER; i++) {
+        struct nest_defer *x = &g_defer[i];
+        uint32_t f = DF_FREE;
+        if (!__atomic_compare_exchange_n(&x->st, &f, DF_FILLING, 0, __ATOMIC_ACQUIRE, RELAXED))
+            continue;
+        x->s = s;
+        x->d = d;
+        x->gen = gen;
+        x->t0 = t0;
+        x->t1 = t1;
+        x->r = r;
+        x->e = e;
+        x->is_call = is_call;
+        __atomic_fetch_add(&g_defer_n, 1, RELAXED);
+        __atomic_store_n(&x->st, DF_READY, __ATOMIC_RELEASE);
+        HCOUNT(deferred);
+        return;
+    }
+    HCOUNT(unended);
+}
+
+static void defer_flush(void) {
+    uint32_t tid = my_tid();
+    for (int i = 0; i < NEST_NDEFER; i++) {
+        struct nest_defer *x = &g_defer[i];
+        uint32_t r = DF_READY;
+        if (!__atomic_compare_exchange_n(&x->st, &r, DF_TAKEN, 0, __ATOMIC_ACQUIRE, RELAXED))
+            continue;
+        uint64_t q = seq_trylock(&x->d->seq, tid);
+        if (!q) {
+            __atomic_store_n(&x->st, DF_READY, __ATOMIC_RELEASE);
+            continue;
+        }
+        end_apply(x->s, x->d, x->gen, x->t0, x->t1, x->r, x->e, x->is_call);
+        seq_unlock(&x->d->seq, q);
+        __atomic_fetch_sub(&g_defer_n, 1, RELAXED);
+        __atomic_store_n(&x->st, DF_FREE, __ATOMIC_RELEASE);
+    }
+}
+
+static inline void defer_poll(void) {
+    if (UNLIKELY(__atomic_load_n(&g_defer_n, RELAXED)))
+        defer_flush();
+}
+
+/* retire_slot, holding the slot's locks: apply its waiting ends before it is closed. */
+static void defer_apply_slot(struct nest_slot *s) {
+    if (!__atomic_load_n(&g_defer_n, RELAXED))
+        return;
+    for (int i = 0; i < NEST_NDEFER; i++) {
+        struct nest_defer *x = &g_defer[i];
+        if (__atomic_load_n(&x->st, __ATOMIC_ACQUIRE) != DF_READY || x->s != s)
+            continue;
+        uint32_t r = DF_READY;
+        if (!__atomic_compare_exchange_n(&x->st, &r, DF_TAKEN, 0, __ATOMIC_ACQUIRE, RELAXED))
+            continue;
+        end_apply(x->s, x->d, x->gen, x->t0, x->t1, x->r, x->e, x->is_call);
+        __atomic_fetch_sub(&g_defer_n, 1, RELAXED);
+        __atomic_store_n(&x->st, DF_FREE, __ATOMIC_RELEASE);
+    }
+}
+
+static void defer_forget(void) {
+    memset(g_defer, 0, sizeof g_defer);
+    g_defer_n = 0;
+}
+
 static inline void call_begin(struct nest_call *c, struct nest_slot *s, int dir) {
     pause_gate();
     c->s = s;
@@ -1189,59 +1635,102 @@ static inline void call_begin(struct nest_call *c, struct nest_slot *s, int dir)
     }
 }
 
+static inline void call_finish(struct nest_call *c, uint64_t t1, long r, int e, int is_call) {
+    struct nest_dir *d = c->d;
+    uint64_t q = seq_lock(&d->seq);
+    if (LIKELY(q)) {
+        end_apply(c->s, d, c->gen, c->t0, t1, r, e, is_call);
+        seq_unlock(&d->seq, q);
+    } else {
+        defer_end(c->s, d, c->gen, c->t0, t1, r, e, is_call);
+    }
+    c->ok = 0;
+}
+
 /* r >= 0: completed (a message of r bytes); r < 0: failed with errno e. */
 static inline void call_end(struct nest_call *c, long r, int e) {
-    if (LIKELY(c->ok)) {
-        uint64_t t1 = now_ns();
-        struct nest_dir *d = c->d;
-        uint64_t q = seq_lock(&d->seq);
-        if (LIKELY(q)) {
-            if (LIKELY(c->s->gen == c->gen && c->s->state == NEST_OPEN)) {
-                d->pend_n--;
-                d->pend_sum -= c->t0;
-                d->wait_ns += t1 - c->t0;
-                if (r >= 0) {
-                    d->msgs++;
-                    d->bytes += (uint64_t)r;
-                } else if (is_error(e)) {
-                    d->errors++;
-                }
-                d->last_ns = t1;
-            }
-            seq_unlock(&d->seq, q);
-        } else {
-            lost_call();   /* leaves the call "in progress" until the socket closes */
-        }
-        c->ok = 0;
-    }
+    if (LIKELY(c->ok))
+        call_finish(c, now_ns(), r, e, 1);
+    defer_poll();
     pause_gate();
 }
 
 /* Runs when a thread is cancelled inside the real call (forced unwind, -fexceptions). */
 static void call_cleanup(struct nest_call *c) {
-    if (UNLIKELY(c->ok)) {
-        struct nest_dir *d = c->d;
-        uint64_t q = seq_lock(&d->seq);
-        if (q) {
-            if (c->s->gen == c->gen && c->s->state == NEST_OPEN) {
-                d->pend_n--;
-                d->pend_sum -= c->t0;
-                d->wait_ns += now_ns() - c->t0;
-            }
-            seq_unlock(&d->seq, q);
-        }
-        c->ok = 0;
-    }
+    if (UNLIKELY(c->ok))
+        call_finish(c, now_ns(), 0, 0, 0);
 }
+
+/* Our pause/resume handler ran on this thread since *k (and the call failed with EINTR): restart
+ * the call. The program would not have seen the signal without us. */
+static int ours_since(uint32_t *k) {
+    uint32_t now = t_sigs;
+    if (now == *k || errno != EINTR)
+        return 0;
+    *k = now;
+    HCOUNT(eintr_retried);
+    return 1;
+}
+
+#define RESTART(r, expr) \
+    do { \
+        uint32_t k_ = t_sigs; \
+        while (((r) = (expr)) < 0 && UNLIKELY(t_sigs != k_) && ours_since(&k_)) \
+            ; \
+    } while (0)
+
+static int poll_r(struct pollfd *fds, nfds_t n, int timeout);
+
+/* Our signal interrupted a call on fd that SA_RESTART did not restart: a socket with a receive or
+ * send timeout (dir: which one). Wait for the socket to be ready for what is left of the timeout,
+ * counted from *t0 (0: unknown, from now): 1 = call again, 0 = no (timed out: EAGAIN, as the call
+ * would have; or the program's own signal came: EINTR). Not a socket, or no timeout: call again. */
+static int sock_wait_left(int fd, int dir, uint64_t *t0) {
+    struct timeval tv = {0, 0};
+    socklen_t l = sizeof tv;
+    int saved = errno;
+    if (getsockopt(fd, SOL_SOCKET, dir == NEST_IN ? SO_RCVTIMEO : SO_SNDTIMEO, &tv, &l) != 0 ||
+        (!tv.tv_sec && !tv.tv_usec)) {
+        errno = saved;
+        return 1;
+    }
+    uint64_t t = now_ns();
+    if (!*t0)
+        *t0 = t;
+    uint64_t total = (uint64_t)tv.tv_sec * 1000000000ull + (uint64_t)tv.tv_usec * 1000ull, el = t - *t0;
+    if (el >= total) {
+        errno = EAGAIN;
+        return 0;
+    }
+    struct pollfd p = {fd, dir == NEST_IN ? POLLIN : POLLOUT, 0};
+    int n = poll_r(&p, 1, (int)((total - el + 999999) / 1000000));
+    if (n == 0)
+        errno = EAGAIN;
+    if (n <= 0)
+        return 0;
+    errno = saved;
+    return 1;
+}
+
+#define SOCK_RESTART(r, expr, fd, dir, t0) \
+    do { \
+        uint32_t k_ = t_sigs; \
+        uint64_t t0_ = (t0); \
+        while (((r) = (expr)) < 0 && UNLIKELY(t_sigs != k_) && ours_since(&k_) && sock_wait_left(fd, dir, &t0_)) \
+            ; \
+    } while (0)
 
 #define CALL(dir, fd, rtype, expr) \
     do { \
+        rtype r_; \
         struct nest_slot *s_ = tracked(fd); \
-        if (!s_) \
-            return expr; \
+        if (!s_) { \
+            SOCK_RESTART(r_, expr, fd, dir, 0); \
+            return r_; \
+        } \
         struct nest_call c_ __attribute__((cleanup(call_cleanup))); \
         call_begin(&c_, s_, dir); \
-        rtype r_ = expr; \
+        SOCK_RESTART(r_, expr, fd, dir, c_.t0); \
         int e_ = errno; \
         call_end(&c_, (long)r_, e_); \
         errno = e_; \
@@ -1320,22 +1809,19 @@ static void waits_end(struct nest_waits *w) {
             continue;
         struct nest_dir *d = &x->s->dir[x->dir];
         uint64_t q = seq_lock(&d->seq);
-        if (!q) {
-            lost_call();
-            continue;
+        if (q) {
+            end_apply(x->s, d, x->gen, w->t0, t1, 0, 0, 0);
+            seq_unlock(&d->seq, q);
+        } else {
+            defer_end(x->s, d, x->gen, w->t0, t1, 0, 0, 0);
         }
-        if (x->s->gen == x->gen && x->s->state == NEST_OPEN) {
-            d->pend_n--;
-            d->pend_sum -= w->t0;
-            d->wait_ns += t1 - w->t0;
-        }
-        seq_unlock(&d->seq, q);
         x->ok = 0;
     }
     if (w->heap)
         free(w->e);
     w->heap = 0;
     w->n = 0;
+    defer_poll();
 }
 
 static void waits_cleanup(struct nest_waits *w) {
@@ -1474,12 +1960,12 @@ EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int flags) {
     ssize_t r;
     int e;
     if (!s) {
-        r = real_recvmsg(fd, m, flags);
+        SOCK_RESTART(r, real_recvmsg(fd, m, flags), fd, NEST_IN, 0);
         e = errno;
     } else {
         struct nest_call c __attribute__((cleanup(call_cleanup)));
         call_begin(&c, s, NEST_IN);
-        r = real_recvmsg(fd, m, flags);
+        SOCK_RESTART(r, real_recvmsg(fd, m, flags), fd, NEST_IN, c.t0);
         e = errno;
         call_end(&c, (long)r, e);
     }
@@ -1501,11 +1987,14 @@ EXPORT int recvmmsg(int fd, struct mmsghdr *v, unsigned int vlen, int flags, str
     if (!real_recvmmsg)
         MISSING(int);
     struct nest_slot *s = tracked(fd);
-    if (!s)
-        return real_recvmmsg(fd, v, vlen, flags, tmo);
+    int r;
+    if (!s) {
+        SOCK_RESTART(r, real_recvmmsg(fd, v, vlen, flags, tmo), fd, NEST_IN, 0);
+        return r;
+    }
     struct nest_call c __attribute__((cleanup(call_cleanup)));
     call_begin(&c, s, NEST_IN);
-    int r = real_recvmmsg(fd, v, vlen, flags, tmo);
+    SOCK_RESTART(r, real_recvmmsg(fd, v, vlen, flags, tmo), fd, NEST_IN, c.t0);
     int e = errno;
     call_end(&c, mmsg_bytes(v, r), e);
     errno = e;
@@ -1556,11 +2045,14 @@ EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned int vlen, int flags) {
     if (!real_sendmmsg)
         MISSING(int);
     struct nest_slot *s = tracked(fd);
-    if (!s)
-        return real_sendmmsg(fd, v, vlen, flags);
+    int r;
+    if (!s) {
+        SOCK_RESTART(r, real_sendmmsg(fd, v, vlen, flags), fd, NEST_OUT, 0);
+        return r;
+    }
     struct nest_call c __attribute__((cleanup(call_cleanup)));
     call_begin(&c, s, NEST_OUT);
-    int r = real_sendmmsg(fd, v, vlen, flags);
+    SOCK_RESTART(r, real_sendmmsg(fd, v, vlen, flags), fd, NEST_OUT, c.t0);
     int e = errno;
     call_end(&c, mmsg_bytes(v, r), e);
     errno = e;
@@ -1581,6 +2073,42 @@ EXPORT ssize_t sendfile64(int out, int in, off64_t *off, size_t n) {
     CALL(NEST_OUT, out, ssize_t, real_sendfile64(out, in, off, n));
 }
 
+/* A blocking connect() on a socket with a send timeout (else the kernel restarts it) was
+ * interrupted by our signal: wait for its outcome as the call would have. The timeout starts
+ * again. */
+static int connect_finish(int fd) {
+    struct timeval tv = {0, 0};
+    socklen_t l = sizeof tv;
+    int tmo = -1;
+    if (getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &l) == 0 && (tv.tv_sec || tv.tv_usec))
+        tmo = (int)(tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000);
+    struct pollfd p = {fd, POLLOUT, 0};
+    int n = poll_r(&p, 1, tmo);
+    if (n < 0)
+        return -1;                     /* EINTR of the program's own signal, as connect would */
+    if (n == 0) {
+        errno = EINPROGRESS;           /* what a blocking connect that timed out returns */
+        return -1;
+    }
+    int err = 0;
+    l = sizeof err;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l) != 0)
+        return -1;
+    if (err) {
+        errno = err;
+        return -1;
+    }
+    return 0;
+}
+
+static int connect_r(int fd, const struct sockaddr *sa, socklen_t alen) {
+    uint32_t k = t_sigs;
+    int r = real_connect(fd, sa, alen);
+    if (r < 0 && UNLIKELY(t_sigs != k) && ours_since(&k))
+        r = connect_finish(fd);
+    return r;
+}
+
 /* connect() is a send-type call (thesis 3.2.1): a message when it succeeds or starts (EINPROGRESS).
  * The remote endpoint is taken from its argument, the local one from getsockname. */
 EXPORT int connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t alen) {
@@ -1590,10 +2118,10 @@ EXPORT int connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t alen) {
     const struct sockaddr *sa = SA_PTR(addr);
     struct nest_slot *s = tracked(fd);
     if (!s)
-        return real_connect(fd, sa, alen);
+        return connect_r(fd, sa, alen);
     struct nest_call c __attribute__((cleanup(call_cleanup)));
     call_begin(&c, s, NEST_OUT);
-    int r = real_connect(fd, sa, alen);
+    int r = connect_r(fd, sa, alen);
     int e = errno;
     int started = r == 0 || e == EINPROGRESS;
     /* account before the pause gate at the end of call_end, endpoints right after */
@@ -1612,7 +2140,7 @@ EXPORT int connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t alen) {
         s->lport = lp;
         s->rport = rp;
         s->flags |= NEST_SF_PEER | NEST_SF_CONNECT;
-        seq_unlock(&s->seq, q);
+        seq_release(&s->seq, q);
         if ((s->flags & NEST_SF_GRAPH) && !(s->flags & NEST_SF_LISTEN))
             __atomic_fetch_or(&g_hdr->flags, NEST_HF_HAD_GRAPH, RELAXED);
     }
@@ -1626,11 +2154,126 @@ EXPORT int connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t alen) {
 /* ------------------------------------------------------------------------------------------ */
 /* Waits                                                                                        */
 
+/* The waits below are not restarted by SA_RESTART: when our signal interrupts one it goes on
+ * here, for what is left of its timeout (measured on CLOCK_MONOTONIC from the first start). */
+
+static inline uint64_t retry_clock(int timed) {   /* start time, when a retry may need it */
+    return timed && g_sig_on ? now_ns() : 0;
+}
+
+static int ms_left(int timeout, uint64_t t0) {
+    if (timeout < 0)
+        return timeout;
+    uint64_t total = (uint64_t)timeout * 1000000ull, el = now_ns() - t0;
+    return el >= total ? 0 : (int)((total - el + 999999) / 1000000);
+}
+
+static void ts_left(const struct timespec *full, uint64_t t0, struct timespec *out) {
+    uint64_t total = (uint64_t)full->tv_sec * 1000000000ull + (uint64_t)full->tv_nsec;
+    uint64_t el = now_ns() - t0, left = el >= total ? 0 : total - el;
+    out->tv_sec = (time_t)(left / 1000000000ull);
+    out->tv_nsec = (long)(left % 1000000000ull);
+}
+
+static int poll_r(struct pollfd *fds, nfds_t n, int timeout) {
+    ENSURE(poll);
+    uint32_t k = t_sigs;
+    uint64_t t0 = retry_clock(timeout > 0);
+    int r, tmo = timeout;
+    while ((r = real_poll(fds, n, tmo)) < 0 && UNLIKELY(t_sigs != k) && ours_since(&k))
+        tmo = ms_left(timeout, t0);
+    return r;
+}
+
+static int ppoll_r(struct pollfd *fds, nfds_t n, const struct timespec *tmo, const sigset_t *mask) {
+    uint32_t k = t_sigs;
+    struct timespec full, left;
+    if (tmo)
+        full = *tmo;
+    uint64_t t0 = retry_clock(tmo != NULL);
+    int r;
+    const struct timespec *cur = tmo;
+    while ((r = real_ppoll(fds, n, cur, mask)) < 0 && UNLIKELY(t_sigs != k) && ours_since(&k)) {
+        if (tmo) {
+            ts_left(&full, t0, &left);
+            cur = &left;
+        }
+    }
+    return r;
+}
+
+/* select: Linux leaves the time not slept in *tmo, and the sets as they were after EINTR. */
+static int select_r(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *tmo) {
+    uint32_t k = t_sigs;
+    struct timespec full, left;
+    if (tmo) {
+        full.tv_sec = tmo->tv_sec;
+        full.tv_nsec = tmo->tv_usec * 1000;
+    }
+    uint64_t t0 = retry_clock(tmo != NULL);
+    int r;
+    while ((r = real_select(nfds, rd, wr, ex, tmo)) < 0 && UNLIKELY(t_sigs != k) && ours_since(&k)) {
+        if (tmo) {
+            ts_left(&full, t0, &left);
+            tmo->tv_sec = left.tv_sec;
+            tmo->tv_usec = (left.tv_nsec + 999) / 1000;
+        }
+    }
+    return r;
+}
+
+static int pselect_r(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, const struct timespec *tmo,
+                     const sigset_t *mask) {
+    uint32_t k = t_sigs;
+    struct timespec full, left;
+    if (tmo)
+        full = *tmo;
+    uint64_t t0 = retry_clock(tmo != NULL);
+    int r;
+    const struct timespec *cur = tmo;
+    while ((r = real_pselect(nfds, rd, wr, ex, cur, mask)) < 0 && UNLIKELY(t_sigs != k) && ours_since(&k)) {
+        if (tmo) {
+            ts_left(&full, t0, &left);
+            cur = &left;
+        }
+    }
+    return r;
+}
+
+static int epoll_wait_r(int epfd, struct epoll_event *ev, int max, int timeout, const sigset_t *mask,
+                        int pwait) {
+    uint32_t k = t_sigs;
+    uint64_t t0 = retry_clock(timeout > 0);
+    int r, tmo = timeout;
+    while ((r = pwait ? real_epoll_pwait(epfd, ev, max, tmo, mask) : real_epoll_wait(epfd, ev, max, tmo)) < 0 &&
+           UNLIKELY(t_sigs != k) && ours_since(&k))
+        tmo = ms_left(timeout, t0);
+    return r;
+}
+
+static int epoll_pwait2_r(int epfd, struct epoll_event *ev, int max, const struct timespec *tmo,
+                          const sigset_t *mask) {
+    uint32_t k = t_sigs;
+    struct timespec full, left;
+    if (tmo)
+        full = *tmo;
+    uint64_t t0 = retry_clock(tmo != NULL);
+    int r;
+    const struct timespec *cur = tmo;
+    while ((r = real_epoll_pwait2(epfd, ev, max, cur, mask)) < 0 && UNLIKELY(t_sigs != k) && ours_since(&k)) {
+        if (tmo) {
+            ts_left(&full, t0, &left);
+            cur = &left;
+        }
+    }
+    return r;
+}
+
 EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout) {
     ENSURE(poll);
     if (!real_poll)
         MISSING(int);
-    WAIT(waits_from_pollfds(&w_, fds, n), int, real_poll(fds, n, timeout));
+    WAIT(waits_from_pollfds(&w_, fds, n), int, poll_r(fds, n, timeout));
 }
 
 EXPORT int __poll_chk(struct pollfd *fds, nfds_t n, int timeout, size_t fdslen) {
@@ -1644,7 +2287,7 @@ EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *tmo, const
     ENSURE(ppoll);
     if (!real_ppoll)
         MISSING(int);
-    WAIT(waits_from_pollfds(&w_, fds, n), int, real_ppoll(fds, n, tmo, mask));
+    WAIT(waits_from_pollfds(&w_, fds, n), int, ppoll_r(fds, n, tmo, mask));
 }
 
 EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *tmo,
@@ -1659,7 +2302,7 @@ EXPORT int select(int nfds, fd_set *r, fd_set *w, fd_set *x, struct timeval *tmo
     ENSURE(select);
     if (!real_select)
         MISSING(int);
-    WAIT(waits_from_fdsets(&w_, nfds, r, w), int, real_select(nfds, r, w, x, tmo));
+    WAIT(waits_from_fdsets(&w_, nfds, r, w), int, select_r(nfds, r, w, x, tmo));
 }
 
 EXPORT int pselect(int nfds, fd_set *r, fd_set *w, fd_set *x, const struct timespec *tmo,
@@ -1667,21 +2310,21 @@ EXPORT int pselect(int nfds, fd_set *r, fd_set *w, fd_set *x, const struct times
     ENSURE(pselect);
     if (!real_pselect)
         MISSING(int);
-    WAIT(waits_from_fdsets(&w_, nfds, r, w), int, real_pselect(nfds, r, w, x, tmo, mask));
+    WAIT(waits_from_fdsets(&w_, nfds, r, w), int, pselect_r(nfds, r, w, x, tmo, mask));
 }
 
 EXPORT int epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout) {
     ENSURE(epoll_wait);
     if (!real_epoll_wait)
         MISSING(int);
-    WAIT(waits_from_epoll(&w_, epfd), int, real_epoll_wait(epfd, ev, max, timeout));
+    WAIT(waits_from_epoll(&w_, epfd), int, epoll_wait_r(epfd, ev, max, timeout, NULL, 0));
 }
 
 EXPORT int epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout, const sigset_t *mask) {
     ENSURE(epoll_pwait);
     if (!real_epoll_pwait)
         MISSING(int);
-    WAIT(waits_from_epoll(&w_, epfd), int, real_epoll_pwait(epfd, ev, max, timeout, mask));
+    WAIT(waits_from_epoll(&w_, epfd), int, epoll_wait_r(epfd, ev, max, timeout, mask, 1));
 }
 
 EXPORT int epoll_pwait2(int epfd, struct epoll_event *ev, int max, const struct timespec *tmo,
@@ -1689,7 +2332,130 @@ EXPORT int epoll_pwait2(int epfd, struct epoll_event *ev, int max, const struct 
     ENSURE(epoll_pwait2);
     if (!real_epoll_pwait2)
         MISSING(int);
-    WAIT(waits_from_epoll(&w_, epfd), int, real_epoll_pwait2(epfd, ev, max, tmo, mask));
+    WAIT(waits_from_epoll(&w_, epfd), int, epoll_pwait2_r(epfd, ev, max, tmo, mask));
+}
+
+/* Sleeps and signal waits: not restarted by SA_RESTART either. */
+
+EXPORT int nanosleep(const struct timespec *req, struct timespec *rem) {
+    ENSURE(nanosleep);
+    if (!real_nanosleep)
+        MISSING(int);
+    uint32_t k = t_sigs;
+    struct timespec left, next;
+    const struct timespec *cur = req;
+    for (;;) {
+        int r = real_nanosleep(cur, &left);
+        if (r == 0 || LIKELY(t_sigs == k) || !ours_since(&k)) {
+            if (r != 0 && errno == EINTR && rem)
+                *rem = left;
+            return r;
+        }
+        next = left;
+        cur = &next;
+    }
+}
+
+EXPORT int clock_nanosleep(clockid_t clk, int flags, const struct timespec *req, struct timespec *rem) {
+    ENSURE(clock_nanosleep);
+    if (!real_clock_nanosleep)
+        return ENOSYS;
+    uint32_t k = t_sigs;
+    struct timespec left, next;
+    const struct timespec *cur = req;
+    for (;;) {
+        int r = real_clock_nanosleep(clk, flags, cur, &left);
+        if (r != EINTR || LIKELY(t_sigs == k)) {
+            if (r == EINTR && rem && !(flags & TIMER_ABSTIME))
+                *rem = left;
+            return r;
+        }
+        k = t_sigs;
+        HCOUNT(eintr_retried);
+        if (!(flags & TIMER_ABSTIME)) {
+            next = left;
+            cur = &next;
+        }
+    }
+}
+
+EXPORT int usleep(useconds_t us) {   /* glibc's calls its internal nanosleep: not ours */
+    struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+    return nanosleep(&ts, NULL);
+}
+
+EXPORT unsigned int sleep(unsigned int seconds) {
+    int saved = errno;
+    struct timespec ts = {(time_t)seconds, 0};
+    if (nanosleep(&ts, &ts) < 0)
+        return (unsigned int)ts.tv_sec;   /* the whole seconds not slept, as glibc's */
+    errno = saved;
+    return 0;
+}
+
+EXPORT int pause(void) {
+    ENSURE(pause);
+    if (!real_pause)
+        MISSING(int);
+    int r;
+    RESTART(r, real_pause());
+    return r;
+}
+
+EXPORT int sigsuspend(const sigset_t *mask) {
+    ENSURE(sigsuspend);
+    if (!real_sigsuspend)
+        MISSING(int);
+    int r;
+    RESTART(r, real_sigsuspend(mask));
+    return r;
+}
+
+EXPORT int sigtimedwait(const sigset_t *set, siginfo_t *info, const struct timespec *tmo) {
+    ENSURE(sigtimedwait);
+    if (!real_sigtimedwait)
+        MISSING(int);
+    uint32_t k = t_sigs;
+    struct timespec full, left;
+    if (tmo)
+        full = *tmo;
+    uint64_t t0 = retry_clock(tmo != NULL);
+    int r;
+    const struct timespec *cur = tmo;
+    while ((r = real_sigtimedwait(set, info, cur)) < 0 && UNLIKELY(t_sigs != k) && ours_since(&k)) {
+        if (tmo) {
+            ts_left(&full, t0, &left);
+            cur = &left;
+        }
+    }
+    return r;
+}
+
+EXPORT int sigwaitinfo(const sigset_t *set, siginfo_t *info) {
+    ENSURE(sigwaitinfo);
+    if (!real_sigwaitinfo)
+        MISSING(int);
+    int r;
+    RESTART(r, real_sigwaitinfo(set, info));
+    return r;
+}
+
+EXPORT int sem_wait(sem_t *sem) {
+    ENSURE(sem_wait);
+    if (!real_sem_wait)
+        MISSING(int);
+    int r;
+    RESTART(r, real_sem_wait(sem));
+    return r;
+}
+
+EXPORT int sem_timedwait(sem_t *sem, const struct timespec *abstime) {   /* absolute: as it is */
+    ENSURE(sem_timedwait);
+    if (!real_sem_timedwait)
+        MISSING(int);
+    int r;
+    RESTART(r, real_sem_timedwait(sem, abstime));
+    return r;
 }
 
 EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev) {
@@ -1700,7 +2466,7 @@ EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev) {
     if (r != 0 || !g_on || (unsigned)fd >= g_nslots || (unsigned)epfd >= g_nslots)
         return r;
     int e = errno;
-    uint8_t k = K_OTHER;
+    uint32_t k = K_OTHER;
     __atomic_compare_exchange_n(&g_kind[epfd], &k, K_EPOLL, 0, RELAXED, RELAXED);
     k = K_UNKNOWN;
     __atomic_compare_exchange_n(&g_kind[epfd], &k, K_EPOLL, 0, RELAXED, RELAXED);
@@ -1775,7 +2541,8 @@ EXPORT int accept(int fd, __SOCKADDR_ARG addr, socklen_t *alen) {
     ENSURE(accept);
     if (!real_accept)
         MISSING(int);
-    int r = real_accept(fd, SA_PTR(addr), alen);
+    int r;
+    SOCK_RESTART(r, real_accept(fd, SA_PTR(addr), alen), fd, NEST_IN, 0);
     if (r >= 0 && g_on) {
         int e = errno;
         adopt_socket(r, NEST_SF_ACCEPTED);
@@ -1788,7 +2555,8 @@ EXPORT int accept4(int fd, __SOCKADDR_ARG addr, socklen_t *alen, int flags) {
     ENSURE(accept4);
     if (!real_accept4)
         MISSING(int);
-    int r = real_accept4(fd, SA_PTR(addr), alen, flags);
+    int r;
+    SOCK_RESTART(r, real_accept4(fd, SA_PTR(addr), alen, flags), fd, NEST_IN, 0);
     if (r >= 0 && g_on) {
         int e = errno;
         adopt_socket(r, NEST_SF_ACCEPTED);
@@ -1820,7 +2588,7 @@ EXPORT int listen(int fd, int backlog) {
                 memcpy(s->laddr, la, 16);
                 s->lport = lp;
             }
-            seq_unlock(&s->seq, q);
+            seq_release(&s->seq, q);
         }
         errno = e;
     }
@@ -1833,7 +2601,7 @@ EXPORT int close(int fd) {
         MISSING(int);
     if (!g_on || (unsigned)fd >= g_nslots)
         return real_close(fd);
-    uint8_t k = __atomic_load_n(&g_kind[fd], RELAXED);
+    uint32_t k = __atomic_load_n(&g_kind[fd], RELAXED);
     if ((k == K_SOCK || k == K_EPOLL) && !same_process())
         return real_close(fd);   /* a vfork child: its fd table is not ours */
     forget_begin(fd);
@@ -1873,8 +2641,14 @@ EXPORT int dup(int old) {
 }
 
 static int dup_to(int old, int new, int flags, int is3) {
-    if (!g_on || (unsigned)new >= g_nslots || old == new || !same_process())
+    if (!g_on || old == new || !same_process())
         return is3 ? real_dup3(old, new, flags) : real_dup2(old, new);
+    if ((unsigned)new >= g_nslots) {
+        int r = is3 ? real_dup3(old, new, flags) : real_dup2(old, new);
+        if (r >= 0)
+            untracked_fd(r);
+        return r;
+    }
     forget_begin(new);
     int r = is3 ? real_dup3(old, new, flags) : real_dup2(old, new);
     int e = errno;
@@ -1898,10 +2672,12 @@ EXPORT int dup3(int old, int new, int flags) {
 }
 
 static void forget_range(unsigned lo, unsigned hi, int end) {
+    if (!g_nslots)
+        return;
     if (hi >= g_nslots)
         hi = g_nslots - 1;
     for (unsigned fd = lo; fd <= hi; fd++) {
-        uint8_t k = __atomic_load_n(&g_kind[fd], RELAXED);
+        uint32_t k = __atomic_load_n(&g_kind[fd], RELAXED);
         if (end)
             forget_end((int)fd);
         else if (k != K_UNKNOWN)

@@ -22,9 +22,24 @@
  * retired totals are guarded by a seqlock: `seq` is odd while a writer is inside. Writers take it
  * with a compare-and-swap from an even value (so it is also the writers' lock; nothing else is ever
  * locked) and release it by storing the next even value. Readers read seq, the fields, seq again and
- * retry when it was odd or changed. A writer gives up after a bounded spin (a signal handler that
- * re-enters the library on the same socket cannot deadlock); such calls are counted in `lost`.
- * Lock order: header.seq, slot.seq, dir[0].seq, dir[1].seq.
+ * retry when it was odd or changed. A held seq names its holder: bits 1..31 are the holder's thread
+ * id (NEST_SEQ_OWNER), bit 0 is 1; releasing clears them and adds 1 to the upper 32 bits (so every
+ * value differs from the last). A writer that finds a seq held waits for a live holder (it was
+ * preempted, it will let go) up to NESTLAB_LOCK_WAIT_MS; takes it over from a dead one (counted in
+ * `forced`); never waits for itself (a signal handler re-entering the library on a socket its own
+ * thread was updating): the call is then counted in `lost`, or, for the end of a call, applied
+ * later (`deferred`) so that no socket is left showing a call in progress.
+ * Lock order: slot.seq, dir[0].seq, dir[1].seq, header.seq (nobody waits while holding header.seq).
+ *
+ * Space. The file's space is allocated when it is made (posix_fallocate), so a full /dev/shm can
+ * never turn a write into SIGBUS. When the whole file does not fit, the file is made with the header
+ * only (nslots 0, flag NO_SPACE, want_slots and space_errno say what failed): nothing is counted,
+ * the pause/resume handshake still works. When not even the header fits there is no file (one line
+ * on stderr, the library is inert).
+ *
+ * Format compatibility. Fields added in what was padding (untracked .. space_errno, NO_SPACE) are
+ * zero in files written by earlier builds and ignored by earlier readers: the version stays 1. A
+ * change of layout bumps NEST_VERSION.
  *
  * Wait time. wait_ns holds the time spent in finished calls and poll-type waits; calls still in
  * progress are described by pend_n (how many) and pend_sum (sum of their CLOCK_MONOTONIC start
@@ -65,6 +80,10 @@
 #define NEST_HF_HANDLER_KEPT 0x08u    /* the program tried to install its own pause/resume handler */
 #define NEST_HF_MASK_KEPT 0x10u       /* the program tried to block the pause/resume signals */
 #define NEST_HF_PAUSE_OFF 0x20u       /* pause/resume signals disabled (NESTLAB_PAUSE_SIGNAL=none) */
+#define NEST_HF_NO_SPACE 0x40u        /* the file could not get its space: header only, nothing counted */
+
+/* seq: bit 0 set while held; bits 1..31 the holder's thread id; bits 32..63 count the releases */
+#define NEST_SEQ_OWNER(seq) ((uint32_t)((seq) & 0xffffffffu) >> 1)
 
 #define NEST_IN 0
 #define NEST_OUT 1
@@ -130,7 +149,17 @@ struct nest_header {              /* 4096 bytes */
     uint32_t paused_threads;      /*  128 threads parked in the pause loop now */
     uint32_t refused;             /*  132 attempts to replace the handlers or block the signals */
     uint64_t lost;                /*  136 calls not accounted (seqlock not obtained) */
-    uint8_t pad0[112];            /*  144 */
+    uint64_t untracked;           /*  144 sockets not counted: fd >= nslots (or no space: every one) */
+    uint64_t deferred;            /*  152 call ends applied late (their seqlock was busy at the time) */
+    uint64_t unended;             /*  160 call ends never applied: the socket shows a call in progress
+                                             until it closes */
+    uint64_t forced;              /*  168 seqlocks taken from a dead thread or, after
+                                             NESTLAB_LOCK_WAIT_MS, from a live one (counters may be off) */
+    uint64_t eintr_retried;       /*  176 calls restarted because our pause/resume signal
+                                             interrupted them (not seen by the program) */
+    uint32_t want_slots;          /*  184 slots asked for (NO_SPACE: nslots is 0) */
+    int32_t space_errno;          /*  188 why the space could not be allocated (NO_SPACE) */
+    uint8_t pad0[64];             /*  192 */
     uint64_t seq;                 /*  256 seqlock of retired, retired_n and the command line */
     uint64_t retired_n;           /*  264 graph sockets closed */
     struct nest_totals retired[2];/*  272 final counters of closed graph (non-listening) sockets */

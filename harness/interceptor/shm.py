@@ -7,7 +7,8 @@ and compares the offsets). This module mirrors that layout and reads the files c
 their seqlocks: `ShmFile` (one file, mapped read-only), `read_process(path)` (one reading, also after
 the process has exited), `process_alive(pid, starttime)`. Values are reported as read: cumulative
 counters, with the wait of calls in progress counted up to the time of reading; nothing is smoothed
-here (a counter that goes backwards is the analysis's business, thesis 3.4).
+here (a counter that goes backwards is the analysis's business, thesis 3.4). What the library could
+not count (calls, sockets, a file without space) is in the header: `ProcessSnapshot.problems()`.
 
 The header's pause/resume fields are read as a `PauseState`; the handshake that signals a process
 and waits for its acknowledgement is harness.interceptor.pause. The collector source that turns
@@ -17,6 +18,7 @@ describes the whole thing.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import socket
@@ -37,13 +39,17 @@ SUFFIX = ".nest"
 
 FREE, OPEN, CLOSED = 0, 1, 2
 SF_LISTEN, SF_PEER, SF_ACCEPTED, SF_CONNECT, SF_INHERITED, SF_GRAPH = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
-HF_EXITED, HF_HAD_GRAPH, HF_FD_OVERFLOW, HF_HANDLER_KEPT, HF_MASK_KEPT, HF_PAUSE_OFF = (
-    0x01, 0x02, 0x04, 0x08, 0x10, 0x20)
+HF_EXITED, HF_HAD_GRAPH, HF_FD_OVERFLOW, HF_HANDLER_KEPT, HF_MASK_KEPT, HF_PAUSE_OFF, HF_NO_SPACE = (
+    0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40)
 
 # header @0: magic version header_size slot_size nslots pid ppid starttime created_ns exec_count flags
 #            exited_ns max_fd pause_sig resume_sig paused ack_seq ack_ns pause_count resume_count
 #            pause_ns resume_ns paused_threads refused lost
 HDR = struct.Struct("<8sIIIIiiQQIIQIiiIQQQQQQIIQ")
+# @144 (added in what was padding; zero in files of earlier builds): untracked deferred unended forced
+#      eintr_retried want_slots space_errno
+EXTRA_OFF = 144
+EXTRA = struct.Struct("<QQQQQIi")
 HDR_SEQ_OFF = 256
 # @256: seq retired_n retired[in](msgs bytes errors wait_ns) retired[out](...)
 RETIRED = struct.Struct("<QQ8Q")
@@ -59,9 +65,13 @@ U64 = struct.Struct("<Q")
 U32 = struct.Struct("<I")
 
 assert HDR.size == 144 and SLOT.size == 96 and DIR.size == 64 and RETIRED.size == 80
-assert FULL_SLOT.size == SLOT_SIZE
+assert FULL_SLOT.size == SLOT_SIZE and EXTRA_OFF + EXTRA.size <= HDR_SEQ_OFF
 
 MAX_RETRIES = 50
+# A slot whose writer holds its seqlock (a writer thread preempted inside its few instructions, on a
+# busy machine for milliseconds) is waited for this long before the reading falls back to the last
+# consistent one; a seqlock found held with the same value at the next reading is not waited for again.
+SLOT_PATIENCE_S = 0.05
 
 
 def mono_ns() -> int:
@@ -168,10 +178,46 @@ class ProcessSnapshot:
     retired_out: DirCounters
     pause: PauseState
     sockets: list[SocketSnapshot] = field(default_factory=list)
+    untracked: int = 0       # sockets not counted: fd beyond the slots (or no space: every one)
+    deferred: int = 0        # call ends applied late (their seqlock was busy): counted all the same
+    unended: int = 0         # call ends never applied: the socket shows a call in progress until it closes
+    forced: int = 0          # seqlocks taken from a dead or stuck thread: counters may be off
+    eintr_retried: int = 0   # calls our pause/resume signal interrupted, restarted unseen by the program
+    want_slots: int = 0
+    space_errno: int = 0
 
     @property
     def exited(self) -> bool:
         return bool(self.flags & HF_EXITED)
+
+    @property
+    def no_space(self) -> bool:
+        """The file could not get its space: header only, nothing of the process is counted."""
+        return bool(self.flags & HF_NO_SPACE)
+
+    def loss_key(self) -> tuple[int, ...]:
+        """What could not be counted, as numbers that only grow (all zero: nothing)."""
+        return (int(self.no_space), self.untracked, self.lost, self.unended, self.forced)
+
+    def problems(self) -> list[str]:
+        """What the library could not count in this process, one phrase each (empty: nothing)."""
+        out = []
+        if self.no_space:
+            why = errno.errorcode.get(self.space_errno, str(self.space_errno))
+            out.append(f"no space in the shared memory for its {self.want_slots} socket slots ({why}): "
+                       "none of its sockets is counted (pause/resume work)")
+        if self.untracked:
+            where = "no slots" if self.no_space else f"fd beyond its {self.nslots} slots, NESTLAB_MAX_FDS"
+            out.append(f"{self.untracked} socket(s) not tracked ({where})")
+        if self.lost:
+            out.append(f"{self.lost} call(s) not counted (their counters were locked)")
+        if self.unended:
+            out.append(f"{self.unended} call end(s) not recorded (the socket shows a call in progress "
+                       "until it closes)")
+        if self.forced:
+            out.append(f"{self.forced} counter lock(s) taken over from a dead or stuck thread "
+                       "(counters may be off)")
+        return out
 
     def app_counters(self) -> tuple[DirCounters, DirCounters]:
         """(in, out) of the application: closed data sockets plus the open ones."""
@@ -196,6 +242,25 @@ def _addr(family: int, raw: bytes, port: int) -> tuple[str, int]:
     return socket.inet_ntop(socket.AF_INET6, raw), port
 
 
+class SparseFileError(InterceptorStateError):
+    """A counter file without its space (made by an earlier build) that cannot be given it."""
+
+
+def _allocate(path: str, size: int) -> None:
+    """Give a sparse file its space before it is mapped: reading a hole of a shared tmpfs mapping
+    allocates a page, and in a full /dev/shm that is SIGBUS, which would kill the reader (the
+    library allocates its files up front since; files of earlier builds may be sparse)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        try:
+            os.posix_fallocate(fd, 0, size)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise SparseFileError(f"{path}: a sparse counter file that cannot be given its space "
+                              f"({e.strerror}): not read") from None
+
+
 class ShmFile:
     """One process's counter file, mapped read-only."""
 
@@ -217,10 +282,13 @@ class ShmFile:
             size = HEADER_SIZE + self.nslots * SLOT_SIZE
             if st.st_size < size:
                 raise InterceptorStateError(f"{self.path}: {st.st_size} bytes, expected {size}")
+            if st.st_blocks * 512 < size:
+                _allocate(self.path, size)
             self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
         finally:
             os.close(fd)
         self.last: dict[int, SocketSnapshot] = {}   # fd -> last consistent reading of its slot
+        self.stuck: dict[int, tuple[int, int, int]] = {}   # fd -> seqlocks that outlasted the patience
 
     def close(self) -> None:
         self.mm.close()
@@ -243,45 +311,66 @@ class ShmFile:
 
     def _slot(self, fd: int) -> SocketSnapshot | None:
         """The slot of fd, read consistently (its three seqlocks even and unchanged around one
-        read); if writers kept it busy through every retry, the last consistent reading (a module
-        must not vanish for one snapshot and come back)."""
+        read). A writer holding one of them is waited for (up to SLOT_PATIENCE_S: it was preempted
+        inside its update); then the last consistent reading of the same socket is kept, or the slot
+        is reported as read with the wait of calls in progress left out (a module must not vanish
+        for one snapshot and come back)."""
         mm = self.mm
         off = HEADER_SIZE + fd * SLOT_SIZE
-        for _ in range(MAX_RETRIES):
-            v = FULL_SLOT.unpack_from(mm, off)
-            if v[4] == FREE:
-                self.last.pop(fd, None)
-                return None
-            seq, seq_in, seq_out = v[0], v[15], v[23]
-            if (seq | seq_in | seq_out) & 1:
-                continue
-            if (U64.unpack_from(mm, off)[0] != seq or U64.unpack_from(mm, off + DIR_OFF[0])[0] != seq_in
-                    or U64.unpack_from(mm, off + DIR_OFF[1])[0] != seq_out):
-                continue
-            t = mono_ns()  # after the read: every call in progress started before it
-            (_, gen, inode, sfd, state, flags, family, typ, lport, rport, _, laddr, raddr,
-             open_ns, close_ns) = v[:15]
-            prev = self.last.get(fd)
-            if prev is not None and prev.gen == gen and prev.flags == flags and prev.local is not None \
-                    and prev.local[1] == lport and (prev.remote or (None, 0))[1] == rport:
-                local, remote = prev.local, prev.remote       # endpoints change only with seq
-            else:
-                local = remote = None
-                if family in (socket.AF_INET, socket.AF_INET6):
-                    local = _addr(family, laddr, lport)
-                    if flags & SF_PEER:
-                        remote = _addr(family, raddr, rport)
-            ins = []
-            for b in (16, 24):
-                msgs, nbytes, errors, wait, pend_n, pend_sum = v[b:b + 6]
-                ins.append(DirCounters(msgs=msgs, bytes=nbytes, errors=errors,
-                                       wait_ns=max(wait + pend_n * t - pend_sum, wait), pending=pend_n))
-            snap = SocketSnapshot(fd=sfd, gen=gen, inode=inode, state=state, flags=flags, family=family,
-                                  type=typ, local=local, remote=remote, open_ns=open_ns,
-                                  close_ns=close_ns, inp=ins[0], out=ins[1])
-            self.last[fd] = snap
-            return snap
-        return self.last.get(fd)
+        deadline = None
+        while True:
+            for _ in range(MAX_RETRIES):
+                v = FULL_SLOT.unpack_from(mm, off)
+                if v[4] == FREE:
+                    self.last.pop(fd, None)
+                    return None
+                seqs = (v[0], v[15], v[23])
+                if (seqs[0] | seqs[1] | seqs[2]) & 1:
+                    continue
+                if (U64.unpack_from(mm, off)[0] != seqs[0] or U64.unpack_from(mm, off + DIR_OFF[0])[0] != seqs[1]
+                        or U64.unpack_from(mm, off + DIR_OFF[1])[0] != seqs[2]):
+                    continue
+                self.stuck.pop(fd, None)
+                snap = self._make(fd, v, consistent=True)
+                self.last[fd] = snap
+                return snap
+            if self.stuck.get(fd) == seqs:          # held as when we last gave up: do not wait again
+                break
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + SLOT_PATIENCE_S
+            elif now >= deadline:
+                self.stuck[fd] = seqs
+                break
+            time.sleep(0.0005)
+        prev = self.last.get(fd)
+        if prev is not None and prev.gen == v[1]:
+            return prev
+        return self._make(fd, v, consistent=False)
+
+    def _make(self, fd: int, v: tuple, consistent: bool) -> SocketSnapshot:
+        t = mono_ns()  # after the read: every call in progress started before it
+        (_, gen, inode, sfd, state, flags, family, typ, lport, rport, _, laddr, raddr,
+         open_ns, close_ns) = v[:15]
+        prev = self.last.get(fd)
+        if prev is not None and prev.gen == gen and prev.flags == flags and prev.local is not None \
+                and prev.local[1] == lport and (prev.remote or (None, 0))[1] == rport:
+            local, remote = prev.local, prev.remote       # endpoints change only with seq
+        else:
+            local = remote = None
+            if family in (socket.AF_INET, socket.AF_INET6):
+                local = _addr(family, laddr, lport)
+                if flags & SF_PEER:
+                    remote = _addr(family, raddr, rport)
+        ins = []
+        for b in (16, 24):
+            msgs, nbytes, errors, wait, pend_n, pend_sum = v[b:b + 6]
+            if consistent:
+                wait = max(wait + pend_n * t - pend_sum, wait)
+            ins.append(DirCounters(msgs=msgs, bytes=nbytes, errors=errors, wait_ns=wait, pending=pend_n))
+        return SocketSnapshot(fd=sfd, gen=gen, inode=inode, state=state, flags=flags, family=family,
+                              type=typ, local=local, remote=remote, open_ns=open_ns,
+                              close_ns=close_ns, inp=ins[0], out=ins[1])
 
     def cmdline(self) -> list[str]:
         n = min(U32.unpack_from(self.mm, 512)[0], CMDLINE_MAX)
@@ -311,10 +400,13 @@ class ShmFile:
                 break
         retired_in = DirCounters(msgs=r[2], bytes=r[3], errors=r[4], wait_ns=r[5])
         retired_out = DirCounters(msgs=r[6], bytes=r[7], errors=r[8], wait_ns=r[9])
+        untracked, deferred, unended, forced, eintr_retried, want_slots, space_errno = EXTRA.unpack_from(mm, EXTRA_OFF)
         return ProcessSnapshot(path=self.path, pid=h[5], ppid=h[6], starttime=h[7], exec_count=h[9],
                                flags=h[10], nslots=self.nslots, max_fd=max_fd, lost=h[24], refused=h[23],
                                cmdline=cmd, retired_n=r[1], retired_in=retired_in, retired_out=retired_out,
-                               pause=self.pause_state(), sockets=socks)
+                               pause=self.pause_state(), sockets=socks, untracked=untracked, deferred=deferred,
+                               unended=unended, forced=forced, eintr_retried=eintr_retried,
+                               want_slots=want_slots, space_errno=space_errno)
 
 
 def read_process(path: str | os.PathLike, with_closed: bool = False) -> ProcessSnapshot:

@@ -26,6 +26,28 @@
  *   handler PORT      like stream, after installing its own SIGUSR1 handler (signal, sigaction)
  *                     and blocking SIGUSR1/SIGUSR2; prints what the calls returned, and at exit
  *                     how many times its handler ran.
+ *   highfd PORT FD [N]  connect A, send 2 on it, dup2(A, FD), send 3 on FD; with N, also dup2(A,
+ *                     FD + 16 i) and send 1 on it for i = 1..N-1 (one 4 KiB page of slots each);
+ *                     prints "HIGH {...}", waits for a line, exits.
+ *   lock CASE         plays a thread of the program inside the library's seqlock (the probe maps its
+ *                     own counter file, NESTLAB_SHM_DIR/<pid>.nest, and takes a lock as the library
+ *                     does, naming its thread): A connects to B, an in-process listener; A sends 2.
+ *                     other: a helper thread holds A's send lock 300 ms, adds 100 messages inside,
+ *                            lets go; meanwhile the main thread closes A (a writer must wait).
+ *                     dead:  a helper thread takes A's send lock and ends; the main thread closes A.
+ *                     self:  the main thread holds A's send lock and sends on A (a signal handler
+ *                            re-entering the library), lets go, sends once more.
+ *                     end:   a thread blocks in recv(A); the main thread holds A's receive lock,
+ *                            sends 10 bytes on B (the recv ends), lets go after 300 ms.
+ *                     defer: like end, holding it 400 ms (run with NESTLAB_LOCK_WAIT_MS=50), then
+ *                            one send on B (the next call of the program).
+ *                     Prints "LOCK {...}", waits for a line, exits.
+ *   eintr PORT        connect A to a peer that sends nothing; while the test sends pause and resume
+ *                     signals, waits in poll, ppoll, select, pselect, epoll_wait, epoll_pwait,
+ *                     nanosleep, clock_nanosleep, usleep, sleep, recv with SO_RCVTIMEO,
+ *                     sem_timedwait and sigtimedwait, each with a timeout; prints "OWN", waits for a
+ *                     line, then waits in poll interrupted by its own SIGALRM (no SA_RESTART).
+ *                     Prints "EINTR {name: [rc, errno, ms, expected ms]...}".
  *   bench N KIND [CPU DRAIN_CPU]
  *                     N one-byte send()s on a loopback TCP connection (KIND tcp) or a Unix
  *                     socketpair (unix), a thread draining the other end; or on a full socketpair
@@ -40,19 +62,26 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <fcntl.h>
 #include <sched.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/select.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "nestintercept.h"
 
 static void die(const char *what) {
     fprintf(stderr, "nestprobe: %s: %s\n", what, strerror(errno));
@@ -422,6 +451,242 @@ static int mode_stream(int port, int own_handler) {
 
 /* ---------------------------------------------------------------------------------------------- */
 
+static int mode_highfd(int port, int high, int n) {
+    int a = connect_to(port, 0);
+    sendn(a, 2);
+    if (dup2(a, high) != high)
+        die("dup2");
+    sendn(high, 3);
+    for (int i = 1; i < n; i++) {
+        if (dup2(a, high + 16 * i) != high + 16 * i)
+            die("dup2");
+        sendn(high + 16 * i, 1);
+    }
+    printf("HIGH {\"pid\":%d,\"a_fd\":%d,\"fd\":%d,\"inode\":%lu}\n", getpid(), a, high, inode_of(a));
+    fflush(stdout);
+    wait_line();
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+
+static struct nest_header *g_own;
+
+static struct nest_slot *own_slot(int fd) {
+    if (!g_own) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%d.nest", getenv("NESTLAB_SHM_DIR"), getpid());
+        int f = open(path, O_RDWR);
+        struct stat st;
+        if (f < 0 || fstat(f, &st) != 0)
+            die("open own counter file");
+        void *m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+        if (m == MAP_FAILED)
+            die("mmap own counter file");
+        close(f);
+        g_own = m;
+    }
+    return (struct nest_slot *)((char *)g_own + NEST_HEADER_SIZE) + fd;
+}
+
+static uint64_t take(uint64_t *seq) {   /* as the library: odd, naming this thread */
+    uint64_t tid = (uint64_t)syscall(SYS_gettid) & 0x7fffffffu;
+    for (;;) {
+        uint64_t s = __atomic_load_n(seq, __ATOMIC_RELAXED);
+        uint64_t h = (s & ~0xffffffffull) | (tid << 1) | 1;
+        if (!(s & 1) && __atomic_compare_exchange_n(seq, &s, h, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+            return h;
+        sched_yield();
+    }
+}
+
+static void let_go(uint64_t *seq, uint64_t held) {
+    __atomic_store_n(seq, (held & ~0xffffffffull) + (1ull << 32), __ATOMIC_RELEASE);
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+struct lockarg {
+    int fd, hold_ms, add;
+    volatile int held;
+    long got;
+};
+
+static void *holder(void *arg) {   /* takes fd's send lock; holds it hold_ms (< 0: ends holding it) */
+    struct lockarg *l = arg;
+    struct nest_dir *d = &own_slot(l->fd)->dir[NEST_OUT];
+    uint64_t h = take(&d->seq);
+    l->held = 1;
+    if (l->hold_ms < 0)
+        return NULL;
+    sleep_ms(l->hold_ms);
+    d->msgs += (uint64_t)l->add;   /* an update made inside, as a writer would */
+    let_go(&d->seq, h);
+    return NULL;
+}
+
+static void *receiver(void *arg) {
+    struct lockarg *l = arg;
+    char buf[64];
+    l->got = recv(l->fd, buf, sizeof buf, 0);
+    return NULL;
+}
+
+static int mode_lock(const char *c) {
+    int port;
+    int lfd = listener(&port);
+    int a = connect_to(port, 0);
+    int b = accept(lfd, NULL, NULL);
+    if (b < 0)
+        die("accept");
+    unsigned long ino = inode_of(a);
+    sendn(a, 2);
+    char out[256] = "";
+    struct lockarg l = {.fd = a};
+    pthread_t th;
+    uint64_t t0, t1;
+    if (!strcmp(c, "other") || !strcmp(c, "dead")) {
+        int dead = !strcmp(c, "dead");
+        l.hold_ms = dead ? -1 : 300;
+        l.add = 100;
+        pthread_create(&th, NULL, holder, &l);
+        if (dead)
+            pthread_join(th, NULL);
+        while (!l.held)
+            sched_yield();
+        t0 = mono_ns();
+        close(a);
+        t1 = mono_ns();
+        if (!dead)
+            pthread_join(th, NULL);
+        snprintf(out, sizeof out, "\"close_ms\":%.3f", (t1 - t0) / 1e6);
+    } else if (!strcmp(c, "self")) {
+        struct nest_dir *d = &own_slot(a)->dir[NEST_OUT];
+        uint64_t h = take(&d->seq);
+        t0 = mono_ns();
+        char x = 'x';
+        ssize_t r = send(a, &x, 1, 0);
+        t1 = mono_ns();
+        let_go(&d->seq, h);
+        sendn(a, 1);
+        snprintf(out, sizeof out, "\"send_ms\":%.3f,\"send_rc\":%zd", (t1 - t0) / 1e6, r);
+    } else if (!strcmp(c, "end") || !strcmp(c, "defer")) {
+        struct nest_dir *d = &own_slot(a)->dir[NEST_IN];
+        pthread_create(&th, NULL, receiver, &l);
+        while (__atomic_load_n(&d->pend_n, __ATOMIC_ACQUIRE) == 0)   /* the recv has begun */
+            sched_yield();
+        uint64_t h = take(&d->seq);
+        char ten[10] = {0};
+        send_all(b, ten, sizeof ten, 0);
+        sleep_ms(!strcmp(c, "end") ? 300 : 400);
+        let_go(&d->seq, h);
+        pthread_join(th, NULL);
+        if (!strcmp(c, "defer"))
+            send_all(b, ten, 1, 0);   /* the program's next call */
+        snprintf(out, sizeof out, "\"got\":%ld", l.got);
+    } else {
+        fprintf(stderr, "nestprobe: lock: unknown case %s\n", c);
+        return 2;
+    }
+    printf("LOCK {\"pid\":%d,\"a_fd\":%d,\"b_fd\":%d,\"inode\":%lu,%s}\n", getpid(), a, b, ino, out);
+    fflush(stdout);
+    wait_line();
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+
+static char g_eintr[4096];
+static size_t g_eintr_n;
+
+static void note(const char *name, long rc, int err, uint64_t t0, int expected_ms) {
+    g_eintr_n += (size_t)snprintf(g_eintr + g_eintr_n, sizeof g_eintr - g_eintr_n, "%s\"%s\":[%ld,%d,%.3f,%d]",
+                                  g_eintr_n ? "," : "", name, rc, rc < 0 ? err : 0, (mono_ns() - t0) / 1e6,
+                                  expected_ms);
+}
+
+static volatile int g_alarms;
+
+static void on_alarm(int sig) {
+    (void)sig;
+    g_alarms++;
+}
+
+static int mode_eintr(int port) {
+    int a = connect_to(port, 0);
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = a}, evs[4];
+    if (epoll_ctl(ep, EPOLL_CTL_ADD, a, &ev) != 0)
+        die("epoll_ctl");
+    sem_t sem;
+    sem_init(&sem, 0, 0);
+    printf("EINTR_READY {\"pid\":%d}\n", getpid());
+    fflush(stdout);
+    wait_line();   /* the test starts signalling */
+    const int T = 250;
+    struct pollfd p = {.fd = a, .events = POLLIN};
+    struct timespec ts = {0, T * 1000000L}, rem;
+    uint64_t t0;
+    long r;
+    t0 = mono_ns(); r = poll(&p, 1, T); note("poll", r, errno, t0, T);
+    t0 = mono_ns(); r = ppoll(&p, 1, &ts, NULL); note("ppoll", r, errno, t0, T);
+    fd_set rs;
+    FD_ZERO(&rs);
+    FD_SET(a, &rs);
+    struct timeval tv = {0, T * 1000};
+    t0 = mono_ns(); r = select(a + 1, &rs, NULL, NULL, &tv); note("select", r, errno, t0, T);
+    FD_ZERO(&rs);
+    FD_SET(a, &rs);
+    t0 = mono_ns(); r = pselect(a + 1, &rs, NULL, NULL, &ts, NULL); note("pselect", r, errno, t0, T);
+    t0 = mono_ns(); r = epoll_wait(ep, evs, 4, T); note("epoll_wait", r, errno, t0, T);
+    t0 = mono_ns(); r = epoll_pwait(ep, evs, 4, T, NULL); note("epoll_pwait", r, errno, t0, T);
+    t0 = mono_ns(); r = nanosleep(&ts, &rem); note("nanosleep", r, errno, t0, T);
+    t0 = mono_ns(); r = clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, &rem);
+    note("clock_nanosleep", r ? -1 : 0, (int)r, t0, T);
+    t0 = mono_ns(); r = usleep(T * 1000); note("usleep", r, errno, t0, T);
+    t0 = mono_ns(); r = sleep(1); note("sleep", r ? -1 : 0, (int)r, t0, 1000);
+    struct timeval rt = {0, T * 1000};
+    setsockopt(a, SOL_SOCKET, SO_RCVTIMEO, &rt, sizeof rt);
+    char buf[16];
+    t0 = mono_ns(); r = recv(a, buf, sizeof buf, 0); note("recv_timeout", r, errno, t0, T);
+    struct timespec abs;
+    clock_gettime(CLOCK_REALTIME, &abs);
+    abs.tv_nsec += T * 1000000L;
+    if (abs.tv_nsec >= 1000000000L) {
+        abs.tv_sec++;
+        abs.tv_nsec -= 1000000000L;
+    }
+    t0 = mono_ns(); r = sem_timedwait(&sem, &abs); note("sem_timedwait", r, errno, t0, T);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGWINCH);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    t0 = mono_ns(); r = sigtimedwait(&set, NULL, &ts); note("sigtimedwait", r, errno, t0, T);
+    /* the program's own signal still interrupts: SIGALRM, no SA_RESTART, in 150 ms (once the test
+     * has stopped signalling: ours and its own in the very same call would restart the call) */
+    printf("OWN\n");
+    fflush(stdout);
+    wait_line();
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGALRM, &sa, NULL);
+    struct itimerval it = {{0, 0}, {0, 150000}};
+    setitimer(ITIMER_REAL, &it, NULL);
+    t0 = mono_ns(); r = poll(&p, 1, 3000); note("own_alarm", r, errno, t0, 150);
+    printf("EINTR {%s,\"alarms\":%d}\n", g_eintr, g_alarms);
+    fflush(stdout);
+    wait_line();
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+
 static int g_drain_cpu = -1;
 
 static void pin(int cpu) {
@@ -510,11 +775,18 @@ int main(int argc, char **argv) {
         return mode_stream(atoi(argv[2]), 0);
     if (!strcmp(m, "handler") && argc == 3)
         return mode_stream(atoi(argv[2]), 1);
+    if (!strcmp(m, "highfd") && (argc == 4 || argc == 5))
+        return mode_highfd(atoi(argv[2]), atoi(argv[3]), argc == 5 ? atoi(argv[4]) : 1);
+    if (!strcmp(m, "lock") && argc == 3)
+        return mode_lock(argv[2]);
+    if (!strcmp(m, "eintr") && argc == 3)
+        return mode_eintr(atoi(argv[2]));
     if (!strcmp(m, "bench") && (argc == 4 || argc == 6))
         return mode_bench(atol(argv[2]), argv[3], argc == 6 ? atoi(argv[4]) : -1,
                           argc == 6 ? atoi(argv[5]) : -1);
 usage:
     fprintf(stderr, "usage: nestprobe threads N M S K | fork PORT | exec PORT | dup PORT | poll PORT | stream PORT | "
-                    "handler PORT | bench N tcp|unix|eagain [CPU DRAIN_CPU]\n");
+                    "handler PORT | highfd PORT FD [N] | lock other|dead|self|end|defer | eintr PORT | "
+                    "bench N tcp|unix|eagain [CPU DRAIN_CPU]\n");
     return 2;
 }

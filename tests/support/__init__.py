@@ -7,4 +7,5 @@
 - synthetic.py: `synthetic_run`, a long synthetic run for the diagnosis tests and the benchmark
 - reference.py: the per-snapshot reference implementations of the rule variants
 - manifests.py: manifests as the runner writes them (format 3, ssh, format 2)
+- damaged.py: damaged copies of a good run (a stored one or make_run's) for tests/test_damaged_runs.py
 """

@@ -13,6 +13,7 @@ changes on a node is written to the run's ledger (harness/ledger.py) first, so t
     provision.py   checking and installing the nodes, verifying the network, congestion control, clocks
     backend.py     SshBackend, the Backend the runner uses; CHAIN_UNDO, the fault chain's undo entry
     retrieve.py    bringing the collector's run.db and the logs back
+    reported.py    checks on what a node reports (file names, interface names, addresses)
     cleanup.py     undoing a killed run on its nodes (`nestlab cleanup`)
 """
 

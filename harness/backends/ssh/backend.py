@@ -10,6 +10,7 @@ docs/ssh-backend.md describes the topology file and the whole procedure.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 import threading
@@ -214,9 +215,11 @@ class SshBackend:
                                    checkpoint=lambda: self.agent(mon, "checkpoint", self.remote_db))
             except Exception as e:  # noqa: BLE001 - still fetch the logs
                 errors.append(f"run.db from {mon}: {e}")
+        logs = run_dir / "logs"
+        keep = set(os.listdir(logs)) if logs.is_dir() else set()   # no node replaces what is there
         for name, node in self.nodes.items():
             try:
-                fetch_logs(node, f"{node.workdir}/logs", run_dir / "logs")
+                fetch_logs(node, f"{node.workdir}/logs", logs, keep)
             except Exception as e:  # noqa: BLE001
                 errors.append(f"logs from {name}: {e}")
         if errors:

@@ -95,8 +95,8 @@ def cleanup_remote(data: dict, say) -> bool:
     if mon is not None:
         try:
             fetch_logs(mon, salvage["logs"], run_dir / "logs")
-        except Exception:  # noqa: BLE001
-            pass
+        except Exception as e:  # noqa: BLE001 - the rest of the cleanup still matters
+            say(f"cleanup: logs from {salvage['node']}: {e}")
     for entry in remote.get("undo", []):
         node = nodes.get(entry["node"])
         if node is not None:

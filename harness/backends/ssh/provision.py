@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from harness.backends.base import ClockOffset, Clocks
+from harness.backends.ssh import reported
 from harness.backends.ssh.node import CLOCK_ROUNDS, SshNode
 from harness.backends.ssh.transport import SshError
 from harness.ledger import Ledger
@@ -137,9 +138,7 @@ def verify_network(nodes: dict[str, SshNode], topology: Topology, spec, node_inf
 
     def inspect(name: str) -> None:
         node = nodes[name]
-        addrs = json.loads(node.run(["ip", "-j", "-4", "addr", "show"], sudo=False).stdout or "[]")
-        by_if = {a["ifname"]: [(i["local"], i["prefixlen"]) for i in a.get("addr_info", [])
-                               if i.get("family") == "inet"] for a in addrs}
+        by_if = interface_addresses(node)
         names = topology.spec.nodes[name].ssh.interfaces
         mine = []
         for j, intf in enumerate(topo.interfaces[name]):
@@ -189,16 +188,60 @@ def verify_network(nodes: dict[str, SshNode], topology: Topology, spec, node_inf
         data_if = interfaces[host][0].name
         dst = interfaces[server][0].address
         out = nodes[host].run(["ip", "-j", "route", "get", dst], sudo=False, check=False).stdout
-        dev = (json.loads(out or "[{}]") or [{}])[0].get("dev")
+        dev = route_of(nodes[host], out).get("dev")
         if dev != data_if:
             raise SshError(f"{nodes[host].p.where}: {host} reaches {server} ({dst}) through "
-                           f"{dev or 'no route'}, not its data interface {data_if}: the traffic would "
-                           "bypass the topology's routers")
+                           f"{'no route' if dev is None else repr(dev)}, not its data interface {data_if}: "
+                           "the traffic would bypass the topology's routers")
 
     pairs = {(w.host, w.server) for w in spec.workloads}
     pairs |= {(w.server, w.host) for w in spec.workloads}
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(route_check, sorted(pairs)))
+
+
+def interface_addresses(node: SshNode) -> dict[str, list[tuple[str, int]]]:
+    """The node's interfaces and their IPv4 addresses (address, prefix length), from `ip -j -4 addr`:
+    every interface name, address and prefix length checked (reported.py) before it is used."""
+    where = node.p.where
+    out = node.run(["ip", "-j", "-4", "addr", "show"], sudo=False).stdout
+    try:
+        addrs = json.loads(out or "[]")
+    except ValueError:
+        raise reported.refuse(where, "the output of `ip -j -4 addr show`", out.strip()[:200], "not JSON") from None
+    if not isinstance(addrs, list) or not all(isinstance(a, dict) for a in addrs):
+        raise reported.refuse(where, "the output of `ip -j -4 addr show`", out.strip()[:200],
+                              "not a list of interfaces")
+    by_if: dict[str, list[tuple[str, int]]] = {}
+    for a in addrs:
+        ifname = reported.interface_name(where, a.get("ifname"))
+        infos = a.get("addr_info", [])
+        if not isinstance(infos, list) or not all(isinstance(i, dict) for i in infos):
+            raise reported.refuse(where, f"the addresses of {ifname}", infos, "not a list of addresses")
+        by_if[ifname] = [(reported.ipv4_address(where, i.get("local"), f"address of {ifname}"),
+                          reported.prefix_length(where, i.get("prefixlen"), f"prefix length of {ifname}"))
+                         for i in infos if i.get("family") == "inet"]
+    return by_if
+
+
+def route_of(node: SshNode, out: str) -> dict:
+    """The route `ip -j route get` printed, its device and gateway checked (reported.py); {} for
+    none."""
+    where = node.p.where
+    try:
+        routes = json.loads(out or "[]")
+    except ValueError:
+        raise reported.refuse(where, "the output of `ip -j route get`", out.strip()[:200], "not JSON") from None
+    if not isinstance(routes, list) or not all(isinstance(r, dict) for r in routes):
+        raise reported.refuse(where, "the output of `ip -j route get`", out.strip()[:200], "not a list of routes")
+    if not routes:
+        return {}
+    route = dict(routes[0])
+    if route.get("dev") is not None:
+        route["dev"] = reported.interface_name(where, route["dev"], "route device")
+    if route.get("gateway") is not None:
+        route["gateway"] = reported.ipv4_address(where, route["gateway"], "route gateway")
+    return route
 
 
 # ---- installing ----------------------------------------------------------------------------------
@@ -305,8 +348,10 @@ def set_congestion_control(nodes: dict[str, SshNode], spec, interfaces: dict[str
         node_info[name]["congestion_control_default"] = node.run(
             ["cat", "/proc/sys/net/ipv4/tcp_congestion_control"]).stdout.strip()
         for peer in sorted(wanted[name]):
-            route = (json.loads(node.run(["ip", "-j", "route", "get", peer]).stdout or "[{}]") or [{}])[0]
-            where = [*(["via", route["gateway"]] if route.get("gateway") else []), "dev", route.get("dev", "")]
+            route = route_of(node, node.run(["ip", "-j", "route", "get", peer]).stdout)
+            if route.get("dev") is None:   # checked: no empty or made-up device reaches `ip route`
+                raise reported.refuse(node.p.where, f"the route to {peer}", route, "it names no device")
+            where = [*(["via", route["gateway"]] if route.get("gateway") else []), "dev", route["dev"]]
             if ledger:
                 ledger.add_undo(name, ["ip", "route", "del", f"{peer}/32", *where],
                                 f"remove the route to {peer} with congctl {cc}")

@@ -3,10 +3,14 @@ and every node's logs. Used at the end of a run, and by `nestlab cleanup` for a 
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
 from pathlib import Path
 
+from harness.backends.ssh import reported
 from harness.backends.ssh.node import SshNode
+from harness.backends.ssh.transport import SshError
 from harness.store import ensure_indexes
 
 COLLECTOR_TABLES = ("modules", "edges", "snapshots", "counters", "tcp_info")
@@ -48,12 +52,36 @@ def merge_collector_db(db: sqlite3.Connection, path: Path) -> int:
     return n
 
 
-def fetch_logs(node: SshNode, remote_dir: str, local_dir: Path) -> int:
+def fetch_logs(node: SshNode, remote_dir: str, local_dir: Path, keep: set[str] | None = None) -> int:
+    """Copy the regular files in the node's `remote_dir` into `local_dir`; returns how many. A name
+    the node lists becomes a local path only if it is a plain file name (no '..', no separator, not
+    absolute); entries that are not regular files are not copied (a FIFO would hang the copy); a name
+    in `keep` is not replaced (default: what `local_dir` holds already: what was recorded stays).
+    Names copied are added to `keep`, so that one set shared by the nodes keeps one node from
+    replacing another's logs. What was refused is one line (SshError) naming the node and each name,
+    raised after every other file was copied."""
     local_dir.mkdir(parents=True, exist_ok=True)
+    if keep is None:
+        keep = set(os.listdir(local_dir))
     try:
-        names = node.conn.sftp.listdir(remote_dir)
+        entries = node.conn.sftp.listdir_attr(remote_dir)
     except OSError:
         return 0
-    for name in names:
+    refused, copied = [], 0
+    for entry in entries:
+        name = entry.filename
+        why = reported.file_name(name)
+        if why is None and not (entry.st_mode is not None and stat.S_ISREG(entry.st_mode)):
+            why = "not a regular file"
+        if why is None and name in keep:
+            why = f"{local_dir.name}/ has a file of that name already (kept)"
+        if why is not None:
+            refused.append(f"{name!r} ({why})")
+            continue
+        keep.add(name)
         node.get(f"{remote_dir}/{name}", local_dir / name)
-    return len(names)
+        copied += 1
+    if refused:
+        raise SshError(f"{node.p.where}: refused {len(refused)} of the files listed in {remote_dir}: "
+                       f"{', '.join(refused)}; the other {copied} were brought back")
+    return copied
