@@ -219,6 +219,13 @@ def signals_held():
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+def unblock_held_signals() -> None:
+    """For Popen's preexec_fn: a program started under signals_held() must not keep the mask, which
+    survives exec. It would never see SIGTERM: teardown waited out every stop timeout and then
+    SIGKILLed it (the collector lost its last write, each wget took 3 s to stop)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+
+
 def kill_group(pid: int, start_time: int | None, timeout: float = 2.0) -> bool:
     """SIGTERM then SIGKILL the process group led by pid (only if pid is still that process)."""
     if not alive(pid, start_time):

@@ -486,3 +486,27 @@ def test_cleanup_refuses_a_ledger_directory_it_cannot_trust(tmp_path, case):
     assert r.returncode == 2, r
     assert len(r.stderr.strip().splitlines()) == 1 and str(where) in r.stderr, r.stderr
     assert ledger.exists() and scratch.is_dir()
+
+
+# ----------------------------------------------------------------------------- signal mask
+
+
+@pytest.mark.root
+def test_a_program_started_with_signals_held_still_obeys_sigterm(tmp_path):
+    """The runner starts workloads and the collector with SIGTERM blocked (signals_held), and a
+    blocked mask survives exec: the program must get an unblocked one, or teardown's SIGTERM is
+    ignored and every stop waits out its timeout before a SIGKILL (the collector's last write lost)."""
+    import re
+    import signal
+
+    from harness.backends.mininet import MininetNode
+    from harness.ledger import signals_held
+
+    node = MininetNode("h", SimpleNamespace(pid=os.getpid()), None)   # mnexec -a: our own namespaces
+    with signals_held():
+        proc = node.start(["sleep", "30"], tmp_path / "sleep.log")
+    status = Path(f"/proc/{proc.pid}/status").read_text()
+    blocked = int(re.search(r"^SigBlk:\s*([0-9a-f]+)", status, re.M).group(1), 16)
+    assert not blocked & (1 << (signal.SIGTERM - 1)), status
+    node.stop(proc, timeout=10.0)
+    assert proc.handle.returncode == -signal.SIGTERM   # ended by the SIGTERM, not the SIGKILL after it

@@ -29,7 +29,7 @@ from harness.agent import tcp_connections
 from harness.backends.base import ClockOffset, Clocks, Proc
 from harness.errors import UserError
 from harness.interceptor.pause import PauseState, pause_process, resume_process
-from harness.ledger import Ledger, kill_group
+from harness.ledger import Ledger, kill_group, unblock_held_signals
 from harness.store import monotonic
 from harness.topology import Interface, Topology
 from harness.workloads import check_binaries
@@ -93,7 +93,7 @@ class MininetNode:
         try:
             handle = subprocess.Popen(self._argv(argv), stdout=out, stderr=subprocess.STDOUT,
                                       stdin=subprocess.DEVNULL, start_new_session=True,
-                                      env={**os.environ, **(env or {})})
+                                      env={**os.environ, **(env or {})}, preexec_fn=unblock_held_signals)
         finally:
             if log:
                 out.close()
