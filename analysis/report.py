@@ -4,10 +4,14 @@
 Rates print as percentages with one decimal; an undefined rate (zero denominator) prints blank,
 never 0 or NaN. The `±` column is the largest half-width, in percentage points, of the row's
 Wilson score 95% intervals (analysis.score); `intervals=True` prints each interval instead.
+With two or more runs, each variant's table is followed by an "Across runs" table: TPR, FPR and PPV
+as `pooled [low, high] (runs)`, the interval a bootstrap over runs (analysis.score.ACROSS_INTERVAL);
+accuracy.csv has `<rate>_xlo`, `<rate>_xhi`, `<rate>_runs` for every rate (blank with one run), and
+per_run.csv the counts and rates of each run.
 
     summarize_run(run_dir, variants=("flowdiagnoser:theta=2",), policy=None) -> Path
         Prints the run's accuracy table (one per variant) and network health, and writes into
-        <run_dir>/analysis/: accuracy.md, accuracy.csv, accuracy.tex, health.csv, health.json,
+        <run_dir>/analysis/: accuracy.md, accuracy.csv, accuracy.tex, per_run.csv, health.csv, health.json,
         stalled.md, stalled.csv, and the figures of
         analysis.plots (PNG). Prints where they went and returns that directory. Raises
         harness.errors.UserError when the run cannot be analysed; a figure that fails is reported
@@ -28,13 +32,19 @@ import pandas as pd
 
 from analysis.health import HEADER as HEALTH_HEADER
 from analysis.health import HEALTH_NOTE, health_row
-from analysis.score import COUNTS, INTERVAL, RATES, ROWS, SECTIONS, Evaluation, evaluate
+from analysis.score import ACROSS_INTERVAL, COUNTS, INTERVAL, RATES, ROWS, SECTIONS, Evaluation, evaluate
 from analysis.variants import DEFAULT_VARIANT
 
 DEFAULT_VARIANTS = (DEFAULT_VARIANT,)
 TABLE_NOTE = (f"Rates in %; blank = undefined (no cases). ±: larger half-width of the row's TPR and FPR "
               f"intervals ({INTERVAL}; snapshots treated as independent), in percentage points "
               "(FNR, TNR alike; PPV, NPV intervals with --intervals and in accuracy.csv).")
+ACROSS_RATES = ("TPR", "FPR", "PPV")
+ACROSS_NOTE = ("Rates in %: pooled rate [95% interval across runs] (runs where the rate is defined; no interval "
+               f"with fewer than 2); blank = undefined. Interval: {ACROSS_INTERVAL}, whole runs resampled with "
+               "replacement and the pooled rate recomputed (runs are the independent unit). The ± column above "
+               f"is the per-snapshot {INTERVAL}, which treats snapshots as independent and is usually "
+               "narrower. Every run's rates: per_run.csv.")
 
 
 # ----------------------------------------------------------------------------- formatting
@@ -104,8 +114,35 @@ def accuracy_markdown(t: pd.DataFrame, title: str = "", intervals: bool = False)
     return "\n".join(parts)
 
 
-def accuracy_csv_frame(tables: dict[str, pd.DataFrame], policy: str) -> pd.DataFrame:
-    """One frame for every variant: variant, policy, section, row, counts, rates and intervals in %."""
+def across_markdown(t: pd.DataFrame, x: pd.DataFrame, title: str = "") -> str:
+    """The "Across runs" table of one variant: per section and row, TPR, FPR, PPV as
+    `pooled [low, high] (runs)` from accuracy_table `t` and across_runs `x`."""
+    rows = []
+    for section in SECTIONS:
+        for k, row in enumerate(ROWS):
+            r, xr = t.loc[(section, row)], x.loc[(section, row)]
+            cells = [section if k == 0 else "", row]
+            for rate in ACROSS_RATES:
+                cell = _pct(r[rate])
+                if cell:
+                    lo, hi = _pct(xr[f"{rate}_xlo"]), _pct(xr[f"{rate}_xhi"])
+                    cell += (f" [{lo}, {hi}]" if lo and hi else "") + f" ({int(xr[f'{rate}_runs'])})"
+                cells.append(cell)
+            rows.append(cells)
+    header = ["", "Module", *(f"{r} [95%] (runs)" for r in ACROSS_RATES)]
+    parts = [f"### {title}", ""] if title else []
+    parts += [_md_table(header, rows, ["l", "l"] + ["r"] * len(ACROSS_RATES)), "", ACROSS_NOTE]
+    return "\n".join(parts)
+
+
+ACROSS_COLS = tuple(c for r in RATES for c in (f"{r}_xlo", f"{r}_xhi", f"{r}_runs"))
+
+
+def accuracy_csv_frame(tables: dict[str, pd.DataFrame], policy: str,
+                       across: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:
+    """One frame for every variant: variant, policy, section, row, counts, rates and intervals in %,
+    pm, then the across-run intervals in % and the runs defining each rate (ACROSS_COLS; blank when
+    undefined or when `across`, {variant: across_runs frame}, does not have the variant)."""
     frames = []
     for variant, t in tables.items():
         f = t.reset_index()
@@ -115,11 +152,30 @@ def accuracy_csv_frame(tables: dict[str, pd.DataFrame], policy: str) -> pd.DataF
             for col in (r, f"{r}_lo", f"{r}_hi"):
                 f[col] = (100.0 * f[col]).round(4)
         f["pm"] = [round(100.0 * half_width(row), 4) for _, row in t.iterrows()]
+        x = (across or {}).get(variant)
+        for r in RATES:
+            for col in (f"{r}_xlo", f"{r}_xhi"):
+                f[col] = np.nan if x is None else (100.0 * x[col].reindex(t.index).to_numpy()).round(4)
+            f[f"{r}_runs"] = (pd.array([pd.NA] * len(f), dtype="Int64") if x is None
+                              else x[f"{r}_runs"].reindex(t.index).to_numpy(np.int64))
         frames.append(f)
     out = pd.concat(frames, ignore_index=True)
     cols = ["variant", "policy", "section", "row", *COUNTS,
-            *(c for r in RATES for c in (r, f"{r}_lo", f"{r}_hi")), "pm"]
+            *(c for r in RATES for c in (r, f"{r}_lo", f"{r}_hi")), "pm", *ACROSS_COLS]
     return out[cols]
+
+
+def per_run_csv_frame(ev: Evaluation) -> pd.DataFrame:
+    """Every run's counts and rates (in %), for every variant: variant, policy, run, section, row, ..."""
+    frames = []
+    for v in ev.variants:
+        f = ev.per_run(v)
+        f.insert(0, "policy", ev.policy)
+        f.insert(0, "variant", v)
+        for r in RATES:
+            f[r] = (100.0 * f[r]).round(4)
+        frames.append(f)
+    return pd.concat(frames, ignore_index=True)
 
 
 _TEX_ESCAPE = {"&": r"\&", "%": r"\%", "_": r"\_", "#": r"\#", "$": r"\$", "{": r"\{", "}": r"\}",
@@ -359,25 +415,31 @@ def health_markdown(ev: Evaluation) -> str:
 
 
 def write_accuracy(ev: Evaluation, out: Path, intervals: bool = False) -> tuple[str, list[Path]]:
-    """accuracy.md/.csv/.tex for every variant of an evaluation, the overlap footnote and the runs'
-    network health (accuracy.md; health.csv); returns (markdown, files)."""
+    """accuracy.md/.csv/.tex and per_run.csv for every variant of an evaluation (with 2 or more runs,
+    each variant's "Across runs" table in accuracy.md), the overlap footnote and the runs' network
+    health (accuracy.md; health.csv); returns (markdown, files)."""
     out.mkdir(parents=True, exist_ok=True)
     tables = {v: ev.table(v) for v in ev.variants}
+    across = {v: ev.across(v) for v in ev.variants}
     md_parts, tex_parts = [], []
     note = overlap_note(ev)
     for v, t in tables.items():
         title = f"Accuracy of {v}, ground truth {ev.policy}, {runs_title(ev)}"
         md_parts.append(accuracy_markdown(t, title, intervals) + (f"\n{note}" if note else ""))
+        if len(ev.runs) >= 2:
+            md_parts.append(across_markdown(t, across[v], f"Across runs: {v}, ground truth {ev.policy}, "
+                                                          f"{runs_title(ev)}"))
         tex_parts.append(accuracy_latex(t, tex(f"Diagnosis accuracy of {v} ({runs_title(ev)}, ground truth "
                                                f"{ev.policy}). Rates in %; blank = undefined. ") + r"$\pm$"
                                         + tex(f": larger half-width of the row's TPR and FPR intervals ({INTERVAL}), "
                                               "in percentage points.")))
     health = health_markdown(ev)
     md, written = _with_notes("\n\n".join(md_parts + ([health] if health else [])), ev)
-    files = [out / "accuracy.md", out / "accuracy.csv", out / "accuracy.tex"]
+    files = [out / "accuracy.md", out / "accuracy.csv", out / "accuracy.tex", out / "per_run.csv"]
     files[0].write_text(written + "\n")
-    accuracy_csv_frame(tables, ev.policy).to_csv(files[1], index=False, na_rep="")
+    accuracy_csv_frame(tables, ev.policy, across).to_csv(files[1], index=False, na_rep="")
     files[2].write_text("\n".join(tex_parts))
+    per_run_csv_frame(ev).to_csv(files[3], index=False, na_rep="")
     if ev.health:
         rows = [{"run": str(p), **h.as_dict()} for p, h in ev.health.items()]
         for r in rows:

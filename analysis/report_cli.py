@@ -1,4 +1,5 @@
-"""Analysis subcommands for `nestlab`: accuracy, compare, plots, policies (docs/analysis.md).
+"""Analysis subcommands for `nestlab`: accuracy, compare, plots, policies (docs/analysis.md); with
+--against, our table against a seed table (docs/seeds-tables.md).
 
 RUNS arguments name stored runs: a run directory, a directory of runs (an experiment's directory, a
 whole results tree), a quoted glob, or an experiment name under --results.
@@ -38,6 +39,10 @@ def register(subparsers) -> None:
                    help=f"rule variant (repeatable; ranges expand, e.g. theta=1..3; default {DEFAULT_VARIANT})")
     p.add_argument("--intervals", action="store_true",
                    help="print each rate with its Wilson 95%% interval instead of the ± column")
+    p.add_argument("--against", metavar="NAME",
+                   help="then compare cell by cell with a seed accuracy table (thesis-3.3, paper-table-6, or a "
+                        "YAML file); default variant: the one the table corresponds to. Writes "
+                        "against-NAME.md/.csv/.tex")
     p.set_defaults(func=_accuracy)
 
     p = subparsers.add_parser(
@@ -51,6 +56,12 @@ def register(subparsers) -> None:
     p.add_argument("--sweep", action="append", metavar="PARAM=VALUES",
                    help="vary a parameter of the (first) variant: theta=1..4, threshold=0..0.4/0.1, "
                         "anw=on,off (repeatable: every combination)")
+    p.add_argument("--ablations", action="store_true",
+                   help="the variants of paper Table 8: nest-cf, then each feature removed (unless --variant "
+                        "or --sweep)")
+    p.add_argument("--against", metavar="NAME",
+                   help="then compare cell by cell with a seed ablation table (paper-table-8, or a YAML file); "
+                        "implies --ablations when no variant is given. Writes against-NAME.md/.csv/.tex")
     p.set_defaults(func=_compare)
 
     p = subparsers.add_parser(
@@ -166,14 +177,43 @@ def _out_dir(args, runs: list[Path]) -> Path:
     return Path(args.out) if args.out else common_root(runs) / "analysis"
 
 
+def _seed(name: str | None, kind: str):
+    """The seed table named by --against (None without it); UserError for a bad name or the wrong kind."""
+    if not name:
+        return None
+    from analysis.against import load_seed_table
+
+    seed = load_seed_table(name)
+    if seed.kind != kind:
+        use = "nestlab accuracy RUNS --against" if seed.kind == "accuracy" else "nestlab compare RUNS --against"
+        raise UserError(f"{seed.name} is an {seed.kind} table, not an {kind} table: use `{use} {name}`")
+    return seed
+
+
 def _accuracy(args) -> int:
     from analysis.report import write_accuracy
 
-    variants = variants_from(args)
+    seed = _seed(args.against, "accuracy")
+    # Without --variant, the variant the seed table corresponds to; with one, the one asked (warned).
+    variants = variants_from(args) if args.variant or seed is None else [seed.variant]
+    if seed is not None:   # seed table variant names are canonical (analysis.against)
+        variant = seed.variant if seed.variant in variants else variants[0]
+        if variant != seed.variant:
+            print(f"warning: {seed.name} corresponds to {seed.variant}; comparing {variant} with it",
+                  file=sys.stderr)
     runs, ev = _evaluate(args, variants)
     out = _out_dir(args, runs)
     md, files = write_accuracy(ev, out, intervals=args.intervals)
     print(md)
+    if seed is not None:
+        from analysis.against import accuracy_vs_seed, write_against
+        from analysis.report import runs_title
+
+        frame = accuracy_vs_seed(ev.counts, variant, seed)
+        title = f"{variant} ({runs_title(ev)}, ground truth {ev.policy}) against {seed.name}"
+        md2, more = write_against(frame, seed, out, title)
+        print(f"\n{md2}")
+        files += more
     print(f"\nwritten: {', '.join(str(f) for f in files)}")
     return 0
 
@@ -181,13 +221,37 @@ def _accuracy(args) -> int:
 def _compare(args) -> int:
     from analysis.report import write_compare
 
-    variants = variants_from(args, args.sweep)
+    seed = _seed(args.against, "ablation")
+    if (args.ablations or seed is not None) and not args.variant and not args.sweep:
+        from analysis.against import ablation_variants, load_seed_table
+
+        variants = ablation_variants(seed or load_seed_table("paper-table-8"))
+    else:
+        variants = variants_from(args, args.sweep)
     if len(variants) < 2:
-        raise UserError("compare needs at least two variants: --variant A --variant B, or --sweep theta=1..4")
+        raise UserError("compare needs at least two variants: --variant A --variant B, --sweep theta=1..4 "
+                        "or --ablations")
+    if seed is not None:   # before the runs are read: a mismatch is the user's to see first
+        mapped = [v for _, v in seed.ablations if v]
+        if not set(mapped) & set(variants[1:]):
+            raise UserError(f"none of {seed.name}'s columns has its variant here ({', '.join(mapped)}); "
+                            "try --ablations")
+        if variants[0] != seed.variant:
+            print(f"warning: {seed.name}'s baseline is {seed.variant}; the baseline here is "
+                  f"{variants[0]}", file=sys.stderr)
     runs, ev = _evaluate(args, variants)
     out = _out_dir(args, runs)
     md, files = write_compare(ev, out)
     print(md)
+    if seed is not None:
+        from analysis.against import ablation_vs_seed, write_against
+        from analysis.report import runs_title
+
+        frame = ablation_vs_seed(ev.counts, variants, seed)
+        title = f"Ablations against {seed.name} ({runs_title(ev)}, ground truth {ev.policy})"
+        md2, more = write_against(frame, seed, out, title)
+        print(f"\n{md2}")
+        files += more
     print(f"\nwritten: {', '.join(str(f) for f in files)}")
     return 0
 

@@ -26,6 +26,7 @@ analysis reads its attributes.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import sqlite3
 from collections.abc import Callable, Iterable
@@ -89,13 +90,32 @@ def _is_run_dir(p: Path) -> bool:
     return (p / "run.db").is_file() or (p / "manifest.json").is_file()
 
 
+SUITE_INDEX = "suite.json"   # harness.suiterun: a suite directory's list of its current runs
+
+
+def suite_members(root: Path) -> list[Path] | None:
+    """The runs a suite directory's index names (its current runs, in plan order: a run that
+    --resume replaced is not among them), or None when `root` holds no suite index."""
+    index = root / SUITE_INDEX
+    if not index.is_file():
+        return None
+    try:
+        runs = json.loads(index.read_text()).get("runs", [])
+    except (OSError, ValueError) as e:
+        raise UserError(f"{index}: unreadable suite index ({e})") from None
+    return [root / r["run"] for r in runs if r.get("run") and _is_run_dir(root / r["run"])]
+
+
 def _runs_under(root: Path) -> list[Path]:
     if _is_run_dir(root):
         return [root]
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in ("analysis", "logs") and not d.startswith("."))
-        if "run.db" in filenames or "manifest.json" in filenames:
+        if SUITE_INDEX in filenames:
+            found += suite_members(Path(dirpath)) or []
+            dirnames[:] = []  # a suite's runs are the ones its index names
+        elif "run.db" in filenames or "manifest.json" in filenames:
             found.append(Path(dirpath))
             dirnames[:] = []  # a run does not hold runs
     return found

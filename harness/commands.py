@@ -6,8 +6,19 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="run an experiment spec (same as run-experiment)")
-    p.add_argument("spec", help="experiment YAML, e.g. experiments/net_fault.yaml")
+    p = sub.add_parser("run", help="run an experiment spec or a suite (same as run-experiment)")
+    p.add_argument("spec", help="experiment or suite YAML, e.g. experiments/net_fault.yaml, "
+                                "experiments/thesis-3.3.yaml (docs/suites.md)")
+    p.add_argument("--check", action="store_true",
+                   help="validate the spec or every spec of the suite and print the plan and its time; "
+                        "runs nothing, needs no root")
+    p.add_argument("--resume", action="store_true",
+                   help="suite: keep the complete runs whose resolved spec is unchanged, run the rest")
+    p.add_argument("--restart", action="store_true",
+                   help="suite: start over although an unfinished run of it is there (its runs stay on disk)")
+    p.add_argument("--scale", type=int, metavar="N",
+                   help="suite: every duration and random fault count times N (15: the thesis's 15-minute "
+                        "runs); default: the suite's `scale`")
     p.add_argument("--results", default="results", help="results root directory (default: results)")
     p.add_argument("--topology", help="run on this topology file instead of the spec's, e.g. the same shape "
                    "placed on testbed nodes (topologies/dumbbell-ssh.yaml; docs/ssh-backend.md)")
@@ -18,6 +29,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from harness.errors import UserError
+    from harness.suite import is_suite_file
+
+    if is_suite_file(args.spec):
+        from harness.suiterun import check_suite, run_suite_file
+
+        if args.resume and args.restart:
+            raise UserError("--resume and --restart contradict each other: give one")
+        if args.check:
+            return check_suite(args.spec, args.results, args.scale, args.resume, args.topology)
+        return run_suite_file(args.spec, args.results, args.scale, args.resume, args.restart, args.topology)
+    for flag in ("resume", "restart", "scale"):
+        if getattr(args, flag) not in (None, False):
+            raise UserError(f"{args.spec}: --{flag} applies to suites (a file with `suite:`); this is a spec")
+    if args.check:
+        from harness.suiterun import check_spec
+
+        return check_spec(args.spec, args.results, args.topology)
     from harness.runner import run_spec_file
 
     return run_spec_file(args.spec, results_root=args.results, topology=args.topology)

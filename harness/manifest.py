@@ -229,6 +229,8 @@ class Manifest(_Record):
     repetition: int | None = None
     seed: int | None = None
     spec_file: str | None = None
+    spec_digest: str | None = None           # Experiment.digest: what --resume compares
+    suite: str | None = None                 # the suite (results/<suite>/suite.json) the run belongs to
     spec: RunSpec = RunSpec()
     topology: TopologyRecord | None = None
     backend: str | None = None               # mininet | ssh

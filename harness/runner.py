@@ -22,6 +22,7 @@ line; the recorder (harness/recorder.py) for run.db's rows; the store for the ru
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import signal
@@ -49,7 +50,7 @@ TICK_S = 0.02
 COLLECTOR_READY_S = 10.0
 QUEUE_SAMPLE_S = 1.0       # how often the shaped links' queues are read (network health)
 
-console = Console(stderr=True, highlight=False)
+console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 class Interrupted(BaseException):
@@ -87,8 +88,12 @@ class Progress:
 class Run:
     """One repetition of an experiment."""
 
-    def __init__(self, exp: Experiment, repetition: int, results_root: Path):
+    def __init__(self, exp: Experiment, repetition: int, results_root: Path, suite: str | None = None,
+                 status_prefix=None):
         self.exp, self.rep = exp, repetition
+        self.suite = suite
+        # A suite's part of the progress line (runs done, ETA), called with the run's time.
+        self.status_prefix = status_prefix
         self.spec = exp.spec
         self.plan = exp.plan(repetition)
         self.rng = random.Random(exp.seed_for(repetition))
@@ -148,6 +153,7 @@ class Run:
             "topology": {"name": topo.name, "file": str(topo.source), "spec": topo.spec.model_dump(mode="json"),
                          "addresses": {n: [i.__dict__ for i in intfs] for n, intfs in topo.interfaces.items()}},
             "backend": topo.backend, "repetition": self.rep, "seed": self.exp.seed_for(self.rep),
+            "spec_digest": self.exp.digest(self.rep), **({"suite": self.suite} if self.suite else {}),
             "monitor": {"host": spec.monitor, "address": monitor_if.address, "interface": monitor_if.name},
             "congestion_control": spec.congestion_control, "snapshot_interval": spec.snapshot_interval,
             "planned_faults": [w.__dict__ for w in self.plan], "clock": "CLOCK_MONOTONIC of the monitored host",
@@ -270,7 +276,7 @@ class Run:
                 if live:
                     status.update(line)
                 elif now - last_print >= 10:
-                    console.print(line)
+                    console.print(line, soft_wrap=True)
                     last_print = now
                 time.sleep(TICK_S)
         for af in list(self.active):
@@ -284,7 +290,8 @@ class Run:
 
     def _progress_line(self, t: float) -> str:
         snaps = self.backend.progress_snapshots(self.spec.monitor, self.record)
-        return (f"{self.spec.name} r{self.rep}: {t:5.1f}/{self.spec.duration:g} s  "
+        prefix = self.status_prefix(t) if self.status_prefix else ""
+        return (f"{prefix}{self.spec.name} r{self.rep}: {t:5.1f}/{self.spec.duration:g} s  "
                 f"faults {self.progress.injected}/{len(self.plan)}  snapshots {snaps}  "
                 f"active {','.join(self.spec.faults[a.window.spec_index].kind for a in self.active) or '-'}")
 
@@ -429,7 +436,7 @@ def run_experiment(spec_path: str | Path, results_root: str | Path = "results",
 def run_spec_file(spec_path: str, results_root: str = "results", topology: str | None = None) -> int:
     code, runs = run_experiment(spec_path, results_root, topology)
     if runs and json.loads((runs[-1] / "manifest.json").read_text()).get("counts", {}).get("snapshots"):
-        _report(runs)
+        report_runs(runs)
     return code
 
 
@@ -442,15 +449,21 @@ def _health_into_manifest(run: Path, health_file: Path) -> None:
     rd.write_manifest()
 
 
-def _report(runs: list[Path]) -> None:
-    """The accuracy table of the runs just made (analysis.report), and where its files went."""
+def report_runs(runs: list[Path], quiet: bool = False) -> None:
+    """The accuracy table of the runs just made (analysis.report), and where its files went;
+    quiet=True (a suite's runs) writes what it would print into <run>/logs/analysis.log."""
     try:
         from analysis.report import summarize_run
     except ImportError:  # the analysis reports are not installed in this build
         return
     for run in runs:
         try:
-            out = summarize_run(run)
+            if quiet:
+                with open(run / "logs" / "analysis.log", "w") as log, \
+                        contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+                    out = summarize_run(run)
+            else:
+                out = summarize_run(run)
             _health_into_manifest(run, out / "health.json")
         except UserError as e:
             console.print(f"[yellow]analysis:[/] {e}")

@@ -6,6 +6,8 @@ fault windows its seed gives. Every mistake is a SpecError naming file, line and
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,10 +198,22 @@ class Experiment:
     topology: Topology
     path: Path
     doc: YamlDoc
+    seeds: tuple[int, ...] = ()   # a suite's explicit seed per repetition (else seed + k)
 
     def seed_for(self, repetition: int) -> int:
-        """Repetition k (0-based) uses seed + k: every repetition differs, each is reproducible."""
-        return self.spec.seed + repetition
+        """Repetition k (0-based) uses seed + k, or the k-th of the suite's `seeds`: every
+        repetition differs, each is reproducible."""
+        return self.seeds[repetition] if self.seeds else self.spec.seed + repetition
+
+    def digest(self, repetition: int) -> str:
+        """What makes a repetition the same run: the resolved spec (after a suite's defaults and
+        scale), its topology, its seed and its planned fault windows. `--resume` keeps a complete
+        run only when this is unchanged (harness.suite); every manifest records it."""
+        blob = {"spec": self.spec.model_dump(mode="json", exclude={"repetitions", "seed", "description"}),
+                "topology": self.topology.spec.model_dump(mode="json"), "repetition": repetition,
+                "seed": self.seed_for(repetition), "plan": [w.__dict__ for w in self.plan(repetition)]}
+        text = json.dumps(blob, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def plan(self, repetition: int = 0) -> list[Window]:
         return plan_faults(self.spec, self.doc, self.seed_for(repetition))
@@ -377,12 +391,32 @@ def load_spec(path: Path | str, topology: Path | str | None = None) -> Experimen
     """Load and check a spec. `topology` overrides the spec's topology file (e.g. the same shape
     placed on testbed nodes: `run-experiment SPEC --topology FILE`)."""
     path = Path(path)
-    doc = YamlDoc(path)
-    spec = doc.parse(Spec)
+    return experiment_from(YamlDoc(path), path, topology)
+
+
+def experiment_from(doc: YamlDoc, path: Path, topology: Path | str | None = None, scale: int = 1,
+                    seeds: tuple[int, ...] = ()) -> Experiment:
+    """An Experiment from a parsed document (a spec file, or a suite's merged entry): validated,
+    scaled (scaled()), resolved against its topology (relative to `path`) and planned."""
+    spec = scaled(doc.parse(Spec), scale)
     topo = load_topology(topology if topology is not None else _resolve_topology(spec, doc, path))
     _check_against_topology(spec, doc, topo)
-    exp = Experiment(spec, topo, path, doc)
+    exp = Experiment(spec, topo, path, doc, tuple(seeds))
     for r in range(spec.repetitions):
         exp.plan(r)  # infeasible schedules are spec errors: find them before anything runs
     return exp
+
+
+def scaled(spec: Spec, factor: int) -> Spec:
+    """The spec `factor` times as long: its duration, and the count of every random fault schedule
+    (so the faults keep their density; fixed `at` windows stay where they are). A suite's `scale`:
+    15 turns 60 s runs into the thesis's 15-minute runs."""
+    if factor == 1:
+        return spec
+    out = spec.model_copy(deep=True)
+    out.duration = spec.duration * factor
+    for f in out.faults:
+        if f.schedule.random is not None:
+            f.schedule.random.count *= factor
+    return out
 

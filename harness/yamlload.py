@@ -46,6 +46,18 @@ class YamlDoc:
         if not isinstance(self.data, dict):
             raise SpecError(self.path, 1, "", "expected a mapping of fields at the top level")
 
+    def at(self, loc: Loc) -> Any:
+        """The data at `loc` (None where the path does not exist)."""
+        data = self.data
+        for part in loc:
+            if isinstance(data, dict) and part in data:
+                data = data[part]
+            elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
+                data = data[part]
+            else:
+                return None
+        return data
+
     def line(self, loc: Loc) -> int | None:
         """Line (1-based) of the deepest node on the path `loc` that exists."""
         node, line = self.node, self.node.start_mark.line + 1
@@ -96,3 +108,32 @@ def _explain(err: dict) -> str:
     if msg.startswith("Value error, "):
         return msg[len("Value error, "):]
     return msg[0].lower() + msg[1:]
+
+
+class MergedDoc(YamlDoc):
+    """Mappings from one or more YAML files read as one: the first part that has a top-level field
+    gives it. An error about a field names the file and line where that field was written; a
+    missing field names the first part. Used for an experiment in a suite: the suite's entry over
+    the spec file it names over the suite's defaults (harness.suite)."""
+
+    def __init__(self, parts: list[tuple[YamlDoc, Loc]], drop: tuple[str, ...] = ()):
+        self.parts = [(doc, tuple(loc)) for doc, loc in parts]
+        self.path = self.parts[0][0].path
+        data: dict = {}
+        for doc, loc in reversed(self.parts):
+            data.update(doc.at(loc) or {})
+        self.data = {k: v for k, v in data.items() if k not in drop}
+
+    def line(self, loc: Loc) -> int | None:
+        doc, prefix = self._owner(loc)
+        return doc.line(prefix + tuple(loc))
+
+    def _owner(self, loc: Loc) -> tuple[YamlDoc, Loc]:
+        for doc, prefix in self.parts:
+            if loc and loc[0] in (doc.at(prefix) or {}):
+                return doc, prefix
+        return self.parts[0]
+
+    def error(self, loc: Loc, message: str) -> SpecError:
+        doc, prefix = self._owner(loc)
+        return doc.error(prefix + tuple(loc), message)

@@ -1,0 +1,183 @@
+"""Experiment suites: several experiments, each with its repetitions and seeds, run as one
+(docs/suites.md). `run-experiment` takes a suite file where it takes a spec.
+
+    suite: thesis-3.3            # the name: runs go to results/<name>/<experiment>/<run>/
+    scale: 1                     # N: every duration and random fault count times N (scaled())
+    seed: 100                    # entry i's default seed: seed + 100 * i
+    repetitions: 1               # each entry's default
+    defaults: {topology: dumbbell, duration: 60s, monitor: site1n1}   # spec fields every entry lacks
+    anchors: ...                 # free: a place for YAML anchors the entries reuse
+    experiments:
+      - file: control.yaml       # a spec file (relative to the suite) ...
+        name: control-b          # ... with any of its fields replaced
+        seeds: [7, 17]           # one repetition per seed
+      - name: tcp-upload         # or a whole spec written inline
+        workloads: [...]
+        faults: [...]
+
+An entry's fields come from the entry, else its spec file, else `defaults`; a mistake is reported at
+the file and line where the field was written. `load_suite` resolves every entry and plans every
+repetition before anything runs, so one bad entry stops the suite before its first run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from harness.spec import MAX_REPETITIONS, Experiment, Spec, _Strict, experiment_from
+from harness.yamlload import MergedDoc, YamlDoc
+
+# The setup, teardown and per-run analysis around each run's `duration`, measured here for the
+# dumbbell on Mininet (about 5 s); the ETA replaces it with what the suite's own runs took.
+RUN_OVERHEAD_S = 6.0
+MAX_SCALE = 60
+SEED_STRIDE = 100   # entry i's default seed: the suite's seed + SEED_STRIDE * i
+ENTRY_ONLY = ("file", "seeds")   # entry fields that are not spec fields
+
+
+class SuiteModel(_Strict):
+    suite: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = ""
+    scale: int = Field(default=1, ge=1, le=MAX_SCALE)
+    seed: int = 0
+    repetitions: int = Field(default=1, ge=1, le=MAX_REPETITIONS)
+    defaults: dict[str, Any] = {}
+    anchors: Any = None
+    experiments: list[dict[str, Any]] = Field(min_length=1)
+
+
+@dataclass
+class Suite:
+    name: str
+    path: Path
+    scale: int
+    description: str
+    experiments: list[Experiment]
+    sources: list[str] = field(default_factory=list)   # per experiment: its spec file, or "inline"
+
+    @property
+    def dir_name(self) -> str:
+        """results/<dir_name>/: the name, marked with the scale when it is not 1 (a scaled suite's
+        runs are other runs and must not mix with the default's)."""
+        return self.name if self.scale == 1 else f"{self.name}-x{self.scale}"
+
+    def planned(self) -> list[tuple[Experiment, int]]:
+        """Every run of the suite, in the order they run: entry by entry, repetition by repetition."""
+        return [(exp, r) for exp in self.experiments for r in range(exp.spec.repetitions)]
+
+    def estimate_s(self, overhead_s: float = RUN_OVERHEAD_S) -> float:
+        return sum(exp.spec.duration + overhead_s for exp, _ in self.planned())
+
+
+def is_suite_file(path: Path | str) -> bool:
+    """A suite has a top-level `suite:` (a spec has `name:`); unreadable files are left to the loader."""
+    try:
+        doc = YamlDoc(path)
+    except Exception:  # noqa: BLE001 - the spec loader reports the problem with its file and line
+        return False
+    return "suite" in doc.data
+
+
+def load_suite(path: Path | str, scale: int | None = None, topology: Path | str | None = None) -> Suite:
+    """Load, resolve and plan every experiment of a suite; `scale` replaces the file's."""
+    path = Path(path)
+    doc = YamlDoc(path)
+    model = doc.parse(SuiteModel)
+    factor = model.scale if scale is None else scale
+    if not 1 <= factor <= MAX_SCALE:
+        raise doc.error(("scale",), f"scale must be between 1 and {MAX_SCALE} (got {factor})")
+    if not isinstance(doc.at(("defaults",)) or {}, dict):
+        raise doc.error(("defaults",), "expected a mapping of spec fields")
+    experiments, sources, names = [], [], {}
+    for i, entry in enumerate(model.experiments):
+        exp, source = _entry(doc, path, model, i, entry, factor, topology)
+        if exp.spec.name in names:
+            loc = ("experiments", i, "name") if "name" in entry else ("experiments", i)
+            raise doc.error(loc, f"experiment name {exp.spec.name!r} is also entry {names[exp.spec.name]}'s; "
+                                 f"each experiment of a suite needs its own name (its runs' directory)")
+        names[exp.spec.name] = i
+        experiments.append(exp)
+        sources.append(source)
+    return Suite(model.suite, path, factor, model.description, experiments, sources)
+
+
+def _entry(doc: YamlDoc, path: Path, model: SuiteModel, i: int, entry: dict, factor: int,
+           topology) -> tuple[Experiment, str]:
+    loc = ("experiments", i)
+    parts: list[tuple[YamlDoc, tuple]] = [(doc, loc)]
+    spec_path, source = path, "inline"
+    if "file" in entry:
+        name = entry["file"]
+        if not isinstance(name, str) or not name:
+            raise doc.error(loc + ("file",), "expected the path of a spec file, relative to the suite")
+        spec_path = path.parent / name
+        if not spec_path.is_file():
+            raise doc.error(loc + ("file",), f"no spec file {spec_path}")
+        file_doc = YamlDoc(spec_path)
+        if "suite" in file_doc.data:
+            raise doc.error(loc + ("file",), f"{spec_path} is a suite; a suite lists spec files, not suites")
+        parts.append((file_doc, ()))
+        source = str(spec_path)
+    parts.append((doc, ("defaults",)))
+    merged = MergedDoc(parts, drop=ENTRY_ONLY)
+    seeds = _seeds(doc, loc, entry)
+    if seeds:
+        if "repetitions" in entry and entry["repetitions"] != len(seeds):
+            raise doc.error(loc + ("repetitions",), f"{entry['repetitions']} repetitions but {len(seeds)} seeds: "
+                                                    "give one or the other (one repetition per seed)")
+        merged.data["repetitions"] = len(seeds)
+    merged.data.setdefault("repetitions", model.repetitions)
+    merged.data.setdefault("seed", model.seed + SEED_STRIDE * i)
+    return experiment_from(merged, spec_path, topology, scale=factor, seeds=seeds), source
+
+
+def _seeds(doc: YamlDoc, loc: tuple, entry: dict) -> tuple[int, ...]:
+    if "seeds" not in entry:
+        return ()
+    seeds = entry["seeds"]
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
+                                                          for s in seeds):
+        raise doc.error(loc + ("seeds",), "expected a non-empty list of integers, one per repetition")
+    if len(set(seeds)) != len(seeds):
+        raise doc.error(loc + ("seeds",), "a seed is listed twice: the two repetitions would be the same run")
+    if len(seeds) > MAX_REPETITIONS:
+        raise doc.error(loc + ("seeds",), f"at most {MAX_REPETITIONS} seeds")
+    if "seed" in entry:
+        raise doc.error(loc + ("seed",), "give either seed (repetition k uses seed + k) or seeds, not both")
+    return tuple(seeds)
+
+
+def describe_plan(suite: Suite, kept: set[tuple[str, int]] | None = None) -> tuple[list[str], list[list[str]]]:
+    """The plan as a table (header, rows): one row per experiment; `kept` marks the runs --resume keeps."""
+    header = ["#", "experiment", "from", "runs", "seeds", "duration", "workloads", "faults per run"]
+    rows = []
+    for k, (exp, source) in enumerate(zip(suite.experiments, suite.sources, strict=True)):
+        spec = exp.spec
+        reps = spec.repetitions
+        seeds = [exp.seed_for(r) for r in range(reps)]
+        seed_text = ", ".join(map(str, seeds)) if reps <= 4 else f"{seeds[0]}, ..., {seeds[-1]}"
+        runs = str(reps)
+        if kept is not None:
+            done = sum((spec.name, r) in kept for r in range(reps))
+            runs = f"{reps - done} of {reps}" if done else runs
+        windows = exp.plan(0)
+        kinds: dict[str, int] = {}
+        for w in windows:
+            kinds[spec.faults[w.spec_index].kind] = kinds.get(spec.faults[w.spec_index].kind, 0) + 1
+        faults = ", ".join(f"{n} {kind}" for kind, n in kinds.items()) or "none (control)"
+        rows.append([str(k), spec.name, Path(source).name if source != "inline" else "inline", runs, seed_text,
+                     f"{spec.duration:g}s", _workloads_text(spec), faults])
+    return header, rows
+
+
+def _workloads_text(spec: Spec) -> str:
+    parts = []
+    for w in spec.workloads:
+        n = w.instances * (w.parallel if w.kind == "iperf" else 1)
+        what = f"{w.kind} {w.direction}" + (f" x{n}" if n > 1 else "")
+        parts.append(what + (" (bg)" if w.role == "background" else ""))
+    return ", ".join(parts)
