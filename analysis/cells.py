@@ -13,7 +13,7 @@ from functools import cached_property
 
 import numpy as np
 
-from analysis.stretches import Counters, Stretch
+from analysis.stretches import KINDS, Counters, Stretch
 
 
 @dataclass
@@ -76,3 +76,37 @@ class Batch:
         return [flat[a:b].reshape(st.n, st.t)
                 for st, a, b in zip(self.stretches, self.offsets[:-1], self.offsets[1:], strict=True)]
 
+    # ------------------------------------------------------------ kinds, parents and groups of cells
+
+    @cached_property
+    def kind_codes(self) -> np.ndarray:
+        """Per cell: the module's kind as an index into analysis.stretches.KINDS (-1 if unknown)."""
+        code = {k: i for i, k in enumerate(KINDS)}
+        return self.per_module([[code.get(k, -1) for k in st.kinds] for st in self.stretches], dtype=np.int8)
+
+    @cached_property
+    def has_parent(self) -> np.ndarray:
+        """Per cell: the module has a parent (an upper layer) in its stretch."""
+        return self.per_module([[bool(p) for p in st.parents] for st in self.stretches], dtype=bool)
+
+    def cell_groups(self, keys: list[list]) -> tuple[np.ndarray, int]:
+        """Group the cells of each snapshot by a key per module: `keys[k][m]` for module m of stretch k
+        (None: in no group). Returns (per cell a group number, -1 for none; the number of groups). Cells
+        share a group when they are in the same stretch and snapshot and their modules' keys are equal."""
+        parts, base = [np.zeros(0, dtype=np.int64)], 0
+        for st, ks in zip(self.stretches, keys, strict=True):
+            if len(ks) != st.n:
+                raise ValueError(f"{len(ks)} keys for a stretch of {st.n} modules")
+            local: dict = {}
+            g = np.array([-1 if key is None else local.setdefault(key, len(local)) for key in ks], dtype=np.int64)
+            cells = base + g[:, None] * st.t + np.arange(st.t, dtype=np.int64)
+            parts.append(np.where(g[:, None] >= 0, cells, -1).ravel())
+            base += len(local) * st.t
+        return np.concatenate(parts), base
+
+    @cached_property
+    def remote_groups(self) -> tuple[np.ndarray, int]:
+        """`cell_groups` keyed by each module's remote peer: the optional per-module list
+        `Stretch.remote` (for a TCP connection its remote address; None where unknown). A stretch
+        without it puts no module in a group."""
+        return self.cell_groups([list(getattr(st, "remote", None) or [None] * st.n) for st in self.stretches])

@@ -88,6 +88,9 @@ class Stretch:
     seqs: np.ndarray                   # snapshot seq numbers, shape (T,)
     counters: dict[str, Counters] = field(default_factory=dict)
     detached: np.ndarray | None = None  # bool (modules,); None = none detached
+    # Per module, the remote peer it depends on (a TCP connection's remote address, attrs "dst";
+    # JSON "remote"), None where unknown; None = unknown for all. flowdiagnoser:shared=on groups by it.
+    remote: list[str | None] | None = None
 
     def __post_init__(self):
         self.edges = sorted(set(self.edges))  # one canonical order: every variant relies on it
@@ -122,7 +125,7 @@ class Stretch:
     def take(self, cols) -> Stretch:
         """The same graph over a subset of the snapshots."""
         return Stretch(self.modules, self.kinds, self.edges, self.seqs[cols],
-                       {d: c.take(cols) for d, c in self.counters.items()}, self.detached)
+                       {d: c.take(cols) for d, c in self.counters.items()}, self.detached, self.remote)
 
 
 # ---------------------------------------------------------------- JSON snapshots
@@ -176,6 +179,8 @@ def stretch_from_json(obj: Any, where: str = "input") -> Stretch:
             _fail(w, f"duplicate module id {m['id']!r}")
         if m.get("kind") not in KINDS:
             _fail(w, f"kind must be one of {', '.join(KINDS)}, got {json.dumps(m.get('kind'))}")
+        if m.get("remote") is not None and not isinstance(m["remote"], str):
+            _fail(w, f"remote must be an address (a string) or null, got {json.dumps(m['remote'])}")
         index[m["id"]] = i
         ids.append(m["id"])
         kinds.append(m["kind"])
@@ -220,7 +225,7 @@ def stretch_from_json(obj: Any, where: str = "input") -> Stretch:
                     if v[name] is not None:
                         getattr(c, has)[i, s] = True
                         {"wait_ms": c.wait, "queued": c.queued, "errors": c.errors}[name][i, s] = v[name]
-    return Stretch(ids, kinds, edges, np.arange(t), counters)
+    return Stretch(ids, kinds, edges, np.arange(t), counters, remote=[m.get("remote") for m in mods])
 
 
 # ---------------------------------------------------------------- run.db
@@ -494,7 +499,12 @@ def load_run(run_dir: str | Path) -> Run:
     # "Some stretch" rather than "some row of the edges table": an edge counts where the diagnosis
     # sees it, with both ends present, so a module whose upper layer never shows up stays a root.
     attached_somewhere = {st.modules[c] for st in run.stretches for _, c in st.edges}
+    remote = {}
+    for i, k, _name, _key, attrs, *_ in mods:
+        dst = damage.as_dict(attrs).get("dst") if k == "tcp" else None
+        remote[i] = dst if isinstance(dst, str) and dst else None
     for st in run.stretches:
         st.detached = np.array([m in attached_somewhere for m in st.modules], dtype=bool)
         st.detached[[c for _, c in st.edges]] = False
+        st.remote = [remote.get(m) for m in st.modules]
     return run

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+import tests.support.reference_shared_peer  # noqa: F401 - registers the shared and peer references
 from tests.support.env import leftovers
 
 

@@ -84,9 +84,12 @@ class Variant:
 
     @property
     def name(self) -> str:
-        """Canonical name: shown parameters and those that differ from their defaults."""
-        parts = [f"{p.name}={p.text(self.params[p.name])}" for p in self.system.params
-                 if p.shown or self.params[p.name] != p.default]
+        """Canonical name: shown parameters and those that differ from their defaults (a parameter
+        missing from `params` is at its default, so code written before a parameter existed keeps
+        naming and running its variants as before)."""
+        values = {p.name: self.params.get(p.name, p.default) for p in self.system.params}
+        parts = [f"{p.name}={p.text(values[p.name])}" for p in self.system.params
+                 if p.shown or values[p.name] != p.default]
         return self.system.name + (":" + ",".join(parts) if parts else "")
 
     @property

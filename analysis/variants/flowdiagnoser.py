@@ -31,6 +31,17 @@ How the algorithm maps onto arrays (docs/diagnosis.md has the long form):
   its outbound queue (the TCP send queue). Inbound, the queue (TCP receive queue) holds data the
   reader has not taken yet: it is the parent's work, not the module's, so inbound every module is
   treated as not supporting queued_msgs.
+- `shared=on`: thesis 3.6.1, "Accounting for shared dependencies" (Figure 3.9(b)). TCP connections
+  to the same remote address (`Stretch.remote`) share a virtual "path to X" module. Its counters are
+  approximated as 3.6.1 says (active if a member is active, else potentially blocked if a member
+  waits), and 3.6.1's rule for the members: with at least Θ waiting members and no active one the
+  members are BLOCKED and the path takes the blame; otherwise the members keep their result. The
+  ip+eth rule (3.3.2) is unchanged: when the whole interface is silent it decides as before. So
+  shared=on only turns STALLED TCP connections into BLOCKED ones, when their whole path is silent
+  while the interface moves packets. The path has no row in the accuracy tables: by 3.6.1's
+  parsimony argument ("it is preferable to blame a single module that represents the path to S1H1
+  than to separately blame three TCP connections"), its blame is counted nowhere, neither as TCP nor
+  as ip+eth (whose scope 3.6.1 wants narrowed, not widened). docs/diagnosis.md has the long form.
 """
 
 from __future__ import annotations
@@ -41,7 +52,7 @@ import networkx as nx
 import numpy as np
 
 from analysis.cells import Batch
-from analysis.stretches import DIRS, Counters, Stretch
+from analysis.stretches import DIRS, KINDS, Counters, Stretch
 from analysis.variants import (
     BLOCKED,
     DONTCARE,
@@ -185,12 +196,46 @@ def _batch_direction(batch: Batch, d: str, theta: int, queues: bool) -> np.ndarr
     return res
 
 
-def diagnose(batch: Batch, theta: int = 2, queues: bool = False, confirm: int = 1):
+def diagnose(batch: Batch, theta: int = 2, queues: bool = False, confirm: int = 1, shared: bool = False):
     out = {}
     for d in DIRS:
         res = _batch_direction(batch, d, theta, queues)
+        if shared:
+            res = shared_paths(batch, d, res, theta)
         out[d] = (res, res == STALLED)
     return out
+
+
+# ---------------------------------------------------------------- shared dependencies (thesis 3.6.1)
+
+_TCP = KINDS.index("tcp")
+
+
+def shared_paths(batch: Batch, d: str, res: np.ndarray, theta: int) -> np.ndarray:
+    """Thesis 3.6.1 over one direction's results: the "path to X" of TCP connections to the same
+    remote address X takes the blame of its members when none of them is active and at least Θ of
+    them wait; those members, STALLED so far (they could pass the blame to no lower layer), become
+    BLOCKED. A member *waits* as in HasWork: inactive, BLOCKED or STALLED (it has work), and its wait
+    counter grew or it has none. Only members without a wait counter move (Table 2.2 (e): a module
+    with one is BLOCKED or STALLED by its own counter). Every other result stays as it was."""
+    gid, n_groups = batch.remote_groups
+    member = (gid >= 0) & (batch.kind_codes == _TCP)
+    if not n_groups or not member.any():
+        return res
+    c = batch.counters(d)
+    g = gid[member]
+    inactive = c.tm[member] == 0
+    r = res[member]
+    waits = inactive & ((r == BLOCKED) | (r == STALLED)) & (~c.has_wait[member] | (c.wait[member] > 0))
+    active = np.bincount(g, weights=~inactive, minlength=n_groups) > 0
+    n_waiting = np.bincount(g, weights=waits, minlength=n_groups)
+    path_blamed = ~active & (n_waiting >= theta)
+    move = path_blamed[g] & (r == STALLED) & ~c.has_wait[member]
+    if not move.any():
+        return res
+    res = res.copy()
+    res[np.flatnonzero(member)[move]] = BLOCKED
+    return res
 
 
 # ---------------------------------------------------------------- stretches with cycles
@@ -327,9 +372,12 @@ SYSTEM = RuleSystem(
               "the module's own pending work); the thesis's NeST did not"),
         Param("confirm", 1, positive_int, "positive only after this many consecutive STALLED "
               "snapshots (thesis 2.2.1 suggests 2)"),
+        Param("shared", False, on_off, "thesis 3.6.1 shared dependencies: TCP connections to one remote "
+              "address share a 'path to X' that takes their blame (members BLOCKED) when >= Θ of them "
+              "wait and none is active; the path has no table row (needs Stretch.remote)"),
     ),
     diagnose=diagnose,
     over_time=over_time,
     presets=("flowdiagnoser", "flowdiagnoser:theta=1", "flowdiagnoser:theta=3",
-             "flowdiagnoser:queues=on", "flowdiagnoser:confirm=2"),
+             "flowdiagnoser:queues=on", "flowdiagnoser:confirm=2", "flowdiagnoser:shared=on"),
 )
