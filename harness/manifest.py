@@ -219,7 +219,7 @@ class Counts(_Record):
 
 
 class Manifest(_Record):
-    """manifest.json (docs/run-format.md), format versions 1-3 and, for the keys it knows, later."""
+    """manifest.json (docs/run-format.md), format versions 1-4 and, for the keys it knows, later."""
 
     format_version: int
     status: str                              # running | complete | interrupted | failed

@@ -19,7 +19,9 @@ from typing import Any
 # 2: counter rows only when values change (1: a row every snapshot).
 # 3: tcp_info (each connection's smoothed RTT) and queue_stats (the shaped links' queues); the
 #    manifest's link_model, isolation and health. Version 2 runs read as before, without health data.
-FORMAT_VERSION = 3
+# 4: tcp_info gains TCP's own state: backoff, ca_state, retransmits, probes, rto and the times of the
+#    last data sent/received and ACK received (issue 13's tcpstate variant). Version 3 reads as before.
+FORMAT_VERSION = 4
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -96,7 +98,15 @@ CREATE TABLE IF NOT EXISTS tcp_info (
     seq INTEGER NOT NULL,
     module INTEGER NOT NULL,
     rtt_us INTEGER,                  -- tcpi_rtt: smoothed round-trip time, microseconds
-    rttvar_us INTEGER                -- tcpi_rttvar
+    rttvar_us INTEGER,               -- tcpi_rttvar
+    backoff INTEGER,                 -- tcpi_backoff: RTO doublings (format 4 on)
+    ca_state INTEGER,                -- tcpi_ca_state: 0 Open, 1 Disorder, 2 CWR, 3 Recovery, 4 Loss
+    retransmits INTEGER,             -- tcpi_retransmits: RTO retransmissions of the head segment in a row
+    probes INTEGER,                  -- tcpi_probes: unanswered zero-window probes
+    rto_us INTEGER,                  -- tcpi_rto
+    data_sent_at REAL,               -- reference-clock time of the last data sent (snapshot - tcpi_last_data_sent)
+    data_recv_at REAL,               -- ... of the last data received (tcpi_last_data_recv)
+    ack_recv_at REAL                 -- ... of the last ACK received (tcpi_last_ack_recv)
 );
 -- The queue of each shaped link end (the leaf qdisc under HTB), sampled by the runner about once a
 -- second. Counters are cumulative since the qdisc was made; backlog is the current value.

@@ -58,6 +58,12 @@ def test_decoder_agrees_with_ss(connection):
     rtt, rttvar = (float(x) for x in re.search(r"\brtt:([\d.]+)/([\d.]+)", out).groups())
     assert s.rtt_us == pytest.approx(rtt * 1000, abs=1) and s.rttvar_us == pytest.approx(rttvar * 1000, abs=1)
     assert s.rtt_us > 0
+    # the state of format 4: rto, and the times since the last data/ACK (ss dumps a little later)
+    assert s.rto_us == pytest.approx(float(re.search(r"\brto:([\d.]+)", out).group(1)) * 1000, abs=1000)
+    assert (s.ca_state, s.retransmits, s.probes, s.backoff) == (0, 0, 0, 0)   # a healthy loopback connection
+    for mine_ms, theirs in ((s.last_data_sent_ms, "lastsnd"), (s.last_data_recv_ms, "lastrcv"),
+                            (s.last_ack_recv_ms, "lastack")):
+        assert 0 <= int(fields[theirs]) - mine_ms <= 1000, (theirs, mine_ms, fields[theirs])
 
 
 def test_ignored_addresses_never_become_modules(connection):
@@ -106,13 +112,24 @@ def test_tracker_writes_rows_on_change_and_the_reader_fills_them(tmp_path):
 
 
 def test_tracker_writes_tcp_info_on_change(tmp_path):
+    """A row when a value changes or a "last ... ago" time moves: an idle connection, whose ages
+    grow with the clock, writes none."""
     db = create_db(tmp_path / "run.db")
     db.isolation_level = None
     tr = ModuleTracker(db)
-    for k, rtt in enumerate([(500, 250), (500, 250), (700, 300)]):
-        tr.record(float(k), time.time(), [Observation("tcp:1", "tcp", "c", {"in": {"total_msgs": k}}, {}, [], rtt)])
-    assert db.execute("SELECT seq, module, rtt_us, rttvar_us FROM tcp_info").fetchall() == [(0, 1, 500, 250),
-                                                                                         (2, 1, 700, 300)]
+    # (rtt, rttvar, backoff, ca_state, retransmits, probes, rto, last sent, last recv, last ack: ms ago)
+    infos = [(500, 250, 0, 0, 0, 0, 204000, 0, 50, 0),
+             (500, 250, 0, 0, 0, 0, 204000, 100, 150, 100),   # 0.1 s later, nothing happened
+             (700, 300, 0, 0, 0, 0, 204000, 200, 250, 200),   # a new RTT
+             (700, 300, 1, 4, 1, 0, 408000, 300, 350, 300),   # an RTO: loss state, backed off
+             (700, 300, 1, 4, 1, 0, 408000, 0, 450, 400)]     # a retransmission sent
+    for k, info in enumerate(infos):
+        tr.record(k / 10, time.time(), [Observation("tcp:1", "tcp", "c", {"in": {"total_msgs": k}}, {}, [], info)])
+    rows = db.execute("SELECT * FROM tcp_info").fetchall()
+    assert [r[0] for r in rows] == [0, 2, 3, 4]
+    assert rows[0] == (0, 1, 500, 250, 0, 0, 0, 0, 204000, 0.0, -0.05, 0.0)
+    assert rows[2][4:9] == (1, 4, 1, 0, 408000)
+    assert rows[3][9] == pytest.approx(0.4) and rows[3][10] == pytest.approx(-0.05)   # sent at 0.4 s; recv unchanged
 
 
 class CounterFile:

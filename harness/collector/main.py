@@ -65,9 +65,11 @@ class ModuleTracker:
                 if last.get((mid, d)) != vals:
                     last[(mid, d)] = vals
                     rows.append((seq, mid, d, *vals))
-            if ob.tcp_info is not None and self.last_info.get(mid) != ob.tcp_info:
-                self.last_info[mid] = ob.tcp_info
-                info_rows.append((seq, mid, *ob.tcp_info))
+            if ob.tcp_info is not None:
+                row = _info_row(now, ob.tcp_info, self.last_info.get(mid))
+                if row is not None:
+                    self.last_info[mid] = row
+                    info_rows.append((seq, mid, *row[0], *row[1]))
         edges = {(seen[ob.key], seen[child]) for ob in observations for child in ob.children if child in seen}
         deaths = [(now, mid) for key, mid in ids.items() if key not in seen]
         for _, mid in deaths:
@@ -83,7 +85,7 @@ class ModuleTracker:
             db.executemany("UPDATE modules SET died = ? WHERE id = ?", deaths)
         db.executemany("INSERT INTO counters VALUES (?,?,?,?,?,?,?,?)", rows)
         if info_rows:
-            db.executemany("INSERT INTO tcp_info VALUES (?,?,?,?)", info_rows)
+            db.executemany("INSERT INTO tcp_info VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", info_rows)
         if edges != self.edges:
             db.executemany("INSERT OR IGNORE INTO edges (parent, child, born) VALUES (?,?,?)",
                            [(p, c, now) for p, c in edges - self.edges])
@@ -99,6 +101,26 @@ class ModuleTracker:
         self.db.execute("UPDATE edges SET died = ? WHERE died IS NULL", (now,))
         self.db.execute("COMMIT")
         ensure_indexes(self.db)
+
+
+# tcp_info's "ms ago" fields become times on the reference clock (snapshot time - ago), which stay
+# put while nothing happens, so an idle connection writes no rows. They are kernel jiffies
+# truncated to ms: a time that moved less than this is the same time.
+STAMP_TOLERANCE_S = 0.011
+
+
+def _info_row(now: float, info: tuple, last: tuple | None) -> tuple | None:
+    """(values, stamps in s) to write for one connection, or None when nothing changed since
+    `last`. Runs for every connection every snapshot: plain comparisons, no loops."""
+    values = info[:7]
+    t = now * 1000.0
+    sent, recv, ack = t - info[7], t - info[8], t - info[9]
+    if last is not None and last[0] == values:
+        ls, lr, la = last[2]
+        tol = STAMP_TOLERANCE_S * 1000.0
+        if -tol <= sent - ls <= tol and -tol <= recv - lr <= tol and -tol <= ack - la <= tol:
+            return None
+    return values, (round(sent / 1000.0, 4), round(recv / 1000.0, 4), round(ack / 1000.0, 4)), (sent, recv, ack)
 
 
 def make_sources(interceptor_dir: str | None, ignore_interfaces=()) -> tuple[list[Source], InterfaceSource]:

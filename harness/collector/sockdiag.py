@@ -46,12 +46,17 @@ _U32 = struct.Struct("=I")
 _TI_BYTES = struct.Struct("=QQ")          # bytes_acked @120, bytes_received @128
 _TI_DATA_SEGS = struct.Struct("=II")      # data_segs_in @152, data_segs_out @156
 _TI_RTT = struct.Struct("=II")            # rtt @68, rttvar @72 (µs, smoothed)
+# @0: (state,) ca_state, retransmits, probes, backoff (u8), (options, wscale, flags,) rto (u32, µs)
+_TI_STATE = struct.Struct("=xBBBB3xI")
+# @44: last_data_sent, (last_ack_sent,) last_data_recv, last_ack_recv: ms before the dump
+_TI_LAST = struct.Struct("=I4xII")
 _TI_MIN_LEN = 160
 
 
 # One socket as dumped: raw addresses are decoded only when a connection is first seen.
 # (inode, family, state, src_raw, sport_raw, dst_raw, dport_raw, rqueue, wqueue,
-#  data_segs_in, data_segs_out, bytes_received, bytes_acked, total_retrans, rtt_us, rttvar_us)
+#  data_segs_in, data_segs_out, bytes_received, bytes_acked, total_retrans, rtt_us, rttvar_us,
+#  ca_state, retransmits, probes, backoff, rto_us, last_data_sent_ms, last_data_recv_ms, last_ack_recv_ms)
 RawSock = tuple
 
 
@@ -75,6 +80,14 @@ class TcpSock:
     retrans: int
     rtt_us: int
     rttvar_us: int
+    ca_state: int          # 0 Open, 1 Disorder, 2 CWR, 3 Recovery, 4 Loss
+    retransmits: int       # RTO retransmissions of the head segment in a row
+    probes: int            # unanswered zero-window probes
+    backoff: int           # RTO doublings
+    rto_us: int
+    last_data_sent_ms: int
+    last_data_recv_ms: int
+    last_ack_recv_ms: int
 
     @classmethod
     def decode(cls, r: RawSock) -> TcpSock:
@@ -115,7 +128,7 @@ class SockDiag:
         buf = self.buf
         unpack_hdr, unpack_msg, unpack_rta = _NLMSGHDR.unpack_from, _MSG.unpack_from, _RTA.unpack_from
         unpack_u32, unpack_bytes, unpack_segs = _U32.unpack_from, _TI_BYTES.unpack_from, _TI_DATA_SEGS.unpack_from
-        unpack_rtt = _TI_RTT.unpack_from
+        unpack_rtt, unpack_state, unpack_last = _TI_RTT.unpack_from, _TI_STATE.unpack_from, _TI_LAST.unpack_from
         append = out.append
         while True:
             n = self.sock.recv_into(buf)
@@ -146,7 +159,8 @@ class SockDiag:
                         i = a + 4
                         append((inode, family, state, src, sport, dst, dport, rq, wq,
                                 *unpack_segs(buf, i + 152), *unpack_bytes(buf, i + 120)[::-1],
-                                unpack_u32(buf, i + _TI_TOTAL_RETRANS)[0], *unpack_rtt(buf, i + 68)))
+                                unpack_u32(buf, i + _TI_TOTAL_RETRANS)[0], *unpack_rtt(buf, i + 68),
+                                *unpack_state(buf, i), *unpack_last(buf, i + 44)))
                         break
                     a += (alen + 3) & ~3
 
@@ -192,7 +206,8 @@ class TcpSource:
                 key, "tcp", name,
                 {"in": {"total_msgs": r[9], "bytes": r[11], "queued": r[7]},
                  "out": {"total_msgs": r[10], "bytes": r[12], "queued": r[8], "errors": r[13]}},
-                births.get(r[0], _NO_ATTRS), children, (r[14], r[15])))
+                births.get(r[0], _NO_ATTRS), children, (r[14], r[15], r[19], r[16], r[17], r[18], r[20],
+                                                        r[21], r[22], r[23])))
         if len(known) + len(self.ignored_inodes) > 2 * len(raw) + 1000:  # forget connections long gone
             live = {r[0] for r in raw}
             self.known = {i: v for i, v in known.items() if i in live}

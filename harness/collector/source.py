@@ -24,8 +24,10 @@ class Observation:
     counters: Counters
     attrs: dict = field(default_factory=dict)    # recorded once, when the module is born
     children: list[str] = field(default_factory=list)  # keys of lower-layer modules it depends on
-    # TCP modules: (rtt_us, rttvar_us) from tcp_info, stored in the tcp_info table when they change.
-    tcp_info: tuple[int, int] | None = None
+    # TCP modules, from tcp_info: (rtt_us, rttvar_us, backoff, ca_state, retransmits, probes, rto_us,
+    # last_data_sent_ms, last_data_recv_ms, last_ack_recv_ms); the last three are "ms ago". Stored
+    # in the tcp_info table when they change (harness.collector.main.ModuleTracker).
+    tcp_info: tuple[int, ...] | None = None
 
 
 class Source(Protocol):
