@@ -19,6 +19,9 @@ from analysis.stretches import KINDS, Counters, Stretch
 @dataclass
 class Batch:
     stretches: list[Stretch]
+    # Where the stretches come from (a run directory, a JSON file), for errors that name it; None for
+    # stretches made in memory.
+    source: str | None = None
     offsets: np.ndarray = field(init=False)  # (K + 1,) first cell of each stretch
     _cache: dict = field(default_factory=dict, init=False, repr=False)
 
@@ -110,3 +113,17 @@ class Batch:
         `Stretch.remote` (for a TCP connection its remote address; None where unknown). A stretch
         without it puts no module in a group."""
         return self.cell_groups([list(getattr(st, "remote", None) or [None] * st.n) for st in self.stretches])
+
+    @cached_property
+    def tcpstate(self) -> dict[str, np.ndarray] | None:
+        """Per cell, the optional `Stretch.tcpstate` (analysis.tcpstate.TcpState) flattened: "known" and
+        every state field, plus "mono" (the snapshot's time); a stretch without it is unknown
+        everywhere (known False, fields NaN). None when no stretch has it."""
+        if all(st.tcpstate is None for st in self.stretches):
+            return None
+        from analysis.tcpstate import STATE_COLUMNS, TcpState
+        states = [st.tcpstate if st.tcpstate is not None else TcpState.unknown(st.n, st.t) for st in self.stretches]
+        out = {f: np.concatenate([getattr(s, f).ravel() for s in states]) for f in ("known", *STATE_COLUMNS)}
+        out["mono"] = np.concatenate([np.broadcast_to(s.mono, (st.n, st.t)).ravel()
+                                      for s, st in zip(states, self.stretches, strict=True)])
+        return out

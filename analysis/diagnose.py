@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.cells import Batch
-from analysis.stretches import DIRS, Run, Stretch, load_run, stretch_from_json
+from analysis.stretches import DIRS, KINDS, Run, Stretch, load_run, stretch_from_json
 from analysis.variants import DEFAULT_VARIANTS, LABELS, Variant, parse_variant
 
 CF_DECIMALS = 4  # certainty factors in JSON output
@@ -67,15 +67,17 @@ def _over_time(variant: Variant, diags: list[StretchDiagnosis]) -> None:
     if rule is None or not diags:
         return
     for d in DIRS:
-        mods, seqs, pos, shapes = [], [], [], []
+        mods, seqs, pos, kinds, shapes = [], [], [], [], []
         for sd in diags:
             st = sd.stretch
             p = sd.results[variant.name][d][1]
             mods.append(np.repeat(np.asarray(_ids(st), dtype=np.int64), st.t))
             seqs.append(np.tile(st.seqs, st.n))
             pos.append(p.ravel())
+            kinds.append(np.repeat(np.array([KINDS.index(k) if k in KINDS else -1 for k in st.kinds],
+                                            dtype=np.int8), st.t))
             shapes.append(p.shape)
-        new = rule(np.concatenate(mods), np.concatenate(seqs), np.concatenate(pos))
+        new = rule(np.concatenate(mods), np.concatenate(seqs), np.concatenate(pos), np.concatenate(kinds))
         at = 0
         for sd, shape in zip(diags, shapes, strict=True):
             size = shape[0] * shape[1]
@@ -91,10 +93,13 @@ def _ids(st: Stretch) -> list[int]:
     return list(range(st.n))
 
 
-def diagnose_stretches(source: Run | Iterable[Stretch], variants=None) -> list[StretchDiagnosis]:
+def diagnose_stretches(source: Run | Iterable[Stretch], variants=None, where: str | None = None) -> list[StretchDiagnosis]:
+    """`where` names the source in errors (default: the run's directory; none for stretches)."""
     vs = as_variants(variants)
     stretches = source.stretches if isinstance(source, Run) else list(source)
-    batch = Batch(stretches)  # every cell of every stretch at once; shared by the variants
+    if where is None and isinstance(source, Run):
+        where = str(source.path)
+    batch = Batch(stretches, source=where)  # every cell of every stretch at once; shared by the variants
     diags = [StretchDiagnosis(st, {}) for st in stretches]
     for v in vs:
         flat = v.diagnose(batch)
@@ -159,7 +164,7 @@ def diagnose_json(obj, variants=None, where: str = "input") -> dict:
     """`nestlab diagnose --json` output for a parsed document (raises UserError on bad input)."""
     st = stretch_from_json(obj, where)
     vs = as_variants(variants)
-    (sd,) = diagnose_stretches([st], vs)
+    (sd,) = diagnose_stretches([st], vs, where=where)
     out = []
     for v in vs:
         snaps = []

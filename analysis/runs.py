@@ -39,6 +39,7 @@ import pandas as pd
 
 from analysis import damage
 from analysis.stretches import DIRS, Run, load_run
+from analysis.tcpstate import STATE_COLUMNS, has_state_columns
 from harness.errors import UserError
 from harness.manifest import Manifest, ManifestError, Monitor, RunSpec, SpecWorkload, read_manifest
 from harness.store import FORMAT_VERSION, connect, resolve_fault_targets
@@ -282,7 +283,8 @@ class RunData:
     t0: float                   # the run's time origin (manifest t0, else the first snapshot)
     stop: float | None = None   # when the runner stopped the workloads (the run_end event), if known
     warnings: list[str] = field(default_factory=list)
-    tcp_info: pd.DataFrame | None = None     # seq, module, rtt_us, rttvar_us (None: not recorded)
+    tcp_info: pd.DataFrame | None = None     # seq, module, rtt_us, rttvar_us, format 4 also the
+    #                                         analysis.tcpstate.STATE_COLUMNS (None: not recorded)
     queue_stats: pd.DataFrame | None = None  # mono, node, interface, cumulative counters, backlog
     uncertain: list[tuple[float, float]] = field(default_factory=list)  # spans of faults whose window or
     #                             target is unknown (a damaged run): not quiet time (analysis.health)
@@ -385,9 +387,14 @@ def _load(info: RunInfo) -> RunData:
         faults = _frame(conn, f"SELECT {', '.join(damage.FAULT_COLUMNS)} FROM faults ORDER BY id", damage.FAULT_COLUMNS)
         health = {t: None for t in HEALTH_TABLES}
         if "tcp_info" in info.tables:
+            # Format 4 adds the state columns (analysis.tcpstate); older runs have the RTTs only.
+            optional = ("rtt_us", "rttvar_us", *(STATE_COLUMNS if has_state_columns(conn) else ()))
+            cols = ["seq", "module", *optional]
+            seen: list[str] = []   # load_run warned about the state columns already
             health["tcp_info"] = damage.numeric_frame(
-                conn, "tcp_info", "SELECT seq, module, rtt_us, rttvar_us FROM tcp_info",
-                ["seq", "module", "rtt_us", "rttvar_us"], ("seq", "module"), warnings, optional=("rtt_us", "rttvar_us"))
+                conn, "tcp_info", f"SELECT {', '.join(cols)} FROM tcp_info", cols, ("seq", "module"), seen,
+                optional=optional)
+            warnings += [w for w in seen if w not in warnings]
         if "queue_stats" in info.tables:
             cols = ["mono", "node", "interface", "sent_packets", "sent_bytes", "drops", "overlimits", "requeues",
                     "backlog_packets", "backlog_bytes"]

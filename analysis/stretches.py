@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from analysis import damage
+from analysis import damage, tcpstate
 from harness.errors import UserError
 
 DIRS = ("in", "out")
@@ -91,6 +91,10 @@ class Stretch:
     # Per module, the remote peer it depends on (a TCP connection's remote address, attrs "dst";
     # JSON "remote"), None where unknown; None = unknown for all. flowdiagnoser:shared=on groups by it.
     remote: list[str | None] | None = None
+    # Per module and snapshot, the connection's TCP state (analysis.tcpstate.TcpState: tcp_info's
+    # backoff, ca_state, retransmits, probes, rto and last send/receive times, carried forward);
+    # None = not recorded (run format <= 3, JSON). flowdiagnoser:tcpstate=on reads it.
+    tcpstate: Any = None
 
     def __post_init__(self):
         self.edges = sorted(set(self.edges))  # one canonical order: every variant relies on it
@@ -125,7 +129,8 @@ class Stretch:
     def take(self, cols) -> Stretch:
         """The same graph over a subset of the snapshots."""
         return Stretch(self.modules, self.kinds, self.edges, self.seqs[cols],
-                       {d: c.take(cols) for d, c in self.counters.items()}, self.detached, self.remote)
+                       {d: c.take(cols) for d, c in self.counters.items()}, self.detached, self.remote,
+                       None if self.tcpstate is None else self.tcpstate.take(cols))
 
 
 # ---------------------------------------------------------------- JSON snapshots
@@ -402,6 +407,7 @@ def load_run(run_dir: str | Path) -> Run:
         edge_rows, w = damage.read_edges(conn, mods)
         warnings += w
         rows, unplaced = damage.read_counters(conn, warnings)
+        tcp_rows = tcpstate.read_rows(conn, warnings)
     finally:
         conn.close()
     kind = {i: k for i, k, *_ in mods}
@@ -507,4 +513,5 @@ def load_run(run_dir: str | Path) -> Run:
         st.detached = np.array([m in attached_somewhere for m in st.modules], dtype=bool)
         st.detached[[c for _, c in st.edges]] = False
         st.remote = [remote.get(m) for m in st.modules]
+    tcpstate.attach(run.stretches, tcp_rows, seqs, mono)
     return run

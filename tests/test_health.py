@@ -35,7 +35,7 @@ def _run(tmp_path, upload_tm, download_tm, fault=None, queue_rows=(), rtts=(), r
     db.executemany("INSERT INTO queue_stats VALUES (?,?,?,?,?,?,?,?,?,?)",
                    [(T0 + t, "x1", "x1-eth3", sent, sent * 1500, drops, 0, 0, backlog, backlog * 1500)
                     for t, sent, drops, backlog in queue_rows])
-    db.executemany("INSERT INTO tcp_info VALUES (?,?,?,?)", [(seq, up, rtt, rtt // 2) for seq, rtt in rtts])
+    db.executemany("INSERT INTO tcp_info (seq, module, rtt_us, rttvar_us) VALUES (?,?,?,?)", [(seq, up, rtt, rtt // 2) for seq, rtt in rtts])
     db.commit()
     db.close()
     if recovery is not None:

@@ -43,6 +43,13 @@ def positive_int(text: str) -> int:
     return v
 
 
+def non_negative_int(text: str) -> int:
+    v = int(text)
+    if v < 0:
+        raise ValueError("expected an integer >= 0")
+    return v
+
+
 def certainty(text: str) -> float:
     v = float(text)
     if not -1.0 <= v < 1.0:
@@ -72,7 +79,8 @@ class RuleSystem:
     params: tuple[Param, ...]
     diagnose: Callable[..., dict[str, tuple[np.ndarray, np.ndarray]]]
     # Optional rule over consecutive snapshots: params -> None, or a function
-    # (module ids, seqs, positive), flat arrays of one direction -> positive.
+    # (module ids, seqs, positive, kinds), flat arrays of one direction -> positive (kinds: index
+    # into analysis.stretches.KINDS, -1 if unknown).
     over_time: Callable[..., Callable[..., np.ndarray] | None] | None = None
     presets: tuple[str, ...] = ()  # notable variants, listed by `nestlab variants`
 

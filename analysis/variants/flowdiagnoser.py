@@ -42,6 +42,11 @@ How the algorithm maps onto arrays (docs/diagnosis.md has the long form):
   parsimony argument ("it is preferable to blame a single module that represents the path to S1H1
   than to separately blame three TCP connections"), its blame is counted nowhere, neither as TCP nor
   as ip+eth (whose scope 3.6.1 wants narrowed, not widened). docs/diagnosis.md has the long form.
+- `tcpstate=on` (run format 4): a STALLED TCP connection stays STALLED only when its tcp_info state
+  says TCP is stuck (backoff, retransmits, probes, ca_state Loss, or nothing heard from the peer for
+  longer than its RTO); otherwise it is BLOCKED. The rules and why: analysis.variants.fd_tcpstate.
+- `confirm=N` is applied over time (over_time, across stretches); `confirm_tcp=N` gives TCP modules
+  their own N (0 = the same as confirm), so confirmation can apply to TCP connections alone.
 """
 
 from __future__ import annotations
@@ -60,9 +65,12 @@ from analysis.variants import (
     STALLED,
     Param,
     RuleSystem,
+    non_negative_int,
     on_off,
     positive_int,
 )
+from analysis.variants.fd_tcpstate import require as require_tcp_state
+from analysis.variants.fd_tcpstate import tcp_state_rule
 
 # ---------------------------------------------------------------- graph structure
 
@@ -196,12 +204,17 @@ def _batch_direction(batch: Batch, d: str, theta: int, queues: bool) -> np.ndarr
     return res
 
 
-def diagnose(batch: Batch, theta: int = 2, queues: bool = False, confirm: int = 1, shared: bool = False):
+def diagnose(batch: Batch, theta: int = 2, queues: bool = False, confirm: int = 1, shared: bool = False,
+             tcpstate: bool = False, confirm_tcp: int = 0):
+    if tcpstate:
+        require_tcp_state(batch)
     out = {}
     for d in DIRS:
         res = _batch_direction(batch, d, theta, queues)
         if shared:
             res = shared_paths(batch, d, res, theta)
+        if tcpstate:
+            res = tcp_state_rule(batch, res)
         out[d] = (res, res == STALLED)
     return out
 
@@ -353,11 +366,19 @@ def confirmed(module: np.ndarray, seq: np.ndarray, positive: np.ndarray, confirm
     return out
 
 
-def over_time(confirm: int = 1, **_):
-    """The rule over consecutive snapshots for these parameters; None when there is nothing to do."""
-    if confirm <= 1:
+def over_time(confirm: int = 1, confirm_tcp: int = 0, **_):
+    """The rule over consecutive snapshots for these parameters; None when there is nothing to do.
+    `confirm_tcp` (0 = same as `confirm`) is the confirmation of TCP modules; `confirm` the others'."""
+    tcp = confirm_tcp or confirm
+    if confirm <= 1 and tcp <= 1:
         return None
-    return lambda module, seq, positive: confirmed(module, seq, positive, confirm)
+    if tcp == confirm:
+        return lambda module, seq, positive, kind=None: confirmed(module, seq, positive, confirm)
+
+    def rule(module, seq, positive, kind):
+        is_tcp = kind == _TCP
+        return np.where(is_tcp, confirmed(module, seq, positive, tcp), confirmed(module, seq, positive, confirm))
+    return rule
 
 
 SYSTEM = RuleSystem(
@@ -375,9 +396,15 @@ SYSTEM = RuleSystem(
         Param("shared", False, on_off, "thesis 3.6.1 shared dependencies: TCP connections to one remote "
               "address share a 'path to X' that takes their blame (members BLOCKED) when >= Θ of them "
               "wait and none is active; the path has no table row (needs Stretch.remote)"),
+        Param("tcpstate", False, on_off, "a STALLED TCP connection stays STALLED only when tcp_info says it "
+              "is stuck (backoff, retransmits, probes, ca_state Loss, or no data/ACK for longer than its "
+              "RTO), else BLOCKED; needs run format 4"),
+        Param("confirm_tcp", 0, non_negative_int, "confirm for TCP modules alone: positive only after this "
+              "many consecutive STALLED snapshots (0 = same as confirm)"),
     ),
     diagnose=diagnose,
     over_time=over_time,
     presets=("flowdiagnoser", "flowdiagnoser:theta=1", "flowdiagnoser:theta=3",
-             "flowdiagnoser:queues=on", "flowdiagnoser:confirm=2", "flowdiagnoser:shared=on"),
+             "flowdiagnoser:queues=on", "flowdiagnoser:confirm=2", "flowdiagnoser:shared=on",
+             "flowdiagnoser:tcpstate=on", "flowdiagnoser:confirm_tcp=2"),
 )
