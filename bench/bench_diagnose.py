@@ -29,13 +29,34 @@ import numpy as np  # noqa: E402
 
 from analysis.diagnose import diagnose_stretches  # noqa: E402
 from analysis.stretches import load_run  # noqa: E402
+from analysis.tcpstate import TcpState  # noqa: E402
 from analysis.variants import parse_variant  # noqa: E402
 from tests.support.reference import assert_same, reference  # noqa: E402
 from tests.support.reference_shared_peer import ref_peer  # noqa: E402, F401 (registers the references)
+from tests.support.reference_tcpstate import ref_flowdiagnoser_tcpstate  # noqa: E402, F401
 from tests.support.synthetic import synthetic_run  # noqa: E402
 
-DEFAULT = ["flowdiagnoser", "flowdiagnoser:shared=on", "peer", "nest-cf"]
+DEFAULT = ["flowdiagnoser", "flowdiagnoser:shared=on", "flowdiagnoser:tcpstate=on", "flowdiagnoser:confirm_tcp=2",
+           "peer", "nest-cf"]
 FLOOR = 1_000_000   # module-diagnoses/s every variant's fast path must reach
+
+
+def synthetic_tcpstate(st, kinds, rng) -> TcpState:
+    """TCP state for the synthetic run (it records none), so tcpstate=on has rules to apply: every
+    TCP connection known, one in ten backed off or in Loss, last data 0-2 s before each snapshot."""
+    n, t = st.n, st.t
+    mono = st.seqs.astype(float) * 0.1
+    ts = TcpState.unknown(n, t, mono)
+    tcp = np.array([kinds.get(m) == "tcp" for m in st.modules])
+    ts.known[tcp] = True
+    shape = (int(tcp.sum()), t)
+    ts.backoff[tcp] = (rng.random(shape) < 0.1).astype(float)
+    ts.ca_state[tcp] = np.where(rng.random(shape) < 0.1, 4.0, 0.0)
+    ts.retransmits[tcp] = ts.probes[tcp] = 0.0
+    ts.rto_us[tcp] = 204_000.0
+    for f in ("data_sent_at", "data_recv_at", "ack_recv_at"):
+        getattr(ts, f)[tcp] = mono - rng.random(shape) * 2.0
+    return ts
 
 
 def main(argv=None) -> int:
@@ -55,8 +76,10 @@ def main(argv=None) -> int:
     run = load_run(cache)
     load_s = time.perf_counter() - t0
     remote = {m: f"10.0.{m % 3 + 5}.1" for m, k in run.module_kind.items() if k == "tcp"}
+    rng = np.random.default_rng(1)
     for st in run.stretches:
         st.remote = [remote.get(m) for m in st.modules]
+        st.tcpstate = synthetic_tcpstate(st, run.module_kind, rng)
     cells = sum(st.n * st.t for st in run.stretches)
     print(f"run: {len(run.seqs)} snapshots, {len(run.stretches)} stretches, "
           f"{np.mean([st.n for st in run.stretches]):.0f} modules on average, "
