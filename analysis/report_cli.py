@@ -190,6 +190,16 @@ def _seed(name: str | None, kind: str):
     return seed
 
 
+def _against(frame, seed, ev, out: Path, title: str) -> list[Path]:
+    """Print and write ours against a seed table (analysis.against); `title` has a {runs} slot."""
+    from analysis.against import write_against
+    from analysis.report import runs_title
+
+    md, files = write_against(frame, seed, out, title.format(runs=f"{runs_title(ev)}, ground truth {ev.policy}"))
+    print(f"\n{md}")
+    return files
+
+
 def _accuracy(args) -> int:
     from analysis.report import write_accuracy
 
@@ -206,14 +216,9 @@ def _accuracy(args) -> int:
     md, files = write_accuracy(ev, out, intervals=args.intervals)
     print(md)
     if seed is not None:
-        from analysis.against import accuracy_vs_seed, write_against
-        from analysis.report import runs_title
+        from analysis.against import accuracy_vs_seed
 
-        frame = accuracy_vs_seed(ev.counts, variant, seed)
-        title = f"{variant} ({runs_title(ev)}, ground truth {ev.policy}) against {seed.name}"
-        md2, more = write_against(frame, seed, out, title)
-        print(f"\n{md2}")
-        files += more
+        files += _against(accuracy_vs_seed(ev.counts, variant, seed), seed, ev, out, f"{variant} ({{runs}}) against {seed.name}")
     print(f"\nwritten: {', '.join(str(f) for f in files)}")
     return 0
 
@@ -244,14 +249,10 @@ def _compare(args) -> int:
     md, files = write_compare(ev, out)
     print(md)
     if seed is not None:
-        from analysis.against import ablation_vs_seed, write_against
-        from analysis.report import runs_title
+        from analysis.against import ablation_vs_seed
 
-        frame = ablation_vs_seed(ev.counts, variants, seed)
-        title = f"Ablations against {seed.name} ({runs_title(ev)}, ground truth {ev.policy})"
-        md2, more = write_against(frame, seed, out, title)
-        print(f"\n{md2}")
-        files += more
+        files += _against(ablation_vs_seed(ev.counts, variants, seed), seed, ev, out,
+                          f"Ablations against {seed.name} ({{runs}})")
     print(f"\nwritten: {', '.join(str(f) for f in files)}")
     return 0
 
