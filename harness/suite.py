@@ -69,9 +69,6 @@ class Suite:
         """Every run of the suite, in the order they run: entry by entry, repetition by repetition."""
         return [(exp, r) for exp in self.experiments for r in range(exp.spec.repetitions)]
 
-    def estimate_s(self, overhead_s: float = RUN_OVERHEAD_S) -> float:
-        return sum(exp.spec.duration + overhead_s for exp, _ in self.planned())
-
 
 def is_suite_file(path: Path | str) -> bool:
     """A suite has a top-level `suite:` (a spec has `name:`); unreadable files are left to the loader."""

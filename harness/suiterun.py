@@ -10,6 +10,7 @@ out of the tables. --resume keeps a complete run whose experiment, repetition an
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -73,6 +74,8 @@ class SuiteRun:
         self.suite = suite
         self.root = Path(results_root) / suite.dir_name
         self.members = _members(suite)
+        self.experiments = {e.spec.name: e for e in suite.experiments}
+        self.durations = {name: e.spec.duration for name, e in self.experiments.items()}
         self.resume, self.restart = resume, restart
         self.created = time.time()
         self.kept: set[tuple[str, int]] = set()
@@ -121,13 +124,11 @@ class SuiteRun:
     def eta_s(self, current: int, t: float) -> float:
         """Seconds left: the current run's rest and every later run (duration + mean overhead)."""
         oh = self._overhead()
-        left = sum(self._duration(m) + oh for m in self.members if m.status == "planned")
+        duration = self.durations
+        left = sum(duration[m.experiment] + oh for m in self.members if m.status == "planned")
         if current >= 0:
-            left += max(0.0, self._duration(self.members[current]) - t) + oh
+            left += max(0.0, duration[self.members[current].experiment] - t) + oh
         return left
-
-    def _duration(self, m: Member) -> float:
-        return next(e.spec.duration for e in self.suite.experiments if e.spec.name == m.experiment)
 
     def _prefix(self, k: int, n: int, current: int):
         def prefix(t: float) -> str:
@@ -155,7 +156,7 @@ class SuiteRun:
         try:
             for k, i in enumerate(todo, 1):
                 m = self.members[i]
-                exp = next(e for e in suite.experiments if e.spec.name == m.experiment)
+                exp = self.experiments[m.experiment]
                 console.print(f"[bold][{k}/{len(todo)}][/] {m.experiment} r{m.repetition} (seed {m.seed})")
                 run = Run(exp, m.repetition, self.root, suite=suite.name,
                           status_prefix=self._prefix(k, len(todo), i))
@@ -257,8 +258,6 @@ def _headline(run: Path) -> dict:
         silence = (m.get("health") or {}).get("silence_rate")
         if silence is not None:
             out["silence"] = f"{100 * silence:.2f}%"
-        import csv
-
         with open(run / "analysis" / "accuracy.csv") as f:
             for row in csv.DictReader(f):
                 if row["section"] != "Total":
