@@ -110,8 +110,9 @@ STAMP_TOLERANCE_S = 0.011
 
 
 def _info_row(now: float, info: tuple, last: tuple | None) -> tuple | None:
-    """(values, stamps in s) to write for one connection, or None when nothing changed since
-    `last`. Runs for every connection every snapshot: plain comparisons, no loops."""
+    """(values, stamps in s as written, stamps in ms for the next comparison) for one connection,
+    or None when nothing changed since `last`. Runs for every connection every snapshot: plain
+    comparisons, no loops."""
     values = info[:7]
     t = now * 1000.0
     sent, recv, ack = t - info[7], t - info[8], t - info[9]
