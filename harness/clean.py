@@ -65,6 +65,10 @@ def _read_ledger(path: Path) -> tuple[dict | None, str | None]:
     return (data if isinstance(data, dict) else {}), None
 
 
+# The machine-wide settings a run may change for a moment (harness.backends.mininet.private_tcp_hash).
+RESTORABLE_SYSCTLS = {"net.ipv4.tcp_child_ehash_entries"}
+
+
 def cleanup(verbose: bool = False, include_live: bool = False) -> int:
     """Remove leftovers of runs whose runner is gone. Returns 0 (also when there was nothing), 2 when
     a ledger was refused (one line each on stderr, the ledger left alone). A ledger directory that
@@ -108,6 +112,9 @@ def cleanup(verbose: bool = False, include_live: bool = False) -> int:
         for link in data["links"]:
             if subprocess.run(["ip", "link", "del", link], capture_output=True).returncode == 0:
                 removed += 1
+        for name, value in data.get("sysctls", {}).items():
+            if name in RESTORABLE_SYSCTLS and str(value).isdigit():   # never an arbitrary write
+                subprocess.run(["sysctl", "-qw", f"{name}={value}"], capture_output=True)
         for scratch in data.get("paths", []):
             shutil.rmtree(scratch, ignore_errors=True)
         _mark_interrupted(Path(data["run_dir"]), "runner died; cleaned up by `nestlab cleanup`")

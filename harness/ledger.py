@@ -137,6 +137,15 @@ class Ledger:
         self.data["paths"].append(str(path))
         self._save()
 
+    def add_sysctl(self, name: str, value: str) -> None:
+        """A machine-wide sysctl the run changed for a moment, with the value to put back."""
+        self.data.setdefault("sysctls", {})[name] = value
+        self._save()
+
+    def drop_sysctl(self, name: str) -> None:
+        self.data.get("sysctls", {}).pop(name, None)
+        self._save()
+
     # -- testbed nodes (harness.backends.ssh; called from several threads) ------------------------
     def _remote(self) -> dict:
         return self.data.setdefault("remote", {"nodes": {}, "processes": [], "undo": [], "paths": [],

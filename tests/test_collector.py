@@ -117,12 +117,12 @@ def test_tracker_writes_tcp_info_on_change(tmp_path):
     db = create_db(tmp_path / "run.db")
     db.isolation_level = None
     tr = ModuleTracker(db)
-    # (rtt, rttvar, backoff, ca_state, retransmits, probes, rto, last sent, last recv, last ack: ms ago)
-    infos = [(500, 250, 0, 0, 0, 0, 204000, 0, 50, 0),
-             (500, 250, 0, 0, 0, 0, 204000, 100, 150, 100),   # 0.1 s later, nothing happened
-             (700, 300, 0, 0, 0, 0, 204000, 200, 250, 200),   # a new RTT
-             (700, 300, 1, 4, 1, 0, 408000, 300, 350, 300),   # an RTO: loss state, backed off
-             (700, 300, 1, 4, 1, 0, 408000, 0, 450, 400)]     # a retransmission sent
+    # (ca_state, retransmits, probes, backoff, rto, last sent, last recv, last ack: ms ago, rtt, rttvar)
+    infos = [(0, 0, 0, 0, 204000, 0, 50, 0, 500, 250),
+             (0, 0, 0, 0, 204000, 100, 150, 100, 500, 250),   # 0.1 s later, nothing happened
+             (0, 0, 0, 0, 204000, 200, 250, 200, 700, 300),   # a new RTT
+             (4, 1, 0, 1, 408000, 300, 350, 300, 700, 300),   # an RTO: loss state, backed off
+             (4, 1, 0, 1, 408000, 0, 450, 400, 700, 300)]     # a retransmission sent
     for k, info in enumerate(infos):
         tr.record(k / 10, time.time(), [Observation("tcp:1", "tcp", "c", {"in": {"total_msgs": k}}, {}, [], info)])
     rows = db.execute("SELECT * FROM tcp_info").fetchall()
@@ -213,3 +213,30 @@ def test_interceptor_counters_are_stored_raw_and_the_analysis_applies_thesis_3_4
         assert out.invalid[i].tolist() == [True] + [False] * 5
         assert out.wait[i].tolist()[1:] == pytest.approx([1.0, 0.0, 0.0, 1.0, 0.5])
 
+
+
+def test_one_dump_of_both_families_equals_a_dump_per_family(connection):
+    """dump() asks once for every family (TCPDIAG_GETSOCK, one walk of the socket hash); it must see
+    exactly the sockets the per-family SOCK_DIAG_BY_FAMILY dumps see, IPv6 ones included."""
+    srv = socket.socket(socket.AF_INET6)
+    try:
+        srv.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback")
+    srv.listen(1)
+    cli6 = socket.create_connection(srv.getsockname()[:2])
+    acc6, _ = srv.accept()
+    ours = {os.fstat(s.fileno()).st_ino for s in (*connection, cli6, acc6)}   # others may come and go
+    try:
+        diag = SockDiag()
+        both = {r[0]: TcpSock.decode(r) for r in diag.dump() if r[0] in ours}
+        each = {r[0]: TcpSock.decode(r) for r in diag.dump((socket.AF_INET, socket.AF_INET6)) if r[0] in ours}
+        assert set(both) == set(each) == ours
+        assert {s.family for s in both.values()} == {socket.AF_INET, socket.AF_INET6}
+        for inode, s in both.items():   # the same decode (times and RTT may move between the dumps)
+            t = each[inode]
+            assert (s.src, s.sport, s.dst, s.dport, s.segs_out, s.bytes_out) == (t.src, t.sport, t.dst, t.dport,
+                                                                                t.segs_out, t.bytes_out)
+    finally:
+        for s in (cli6, acc6, srv):
+            s.close()

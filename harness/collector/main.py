@@ -47,31 +47,37 @@ class ModuleTracker:
         db, ids = self.db, self.ids
         seen: dict[str, int] = {}
         births = []
-        for ob in observations:
-            mid = ids.get(ob.key)
-            if mid is None:
-                mid = self.next_id
-                self.next_id += 1
-                births.append((mid, ob.kind, ob.name, ob.key, json.dumps(ob.attrs), now))
-            seen[ob.key] = mid
         # A row only when a module/direction's values differ from the last row written (always at
         # birth): readers carry values forward within the module's lifetime (docs/run-format.md).
         # Idle connections then cost nothing to store, which is most of them on a busy host.
-        seq, last, rows, info_rows = self.seq, self.last, [], []
+        # One pass over the observations, with lookups hoisted: it runs for every module every snapshot.
+        seq, last, last_info, rows, info_rows = self.seq, self.last, self.last_info, [], []
         for ob in observations:
-            mid = seen[ob.key]
+            key = ob.key
+            mid = ids.get(key)
+            if mid is None:
+                mid = self.next_id
+                self.next_id += 1
+                births.append((mid, ob.kind, ob.name, key, json.dumps(ob.attrs), now))
+            seen[key] = mid
             for d, c in ob.counters.items():
-                vals = (c.get("total_msgs"), c.get("wait_ms"), c.get("queued"), c.get("errors"), c.get("bytes"))
+                vals = c if type(c) is tuple else (c.get("total_msgs"), c.get("wait_ms"), c.get("queued"),
+                                                   c.get("errors"), c.get("bytes"))
                 if last.get((mid, d)) != vals:
                     last[(mid, d)] = vals
                     rows.append((seq, mid, d, *vals))
             if ob.tcp_info is not None:
-                row = _info_row(now, ob.tcp_info, self.last_info.get(mid))
+                row = _info_row(now, ob.tcp_info, last_info.get(mid))
                 if row is not None:
-                    self.last_info[mid] = row
-                    info_rows.append((seq, mid, *row[0], *row[1]))
-        edges = {(seen[ob.key], seen[child]) for ob in observations for child in ob.children if child in seen}
-        deaths = [(now, mid) for key, mid in ids.items() if key not in seen]
+                    last_info[mid] = row
+                    info_rows.append((seq, mid) + row[0] + row[1])
+        # A module's children are fixed while it lives, or change only as other modules are born and
+        # die (an app's sockets); so the edges and deaths need a look only when the set of modules changed.
+        if births or len(seen) != len(ids):
+            edges = {(seen[ob.key], seen[child]) for ob in observations for child in ob.children if child in seen}
+            deaths = [(now, mid) for key, mid in ids.items() if key not in seen]
+        else:
+            edges, deaths = self.edges, []
         for _, mid in deaths:
             last.pop((mid, "in"), None)
             last.pop((mid, "out"), None)
@@ -85,7 +91,7 @@ class ModuleTracker:
             db.executemany("UPDATE modules SET died = ? WHERE id = ?", deaths)
         db.executemany("INSERT INTO counters VALUES (?,?,?,?,?,?,?,?)", rows)
         if info_rows:
-            db.executemany("INSERT INTO tcp_info VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", info_rows)
+            db.executemany(INSERT_TCP_INFO, info_rows)
         if edges != self.edges:
             db.executemany("INSERT OR IGNORE INTO edges (parent, child, born) VALUES (?,?,?)",
                            [(p, c, now) for p, c in edges - self.edges])
@@ -109,13 +115,17 @@ class ModuleTracker:
 STAMP_TOLERANCE_S = 0.011
 
 
+INSERT_TCP_INFO = ("INSERT INTO tcp_info (seq, module, ca_state, retransmits, probes, backoff, rto_us, rtt_us, "
+                   "rttvar_us, data_sent_at, data_recv_at, ack_recv_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)")
+
+
 def _info_row(now: float, info: tuple, last: tuple | None) -> tuple | None:
-    """(values, stamps in s as written, stamps in ms for the next comparison) for one connection,
-    or None when nothing changed since `last`. Runs for every connection every snapshot: plain
-    comparisons, no loops."""
-    values = info[:7]
+    """(values, stamps in s as written, stamps in ms for the next comparison) for one connection
+    (Observation.tcp_info), or None when nothing changed since `last`. Runs for every connection
+    every snapshot: plain comparisons, no loops."""
+    values = info[:5] + info[8:]
     t = now * 1000.0
-    sent, recv, ack = t - info[7], t - info[8], t - info[9]
+    sent, recv, ack = t - info[5], t - info[6], t - info[7]
     if last is not None and last[0] == values:
         ls, lr, la = last[2]
         tol = STAMP_TOLERANCE_S * 1000.0

@@ -3,13 +3,18 @@
 pyroute2's DiagSocket decodes tcp_info field by field (60-100 µs a socket here, and it takes
 snd_wscale/rcv_wscale from the wrong bits): too slow for 1,000 connections at 100 ms. We keep
 pyroute2 for the constants and the netlink plumbing it does well, and decode the dump with one
-struct.unpack_from per socket (≈ 2 µs).
+struct.unpack_from of tcp_info per socket (≈ 1 µs). Both families come in one dump (one walk of the
+kernel's socket hash), and the Mininet hosts have a private hash (harness.backends.mininet
+.private_tcp_hash): at a 50 ms interval the collector takes ≈ 1.5% of a core at 100 connections and
+≈ 8.5% at 1,000 (bench/bench_collector.py).
 
 Per TCP module (key 'tcp:<inode>') and direction:
   in:  total_msgs = tcpi_data_segs_in,  bytes = tcpi_bytes_received, queued = receive queue
   out: total_msgs = tcpi_data_segs_out, bytes = tcpi_bytes_acked,    queued = send queue,
        errors = tcpi_total_retrans
-and per connection (the tcp_info table, for the run's network health): tcpi_rtt, tcpi_rttvar (µs).
+and per connection (the tcp_info table): tcpi_rtt, tcpi_rttvar (µs), and TCP's state (format 4):
+tcpi_ca_state, retransmits, probes, backoff, rto and the times of the last data sent/received and
+ACK received.
 The receive queue is data TCP has delivered and the socket has not read (pending work of the
 reader); the send queue is the connection's own unsent/unacked work (see DESIGN.md).
 """
@@ -36,28 +41,30 @@ STATE_MASK = sum(1 << s for s in _STATES)
 _NLMSGHDR = struct.Struct("=IHHII")
 # inet_diag_req_v2: family, protocol, ext, pad, states, then inet_diag_sockid (48 bytes)
 _REQ = struct.Struct("=BBBBI48s")
+# inet_diag_req (the request before v2, all address families): family, src_len, dst_len, ext,
+# inet_diag_sockid, states, dbs
+_REQ_COMPAT = struct.Struct("=BBBB48sII")
+TCPDIAG_GETSOCK = 18
 # inet_diag_msg: family state timer retrans | sport dport (be16) src[16] dst[16] if cookie[8] |
 #                expires rqueue wqueue uid inode
 _MSG = struct.Struct("=BBBB2s2s16s16sI8sIIIII")
 _RTA = struct.Struct("=HH")
-# struct tcp_info (include/uapi/linux/tcp.h) offsets of the fields we read:
-_TI_TOTAL_RETRANS = 100  # u32
-_U32 = struct.Struct("=I")
-_TI_BYTES = struct.Struct("=QQ")          # bytes_acked @120, bytes_received @128
-_TI_DATA_SEGS = struct.Struct("=II")      # data_segs_in @152, data_segs_out @156
-_TI_RTT = struct.Struct("=II")            # rtt @68, rttvar @72 (µs, smoothed)
-# @0: (state,) ca_state, retransmits, probes, backoff (u8), (options, wscale, flags,) rto (u32, µs)
-_TI_STATE = struct.Struct("=xBBBB3xI")
-# @44: last_data_sent, (last_ack_sent,) last_data_recv, last_ack_recv: ms before the dump
-_TI_LAST = struct.Struct("=I4xII")
+# struct tcp_info (include/uapi/linux/tcp.h), the fields we read in one unpack (offsets in bytes):
+#   1 ca_state, 2 retransmits, 3 probes, 4 backoff (u8); 8 rto (µs); 44 last_data_sent,
+#   52 last_data_recv, 56 last_ack_recv (ms before the dump); 68 rtt, 72 rttvar (µs, smoothed);
+#   100 total_retrans; 120 bytes_acked, 128 bytes_received (u64); 152 data_segs_in, 156 data_segs_out
+_TCP_INFO = struct.Struct("=xBBBB3xI32xI4xII8xII24xI16xQQ16xII")
 _TI_MIN_LEN = 160
+assert _TCP_INFO.size == _TI_MIN_LEN
 
 
 # One socket as dumped: raw addresses are decoded only when a connection is first seen.
-# (inode, family, state, src_raw, sport_raw, dst_raw, dport_raw, rqueue, wqueue,
-#  data_segs_in, data_segs_out, bytes_received, bytes_acked, total_retrans, rtt_us, rttvar_us,
-#  ca_state, retransmits, probes, backoff, rto_us, last_data_sent_ms, last_data_recv_ms, last_ack_recv_ms)
+#  0 inode, 1 family, 2 state, 3 src_raw, 4 sport_raw, 5 dst_raw, 6 dport_raw, 7 rqueue, 8 wqueue,
+#  then _TCP_INFO's fields: 9 ca_state, 10 retransmits, 11 probes, 12 backoff, 13 rto_us,
+#  14 last_data_sent_ms, 15 last_data_recv_ms, 16 last_ack_recv_ms, 17 rtt_us, 18 rttvar_us,
+#  19 total_retrans, 20 bytes_acked, 21 bytes_received, 22 data_segs_in, 23 data_segs_out
 RawSock = tuple
+TCP_INFO_FIELDS = slice(9, 19)   # Observation.tcp_info: ca_state .. rttvar_us
 
 
 @dataclass(slots=True)
@@ -73,13 +80,6 @@ class TcpSock:
     dport: int
     rqueue: int
     wqueue: int
-    segs_in: int
-    segs_out: int
-    bytes_in: int
-    bytes_out: int
-    retrans: int
-    rtt_us: int
-    rttvar_us: int
     ca_state: int          # 0 Open, 1 Disorder, 2 CWR, 3 Recovery, 4 Loss
     retransmits: int       # RTO retransmissions of the head segment in a row
     probes: int            # unanswered zero-window probes
@@ -88,6 +88,13 @@ class TcpSock:
     last_data_sent_ms: int
     last_data_recv_ms: int
     last_ack_recv_ms: int
+    rtt_us: int
+    rttvar_us: int
+    retrans: int
+    bytes_out: int         # tcpi_bytes_acked
+    bytes_in: int          # tcpi_bytes_received
+    segs_in: int
+    segs_out: int
 
     @classmethod
     def decode(cls, r: RawSock) -> TcpSock:
@@ -113,8 +120,18 @@ class SockDiag:
     def close(self) -> None:
         self.sock.close()
 
-    def dump(self, families=(socket.AF_INET, socket.AF_INET6)) -> list[RawSock]:
+    def dump(self, families=None) -> list[RawSock]:
+        """Every live TCP socket of both families in one dump (the older TCPDIAG_GETSOCK request,
+        which the kernel answers for AF_UNSPEC: one walk of the socket hash, not one per family),
+        or with `families`, one SOCK_DIAG_BY_FAMILY dump per family."""
         out: list[RawSock] = []
+        if families is None:
+            self.seq += 1
+            req = _REQ_COMPAT.pack(0, 0, 0, 1 << (INET_DIAG_INFO - 1), b"\0" * 48, STATE_MASK, 0)
+            self.sock.send(_NLMSGHDR.pack(_NLMSGHDR.size + len(req), TCPDIAG_GETSOCK,
+                                          NLM_F_REQUEST | NLM_F_DUMP, self.seq, 0) + req)
+            self._read(out)
+            return out
         for family in families:
             self.seq += 1
             req = _REQ.pack(family, socket.IPPROTO_TCP, 1 << (INET_DIAG_INFO - 1), 0, STATE_MASK, b"\0" * 48)
@@ -127,9 +144,12 @@ class SockDiag:
     def _read(self, out: list[RawSock]) -> None:
         buf = self.buf
         unpack_hdr, unpack_msg, unpack_rta = _NLMSGHDR.unpack_from, _MSG.unpack_from, _RTA.unpack_from
-        unpack_u32, unpack_bytes, unpack_segs = _U32.unpack_from, _TI_BYTES.unpack_from, _TI_DATA_SEGS.unpack_from
-        unpack_rtt, unpack_state, unpack_last = _TI_RTT.unpack_from, _TI_STATE.unpack_from, _TI_LAST.unpack_from
+        unpack_info = _TCP_INFO.unpack_from
         append = out.append
+        # Where INET_DIAG_INFO sat in the last message, and that message's length: the attributes
+        # before it are fixed-size, so a message of the same length has it at the same place (checked
+        # by its header), which saves walking four attributes per socket.
+        hint_len, hint_at = -1, 0
         while True:
             n = self.sock.recv_into(buf)
             off = 0
@@ -151,16 +171,20 @@ class SockDiag:
                 # inode 0: an orphan (FIN_WAIT/LAST_ACK after close()); no process owns it any more.
                 if not inode:
                     continue
+                if length == hint_len:
+                    alen, atype = unpack_rta(buf, a + hint_at)
+                    if atype == INET_DIAG_INFO and alen - 4 >= _TI_MIN_LEN:
+                        append((inode, family, state, src, sport, dst, dport, rq, wq) +
+                               unpack_info(buf, a + hint_at + 4))
+                        continue
+                first = a
                 while a + 4 <= end:
                     alen, atype = unpack_rta(buf, a)
                     if alen < 4:
                         break
                     if atype == INET_DIAG_INFO and alen - 4 >= _TI_MIN_LEN:
-                        i = a + 4
-                        append((inode, family, state, src, sport, dst, dport, rq, wq,
-                                *unpack_segs(buf, i + 152), *unpack_bytes(buf, i + 120)[::-1],
-                                unpack_u32(buf, i + _TI_TOTAL_RETRANS)[0], *unpack_rtt(buf, i + 68),
-                                *unpack_state(buf, i), *unpack_last(buf, i + 44)))
+                        append((inode, family, state, src, sport, dst, dport, rq, wq) + unpack_info(buf, a + 4))
+                        hint_len, hint_at = length, a - first
                         break
                     a += (alen + 3) & ~3
 
@@ -184,9 +208,7 @@ class TcpSource:
     def poll(self) -> list[Observation]:
         raw = self.diag.dump()
         known, obs = self.known, []
-        if self.ignored_inodes:
-            raw = [r for r in raw if r[0] not in self.ignored_inodes]
-        new = [r for r in raw if r[0] not in known]
+        new = [r for r in raw if r[0] not in known and r[0] not in self.ignored_inodes]
         owners = self.owner_of_inode([r[0] for r in new]) if (new and self.owner_of_inode) else {}
         births = {}
         for r in new:
@@ -199,15 +221,15 @@ class TcpSource:
             births[s.inode] = {"inode": s.inode, "src": s.src, "sport": s.sport, "dst": s.dst, "dport": s.dport,
                                **owners.get(s.inode, {})}
         for r in raw:
-            if r[0] in self.ignored_inodes:
+            inode = r[0]
+            k = known.get(inode)
+            if k is None:   # ignored
                 continue
-            key, name, children = known[r[0]]
+            # Counter tuples in COUNTER_FIELDS order: total_msgs, wait_ms, queued, errors, bytes.
             obs.append(Observation(
-                key, "tcp", name,
-                {"in": {"total_msgs": r[9], "bytes": r[11], "queued": r[7]},
-                 "out": {"total_msgs": r[10], "bytes": r[12], "queued": r[8], "errors": r[13]}},
-                births.get(r[0], _NO_ATTRS), children, (r[14], r[15], r[19], r[16], r[17], r[18], r[20],
-                                                        r[21], r[22], r[23])))
+                k[0], "tcp", k[1],
+                {"in": (r[22], None, r[7], None, r[21]), "out": (r[23], None, r[8], r[19], r[20])},
+                births.get(inode, _NO_ATTRS), k[2], r[9:19]))
         if len(known) + len(self.ignored_inodes) > 2 * len(raw) + 1000:  # forget connections long gone
             live = {r[0] for r in raw}
             self.known = {i: v for i, v in known.items() if i in live}

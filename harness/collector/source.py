@@ -13,10 +13,12 @@ from typing import Protocol
 
 # Per direction ('in', 'out'): counter name (harness.store.COUNTER_FIELDS) -> raw cumulative value,
 # except 'queued' which is the current value. A missing name means unsupported (stored as NULL).
-Counters = dict[str, dict[str, float | int | None]]
+# A source polled for hundreds of modules a snapshot (TCP) may give each direction as a tuple in
+# COUNTER_FIELDS order instead (None = unsupported), which the collector stores without lookups.
+Counters = dict[str, dict[str, float | int | None] | tuple]
 
 
-@dataclass
+@dataclass(slots=True)
 class Observation:
     key: str                      # stable identity across snapshots, e.g. 'tcp:<inode>', 'ipeth:eth0'
     kind: str                     # app | socket | tcp | ipeth
@@ -24,9 +26,9 @@ class Observation:
     counters: Counters
     attrs: dict = field(default_factory=dict)    # recorded once, when the module is born
     children: list[str] = field(default_factory=list)  # keys of lower-layer modules it depends on
-    # TCP modules, from tcp_info: (rtt_us, rttvar_us, backoff, ca_state, retransmits, probes, rto_us,
-    # last_data_sent_ms, last_data_recv_ms, last_ack_recv_ms); the last three are "ms ago". Stored
-    # in the tcp_info table when they change (harness.collector.main.ModuleTracker).
+    # TCP modules, from tcp_info: (ca_state, retransmits, probes, backoff, rto_us, last_data_sent_ms,
+    # last_data_recv_ms, last_ack_recv_ms, rtt_us, rttvar_us), the three last_* "ms ago". Stored in
+    # the tcp_info table when they change (harness.collector.main.ModuleTracker).
     tcp_info: tuple[int, ...] | None = None
 
 

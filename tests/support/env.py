@@ -29,6 +29,9 @@ def leftovers() -> list[str]:
     # nestlab-bench-* is a benchmark's deliberate cache of its synthetic input.
     for pattern in ("/tmp/nestlab-*", "/dev/shm/nestlab-*", "/run/nestlab/*.json"):
         found += [f"path: {p}" for p in glob.glob(pattern) if not Path(p).name.startswith("nestlab-bench-")]
+    child_hash = Path("/proc/sys/net/ipv4/tcp_child_ehash_entries")
+    if child_hash.exists() and child_hash.read_text().strip() != "0":   # private_tcp_hash puts 0 back
+        found.append(f"sysctl: net.ipv4.tcp_child_ehash_entries = {child_hash.read_text().strip()}")
     ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()[1:]
     me = str(os.getpid())
     found += [f"process: {line.strip()}" for line in ps
