@@ -17,7 +17,13 @@ The default, `impact`, is the seeds' criteria (thesis 3.5.2, NeST paper 5.2-5.3)
    period start. The counters must *become* zero: the direction must have carried traffic within
    `lookback` seconds before the fault (or since its start), so a direction that is idle anyway
    (the outbound data of a download connection) is not counted as impacted. lookback=0 drops
-   this requirement.
+   this requirement. With `direction=data` (the default) that traffic must include data: a
+   direction that carried only a request (wget's GET on a download connection) or only ACKs (the
+   interface's outbound direction under downloads) is not the flow's direction and is not
+   impacted. The thesis says so of the request (3.5.2, note 6: "This ignores the initial request
+   traffic"), and its ip+eth TPR of 100% in both directions (Table 3.3) is only reachable if ACK-only
+   directions were not positives, since no rule can blame a direction with no work to do.
+   `direction=any` counts messages of any size (the criterion before 2026-11-23).
 2. One-way workloads: the applications and sockets of an upload-only workload are positive inbound,
    those of a download-only workload (wget, iperf -R) outbound, at every snapshot. Sockets of a
    two-way iperf (-d) are one-way each: remote port 5001 upload, local port 5001 download.
@@ -56,6 +62,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.variants import Param, on_off, parse_named
+from harness.store import connect
 
 CAUSES = ("", "oneway", "fault", "collateral", "invalid", "after_end", "overlap")
 
@@ -217,6 +224,65 @@ def impact_mask(t_start: np.ndarray, t_end: np.ndarray, idle: np.ndarray, invali
     return out
 
 
+# direction=data: a direction carried data when, over the lookback and the fault, it moved at least
+# MIN_DATA_BYTES beyond PACKET_OVERHEAD_BYTES per packet (ip+eth counts whole frames; TCP, sockets and
+# apps count payload). A GET request (~150 B) or an ACK stream (66-100 B frames) stays below; one
+# full-sized segment is 1,448 B, and a bulk flow moves megabytes a second.
+MIN_DATA_BYTES = 4096
+PACKET_OVERHEAD_BYTES = 100
+
+
+class DataCarried:
+    """Cumulative bytes and messages of a run's module directions, read from run.db on demand (the
+    analysis frames carry message deltas only). Rows are written on change and carried forward."""
+
+    def __init__(self, data):
+        self.data = data
+        self.mono = data.snapshots["mono"]
+        self.cache: dict[tuple[int, bool], tuple[np.ndarray, np.ndarray, np.ndarray] | None] = {}
+
+    def _series(self, module: int, out: bool):
+        key = (module, out)
+        if key not in self.cache:
+            rows = []
+            path = getattr(self.data, "path", None)
+            db = path / "run.db" if path is not None else None
+            if db is not None and db.exists():
+                conn = connect(db, readonly=True)
+                try:
+                    rows = conn.execute("SELECT seq, total_msgs, bytes FROM counters WHERE module = ? AND dir = ? "
+                                        "ORDER BY seq", (module, "out" if out else "in")).fetchall()
+                finally:
+                    conn.close()
+            rows = [r for r in rows if r[2] is not None and r[1] is not None]
+            if rows:
+                seq = np.array([r[0] for r in rows], dtype=np.int64)
+                t = self.mono.reindex(seq).to_numpy(float)
+                self.cache[key] = (t, np.array([r[1] for r in rows], float), np.array([r[2] for r in rows], float))
+            else:
+                self.cache[key] = None
+        return self.cache[key]
+
+    def carried_data(self, module: int, out: bool, t0: float, t1: float) -> bool:
+        """Whether the direction moved data in (t0, t1]; True when unknown (no bytes recorded, or a
+        counter that went backwards), which is direction=any's answer."""
+        series = self._series(module, out)
+        if series is None:
+            return True
+        t, msgs, nbytes = series
+
+        def at(when: float) -> tuple[float, float]:
+            i = int(np.searchsorted(t, when, side="right")) - 1
+            return (msgs[max(i, 0)], nbytes[max(i, 0)])   # before the first row: the first row
+
+        (m0, b0), (m1, b1) = at(t0), at(t1)
+        if m1 < m0 or b1 < b0:
+            return True
+        kinds = self.data.modules["kind"]
+        overhead = PACKET_OVERHEAD_BYTES * (m1 - m0) if kinds.get(module) == "ipeth" else 0.0
+        return (b1 - b0) - overhead >= MIN_DATA_BYTES
+
+
 def _oneway(data, f: _Frame) -> np.ndarray:
     ow = data.modules["oneway"]
     up = np.isin(f.module, ow.index[ow == "upload"].to_numpy(np.int64))
@@ -278,47 +344,61 @@ class _Policy:
     def __repr__(self) -> str:
         return f"<label policy {self.name}>"
 
-    def _faults(self, data, f: _Frame, mark: Callable[..., np.ndarray]):
+    def _faults(self, data, f: _Frame, mark: Callable[..., np.ndarray], mark_masking: Callable[..., np.ndarray]):
+        """Rows that are a fault's positives (targets), and a fault's collateral: `coll_pos` as the
+        policy marks it (for collateral=exclude/positive), `cover` for overlap=exclude: every row
+        of a neighbour from the fault's start until it is active again, whether or not it carried
+        anything just before (`mark_masking`). A target still backing off from its own fault when
+        another fault silences its neighbourhood is covered by the second fault."""
         n = len(f.module)
         fault_pos = np.zeros(n, dtype=bool)
         fault_id = np.full(n, -1, dtype=np.int64)
         coll_pos = np.zeros(n, dtype=bool)
         coll_id = np.full(n, -1, dtype=np.int64)
-        # Collateral is marked whenever it is scored or needed to find targets it masks (overlap).
-        need_coll = self.values.get("collateral", "negative") != "negative" or \
-            self.values.get("overlap", "exclude") == "exclude"
+        cover = np.zeros(n, dtype=bool)
+        need_coll = self.values.get("collateral", "negative") != "negative"
+        need_cover = self.values.get("overlap", "exclude") == "exclude"
         for fid, kind, target, f0, f1 in _active_faults(data):
             targets = fault_targets(data, kind, target, f0, f1)
-            groups = [(targets, fault_pos, fault_id)]
-            if need_coll:
-                groups.append((collateral_modules(data, targets, f0, f1), coll_pos, coll_id))
-            for mods, pos, ids in groups:
+            groups = [(targets, fault_pos, fault_id, mark)]
+            if need_coll or need_cover:
+                neighbours = collateral_modules(data, targets, f0, f1)
+                if need_coll:
+                    groups.append((neighbours, coll_pos, coll_id, mark))
+                if need_cover:
+                    groups.append((neighbours, cover, None, mark_masking))
+            for mods, pos, ids, how in groups:
                 for m in mods:
                     for out in (False, True):
                         rows = f.series.get((m, out))
                         if rows is None:
                             continue
-                        hit = rows[mark(rows, f0, f1)]
+                        hit = rows[how(rows, f0, f1)]
                         pos[hit] = True
-                        ids[hit] = np.where(ids[hit] < 0, fid, ids[hit])
-        return fault_pos, fault_id, coll_pos, coll_id
+                        if ids is not None:
+                            ids[hit] = np.where(ids[hit] < 0, fid, ids[hit])
+        return fault_pos, fault_id, coll_pos, coll_id, cover
 
     def label(self, data) -> pd.DataFrame:
         f = _Frame.of(data)
         oneway = _oneway(data, f) if self.values.get("oneway", True) else np.zeros(len(f.module), dtype=bool)
-        fp, fi, cp, ci = self._faults(data, f, lambda rows, f0, f1: self._mark(f, rows, f0, f1))
+        fp, fi, cp, ci, cover = self._faults(data, f, lambda rows, f0, f1: self._mark(f, rows, f0, f1),
+                                             lambda rows, f0, f1: self._mark_masking(f, rows, f0, f1))
         stop = getattr(data, "stop", None)
         after = None
         if self.values.get("after_end", "exclude") == "exclude" and stop is not None:
             after = f.t_end > stop
         # A target's impact while another fault's collateral covers it (possible only where the
         # spec allowed overlap): ambiguous, left out unless overlap=keep.
-        masked = fp & cp if self.values.get("overlap", "exclude") == "exclude" else None
+        masked = fp & cover if self.values.get("overlap", "exclude") == "exclude" else None
         return _result(f, oneway, fp, fi, cp, ci, self.values.get("collateral", "negative"),
                        data.counters.index, after, masked)
 
     def _mark(self, f: _Frame, rows: np.ndarray, f0: float, f1: float) -> np.ndarray:
         raise NotImplementedError
+
+    def _mark_masking(self, f: _Frame, rows: np.ndarray, f0: float, f1: float) -> np.ndarray:
+        return self._mark(f, rows, f0, f1)
 
 
 class ImpactPolicy(_Policy):
@@ -328,6 +408,9 @@ class ImpactPolicy(_Policy):
     params = (
         Param("lookback", 1.0, _seconds, "s before a fault in which the direction must have carried "
                     "traffic for its counters to 'become' zero (0: not required)"),
+        Param("direction", "data", _choice("data", "any"),
+                    "data: that traffic must include data (the flow's direction; not a request or ACKs "
+                    "alone, thesis 3.5.2 note 6); any: messages of any size"),
         Param("oneway", True, on_off, "apps/sockets of upload-only (download-only) workloads are "
                     "positive inbound (outbound)"),
         Param("collateral", "negative", _choice("negative", "exclude", "positive"),
@@ -338,9 +421,25 @@ class ImpactPolicy(_Policy):
                     "a target's impact while another fault's collateral covers it (overlapping faults)"),
     )
 
+    _carried: DataCarried | None = None
+
+    def label(self, data) -> pd.DataFrame:
+        self._carried = DataCarried(data) if self.values["direction"] == "data" else None
+        try:
+            return super().label(data)
+        finally:
+            self._carried = None
+
     def _mark(self, f, rows, f0, f1):
-        return impact_mask(f.t_start[rows], f.t_end[rows], f.idle[rows], f.invalid[rows], f0, f1,
-                           self.values["lookback"])
+        lookback = self.values["lookback"]
+        if self._carried is not None and lookback > 0:
+            m, out = int(f.module[rows[0]]), bool(f.out[rows[0]])
+            if not self._carried.carried_data(m, out, f0 - lookback, f1):
+                return np.zeros(len(rows), dtype=bool)
+        return impact_mask(f.t_start[rows], f.t_end[rows], f.idle[rows], f.invalid[rows], f0, f1, lookback)
+
+    def _mark_masking(self, f, rows, f0, f1):
+        return impact_mask(f.t_start[rows], f.t_end[rows], f.idle[rows], f.invalid[rows], f0, f1, 0.0)
 
 
 class WindowPolicy(_Policy):

@@ -297,3 +297,79 @@ def test_overlap_rows_are_counted_in_the_tables_footnote(tmp_path):
     assert ev.overlap_rows == 19 + 15
     assert "Left out: 34 module-snapshots" in overlap_note(ev)
     assert evaluate([b.path], policy="impact:overlap=keep").overlap_rows == 0
+
+
+# ----------------------------------------------------------------------------- direction=data, overlap cover
+
+
+def _download_under_interface(b: RunBuilder, get_bytes: float):
+    """A download connection (data inbound; outbound one request of `get_bytes` just before the
+    fault at seq 20.5, else nothing) under an interface whose outbound carries only ACKs."""
+    ip = b.module("ipeth", "ipeth:h1-eth0")
+    tcp = b.module("tcp", "tcp:1", {"inode": 1})
+    b.edge(tcp, ip)
+    out_msgs = np.zeros(b.n)
+    out_msgs[18] = 1
+    b.counters(tcp, "in", 10, nbytes=14480)
+    b.counters(tcp, "out", out_msgs, nbytes=out_msgs * get_bytes)
+    b.counters(ip, "in", 10, nbytes=15140)
+    b.counters(ip, "out", 5, nbytes=5 * 66)     # ACKs only: 66-byte frames
+    return ip, tcp
+
+
+@pytest.mark.parametrize("policy", ["impact", "impact:direction=any"])
+def test_a_request_or_acks_alone_is_not_the_flows_direction(tmp_path, policy):
+    b = RunBuilder(tmp_path / "r", 40)
+    ip, tcp = _download_under_interface(b, get_bytes=150)
+    b.series[(tcp, "in")]["tm"] = np.where(np.arange(40) >= 21, 0, 10)   # silenced by the drop
+    b.series[(tcp, "in")]["bytes"] = np.where(np.arange(40) >= 21, 0, 14480)
+    b.fault("tcp_drop", tcp, start=2.05, end=3.05, target={"inode": 1})
+    _, lab = labelled(b, policy)
+    assert spans(positives(lab, tcp, "in")) == [(21, 39)]
+    # outbound: a 150-byte GET within the lookback; data-only criterion says idle anyway
+    assert bool(positives(lab, tcp, "out")) == (policy == "impact:direction=any")
+
+
+def test_the_interface_direction_that_carried_acks_only_is_not_impacted(tmp_path):
+    b = RunBuilder(tmp_path / "r", 40)
+    ip, tcp = _download_under_interface(b, get_bytes=150)
+    for d in ("in", "out"):
+        b.series[(ip, d)]["tm"] = np.where(np.arange(40) >= 21, 0, 10 if d == "in" else 5)
+    b.fault("ip_drop", ip, start=2.05, end=3.05, target={"host": "h1"})
+    data, lab = labelled(b)
+    assert spans(positives(lab, ip, "in")) == [(21, 39)]
+    assert positives(lab, ip, "out") == []           # 66-byte frames: ACKs, no data of its own
+    lab = label_run(data, "impact:direction=any")
+    assert spans(positives(lab, ip, "out")) == [(21, 39)]
+
+
+def test_an_upload_under_the_interface_makes_its_outbound_a_data_direction(tmp_path):
+    b = RunBuilder(tmp_path / "r", 40)
+    ip, tcp = _download_under_interface(b, get_bytes=150)
+    b.series[(ip, "out")] = {"tm": np.where(np.arange(40) >= 21, 0, 5), "wait": None, "queued": None,
+                             "bytes": 5 * 1514}
+    b.fault("ip_drop", ip, start=2.05, end=3.05, target={"host": "h1"})
+    _, lab = labelled(b)
+    assert spans(positives(lab, ip, "out")) == [(21, 39)]
+
+
+def test_a_target_still_backing_off_is_covered_by_the_next_faults_collateral(tmp_path):
+    """tcp_drop of the connection [2.05, 2.55]; it stays silent (RTO back-off) until seq 35; an
+    ip_drop of its interface starts at 3.05 while it is still silent, so it carried nothing in the
+    lookback before the second fault: its rows from then on are the ambiguous overlap."""
+    b = RunBuilder(tmp_path / "r", 50)
+    ip = b.module("ipeth", "ipeth:h1-eth0")
+    tcp = b.module("tcp", "tcp:1", {"inode": 1})
+    b.edge(tcp, ip)
+    b.counters(tcp, "in", np.where((np.arange(50) >= 21) & (np.arange(50) < 36), 0, 10))
+    b.counters(ip, "in", np.where((np.arange(50) >= 31) & (np.arange(50) < 36), 0, 10))
+    b.counters(ip, "out", 5)
+    b.fault("tcp_drop", tcp, start=2.05, end=2.55, target={"inode": 1})
+    b.fault("ip_drop", ip, start=3.05, end=3.35, target={"host": "h1"})
+    data, lab = labelled(b)
+    rows = lab[(lab["module"] == tcp) & (lab["dir"] == "in")].set_index("seq")
+    assert rows.loc[21:30, "actual"].all() and not rows.loc[21:30, "exclude"].any()
+    assert rows.loc[31:35, "exclude"].all() and set(rows.loc[31:35, "cause"]) == {"overlap"}
+    lab = label_run(data, "impact:overlap=keep")
+    rows = lab[(lab["module"] == tcp) & (lab["dir"] == "in")].set_index("seq")
+    assert rows.loc[21:35, "actual"].all() and not rows.loc[21:35, "exclude"].any()

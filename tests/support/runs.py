@@ -54,9 +54,9 @@ class RunBuilder:
     def edge(self, parent: int, child: int) -> None:
         self.edges.append((parent, child))
 
-    def counters(self, module: int, d: str, tm, wait=None, queued=None) -> None:
-        """Per-snapshot deltas over the module's life (a scalar repeats)."""
-        self.series[(module, d)] = {"tm": tm, "wait": wait, "queued": queued}
+    def counters(self, module: int, d: str, tm, wait=None, queued=None, nbytes=None) -> None:
+        """Per-snapshot deltas over the module's life (a scalar repeats); bytes NULL unless given."""
+        self.series[(module, d)] = {"tm": tm, "wait": wait, "queued": queued, "bytes": nbytes}
 
     def process(self, pid: int, workload: int | None, cmdline: str, role: str = "client", host: str = "h1") -> None:
         self.procs.append((pid, workload, role, host, cmdline, self.t(0) - 0.05, None, None))
@@ -95,11 +95,13 @@ class RunBuilder:
                 queued = spec["queued"]
                 base = 1000 if kinds[mid] == "ipeth" else 0  # an interface's counters predate the run
                 ctm, cw = base + np.cumsum(tm), np.cumsum(wait)
+                nbytes = spec.get("bytes")
+                cb = None if nbytes is None else np.cumsum(np.broadcast_to(np.asarray(nbytes, dtype=float), (k,)))
                 for i, s in enumerate(range(born, died)):
                     total = self.raw.get((mid, d, s), int(ctm[i]))
                     rows.append((s, mid, d, total, float(cw[i]) if has_wait else None,
                                  None if queued is None else int(np.broadcast_to(queued, (k,))[i]),
-                                 0 if kinds[mid] in ("tcp", "ipeth") else None, None))
+                                 0 if kinds[mid] in ("tcp", "ipeth") else None, None if cb is None else int(cb[i])))
         conn.executemany("INSERT INTO counters VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
         conn.executemany("INSERT INTO processes VALUES (?, ?, ?, ?, ?, ?, ?, ?)", self.procs)
         conn.executemany("INSERT INTO faults VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self.faults)
