@@ -107,6 +107,7 @@ class _Frame:
     t_start: np.ndarray
     t_end: np.ndarray
     idle: np.ndarray
+    idle_progress: np.ndarray   # idle, or a TCP module's outbound sent only retransmissions
     invalid: np.ndarray
     series: dict[tuple[int, bool], np.ndarray]  # (module, out?) -> row positions sorted by seq
 
@@ -121,6 +122,11 @@ class _Frame:
         t_start = snaps["start"].reindex(seq).to_numpy(float)
         # Idle = no messages and no waiting (observations IDLE and NONE, NeST paper 5.2).
         idle = (c["tm"].to_numpy(float) == 0) & ~(c["has_wait"].to_numpy(bool) & (c["wait"].to_numpy(float) > 0))
+        # TCP's outbound message counter (data segments out) counts retransmissions, its error
+        # counter counts them alone (harness/collector/sockdiag.py): new data = the difference.
+        tcp = np.isin(module, data.modules.index[data.modules["kind"] == "tcp"].to_numpy(np.int64))
+        resent_only = tcp & out & (c["tm"].to_numpy(float) - c["errors"].to_numpy(float) <= 0)
+        idle_progress = idle | resent_only
         invalid = c["invalid"].to_numpy(bool)
         order = np.lexsort((seq, out, module))
         key = module[order] * 2 + out[order]
@@ -128,7 +134,7 @@ class _Frame:
         series = {}
         for part in np.split(order, cuts) if len(order) else []:
             series[(int(module[part[0]]), bool(out[part[0]]))] = part
-        return cls(module, out, seq, t_start, t_end, idle, invalid, series)
+        return cls(module, out, seq, t_start, t_end, idle, idle_progress, invalid, series)
 
 
 def _active_faults(data) -> list[tuple[int, str, int, float, float]]:
@@ -411,6 +417,9 @@ class ImpactPolicy(_Policy):
         Param("direction", "data", _choice("data", "any"),
                     "data: that traffic must include data (the flow's direction; not a request or ACKs "
                     "alone, thesis 3.5.2 note 6); any: messages of any size"),
+        Param("retrans", "ends", _choice("ends", "continues"),
+                    "a TCP retransmission ends an impact period (the seeds: 'ends whenever the counters "
+                    "increase again, usually due to local retransmissions'), or continues it until new data"),
         Param("oneway", True, on_off, "apps/sockets of upload-only (download-only) workloads are "
                     "positive inbound (outbound)"),
         Param("collateral", "negative", _choice("negative", "exclude", "positive"),
@@ -436,10 +445,13 @@ class ImpactPolicy(_Policy):
             m, out = int(f.module[rows[0]]), bool(f.out[rows[0]])
             if not self._carried.carried_data(m, out, f0 - lookback, f1):
                 return np.zeros(len(rows), dtype=bool)
-        return impact_mask(f.t_start[rows], f.t_end[rows], f.idle[rows], f.invalid[rows], f0, f1, lookback)
+        return impact_mask(f.t_start[rows], f.t_end[rows], self._idle(f)[rows], f.invalid[rows], f0, f1, lookback)
 
     def _mark_masking(self, f, rows, f0, f1):
-        return impact_mask(f.t_start[rows], f.t_end[rows], f.idle[rows], f.invalid[rows], f0, f1, 0.0)
+        return impact_mask(f.t_start[rows], f.t_end[rows], self._idle(f)[rows], f.invalid[rows], f0, f1, 0.0)
+
+    def _idle(self, f: _Frame) -> np.ndarray:
+        return f.idle_progress if self.values["retrans"] == "continues" else f.idle
 
 
 class WindowPolicy(_Policy):

@@ -373,3 +373,23 @@ def test_a_target_still_backing_off_is_covered_by_the_next_faults_collateral(tmp
     lab = label_run(data, "impact:overlap=keep")
     rows = lab[(lab["module"] == tcp) & (lab["dir"] == "in")].set_index("seq")
     assert rows.loc[21:35, "actual"].all() and not rows.loc[21:35, "exclude"].any()
+
+
+def test_a_retransmission_ends_the_impact_period_unless_retrans_continues(tmp_path):
+    """An upload connection dropped [2.05, 3.05]: silent from seq 21, one RTO retransmission at
+    seq 33 (after the fault; lost again), new data only from seq 40."""
+    b = RunBuilder(tmp_path / "r", 50)
+    tcp = b.module("tcp", "tcp:1", {"inode": 1})
+    seq = np.arange(50)
+    sent = np.where((seq >= 21) & (seq < 40), 0, 10)
+    sent[33] = 1
+    b.counters(tcp, "out", sent, nbytes=sent * 1448)
+    b.counters(tcp, "in", 0)
+    b.fault("tcp_drop", tcp, start=2.05, end=3.05, target={"inode": 1})
+    data, lab = labelled(b)
+    assert spans(positives(lab, tcp, "out")) == [(21, 32)]          # the seeds: the retransmission ends it
+    # errors: the collector's tcpi_total_retrans; RunBuilder writes 0, so set the retransmission here
+    data.counters.loc[(data.counters["module"] == tcp) & (data.counters["dir"] == "out")
+                      & (data.counters["seq"] == 33), "errors"] = 1
+    lab = label_run(data, "impact:retrans=continues")
+    assert spans(positives(lab, tcp, "out")) == [(21, 39)]
