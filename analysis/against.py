@@ -22,8 +22,9 @@ import pandas as pd
 import yaml
 
 from analysis import seeds
-from analysis.report import _md_table, tex
 from analysis.score import COUNTS, RATES, ROWS, SECTIONS
+from analysis.tables import md_table as _md_table
+from analysis.tables import tex
 from analysis.variants import parse_variant
 from harness.errors import UserError
 
@@ -350,7 +351,7 @@ def against_latex(frame: pd.DataFrame, seed: SeedTable, caption: str = "") -> st
 
 def write_against(frame: pd.DataFrame, seed: SeedTable, out: Path, title: str = "") -> tuple[str, list[Path]]:
     """against-<name>.md/.csv/.tex into `out`; returns (markdown, files)."""
-    from analysis.report import slug
+    from analysis.tables import slug
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

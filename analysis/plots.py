@@ -172,7 +172,7 @@ def _extent(t: np.ndarray) -> tuple[float, float]:
 
 
 def diagnosis_overview(data, scored: pd.DataFrame, variant: str, path: Path,
-                       modules: list[int] | None = None) -> Path:
+                       modules: list[int] | None = None, dpi: int = DPI) -> Path:
     """Every module's diagnosis over time, inbound and outbound, with faults and ground truth."""
     diag = _diag_of(scored, variant)
     seqs, t = _times(data)
@@ -234,7 +234,7 @@ def diagnosis_overview(data, scored: pd.DataFrame, variant: str, path: Path,
     handles += _fault_legend(windows)
     fig.legend(handles=handles, loc="lower center", ncol=min(8, len(handles)), fontsize=7, frameon=False)
     _tight(fig, rect=(0, 0.04, 1, 1))
-    fig.savefig(path, dpi=DPI)
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path
 

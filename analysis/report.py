@@ -1,5 +1,6 @@
 """Rendering the scores: Markdown (terminal), CSV and LaTeX; the stalled-modules list; and
-`summarize_run`, the end of `run-experiment`.
+`summarize_run`, the end of `run-experiment`. The rows and cells these tables share with the seed
+comparisons and the HTML report are made in analysis.tables (re-exported here).
 
 Rates print as percentages with one decimal; an undefined rate (zero denominator) prints blank,
 never 0 or NaN. The `±` column is the largest half-width, in percentage points, of the row's
@@ -12,17 +13,18 @@ per_run.csv the counts and rates of each run.
     summarize_run(run_dir, variants=("flowdiagnoser:theta=2",), policy=None) -> Path
         Prints the run's accuracy table (one per variant) and network health, and writes into
         <run_dir>/analysis/: accuracy.md, accuracy.csv, accuracy.tex, per_run.csv, health.csv, health.json,
-        stalled.md, stalled.csv, and the figures of
-        analysis.plots (PNG). Prints where they went and returns that directory. Raises
-        harness.errors.UserError when the run cannot be analysed; a figure that fails is reported
-        as a warning line and does not stop the rest.
+        stalled.md, stalled.csv, the figures of analysis.plots (PNG) and report.html (the HTML
+        report, analysis.html_report: the same as `nestlab report RUN`, so with the report's
+        variants besides `variants`). Prints where they went and returns that directory. Raises
+        harness.errors.UserError when the run cannot be analysed; a figure or a report that fails
+        is reported as a warning line and does not stop the rest.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,72 +34,32 @@ import pandas as pd
 
 from analysis.health import HEADER as HEALTH_HEADER
 from analysis.health import HEALTH_NOTE, health_row
-from analysis.score import ACROSS_INTERVAL, COUNTS, INTERVAL, RATES, ROWS, SECTIONS, Evaluation, evaluate
+from analysis.score import COUNTS, INTERVAL, RATES, ROWS, Evaluation, evaluate
+from analysis.tables import (  # noqa: F401 - re-exported: analysis.report's names before analysis.tables
+    ACROSS_HEADER,
+    ACROSS_NOTE,
+    ACROSS_RATES,
+    COMPARE_NOTE,
+    PM_RATES,
+    TABLE_NOTE,
+    across_cells,
+    compare_cells,
+    half_width,
+    overlap_note,
+    runs_title,
+    skipped_note,
+    slug,
+    stalled_list,
+    tex,
+    warnings_note,
+)
+from analysis.tables import accuracy_cells as _cells
+from analysis.tables import md_table as _md_table
 from analysis.variants import DEFAULT_VARIANT
 
 DEFAULT_VARIANTS = (DEFAULT_VARIANT,)
-TABLE_NOTE = (f"Rates in %; blank = undefined (no cases). ±: larger half-width of the row's TPR and FPR "
-              f"intervals ({INTERVAL}; snapshots treated as independent), in percentage points "
-              "(FNR, TNR alike; PPV, NPV intervals with --intervals and in accuracy.csv).")
-ACROSS_RATES = ("TPR", "FPR", "PPV")
-ACROSS_NOTE = ("Rates in %: pooled rate [95% interval across runs] (runs where the rate is defined; no interval "
-               f"with fewer than 2); blank = undefined. Interval: {ACROSS_INTERVAL}, whole runs resampled with "
-               "replacement and the pooled rate recomputed (runs are the independent unit). The ± column above "
-               f"is the per-snapshot {INTERVAL}, which treats snapshots as independent and is usually "
-               "narrower. Every run's rates: per_run.csv.")
-
 
 # ----------------------------------------------------------------------------- formatting
-
-
-def _pct(v: float, digits: int = 1) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return ""
-    return f"{100.0 * v:.{digits}f}"
-
-
-PM_RATES = ("TPR", "FPR")  # FNR, TNR have the same intervals; PPV, NPV with --intervals and in the CSV
-
-
-def half_width(row: pd.Series, which: Sequence[str] = PM_RATES) -> float:
-    """Largest half-width (fraction) of the defined TPR/FPR intervals of one table row; NaN if none."""
-    widths = []
-    for r in which:
-        v, lo, hi = row[r], row[f"{r}_lo"], row[f"{r}_hi"]
-        if not math.isnan(v):
-            widths.append(max(v - lo, hi - v))
-    return max(widths) if widths else math.nan
-
-
-def _cells(t: pd.DataFrame, intervals: bool) -> list[list[str]]:
-    """Table 3.3 rows as strings: section, row, counts, rates, ±."""
-    out = []
-    for section in SECTIONS:
-        first = True
-        for row in ROWS:
-            r = t.loc[(section, row)]
-            rates = []
-            for k in RATES:
-                cell = _pct(r[k])
-                if intervals and cell:
-                    cell += f" [{_pct(r[f'{k}_lo'])}, {_pct(r[f'{k}_hi'])}]"
-                rates.append(cell)
-            out.append([section if first else "", row, *(str(int(r[c])) for c in COUNTS), *rates,
-                        _pct(half_width(r))])
-            first = False
-    return out
-
-
-def _md_table(header: list[str], rows: list[list[str]], align: list[str]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-
-    def line(cells):
-        return "| " + " | ".join(c.rjust(w) if a == "r" else c.ljust(w)
-                                 for c, w, a in zip(cells, widths, align, strict=True)) + " |"
-
-    sep = "|" + "|".join(("-" * (w + 1) + ":") if a == "r" else ("-" * (w + 2))
-                         for w, a in zip(widths, align, strict=True)) + "|"
-    return "\n".join([line(header), sep, *(line(r) for r in rows)])
 
 
 def accuracy_markdown(t: pd.DataFrame, title: str = "", intervals: bool = False) -> str:
@@ -117,21 +79,8 @@ def accuracy_markdown(t: pd.DataFrame, title: str = "", intervals: bool = False)
 def across_markdown(t: pd.DataFrame, x: pd.DataFrame, title: str = "") -> str:
     """The "Across runs" table of one variant: per section and row, TPR, FPR, PPV as
     `pooled [low, high] (runs)` from accuracy_table `t` and across_runs `x`."""
-    rows = []
-    for section in SECTIONS:
-        for k, row in enumerate(ROWS):
-            r, xr = t.loc[(section, row)], x.loc[(section, row)]
-            cells = [section if k == 0 else "", row]
-            for rate in ACROSS_RATES:
-                cell = _pct(r[rate])
-                if cell:
-                    lo, hi = _pct(xr[f"{rate}_xlo"]), _pct(xr[f"{rate}_xhi"])
-                    cell += (f" [{lo}, {hi}]" if lo and hi else "") + f" ({int(xr[f'{rate}_runs'])})"
-                cells.append(cell)
-            rows.append(cells)
-    header = ["", "Module", *(f"{r} [95%] (runs)" for r in ACROSS_RATES)]
     parts = [f"### {title}", ""] if title else []
-    parts += [_md_table(header, rows, ["l", "l"] + ["r"] * len(ACROSS_RATES)), "", ACROSS_NOTE]
+    parts += [_md_table(ACROSS_HEADER, across_cells(t, x), ["l", "l"] + ["r"] * len(ACROSS_RATES)), "", ACROSS_NOTE]
     return "\n".join(parts)
 
 
@@ -178,14 +127,6 @@ def per_run_csv_frame(ev: Evaluation) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-_TEX_ESCAPE = {"&": r"\&", "%": r"\%", "_": r"\_", "#": r"\#", "$": r"\$", "{": r"\{", "}": r"\}",
-               "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}"}
-
-
-def tex(s: str) -> str:
-    return "".join(_TEX_ESCAPE.get(ch, ch) for ch in s)
-
-
 def accuracy_latex(t: pd.DataFrame, caption_tex: str = "") -> str:
     """Thesis Table 3.3 as a LaTeX table (plain tabular, no packages needed); the caption is LaTeX."""
     lines = [r"\begin{table}[htbp]", r"\centering", r"\small",
@@ -209,38 +150,9 @@ def accuracy_latex(t: pd.DataFrame, caption_tex: str = "") -> str:
 def compare_markdown(c: pd.DataFrame, variants: list[str]) -> str:
     """Paper Table 8 layout: per row and direction, each variant's TP, FP, TPR, PPV and, against
     the first variant, the change in TP and FP in % (bold = better, italic = worse, · = no change)."""
-    names = [f"V{i + 1}" for i in range(len(variants))]
-    header = ["", "Module"]
-    for i, n in enumerate(names):
-        header += [f"{n} TP", f"{n} FP", f"{n} TPR", f"{n} PPV"]
-        if i:
-            header += [f"{n} ΔTP%", f"{n} ΔFP%"]
-    rows = []
-    for section in SECTIONS:
-        for k, row in enumerate(ROWS):
-            r = c.loc[(section, row)]
-            cells = [section if k == 0 else "", row]
-            for i, v in enumerate(variants):
-                cells += [str(int(r[(v, "TP")])), str(int(r[(v, "FP")])), _pct(r[(v, "TPR")]), _pct(r[(v, "PPV")])]
-                if i:
-                    cells += [_delta(r[(v, "dTP%")], good_if_up=True), _delta(r[(v, "dFP%")], good_if_up=False)]
-            rows.append(cells)
-    legend = [f"{n} = {v}" + (" (baseline)" if i == 0 else "") for i, (n, v) in enumerate(zip(names, variants,
-                                                                                             strict=True))]
+    header, rows, legend = compare_cells(c, variants)
     align = ["l", "l"] + ["r"] * (len(header) - 2)
-    note = ("TPR, PPV in %, blank = undefined. ΔTP%, ΔFP%: change against V1 in %; **bold** = better "
-            "(more TP, fewer FP), *italic* = worse, · = no change, blank = undefined (V1 has none).")
-    return "\n".join(["Variants: " + "; ".join(legend), "", _md_table(header, rows, align), "", note])
-
-
-def _delta(v: float, good_if_up: bool) -> str:
-    if v is None or math.isnan(v):
-        return ""
-    if v == 0:
-        return "·"
-    s = f"{v:+.1f}"
-    good = (v > 0) == good_if_up
-    return f"**{s}**" if good else f"*{s}*"
+    return "\n".join(["Variants: " + "; ".join(legend), "", _md_table(header, rows, align), "", COMPARE_NOTE])
 
 
 def compare_csv_frame(c: pd.DataFrame, policy: str) -> pd.DataFrame:
@@ -264,67 +176,6 @@ def _runs_of(mask: np.ndarray) -> list[tuple[int, int]]:
     starts = np.flatnonzero(d == 1)
     ends = np.flatnonzero(d == -1)
     return list(zip(starts.tolist(), (ends - starts).tolist(), strict=True))
-
-
-def stalled_list(data, scored: pd.DataFrame, variant: str) -> pd.DataFrame:
-    """Thesis Table 5.2 for a run: every module/direction ever diagnosed positive, most first.
-
-    Columns: module, kind, name, dir, positive (STALLED count), DONTCARE, BLOCKED, HEALTHY (label
-    variants), transient (single-snapshot stalls), longest (most consecutive positive snapshots),
-    mean_s / max_s (duration of non-transient stalls, s), queued_min / queued_max (where the module
-    has a queue), FP (positives the ground truth calls negative). Excluded rows are not counted.
-    """
-    s = scored[(scored["variant"] == variant) & ~scored["exclude"]]
-    cols = ["module", "kind", "name", "dir", "positive", "DONTCARE", "BLOCKED", "HEALTHY", "transient",
-            "longest", "mean_s", "max_s", "queued_min", "queued_max", "FP"]
-    ever = s[s["positive"]][["module", "dir"]].drop_duplicates()
-    if ever.empty:
-        return pd.DataFrame(columns=cols)
-    keys = pd.MultiIndex.from_arrays([s["module"], s["dir"].astype(str)])
-    s = s[keys.isin(pd.MultiIndex.from_arrays([ever["module"], ever["dir"].astype(str)]))]
-    s = s.sort_values(["module", "dir", "seq"], kind="stable")
-    label = s["label"].astype(str).to_numpy() if "label" in s else np.full(len(s), "")
-    cf = bool(s["label"].isna().all()) if "label" in s else True
-    q = data.counters[data.counters["has_queue"]]
-    qstats = q.groupby(["module", q["dir"].astype(str)], observed=True)["queued"].agg(["min", "max"])
-    mono = data.snapshots["mono"]
-    start = data.snapshots["start"].fillna(data.snapshots["mono"])
-    mod = s["module"].to_numpy()
-    dirs = s["dir"].astype(str).to_numpy()
-    pos = s["positive"].to_numpy(bool)
-    act = s["actual"].to_numpy(bool)
-    seq = s["seq"].to_numpy()
-    cut = np.flatnonzero((mod[1:] != mod[:-1]) | (dirs[1:] != dirs[:-1])) + 1
-    recs = []
-    for a, b in zip(np.r_[0, cut], np.r_[cut, len(s)], strict=True):
-        p, sq = pos[a:b], seq[a:b]
-        # runs of consecutive positive snapshots (adjacent seqs)
-        brk = np.r_[True, ~p[:-1] | (np.diff(sq) != 1)] & p
-        run_id = np.cumsum(brk)[p]
-        first = sq[p][np.r_[True, run_id[1:] != run_id[:-1]]]
-        last = sq[p][np.r_[run_id[1:] != run_id[:-1], True]]
-        lengths = np.bincount(run_id)[1:]
-        long = lengths > 1
-        spans = mono.reindex(last[long]).to_numpy() - start.reindex(first[long]).to_numpy()
-        m, d = int(mod[a]), str(dirs[a])
-        lab = label[a:b]
-        qs = qstats.loc[(m, d)] if (m, d) in qstats.index else None
-        recs.append({
-            "module": m, "kind": data.modules["kind"].get(m, ""), "name": data.modules["name"].get(m, ""),
-            "dir": d, "positive": int(p.sum()),
-            "DONTCARE": None if cf else int((lab == "DONTCARE").sum()),
-            "BLOCKED": None if cf else int((lab == "BLOCKED").sum()),
-            "HEALTHY": None if cf else int((lab == "HEALTHY").sum()),
-            "transient": int((lengths == 1).sum()), "longest": int(lengths.max()),
-            "mean_s": round(float(np.mean(spans)), 2) if spans.size else None,
-            "max_s": round(float(np.max(spans)), 2) if spans.size else None,
-            "queued_min": None if qs is None else int(qs["min"]), "queued_max": None if qs is None else int(qs["max"]),
-            "FP": int((p & ~act[a:b]).sum()),
-        })
-    out = pd.DataFrame.from_records(recs, columns=cols)
-    for c in ("DONTCARE", "BLOCKED", "HEALTHY", "queued_min", "queued_max"):
-        out[c] = out[c].astype("Int64")
-    return out.sort_values(["positive", "module"], ascending=[False, True], ignore_index=True)
 
 
 def stalled_markdown(st: pd.DataFrame, variant: str, limit: int | None = 30) -> str:
@@ -351,43 +202,6 @@ def stalled_markdown(st: pd.DataFrame, variant: str, limit: int | None = 30) -> 
 
 
 # ----------------------------------------------------------------------------- writing
-
-
-def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", text).strip("_")
-
-
-def runs_title(ev: Evaluation) -> str:
-    n = len(ev.runs)
-    if n == 0:
-        return "no runs"
-    if n == 1:
-        p = ev.runs[0]
-        return f"run {p.parent.name}/{p.name}"
-    exps = sorted({p.parent.name for p in ev.runs})
-    return f"{n} runs ({', '.join(exps)})"
-
-
-def overlap_note(ev: Evaluation) -> str:
-    """The footnote on rows the labeller left out because faults overlapped (policy overlap=exclude)."""
-    if not ev.overlap_rows:
-        return ""
-    return (f"Left out: {ev.overlap_rows} module-snapshots where a fault's target was also another fault's "
-            "collateral (overlapping faults; ground truth ambiguous; policy overlap=exclude).")
-
-
-def skipped_note(ev: Evaluation) -> str:
-    """The runs named but not analysed, and why (the tables do not count them)."""
-    if not ev.skipped:
-        return ""
-    return "\n".join([f"Not analysed ({len(ev.skipped)} of {len(ev.skipped) + len(ev.runs)} runs; not counted "
-                      "above):"] + [f"- {p}: {why}" for p, why in ev.skipped])
-
-
-def warnings_note(ev: Evaluation) -> str:
-    """What was wrong with the runs that were analysed (their warnings), for the files written."""
-    lines = [f"- {p.parent.name}/{p.name}: {w}" for p, ws in ev.run_warnings.items() for w in ws]
-    return "\n".join(["Warnings about the runs (what was wrong, what was left out):", *lines]) if lines else ""
 
 
 def _with_notes(md: str, ev: Evaluation) -> tuple[str, str]:
@@ -467,8 +281,16 @@ def _print(text: str, file=None) -> None:
 def summarize_run(run_dir: str | Path, variants: Sequence[str] = DEFAULT_VARIANTS, policy=None,
                   figures: bool = True, out: str | Path | None = None) -> Path:
     """See the module docstring."""
+    from analysis.diagnose import as_variants
+    from analysis.html_report import REPORT_VARIANTS
+
     run_dir = Path(run_dir)
-    ev = evaluate([run_dir], variants, policy, keep=True)
+    # The tables are those of `variants`; the report (the same as `nestlab report RUN`) also has the
+    # report's own variants, diagnosed in the same pass (labels and counters are read once).
+    base = list(dict.fromkeys(v.name for v in as_variants(variants)))
+    extra = [v for v in dict.fromkeys(x.name for x in as_variants(REPORT_VARIANTS)) if v not in base]
+    full = evaluate([run_dir], base + extra, policy, keep=True)
+    ev = dataclasses.replace(full, variants=base)
     for w in ev.warnings:
         _print(f"warning: {w}", sys.stderr)
     out = Path(out) if out is not None else run_dir / "analysis"
@@ -486,13 +308,25 @@ def summarize_run(run_dir: str | Path, variants: Sequence[str] = DEFAULT_VARIANT
     st = stalled_list(data, scored, variant)
     st.to_csv(out / "stalled.csv", index=False, na_rep="")
     (out / "stalled.md").write_text(stalled_markdown(st, variant, limit=None) + "\n")
+    drawn = None
     if figures:
         try:
             from analysis.plots import plot_run
 
-            if not plot_run(data, scored, variant, out):
+            drawn = plot_run(data, scored, variant, out)
+            if not drawn:
                 _print("note: nothing was diagnosed, so no figures", sys.stderr)
         except Exception as e:  # a figure must not hide the table a run ended with
             _print(f"warning: figures not drawn: {type(e).__name__}: {e}", sys.stderr)
+    report = None
+    try:
+        from analysis.html_report import build_report
+
+        report = build_report([run_dir], out / "report.html", ev=full, draw=figures,
+                              figures_of={ev.runs[0]: drawn} if drawn else None)
+    except Exception as e:  # noqa: BLE001 - the report must not hide the tables a run ended with
+        _print(f"warning: report not written: {type(e).__name__}: {e}", sys.stderr)
     _print(f"\nanalysis: tables and figures written to {out}")
+    if report is not None:
+        _print(f"report: {report}")
     return out

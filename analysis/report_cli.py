@@ -1,5 +1,5 @@
-"""Analysis subcommands for `nestlab`: accuracy, compare, plots, policies (docs/analysis.md); with
---against, our table against a seed table (docs/seeds-tables.md).
+"""Analysis subcommands for `nestlab`: accuracy, compare, plots, report, policies (docs/analysis.md); with
+--against, our table against a seed table (docs/seeds-tables.md); report: one HTML file (docs/report.md).
 
 RUNS arguments name stored runs: a run directory, a directory of runs (an experiment's directory, a
 whole results tree), a quoted glob, or an experiment name under --results.
@@ -20,14 +20,15 @@ def register(subparsers) -> None:
     common_help = ("runs: run directories, directories of runs, quoted globs or experiment names "
                    "(under --results)")
 
-    def runs_args(p, nargs="+"):
+    def runs_args(p, nargs="+", out=True):
         p.add_argument("runs", nargs=nargs, metavar="RUNS", help=common_help)
         p.add_argument("--results", default="results", metavar="DIR",
                        help="results root for experiment names (default: results)")
         p.add_argument("--policy", default=None, metavar="P",
                        help="ground-truth labelling policy (default: impact, the seeds' criteria); "
                             "see `nestlab policies`")
-        p.add_argument("--out", metavar="DIR", help="where files go (default: <the runs' common directory>/analysis)")
+        if out:
+            p.add_argument("--out", metavar="DIR", help="where files go (default: <the runs' common directory>/analysis)")
 
     p = subparsers.add_parser(
         "accuracy", help="accuracy table (thesis Table 3.3) of stored runs: Markdown, CSV, LaTeX",
@@ -75,6 +76,20 @@ def register(subparsers) -> None:
                    help="draw the subgraph figure of this module: run.db id or key such as tcp:65562 "
                         "(repeatable; default: the modules the run's faults target)")
     p.set_defaults(func=_plots)
+
+    p = subparsers.add_parser(
+        "report", help="one self-contained HTML report of runs: tables, seeds, health, figures, faults",
+        description="Write one HTML file that needs nothing else to open (figures embedded): the runs, their "
+                    "network health, the accuracy table per variant, the variant comparison, the seeds' numbers "
+                    "beside ours, the thesis chapter 5 figures and a section per fault (docs/report.md). Prints "
+                    "the file's path.")
+    runs_args(p, out=False)
+    p.add_argument("-o", "--out", metavar="FILE",
+                   help="the HTML file (default: <run>/analysis/report.html for one run, <the runs' common "
+                        "directory>/analysis/report.html for more)")
+    p.add_argument("--variant", action="append", metavar="V",
+                   help="rule variant (repeatable; ranges expand; default flowdiagnoser:theta=2 and nest-cf)")
+    p.set_defaults(func=_report)
 
     p = subparsers.add_parser("policies", help="list ground-truth labelling policies and their parameters")
     p.set_defaults(func=_policies)
@@ -302,6 +317,18 @@ def _plots(args) -> int:
         print(f"\nwritten: {', '.join(str(f) for f in files)}")
     if not drawn:
         raise UserError(f"no figures drawn for any of the {len(runs)} runs")
+    return 0
+
+
+def _report(args) -> int:
+    from analysis.html_report import REPORT_VARIANTS, build_report, default_output
+
+    if args.out and Path(args.out).is_dir():
+        raise UserError(f"{args.out}: is a directory; -o names the HTML file to write")
+    variants = variants_from(args) if args.variant else variants_from(argparse_ns(variant=list(REPORT_VARIANTS)))
+    runs, ev = _evaluate(args, variants, keep=True)
+    out = Path(args.out) if args.out else default_output(ev.runs)
+    print(build_report(ev.runs, out, ev=ev))
     return 0
 
 

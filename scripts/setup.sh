@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS=(mininet iperf lighttpd wget iptables iproute2 bridge-utils ethtool iputils-ping procps psmisc
-      gcc make libc6-dev python3-venv python3-dev openssh-server openssh-client)
+      gcc make libc6-dev python3-venv python3-dev openssh-server openssh-client chromium tmux)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

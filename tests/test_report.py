@@ -224,7 +224,8 @@ def test_summarize_run(run, capsys):
     assert out == path / "analysis"
     printed = capsys.readouterr().out
     assert "Accuracy of flowdiagnoser:theta=2" in printed
-    assert printed.strip().splitlines()[-1] == f"analysis: tables and figures written to {out}"
+    assert printed.strip().splitlines()[-2:] == [f"analysis: tables and figures written to {out}",
+                                                 f"report: {out / 'report.html'}"]
     for name in ("accuracy.md", "accuracy.csv", "accuracy.tex", "stalled.md", "stalled.csv",
                  "diagnosis-overview.png", "module-timeline.png"):
         assert (out / name).stat().st_size > 0, name
