@@ -19,6 +19,9 @@ Two sources:
 - `stretch_from_json(obj)`: the `nestlab diagnose --json` format (docs/diagnosis.md), whose values
   are already deltas.
 
+`build_stretches` and `mark_detached` are load_run's last steps on their own, so that analysis.live
+makes the stretches of a window of recent snapshots with the same code (docs/live.md).
+
 A stretch also marks its *detached* modules: those with an upper layer elsewhere in the run but not
 in this stretch (see `Stretch`), which the rule systems do not treat as roots with work.
 """
@@ -293,7 +296,7 @@ def _rebaseline(vals: np.ndarray, has: np.ndarray, bad: np.ndarray, a: int, end:
     return i
 
 
-def _absorb_wait_jitter(vals: np.ndarray, has: np.ndarray, start: np.ndarray) -> np.ndarray:
+def absorb_wait_jitter(vals: np.ndarray, has: np.ndarray, start: np.ndarray) -> np.ndarray:
     """vals with every wait_ms that is lower than the one before by at most WAIT_JITTER_MS raised
     to it (the carried value, so a run of such readings compares with the same one)."""
     w, hw = vals[:, _WAIT], has[:, _WAIT]
@@ -333,7 +336,7 @@ def series_deltas(mod: np.ndarray, vals: np.ndarray, has: np.ndarray, kinds_zero
         return np.zeros((0, len(_CUM))), np.zeros(0, dtype=bool)
     start = np.ones(r, dtype=bool)
     start[1:] = mod[1:] != mod[:-1]
-    vals = _absorb_wait_jitter(vals, has, start)
+    vals = absorb_wait_jitter(vals, has, start)
     # Common case, vectorised: difference with the previous row of the same module.
     ok = has[:, cum].copy()
     ok[1:] &= has[:-1, cum]
@@ -449,9 +452,25 @@ def load_run(run_dir: str | Path) -> Run:
         o = order[by_pos]
         per_dir[d] = (pos[o], mod[by_pos], delta[by_pos], vals[by_pos, _QUEUED], has[by_pos], invalid[by_pos])
 
-    # Module presence (a counters row in either direction) as unique (module, position) pairs.
+    run.stretches = build_stretches(seqs, mono, kind, per_dir, rows["module"], pos, edge_rows)
+    mark_detached(run.stretches, attached_modules(run.stretches), remote_addresses(mods))
+    tcpstate.attach(run.stretches, tcp_rows, seqs, mono)
+    return run
+
+
+def build_stretches(seqs: np.ndarray, mono: np.ndarray, kind: dict[int, str], per_dir: dict[str, tuple],
+                    row_module: np.ndarray, row_pos: np.ndarray, edge_rows: list[tuple]) -> list[Stretch]:
+    """Cut snapshots `seqs` (times `mono`) into stretches of constant graph and fill their counters.
+
+    per_dir[d] = (pos, module, delta (R, 3), queued, has (R, 4), invalid), rows sorted by position;
+    row_module/row_pos: every dense counters row (either direction), a module being present where it
+    has one; edge_rows: (parent, child, born, died) in monotonic time. Positions index `seqs`.
+    `load_run` passes a whole run, analysis.live a window of recent snapshots."""
     s_count = len(seqs)
-    pairs = np.sort(rows["module"] * s_count + pos)
+    if s_count == 0 or len(row_module) == 0:
+        return []
+    # Module presence (a counters row in either direction) as unique (module, position) pairs.
+    pairs = np.sort(row_module * s_count + row_pos)
     pairs = pairs[np.append(True, pairs[1:] != pairs[:-1])]
     pm, pp = pairs // s_count, pairs % s_count
     new_run = np.ones(len(pairs), dtype=bool)
@@ -470,7 +489,7 @@ def load_run(run_dir: str | Path) -> Run:
     by_pos = np.argsort(pp, kind="stable")
     pm_sorted, pp_sorted = pm[by_pos], pp[by_pos]
     lookup = np.full(max(kind) + 1, -1, dtype=np.int64)
-
+    stretches = []
     for a, b in zip(bounds[:-1], bounds[1:], strict=True):
         lo, hi = np.searchsorted(pp_sorted, [a, a + 1])
         here = sorted(pm_sorted[lo:hi].tolist())
@@ -499,19 +518,30 @@ def load_run(run_dir: str | Path) -> Run:
             c.invalid[r, col] = invalid[sel]
             st.counters[d] = c
         lookup[here] = -1
-        run.stretches.append(st)
+        stretches.append(st)
+    return stretches
 
-    # Detached modules (see Stretch): a parent edge in some stretch of the run, none in this one.
-    # "Some stretch" rather than "some row of the edges table": an edge counts where the diagnosis
-    # sees it, with both ends present, so a module whose upper layer never shows up stays a root.
-    attached_somewhere = {st.modules[c] for st in run.stretches for _, c in st.edges}
+
+def attached_modules(stretches: list[Stretch]) -> set:
+    """Modules with a parent edge in some stretch. "Some stretch" rather than "some row of the edges
+    table": an edge counts where the diagnosis sees it, with both ends present, so a module whose
+    upper layer never shows up stays a root."""
+    return {st.modules[c] for st in stretches for _, c in st.edges}
+
+
+def remote_addresses(mods: list[tuple]) -> dict[int, str | None]:
+    """Per module (rows as `Run.modules`), a TCP connection's remote address (attrs "dst"), else None."""
     remote = {}
     for i, k, _name, _key, attrs, *_ in mods:
         dst = damage.as_dict(attrs).get("dst") if k == "tcp" else None
         remote[i] = dst if isinstance(dst, str) and dst else None
-    for st in run.stretches:
-        st.detached = np.array([m in attached_somewhere for m in st.modules], dtype=bool)
+    return remote
+
+
+def mark_detached(stretches: list[Stretch], attached: set, remote: dict) -> None:
+    """Set `Stretch.detached` (see Stretch: a module attached somewhere, in `attached`, but without a
+    parent edge in this stretch) and `Stretch.remote`."""
+    for st in stretches:
+        st.detached = np.array([m in attached for m in st.modules], dtype=bool)
         st.detached[[c for _, c in st.edges]] = False
         st.remote = [remote.get(m) for m in st.modules]
-    tcpstate.attach(run.stretches, tcp_rows, seqs, mono)
-    return run

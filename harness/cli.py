@@ -12,7 +12,7 @@ import sys
 
 from harness.errors import UserError
 
-COMMAND_MODULES = ("harness.commands", "harness.export", "analysis.cli", "analysis.report_cli")
+COMMAND_MODULES = ("harness.commands", "harness.export", "analysis.cli", "analysis.report_cli", "analysis.top")
 
 
 def _build_parser() -> argparse.ArgumentParser:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
+from rich.text import Text
 
 from harness import __version__
 from harness.backends import check_runner, make_backend
@@ -41,12 +42,14 @@ from harness.collector.main import command as collector_command
 from harness.errors import UserError
 from harness.faults import FaultEnv, FaultKind, Faults, NoTarget, Part
 from harness.ledger import Ledger, signals_held
+from harness.liveprogress import LiveProgress
 from harness.recorder import RunRecorder, link_fault_targets
 from harness.spec import Experiment, Window, load_spec
 from harness.store import FORMAT_VERSION, RunDir, monotonic
 from harness.workloads import Workloads
 
 TICK_S = 0.02
+LIVE_S = 1.0               # how often the progress view's live diagnosis is refreshed
 COLLECTOR_READY_S = 10.0
 QUEUE_SAMPLE_S = 1.0       # how often the shaped links' queues are read (network health)
 
@@ -112,6 +115,7 @@ class Run:
         self.shm_dir: str | None = None
         self.fault_ids = 0   # faults.id, assigned here so a rule's tag is known before its row is written
         self.clocks: Clocks | None = None
+        self.collector_db: str | None = None    # where the collector writes (the run's own run.db, or a node's)
 
     def now(self) -> float:
         """The reference clock (the monitored host's CLOCK_MONOTONIC), read through the runner's."""
@@ -225,8 +229,9 @@ class Run:
     def _start_collector(self) -> None:
         backend, monitor = self.backend, self.spec.monitor
         node = backend.node(monitor)
-        argv = collector_command(backend.python(monitor), backend.collector_db(monitor, self.record),
-                                 self.spec.snapshot_interval, self.shm_dir, backend.ignored_interfaces(monitor))
+        self.collector_db = backend.collector_db(monitor, self.record)
+        argv = collector_command(backend.python(monitor), self.collector_db, self.spec.snapshot_interval,
+                                 self.shm_dir, backend.ignored_interfaces(monitor))
         with signals_held():
             self.collector = node.start(argv, self.rd.logs / "collector.log")
             self._on_process(self.collector, None, "collector", self.spec.monitor)
@@ -253,8 +258,10 @@ class Run:
         self._manifest("running", t0=self.t0)
         pending = list(self.plan)
         live = console.is_terminal
-        last_print = next_queue_sample = -1e9
-        with console.status("", spinner="dots") if live else _nullcontext() as status:
+        last_print = next_queue_sample = next_diagnosis = -1e9
+        diagnosis = LiveProgress(self) if self._collector_db_is_local() else None
+        with console.status("", spinner="dots") if live else _nullcontext() as status, \
+                diagnosis or _nullcontext():
             while True:
                 now = self.now()
                 t = now - self.t0
@@ -272,17 +279,30 @@ class Run:
                 if now >= next_queue_sample:
                     self._sample_queues()
                     next_queue_sample = now + QUEUE_SAMPLE_S
+                if diagnosis is not None and now >= next_diagnosis:
+                    diagnosis.refresh()
+                    next_diagnosis = now + LIVE_S
                 line = self._progress_line(t)
+                second = diagnosis.line(console.width if live else 160) if diagnosis is not None else ""
                 if live:
-                    status.update(line)
+                    status.update(Text(line + "\n" + second) if second else line)
                 elif now - last_print >= 10:
                     console.print(line, soft_wrap=True)
+                    if second:
+                        console.print(second, soft_wrap=True, markup=False)
                     last_print = now
                 time.sleep(TICK_S)
         for af in list(self.active):
             self._end_fault(af)
         self._sample_queues()
         self.event("run_end", f"t = {self.now() - self.t0:.3f}")
+
+    def _collector_db_is_local(self) -> bool:
+        """The collector writes the run's own run.db (Mininet), which the live diagnosis can read."""
+        try:
+            return self.collector_db is not None and Path(self.collector_db).resolve() == self.rd.db.resolve()
+        except OSError:
+            return False
 
     def _sample_queues(self) -> None:
         """The shaped links' queue counters (cumulative drops, sent packets) and backlog."""
