@@ -1,14 +1,20 @@
-"""End to end: a short real run with every fault kind, then the accuracy table command on it."""
+"""End to end: a short real run with every fault kind, then the accuracy table command on it, and
+the run's HTML report (written by run-experiment) opened in headless Chromium."""
 
 from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
+from pathlib import Path
 
+import pandas as pd
 import pytest
 
+from tests.support import chromium
 from tests.support.env import REPO, VENV_BIN, write
+from tests.support.report_page import accuracy_cells_compared, outside_refs
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -35,6 +41,7 @@ def test_every_fault_kind_then_the_accuracy_table(tmp_path, no_leftovers):
                        capture_output=True, text=True, cwd=REPO, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     (run,) = results.glob("e2e_all/*")
+    run_out = r.stdout + r.stderr
     assert "| Inbound" in r.stdout and "tables and figures written to" in r.stdout + r.stderr
     faults = json.loads((run / "manifest.json").read_text())["counts"]["faults"]
     assert faults == 3
@@ -55,3 +62,21 @@ def test_every_fault_kind_then_the_accuracy_table(tmp_path, no_leftovers):
         assert int(row["AP"]) > 0 and float(row["TPR"]) >= 95, (name, row)
     # Each fault found its target: positives in the TCP and ip+eth rows too.
     assert int(table[("Total", "TCP")]["TP"]) > 0 and int(table[("Total", "ip+eth")]["TP"]) > 0
+
+    # The report run-experiment wrote, as the summary names it, in a real browser: nothing fetched,
+    # every figure loaded, its tables equal to accuracy.csv for the same variants.
+    (named,) = re.findall(r"^report: (\S+)$", run_out, re.M)
+    page = Path(named) if Path(named).is_absolute() else REPO / named
+    assert page == run / "analysis" / "report.html" and page.stat().st_size > 0
+    assert outside_refs(page.read_text()) == []
+    if chromium.browser() is None:
+        pytest.fail("chromium is missing: scripts/setup.sh installs it")
+    seen = chromium.devtools_load(page, tmp_path)
+    assert [u for u in seen["requested"] if u != page.as_uri() and not u.startswith("data:")] == []
+    assert seen["imgs"] >= 6 and seen["ok"] == seen["imgs"]
+    both = tmp_path / "both"
+    r = subprocess.run([VENV_BIN / "nestlab", "accuracy", str(run), "--variant", "flowdiagnoser:theta=2",
+                        "--variant", "nest-cf", "--out", str(both)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    dom = chromium.dump_dom(page, tmp_path)
+    assert accuracy_cells_compared(dom, pd.read_csv(both / "accuracy.csv"), ["flowdiagnoser:theta=2", "nest-cf"]) > 0
