@@ -168,16 +168,6 @@ def compare_csv_frame(c: pd.DataFrame, policy: str) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- stalled modules
 
 
-def _runs_of(mask: np.ndarray) -> list[tuple[int, int]]:
-    """(start, length) of each run of True."""
-    if not mask.any():
-        return []
-    d = np.diff(np.concatenate([[0], mask.astype(np.int8), [0]]))
-    starts = np.flatnonzero(d == 1)
-    ends = np.flatnonzero(d == -1)
-    return list(zip(starts.tolist(), (ends - starts).tolist(), strict=True))
-
-
 def stalled_markdown(st: pd.DataFrame, variant: str, limit: int | None = 30) -> str:
     header = ["Module", "Kind", "Name", "Dir", "Stall", "DCare", "Block", "Healthy", "trans", "longest",
               "mean s", "max s", "queued min", "queued max", "FP"]
