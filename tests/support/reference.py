@@ -12,6 +12,7 @@ from __future__ import annotations
 import networkx as nx
 import numpy as np
 
+from analysis.diagnose import diagnose_stretches
 from analysis.stretches import DIRS, Stretch
 from analysis.variants import BLOCKED, DONTCARE, HEALTHY, STALLED, Variant
 from analysis.variants.nest_cf_tables import ABSOLVE_CO_PARENT, OBS, cell
@@ -246,3 +247,12 @@ def assert_same(fast: dict, ref: dict, what: str = "") -> None:
         else:
             np.testing.assert_array_equal(res, rres, err_msg=f"{what} {d} result")
         np.testing.assert_array_equal(pos, rpos, err_msg=f"{what} {d} positive")
+
+
+def assert_batch_equals_reference(stretches: list[Stretch], variant: Variant) -> None:
+    """Several stretches diagnosed in one batch (seqs made distinct, as in a run) give each stretch
+    its own reference result: the fast path's batching does not leak across stretches."""
+    for k, s in enumerate(stretches):
+        s.seqs = s.seqs + 100 * k
+    for sd in diagnose_stretches(stretches, [variant]):
+        assert_same(sd.results[variant.name], reference(sd.stretch, variant), variant.name)
