@@ -15,83 +15,23 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sqlite3
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from harness.backends.mininet import private_tcp_hash
+from connections import Connections, cpu_ticks
+
 from harness.store import create_db
 
-NS_C, NS_S = "nestlab-bench-c", "nestlab-bench-s"
-REPO = Path(__file__).resolve().parent.parent
 
-# Server: accept and hold every connection; client: open N connections, send a byte
-# on each every second so counters move. Both exit when stdin closes.
-SERVER = """
-import os, socket, sys, threading
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("10.99.0.2", 7000)); s.listen(4096)
-threading.Thread(target=lambda: (sys.stdin.read(), os._exit(0)), daemon=True).start()
-print("up", flush=True)
-conns = []
-while True:  # accept and hold; the trickle of client bytes waits in the receive queues
-    conns.append(s.accept()[0])
-"""
-CLIENT = """
-import socket, sys, time, select
-n = int(sys.argv[1]); socks = []
-for _ in range(n):
-    c = socket.create_connection(("10.99.0.2", 7000)); socks.append(c)
-print("up", flush=True)
-while not select.select([sys.stdin], [], [], 1.0)[0]:
-    for c in socks: c.send(b"x")
-"""
-
-
-def sh(cmd: str, check=True):
-    return subprocess.run(cmd, shell=True, check=check, capture_output=True, text=True)
-
-
-def setup(private_hash: bool):
-    if private_hash:
-        with private_tcp_hash(None):
-            sh(f"ip netns add {NS_C} && ip netns add {NS_S}")
-    else:
-        sh(f"ip netns add {NS_C} && ip netns add {NS_S}")
-    sh(f"ip link add nlb-c netns {NS_C} type veth peer name nlb-s netns {NS_S}")
-    for ns, dev, addr in ((NS_C, "nlb-c", "10.99.0.1"), (NS_S, "nlb-s", "10.99.0.2")):
-        sh(f"ip -n {ns} addr add {addr}/24 dev {dev} && ip -n {ns} link set {dev} up && ip -n {ns} link set lo up")
-
-
-def teardown():
-    sh(f"ip netns del {NS_C}", check=False)
-    sh(f"ip netns del {NS_S}", check=False)
-
-
-def cpu_ticks(pid: int) -> int:
-    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(f[11]) + int(f[12])  # utime + stime
-
-
-def measure(n: int, seconds: float, interval: float) -> dict:
-    py = sys.executable
-    server = subprocess.Popen(["ip", "netns", "exec", NS_S, py, "-c", SERVER], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    server.stdout.readline()
-    client = subprocess.Popen(["ip", "netns", "exec", NS_C, py, "-c", CLIENT, str(n)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+def measure(net: Connections, seconds: float, interval: float) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="nestlab-bench-"))
     try:
-        client.stdout.readline()
         db_path = tmp / "run.db"
         create_db(db_path).close()
-        coll = subprocess.Popen(["ip", "netns", "exec", NS_C, py, "-m", "harness.collector.main", "--db",
-                                 str(db_path), "--interval", str(interval)], stdout=subprocess.PIPE, text=True,
-                                env={**os.environ, "PYTHONPATH": str(REPO)})
-        coll.stdout.readline()
+        coll = net.start_collector(db_path, interval)
         time.sleep(2.0)  # past the first snapshot's births and owner scan: measure the steady state
         t0, c0 = time.monotonic(), cpu_ticks(coll.pid)
         time.sleep(seconds)
@@ -101,28 +41,21 @@ def measure(n: int, seconds: float, interval: float) -> dict:
         db = sqlite3.connect(db_path)
         monos = [m for (m,) in db.execute("SELECT mono FROM snapshots ORDER BY seq")]
         tcp = db.execute("SELECT count(*) FROM modules WHERE kind = 'tcp'").fetchone()[0]
+        db.close()
         # Deviation of each snapshot from its deadline (start + k * interval).
         start = monos[0]
         devs = sorted(abs(m - (start + round((m - start) / interval) * interval)) for m in monos)
         p99 = devs[int(0.99 * (len(devs) - 1))]
-        slow, lean, dumped = decoder_baseline()
-        return {"n": n, "tcp_modules": tcp, "slow": slow, "lean": lean, "dumped": dumped, "cpu": 100 * (c1 - c0) / os.sysconf("SC_CLK_TCK") / (t1 - t0),
-                "p99_ms": p99 * 1000, "snapshots": len(monos)}
+        slow, lean, dumped = decoder_baseline(net)
+        return {"tcp_modules": tcp, "slow": slow, "lean": lean, "dumped": dumped,
+                "cpu": 100 * (c1 - c0) / os.sysconf("SC_CLK_TCK") / (t1 - t0), "p99_ms": p99 * 1000}
     finally:
-        for p in (client, server):
-            p.stdin.close()
-            try:
-                p.wait(5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        for f in tmp.iterdir():
-            f.unlink()
-        tmp.rmdir()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
-def decoder_baseline() -> tuple[float, float, int]:
-    """ms per dump: pyroute2 DiagSocket vs the lean decoder, for the sockets of NS_C (call it while
-    the connections are open); and how many sockets the dump held."""
+def decoder_baseline(net: Connections) -> tuple[float, float, int]:
+    """ms per dump: pyroute2 DiagSocket vs the lean decoder, for the sockets of the client's
+    namespace; and how many sockets the dump held."""
     code = """
 import time, socket
 from pyroute2 import DiagSocket
@@ -147,8 +80,7 @@ with DiagSocket() as ds:
         best[name] = (min(times) * 1000, len(r))
 print(best["pyroute2"][0], best["lean"][0], best["lean"][1])
 """
-    r = sh(f"ip netns exec {NS_C} {sys.executable} -c '{code}'")
-    a, b, n = r.stdout.split()
+    a, b, n = net.run_in_client(code).split()
     return float(a), float(b), int(n)
 
 
@@ -164,12 +96,8 @@ def main() -> None:
     for n in (int(x) for x in a.counts.split(",")):
         cpu = {}
         for private in (False, True):   # the baseline first
-            teardown()
-            setup(private)
-            try:
-                m = measure(n, a.seconds, a.interval)
-            finally:
-                teardown()
+            with Connections(n, private_hash=private) as net:
+                m = measure(net, a.seconds, a.interval)
             cpu[private] = m["cpu"]
             ratio = f"{cpu[False] / m['cpu']:8.1f}x" if private else f"{'':9}"
             print(f"{n:6d} {'private' if private else 'shared':>8} {m['tcp_modules']:8d} {m['cpu']:6.2f}% {ratio} "

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -94,110 +93,58 @@ def bench_refresh(minutes: float, count: int) -> int:
 
 # ---------------------------------------------------------------- the collector with and without a reader
 
-NS_C, NS_S = "nestlab-blive-c", "nestlab-blive-s"
-SERVER = """
-import os, socket, sys, threading
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("10.98.0.2", 7000)); s.listen(4096)
-threading.Thread(target=lambda: (sys.stdin.read(), os._exit(0)), daemon=True).start()
-print("up", flush=True)
-conns = []
-while True:
-    conns.append(s.accept()[0])
-"""
-CLIENT = """
-import socket, sys, select
-socks = [socket.create_connection(("10.98.0.2", 7000)) for _ in range(int(sys.argv[1]))]
-print("up", flush=True)
-while not select.select([sys.stdin], [], [], 0.05)[0]:
-    for c in socks: c.send(b"x" * 100)
-"""
-
-
-def sh(cmd: str, check: bool = True):
-    return subprocess.run(cmd, shell=True, check=check, capture_output=True, text=True)
-
-
-def cpu_ticks(pid: int) -> int:
-    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(f[11]) + int(f[12])
-
 
 def bench_collector(seconds: float, n: int) -> int:
-    from harness.backends.mininet import private_tcp_hash
+    from connections import Connections, cpu_ticks
+
     from harness.store import connect, create_db
 
-    py = sys.executable
-    procs: list[subprocess.Popen] = []
     tmp = Path(tempfile.mkdtemp(prefix="nestlab-bench-live-"))
     try:
-        with private_tcp_hash(None):
-            sh(f"ip netns add {NS_C} && ip netns add {NS_S}")
-        sh(f"ip link add nbl-c netns {NS_C} type veth peer name nbl-s netns {NS_S}")
-        for ns, dev, addr in ((NS_C, "nbl-c", "10.98.0.1"), (NS_S, "nbl-s", "10.98.0.2")):
-            sh(f"ip -n {ns} addr add {addr}/24 dev {dev} && ip -n {ns} link set {dev} up && ip -n {ns} link set lo up")
-        for ns, code, args in ((NS_S, SERVER, []), (NS_C, CLIENT, [str(n)])):
-            p = subprocess.Popen(["ip", "netns", "exec", ns, py, "-c", code, *args], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-            procs.append(p)
-            p.stdout.readline()
-        (tmp / "manifest.json").write_text('{"format_version": 4, "status": "running", "snapshot_interval": 0.1}\n')
-        create_db(tmp / "run.db").close()
-        coll = subprocess.Popen(["ip", "netns", "exec", NS_C, py, "-m", "harness.collector.main", "--db",
-                                 str(tmp / "run.db"), "--interval", "0.1"], stdout=subprocess.PIPE, text=True,
-                                env={**os.environ, "PYTHONPATH": str(REPO)})
-        procs.append(coll)
-        coll.stdout.readline()
-        time.sleep(2.0)
-        engine = LiveEngine(tmp)
-        engine.refresh()
-        results: dict[str, list] = {"no reader": [], "live engine every 1 s": [], "live engine every 0.1 s": []}
-        for phase in [*results, *results]:
-            every = {"no reader": None, "live engine every 1 s": 1.0, "live engine every 0.1 s": 0.1}[phase]
-            t0, c0 = time.monotonic(), cpu_ticks(coll.pid)
-            s0 = engine.reader.seq
-            costs = []
-            while time.monotonic() - t0 < seconds:
-                if every is None:
-                    time.sleep(0.05)
-                    continue
-                t = time.perf_counter()
-                engine.refresh()
-                costs.append(time.perf_counter() - t)
-                time.sleep(max(0.0, every - (time.perf_counter() - t)))
-            t1, c1 = time.monotonic(), cpu_ticks(coll.pid)
+        # 100 bytes on every connection every 50 ms: counters move every snapshot
+        with Connections(n, private_hash=True, size=100, period=0.05) as net:
+            (tmp / "manifest.json").write_text('{"format_version": 4, "status": "running", "snapshot_interval": 0.1}\n')
+            create_db(tmp / "run.db").close()
+            coll = net.start_collector(tmp / "run.db", 0.1)
+            time.sleep(2.0)
+            engine = LiveEngine(tmp)
             engine.refresh()
-            results[phase].append((100 * (c1 - c0) / os.sysconf("SC_CLK_TCK") / (t1 - t0), s0, engine.reader.seq,
-                                   costs))
-        engine.close()
-        db = connect(tmp / "run.db", readonly=True)
-        mono = np.array([m for (m,) in db.execute("SELECT mono FROM snapshots ORDER BY seq")])
-        tcp = db.execute("SELECT count(*) FROM modules WHERE kind = 'tcp'").fetchone()[0]
-        db.close()
-        dev = np.abs(mono - (mono[0] + np.round((mono - mono[0]) / 0.1) * 0.1)) * 1000
-        print(f"collector at 100 ms, {tcp} TCP modules, {seconds:g} s per phase, phases interleaved twice:")
-        for phase, runs in results.items():
-            cpu = [r[0] for r in runs]
-            p99 = [np.percentile(dev[r[1] + 1:r[2] + 1], 99) for r in runs]
-            costs = [c for r in runs for c in r[3]]
-            extra = f"; refresh median {np.median(costs) * 1000:.1f} ms" if costs else ""
-            print(f"  {phase:<24} collector CPU {np.mean(cpu):5.2f}% of a core ({', '.join(f'{c:.2f}' for c in cpu)}), "
-                  f"interval p99 deviation {max(p99):.2f} ms{extra}")
-        base = np.mean([r[0] for r in results["no reader"]])
-        live = np.mean([r[0] for r in results["live engine every 1 s"]])
-        print(f"ratio collector CPU with / without the live engine (1 s): {live / base:.2f}")
+            results: dict[str, list] = {"no reader": [], "live engine every 1 s": [], "live engine every 0.1 s": []}
+            for phase in [*results, *results]:
+                every = {"no reader": None, "live engine every 1 s": 1.0, "live engine every 0.1 s": 0.1}[phase]
+                t0, c0 = time.monotonic(), cpu_ticks(coll.pid)
+                s0 = engine.reader.seq
+                costs = []
+                while time.monotonic() - t0 < seconds:
+                    if every is None:
+                        time.sleep(0.05)
+                        continue
+                    t = time.perf_counter()
+                    engine.refresh()
+                    costs.append(time.perf_counter() - t)
+                    time.sleep(max(0.0, every - (time.perf_counter() - t)))
+                t1, c1 = time.monotonic(), cpu_ticks(coll.pid)
+                engine.refresh()
+                results[phase].append((100 * (c1 - c0) / os.sysconf("SC_CLK_TCK") / (t1 - t0), s0, engine.reader.seq,
+                                       costs))
+            engine.close()
+            db = connect(tmp / "run.db", readonly=True)
+            mono = np.array([m for (m,) in db.execute("SELECT mono FROM snapshots ORDER BY seq")])
+            tcp = db.execute("SELECT count(*) FROM modules WHERE kind = 'tcp'").fetchone()[0]
+            db.close()
+            dev = np.abs(mono - (mono[0] + np.round((mono - mono[0]) / 0.1) * 0.1)) * 1000
+            print(f"collector at 100 ms, {tcp} TCP modules, {seconds:g} s per phase, phases interleaved twice:")
+            for phase, runs in results.items():
+                cpu = [r[0] for r in runs]
+                p99 = [np.percentile(dev[r[1] + 1:r[2] + 1], 99) for r in runs]
+                costs = [c for r in runs for c in r[3]]
+                extra = f"; refresh median {np.median(costs) * 1000:.1f} ms" if costs else ""
+                print(f"  {phase:<24} collector CPU {np.mean(cpu):5.2f}% of a core ({', '.join(f'{c:.2f}' for c in cpu)}), "
+                      f"interval p99 deviation {max(p99):.2f} ms{extra}")
+            base = np.mean([r[0] for r in results["no reader"]])
+            live = np.mean([r[0] for r in results["live engine every 1 s"]])
+            print(f"ratio collector CPU with / without the live engine (1 s): {live / base:.2f}")
     finally:
-        for p in reversed(procs):   # collector, client, server
-            if p.stdin:
-                p.stdin.close()
-            if p.poll() is None:
-                p.terminate()
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        sh(f"ip netns del {NS_C}", check=False)
-        sh(f"ip netns del {NS_S}", check=False)
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
