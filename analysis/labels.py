@@ -246,20 +246,21 @@ class DataCarried:
         self.data = data
         self.mono = data.snapshots["mono"]
         self.cache: dict[tuple[int, bool], tuple[np.ndarray, np.ndarray, np.ndarray] | None] = {}
+        path = getattr(data, "path", None)
+        db = path / "run.db" if path is not None else None
+        self.conn = connect(db, readonly=True) if db is not None and db.exists() else None
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
 
     def _series(self, module: int, out: bool):
         key = (module, out)
         if key not in self.cache:
-            rows = []
-            path = getattr(self.data, "path", None)
-            db = path / "run.db" if path is not None else None
-            if db is not None and db.exists():
-                conn = connect(db, readonly=True)
-                try:
-                    rows = conn.execute("SELECT seq, total_msgs, bytes FROM counters WHERE module = ? AND dir = ? "
-                                        "ORDER BY seq", (module, "out" if out else "in")).fetchall()
-                finally:
-                    conn.close()
+            rows = [] if self.conn is None else self.conn.execute(
+                "SELECT seq, total_msgs, bytes FROM counters WHERE module = ? AND dir = ? ORDER BY seq",
+                (module, "out" if out else "in")).fetchall()
             rows = [r for r in rows if r[2] is not None and r[1] is not None]
             if rows:
                 seq = np.array([r[0] for r in rows], dtype=np.int64)
@@ -437,6 +438,8 @@ class ImpactPolicy(_Policy):
         try:
             return super().label(data)
         finally:
+            if self._carried is not None:
+                self._carried.close()
             self._carried = None
 
     def _mark(self, f, rows, f0, f1):

@@ -113,6 +113,7 @@ class ModuleTracker:
 # put while nothing happens, so an idle connection writes no rows. They are kernel jiffies
 # truncated to ms: a time that moved less than this is the same time.
 STAMP_TOLERANCE_S = 0.011
+_TOLERANCE_MS = STAMP_TOLERANCE_S * 1000.0
 
 
 INSERT_TCP_INFO = ("INSERT INTO tcp_info (seq, module, ca_state, retransmits, probes, backoff, rto_us, rtt_us, "
@@ -128,7 +129,7 @@ def _info_row(now: float, info: tuple, last: tuple | None) -> tuple | None:
     sent, recv, ack = t - info[5], t - info[6], t - info[7]
     if last is not None and last[0] == values:
         ls, lr, la = last[2]
-        tol = STAMP_TOLERANCE_S * 1000.0
+        tol = _TOLERANCE_MS
         if -tol <= sent - ls <= tol and -tol <= recv - lr <= tol and -tol <= ack - la <= tol:
             return None
     return values, (round(sent / 1000.0, 4), round(recv / 1000.0, 4), round(ack / 1000.0, 4)), (sent, recv, ack)
