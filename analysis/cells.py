@@ -121,9 +121,10 @@ class Batch:
         everywhere (known False, fields NaN). None when no stretch has it."""
         if all(st.tcpstate is None for st in self.stretches):
             return None
-        from analysis.tcpstate import STATE_COLUMNS, TcpState
+        from analysis.tcpstate import TcpState
+        from rundir.db import TCP_STATE_COLUMNS
         states = [st.tcpstate if st.tcpstate is not None else TcpState.unknown(st.n, st.t) for st in self.stretches]
-        out = {f: np.concatenate([getattr(s, f).ravel() for s in states]) for f in ("known", *STATE_COLUMNS)}
+        out = {f: np.concatenate([getattr(s, f).ravel() for s in states]) for f in ("known", *TCP_STATE_COLUMNS)}
         out["mono"] = np.concatenate([np.broadcast_to(s.mono, (st.n, st.t)).ravel()
                                       for s, st in zip(states, self.stretches, strict=True)])
         return out

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.cells import Batch
-from analysis.stretches import DIRS, KINDS, Run, Stretch, load_run, stretch_from_json
+from analysis.stretches import DIRS, KINDS, RunStretches, Stretch, load_stretches, stretch_from_json
 from analysis.variants import DEFAULT_VARIANTS, LABELS, Variant, parse_variant
 
 CF_DECIMALS = 4  # certainty factors in JSON output
@@ -93,11 +93,11 @@ def _ids(st: Stretch) -> list[int]:
     return list(range(st.n))
 
 
-def diagnose_stretches(source: Run | Iterable[Stretch], variants=None, where: str | None = None) -> list[StretchDiagnosis]:
+def diagnose_stretches(source: RunStretches | Iterable[Stretch], variants=None, where: str | None = None) -> list[StretchDiagnosis]:
     """`where` names the source in errors (default: the run's directory; none for stretches)."""
     vs = as_variants(variants)
-    stretches = source.stretches if isinstance(source, Run) else list(source)
-    if where is None and isinstance(source, Run):
+    stretches = source.stretches if isinstance(source, RunStretches) else list(source)
+    if where is None and isinstance(source, RunStretches):
         where = str(source.path)
     batch = Batch(stretches, source=where)  # every cell of every stretch at once; shared by the variants
     diags = [StretchDiagnosis(st, {}) for st in stretches]
@@ -111,9 +111,9 @@ def diagnose_stretches(source: Run | Iterable[Stretch], variants=None, where: st
     return diags
 
 
-def diagnose_run(run_dir: str | Path | Run, variants=None) -> pd.DataFrame:
+def diagnose_run(run_dir: str | Path | RunStretches, variants=None) -> pd.DataFrame:
     """Every snapshot of a run with every variant, as one long frame (module docstring)."""
-    run = run_dir if isinstance(run_dir, Run) else load_run(run_dir)
+    run = run_dir if isinstance(run_dir, RunStretches) else load_stretches(run_dir)
     vs = as_variants(variants)
     diags = diagnose_stretches(run, vs)
     cols: dict[str, list[np.ndarray]] = {k: [] for k in

@@ -2,7 +2,7 @@
 measure the diagnoser rather than the network? (DESIGN.md, "Fidelity"; docs/analysis.md)
 
 Every figure is taken outside every fault window and its recovery margin (the *quiet* snapshots;
-the margin as the spec's `isolation.recovery` gives it, harness.spec.recovery_after), and before the
+the margin as the spec's `isolation.recovery` gives it, rundir.facts), and before the
 runner stops the workloads:
 
 - RTT: median and p99 of the connections' smoothed RTT (tcpi_rtt), over the stored samples.
@@ -21,61 +21,18 @@ Above SILENCE_WARN the run is flagged: its TCP rows measure the network, not the
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass, field
-
 import numpy as np
 import pandas as pd
 
-from harness.spec import recovery_after
+from rundir import facts
+from rundir.manifest import RunHealth
 
 SILENCE_WARN = 0.02   # 2%: above this, silences of healthy connections dominate the TCP rows
 
 
-@dataclass
-class Health:
-    quiet_snapshots: int = 0            # snapshots outside every fault window and recovery margin
-    snapshots: int = 0
-    quiet_s: float = 0.0                # the time they cover
-    rtt_ms_median: float | None = None
-    rtt_ms_p99: float | None = None
-    rtt_samples: int = 0
-    queue_drops: int | None = None          # None: no queue samples (older run, testbed-shaped links)
-    queue_drops_quiet: int | None = None
-    queue_sent_packets: int | None = None
-    backlog_packets_median: float | None = None
-    backlog_packets_max: int | None = None
-    retransmissions_quiet: int = 0
-    busy: int = 0                       # busy TCP module-snapshots (both directions) in quiet time
-    silent: int = 0                     # of those, without progress
-    busy_out: int = 0
-    silent_out: int = 0
-    busy_in: int = 0
-    silent_in: int = 0
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def silence_rate(self) -> float | None:
-        return self.silent / self.busy if self.busy else None
-
-    def as_dict(self) -> dict:
-        d = asdict(self)
-        d["silence_rate"] = self.silence_rate
-        d["silence_threshold"] = SILENCE_WARN
-        return d
-
-
 def fault_spans(data) -> list[tuple[float, float]]:
-    """[start, end + recovery margin] of every fault that took effect (monotonic seconds)."""
-    iso = data.info.spec.isolation
-    setting = iso.recovery if not iso.overlap else "auto"
-    spans = []
-    for f in data.faults.itertuples(index=False):
-        if f.start is None or f.start != f.start:
-            continue
-        end = float(f.end) if f.end is not None and f.end == f.end else math.inf
-        spans.append((float(f.start), end + recovery_after(end - float(f.start), setting)))
-    return spans
+    """[start, end + recovery margin] of every fault that took effect (rundir.facts.fault_spans)."""
+    return facts.fault_spans(data.faults, data.info.spec.isolation)
 
 
 def quiet_snapshots(data) -> pd.Series:
@@ -118,7 +75,7 @@ def _silences(data, quiet: pd.Series) -> dict[str, tuple[int, int]]:
     return out
 
 
-def _queues(data, h: Health) -> None:
+def _queues(data, h: RunHealth) -> None:
     """Drops of every shaped queue (in all and in quiet time); backlog of the busiest one (the
     bottleneck's loaded direction: the other end mostly carries ACKs and is empty)."""
     q = data.queue_stats
@@ -144,11 +101,11 @@ def _queues(data, h: Health) -> None:
     h.backlog_packets_max = int(busiest.max())
 
 
-def network_health(data) -> Health:
-    """The health figures of one run (analysis.runs.RunData)."""
+def network_health(data) -> RunHealth:
+    """The health figures of one run (analysis.load.RunData)."""
     quiet = quiet_snapshots(data)
     span = (data.snapshots["mono"] - data.snapshots["start"]).fillna(0.0).to_numpy(float)
-    h = Health(quiet_snapshots=int(quiet.sum()), snapshots=len(quiet), quiet_s=float(span[quiet.to_numpy()].sum()))
+    h = RunHealth(quiet_snapshots=int(quiet.sum()), snapshots=len(quiet), quiet_s=float(span[quiet.to_numpy()].sum()))
     tcp_ids = data.modules.index[data.modules["kind"] == "tcp"]
     info = data.tcp_info
     if info is not None and not info.empty:
@@ -166,6 +123,8 @@ def network_health(data) -> Health:
     h.busy_out, h.silent_out = sil["out"]
     h.busy_in, h.silent_in = sil["in"]
     h.busy, h.silent = h.busy_out + h.busy_in, h.silent_out + h.silent_in
+    h.silence_rate = h.silent / h.busy if h.busy else None
+    h.silence_threshold = SILENCE_WARN
     if info is None:
         h.warnings.append("no RTT samples (a run of format 2 or older)")
     if h.silence_rate is not None and h.silence_rate > SILENCE_WARN:
@@ -173,28 +132,3 @@ def network_health(data) -> Health:
                           "connections with data to move went silent outside faults, so this run's TCP rows "
                           "measure the network, not the diagnoser")
     return h
-
-
-def _num(v, fmt="{:.1f}") -> str:
-    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt.format(v)
-
-
-HEADER = ["Run", "quiet s", "RTT p50 ms", "RTT p99 ms", "queue drops (quiet)", "backlog p50/max",
-          "retrans (quiet)", "silence %", "busy"]
-
-
-def health_row(name: str, h: Health) -> list[str]:
-    quiet = f"{h.quiet_s:.0f}"
-    drops = "" if h.queue_drops is None else f"{h.queue_drops} ({h.queue_drops_quiet})"
-    backlog = "" if h.backlog_packets_max is None else f"{h.backlog_packets_median:g}/{h.backlog_packets_max}"
-    rate = _num(None if h.silence_rate is None else 100 * h.silence_rate, "{:.2f}")
-    flag = " !" if h.silence_rate is not None and h.silence_rate > SILENCE_WARN else ""
-    return [name, quiet, _num(h.rtt_ms_median), _num(h.rtt_ms_p99), drops, backlog,
-            str(h.retransmissions_quiet), rate + flag, str(h.busy)]
-
-
-HEALTH_NOTE = ("Network health, outside fault windows and their recovery margins (quiet time): smoothed "
-               "RTT of the connections; drops of the shaped links' queues in all (and in quiet time); "
-               "queue backlog in packets; TCP retransmissions; silence: busy TCP module-snapshots "
-               "(data queued to send, or in the middle of a received flow) without progress, "
-               f"! above {100 * SILENCE_WARN:g}% (docs/analysis.md).")

@@ -1,6 +1,6 @@
 """Ground truth: which module, direction and snapshot should be diagnosed positive (STALLED).
 
-A labelling policy turns a run (analysis.runs.RunData) into one label per row of its counters:
+A labelling policy turns a run (analysis.load.RunData) into one label per row of its counters:
 `actual` (the correct diagnosis is positive) and `exclude` (not scored at all), plus `cause`, why a
 row is positive or excluded. Policies are named like rule variants, `name:key=value,...`; see
 `POLICIES` and `nestlab policies`. Any object with a `name` and a `label(data) -> DataFrame` method
@@ -61,8 +61,10 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from analysis.variants import Param, on_off, parse_named
-from harness.store import connect
+from analysis.variants.base import Param, on_off, parse_named
+from rundir import facts
+from rundir.db import connect
+from rundir.read import counter_history
 
 CAUSES = ("", "oneway", "fault", "collateral", "invalid", "after_end", "overlap")
 
@@ -140,8 +142,8 @@ class _Frame:
 def _active_faults(data) -> list[tuple[int, str, int, float, float]]:
     """(id, kind, target module, start, end) of the faults that took effect and have a target."""
     out = []
-    for f in data.faults.itertuples(index=False):
-        if f.start is None or f.start != f.start or f.target_module is pd.NA or pd.isna(f.target_module):
+    for f in facts.took_effect(data.faults).itertuples(index=False):
+        if f.target_module is pd.NA or pd.isna(f.target_module):
             continue
         out.append((int(f.id), str(f.kind), int(f.target_module), float(f.start), float(f.end)))
     return out
@@ -258,9 +260,7 @@ class DataCarried:
     def _series(self, module: int, out: bool):
         key = (module, out)
         if key not in self.cache:
-            rows = [] if self.conn is None else self.conn.execute(
-                "SELECT seq, total_msgs, bytes FROM counters WHERE module = ? AND dir = ? ORDER BY seq",
-                (module, "out" if out else "in")).fetchall()
+            rows = [] if self.conn is None else counter_history(self.conn, module, out)
             rows = [r for r in rows if r[2] is not None and r[1] is not None]
             if rows:
                 seq = np.array([r[0] for r in rows], dtype=np.int64)
@@ -474,6 +474,7 @@ class WindowPolicy(_Policy):
         return (f.t_end[rows] > f0) & ((ts < f1 + self.values["tail"]) | np.isnan(ts))
 
 
+# The registry of labelling policies (a dict by name, like every registry; parse_named looks it up).
 POLICIES: dict[str, type[_Policy]] = {p.system: p for p in (ImpactPolicy, WindowPolicy)}
 DEFAULT_POLICY = "impact"
 

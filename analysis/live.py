@@ -1,6 +1,6 @@
 """Live diagnosis: the offline analysis, applied to a run while it is recorded (docs/live.md).
 
-`LiveEngine(run).refresh()` reads what the collector wrote since the last refresh (analysis.live_read,
+`LiveEngine(run).refresh()` reads what the collector wrote since the last refresh (rundir.live_reader,
 read-only), turns it into counter deltas with the offline rules and diagnoses a window of recent
 snapshots with the offline code (analysis.stretches.build_stretches, analysis.diagnose), and returns
 a `LiveView`: the modules at the newest *settled* snapshot with their state, how long each has been
@@ -25,7 +25,6 @@ Where the offline diagnosis of snapshot t depends on later snapshots, and what t
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -35,15 +34,17 @@ import numpy as np
 import pandas as pd
 
 from analysis import stretches as sx
-from analysis.damage import as_dict
 from analysis.diagnose import as_variants, diagnose_stretches
-from analysis.live_read import News, RunReader
 from analysis.stretches import DIRS, KINDS, STARTS_AT_ZERO
-from analysis.tcpstate import STATE_COLUMNS
 from analysis.tcpstate import attach as attach_tcpstate
 from analysis.variants import DEFAULT_VARIANT, LABELS
-from harness.errors import UserError
-from harness.store import choose_target, fault_target_key
+from rundir import facts
+from rundir.db import TCP_STATE_COLUMNS
+from rundir.errors import UserError
+from rundir.live_reader import News, RunReader
+from rundir.manifest import Manifest, Monitor, read_manifest_quietly
+from rundir.repair import as_dict
+from rundir.targets import choose_target, fault_target_key
 
 LAG_S = 1.0     # a snapshot is diagnosed once this much later data is in (detached modules)
 RATE_S = 1.0    # rates over the last second of settled snapshots
@@ -51,7 +52,7 @@ _CUM = [0, 1, 3]   # total_msgs, wait_ms, errors: the cumulative counters (stret
 
 
 @dataclass
-class Fault:
+class LiveFault:
     id: int
     kind: str
     target: str            # the target's description
@@ -101,7 +102,7 @@ class LiveView:
     lag: int
     final: bool                   # the recording has ended and every snapshot is settled
     rows: list[Row] = field(default_factory=list)
-    faults: list[Fault] = field(default_factory=list)     # in force at `now`
+    faults: list[LiveFault] = field(default_factory=list)     # in force at `now`
     now: float | None = None
     faults_begun: int = 0
     faults_planned: int | None = None
@@ -110,14 +111,6 @@ class LiveView:
     @property
     def stalled(self) -> list[Row]:
         return [r for r in self.rows if r.positive]
-
-
-def read_manifest(path: Path) -> dict:
-    try:
-        m = json.loads((path / "manifest.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return m if isinstance(m, dict) else {}
 
 
 class LiveEngine:
@@ -133,8 +126,9 @@ class LiveEngine:
         (self.variant,) = as_variants([variant or DEFAULT_VARIANT])
         params = self.variant.params
         self.reader = RunReader(db, tcp_state=bool(params.get("tcpstate")))
-        self.manifest = read_manifest(self.path)
-        self.interval = float(self.manifest.get("snapshot_interval") or 0.1)
+        self.manifest = read_manifest_quietly(self.path)   # None: none yet, or unreadable
+        interval = self.manifest.snapshot_interval if self.manifest is not None else None
+        self.interval = float(interval or 0.1)
         self.lag = max(0, math.ceil(lag_s / self.interval - 1e-9))
         self.rate_k = max(1, round(RATE_S / self.interval))
         self.context = max(int(params.get("confirm", 1)), int(params.get("confirm_tcp", 0) or 0), 1) - 1
@@ -156,14 +150,14 @@ class LiveEngine:
         self.zero = np.zeros(0, dtype=bool)      # per module id: its counters start at zero
         self.buf: dict[str, list[dict]] = {d: [] for d in DIRS}   # deltas per position, see _deltas
         self.presence: list[np.ndarray] = []   # (module, pos) pairs of every dense row
-        self.tcp_buf = np.zeros((0, 2 + len(STATE_COLUMNS)))      # (pos, module, *state) rows
+        self.tcp_buf = np.zeros((0, 2 + len(TCP_STATE_COLUMNS)))      # (pos, module, *state) rows
         self.tcp_last: dict[int, np.ndarray] = {}                  # module -> its last row before the buffer
         self.attached: set[int] = set()
         self.settled = -1
         self.streak: dict[tuple[int, str], int] = {}   # (module, dir) -> position its STALLED streak began
         self.current: list[tuple[int, str, float, bool]] = []   # (module, dir, result, positive) at `settled`
         self.faults: list[tuple] = []
-        self.fault_cache: dict[int, Fault] = {}
+        self.fault_cache: dict[int, LiveFault] = {}
         self.history: dict[int, dict] | None = {} if history else None
         self.last_cost = 0.0
 
@@ -182,9 +176,9 @@ class LiveEngine:
         """Read what is new (snapshots <= upto, if given) and diagnose it; the view at the newest
         settled snapshot."""
         began = time.perf_counter()
-        if self.manifest.get("status") in (None, "running"):
-            self.manifest = read_manifest(self.path) or self.manifest
-        status = str(self.manifest.get("status") or "unknown")   # unknown: no manifest (a bare run.db)
+        if self.manifest is None or self.manifest.status == "running":
+            self.manifest = read_manifest_quietly(self.path) or self.manifest
+        status = self.manifest.status if self.manifest is not None else "unknown"   # a bare run.db
         if self.at_seq is not None:
             upto = self.at_seq + self.lag if upto is None else min(upto, self.at_seq + self.lag)
         while True:
@@ -222,7 +216,7 @@ class LiveEngine:
         if len(news.seqs) == 0:
             return
         p0 = len(self.seqs)
-        floor = self.mono[-1] if p0 else -np.inf   # times made non-decreasing (analysis.damage.read_snapshots)
+        floor = self.mono[-1] if p0 else -np.inf   # times made non-decreasing (rundir.read.read_snapshots)
         self.seqs = np.concatenate([self.seqs, news.seqs])
         self.mono = np.concatenate([self.mono, np.maximum.accumulate(np.maximum(news.mono, floor))])
         self._deltas(news.rows, p0)
@@ -349,7 +343,7 @@ class LiveEngine:
         carry = {int(r[1]): r for r in before}      # the latest row of each module before the window
         carry = np.array([np.concatenate([[w0], r[1:]]) for r in carry.values()]).reshape(-1, buf.shape[1])
         rows = np.concatenate([carry, buf[buf[:, 0] >= w0]])   # carried first: a row of its own wins
-        frame = pd.DataFrame(rows[:, 1:], columns=["module", *STATE_COLUMNS])
+        frame = pd.DataFrame(rows[:, 1:], columns=["module", *TCP_STATE_COLUMNS])
         frame.insert(0, "seq", self.seqs[rows[:, 0].astype(np.int64)])
         attach_tcpstate(stretches, frame, self.seqs[w0:n], self.mono[w0:n])
 
@@ -411,18 +405,17 @@ class LiveEngine:
     # ------------------------------------------------------------------ the view
 
     def view(self, status: str = "running", final: bool = False) -> LiveView:
-        m = self.manifest
+        m = self.manifest or Manifest(format_version=0, status=status)
         n = len(self.seqs)
         to = self.settled if self.settled >= 0 else None
         now = float(self.mono[-1]) if n else None
         if self.at_seq is not None and to is not None:
             now = float(self.mono[to])
-        spec = m.get("spec") if isinstance(m.get("spec"), dict) else {}
-        planned = m.get("planned_faults")
-        v = LiveView(self.path, str(m.get("run_id") or self.path.name), str(m.get("experiment") or spec.get("name", "?")),
-                     status, self.variant.name, m.get("t0"), spec.get("duration"), self.interval, n, now,
+        planned = m.planned_faults if "planned_faults" in m.model_fields_set else None
+        v = LiveView(self.path, str(m.run_id or self.path.name), str(m.experiment or m.spec.name or "?"),
+                     status, self.variant.name, facts.manifest_t0(m), m.spec.duration, self.interval, n, now,
                      None if to is None else int(self.seqs[to]), None if to is None else float(self.mono[to]),
-                     self.lag, final, now=now, faults_planned=len(planned) if isinstance(planned, list) else None,
+                     self.lag, final, now=now, faults_planned=len(planned) if planned is not None else None,
                      cost_s=self.last_cost)
         if to is not None:
             v.rows = self._rows(to)
@@ -471,7 +464,7 @@ class LiveEngine:
                                  kinds.get(x.kind, 9), x.name, x.dir))
         return rows
 
-    def _fault(self, row: tuple) -> Fault:
+    def _fault(self, row: tuple) -> LiveFault:
         fid, kind, at_node, target, planned_duration, start, end = row
         known = self.fault_cache.get(fid)
         if known is not None and known.module is not None and known.start == start:   # resolved once
@@ -479,10 +472,10 @@ class LiveEngine:
             return known
         t = as_dict(target)
         module = None
-        mon = self.manifest.get("monitor") if isinstance(self.manifest.get("monitor"), dict) else {}
-        key = fault_target_key(str(kind), t, mon.get("host"), mon.get("interface"))
+        mon = self.manifest.monitor if self.manifest is not None else Monitor()
+        key = fault_target_key(str(kind), t, mon.host, mon.interface)
         if isinstance(key, str):
             module = choose_target([(i, r[3], r[5]) for i, r in self.modules.items()], key, start)
-        f = self.fault_cache[fid] = Fault(int(fid), str(kind), str(t.get("description") or key or "?"), str(at_node),
+        f = self.fault_cache[fid] = LiveFault(int(fid), str(kind), str(t.get("description") or key or "?"), str(at_node),
                                           start, end, planned_duration, module)
         return f

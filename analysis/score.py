@@ -3,14 +3,8 @@ change in TP and FP between rule variants (NeST paper Table 8).
 
 Every module, direction and snapshot that is not excluded by the labelling policy (and has a valid
 counter delta) is one diagnosis: TP (diagnosed positive, actually positive), FP, TN or FN. Counts are
-kept per run, variant, direction and module (`evaluate(...).counts`) and summed into table rows:
-
-  iperf, wget      applications of iperf / wget workloads
-  socket           every socket; s:iperf, s:wget: the sockets of iperf / wget workloads
-  TCP, ip+eth      TCP connections; the interface module
-  all modules      every module (applications of other programs included)
-
-in sections Inbound, Outbound and Total (both directions). Rates:
+kept per run, variant, direction and module (analysis.pipeline.evaluate(...).counts) and summed into
+the table rows of analysis.rows in sections Inbound, Outbound and Total (both directions). Rates:
   TPR = TP/AP, FPR = FP/AN, PPV = TP/(TP+FP), TNR = TN/AN, FNR = FN/AP, NPV = TN/(TN+FN)
 A rate whose denominator is zero is undefined (None; printed blank).
 
@@ -39,28 +33,12 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from analysis.variants import DEFAULT_VARIANT
+from analysis.rows import COUNTS, RATE_DEF, RATES, ROWS, SECTION_DIR, SECTIONS
 
-ROWS = ("iperf", "wget", "socket", "s:iperf", "s:wget", "TCP", "ip+eth", "all modules")
-SECTIONS = ("Inbound", "Outbound", "Total")
-SECTION_DIR = {"Inbound": ("in",), "Outbound": ("out",), "Total": ("in", "out")}
-COUNTS = ("Total", "AP", "AN", "TP", "TN", "FP", "FN")
-RATES = ("TPR", "FPR", "PPV", "TNR", "FNR", "NPV")
-# rate -> (numerator, denominator terms)
-RATE_DEF = {
-    "TPR": ("TP", ("TP", "FN")),
-    "FPR": ("FP", ("FP", "TN")),
-    "PPV": ("TP", ("TP", "FP")),
-    "TNR": ("TN", ("TN", "FP")),
-    "FNR": ("FN", ("TP", "FN")),
-    "NPV": ("TN", ("TN", "FN")),
-}
 CONFIDENCE = 0.95
 Z = 1.959963984540054  # two-sided 95% normal quantile
 INTERVAL = "Wilson score interval, 95%"
@@ -98,179 +76,6 @@ def confusion(actual: Iterable[bool], positive: Iterable[bool]) -> dict[str, int
     fp = int(np.sum(~a & p))
     tn = int(np.sum(~a & ~p))
     return {"Total": tp + fn + fp + tn, "AP": tp + fn, "AN": fp + tn, "TP": tp, "TN": tn, "FP": fp, "FN": fn}
-
-
-# ----------------------------------------------------------------------------- from runs
-
-
-def join_labels(diag: pd.DataFrame, labels: pd.DataFrame) -> pd.DataFrame:
-    """diagnose_run's frame with the labels (actual, exclude, cause, fault) of its rows added."""
-    if diag.empty:
-        return diag.assign(actual=pd.Series(dtype=bool), exclude=pd.Series(dtype=bool))
-    seq_span = int(max(diag["seq"].max(), labels["seq"].max() if len(labels) else 0)) + 1
-
-    def key(frame):
-        return ((frame["module"].to_numpy(np.int64) * seq_span + frame["seq"].to_numpy(np.int64)) * 2
-                + (frame["dir"] == "out").to_numpy(np.int64))
-
-    lk = key(labels)
-    order = np.argsort(lk, kind="stable")
-    dk = key(diag)
-    pos = np.searchsorted(lk[order], dk)
-    pos = np.minimum(pos, len(order) - 1) if len(order) else pos
-    found = (lk[order][pos] == dk) if len(order) else np.zeros(len(dk), dtype=bool)
-    at = order[pos] if len(order) else pos
-    out = diag.copy()
-    actual = labels["actual"].to_numpy(bool)
-    exclude = labels["exclude"].to_numpy(bool)
-    out["actual"] = np.where(found, actual[at] if len(order) else False, False)
-    out["exclude"] = np.where(found, exclude[at] if len(order) else True, True) | diag["invalid"].to_numpy(bool)
-    if "cause" in labels:
-        out["cause"] = pd.Categorical(np.where(found, labels["cause"].astype(str).to_numpy()[at], "invalid"))
-    return out
-
-
-def module_counts(scored: pd.DataFrame) -> pd.DataFrame:
-    """TP, TN, FP, FN per variant, direction and module, from join_labels' frame (excluded rows out)."""
-    s = scored[~scored["exclude"]]
-    a = s["actual"].to_numpy(bool)
-    p = s["positive"].to_numpy(bool)
-    frame = pd.DataFrame({
-        "variant": s["variant"].astype(str).to_numpy(), "dir": s["dir"].astype(str).to_numpy(),
-        "module": s["module"].to_numpy(np.int64),
-        "TP": (a & p).astype(np.int64), "TN": (~a & ~p).astype(np.int64),
-        "FP": (~a & p).astype(np.int64), "FN": (a & ~p).astype(np.int64)})
-    return frame.groupby(["variant", "dir", "module"], sort=False, as_index=False)[["TP", "TN", "FP", "FN"]].sum()
-
-
-@dataclass
-class Evaluation:
-    """Per-module counts of one or more runs, variants and one labelling policy."""
-
-    counts: pd.DataFrame               # run, variant, dir, module, kind, rows, TP, TN, FP, FN
-    variants: list[str]
-    policy: str
-    runs: list[Path]
-    warnings: list[str] = field(default_factory=list)
-    data: dict = field(default_factory=dict)     # run path -> RunData, when kept
-    scored: dict = field(default_factory=dict)   # run path -> join_labels frame, when kept
-    health: dict = field(default_factory=dict)   # run path -> analysis.health.Health
-    overlap_rows: int = 0   # module-snapshots left out: a target under another fault's collateral
-    skipped: list = field(default_factory=list)       # (run path, why) of runs that could not be analysed
-    run_warnings: dict = field(default_factory=dict)  # run path -> what was wrong with it (warnings)
-
-    def table(self, variant: str | None = None) -> pd.DataFrame:
-        return accuracy_table(self.counts, variant or self.variants[0])
-
-    def compare(self, variants: Sequence[str] | None = None) -> pd.DataFrame:
-        return compare_table(self.counts, list(variants or self.variants))
-
-    def per_run(self, variant: str | None = None) -> pd.DataFrame:
-        return per_run_table(self.counts, variant or self.variants[0], [str(p) for p in self.runs])
-
-    def across(self, variant: str | None = None) -> pd.DataFrame:
-        return across_runs(self.counts, variant or self.variants[0], [str(p) for p in self.runs])
-
-
-def evaluate(runs: Iterable[str | Path], variants: Sequence[str] = (DEFAULT_VARIANT,),
-             policy=None, keep: bool = False, on_warning=None, skip_bad: bool = False) -> Evaluation:
-    """Diagnose, label and count each run. keep=True keeps each run's data and scored frame (plots).
-
-    on_warning(run_name, message) is called for each warning about a run (default: collected only).
-    skip_bad=True skips a run that cannot be analysed (no snapshots, no run.db, a damaged file, or any
-    failure the analysis did not expect) with a warning instead of raising UserError (Evaluation.skipped);
-    UserError is still raised when no run at all could be analysed. Every failure of a run is one
-    line (analysis.runs.guarded), never a traceback.
-    """
-    from analysis.diagnose import as_variants
-    from analysis.labels import parse_policy
-    from analysis.runs import guarded, load_run_data, open_run
-    from harness.errors import UserError
-
-    vs = as_variants(variants)
-    names = [v.name for v in vs]
-    pol = parse_policy(policy)
-    parts, paths, warnings = [], [], []
-    ev = Evaluation(pd.DataFrame(), names, pol.name, paths, warnings)
-    tried = 0
-    for r in runs:
-        tried += 1
-        said: list[str] = []
-
-        def warn(name: str, message: str, said: list[str] = said) -> None:
-            warnings.append(f"{name}: {message}")
-            said.append(message)
-            if on_warning:
-                on_warning(name, message)
-
-        try:
-            info = guarded(r, open_run, r)
-            data = guarded(r, load_run_data, info)
-            for w in data.warnings:
-                warn(info.name, w)
-            counts, scored, overlap, health = guarded(r, _score_run, data, vs, pol, warn)
-        except UserError as e:
-            if not skip_bad:
-                raise
-            msg = str(e).removeprefix(f"{r}: ").removeprefix(f"{Path(r)}: ")
-            warnings.append(f"{r}: skipped: {msg}")
-            ev.skipped.append((Path(r), msg))
-            if on_warning:
-                on_warning(str(r), f"skipped: {msg}")
-            continue
-        ev.overlap_rows += overlap
-        if health is not None:
-            ev.health[info.path] = health
-        ev.run_warnings[info.path] = said
-        parts.append(counts)
-        paths.append(info.path)
-        if keep:
-            ev.data[info.path] = data
-            ev.scored[info.path] = scored
-    if skip_bad and tried and not parts:
-        raise UserError(f"none of the {tried} runs could be analysed")
-    cols = ["run", "variant", "dir", "module", "kind", "rows", "TP", "TN", "FP", "FN"]
-    ev.counts = pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
-    return ev
-
-
-def _score_run(data, vs, pol, warn):
-    """(counts, scored, overlap rows, health or None) of one run read by load_run_data."""
-    from analysis.diagnose import diagnose_run
-    from analysis.health import network_health
-
-    name = data.info.name
-    if data.run.stretches:
-        diag = diagnose_run(data.run, vs)
-    else:  # snapshots but no counters: nothing to diagnose (the engine needs at least one stretch)
-        diag = _empty_diagnosis()
-        warn(name, "no module counters recorded; every count is 0")
-    labels = pol.label(data)
-    unscored = getattr(data, "unscored", None)
-    if unscored is not None and unscored.any():   # a damaged run: rows whose ground truth is unknown
-        labels = labels.assign(exclude=labels["exclude"].to_numpy(bool) | unscored,
-                               cause=labels["cause"].where(~unscored, "invalid"))
-    overlap = int((labels["cause"] == "overlap").sum())
-    health = None
-    try:
-        health = network_health(data)
-    except Exception as e:  # noqa: BLE001 - health figures must not stop the accuracy table
-        warn(name, f"network health not computed: {type(e).__name__}: {e}")
-    scored = join_labels(diag, data.counters.join(labels))
-    counts = module_counts(scored)
-    mods = data.modules
-    counts["run"] = str(data.info.path)
-    counts["kind"] = mods["kind"].reindex(counts["module"]).to_numpy()
-    counts["rows"] = mods["rows"].reindex(counts["module"]).to_numpy()
-    return counts, scored, overlap, health
-
-
-def _empty_diagnosis() -> pd.DataFrame:
-    return pd.DataFrame({"variant": pd.Categorical([]), "dir": pd.Categorical([], categories=["in", "out"]),
-                         "module": pd.Series([], dtype=np.int64), "kind": pd.Categorical([]),
-                         "seq": pd.Series([], dtype=np.int64), "label": pd.Categorical([]),
-                         "cf": pd.Series([], dtype=float), "positive": pd.Series([], dtype=bool),
-                         "invalid": pd.Series([], dtype=bool)})
 
 
 # ----------------------------------------------------------------------------- tables

@@ -7,7 +7,7 @@ arrays of counter deltas, so a variant diagnoses a whole stretch at once instead
 snapshot.
 
 Two sources:
-- `load_run(run_dir)`: run.db (harness/store.py). Counters there are raw cumulative values; deltas
+- `load_stretches(run_dir)`: run.db (rundir/db.py). Counters there are raw cumulative values; deltas
   are taken between consecutive snapshots of a module. A delta that goes negative is invalid (thesis
   3.4): the snapshot is discarded and the next one is compared with the last good value; when that
   one is lower too, the last good value was the spurious one, it is discarded as well, and the
@@ -36,8 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from analysis import damage, tcpstate
-from harness.errors import UserError
+from analysis import tcpstate
+from rundir import read, repair
+from rundir.db import connect
+from rundir.errors import UserError
 
 DIRS = ("in", "out")
 KINDS = ("app", "socket", "tcp", "ipeth", "ip", "eth")
@@ -248,7 +250,7 @@ _QUEUED = 2
 
 
 @dataclass
-class Run:
+class RunStretches:
     """A run directory read for analysis: its stretches and its module table."""
 
     path: Path
@@ -256,7 +258,7 @@ class Run:
     module_kind: dict[int, str]
     module_name: dict[int, str]
     seqs: np.ndarray  # every snapshot seq of the run, ascending
-    mono: np.ndarray | None = None      # their times, never decreasing (analysis.damage.read_snapshots)
+    mono: np.ndarray | None = None      # their times, never decreasing (rundir.read.read_snapshots)
     unscored: np.ndarray | None = None  # bool per snapshot: no usable interval (damaged time): not scored
     modules: list[tuple] = field(default_factory=list)  # (id, kind, name, key, attrs, born, died), as read
     edges: list[tuple] = field(default_factory=list)    # (parent, child, born, died), as read
@@ -391,11 +393,9 @@ def dense_counter_rows(rows: dict[str, np.ndarray], pos: np.ndarray, end_pos: np
     return dense, dense_pos
 
 
-def load_run(run_dir: str | Path) -> Run:
+def load_stretches(run_dir: str | Path) -> RunStretches:
     """Read a run directory (or a run.db path) into stretches of constant graph. What is wrong with
-    run.db (analysis.damage) is in `Run.warnings`; sqlite3.Error when the file cannot be read."""
-    from harness.store import connect
-
+    run.db (rundir.read) is in `RunStretches.warnings`; sqlite3.Error when the file cannot be read."""
     path = Path(run_dir)
     db = path if path.is_file() else path / "run.db"
     if not db.is_file():
@@ -403,25 +403,25 @@ def load_run(run_dir: str | Path) -> Run:
     warnings: list[str] = []
     conn = connect(db, readonly=True)
     try:
-        seqs, mono, unscored, w = damage.read_snapshots(conn, path)
+        seqs, mono, unscored, w = read.read_snapshots(conn, path)
         warnings += w
-        mods, unknown_death, w = damage.read_modules(conn)
+        mods, unknown_death, w = read.read_modules(conn)
         warnings += w
-        edge_rows, w = damage.read_edges(conn, mods)
+        edge_rows, w = read.read_edges(conn, mods)
         warnings += w
-        rows, unplaced = damage.read_counters(conn, warnings)
-        tcp_rows = tcpstate.read_rows(conn, warnings)
+        rows, unplaced = read.read_counters(conn, warnings)
+        tcp_rows = read.read_tcp_state(conn, warnings)
     finally:
         conn.close()
     kind = {i: k for i, k, *_ in mods}
     name = {i: n for i, _, n, *_ in mods}
-    run = Run(path, [], kind, name, seqs, mono, unscored, mods, edge_rows, warnings)
+    run = RunStretches(path, [], kind, name, seqs, mono, unscored, mods, edge_rows, warnings)
     if len(seqs) == 0 or len(rows["seq"]) == 0 or not kind:
         if len(seqs):
-            run.modules = damage.fill_lives(mods, unknown_death, np.zeros(0, np.int64), np.zeros(0, np.int64), mono)
+            run.modules = repair.fill_lives(mods, unknown_death, np.zeros(0, np.int64), np.zeros(0, np.int64), mono)
         return run
 
-    rows, pos = damage.place_rows(rows, seqs, kind, warnings)
+    rows, pos = repair.place_rows(rows, seqs, kind, warnings)
     end_pos = np.full(max(kind) + 1, len(seqs), dtype=np.int64)  # alive at the end (or killed)
     for i, *_, died in mods:
         if died is not None:
@@ -429,7 +429,7 @@ def load_run(run_dir: str | Path) -> Run:
         elif i in unknown_death:
             end_pos[i] = 0   # death unknown: alive until its last row (dense_counter_rows)
     rows, pos = dense_counter_rows(rows, pos, end_pos, seqs)
-    run.modules = damage.fill_lives(mods, unknown_death, rows["module"], pos, mono)
+    run.modules = repair.fill_lives(mods, unknown_death, rows["module"], pos, mono)
 
     # Deltas per direction on rows sorted by (module, seq); then re-sorted by snapshot for slicing.
     zero_ids = np.fromiter((i for i, k in kind.items() if k in STARTS_AT_ZERO), dtype=np.int64)
@@ -438,7 +438,7 @@ def load_run(run_dir: str | Path) -> Run:
         sel = np.flatnonzero(rows["out"] == is_out)
         order = sel[np.lexsort((pos[sel], rows["module"][sel]))]
         mod = rows["module"][order]
-        vals, has, bad = damage.carry_over_bad(mod, rows["vals"][order], rows["has"][order], rows["bad"][order])
+        vals, has, bad = repair.carry_over_bad(mod, rows["vals"][order], rows["has"][order], rows["bad"][order])
         delta, invalid = series_deltas(mod, vals, has, np.isin(mod, zero_ids), pos[order] == 0)
         if bad.any():  # a bad value, and the delta after it (which spans it), are no measurement
             invalid |= bad
@@ -530,10 +530,10 @@ def attached_modules(stretches: list[Stretch]) -> set:
 
 
 def remote_addresses(mods: list[tuple]) -> dict[int, str | None]:
-    """Per module (rows as `Run.modules`), a TCP connection's remote address (attrs "dst"), else None."""
+    """Per module (rows as `RunStretches.modules`), a TCP connection's remote address (attrs "dst"), else None."""
     remote = {}
     for i, k, _name, _key, attrs, *_ in mods:
-        dst = damage.as_dict(attrs).get("dst") if k == "tcp" else None
+        dst = repair.as_dict(attrs).get("dst") if k == "tcp" else None
         remote[i] = dst if isinstance(dst, str) and dst else None
     return remote
 

@@ -1,9 +1,9 @@
 """Per-snapshot TCP state of each TCP connection (run format 4), as arrays aligned with a stretch.
 
-run.db's `tcp_info` table (harness/store.py, docs/run-format.md) has a row per TCP module when its
+run.db's `tcp_info` table (rundir/db.py, docs/run-format.md) has a row per TCP module when its
 values change; a row's values hold for every later snapshot of the module's life until the next row
 (carried forward, like counters). Format 4 adds to `rtt_us`, `rttvar_us` the fields
-`flowdiagnoser:tcpstate=on` reads (`STATE_COLUMNS`):
+`flowdiagnoser:tcpstate=on` reads (`TCP_STATE_COLUMNS`):
 
 - `backoff`, `ca_state`, `retransmits`, `probes`: tcp_info's u8 fields tcpi_backoff, tcpi_ca_state
   (0 Open, 1 Disorder, 2 CWR, 3 Recovery, 4 Loss), tcpi_retransmits (consecutive RTO retransmissions
@@ -12,22 +12,19 @@ values change; a row's values hold for every later snapshot of the module's life
 - `data_sent_at`, `data_recv_at`, `ack_recv_at`: the run's reference clock (snapshots.mono, seconds)
   of the last data sent, data received and ACK received.
 
-A run without these columns (format <= 3) has no state: `read_rows` returns None and every stretch
+A run without these columns (format <= 3) has no state: rundir.read.read_tcp_state returns None and every stretch
 keeps `Stretch.tcpstate = None`. A value that is NULL or not a number is unknown (NaN), and so is
 every field of a module/snapshot before the module's first row (`TcpState.known` False).
 """
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass, fields
 
 import numpy as np
 
-from analysis import damage
+from rundir.db import TCP_STATE_COLUMNS
 
-STATE_COLUMNS = ("backoff", "ca_state", "retransmits", "probes", "rto_us",
-                 "data_sent_at", "data_recv_at", "ack_recv_at")
 CA_RECOVERY, CA_LOSS = 3, 4
 
 
@@ -51,31 +48,14 @@ class TcpState:
         """No row for any module (e.g. a stretch without TCP connections)."""
         nan = np.full((n, t), np.nan)
         return cls(np.zeros((n, t), dtype=bool), np.zeros(t) if mono is None else np.asarray(mono, dtype=float),
-                   *(nan.copy() for _ in STATE_COLUMNS))
+                   *(nan.copy() for _ in TCP_STATE_COLUMNS))
 
     def take(self, cols) -> TcpState:
         return TcpState(*(getattr(self, f.name)[..., cols] for f in fields(self)))
 
 
-def has_state_columns(conn: sqlite3.Connection) -> bool:
-    """run.db's tcp_info table has the format-4 state columns."""
-    have = {row[1] for row in conn.execute("PRAGMA table_info(tcp_info)")}
-    return set(STATE_COLUMNS) <= have
-
-
-def read_rows(conn: sqlite3.Connection, warnings: list[str]):
-    """The tcp_info state rows as a DataFrame (seq, module, *STATE_COLUMNS), or None when the run
-    does not record them (format <= 3). Rows whose seq or module is not a number are left out and a
-    field that is not a number is unknown (analysis.damage.numeric_frame, one warning each)."""
-    if not has_state_columns(conn):
-        return None
-    cols = ["seq", "module", *STATE_COLUMNS]
-    return damage.numeric_frame(conn, "tcp_info", f"SELECT {', '.join(cols)} FROM tcp_info", cols,
-                                ("seq", "module"), warnings, optional=STATE_COLUMNS)
-
-
 def attach(stretches, rows, seqs: np.ndarray, mono: np.ndarray) -> None:
-    """Set `Stretch.tcpstate` of every stretch from the rows of `read_rows` (None: leave it None).
+    """Set `Stretch.tcpstate` of every stretch from the rows of rundir.read.read_tcp_state (None: leave it None).
 
     Each module's last row at or before a snapshot holds for that snapshot (carried forward over the
     module's life: a stretch only has the snapshots its modules are present in). Of two rows for one
@@ -88,8 +68,8 @@ def attach(stretches, rows, seqs: np.ndarray, mono: np.ndarray) -> None:
     pos = np.searchsorted(seqs, seq)
     ok = (pos < s_count) & (mod == np.round(mod)) & (mod >= 0)
     ok[ok] = seqs[pos[ok]] == seq[ok]
-    vals = np.column_stack([rows[c].to_numpy(dtype=float) for c in STATE_COLUMNS])[ok] if len(rows) else \
-        np.zeros((0, len(STATE_COLUMNS)))
+    vals = np.column_stack([rows[c].to_numpy(dtype=float) for c in TCP_STATE_COLUMNS])[ok] if len(rows) else \
+        np.zeros((0, len(TCP_STATE_COLUMNS)))
     key = mod[ok].astype(np.int64) * s_count + pos[ok]
     order = np.argsort(key, kind="stable")
     key, vals, rmod = key[order], vals[order], mod[ok].astype(np.int64)[order]
@@ -102,6 +82,6 @@ def attach(stretches, rows, seqs: np.ndarray, mono: np.ndarray) -> None:
         known[known] = rmod[idx[known]] == np.broadcast_to(ids[:, None], want.shape)[known]
         state = TcpState.unknown(st.n, st.t, mono[at])
         state.known = known
-        for i, c in enumerate(STATE_COLUMNS):
+        for i, c in enumerate(TCP_STATE_COLUMNS):
             getattr(state, c)[known] = vals[idx[known], i]
         st.tcpstate = state

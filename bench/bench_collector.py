@@ -23,7 +23,7 @@ from pathlib import Path
 
 from connections import Connections, cpu_ticks
 
-from harness.store import create_db
+from rundir.db import create_db
 
 
 def measure(net: Connections, seconds: float, interval: float) -> dict:

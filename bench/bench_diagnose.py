@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 
 from analysis.diagnose import diagnose_stretches  # noqa: E402
-from analysis.stretches import load_run  # noqa: E402
+from analysis.stretches import load_stretches  # noqa: E402
 from analysis.tcpstate import TcpState  # noqa: E402
 from analysis.variants import parse_variant  # noqa: E402
 from tests.support.reference import assert_same, reference  # noqa: E402
@@ -73,7 +73,7 @@ def main(argv=None) -> int:
         synthetic_run(cache, seconds=a.minutes * 60)
         print(f"generated synthetic run in {time.perf_counter() - t0:.1f} s: {cache}")
     t0 = time.perf_counter()
-    run = load_run(cache)
+    run = load_stretches(cache)
     load_s = time.perf_counter() - t0
     remote = {m: f"10.0.{m % 3 + 5}.1" for m, k in run.module_kind.items() if k == "tcp"}
     rng = np.random.default_rng(1)
@@ -83,7 +83,7 @@ def main(argv=None) -> int:
     cells = sum(st.n * st.t for st in run.stretches)
     print(f"run: {len(run.seqs)} snapshots, {len(run.stretches)} stretches, "
           f"{np.mean([st.n for st in run.stretches]):.0f} modules on average, "
-          f"{cells:,} module-snapshots per direction; load_run {load_s:.2f} s")
+          f"{cells:,} module-snapshots per direction; load_stretches {load_s:.2f} s")
 
     sample = run.stretches[:a.ref_stretches]
     sample_cells = sum(st.n * st.t for st in sample)

@@ -8,7 +8,7 @@ counter glitches, a counters row for every module every snapshot: more rows than
 is grown into a run directory the way the collector writes it (tests/support/grow.py). A live engine
 attaches at 1,000 snapshots, then is refreshed after every 10 new snapshots (one second), near the
 start and again near 9,000 snapshots: the per-refresh cost must not grow with the run. Baseline in the
-same run: the offline analysis of the whole run (load_run + diagnose), which a live view that is not
+same run: the offline analysis of the whole run (load_stretches + diagnose), which a live view that is not
 incremental would redo every second.
 
 Collector (root): the real collector in a network namespace holding N TCP connections (as
@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 
 from analysis.diagnose import diagnose_stretches  # noqa: E402
 from analysis.live import LiveEngine  # noqa: E402
-from analysis.stretches import load_run  # noqa: E402
+from analysis.stretches import load_stretches  # noqa: E402
 from tests.support.grow import Grower  # noqa: E402
 from tests.support.synthetic import synthetic_run  # noqa: E402
 
@@ -79,7 +79,7 @@ def bench_refresh(minutes: float, count: int) -> int:
               f"({rows:,} counters rows in run.db; each refresh reads the ~{rows // (grower.seq + 1) * 10:,} new ones)")
         grower.finish()
         t = time.perf_counter()
-        diagnose_stretches(load_run(tmp / "live"), ["flowdiagnoser"])
+        diagnose_stretches(load_stretches(tmp / "live"), ["flowdiagnoser"])
         offline = time.perf_counter() - t
         print(f"baseline, the offline analysis of the whole run: {offline:.2f} s")
         print(f"ratio baseline / live refresh at the end: {offline / np.median(late):.0f}x; "
@@ -97,7 +97,7 @@ def bench_refresh(minutes: float, count: int) -> int:
 def bench_collector(seconds: float, n: int) -> int:
     from connections import Connections, cpu_ticks
 
-    from harness.store import connect, create_db
+    from rundir.db import connect, create_db
 
     tmp = Path(tempfile.mkdtemp(prefix="nestlab-bench-live-"))
     try:

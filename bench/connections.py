@@ -83,7 +83,7 @@ class Connections:
             p.stdout.readline()
 
     def start_collector(self, db: Path, interval: float) -> subprocess.Popen:
-        """The real collector writing `db` (made with harness.store.create_db), once it is ready."""
+        """The real collector writing `db` (made with rundir.db.create_db), once it is ready."""
         coll = subprocess.Popen(["ip", "netns", "exec", NS_C, sys.executable, "-m", "harness.collector.main", "--db",
                                  str(db), "--interval", str(interval)], stdout=subprocess.PIPE, text=True,
                                 env={**os.environ, "PYTHONPATH": str(REPO)})

@@ -1,3 +1,1 @@
-"""nestlab harness: spec -> backend -> workloads/faults/collector -> run store."""
-
-__version__ = "0.1.0"
+"""nestlab harness: spec -> backend -> workloads/faults/collector -> run directory (rundir/)."""

@@ -62,30 +62,22 @@ def _pause(shm_dir: str, pid: str, pause: bool) -> dict:
 
 
 def _initdb(db: str) -> bool:
-    from harness.store import create_db
+    from rundir.db import create_db
 
     create_db(db).close()
     return True
 
 
 def _count(db: str) -> int:
-    from harness.store import connect
+    from rundir.db import snapshot_count
 
-    conn = connect(db, readonly=True)
-    try:
-        return conn.execute("SELECT count(*) FROM snapshots").fetchone()[0]
-    finally:
-        conn.close()
+    return snapshot_count(db)
 
 
 def _checkpoint(db: str) -> bool:
-    import sqlite3
+    from rundir.db import checkpoint
 
-    conn = sqlite3.connect(db, timeout=10)
-    try:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    finally:
-        conn.close()
+    checkpoint(db)
     return True
 
 

@@ -23,24 +23,22 @@ import sys
 from pathlib import Path
 
 from harness import ledger
-from harness.errors import UserError
 from harness.ledger import alive, kill_group, untrusted
-from harness.manifest import ManifestError
-from harness.store import RunDir
+from rundir.errors import UserError
+from rundir.layout import RunDir
+from rundir.manifest import ManifestError
 
 
 def _mark_interrupted(run_dir: Path, reason: str) -> None:
     """A manifest still `running` (or without a status) becomes `interrupted` with `reason`; one that
-    cannot be read, or would not fit the schema (harness.manifest), is left as it is."""
+    cannot be read, or would not fit the schema (rundir.manifest), is left as it is."""
     try:
         rd = RunDir.open(run_dir)
     except (OSError, ValueError):
         return
-    if isinstance(rd.manifest, dict) and rd.manifest.get("status") in (None, "running"):
-        rd.manifest["status"] = "interrupted"
-        rd.manifest["reason"] = reason
+    if isinstance(rd.manifest, dict) and rd.status in (None, "running"):
         try:
-            rd.write_manifest()
+            rd.update_manifest(status="interrupted", reason=reason)
         except ManifestError:
             pass
 

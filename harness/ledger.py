@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from harness.errors import UserError
+from rundir.errors import UserError
 
 
 def _ledger_dir() -> Path:

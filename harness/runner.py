@@ -17,13 +17,12 @@ brings that back and merges it into the local run.db, with every node's logs (do
 The runner asks and does not look inside: the backend (harness/backends/, chosen by the topology's
 kind) for the nodes, the clocks, what the manifest records and where the collector writes; the fault
 kinds (harness/faults/) for faults; the collector (harness.collector.main.command) for its command
-line; the recorder (harness/recorder.py) for run.db's rows; the store for the run directory.
+line; the recorder (rundir/recorder.py) for run.db's rows; the store for the run directory.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import random
 import signal
 import time
@@ -34,19 +33,20 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from harness import __version__
 from harness.backends import check_runner, make_backend
 from harness.backends.base import Clocks, Proc
 from harness.collector.appsockets import warnings_from_log
 from harness.collector.main import command as collector_command
-from harness.errors import UserError
 from harness.faults import FaultEnv, FaultKind, Faults, NoTarget, Part
 from harness.ledger import Ledger, signals_held
-from harness.liveprogress import LiveProgress
-from harness.recorder import RunRecorder, link_fault_targets
+from harness.observers import NONE, LiveLine, Observers
 from harness.spec import Experiment, Window, load_spec
-from harness.store import FORMAT_VERSION, RunDir, monotonic
 from harness.workloads import Workloads
+from rundir import __version__
+from rundir.db import FORMAT_VERSION, monotonic
+from rundir.errors import UserError
+from rundir.layout import RunDir
+from rundir.recorder import RunRecorder, link_fault_targets
 
 TICK_S = 0.02
 LIVE_S = 1.0               # how often the progress view's live diagnosis is refreshed
@@ -88,13 +88,14 @@ class Progress:
     warnings: list[str] = field(default_factory=list)
 
 
-class Run:
+class Repetition:
     """One repetition of an experiment."""
 
     def __init__(self, exp: Experiment, repetition: int, results_root: Path, suite: str | None = None,
-                 status_prefix=None):
+                 status_prefix=None, observers: Observers = NONE):
         self.exp, self.rep = exp, repetition
         self.suite = suite
+        self.observers = observers
         # A suite's part of the progress line (runs done, ETA), called with the run's time.
         self.status_prefix = status_prefix
         self.spec = exp.spec
@@ -142,28 +143,24 @@ class Run:
         if workload is not None:
             self.event("workload_start", f"pid {proc.pid}: {' '.join(proc.argv)}", workload)
 
-    def _manifest(self, status: str, **extra) -> None:
-        m = self.rd.manifest
-        m.update(status=status, **extra)
-        self.rd.write_manifest()
+    def _manifest(self, status: str, **fields) -> None:
+        self.rd.update_manifest(status=status, **fields)
 
     # -- the run -------------------------------------------------------------------------------
     def execute(self) -> int:
         spec, topo = self.spec, self.exp.topology
         monitor_if = topo.interfaces[spec.monitor][0]
-        self.rd.manifest = {
-            "format_version": FORMAT_VERSION, "run_id": self.run_id, "experiment": spec.name,
-            "spec_file": str(self.exp.path), "spec": spec.model_dump(mode="json"),
-            "topology": {"name": topo.name, "file": str(topo.source), "spec": topo.spec.model_dump(mode="json"),
-                         "addresses": {n: [i.__dict__ for i in intfs] for n, intfs in topo.interfaces.items()}},
-            "backend": topo.backend, "repetition": self.rep, "seed": self.exp.seed_for(self.rep),
-            "spec_digest": self.exp.digest(self.rep), **({"suite": self.suite} if self.suite else {}),
-            "monitor": {"host": spec.monitor, "address": monitor_if.address, "interface": monitor_if.name},
-            "congestion_control": spec.congestion_control, "snapshot_interval": spec.snapshot_interval,
-            "planned_faults": [w.__dict__ for w in self.plan], "clock": "CLOCK_MONOTONIC of the monitored host",
-            "start_wall": time.time(), "start_mono": monotonic(), "status": "running",
-        }
-        self.rd.write_manifest()
+        self.rd.update_manifest(
+            format_version=FORMAT_VERSION, run_id=self.run_id, experiment=spec.name,
+            spec_file=str(self.exp.path), spec=spec.model_dump(mode="json"),
+            topology={"name": topo.name, "file": str(topo.source), "spec": topo.spec.model_dump(mode="json"),
+                      "addresses": {n: [i.__dict__ for i in intfs] for n, intfs in topo.interfaces.items()}},
+            backend=topo.backend, repetition=self.rep, seed=self.exp.seed_for(self.rep),
+            spec_digest=self.exp.digest(self.rep), **({"suite": self.suite} if self.suite else {}),
+            monitor={"host": spec.monitor, "address": monitor_if.address, "interface": monitor_if.name},
+            congestion_control=spec.congestion_control, snapshot_interval=spec.snapshot_interval,
+            planned_faults=[w.__dict__ for w in self.plan], clock="CLOCK_MONOTONIC of the monitored host",
+            start_wall=time.time(), start_mono=monotonic(), status="running")
         old = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
         status, reason, code, user_error = "complete", None, 0, None
         try:
@@ -199,12 +196,12 @@ class Run:
         backend.build()
         self.clocks = backend.clocks(spec.monitor)
         monitor_if = backend.interfaces(spec.monitor)[0]
-        self.rd.manifest["topology"]["addresses"] = {n: [i.__dict__ for i in backend.interfaces(n)]
-                                                     for n in topo.spec.nodes}
+        interfaces = {n: [i.__dict__ for i in backend.interfaces(n)] for n in topo.spec.nodes}
         monitor = {"host": spec.monitor, "address": monitor_if.address, "interface": monitor_if.name,
                    **backend.manifest_monitor(spec.monitor)}
         # start_mono was read on the runner's clock (the same clock on Mininet: offset 0).
-        self._manifest("running", versions={"nestlab": __version__, **backend.versions()},
+        self._manifest("running", topology={**self.rd.manifest["topology"], "addresses": interfaces},
+                       versions={"nestlab": __version__, **backend.versions()},
                        clock_offsets=self.clocks.as_dict(), monitor=monitor, link_model=backend.link_model,
                        **backend.manifest_extra(), start_mono=self.runner_time(self.rd.manifest["start_mono"]))
         nodes = {n: backend.node(n) for n in topo.spec.nodes}
@@ -252,16 +249,30 @@ class Run:
         raise RuntimeError(f"collector did not record a snapshot: {text.strip()}")
 
     def _main_loop(self) -> None:
-        spec = self.spec
         self.t0 = self.workloads.t0 = self.now()
         self.event("run_start", f"t0 = {self.t0:.6f}")
         self._manifest("running", t0=self.t0)
+        diagnosis = None
+        if self.observers.live is not None and self._collector_db_is_local():
+            diagnosis = self.observers.live(self.rd.path, lambda message: self.event("warning", message))
+        try:
+            self._loop(diagnosis)
+        finally:
+            if diagnosis is not None:
+                diagnosis.close()
+        for af in list(self.active):
+            self._end_fault(af)
+        self._sample_queues()
+        self.event("run_end", f"t = {self.now() - self.t0:.3f}")
+
+    def _loop(self, diagnosis: LiveLine | None) -> None:
+        """Until the run's duration is over: start workloads and faults when due, end faults, sample
+        the queues, and show progress (with the live line, if any, under it)."""
+        spec = self.spec
         pending = list(self.plan)
         live = console.is_terminal
         last_print = next_queue_sample = next_diagnosis = -1e9
-        diagnosis = LiveProgress(self) if self._collector_db_is_local() else None
-        with console.status("", spinner="dots") if live else _nullcontext() as status, \
-                diagnosis or _nullcontext():
+        with console.status("", spinner="dots") if live else contextlib.nullcontext() as status:
             while True:
                 now = self.now()
                 t = now - self.t0
@@ -292,10 +303,6 @@ class Run:
                         console.print(second, soft_wrap=True, markup=False)
                     last_print = now
                 time.sleep(TICK_S)
-        for af in list(self.active):
-            self._end_fault(af)
-        self._sample_queues()
-        self.event("run_end", f"t = {self.now() - self.t0:.3f}")
 
     def _collector_db_is_local(self) -> bool:
         """The collector writes the run's own run.db (Mininet), which the live diagnosis can read."""
@@ -408,7 +415,7 @@ class Run:
             try:
                 end = self.backend.clocks_end()
                 if end is not None:   # None: one shared clock
-                    self.rd.manifest["clock_offsets_end"] = end.as_dict()
+                    self.rd.update_manifest(clock_offsets_end=end.as_dict())
             except Exception as e:  # noqa: BLE001 - a node gone away: bring back what can be
                 self.event("warning", f"measuring the clocks again failed: {e}")
         self.backend.bring_back(self.record, self.rd.path)
@@ -430,22 +437,14 @@ class Run:
                       f"snapshots {counts['snapshots']}, modules {counts['modules']}")
 
 
-class _nullcontext:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
-
-
 def run_experiment(spec_path: str | Path, results_root: str | Path = "results",
-                   topology: str | Path | None = None) -> tuple[int, list[Path]]:
+                   topology: str | Path | None = None, observers: Observers = NONE) -> tuple[int, list[Path]]:
     exp = load_spec(spec_path, topology)  # spec mistakes are reported before anything needs root
     check_runner(exp.topology.backend)   # e.g. root for Mininet, before a run directory is made
     runs: list[Path] = []
     code = 0
     for rep in range(exp.spec.repetitions):
-        run = Run(exp, rep, Path(results_root))
+        run = Repetition(exp, rep, Path(results_root), observers=observers)
         runs.append(run.rd.path)
         code = run.execute()
         if code != 0:
@@ -453,40 +452,11 @@ def run_experiment(spec_path: str | Path, results_root: str | Path = "results",
     return code, runs
 
 
-def run_spec_file(spec_path: str, results_root: str = "results", topology: str | None = None) -> int:
-    code, runs = run_experiment(spec_path, results_root, topology)
-    if runs and json.loads((runs[-1] / "manifest.json").read_text()).get("counts", {}).get("snapshots"):
-        report_runs(runs)
+def run_spec_file(spec_path: str, results_root: str = "results", topology: str | None = None,
+                  observers: Observers = NONE) -> int:
+    """Run a spec's repetitions; then, if the last one recorded snapshots, report every run."""
+    code, runs = run_experiment(spec_path, results_root, topology, observers)
+    if observers.report is not None and runs and RunDir.open(runs[-1]).manifest.get("counts", {}).get("snapshots"):
+        for run in runs:
+            observers.report(run, False)
     return code
-
-
-def _health_into_manifest(run: Path, health_file: Path) -> None:
-    """The run's network health (analysis.health, computed by the report) joins its manifest."""
-    if not health_file.is_file():
-        return
-    rd = RunDir.open(run)
-    rd.manifest["health"] = json.loads(health_file.read_text())
-    rd.write_manifest()
-
-
-def report_runs(runs: list[Path], quiet: bool = False) -> None:
-    """The accuracy table of the runs just made (analysis.report), and where its files went;
-    quiet=True (a suite's runs) writes what it would print into <run>/logs/analysis.log."""
-    try:
-        from analysis.report import summarize_run
-    except ImportError:  # the analysis reports are not installed in this build
-        return
-    for run in runs:
-        try:
-            if quiet:
-                with open(run / "logs" / "analysis.log", "w") as log, \
-                        contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-                    out = summarize_run(run)
-            else:
-                out = summarize_run(run)
-            _health_into_manifest(run, out / "health.json")
-        except UserError as e:
-            console.print(f"[yellow]analysis:[/] {e}")
-        except Exception as e:  # noqa: BLE001 - the run is recorded; a report failure must not hide that
-            console.print(f"[yellow]analysis failed:[/] {type(e).__name__}: {e} "
-                          f"(the run is complete; try `nestlab accuracy {run}`)")

@@ -18,11 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from harness.topology import Topology, load_topology
 from harness.units import Duration, Size
 from harness.yamlload import YamlDoc
+from rundir.facts import RECOVERY_EXTRA_S, recovery_after
 
 # Faults are kept this far from the start (workloads ramp up) and the end (so the recovery is seen).
 FAULT_MARGIN_S = 2.0
-# The automatic recovery margin after a fault window: its duration plus this (see recovery_after).
-RECOVERY_EXTRA_S = 1.0
 
 
 class _Strict(BaseModel):
@@ -217,15 +216,6 @@ class Experiment:
 
     def plan(self, repetition: int = 0) -> list[Window]:
         return plan_faults(self.spec, self.doc, self.seed_for(repetition))
-
-
-def recovery_after(duration: float, setting: float | str = "auto") -> float:
-    """The recovery margin after a fault window of `duration` s: the setting, or for 'auto' the
-    window's duration + RECOVERY_EXTRA_S. Why: TCP's retransmission timer doubles while packets are
-    dropped (RTO 0.2 s, then 0.4, 0.8, ... s), so the first retransmission after a drop of d seconds
-    ends comes at most about d + RTO_min later; the extra second covers RTO_min, the queueing RTT and
-    the first round trips after it (measured: 0.2-3.3 s for 1-5 s faults, ../shared/notes)."""
-    return duration + RECOVERY_EXTRA_S if setting == "auto" else float(setting)
 
 
 @dataclass(frozen=True)

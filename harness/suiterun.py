@@ -3,16 +3,13 @@ its index file, and one summary at the end (docs/suites.md).
 
 results/<suite>/suite.json is the suite's index: every planned run (experiment, repetition, seed,
 spec digest) and the run directory that holds it, rewritten after each run. The analysis reads a
-suite's runs from it (analysis.runs.find_runs), so a run that --resume replaced stays on disk and
+suite's runs from it (rundir.runs.find_runs), so a run that --resume replaced stays on disk and
 out of the tables. --resume keeps a complete run whose experiment, repetition and spec digest
 (Experiment.digest: spec, topology, seed, planned faults) are unchanged, and runs the rest.
 """
 
 from __future__ import annotations
 
-import csv
-import json
-import os
 import signal
 import time
 from dataclasses import dataclass
@@ -21,10 +18,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from harness.errors import UserError
+from harness.observers import NONE, Headline, Observers
 from harness.suite import RUN_OVERHEAD_S, Suite, describe_plan, load_suite
+from rundir.errors import UserError
+from rundir.manifest import read_manifest_quietly
+from rundir.suite_index import complete_runs, read_index, set_aside, write_index
 
-INDEX = "suite.json"
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
@@ -46,32 +45,12 @@ def _members(suite: Suite) -> list[Member]:
     return [Member(exp.spec.name, r, exp.seed_for(r), exp.digest(r)) for exp, r in suite.planned()]
 
 
-def complete_runs(root: Path) -> dict[tuple[str, int, str], Path]:
-    """(experiment, repetition, digest) -> the newest complete run under a suite directory."""
-    found: dict[tuple[str, int, str], Path] = {}
-    for manifest in sorted(root.glob("*/*/manifest.json")):
-        try:
-            m = json.loads(manifest.read_text())
-        except (OSError, ValueError):
-            continue   # a damaged run is not one to keep
-        if m.get("status") == "complete" and m.get("spec_digest"):
-            found[(m.get("experiment"), m.get("repetition"), m["spec_digest"])] = manifest.parent
-    return found
-
-
-def read_index(root: Path) -> dict | None:
-    try:
-        return json.loads((root / INDEX).read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as e:
-        raise UserError(f"{root / INDEX}: unreadable suite index ({e}); move it away to start the suite "
-                        "again") from None
-
-
 class SuiteRun:
-    def __init__(self, suite: Suite, results_root: Path, resume: bool = False, restart: bool = False):
+    def __init__(self, suite: Suite, results_root: Path, resume: bool = False, restart: bool = False,
+                 observers: Observers = NONE):
         self.suite = suite
+        self.observers = observers
+        self.headlines: dict[tuple[str, int], Headline | None] = {}
         self.root = Path(results_root) / suite.dir_name
         self.members = _members(suite)
         self.experiments = {e.spec.name: e for e in suite.experiments}
@@ -104,18 +83,15 @@ class SuiteRun:
                 self.created = index.get("created", self.created)
         if index is not None and not self.resume:
             stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(index.get("created", time.time())))
-            os.replace(self.root / INDEX, self.root / f"suite-{stamp}.json")
-            console.print(f"previous run of the suite kept: {self.root / f'suite-{stamp}.json'} "
+            kept = set_aside(self.root, stamp)
+            console.print(f"previous run of the suite kept: {kept} "
                           "(its runs are not in the new suite's tables)")
 
     def write_index(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        data = {"suite": self.suite.name, "file": str(self.suite.path), "scale": self.suite.scale,
-                "created": self.created, "updated": time.time(), "state": self.state,
-                "runs": [m.__dict__ for m in self.members]}
-        tmp = self.root / (INDEX + ".tmp")
-        tmp.write_text(json.dumps(data, indent=2) + "\n")
-        os.replace(tmp, self.root / INDEX)
+        write_index(self.root, {"suite": self.suite.name, "file": str(self.suite.path), "scale": self.suite.scale,
+                                "created": self.created, "updated": time.time(), "state": self.state,
+                                "runs": [m.__dict__ for m in self.members]})
 
     # -- progress ------------------------------------------------------------------------------
     def _overhead(self) -> float:
@@ -139,7 +115,7 @@ class SuiteRun:
     # -- the suite ----------------------------------------------------------------------------
     def execute(self) -> int:
         from harness.backends import check_runner
-        from harness.runner import Run, report_runs
+        from harness.runner import Repetition
 
         suite = self.suite
         for exp in suite.experiments:
@@ -158,21 +134,22 @@ class SuiteRun:
                 m = self.members[i]
                 exp = self.experiments[m.experiment]
                 console.print(f"[bold][{k}/{len(todo)}][/] {m.experiment} r{m.repetition} (seed {m.seed})")
-                run = Run(exp, m.repetition, self.root, suite=suite.name,
-                          status_prefix=self._prefix(k, len(todo), i))
+                run = Repetition(exp, m.repetition, self.root, suite=suite.name,
+                                 status_prefix=self._prefix(k, len(todo), i), observers=self.observers)
                 m.run, m.status = str(run.rd.path.relative_to(self.root)), "running"
                 self.write_index()
                 started = time.monotonic()
                 run_code = run.execute()
                 m.wall_s = round(time.monotonic() - started, 1)
-                m.status = run.rd.manifest.get("status", "failed")
+                m.status = run.rd.status or "failed"
                 if m.status == "complete":
                     self.overheads.append(m.wall_s - exp.spec.duration)
-                    report_runs([run.rd.path], quiet=True)
-                    fig = _headline(run.rd.path)
+                    if self.observers.report is not None:
+                        self.headlines[m.key()] = self.observers.report(run.rd.path, True)
+                    fig = self._figures(m)
                     console.print(f"  TCP TPR {fig.get('TCP TPR') or '-'} FPR {fig.get('TCP FPR') or '-'} "
                                   f"PPV {fig.get('TCP PPV') or '-'}, silence {fig.get('silence') or '-'} "
-                                  f"(analysis: {run.rd.path / 'analysis'})")
+                                  f"(analysis: {run.rd.path / 'analysis'})", markup=False)
                 self.write_index()
                 if m.status == "interrupted":
                     code = run_code
@@ -207,7 +184,7 @@ class SuiteRun:
                     "app TPR", "silence"):
             table.add_column(col, justify="left" if col in ("experiment", "status") else "right")
         for m in self.members:
-            fig = _headline(self.root / m.run) if m.run and m.status == "complete" else {}
+            fig = self._figures(m) if m.run and m.status == "complete" else {}
             wall = m.wall_s or fig.get("wall")
             table.add_row(m.experiment, str(m.repetition), str(m.seed), m.status,
                           f"{wall:.0f}s" if wall else "", fig.get("faults", ""), fig.get("TCP TPR", ""),
@@ -217,25 +194,20 @@ class SuiteRun:
         if any(m.status == "complete" for m in self.members):
             self.pooled()
 
+    def _figures(self, m: Member) -> dict[str, str]:
+        """A complete run's figures for the summary: its headline scores (from the report of this
+        suite, or computed for a run --resume kept) and, from its manifest, faults, wall time and
+        silence rate; as text, blank where unknown."""
+        key = m.key()
+        if key not in self.headlines and self.observers.scores is not None:
+            self.headlines[key] = self.observers.scores(self.root / m.run)
+        return headline_figures(self.headlines.get(key), self.root / m.run)
+
     def pooled(self) -> None:
-        """The suite's accuracy table over its complete runs (the default variant), written to
+        """The suite's tables over its complete runs (the default variant), written to
         results/<suite>/analysis/ like `nestlab accuracy <suite>`."""
-        try:
-            from analysis.report import write_accuracy
-            from analysis.score import evaluate
-        except ImportError:
-            return
-        runs = [self.root / m.run for m in self.members if m.status == "complete"]
-        out = self.root / "analysis"
-        try:
-            ev = evaluate(runs, skip_bad=True)
-            md, _ = write_accuracy(ev, out)
-        except Exception as e:  # noqa: BLE001 - the runs are recorded; say how to get the table
-            console.print(f"[yellow]suite analysis failed:[/] {type(e).__name__}: {e} "
-                          f"(try `nestlab accuracy {self.root}`)")
-            return
-        print(f"\n{md}\n\nsuite tables written to {out}; `nestlab accuracy {self.root} --against "
-              f"thesis-3.3` puts the thesis's beside them", flush=True)
+        if self.observers.pooled is not None:
+            self.observers.pooled([self.root / m.run for m in self.members if m.status == "complete"], self.root)
 
 
 class _SuiteInterrupted(BaseException):
@@ -247,32 +219,24 @@ def _interrupt(signum, frame):
     raise _SuiteInterrupted(128 + signum)
 
 
-def _headline(run: Path) -> dict:
-    """A run's headline figures from what its analysis wrote (accuracy.csv, manifest health)."""
+def headline_figures(head: Headline | None, run: Path) -> dict[str, str]:
+    """The summary's cells of one run: its headline scores (rates in %, one decimal) and, from its
+    manifest, faults, wall time and silence rate."""
     out: dict[str, str] = {}
-    try:
-        m = json.loads((run / "manifest.json").read_text())
-        out["faults"] = str(m.get("counts", {}).get("faults", ""))
-        if m.get("end_wall") and m.get("start_wall"):
-            out["wall"] = m["end_wall"] - m["start_wall"]
-        silence = (m.get("health") or {}).get("silence_rate")
-        if silence is not None:
-            out["silence"] = f"{100 * silence:.2f}%"
-        with open(run / "analysis" / "accuracy.csv") as f:
-            for row in csv.DictReader(f):
-                if row["section"] != "Total":
-                    continue
-                if row["row"] == "TCP":
-                    out.update({"TCP TPR": row["TPR"], "TCP FPR": row["FPR"], "TCP PPV": row["PPV"]})
-                if row["row"] in ("iperf", "wget") and row["TPR"]:
-                    out["app TPR"] = f"{out['app TPR']}/{row['TPR']}" if "app TPR" in out else row["TPR"]
-        for k in ("TCP TPR", "TCP FPR", "TCP PPV"):
-            if out.get(k):
-                out[k] = f"{float(out[k]):.1f}"
-        if out.get("app TPR"):
-            out["app TPR"] = "/".join(f"{float(v):.1f}" for v in out["app TPR"].split("/"))
-    except (OSError, ValueError, KeyError):
-        pass
+    m = read_manifest_quietly(run)
+    if m is not None:
+        if m.counts is not None and m.counts.faults is not None:
+            out["faults"] = str(m.counts.faults)
+        if m.end_wall and m.start_wall:
+            out["wall"] = m.end_wall - m.start_wall
+        if m.health is not None and m.health.silence_rate is not None:
+            out["silence"] = f"{100 * m.health.silence_rate:.2f}%"
+    if head is not None:
+        for key, v in (("TCP TPR", head.tcp_tpr), ("TCP FPR", head.tcp_fpr), ("TCP PPV", head.tcp_ppv)):
+            if v is not None:
+                out[key] = f"{v:.1f}"
+        if head.app_tpr:
+            out["app TPR"] = "/".join(f"{v:.1f}" for v in head.app_tpr)
     return out
 
 
@@ -321,6 +285,6 @@ def _print_plan(suite: Suite, results_root: str, kept: set | None) -> int:
 
 
 def run_suite_file(path: str, results_root: str = "results", scale: int | None = None, resume: bool = False,
-                   restart: bool = False, topology: str | None = None) -> int:
+                   restart: bool = False, topology: str | None = None, observers: Observers = NONE) -> int:
     suite = load_suite(path, scale, topology)   # every mistake before anything runs
-    return SuiteRun(suite, Path(results_root), resume, restart).execute()
+    return SuiteRun(suite, Path(results_root), resume, restart, observers).execute()

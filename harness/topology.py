@@ -35,7 +35,7 @@ class _Strict(BaseModel):
 IFNAME = r"^[A-Za-z0-9_.:@-]{1,15}$"
 
 
-class SshNode(_Strict):
+class SshSettings(_Strict):
     """SSH backend only: where a logical node lives (docs/ssh-backend.md)."""
 
     host: str = Field(min_length=1, description="address or DNS name the runner connects to")
@@ -67,7 +67,7 @@ class NodeSpec(_Strict):
     router: bool = False
     site: int | None = None
     description: str = ""
-    ssh: SshNode | None = None   # SSH backend only (ignored by Mininet)
+    ssh: SshSettings | None = None   # SSH backend only (ignored by Mininet)
 
 
 class LinkSpec(_Strict):

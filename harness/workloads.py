@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.backends.base import Node, Proc
-from harness.errors import UserError
 from harness.ledger import signals_held
 from harness.spec import Spec, Workload
+from rundir.errors import UserError
 
 HTTP_PORT = 80
 FAST_FAILURE_S = 1.0

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from harness.errors import UserError
+from rundir.errors import UserError
 
 M = TypeVar("M", bound=BaseModel)
 Loc = tuple[str | int, ...]

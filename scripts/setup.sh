@@ -23,4 +23,4 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/pip install -q --disable-pip-version-check -e ".[test]"
 make -s -C harness/interceptor
-echo "setup: ok ($(.venv/bin/python -c 'import harness; print(harness.__version__)'))"
+echo "setup: ok ($(.venv/bin/python -c 'import nestlab; print(nestlab.__version__)'))"

@@ -9,20 +9,18 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from analysis.report import write_accuracy
+from analysis.pipeline import evaluate
+from analysis.render.writers import write_accuracy
+from analysis.rows import RATES, ROWS, SECTIONS
 from analysis.score import (
     ACROSS_RESAMPLES,
     ACROSS_SEED,
-    RATES,
-    ROWS,
-    SECTIONS,
     accuracy_table,
     across_runs,
     bootstrap_pooled,
-    evaluate,
     per_run_table,
 )
-from harness.cli import nestlab_main
+from nestlab.cli import nestlab_main
 from tests.support.runs import make_run
 
 V = "v"

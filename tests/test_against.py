@@ -1,4 +1,4 @@
-"""The seeds' tables as data files (analysis/seeds/) and our tables against them (analysis/against.py,
+"""The seeds' tables as data files (analysis/seeds/) and our tables against them (analysis/render/against.py,
 `--against`, `--ablations`): the files are self-consistent or say why not, the comparison's diffs and
 intervals are right, and the command line writes its files and refuses bad names in one line."""
 
@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from analysis import score
-from analysis.against import (
+from analysis.pipeline import evaluate
+from analysis.render.against import (
     ablation_variants,
     ablation_vs_seed,
     accuracy_vs_seed,
@@ -24,10 +25,11 @@ from analysis.against import (
     seed_tables,
     write_against,
 )
-from analysis.score import RATE_DEF, RATES, ROWS, SECTIONS, accuracy_table, compare_table, evaluate
+from analysis.rows import RATE_DEF, RATES, ROWS, SECTIONS
+from analysis.score import accuracy_table, compare_table
 from analysis.seeds import text as seed_text
-from harness.cli import nestlab_main
-from harness.errors import UserError
+from nestlab.cli import nestlab_main
+from rundir.errors import UserError
 from tests.support.env import REPO
 from tests.support.runs import make_run
 

@@ -19,9 +19,9 @@ import pytest
 from harness.backends import BACKENDS, backend_class, check_runner, make_backend
 from harness.backends.base import Backend, ClockOffset, Clocks, Proc
 from harness.collector.main import command
-from harness.errors import UserError
-from harness.recorder import RunRecorder
 from harness.spec import load_spec
+from rundir.errors import UserError
+from rundir.recorder import RunRecorder
 from tests.support.env import REPO, write
 
 RUNNER = REPO / "harness" / "runner.py"
@@ -139,7 +139,7 @@ def test_the_collectors_command_line():
 def test_the_runner_starts_the_collector_the_backend_describes(tmp_path, recorder):
     """Run._start_collector with a stand-in backend: the argv, and the progress asked for once the
     first snapshot is in."""
-    from harness.runner import Run
+    from harness.runner import Repetition
 
     started, calls = [], []
 
@@ -172,7 +172,7 @@ def test_the_runner_starts_the_collector_the_backend_describes(tmp_path, recorde
     run = SimpleNamespace(backend=FakeBackend(), spec=SimpleNamespace(monitor="site1n1", snapshot_interval=0.1),
                           record=recorder, shm_dir="/dev/shm/s", rd=SimpleNamespace(logs=tmp_path),
                           _on_process=lambda *a: processes.append(a))
-    Run._start_collector(run)
+    Repetition._start_collector(run)
     assert started == [command(["python3"], "/node/run.db", 0.1, "/dev/shm/s", ["ctl0"])]
     assert calls == [("collector_db", "site1n1", recorder), ("start_progress", "site1n1")]
     assert [(a[1], a[2], a[3]) for a in processes] == [(None, "collector", "site1n1")]

@@ -13,14 +13,14 @@ import time
 
 import pytest
 
-from analysis.stretches import load_run
+from analysis.stretches import load_stretches
 from harness.collector.appsockets import InterceptorSource
 from harness.collector.iface import InterfaceSource
 from harness.collector.main import ModuleTracker
 from harness.collector.sockdiag import SockDiag, TcpSock, TcpSource
 from harness.collector.source import Observation
 from harness.interceptor import shm
-from harness.store import connect, create_db
+from rundir.db import connect, create_db
 
 
 @pytest.fixture
@@ -102,7 +102,7 @@ def test_tracker_writes_rows_on_change_and_the_reader_fills_them(tmp_path):
                     (1, 2, "in", 150), (2, 1, "in", 12)]
     assert db.execute("SELECT died FROM modules WHERE id = 1").fetchone() == (3.0,)
     assert db.execute("SELECT born, died FROM edges").fetchall() == [(0.0, 3.0)]
-    run = load_run(tmp_path)
+    run = load_stretches(tmp_path)
     tm = {}
     for st in run.stretches:
         for i, m in enumerate(st.modules):
@@ -202,7 +202,7 @@ def test_interceptor_counters_are_stored_raw_and_the_analysis_applies_thesis_3_4
         assert [v for (v,) in stored] == wait_out
     db.close()
 
-    run = load_run(tmp_path)
+    run = load_stretches(tmp_path)
     (st,) = run.stretches
     for i, m in enumerate(st.modules):
         inp, out = st.counters["in"], st.counters["out"]

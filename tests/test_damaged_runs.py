@@ -19,9 +19,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.runs import open_run
-from analysis.score import evaluate
-from harness.cli import nestlab_main
+from analysis.pipeline import evaluate
+from nestlab.cli import nestlab_main
+from rundir.runs import open_run
 from tests.support.damaged import DAMAGES, FATAL, copy_run, stored_run, synthetic_base
 
 VARIANT = "flowdiagnoser:theta=2"
@@ -226,17 +226,17 @@ def test_an_unexpected_failure_skips_that_run_not_the_set(base, tmp_path, capsys
 
 
 def test_a_figure_that_fails_skips_that_run_not_the_others(base, tmp_path, capsys, monkeypatch):
-    import analysis.plots
+    import analysis.render.plots
 
     exp, runs = _set(base, tmp_path, ["manifest_nan_t0"])
-    plot_run = analysis.plots.plot_run
+    plot_run = analysis.render.plots.plot_run
 
     def fails_on_one(data, *args, **kw):
         if data.path.name.endswith("manifest_nan_t0"):
             raise ValueError("Axis limits cannot be NaN or Inf")
         return plot_run(data, *args, **kw)
 
-    monkeypatch.setattr(analysis.plots, "plot_run", fails_on_one)
+    monkeypatch.setattr(analysis.render.plots, "plot_run", fails_on_one)
     code, out, err = _cli(capsys, ["plots", str(exp)])
     assert code == 0 and "Traceback" not in err
     assert f"warning: {runs['manifest_nan_t0']}: skipped: cannot be analysed: ValueError: Axis limits" in err

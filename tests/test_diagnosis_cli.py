@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from analysis.variants import parse_variant, systems
-from harness.cli import nestlab_main
-from harness.errors import UserError
+from nestlab.cli import nestlab_main
+from rundir.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "docs" / "examples" / "table5.json"

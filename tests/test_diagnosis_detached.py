@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from analysis.diagnose import diagnose_run, diagnose_stretches
-from analysis.stretches import DIRS, Counters, Stretch, load_run
+from analysis.stretches import DIRS, Counters, Stretch, load_stretches
 from analysis.variants import LABELS, parse_variant
 from analysis.variants.flowdiagnoser import shape
 from tests.support.reference import assert_same, reference
@@ -153,8 +153,8 @@ def late_socket_run(tmp_path):
 
 
 def test_load_run_marks_detached(late_socket_run):
-    """(d) load_run: detached = a parent edge somewhere in the run, none in this stretch."""
-    run = load_run(late_socket_run)
+    """(d) load_stretches: detached = a parent edge somewhere in the run, none in this stretch."""
+    run = load_stretches(late_socket_run)
     assert [list(st.seqs) for st in run.stretches] == [[0, 1], [2, 3, 4], [5, 6, 7]]
     got = [dict(zip(st.modules, st.detached.tolist(), strict=True)) for st in run.stretches]
     assert got == [{1: False, 3: True, 4: False, 5: False},

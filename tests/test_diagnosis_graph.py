@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from analysis.diagnose import diagnose_run
-from analysis.stretches import load_run, read_json, series_deltas, stretch_from_json
-from harness.errors import UserError
+from analysis.stretches import load_stretches, read_json, series_deltas, stretch_from_json
+from rundir.errors import UserError
 from tests.support.rundb import write_run
 
 
@@ -40,7 +40,7 @@ def small_run(tmp_path):
 
 
 def test_stretches_follow_graph_changes(small_run):
-    run = load_run(small_run)
+    run = load_stretches(small_run)
     assert [list(st.seqs) for st in run.stretches] == [[0, 1, 2], [3, 4, 5], [6, 7]]
     assert [st.modules for st in run.stretches] == [[1, 2, 3, 4], [1, 2, 3, 4, 5, 6], [1, 2, 3, 4]]
     st = run.stretches[1]
@@ -61,7 +61,7 @@ def _series(run, module, d, field):
 
 
 def test_deltas_and_the_thesis_3_4_rule(small_run):
-    run = load_run(small_run)
+    run = load_stretches(small_run)
     # Decrease, then recovery: seq 3 discarded, seq 4 measured against seq 2.
     assert _series(run, 2, "in", "tm")[1:] == [5, 5, 0, 5, 5, 0, 0]
     assert _series(run, 2, "in", "invalid") == [True, False, False, True, False, False, False, False]
@@ -135,7 +135,7 @@ def test_diagnose_run_frame(small_run):
 
 def test_load_run_refuses_a_directory_without_run_db(tmp_path):
     with pytest.raises(UserError, match="no run.db"):
-        load_run(tmp_path)
+        load_stretches(tmp_path)
 
 
 # ------------------------------------------------------------------------ JSON
@@ -200,7 +200,7 @@ def test_null_counter_is_unsupported():
 def test_a_run_without_counters_diagnoses_to_nothing(tmp_path):
     import time
 
-    from harness.store import create_db
+    from rundir.db import create_db
 
     db = create_db(tmp_path / "run.db")
     db.executemany("INSERT INTO snapshots VALUES (?,?,?)", [(i, i * 0.1, time.time()) for i in range(3)])

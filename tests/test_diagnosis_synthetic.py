@@ -6,14 +6,14 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.diagnose import diagnose_stretches
-from analysis.stretches import DIRS, load_run
+from analysis.stretches import DIRS, load_stretches
 from analysis.variants import parse_variant
 from tests.support.reference import assert_same, reference
 from tests.support.synthetic import synthetic_run
 
 
 def test_synthetic_run_fast_path_equals_reference(tmp_path):
-    run = load_run(synthetic_run(tmp_path / "run", seconds=40, apps=2, conns=3, churn_s=8, seed=3))
+    run = load_stretches(synthetic_run(tmp_path / "run", seconds=40, apps=2, conns=3, churn_s=8, seed=3))
     assert len(run.stretches) > 3  # the graph changes
     assert sum(st.t for st in run.stretches) == len(run.seqs)
     assert any(st.counters["in"].invalid[:, 1:].any() for st in run.stretches)  # glitches were found

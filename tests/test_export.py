@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.cli import nestlab_main
-from harness.errors import UserError
 from harness.export import cloudlab_profile, emulab_ns, ssh_topology
 from harness.topology import load_topology
+from nestlab.cli import nestlab_main
+from rundir.errors import UserError
 from tests.support.env import REPO, write
 
 EXPECTED = REPO / "tests" / "expected"

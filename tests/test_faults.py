@@ -30,7 +30,8 @@ from harness.faults import (
     tcp_drop_rule,
 )
 from harness.spec import Fault, Window
-from harness.store import SCHEMA, resolve_fault_targets
+from rundir.db import SCHEMA
+from rundir.targets import resolve_fault_targets
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -387,14 +388,14 @@ def _db(rows):
 
 
 def test_runner_and_analysis_resolve_alike():
-    from analysis.runs import _resolve_faults
-    from harness.manifest import Monitor
-    from harness.runner import Run
+    from analysis.load import _resolve_faults
+    from harness.runner import Repetition
+    from rundir.manifest import Monitor
 
     db = _db(FAULT_ROWS)
     backend = SimpleNamespace(interfaces=lambda name: [SimpleNamespace(name=f"{name}-eth0")])
     run = SimpleNamespace(backend=backend, clocks=object(), db=db, spec=SimpleNamespace(monitor="site1n1"))
-    Run._resolve_targets(run)
+    Repetition._resolve_targets(run)
     by_runner = [m for (m,) in db.execute("SELECT target_module FROM faults ORDER BY id")]
     assert by_runner == EXPECTED
 

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from analysis.score import evaluate
+from analysis.pipeline import evaluate
 from harness.backends.mininet import MininetBackend
 from harness.ledger import Ledger
 from harness.runner import run_experiment

@@ -22,8 +22,8 @@ from types import SimpleNamespace
 import pytest
 from paramiko import SFTPAttributes
 
-from harness.errors import UserError
 from harness.topology import Interface, load_topology
+from rundir.errors import UserError
 from tests.support.env import REPO, write
 
 # ---- item 3: what a node lists and reports ---------------------------------------------------------
@@ -419,7 +419,7 @@ def _cleanup(ledger_dir: Path, euid: int | None = None) -> subprocess.CompletedP
     """`nestlab cleanup` on ledger_dir, in a process of its own (as uid `euid`, as far as the
     harness can tell)."""
     code = ("import os, sys\n" + (f"os.geteuid = lambda: {euid}\n" if euid is not None else "")
-            + "from harness.cli import nestlab_main\nsys.exit(nestlab_main(['cleanup']))\n")
+            + "from nestlab.cli import nestlab_main\nsys.exit(nestlab_main(['cleanup']))\n")
     env = {**os.environ, "NESTLAB_LEDGER_DIR": str(ledger_dir), "PYTHONPATH": str(REPO)}
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env,
                           timeout=60)

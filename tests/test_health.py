@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from analysis.health import SILENCE_WARN, network_health
-from analysis.runs import load_run_data, open_run
+from analysis.load import load_run_data
+from rundir.runs import open_run
 from tests.support.runs import T0, RunBuilder
 
 

@@ -1,4 +1,4 @@
-"""The HTML report (`nestlab report`, analysis.html_report), opened in headless Chromium: its tables'
+"""The HTML report (`nestlab report`, analysis.render.html), opened in headless Chromium: its tables'
 numbers equal accuracy.csv's, every figure loads, nothing is fetched from outside; the command; and
 summarize_run's report. Chromium is Debian's `chromium`, installed by scripts/setup.sh."""
 
@@ -12,11 +12,11 @@ import matplotlib.image as mpimg
 import pandas as pd
 import pytest
 
-import analysis.html_report as html_report
-from analysis.html_report import build_report
-from analysis.report import summarize_run
-from analysis.score import COUNTS, RATES, ROWS, SECTIONS
-from harness.cli import nestlab_main
+import analysis.render.html as html_report
+from analysis.pipeline import evaluate, summarize_run
+from analysis.render.html import build_report
+from analysis.rows import COUNTS, RATES, ROWS, SECTIONS
+from nestlab.cli import nestlab_main
 from tests.support import chromium
 from tests.support.report_page import accuracy_cells_compared, outside_refs, tables
 from tests.support.runs import make_run
@@ -170,7 +170,8 @@ def test_report_command_errors_are_one_line(tmp_path, capsys):
 def test_fault_sections_are_capped(tmp_path, monkeypatch):
     run, *_ = make_run(tmp_path / "hand" / "r0")
     monkeypatch.setattr(html_report, "MAX_FAULT_SECTIONS", 1)
-    html = build_report([run], tmp_path / "r.html", ["flowdiagnoser:theta=2"], draw=False).read_text()
+    html = build_report(evaluate([run], ["flowdiagnoser:theta=2"], keep=True), tmp_path / "r.html",
+                        draw=False).read_text()
     assert html.count('class="fault ') == 1
     assert "Sections shown for the first 1 of 2 faults" in html
     assert "<img" not in html.split('<section id="faults">')[0]   # draw=False: no figure above the faults

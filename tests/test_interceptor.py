@@ -24,7 +24,6 @@ from pathlib import Path
 import pytest
 
 from harness.collector.appsockets import InterceptorSource, warnings_from_log
-from harness.errors import UserError
 from harness.interceptor import build, create_shm_dir, preload_env, remove_shm_dir, shm
 from harness.interceptor.pause import pause_process, pause_state, resume_process
 from harness.interceptor.shm import (
@@ -38,6 +37,7 @@ from harness.interceptor.shm import (
     read_process,
     shm_file,
 )
+from rundir.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent
 PROBE_SRC = REPO / "tests" / "interceptor" / "nestprobe.c"

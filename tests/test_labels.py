@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from analysis.labels import impact_mask, label_run, parse_policy
-from analysis.runs import load_run_data, open_run
-from harness.errors import UserError
+from analysis.load import load_run_data
+from rundir.errors import UserError
+from rundir.runs import open_run
 from tests.support.runs import IPERF_DOWN, IPERF_DUAL, IPERF_UP, WGET, RunBuilder, labelled, positives, spans
 
 # ----------------------------------------------------------------------------- impact periods
@@ -289,8 +290,8 @@ def test_a_target_covered_by_another_faults_collateral_is_left_out(tmp_path):
 
 
 def test_overlap_rows_are_counted_in_the_tables_footnote(tmp_path):
-    from analysis.report import overlap_note
-    from analysis.score import evaluate
+    from analysis.pipeline import evaluate
+    from analysis.render.tables import overlap_note
 
     b, _, _ = _overlapping_faults(tmp_path)
     ev = evaluate([b.write()])

@@ -1,4 +1,7 @@
-"""The shape of the code: no import cycle among the project's modules, no module over 600 lines.
+"""The shape of the code: the lab (harness/) and the analysis (analysis/) never import each other and
+meet only in the run directory's package (rundir/, which imports neither) and the composition layer
+on top (nestlab/, which nothing imports); SQL only under rundir/; no import cycle among the
+project's modules; no module over 600 lines.
 
 The import graph is read from the source with `ast`: every import counts, at module level or inside a
 function (a lazy import is still a dependency, and hiding a cycle inside a function is how cycles are
@@ -12,13 +15,17 @@ from __future__ import annotations
 
 import ast
 import itertools
+import re
 from pathlib import Path
 
 import networkx as nx
 
 from tests.support.env import REPO
 
-PACKAGES = ("harness", "analysis")
+PACKAGES = ("rundir", "harness", "analysis", "nestlab")
+# package -> the project packages it must not import (strings for importlib included)
+FORBIDDEN = {"harness": ("analysis", "nestlab"), "analysis": ("harness", "nestlab"),
+             "rundir": ("harness", "analysis", "nestlab")}
 MAX_LINES = 600
 
 
@@ -102,6 +109,61 @@ def test_no_import_cycle_among_the_projects_modules():
     assert not found, "import cycles:\n" + "\n".join(" -> ".join([*c, c[0]]) for c in found)
 
 
+SQL = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|CREATE TABLE|PRAGMA|ATTACH)\b[^\n]*\b(FROM|INTO|SET|TABLE|"
+                 r"wal_checkpoint|table_info|journal_mode|DATABASE)\b|\bsqlite3\.connect\b|\.execute(many)?\(\s*f?[\"']")
+
+
+def wall_crossings(root: Path, packages=PACKAGES) -> list[str]:
+    """Imports (and module names in strings, for importlib or `python -m`) across FORBIDDEN's walls."""
+    graph = import_graph(root, packages)
+    found = [f"{a} -> {b}" for a, b in sorted(graph.edges) if b.split(".")[0] in FORBIDDEN.get(a.split(".")[0], ())]
+    for name, path in module_names(root, packages).items():
+        for other in FORBIDDEN.get(name.split(".")[0], ()):
+            if re.search(rf"[\"']{other}\.\w", path.read_text()):
+                found.append(f"{name} -> '{other}...' (a module name in a string)")
+    return found
+
+
+def sql_outside_rundir(root: Path, packages=PACKAGES) -> list[str]:
+    """Lines outside rundir/ with an SQL statement or a sqlite3 call (a connection may be passed
+    around, and rundir's functions called on it)."""
+    found = []
+    for name, path in module_names(root, packages).items():
+        if name.split(".")[0] != "rundir":
+            found += [f"{path.relative_to(root)}:{k}: {line.strip()}"
+                      for k, line in enumerate(path.read_text().splitlines(), 1) if SQL.search(line)]
+    return found
+
+
+def test_the_lab_and_the_analysis_meet_only_in_rundir_and_nestlab():
+    found = wall_crossings(REPO)
+    assert not found, "imports across the architecture's walls:\n" + "\n".join(found)
+
+
+def test_sql_is_written_only_under_rundir():
+    found = sql_outside_rundir(REPO)
+    assert not found, "SQL outside rundir/:\n" + "\n".join(found)
+
+
+def test_the_layout_checks_can_fail(tmp_path):
+    """The two checks above see what they look for, and leave alone what they allow."""
+    def write(rel: str, text: str) -> None:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+
+    write("analysis/x.py", "def f():\n    from harness import y\n")
+    write("analysis/z.py", "import importlib\nimportlib.import_module('nestlab.cli')\n")
+    write("harness/y.py", "from rundir import db\ndb.conn.execute('SELECT count(*) FROM snapshots')\n")
+    write("harness/w.py", "def g(conn):\n    return db.snapshot_count(conn)  # SELECT nothing here\n")
+    write("rundir/db.py", "import sqlite3\nsqlite3.connect('x').execute('SELECT 1 FROM t')\n")
+    write("nestlab/cli.py", "from analysis import x\nfrom harness import y\n")
+    packages = ("rundir", "harness", "analysis", "nestlab")
+    assert wall_crossings(tmp_path, packages) == ["analysis.x -> harness.y",
+                                                  "analysis.z -> 'nestlab...' (a module name in a string)"]
+    assert sql_outside_rundir(tmp_path, packages) == [
+        "harness/y.py:2: db.conn.execute('SELECT count(*) FROM snapshots')"]
+
+
 def test_no_module_is_over_600_lines():
     sizes = {name: len(path.read_text().splitlines()) for name, path in module_names(REPO).items()}
     long = {name: n for name, n in sizes.items() if n > MAX_LINES}
@@ -123,7 +185,7 @@ def test_what_runs_on_testbed_nodes_needs_only_the_standard_library_and_pyroute2
         "        if top in {'pydantic', 'yaml', 'numpy', 'pandas', 'matplotlib', 'networkx', 'rich', 'paramiko'}:\n"
         "            raise ImportError(f'{name} is not on a testbed node')\n"
         "sys.meta_path.insert(0, Block())\n"
-        "import harness.agent, harness.store, harness.collector.main, harness.interceptor.pause\n"
+        "import harness.agent, rundir.db, harness.collector.main, harness.interceptor.pause\n"
         "harness.agent._count  # the agent's run.db calls resolve their imports lazily: call one\n"
         "import tempfile, os\n"
         "d = tempfile.mkdtemp(); db = os.path.join(d, 'run.db')\n"

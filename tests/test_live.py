@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from analysis.live import LiveEngine
-from analysis.stretches import DIRS, load_run
-from analysis.top import frame
-from harness.cli import nestlab_main
-from harness.liveprogress import LiveProgress
+from analysis.stretches import DIRS, load_stretches
+from nestlab.cli import nestlab_main
+from nestlab.commands.top import frame
+from nestlab.live_line import LiveProgress
 from tests.support.grow import Grower
 from tests.support.live import differences, grow_and_watch, lag_exceptions, offline, outside_the_rule
 from tests.support.runs import T0, RunBuilder, make_run
@@ -65,7 +64,7 @@ def test_counter_decreases_and_wait_jitter_give_the_offline_deltas(tmp_path, ste
     """The deltas the engine diagnoses are the offline ones after every refresh, wherever a decrease or
     a jitter chain falls relative to the refreshes; and so are the results."""
     src = glitchy_run(tmp_path / "src")
-    full = load_run(src)
+    full = load_stretches(src)
     by_seq = {}
     for st in full.stretches:
         for c, seq in enumerate(st.seqs.tolist()):
@@ -252,8 +251,7 @@ def test_progress_line_and_its_failure(tmp_path):
     src, mods, _ = make_run(tmp_path / "src", n=60)
     grower = Grower(src, tmp_path / "live")
     events = []
-    run = SimpleNamespace(rd=SimpleNamespace(path=tmp_path / "live"), event=lambda *a: events.append(a))
-    with LiveProgress(run) as progress:
+    with LiveProgress(tmp_path / "live", lambda message: events.append(("warning", message))) as progress:
         for upto in range(0, 38, 2):
             grower.grow(upto)
             progress.refresh()

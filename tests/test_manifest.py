@@ -1,4 +1,4 @@
-"""The manifest's one schema (harness.manifest): what the runner writes fits it and round-trips through
+"""The manifest's one schema (rundir.manifest): what the runner writes fits it and round-trips through
 it unchanged, the writer refuses what does not fit, the reader says in one line what is wrong, and
 older and newer manifests still read."""
 
@@ -9,11 +9,12 @@ import re
 
 import pytest
 
-from analysis.health import Health, fault_spans
-from analysis.runs import load_run_data, open_run
+from analysis.health import SILENCE_WARN, fault_spans, network_health
+from analysis.load import load_run_data
 from harness.clean import _mark_interrupted
-from harness.manifest import Manifest, ManifestError, RunHealth, read_manifest, validate_manifest
-from harness.store import RunDir
+from rundir.layout import RunDir
+from rundir.manifest import Manifest, ManifestError, RunHealth, read_manifest, validate_manifest
+from rundir.runs import open_run
 from tests.support.env import REPO
 from tests.support.manifests import FORMAT2, FORMAT3, runner_manifests
 from tests.support.runs import RunBuilder, make_run
@@ -80,8 +81,11 @@ def test_every_documented_key_is_in_the_schema():
     assert {"format_version", "link_model", "health", "planned_faults", "clock_offsets_end"} <= keys
 
 
-def test_the_health_record_is_the_analysis_health():
-    assert set(Health().as_dict()) == set(RunHealth.model_fields)
+def test_the_health_record_is_the_analysis_health(tmp_path):
+    run, *_ = make_run(tmp_path / "r0")
+    h = network_health(load_run_data(run))
+    assert type(h) is RunHealth and set(h.as_dict()) == set(RunHealth.model_fields)
+    assert h.silence_threshold == SILENCE_WARN
 
 
 # ----------------------------------------------------------------------------- older and newer runs

@@ -6,7 +6,8 @@ import matplotlib.image as mpimg
 import numpy as np
 import pytest
 
-from analysis.plots import (
+from analysis.pipeline import evaluate
+from analysis.render.plots import (
     default_subgraphs,
     diagnosis_overview,
     module_timeline,
@@ -15,8 +16,7 @@ from analysis.plots import (
     subgraph,
     subgraph_figure,
 )
-from analysis.score import evaluate
-from harness.cli import nestlab_main
+from nestlab.cli import nestlab_main
 from tests.support.runs import RunBuilder, make_run
 
 

@@ -70,7 +70,7 @@ def test_cleanup_puts_back_what_a_dead_runner_changed(tmp_path, no_leftovers):
     try:
         SYSCTL.write_text(str(CHILD_EHASH_ENTRIES))   # as a runner SIGKILLed inside private_tcp_hash leaves it
         hostname = Path("/proc/sys/kernel/hostname").read_text()
-        r = subprocess.run([sys.executable, "-m", "harness.cli", "cleanup"], capture_output=True, text=True, cwd=REPO,
+        r = subprocess.run([sys.executable, "-m", "nestlab.cli", "cleanup"], capture_output=True, text=True, cwd=REPO,
                            env={**os.environ, "NESTLAB_LEDGER_DIR": str(ledgers), "PYTHONPATH": str(REPO)})
         assert r.returncode == 0, r.stderr
         assert SYSCTL.read_text().strip() == "0" and not path.exists()

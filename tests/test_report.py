@@ -9,18 +9,16 @@ import sqlite3
 import pandas as pd
 import pytest
 
-from analysis.report import (
-    accuracy_latex,
-    accuracy_markdown,
-    compare_markdown,
-    stalled_list,
-    summarize_run,
-)
-from analysis.report_cli import expand_values, expand_variant
-from analysis.runs import find_runs, load_run_data, open_run
-from analysis.score import ROWS, SECTIONS, accuracy_table, compare_table, evaluate
-from harness.cli import nestlab_main
-from harness.errors import UserError
+from analysis.load import load_run_data
+from analysis.pipeline import evaluate, summarize_run
+from analysis.render.tables import stalled_list
+from analysis.render.writers import accuracy_latex, accuracy_markdown, compare_markdown
+from analysis.rows import ROWS, SECTIONS
+from analysis.score import accuracy_table, compare_table
+from nestlab.cli import nestlab_main
+from nestlab.commands.tables import expand_values, expand_variant
+from rundir.errors import UserError
+from rundir.runs import find_runs, open_run
 from tests.support.runs import WGET, RunBuilder, make_run
 
 

@@ -14,7 +14,7 @@ from itertools import pairwise
 import pytest
 
 from harness.runner import run_experiment
-from harness.store import FORMAT_VERSION
+from rundir.db import FORMAT_VERSION
 from tests.support.env import REPO, VENV_BIN, leftovers, write
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]

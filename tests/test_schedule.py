@@ -11,8 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.spec import footprint, load_spec, plan_faults, recovery_after
+from harness.spec import footprint, load_spec, plan_faults
 from harness.yamlload import SpecError
+from rundir.facts import recovery_after
 from tests.support.env import REPO, write
 
 TOPO = REPO / "topologies" / "dumbbell.yaml"

@@ -8,21 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.score import (
-    COUNTS,
-    RATES,
-    ROWS,
-    SECTIONS,
-    accuracy_table,
-    change_pct,
-    compare_table,
-    confusion,
-    evaluate,
-    join_labels,
-    module_counts,
-    rates,
-    wilson,
-)
+from analysis.pipeline import evaluate, join_labels, module_counts
+from analysis.rows import COUNTS, RATES, ROWS, SECTIONS
+from analysis.score import accuracy_table, change_pct, compare_table, confusion, rates, wilson
 from tests.support.runs import WGET, RunBuilder
 
 

@@ -8,10 +8,10 @@ from itertools import pairwise
 
 import pytest
 
-from harness.cli import nestlab_main
 from harness.spec import load_spec
 from harness.topology import load_topology
 from harness.units import parse_duration, parse_rate, parse_size
+from nestlab.cli import nestlab_main
 from tests.support.env import REPO, VENV_BIN, write
 
 TOPO = REPO / "topologies" / "dumbbell.yaml"

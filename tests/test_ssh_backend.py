@@ -41,8 +41,8 @@ import yaml
 from harness.backends.mininet import MininetBackend
 from harness.ledger import LEDGER_DIR
 from harness.runner import run_experiment
-from harness.store import FORMAT_VERSION
 from harness.topology import load_topology
+from rundir.db import FORMAT_VERSION
 from tests.support.env import REPO, VENV_BIN, leftovers, write
 
 
@@ -128,7 +128,7 @@ def test_ssh_topology_resolves_settings_relative_to_the_topology_file(tmp_path):
     ("port: 2222", "port: 0", ("tiny.yaml:5", "nodes.r.ssh.port", "")),
 ])
 def test_ssh_topology_mistakes_are_one_line_naming_file_line_and_field(tmp_path, change, where, message):
-    from harness.errors import UserError
+    from rundir.errors import UserError
 
     path = write(tmp_path, "tiny.yaml", SSH_TOPO.replace(change, where))
     with pytest.raises(UserError) as e:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.store import choose_target, fault_target_key
+from rundir.targets import choose_target, fault_target_key
 
 
 def test_fault_target_keys():

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from analysis.runs import find_runs
-from harness.cli import nestlab_main
-from harness.errors import UserError
 from harness.suite import SEED_STRIDE, is_suite_file, load_suite
-from harness.suiterun import INDEX, SuiteRun, complete_runs
+from harness.suiterun import SuiteRun
+from nestlab.cli import nestlab_main
+from rundir.errors import UserError
+from rundir.runs import find_runs
+from rundir.suite_index import INDEX, complete_runs
 from tests.support.env import REPO, write
 
 TOPO = REPO / "topologies" / "dumbbell.yaml"

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from analysis.runs import find_runs
+from rundir.runs import find_runs
 from tests.support.env import REPO, VENV_BIN, write
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]

@@ -14,11 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analysis.diagnose import diagnose_json, diagnose_run, diagnose_stretches
-from analysis.runs import load_run_data
-from analysis.stretches import DIRS, load_run
-from analysis.tcpstate import STATE_COLUMNS, TcpState
+from analysis.load import load_run_data
+from analysis.stretches import DIRS, load_stretches
+from analysis.tcpstate import TcpState
 from analysis.variants import LABELS, Variant, parse_variant, systems
-from harness.errors import UserError
+from rundir.db import TCP_STATE_COLUMNS
+from rundir.errors import UserError
 from tests.support.reference import assert_batch_equals_reference, assert_same, reference
 from tests.support.runs import WGET, RunBuilder
 from tests.test_diagnosis_property import any_graph, ns_graph
@@ -102,7 +103,7 @@ def test_only_stalled_tcp_cells_move():
     s = stretch(host([conn("a1", None)], ipeth_tm=0))
     s.tcpstate = TcpState.unknown(s.n, s.t, [NOW])
     s.tcpstate.known[:] = True
-    for f in STATE_COLUMNS:   # nothing stuck, everything heard just now
+    for f in TCP_STATE_COLUMNS:   # nothing stuck, everything heard just now
         getattr(s.tcpstate, f)[:] = RTO if f == "rto_us" else NOW if f.endswith("_at") else 0
     base, on = labels_of(s, "flowdiagnoser"), labels_of(s, "flowdiagnoser:tcpstate=on")
     assert base["a1"] == base["ipeth"] == "STALLED"
@@ -181,7 +182,7 @@ INSERT INTO tcp_info VALUES (0, 4, 1000, 100);"""
 def small_run(path, tcp_rows=None):
     """A wget whose connection moves for 3 snapshots and then is silent under its waiting socket
     while a second connection keeps the interface busy (10 snapshots). tcp_rows: format-4 tcp_info
-    rows (seq, module, *STATE_COLUMNS); None: a format-3 run.db."""
+    rows (seq, module, *TCP_STATE_COLUMNS); None: a format-3 run.db."""
     b = RunBuilder(path, 10, workloads=[WGET])
     app = b.module("app", "wget")
     sock, sock2 = b.module("socket", "fd3"), b.module("socket", "fd4")
@@ -195,13 +196,13 @@ def small_run(path, tcp_rows=None):
     b.counters(tcp2, "in", 5)
     b.counters(eth, "in", 10)
     b.write()
-    db = sqlite3.connect(path / "run.db")   # the table as each format writes it, whatever harness.store has now
+    db = sqlite3.connect(path / "run.db")   # the table as each format writes it, whatever rundir.db has now
     if tcp_rows is None:
         db.executescript(FORMAT_3_TCP_INFO)
     else:
         db.executescript(FORMAT_4_TCP_INFO)
-        db.executemany(f"INSERT INTO tcp_info (seq, module, {', '.join(STATE_COLUMNS)}) VALUES "
-                       f"({', '.join('?' * (2 + len(STATE_COLUMNS)))})", tcp_rows)
+        db.executemany(f"INSERT INTO tcp_info (seq, module, {', '.join(TCP_STATE_COLUMNS)}) VALUES "
+                       f"({', '.join('?' * (2 + len(TCP_STATE_COLUMNS)))})", tcp_rows)
     db.commit()
     db.close()
     return path, tcp
@@ -214,7 +215,7 @@ def test_run_state_is_carried_forward_and_decides(tmp_path):
         (7, 4, 1, 4, 1, 0, 500_000, t(6), t(3), t(3)),     # RTO fired at seq 7: stuck
         (8, 4, "junk", 4, 1, 0, 500_000, t(6), t(3), t(3)),  # a damaged value is unknown, the rest holds
     ])
-    run = load_run(tmp_path / "r")
+    run = load_stretches(tmp_path / "r")
     (s,) = [s for s in run.stretches if tcp in s.modules]
     row = s.modules.index(tcp)
     ts = s.tcpstate
@@ -231,12 +232,12 @@ def test_run_state_is_carried_forward_and_decides(tmp_path):
     # seq 3: no row yet (the baseline's); 4, 5: heard 0.1, 0.2 s ago, RTO 0.25 s; 6: 0.3 s; 7-9: backed off
     assert list(on[3:]) == ["STALLED", "BLOCKED", "BLOCKED", "STALLED", "STALLED", "STALLED", "STALLED"]
     # The health frame reads the new columns too.
-    assert set(STATE_COLUMNS) <= set(load_run_data(tmp_path / "r").tcp_info.columns)
+    assert set(TCP_STATE_COLUMNS) <= set(load_run_data(tmp_path / "r").tcp_info.columns)
 
 
 def test_format_3_run_is_refused_in_one_line(tmp_path):
     path, _ = small_run(tmp_path / "old")
-    run = load_run(path)
+    run = load_stretches(path)
     assert all(s.tcpstate is None for s in run.stretches)
     with pytest.raises(UserError) as e:
         diagnose_run(path, ["flowdiagnoser:tcpstate=on"])

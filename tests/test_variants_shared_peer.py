@@ -260,7 +260,7 @@ def test_names_presets_and_parameters():
     assert "flowdiagnoser:shared=on" in systems()["flowdiagnoser"].presets
     for preset in systems()["peer"].presets + systems()["flowdiagnoser"].presets:
         parse_variant(preset)
-    from harness.errors import UserError
+    from rundir.errors import UserError
     for bad in ("peer:k=0.5", "peer:min_peers=0", "flowdiagnoser:shared=maybe"):
         with pytest.raises(UserError):
             parse_variant(bad)

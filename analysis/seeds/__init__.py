@@ -1,5 +1,5 @@
 """The seeds' accuracy tables as data files (thesis Table 3.3, NeST paper Tables 6 and 8), with their
-provenance and what the text extraction lost: docs/seeds-tables.md. analysis.against reads them.
+provenance and what the text extraction lost: docs/seeds-tables.md. analysis.render.against reads them.
 
 This module needs only the standard library, so the command line can list the names cheaply.
 """

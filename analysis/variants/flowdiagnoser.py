@@ -44,7 +44,7 @@ How the algorithm maps onto arrays (docs/diagnosis.md has the long form):
   as ip+eth (whose scope 3.6.1 wants narrowed, not widened). docs/diagnosis.md has the long form.
 - `tcpstate=on` (run format 4): a STALLED TCP connection stays STALLED only when its tcp_info state
   says TCP is stuck (backoff, retransmits, probes, ca_state Loss, or nothing heard from the peer for
-  longer than its RTO); otherwise it is BLOCKED. The rules and why: analysis.variants.fd_tcpstate.
+  longer than its RTO); otherwise it is BLOCKED. The rules and why: analysis.variants.flowdiagnoser_tcpstate.
 - `confirm=N` is applied over time (over_time, across stretches); `confirm_tcp=N` gives TCP modules
   their own N (0 = the same as confirm), so confirmation can apply to TCP connections alone.
 """
@@ -58,7 +58,7 @@ import numpy as np
 
 from analysis.cells import Batch
 from analysis.stretches import DIRS, KINDS, Counters, Stretch
-from analysis.variants import (
+from analysis.variants.base import (
     BLOCKED,
     DONTCARE,
     HEALTHY,
@@ -69,8 +69,8 @@ from analysis.variants import (
     on_off,
     positive_int,
 )
-from analysis.variants.fd_tcpstate import require as require_tcp_state
-from analysis.variants.fd_tcpstate import tcp_state_rule
+from analysis.variants.flowdiagnoser_tcpstate import require as require_tcp_state
+from analysis.variants.flowdiagnoser_tcpstate import tcp_state_rule
 
 # ---------------------------------------------------------------- graph structure
 

@@ -35,7 +35,7 @@ import numpy as np
 
 from analysis.cells import Batch
 from analysis.stretches import DIRS
-from analysis.variants import Param, RuleSystem, certainty, on_off
+from analysis.variants.base import Param, RuleSystem, certainty, on_off
 from analysis.variants.nest_cf_tables import (
     ABSENT,
     ABSOLVE_CO_PARENT,

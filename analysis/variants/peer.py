@@ -47,14 +47,14 @@ import numpy as np
 
 from analysis.cells import Batch
 from analysis.stretches import DIRS, KINDS
-from analysis.variants import (
+from analysis.variants import flowdiagnoser
+from analysis.variants.base import (
     BLOCKED,
     DONTCARE,
     HEALTHY,
     STALLED,
     Param,
     RuleSystem,
-    flowdiagnoser,
     positive_int,
 )
 

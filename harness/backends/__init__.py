@@ -4,8 +4,9 @@
     mininet.py   MininetBackend: the topology as Mininet hosts on this machine (the default)
     ssh/         SshBackend: testbed nodes over SSH (docs/ssh-backend.md)
 
-BACKENDS maps each kind to a loader of its class, as Mininet's TOPOS maps a name to a constructor;
-the loaders import on call, so that importing this registry imports neither Mininet nor paramiko.
+BACKENDS maps each kind to a loader of its class, as Mininet's TOPOS maps a name to a constructor (a
+registry like every other of the project: a dict by name, looked up with rundir.errors.named); the
+loaders import on call, so that importing this registry imports neither Mininet nor paramiko.
 Every backend is made with the same arguments: make_backend(kind, topology, ledger, spec, run_id).
 Adding a backend: a class following base.Backend and its entry here.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from harness.errors import UserError
+from rundir.errors import named
 
 if TYPE_CHECKING:
     from harness.backends.base import Backend
@@ -43,11 +44,7 @@ BACKENDS: dict[str, Callable[[], type[Backend]]] = {
 
 
 def backend_class(kind: str) -> type[Backend]:
-    try:
-        load = BACKENDS[kind]
-    except KeyError:
-        raise UserError(f"unknown backend {kind!r} (known: {', '.join(BACKENDS)})") from None
-    return load()
+    return named(BACKENDS, kind, "backend")()
 
 
 def make_backend(kind: str, topology: Topology, ledger: Ledger | None, spec: Spec | None, run_id: str) -> Backend:

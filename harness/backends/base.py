@@ -25,7 +25,7 @@ from harness.interceptor.pause import PauseState
 from harness.topology import Interface, Topology
 
 if TYPE_CHECKING:
-    from harness.recorder import RunRecorder
+    from rundir.recorder import RunRecorder
 
 
 @dataclass

@@ -28,16 +28,16 @@ from typing import TYPE_CHECKING
 from harness import interceptor as _interceptor
 from harness.agent import tcp_connections
 from harness.backends.base import ClockOffset, Clocks, Proc
-from harness.errors import UserError
 from harness.interceptor.pause import PauseState, pause_process, resume_process
 from harness.ledger import Ledger, kill_group, unblock_held_signals
-from harness.store import monotonic
 from harness.topology import Interface, Topology
 from harness.workloads import check_binaries
+from rundir.db import monotonic
+from rundir.errors import UserError
 
 if TYPE_CHECKING:
-    from harness.recorder import RunRecorder
     from harness.spec import Spec
+    from rundir.recorder import RunRecorder
 
 REPO = Path(__file__).resolve().parent.parent.parent
 

@@ -5,8 +5,7 @@ sees and record modules, edges, a snapshot and its counters in run.db.
 
 Snapshots follow absolute deadlines (start + k * interval) so the interval does not drift; a
 snapshot that overruns skips missed deadlines rather than bunching up. Each snapshot is one short
-transaction: a crash loses at most the snapshot being written, and the runner, which writes to the
-same run.db, never waits long for the lock. SIGTERM/SIGINT end the loop after
+transaction (rundir.snapshots). SIGTERM/SIGINT end the loop after
 the current snapshot.
 """
 
@@ -24,7 +23,8 @@ from harness.collector.iface import InterfaceSource
 from harness.collector.procs import socket_owners
 from harness.collector.sockdiag import TcpSource
 from harness.collector.source import Observation, Source
-from harness.store import connect, ensure_indexes, monotonic
+from rundir.db import connect, monotonic
+from rundir.snapshots import SnapshotWriter
 
 ADDRESS_REFRESH_S = 5.0
 
@@ -33,18 +33,15 @@ class ModuleTracker:
     """Turns per-snapshot observations into module/edge lifetimes and counter rows."""
 
     def __init__(self, db: sqlite3.Connection):
-        self.db = db
+        self.writer = SnapshotWriter(db)
         self.ids: dict[str, int] = {}                # live key -> module id
         self.last: dict[tuple[int, str], tuple] = {}   # (module id, dir) -> values last written
         self.last_info: dict[int, tuple] = {}          # module id -> tcp_info values last written
         self.edges: set[tuple[int, int]] = set()     # live (parent id, child id)
-        row = db.execute("SELECT coalesce(max(id), 0) FROM modules").fetchone()
-        self.next_id = row[0] + 1
-        row = db.execute("SELECT coalesce(max(seq), -1) FROM snapshots").fetchone()
-        self.seq = row[0] + 1
+        self.next_id, self.seq = self.writer.next_ids()
 
     def record(self, now: float, wall: float, observations: list[Observation]) -> None:
-        db, ids = self.db, self.ids
+        ids = self.ids
         seen: dict[str, int] = {}
         births = []
         # A row only when a module/direction's values differ from the last row written (always at
@@ -83,30 +80,14 @@ class ModuleTracker:
             last.pop((mid, "out"), None)
             self.last_info.pop(mid, None)
 
-        db.execute("BEGIN")
-        db.execute("INSERT INTO snapshots VALUES (?, ?, ?)", (seq, now, wall))
-        if births:
-            db.executemany("INSERT INTO modules (id, kind, name, key, attrs, born) VALUES (?,?,?,?,?,?)", births)
-        if deaths:
-            db.executemany("UPDATE modules SET died = ? WHERE id = ?", deaths)
-        db.executemany("INSERT INTO counters VALUES (?,?,?,?,?,?,?,?)", rows)
-        if info_rows:
-            db.executemany(INSERT_TCP_INFO, info_rows)
-        if edges != self.edges:
-            db.executemany("INSERT OR IGNORE INTO edges (parent, child, born) VALUES (?,?,?)",
-                           [(p, c, now) for p, c in edges - self.edges])
-            db.executemany("UPDATE edges SET died = ? WHERE parent = ? AND child = ? AND died IS NULL",
-                           [(now, p, c) for p, c in self.edges - edges])
-        db.execute("COMMIT")
+        changed = edges != self.edges
+        self.writer.snapshot(seq, now, wall, births, deaths, rows, info_rows,
+                             edges - self.edges if changed else (), self.edges - edges if changed else ())
         self.ids, self.edges, self.seq = seen, edges, seq + 1
 
     def close(self, now: float) -> None:
         """Mark everything still alive as dying at the end of the recording."""
-        self.db.execute("BEGIN")
-        self.db.executemany("UPDATE modules SET died = ? WHERE id = ?", [(now, m) for m in self.ids.values()])
-        self.db.execute("UPDATE edges SET died = ? WHERE died IS NULL", (now,))
-        self.db.execute("COMMIT")
-        ensure_indexes(self.db)
+        self.writer.close(now, self.ids.values())
 
 
 # tcp_info's "ms ago" fields become times on the reference clock (snapshot time - ago), which stay
@@ -114,10 +95,6 @@ class ModuleTracker:
 # truncated to ms: a time that moved less than this is the same time.
 STAMP_TOLERANCE_S = 0.011
 _TOLERANCE_MS = STAMP_TOLERANCE_S * 1000.0
-
-
-INSERT_TCP_INFO = ("INSERT INTO tcp_info (seq, module, ca_state, retransmits, probes, backoff, rto_us, rtt_us, "
-                   "rttvar_us, data_sent_at, data_recv_at, ack_recv_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)")
 
 
 def _info_row(now: float, info: tuple, last: tuple | None) -> tuple | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-# Per direction ('in', 'out'): counter name (harness.store.COUNTER_FIELDS) -> raw cumulative value,
+# Per direction ('in', 'out'): counter name (rundir.db.COUNTER_FIELDS) -> raw cumulative value,
 # except 'queued' which is the current value. A missing name means unsupported (stored as NULL).
 # A source polled for hundreds of modules a snapshot (TCP) may give each direction as a tuple in
 # COUNTER_FIELDS order instead (None = unsupported), which the collector stores without lookups.

@@ -4,8 +4,9 @@
     iptables.py   ip_drop, tcp_drop: DROP rules in the NESTLAB chain on a router (Firewall, Rule)
     app_pause.py  app_pause: the interceptor's pause/resume handshake with a workload's processes
 
-Adding a kind: a module with a class following FaultKind, its entry in KINDS, and the name in the
-spec's `Fault.kind` (harness/spec.py). The runner never names a kind.
+KINDS is the registry (a dict by name, looked up with rundir.errors.named, like every registry of the
+project). Adding a kind: a module with a class following FaultKind, its entry in KINDS, and the name
+in the spec's `Fault.kind` (harness/spec.py). The runner never names a kind.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from harness.faults.iptables import (
     ip_drop_rule,
     tcp_drop_rule,
 )
+from rundir.errors import named
 
 if TYPE_CHECKING:
     from harness.spec import Window
@@ -43,7 +45,7 @@ class Faults:
     def __init__(self, env: FaultEnv):
         self.env = env
         names = dict.fromkeys(f.kind for f in env.spec.faults)
-        self.kinds: dict[str, FaultKind] = {name: KINDS[name](env) for name in names}
+        self.kinds: dict[str, FaultKind] = {name: named(KINDS, name, "fault kind")(env) for name in names}
 
     def setup(self) -> None:
         for name, kind in self.kinds.items():

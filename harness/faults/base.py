@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 def target_json(**fields) -> str:
     """A faults row's target: a description, the identifiers of what the fault acts on, and
     `module_key`, the collector key of the module it targets (None: not observed), by which the
-    runner and the analysis find that module (harness.store.fault_target_key)."""
+    runner and the analysis find that module (rundir.targets.fault_target_key)."""
     return json.dumps(fields, sort_keys=True)
 
 

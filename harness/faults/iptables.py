@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.errors import UserError
 from harness.faults.base import FaultEnv, NoTarget, Part, target_json
-from harness.store import monotonic
+from rundir.db import monotonic
+from rundir.errors import UserError
 
 if TYPE_CHECKING:
     from harness.backends.base import Node

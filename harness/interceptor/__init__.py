@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from harness.errors import UserError
+from rundir.errors import UserError
 
 HERE = Path(__file__).resolve().parent
 LIBRARY_NAME = "libnestintercept.so"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.store import connect, create_db
+from rundir.db import connect, create_db
 
 _TABLES = {
     "counters": "seq, module, dir, total_msgs, wait_ms, queued, errors, bytes",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from analysis.diagnose import as_variants, diagnose_stretches
 from analysis.live import LiveEngine
-from analysis.stretches import DIRS, load_run
+from analysis.stretches import DIRS, load_stretches
 from analysis.variants import DEFAULT_VARIANT, LABELS
 from tests.support.grow import Grower
 
@@ -16,7 +16,7 @@ def offline(run: Path, variant: str = DEFAULT_VARIANT) -> dict[int, dict]:
     """seq -> {(module, dir): (label or certainty factor, positive)} for every module present."""
     (v,) = as_variants([variant])
     out: dict[int, dict] = {}
-    for sd in diagnose_stretches(load_run(run), [v]):
+    for sd in diagnose_stretches(load_stretches(run), [v]):
         st = sd.stretch
         for d in DIRS:
             res, pos = sd.results[v.name][d]
@@ -65,7 +65,7 @@ def lag_exceptions(run: Path, lag: int) -> set[tuple[int, int]]:
     """(seq, module) where the agreement rule allows online and offline to differ: a module without a
     parent at that snapshot whose first parent comes more than `lag` snapshots later, and the modules
     below it (its lower layers, whose work it decides) (docs/live.md)."""
-    stretches = load_run(run).stretches
+    stretches = load_stretches(run).stretches
     first: dict[int, int] = {}
     for st in stretches:
         for _, c in st.edges:

@@ -1,10 +1,10 @@
 """Manifests as the runner writes them, for the schema tests (tests/test_manifest.py).
 
 `runner_manifests(...)` builds, from a real spec and topology (harness.spec.load_spec), the dict
-harness/runner.py holds at each of its writes: at the start (`Run.execute`), after the build
+harness/runner.py holds at each of its writes: at the start (`Repetition.execute`), after the build
 (`_setup`: addresses, versions, clock offsets, monitor, link model; ssh: nodes), at t0
 (`_main_loop`), at the end (`_bring_back` on ssh, `_finish`) and with the health the report adds
-(`_health_into_manifest`). The values the build measures are made up, in the shapes the backends
+(nestlab.observers.report). The values the build measures are made up, in the shapes the backends
 give them (harness/backends/). DATA holds manifests of real runs: format 3 as recorded, and the
 same run as the format 2 runner wrote it.
 """
@@ -16,11 +16,11 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from analysis.health import Health
-from harness import __version__
 from harness.backends.base import ClockOffset, Clocks
 from harness.spec import load_spec
-from harness.store import FORMAT_VERSION
+from rundir import __version__
+from rundir.db import FORMAT_VERSION
+from rundir.manifest import RunHealth
 from tests.support.env import REPO
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -61,7 +61,7 @@ def runner_manifests(spec: str | Path = REPO / "experiments" / "net_fault.yaml",
     ssh = topo.backend == "ssh"
     monitor_if = topo.interfaces[spec_.monitor][0]
     run_id = f"20260101-120000-r{repetition}"
-    # Run.execute
+    # Repetition.execute
     m = {
         "format_version": FORMAT_VERSION, "run_id": run_id, "experiment": spec_.name,
         "spec_file": str(exp.path), "spec": spec_.model_dump(mode="json"),
@@ -74,7 +74,7 @@ def runner_manifests(spec: str | Path = REPO / "experiments" / "net_fault.yaml",
         "start_wall": 1767268800.25, "start_mono": 3586.957461307, "status": "running",
     }
     yield "start", copy.deepcopy(m)
-    # Run._setup
+    # Repetition._setup
     clocks = Clocks(spec_.monitor, {n: ClockOffset(0.0012 if ssh else 0.0, 0.0004 if ssh else 0.0, 5 if ssh else 0,
                                                     "command server" if ssh else "shared clock")
                                     for n in topo.spec.nodes})
@@ -99,19 +99,20 @@ def runner_manifests(spec: str | Path = REPO / "experiments" / "net_fault.yaml",
     m.update(status="running", versions=versions, clock_offsets=clocks.as_dict(), monitor=monitor,
              link_model=link_model, **extra)
     yield "setup", copy.deepcopy(m)
-    # Run._main_loop
+    # Repetition._main_loop
     m.update(status="running", t0=3587.66233503)
     yield "t0", copy.deepcopy(m)
-    # Run._bring_back (ssh), Run._finish
+    # Repetition._bring_back (ssh), Repetition._finish
     if ssh:
         m["clock_offsets_end"] = clocks.as_dict()
     m.update(status="complete", reason=None, end_wall=1767268883.75, end_mono=3670.574972663,
              counts={"snapshots": 769, "modules": 27, "faults": 7},
              warnings=["w0: wget exited with status 4 (network failure); restarted"])
     yield "end", copy.deepcopy(m)
-    # _health_into_manifest: the report's health.json
-    health = Health(quiet_snapshots=245, snapshots=769, quiet_s=24.4, rtt_ms_median=4.26, rtt_ms_p99=5.5,
-                    rtt_samples=493, queue_drops=None if ssh else 17431, busy=1458, silent=6, busy_in=972,
-                    silent_in=6, busy_out=486, warnings=["a warning"])
+    # nestlab.observers.report: the report's health
+    health = RunHealth(quiet_snapshots=245, snapshots=769, quiet_s=24.4, rtt_ms_median=4.26, rtt_ms_p99=5.5,
+                       rtt_samples=493, queue_drops=None if ssh else 17431, busy=1458, silent=6, busy_in=972,
+                       silent_in=6, busy_out=486, warnings=["a warning"], silence_rate=6 / 1458,
+                       silence_threshold=0.02)
     m["health"] = json.loads(json.dumps(health.as_dict()))
     yield "health", copy.deepcopy(m)

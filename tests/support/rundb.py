@@ -1,9 +1,9 @@
 """run.db files written table by table, raw cumulative counters as given, for the stretch reader
-(analysis.stretches.load_run) and the diagnosis tests."""
+(analysis.stretches.load_stretches) and the diagnosis tests."""
 
 from __future__ import annotations
 
-from harness.store import create_db
+from rundir.db import create_db
 
 MONO0, STEP = 10.0, 0.1
 

@@ -1,8 +1,8 @@
 """Hand-made run directories for the analysis tests.
 
-`RunBuilder` writes a small run.db with harness.store.create_db (modules with per-snapshot counter
+`RunBuilder` writes a small run.db with rundir.db.create_db (modules with per-snapshot counter
 deltas, edges, processes, faults, events) and a small manifest, written by the runner's writer
-(harness.store.RunDir.write_manifest, which checks it against harness.manifest); `make_run` is a ready one with two workloads and two faults. `labelled`,
+(rundir.layout.RunDir.write_manifest, which checks it against rundir.manifest); `make_run` is a ready one with two workloads and two faults. `labelled`,
 `positives` and `spans` read the labels back.
 """
 
@@ -14,8 +14,10 @@ from pathlib import Path
 import numpy as np
 
 from analysis.labels import label_run
-from analysis.runs import load_run_data, open_run
-from harness.store import FORMAT_VERSION, RunDir, create_db
+from analysis.load import load_run_data
+from rundir.db import FORMAT_VERSION, create_db
+from rundir.layout import RunDir
+from rundir.runs import open_run
 
 T0 = 1000.0
 DT = 0.1

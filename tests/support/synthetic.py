@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis.stretches import DIRS
-from harness.store import create_db
+from rundir.db import create_db
 
 
 def _periods(rng, s, every, length):

@@ -30,7 +30,7 @@ from harness.ledger import Ledger
 from harness.topology import Interface, Topology
 
 if TYPE_CHECKING:
-    from harness.recorder import RunRecorder
+    from rundir.recorder import RunRecorder
 
 # Removes the harness's fault chain on a router: the ledger's undo entry (Firewall.teardown's steps),
 # which the runner records, so that a killed run's chain is removed by `nestlab cleanup`.

@@ -5,18 +5,15 @@ run the undo commands (which the run wrote into the ledger), remove the run's di
 from __future__ import annotations
 
 import signal
-import sqlite3
 import time
 from pathlib import Path
 
 from harness.backends.ssh.node import SshNode
 from harness.backends.ssh.retrieve import fetch_collector_db, fetch_logs
 from harness.backends.ssh.transport import Connection, SshParams
-from harness.errors import UserError
+from rundir.db import CHECKPOINT_SCRIPT, connect, snapshot_count
+from rundir.errors import UserError
 
-CHECKPOINT = ("import pathlib, sqlite3, sys; "
-              "c = sqlite3.connect(pathlib.Path(sys.argv[1]).as_uri() + '?mode=rw', uri=True, timeout=10); "
-              "c.execute('PRAGMA wal_checkpoint(TRUNCATE)').fetchall(); c.close()")
 STOP_WAIT_S = 10.0   # how long `cleanup` gives the recorded processes to end after SIGTERM
 
 
@@ -82,14 +79,14 @@ def cleanup_remote(data: dict, say) -> bool:
     mon = nodes.get(salvage["node"]) if salvage else None
     if mon is not None and (run_dir / "run.db").exists():
         try:
-            db = sqlite3.connect(str(run_dir / "run.db"), timeout=10)
-            try:
-                if db.execute("SELECT count(*) FROM snapshots").fetchone()[0] == 0:
+            if snapshot_count(run_dir / "run.db") == 0:
+                db = connect(run_dir / "run.db")
+                try:
                     n = fetch_collector_db(mon, salvage["db"], run_dir, db, checkpoint=lambda: mon.run(
-                        [mon.p.python, "-c", CHECKPOINT, salvage["db"]]))
+                        [mon.p.python, "-c", CHECKPOINT_SCRIPT, salvage["db"]]))
                     say(f"cleanup: brought back {n} snapshot(s) from {salvage['node']}")
-            finally:
-                db.close()
+                finally:
+                    db.close()
         except Exception as e:  # noqa: BLE001
             say(f"cleanup: could not bring back run.db from {salvage['node']}: {e}")
     if mon is not None:

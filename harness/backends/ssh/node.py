@@ -27,7 +27,7 @@ import paramiko
 from harness.backends.base import Proc
 from harness.backends.ssh.transport import Connection
 from harness.ledger import Ledger
-from harness.store import monotonic
+from rundir.db import monotonic
 
 CLOCK_ROUNDS = 15              # round trips per node when measuring clock offsets; the fastest is kept
 

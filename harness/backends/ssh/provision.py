@@ -250,13 +250,14 @@ _BUNDLE: bytes | None = None
 
 
 def bundle() -> bytes:
-    """This package and pyroute2 (pure Python; the collector needs it) as a .tar.gz for the monitored
-    node: sources only, the interceptor is built there with make."""
+    """The lab (harness), the run directory's writers (rundir) and pyroute2 (pure Python; the collector
+    needs it) as a .tar.gz for the monitored node: sources only, the interceptor is built there with make."""
     global _BUNDLE
     if _BUNDLE is None:
         import pyroute2
 
         import harness
+        import rundir
 
         def keep(ti: tarfile.TarInfo) -> tarfile.TarInfo | None:
             if "__pycache__" in ti.name or ti.name.endswith((".pyc", ".so", ".o", ".tmp")):
@@ -267,7 +268,7 @@ def bundle() -> bytes:
 
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-            for pkg in (harness, pyroute2):
+            for pkg in (harness, rundir, pyroute2):
                 root = Path(pkg.__file__).resolve().parent
                 tar.add(root, arcname=root.name, filter=keep)
         _BUNDLE = buf.getvalue()

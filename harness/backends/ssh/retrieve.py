@@ -11,9 +11,7 @@ from pathlib import Path
 from harness.backends.ssh import reported
 from harness.backends.ssh.node import SshNode
 from harness.backends.ssh.transport import SshError
-from harness.store import ensure_indexes
-
-COLLECTOR_TABLES = ("modules", "edges", "snapshots", "counters", "tcp_info")
+from rundir.recorder import merge_collector_db
 
 
 def fetch_collector_db(node: SshNode, remote_db: str, run_dir: Path, db: sqlite3.Connection,
@@ -35,21 +33,6 @@ def fetch_collector_db(node: SshNode, remote_db: str, run_dir: Path, db: sqlite3
     finally:
         for suffix in ("", "-wal", "-shm"):
             Path(f"{tmp}{suffix}").unlink(missing_ok=True)
-
-
-def merge_collector_db(db: sqlite3.Connection, path: Path) -> int:
-    if db.in_transaction:
-        db.commit()
-    db.execute("ATTACH DATABASE ? AS c", (str(path),))
-    try:
-        for table in COLLECTOR_TABLES:
-            db.execute(f"INSERT INTO main.{table} SELECT * FROM c.{table}")
-        db.commit()
-        n = db.execute("SELECT count(*) FROM c.snapshots").fetchone()[0]
-    finally:
-        db.execute("DETACH DATABASE c")
-    ensure_indexes(db)
-    return n
 
 
 def fetch_logs(node: SshNode, remote_dir: str, local_dir: Path, keep: set[str] | None = None) -> int:

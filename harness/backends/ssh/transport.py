@@ -21,8 +21,8 @@ from pathlib import Path
 
 import paramiko
 
-from harness.errors import UserError
 from harness.topology import Topology
+from rundir.errors import UserError
 
 # paramiko logs transport errors itself; our errors are one line each (UserError), so keep it quiet.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())

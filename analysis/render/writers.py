@@ -1,0 +1,253 @@
+"""Rendering the scores as files: Markdown (terminal), CSV and LaTeX, and the stalled-modules list
+(analysis.pipeline.summarize_run writes them at the end of `run-experiment`). The rows and cells these
+tables share with the seed comparisons and the HTML report are made in analysis.render.tables.
+
+Rates print as percentages with one decimal; an undefined rate (zero denominator) prints blank,
+never 0 or NaN. The `±` column is the largest half-width, in percentage points, of the row's
+Wilson score 95% intervals (analysis.score); `intervals=True` prints each interval instead.
+With two or more runs, each variant's table is followed by an "Across runs" table: TPR, FPR and PPV
+as `pooled [low, high] (runs)`, the interval a bootstrap over runs (analysis.score.ACROSS_INTERVAL);
+accuracy.csv has `<rate>_xlo`, `<rate>_xhi`, `<rate>_runs` for every rate (blank with one run), and
+per_run.csv the counts and rates of each run.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.evaluation import Evaluation
+from analysis.render.tables import (
+    ACROSS_HEADER,
+    ACROSS_NOTE,
+    ACROSS_RATES,
+    COMPARE_NOTE,
+    HEALTH_HEADER,
+    HEALTH_NOTE,
+    TABLE_NOTE,
+    across_cells,
+    compare_cells,
+    half_width,
+    health_row,
+    overlap_note,
+    runs_title,
+    skipped_note,
+    tex,
+    warnings_note,
+)
+from analysis.render.tables import accuracy_cells as _cells
+from analysis.render.tables import md_table as _md_table
+from analysis.rows import COUNTS, RATES, ROWS
+from analysis.score import INTERVAL
+
+# ----------------------------------------------------------------------------- formatting
+
+
+def accuracy_markdown(t: pd.DataFrame, title: str = "", intervals: bool = False) -> str:
+    header = ["", "Module", *COUNTS, *RATES, "±"]
+    align = ["l", "l"] + ["r"] * (len(COUNTS) + len(RATES) + 1)
+    if intervals:
+        header, align = header[:-1], align[:-1]
+    rows = _cells(t, intervals)
+    if intervals:
+        rows = [r[:-1] for r in rows]
+    parts = [f"### {title}", ""] if title else []
+    parts += [_md_table(header, rows, align), "", TABLE_NOTE if not intervals else TABLE_NOTE.split(" ±")[0]
+              + f" Intervals: {INTERVAL}."]
+    return "\n".join(parts)
+
+
+def across_markdown(t: pd.DataFrame, x: pd.DataFrame, title: str = "") -> str:
+    """The "Across runs" table of one variant: per section and row, TPR, FPR, PPV as
+    `pooled [low, high] (runs)` from accuracy_table `t` and across_runs `x`."""
+    parts = [f"### {title}", ""] if title else []
+    parts += [_md_table(ACROSS_HEADER, across_cells(t, x), ["l", "l"] + ["r"] * len(ACROSS_RATES)), "", ACROSS_NOTE]
+    return "\n".join(parts)
+
+
+ACROSS_COLS = tuple(c for r in RATES for c in (f"{r}_xlo", f"{r}_xhi", f"{r}_runs"))
+
+
+def accuracy_csv_frame(tables: dict[str, pd.DataFrame], policy: str,
+                       across: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:
+    """One frame for every variant: variant, policy, section, row, counts, rates and intervals in %,
+    pm, then the across-run intervals in % and the runs defining each rate (ACROSS_COLS; blank when
+    undefined or when `across`, {variant: across_runs frame}, does not have the variant)."""
+    frames = []
+    for variant, t in tables.items():
+        f = t.reset_index()
+        f.insert(0, "policy", policy)
+        f.insert(0, "variant", variant)
+        for r in RATES:
+            for col in (r, f"{r}_lo", f"{r}_hi"):
+                f[col] = (100.0 * f[col]).round(4)
+        f["pm"] = [round(100.0 * half_width(row), 4) for _, row in t.iterrows()]
+        x = (across or {}).get(variant)
+        for r in RATES:
+            for col in (f"{r}_xlo", f"{r}_xhi"):
+                f[col] = np.nan if x is None else (100.0 * x[col].reindex(t.index).to_numpy()).round(4)
+            f[f"{r}_runs"] = (pd.array([pd.NA] * len(f), dtype="Int64") if x is None
+                              else x[f"{r}_runs"].reindex(t.index).to_numpy(np.int64))
+        frames.append(f)
+    out = pd.concat(frames, ignore_index=True)
+    cols = ["variant", "policy", "section", "row", *COUNTS,
+            *(c for r in RATES for c in (r, f"{r}_lo", f"{r}_hi")), "pm", *ACROSS_COLS]
+    return out[cols]
+
+
+def per_run_csv_frame(ev: Evaluation) -> pd.DataFrame:
+    """Every run's counts and rates (in %), for every variant: variant, policy, run, section, row, ..."""
+    frames = []
+    for v in ev.variants:
+        f = ev.per_run(v)
+        f.insert(0, "policy", ev.policy)
+        f.insert(0, "variant", v)
+        for r in RATES:
+            f[r] = (100.0 * f[r]).round(4)
+        frames.append(f)
+    return pd.concat(frames, ignore_index=True)
+
+
+def accuracy_latex(t: pd.DataFrame, caption_tex: str = "") -> str:
+    """Thesis Table 3.3 as a LaTeX table (plain tabular, no packages needed); the caption is LaTeX."""
+    lines = [r"\begin{table}[htbp]", r"\centering", r"\small",
+             r"\begin{tabular}{ll" + "r" * (len(COUNTS) + len(RATES) + 1) + "}", r"\hline",
+             r" & & \multicolumn{3}{c}{Correct answers} & \multicolumn{4}{c}{Diagnosis results} & "
+             r"\multicolumn{3}{c}{Positive accuracy \%} & \multicolumn{3}{c}{Negative accuracy \%} & \\",
+             " & Module & " + " & ".join(COUNTS) + " & " + " & ".join(RATES) + r" & $\pm$ \\", r"\hline"]
+    for k, cells in enumerate(_cells(t, intervals=False)):
+        if k and k % len(ROWS) == 0:
+            lines.append(r"\hline")
+        name = cells[1]
+        name = rf"\textit{{{tex(name)}}}" if name.startswith("s:") else tex(name)
+        lines.append(" & ".join([tex(cells[0]), name, *cells[2:]]) + r" \\")
+    lines += [r"\hline", r"\end{tabular}"]
+    if caption_tex:
+        lines.append(rf"\caption{{{caption_tex}}}")
+    lines.append(r"\end{table}")
+    return "\n".join(lines) + "\n"
+
+
+def compare_markdown(c: pd.DataFrame, variants: list[str]) -> str:
+    """Paper Table 8 layout: per row and direction, each variant's TP, FP, TPR, PPV and, against
+    the first variant, the change in TP and FP in % (bold = better, italic = worse, · = no change)."""
+    header, rows, legend = compare_cells(c, variants)
+    align = ["l", "l"] + ["r"] * (len(header) - 2)
+    return "\n".join(["Variants: " + "; ".join(legend), "", _md_table(header, rows, align), "", COMPARE_NOTE])
+
+
+def compare_csv_frame(c: pd.DataFrame, policy: str) -> pd.DataFrame:
+    f = c.stack(level="variant", future_stack=True).reset_index()
+    f.insert(0, "policy", policy)
+    for col in ("TPR", "PPV"):
+        f[col] = (100.0 * f[col]).round(4)
+    for col in ("dTP%", "dFP%"):
+        f[col] = f[col].round(4)
+    return f[["policy", "variant", "section", "row", "TP", "FP", "TPR", "PPV", "dTP%", "dFP%"]]
+
+
+# ----------------------------------------------------------------------------- stalled modules
+
+
+def stalled_markdown(st: pd.DataFrame, variant: str, limit: int | None = 30) -> str:
+    header = ["Module", "Kind", "Name", "Dir", "Stall", "DCare", "Block", "Healthy", "trans", "longest",
+              "mean s", "max s", "queued min", "queued max", "FP"]
+    rows = []
+    shown = st if limit is None else st.head(limit)
+    for r in shown.itertuples(index=False):
+        def f(v):
+            if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
+                return ""
+            return f"{v:g}" if isinstance(v, float) else str(v)
+        rows.append([f"#{r.module}", r.kind, str(r.name), r.dir, str(r.positive), f(r.DONTCARE), f(r.BLOCKED),
+                     f(r.HEALTHY), str(r.transient), str(r.longest), f(r.mean_s), f(r.max_s), f(r.queued_min),
+                     f(r.queued_max), str(r.FP)])
+    align = ["l", "l", "l", "l"] + ["r"] * 11
+    title = f"Stalled modules ({variant}), most STALLED snapshots first"
+    if not rows:
+        return f"{title}: none"
+    more = f"\n\n... and {len(st) - len(shown)} more (stalled.csv)" if len(shown) < len(st) else ""
+    note = ("\n\ntrans: single-snapshot stalls; longest: most consecutive STALLED snapshots; mean/max s: "
+            "duration of the longer stalls; FP: STALLED where the ground truth is negative.")
+    return f"{title}\n\n" + _md_table(header, rows, align) + more + note
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+def _with_notes(md: str, ev: Evaluation) -> tuple[str, str]:
+    """(what is printed, what is written): the skipped runs in both, the runs' warnings (printed on
+    stderr as they come) in the file too."""
+    skipped, warned = skipped_note(ev), warnings_note(ev)
+    shown = md + (f"\n\n{skipped}" if skipped else "")
+    return shown, shown + (f"\n\n{warned}" if warned else "")
+
+
+def health_markdown(ev: Evaluation) -> str:
+    """The network health of each run (analysis.health), with its warnings."""
+    if not ev.health:
+        return ""
+    rows, warns = [], []
+    for path, h in ev.health.items():
+        name = f"{path.parent.name}/{path.name}"
+        rows.append(health_row(name, h))
+        warns += [f"- {name}: {w}" for w in h.warnings]
+    align = ["l"] + ["r"] * (len(HEALTH_HEADER) - 1)
+    parts = ["### Network health", "", _md_table(HEALTH_HEADER, rows, align), "", HEALTH_NOTE]
+    if warns:
+        parts += ["", *warns]
+    return "\n".join(parts)
+
+
+def write_accuracy(ev: Evaluation, out: Path, intervals: bool = False) -> tuple[str, list[Path]]:
+    """accuracy.md/.csv/.tex and per_run.csv for every variant of an evaluation (with 2 or more runs,
+    each variant's "Across runs" table in accuracy.md), the overlap footnote and the runs' network
+    health (accuracy.md; health.csv); returns (markdown, files)."""
+    out.mkdir(parents=True, exist_ok=True)
+    tables = {v: ev.table(v) for v in ev.variants}
+    across = {v: ev.across(v) for v in ev.variants}
+    md_parts, tex_parts = [], []
+    note = overlap_note(ev)
+    for v, t in tables.items():
+        title = f"Accuracy of {v}, ground truth {ev.policy}, {runs_title(ev)}"
+        md_parts.append(accuracy_markdown(t, title, intervals) + (f"\n{note}" if note else ""))
+        if len(ev.runs) >= 2:
+            md_parts.append(across_markdown(t, across[v], f"Across runs: {v}, ground truth {ev.policy}, "
+                                                          f"{runs_title(ev)}"))
+        tex_parts.append(accuracy_latex(t, tex(f"Diagnosis accuracy of {v} ({runs_title(ev)}, ground truth "
+                                               f"{ev.policy}). Rates in %; blank = undefined. ") + r"$\pm$"
+                                        + tex(f": larger half-width of the row's TPR and FPR intervals ({INTERVAL}), "
+                                              "in percentage points.")))
+    health = health_markdown(ev)
+    md, written = _with_notes("\n\n".join(md_parts + ([health] if health else [])), ev)
+    files = [out / "accuracy.md", out / "accuracy.csv", out / "accuracy.tex", out / "per_run.csv"]
+    files[0].write_text(written + "\n")
+    accuracy_csv_frame(tables, ev.policy, across).to_csv(files[1], index=False, na_rep="")
+    files[2].write_text("\n".join(tex_parts))
+    per_run_csv_frame(ev).to_csv(files[3], index=False, na_rep="")
+    if ev.health:
+        rows = [{"run": str(p), **h.as_dict()} for p, h in ev.health.items()]
+        for r in rows:
+            r["warnings"] = " | ".join(r["warnings"])
+        files.append(out / "health.csv")
+        pd.DataFrame.from_records(rows).to_csv(files[-1], index=False, na_rep="")
+    return md, files
+
+
+def write_compare(ev: Evaluation, out: Path) -> tuple[str, list[Path]]:
+    out.mkdir(parents=True, exist_ok=True)
+    c = ev.compare()
+    md, written = _with_notes(f"### Variant comparison, ground truth {ev.policy}, {runs_title(ev)}\n\n"
+                              + compare_markdown(c, ev.variants), ev)
+    files = [out / "compare.md", out / "compare.csv"]
+    files[0].write_text(written + "\n")
+    compare_csv_frame(c, ev.policy).to_csv(files[1], index=False, na_rep="")
+    return md, files
+
+
+def _print(text: str, file=None) -> None:
+    print(text, file=file or sys.stdout, flush=True)

@@ -1,0 +1,350 @@
+"""Analysis subcommands for `nestlab`: accuracy, compare, plots, report, policies (docs/analysis.md); with
+--against, our table against a seed table (docs/seeds-tables.md); report: one HTML file (docs/report.md).
+
+RUNS arguments name stored runs: a run directory, a directory of runs (an experiment's directory, a
+whole results tree), a quoted glob, or an experiment name under --results.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import sys
+from pathlib import Path
+
+from analysis.variants import DEFAULT_VARIANT
+from rundir.errors import UserError
+
+
+def register(subparsers) -> None:
+    common_help = ("runs: run directories, directories of runs, quoted globs or experiment names "
+                   "(under --results)")
+
+    def runs_args(p, nargs="+", out=True):
+        p.add_argument("runs", nargs=nargs, metavar="RUNS", help=common_help)
+        p.add_argument("--results", default="results", metavar="DIR",
+                       help="results root for experiment names (default: results)")
+        p.add_argument("--policy", default=None, metavar="P",
+                       help="ground-truth labelling policy (default: impact, the seeds' criteria); "
+                            "see `nestlab policies`")
+        if out:
+            p.add_argument("--out", metavar="DIR", help="where files go (default: <the runs' common directory>/analysis)")
+
+    p = subparsers.add_parser(
+        "accuracy", help="accuracy table (thesis Table 3.3) of stored runs: Markdown, CSV, LaTeX",
+        description="Diagnose stored runs, label them with the ground-truth policy and print the accuracy "
+                    "table per variant (rows iperf, wget, socket, s:iperf, s:wget, TCP, ip+eth, all modules; "
+                    "sections Inbound, Outbound, Total). Writes accuracy.md, accuracy.csv and accuracy.tex.")
+    runs_args(p)
+    p.add_argument("--variant", action="append", metavar="V",
+                   help=f"rule variant (repeatable; ranges expand, e.g. theta=1..3; default {DEFAULT_VARIANT})")
+    p.add_argument("--intervals", action="store_true",
+                   help="print each rate with its Wilson 95%% interval instead of the ± column")
+    p.add_argument("--against", metavar="NAME",
+                   help="then compare cell by cell with a seed accuracy table (thesis-3.3, paper-table-6, or a "
+                        "YAML file); default variant: the one the table corresponds to. Writes "
+                        "against-NAME.md/.csv/.tex")
+    p.set_defaults(func=_accuracy)
+
+    p = subparsers.add_parser(
+        "compare", help="compare rule variants on the same runs (NeST paper Table 8 layout)",
+        description="Per row and direction: each variant's TP, FP, TPR and PPV and the change in TP and FP in "
+                    "percent against the first variant. Writes compare.md and compare.csv.")
+    runs_args(p)
+    p.add_argument("--variant", action="append", metavar="V",
+                   help="rule variant, the first is the baseline (repeatable; ranges expand: "
+                        "flowdiagnoser:theta=1..4)")
+    p.add_argument("--sweep", action="append", metavar="PARAM=VALUES",
+                   help="vary a parameter of the (first) variant: theta=1..4, threshold=0..0.4/0.1, "
+                        "anw=on,off (repeatable: every combination)")
+    p.add_argument("--ablations", action="store_true",
+                   help="the variants of paper Table 8: nest-cf, then each feature removed (unless --variant "
+                        "or --sweep)")
+    p.add_argument("--against", metavar="NAME",
+                   help="then compare cell by cell with a seed ablation table (paper-table-8, or a YAML file); "
+                        "implies --ablations when no variant is given. Writes against-NAME.md/.csv/.tex")
+    p.set_defaults(func=_compare)
+
+    p = subparsers.add_parser(
+        "plots", help="figures of a run: diagnosis overview, counter heatmap with diagnosis timelines, "
+                      "module timeline; stalled-modules list",
+        description="Draw a run's figures (PNG) and its stalled-modules list (thesis Table 5.2 style) into "
+                    "<run>/analysis/ (or --out).")
+    runs_args(p)
+    p.add_argument("--variant", default=DEFAULT_VARIANT, metavar="V", help=f"rule variant (default {DEFAULT_VARIANT})")
+    p.add_argument("--module", action="append", metavar="M",
+                   help="draw the subgraph figure of this module: run.db id or key such as tcp:65562 "
+                        "(repeatable; default: the modules the run's faults target)")
+    p.set_defaults(func=_plots)
+
+    p = subparsers.add_parser(
+        "report", help="one self-contained HTML report of runs: tables, seeds, health, figures, faults",
+        description="Write one HTML file that needs nothing else to open (figures embedded): the runs, their "
+                    "network health, the accuracy table per variant, the variant comparison, the seeds' numbers "
+                    "beside ours, the thesis chapter 5 figures and a section per fault (docs/report.md). Prints "
+                    "the file's path.")
+    runs_args(p, out=False)
+    p.add_argument("-o", "--out", metavar="FILE",
+                   help="the HTML file (default: <run>/analysis/report.html for one run, <the runs' common "
+                        "directory>/analysis/report.html for more)")
+    p.add_argument("--variant", action="append", metavar="V",
+                   help="rule variant (repeatable; ranges expand; default flowdiagnoser:theta=2 and nest-cf)")
+    p.set_defaults(func=_report)
+
+    p = subparsers.add_parser("policies", help="list ground-truth labelling policies and their parameters")
+    p.set_defaults(func=_policies)
+
+
+# ----------------------------------------------------------------------------- variants
+
+
+_RANGE = re.compile(r"^(-?[\d.]+)\.\.(-?[\d.]+)(?:/([\d.]+))?$")
+
+
+def expand_values(text: str) -> list[str]:
+    """'1..4' -> 1,2,3,4; '0..0.4/0.1' -> 0,0.1,...,0.4; 'on,off' -> on,off; '3' -> 3."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        m = _RANGE.match(part)
+        if not m:
+            out.append(part)
+            continue
+        a, b, step = m.group(1), m.group(2), m.group(3)
+        is_int = all(re.fullmatch(r"-?\d+", x) for x in (a, b)) and (step is None or re.fullmatch(r"\d+", step))
+        if is_int:
+            lo, hi, st = int(a), int(b), int(step or 1)
+            if st <= 0 or hi < lo:
+                raise UserError(f"range {part!r}: expected low..high with low <= high")
+            out += [str(v) for v in range(lo, hi + 1, st)]
+        else:
+            lo, hi, st = float(a), float(b), float(step or 1)
+            if st <= 0 or hi < lo:
+                raise UserError(f"range {part!r}: expected low..high/step with low <= high, step > 0")
+            n = int(round((hi - lo) / st))
+            out += [f"{lo + k * st:g}" for k in range(n + 1)]
+    return out
+
+
+def expand_variant(spec: str) -> list[str]:
+    """'flowdiagnoser:theta=1..3' -> three variants; other specs are returned as they are."""
+    name, sep, rest = spec.partition(":")
+    if not sep or ".." not in rest:
+        return [spec]
+    items = [s.strip() for s in rest.split(",") if s.strip()]
+    choices = []
+    for it in items:
+        key, eq, value = it.partition("=")
+        choices.append([f"{key}={v}" for v in expand_values(value)] if eq and ".." in value else [it])
+    return [f"{name}:{','.join(combo)}" for combo in itertools.product(*choices)]
+
+
+def variants_from(args, sweep: list[str] | None = None) -> list[str]:
+    base = [v for spec in (args.variant or []) for v in expand_variant(spec)]
+    if sweep:
+        first = base[0] if base else DEFAULT_VARIANT.split(":")[0]
+        name, _, rest = first.partition(":")
+        fixed = [s for s in rest.split(",") if s.strip()]
+        axes = []
+        for sw in sweep:
+            key, eq, values = sw.partition("=")
+            if not eq or not key.strip() or not values.strip():
+                raise UserError(f"--sweep {sw!r}: expected PARAM=VALUES, e.g. theta=1..4")
+            key = key.strip()
+            fixed = [f for f in fixed if f.split("=")[0].strip() != key]
+            axes.append([f"{key}={v}" for v in expand_values(values)])
+        swept = [f"{name}:{','.join(fixed + list(combo))}" for combo in itertools.product(*axes)]
+        base = base[1:] if base else []
+        base = swept + base
+    from analysis.diagnose import as_variants
+
+    names = [v.name for v in as_variants(base or [DEFAULT_VARIANT])]  # UserError on a bad spec
+    return names
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+def _warn(run: str, message: str) -> None:
+    print(f"warning: {run}: {message}", file=sys.stderr, flush=True)
+
+
+def _evaluate(args, variants, keep=False):
+    from analysis.labels import parse_policy
+    from analysis.pipeline import evaluate
+    from rundir.runs import find_runs
+
+    parse_policy(args.policy)  # a bad policy fails before any run is read
+    runs = find_runs(args.runs, args.results)
+
+    def progress():
+        for k, r in enumerate(runs, 1):
+            if len(runs) > 1:
+                print(f"[{k}/{len(runs)}] {r}", file=sys.stderr, flush=True)
+            yield r
+
+    return runs, evaluate(progress(), variants, args.policy, keep=keep, on_warning=_warn, skip_bad=len(runs) > 1)
+
+
+def _out_dir(args, runs: list[Path]) -> Path:
+    from rundir.runs import common_root
+
+    return Path(args.out) if args.out else common_root(runs) / "analysis"
+
+
+def _seed(name: str | None, kind: str):
+    """The seed table named by --against (None without it); UserError for a bad name or the wrong kind."""
+    if not name:
+        return None
+    from analysis.render.against import load_seed_table
+
+    seed = load_seed_table(name)
+    if seed.kind != kind:
+        use = "nestlab accuracy RUNS --against" if seed.kind == "accuracy" else "nestlab compare RUNS --against"
+        raise UserError(f"{seed.name} is an {seed.kind} table, not an {kind} table: use `{use} {name}`")
+    return seed
+
+
+def _against(frame, seed, ev, out: Path, title: str) -> list[Path]:
+    """Print and write ours against a seed table (analysis.render.against); `title` has a {runs} slot."""
+    from analysis.render.against import write_against
+    from analysis.render.tables import runs_title
+
+    md, files = write_against(frame, seed, out, title.format(runs=f"{runs_title(ev)}, ground truth {ev.policy}"))
+    print(f"\n{md}")
+    return files
+
+
+def _accuracy(args) -> int:
+    from analysis.render.writers import write_accuracy
+
+    seed = _seed(args.against, "accuracy")
+    # Without --variant, the variant the seed table corresponds to; with one, the one asked (warned).
+    variants = variants_from(args) if args.variant or seed is None else [seed.variant]
+    if seed is not None:   # seed table variant names are canonical (analysis.render.against)
+        variant = seed.variant if seed.variant in variants else variants[0]
+        if variant != seed.variant:
+            print(f"warning: {seed.name} corresponds to {seed.variant}; comparing {variant} with it",
+                  file=sys.stderr)
+    runs, ev = _evaluate(args, variants)
+    out = _out_dir(args, runs)
+    md, files = write_accuracy(ev, out, intervals=args.intervals)
+    print(md)
+    if seed is not None:
+        from analysis.render.against import accuracy_vs_seed
+
+        files += _against(accuracy_vs_seed(ev.counts, variant, seed), seed, ev, out, f"{variant} ({{runs}}) against {seed.name}")
+    print(f"\nwritten: {', '.join(str(f) for f in files)}")
+    return 0
+
+
+def _compare(args) -> int:
+    from analysis.render.writers import write_compare
+
+    seed = _seed(args.against, "ablation")
+    if (args.ablations or seed is not None) and not args.variant and not args.sweep:
+        from analysis.render.against import ablation_variants, load_seed_table
+
+        variants = ablation_variants(seed or load_seed_table("paper-table-8"))
+    else:
+        variants = variants_from(args, args.sweep)
+    if len(variants) < 2:
+        raise UserError("compare needs at least two variants: --variant A --variant B, --sweep theta=1..4 "
+                        "or --ablations")
+    if seed is not None:   # before the runs are read: a mismatch is the user's to see first
+        mapped = [v for _, v in seed.ablations if v]
+        if not set(mapped) & set(variants[1:]):
+            raise UserError(f"none of {seed.name}'s columns has its variant here ({', '.join(mapped)}); "
+                            "try --ablations")
+        if variants[0] != seed.variant:
+            print(f"warning: {seed.name}'s baseline is {seed.variant}; the baseline here is "
+                  f"{variants[0]}", file=sys.stderr)
+    runs, ev = _evaluate(args, variants)
+    out = _out_dir(args, runs)
+    md, files = write_compare(ev, out)
+    print(md)
+    if seed is not None:
+        from analysis.render.against import ablation_vs_seed
+
+        files += _against(ablation_vs_seed(ev.counts, variants, seed), seed, ev, out,
+                          f"Ablations against {seed.name} ({{runs}})")
+    print(f"\nwritten: {', '.join(str(f) for f in files)}")
+    return 0
+
+
+def _module_id(data, text: str) -> int:
+    mods = data.modules
+    if text.isdigit() and int(text) in mods.index:
+        return int(text)
+    hit = mods.index[mods["key"] == text]
+    if len(hit):
+        return int(hit[-1])
+    raise UserError(f"{data.path}: no module {text!r} (give a run.db module id or a key such as "
+                    f"{mods['key'].iloc[0] if len(mods) else 'tcp:<inode>'})")
+
+
+def _plots(args) -> int:
+    from analysis.render.plots import plot_run
+    from analysis.render.tables import stalled_list
+    from analysis.render.writers import stalled_markdown
+    from rundir.runs import guarded
+
+    variants = variants_from(argparse_ns(variant=[args.variant]))
+    runs, ev = _evaluate(args, variants, keep=True)
+    if args.out and len(runs) > 1:
+        raise UserError("--out goes with a single run (each run's figures go to <run>/analysis otherwise)")
+    drawn = 0
+    for run in ev.runs:
+        data, scored = ev.data[run], ev.scored[run]
+        out = Path(args.out) if args.out else run / "analysis"
+        modules = [_module_id(data, m) for m in args.module] if args.module else None
+
+        def draw(data=data, scored=scored, out=out, modules=modules):
+            files = plot_run(data, scored, variants[0], out, modules)
+            st = stalled_list(data, scored, variants[0])
+            st.to_csv(out / "stalled.csv", index=False, na_rep="")
+            (out / "stalled.md").write_text(stalled_markdown(st, variants[0], limit=None) + "\n")
+            return files + [out / "stalled.md", out / "stalled.csv"], st
+
+        try:
+            files, st = guarded(run, draw)
+        except UserError as e:
+            if len(runs) == 1:
+                raise
+            _warn(str(run), f"skipped: {str(e).removeprefix(f'{run}: ')}")
+            continue
+        drawn += 1
+        print(stalled_markdown(st, variants[0], limit=20))
+        print(f"\nwritten: {', '.join(str(f) for f in files)}")
+    if not drawn:
+        raise UserError(f"no figures drawn for any of the {len(runs)} runs")
+    return 0
+
+
+def _report(args) -> int:
+    from analysis.render.html import REPORT_VARIANTS, build_report, default_output
+
+    if args.out and Path(args.out).is_dir():
+        raise UserError(f"{args.out}: is a directory; -o names the HTML file to write")
+    variants = variants_from(args) if args.variant else variants_from(argparse_ns(variant=list(REPORT_VARIANTS)))
+    runs, ev = _evaluate(args, variants, keep=True)
+    out = Path(args.out) if args.out else default_output(ev.runs)
+    print(build_report(ev, out))
+    return 0
+
+
+def argparse_ns(**kw):
+    import argparse
+
+    return argparse.Namespace(**kw)
+
+
+def _policies(args) -> int:
+    from analysis.labels import DEFAULT_POLICY, POLICIES
+
+    for name, cls in POLICIES.items():
+        print(f"{name}{'  (default)' if name == DEFAULT_POLICY else ''}  {cls.summary}")
+        for p in cls.params:
+            print(f"    {p.name + '=' + p.text(p.default):<22} {p.help}")
+        print()
+    return 0

@@ -1,0 +1,90 @@
+"""The lab wired to the analysis: the observers (harness.observers) that `run-experiment` hands to a
+run and a suite. Here, and only here, the harness's runs meet the analysis's pipeline.
+
+- live: the progress view's second line, the modules STALLED now (nestlab.live_line);
+- report: at the end of a run, its tables, figures and HTML report (analysis.pipeline.summarize_run)
+  and its network health into its manifest; returns the run's headline scores, as values;
+- scores: the headline of a stored run (a suite's runs kept by --resume);
+- pooled: a suite's accuracy table over its complete runs, in <suite>/analysis/.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from rich.console import Console
+
+from analysis.evaluation import Evaluation
+from analysis.pipeline import evaluate, summarize
+from analysis.render.writers import write_accuracy
+from harness.observers import Headline, Observers
+from nestlab.live_line import LiveProgress
+from rundir.errors import UserError
+from rundir.layout import RunDir
+
+console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def headline(ev: Evaluation) -> Headline:
+    """The headline of an evaluation's first variant, both directions: TCP's TPR, FPR and PPV and the
+    TPR of each application row that has one, in %."""
+    total = ev.table().loc["Total"]
+
+    def pct(row: str, rate: str) -> float | None:
+        v = total.at[row, rate]
+        return None if v != v else 100.0 * float(v)
+
+    apps = tuple(v for v in (pct(row, "TPR") for row in ("iperf", "wget")) if v is not None)
+    return Headline(pct("TCP", "TPR"), pct("TCP", "FPR"), pct("TCP", "PPV"), apps)
+
+
+def report(run: Path, quiet: bool = False) -> Headline | None:
+    """A finished run's accuracy table, figures and report, where its files went, and its health into
+    its manifest; quiet=True (a suite's runs) writes what it would print into <run>/logs/analysis.log.
+    A run that cannot be analysed is one warning line: the run is recorded whatever happens here."""
+    try:
+        if quiet:
+            with open(run / "logs" / "analysis.log", "w") as log, \
+                    contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+                ev = summarize(run)
+        else:
+            ev = summarize(run)
+        health = ev.health.get(ev.runs[0])
+        if health is not None:
+            RunDir.open(run).update_manifest(health=health.as_dict())
+        return headline(ev)
+    except UserError as e:
+        console.print("analysis: ", style="yellow", end="")
+        console.print(str(e), markup=False)
+    except Exception as e:  # noqa: BLE001 - the run is recorded; a report failure must not hide that
+        console.print("analysis failed: ", style="yellow", end="")
+        console.print(f"{type(e).__name__}: {e} (the run is complete; try `nestlab accuracy {run}`)", markup=False)
+    return None
+
+
+def scores(run: Path) -> Headline | None:
+    """A stored run's headline, computed again (nothing written); None when it cannot be analysed."""
+    try:
+        return headline(evaluate([run]))
+    except Exception:  # noqa: BLE001 - a summary cell left blank, the run's own report says why
+        return None
+
+
+def pooled(runs: list[Path], root: Path) -> None:
+    """The suite's accuracy table over its complete runs (the default variant), written to
+    <suite>/analysis/ like `nestlab accuracy <suite>`."""
+    out = root / "analysis"
+    try:
+        md, _ = write_accuracy(evaluate(runs, skip_bad=True), out)
+    except Exception as e:  # noqa: BLE001 - the runs are recorded; say how to get the table
+        console.print("suite analysis failed: ", style="yellow", end="")
+        console.print(f"{type(e).__name__}: {e} (try `nestlab accuracy {root}`)", markup=False)
+        return
+    print(f"\n{md}\n\nsuite tables written to {out}; `nestlab accuracy {root} --against "
+          f"thesis-3.3` puts the thesis's beside them", flush=True)
+
+
+def observers() -> Observers:
+    """Everything `run-experiment` shows and writes besides the run itself."""
+    return Observers(live=LiveProgress, report=report, scores=scores, pooled=pooled)

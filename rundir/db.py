@@ -1,0 +1,190 @@
+"""run.db: its schema, its format version, and opening it (SQLite, WAL).
+
+Standard library only: the collector and the agent import this on testbed nodes, where nothing else
+is installed. docs/run-format.md documents the format for humans; bump FORMAT_VERSION on any change.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+# 2: counter rows only when values change (1: a row every snapshot).
+# 3: tcp_info (each connection's smoothed RTT) and queue_stats (the shaped links' queues); the
+#    manifest's link_model, isolation and health. Version 2 runs read as before, without health data.
+# 4: tcp_info gains TCP's own state: backoff, ca_state, retransmits, probes, rto and the times of the
+#    last data sent/received and ACK received (issue 13's tcpstate variant). Version 3 reads as before.
+FORMAT_VERSION = 4
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS modules (
+    id INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL,              -- app | socket | tcp | ipeth (room for more)
+    name TEXT NOT NULL,              -- human label, e.g. 'tcp 10.0.1.1:40000>10.0.2.1:80'
+    key TEXT NOT NULL,               -- collector identity, e.g. 'tcp:123456' (inode); reused keys get new ids
+    attrs TEXT NOT NULL DEFAULT '{}',-- JSON: pid, fd, inode, src, sport, dst, dport, ifname, cmdline, workload
+    born REAL NOT NULL,              -- monotonic seconds of the first snapshot it appeared in
+    died REAL                        -- monotonic seconds of the first snapshot it was gone from
+);
+CREATE TABLE IF NOT EXISTS edges (
+    parent INTEGER NOT NULL REFERENCES modules(id),
+    child INTEGER NOT NULL REFERENCES modules(id),
+    born REAL NOT NULL,
+    died REAL,
+    PRIMARY KEY (parent, child, born)
+);
+CREATE TABLE IF NOT EXISTS snapshots (
+    seq INTEGER PRIMARY KEY,
+    mono REAL NOT NULL,              -- CLOCK_MONOTONIC seconds when the snapshot was taken
+    wall REAL NOT NULL               -- time.time() at the same moment
+);
+-- Raw cumulative values; the analysis computes deltas. NULL = unsupported for that module kind.
+-- A row for (seq, module, dir) when the values differ from that module/direction's previous row
+-- (and at the module's first snapshot); between rows, and until the module dies, the values are
+-- those of the last row (see dense_counter_rows in analysis/stretches.py). A plain rowid table: appends are ~35% cheaper than a keyed
+-- table; the (module, seq) index is built when the recording ends (see INDEXES).
+CREATE TABLE IF NOT EXISTS counters (
+    seq INTEGER NOT NULL,
+    module INTEGER NOT NULL,
+    dir TEXT NOT NULL CHECK (dir IN ('in', 'out')),
+    total_msgs INTEGER,
+    wait_ms REAL,
+    queued INTEGER,                  -- current value (not cumulative)
+    errors INTEGER,
+    bytes INTEGER
+);
+CREATE TABLE IF NOT EXISTS processes (
+    pid INTEGER NOT NULL,
+    workload INTEGER,                -- index into the spec's workloads (NULL for servers/helpers)
+    role TEXT NOT NULL,              -- client | server | collector
+    host TEXT NOT NULL,
+    cmdline TEXT NOT NULL,
+    started REAL NOT NULL,
+    ended REAL,
+    exit_code INTEGER,
+    PRIMARY KEY (pid, started)
+);
+CREATE TABLE IF NOT EXISTS faults (
+    id INTEGER PRIMARY KEY,
+    spec_index INTEGER NOT NULL,     -- index into the spec's faults
+    kind TEXT NOT NULL,              -- ip_drop | tcp_drop | app_pause
+    at_node TEXT NOT NULL,           -- where it was injected (router or host)
+    target_module INTEGER,           -- module id (resolved after the run where possible)
+    target TEXT NOT NULL,            -- JSON: human description and identifiers (inode, 5-tuple, pid)
+    planned_start REAL,              -- schedule, run-relative seconds
+    planned_duration REAL,
+    start REAL,                      -- monotonic: rule verified in place / signal acknowledged
+    end REAL,                        -- monotonic: rule verified gone / resume acknowledged
+    rule TEXT NOT NULL               -- the exact iptables rule or signal used
+);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY,
+    mono REAL NOT NULL,
+    kind TEXT NOT NULL,              -- workload_start | workload_end | warning | info | ...
+    workload INTEGER,
+    detail TEXT NOT NULL DEFAULT ''
+);
+-- Per TCP module, tcp_info fields beyond the counters, a row when they change (carried forward like
+-- counters). Written by the collector.
+CREATE TABLE IF NOT EXISTS tcp_info (
+    seq INTEGER NOT NULL,
+    module INTEGER NOT NULL,
+    rtt_us INTEGER,                  -- tcpi_rtt: smoothed round-trip time, microseconds
+    rttvar_us INTEGER,               -- tcpi_rttvar
+    backoff INTEGER,                 -- tcpi_backoff: RTO doublings (format 4 on)
+    ca_state INTEGER,                -- tcpi_ca_state: 0 Open, 1 Disorder, 2 CWR, 3 Recovery, 4 Loss
+    retransmits INTEGER,             -- tcpi_retransmits: RTO retransmissions of the head segment in a row
+    probes INTEGER,                  -- tcpi_probes: unanswered zero-window probes
+    rto_us INTEGER,                  -- tcpi_rto
+    data_sent_at REAL,               -- reference-clock time of the last data sent (snapshot - tcpi_last_data_sent)
+    data_recv_at REAL,               -- ... of the last data received (tcpi_last_data_recv)
+    ack_recv_at REAL                 -- ... of the last ACK received (tcpi_last_ack_recv)
+);
+-- The queue of each shaped link end (the leaf qdisc under HTB), sampled by the runner about once a
+-- second. Counters are cumulative since the qdisc was made; backlog is the current value.
+CREATE TABLE IF NOT EXISTS queue_stats (
+    mono REAL NOT NULL,              -- reference clock (the monitored host's CLOCK_MONOTONIC)
+    node TEXT NOT NULL,
+    interface TEXT NOT NULL,
+    sent_packets INTEGER,
+    sent_bytes INTEGER,
+    drops INTEGER,
+    overlimits INTEGER,
+    requeues INTEGER,
+    backlog_packets INTEGER,
+    backlog_bytes INTEGER
+);
+CREATE INDEX IF NOT EXISTS modules_key ON modules (key);
+"""
+
+# Built when a recording ends (not maintained on every insert: it would double the collector's
+# write cost); readers call ensure_indexes() on runs that ended without it (killed collector).
+INDEXES = "CREATE INDEX IF NOT EXISTS counters_module ON counters (module, seq);"
+
+COUNTER_FIELDS = ("total_msgs", "wait_ms", "queued", "errors", "bytes")
+# tcp_info's TCP state columns, format 4 on (older runs have rtt_us and rttvar_us only).
+TCP_STATE_COLUMNS = ("backoff", "ca_state", "retransmits", "probes", "rto_us",
+                     "data_sent_at", "data_recv_at", "ack_recv_at")
+FAULT_COLUMNS = ["id", "spec_index", "kind", "at_node", "target", "target_module", "planned_start",
+                 "planned_duration", "start", "end"]
+QUEUE_COLUMNS = ["mono", "node", "interface", "sent_packets", "sent_bytes", "drops", "overlimits", "requeues",
+                 "backlog_packets", "backlog_bytes"]
+PROCESS_COLUMNS = ["pid", "workload", "role", "host", "cmdline", "started", "ended", "exit_code"]
+
+
+def monotonic() -> float:
+    """The run clock: CLOCK_MONOTONIC seconds (shared by every Mininet namespace)."""
+    return time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
+def connect(db_path: Path | str, readonly: bool = False) -> sqlite3.Connection:
+    """Open run.db. Writers get WAL and a busy timeout (runner and collector write concurrently)."""
+    if readonly:
+        conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=10)
+    else:
+        conn = sqlite3.connect(str(db_path), timeout=10)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA busy_timeout=10000")
+    return conn
+
+
+def ensure_indexes(conn: sqlite3.Connection) -> None:
+    conn.executescript(INDEXES)
+
+
+def create_db(db_path: Path | str) -> sqlite3.Connection:
+    conn = connect(db_path)
+    conn.executescript(SCHEMA)
+    conn.execute("INSERT OR REPLACE INTO meta VALUES ('format_version', ?)", (str(FORMAT_VERSION),))
+    conn.commit()
+    return conn
+
+
+
+
+def snapshot_count(db_path: Path | str) -> int:
+    """Snapshots recorded so far in the run.db at `db_path` (read-only)."""
+    conn = connect(db_path, readonly=True)
+    try:
+        return conn.execute("SELECT count(*) FROM snapshots").fetchone()[0]
+    finally:
+        conn.close()
+
+
+# The same as a standalone script (`python3 -c CHECKPOINT_SCRIPT DB`), for a testbed node whose copy of
+# this package may be gone when `nestlab cleanup` salvages its run.db; mode=rw: never creates a file.
+CHECKPOINT_SCRIPT = ("import pathlib, sqlite3, sys; "
+                     "c = sqlite3.connect(pathlib.Path(sys.argv[1]).as_uri() + '?mode=rw', uri=True, timeout=10); "
+                     "c.execute('PRAGMA wal_checkpoint(TRUNCATE)').fetchall(); c.close()")
+
+
+def checkpoint(db_path: Path | str) -> None:
+    """Fold the WAL into run.db, so that copying run.db alone copies everything (testbed nodes)."""
+    conn = sqlite3.connect(str(db_path), timeout=10)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()

@@ -1,0 +1,97 @@
+"""The run directory: manifest.json, run.db and logs/, and where a new one goes.
+
+The manifest is written here only, as a rundir.manifest.Manifest validated on every write; pydantic
+is imported when a manifest is written, so that run.db's writers (rundir.db) stay standard-library
+only on testbed nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+def _json(value: Any) -> Any:
+    """A manifest value as JSON data: a part of the schema (a pydantic model) as the keys it was given."""
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json", exclude_unset=True)
+    return value
+
+
+@dataclass
+class RunDir:
+    """One run directory: its paths and its manifest.
+
+    `manifest` holds the manifest's keys in the order they were first given; the file is exactly that
+    (json, indented), so a rewrite changes only what changed. Writers call `update_manifest(key=...)`
+    with the schema's keys (rundir.manifest.Manifest): an unknown key is a TypeError, a value that does
+    not fit is a ManifestError (one line) and nothing is written."""
+
+    path: Path
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def db(self) -> Path:
+        return self.path / "run.db"
+
+    @property
+    def logs(self) -> Path:
+        return self.path / "logs"
+
+    @property
+    def analysis(self) -> Path:
+        return self.path / "analysis"
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / "manifest.json"
+
+    @property
+    def status(self) -> str | None:
+        return self.manifest.get("status")
+
+    def update_manifest(self, **fields: Any) -> None:
+        """Set these keys of the manifest (schema keys; models or JSON data) and write it."""
+        from rundir.manifest import Manifest
+
+        unknown = sorted(set(fields) - set(Manifest.model_fields))
+        if unknown:
+            raise TypeError(f"not manifest keys (rundir.manifest.Manifest): {', '.join(unknown)}")
+        self.manifest.update({k: _json(v) for k, v in fields.items()})
+        self.write_manifest()
+
+    def write_manifest(self) -> None:
+        """Write `manifest` as manifest.json, after checking it against the schema (ManifestError, one
+        line, when it does not fit: nothing is written)."""
+        from rundir.manifest import validate_manifest
+
+        validate_manifest(self.manifest, self.manifest_path)
+        # Write-then-rename so a crash never leaves a half-written manifest.
+        tmp = self.manifest_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.manifest, indent=2, sort_keys=False, default=str) + "\n")
+        os.replace(tmp, self.manifest_path)
+
+    @classmethod
+    def create(cls, results_root: Path, experiment: str, repetition: int) -> RunDir:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        base = Path(results_root) / experiment
+        path = base / f"{stamp}-r{repetition}"
+        n = 1
+        while path.exists():  # two runs in the same second (tests): add a suffix
+            n += 1
+            path = base / f"{stamp}-{n}-r{repetition}"
+        path.mkdir(parents=True)
+        (path / "logs").mkdir()
+        return cls(path)
+
+    @classmethod
+    def open(cls, path: Path | str) -> RunDir:
+        """An existing run directory, its manifest as stored (not validated: a reader says what is
+        wrong with it, rundir.manifest.read_manifest)."""
+        path = Path(path)
+        manifest = json.loads((path / "manifest.json").read_text())
+        return cls(path, manifest)

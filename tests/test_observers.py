@@ -1,0 +1,53 @@
+"""The analysis plugged into runs and suites (nestlab.observers): a run's report returns its headline
+as the numbers its accuracy table prints, puts its health into its manifest, and a run that cannot be
+analysed is one warning, never an exception into the runner."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from harness.suiterun import headline_figures
+from nestlab.observers import headline, report, scores
+from rundir.layout import RunDir
+from rundir.manifest import read_manifest
+from tests.support.runs import make_run
+
+
+def test_a_reports_headline_is_what_its_accuracy_table_says(tmp_path, capsys):
+    run, *_ = make_run(tmp_path / "exp" / "r0")
+    head = report(run)
+    capsys.readouterr()
+    table = pd.read_csv(run / "analysis" / "accuracy.csv")
+    total = table[table["section"] == "Total"].set_index("row")
+    assert head.tcp_tpr == pytest.approx(total.at["TCP", "TPR"], abs=1e-4)
+    assert head.tcp_fpr == pytest.approx(total.at["TCP", "FPR"], abs=1e-4) and head.tcp_ppv == pytest.approx(total.at["TCP", "PPV"], abs=1e-4)
+    apps = [total.at[r, "TPR"] for r in ("iperf", "wget") if total.at[r, "TPR"] == total.at[r, "TPR"]]
+    assert head.app_tpr == pytest.approx(tuple(apps), abs=1e-4) and len(apps) == 2
+    # the health the report wrote is the manifest's, key for key
+    health = json.loads((run / "analysis" / "health.json").read_text())
+    assert read_manifest(run).health.as_dict() == health
+    assert scores(run) == head                          # a kept run's headline, computed again
+    RunDir.open(run).update_manifest(counts={"faults": 2})
+    cells = headline_figures(head, run)
+    assert cells["TCP TPR"] == f"{head.tcp_tpr:.1f}" and cells["faults"] == "2"
+    assert cells["app TPR"] == "/".join(f"{v:.1f}" for v in head.app_tpr)
+    assert cells["silence"].endswith("%")
+
+
+def test_a_run_that_cannot_be_analysed_is_one_warning(tmp_path, capsys):
+    run, *_ = make_run(tmp_path / "exp" / "r0")
+    (run / "run.db").write_bytes(b"not a database at all, not even close" * 10)
+    assert report(run) is None and scores(run) is None
+    err = capsys.readouterr().err
+    assert err.startswith("analysis: ") and "run.db cannot be read" in err and "Traceback" not in err
+
+
+def test_headline_of_an_evaluation_without_application_rows(tmp_path):
+    from analysis.pipeline import evaluate
+
+    run, *_ = make_run(tmp_path / "exp" / "r0")
+    head = headline(evaluate([run]))
+    assert all(v is None or 0 <= v <= 100 for v in (head.tcp_tpr, head.tcp_fpr, head.tcp_ppv))
