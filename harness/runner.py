@@ -221,7 +221,7 @@ class Repetition:
     def _announce(self, step: str) -> None:
         message = self.backend.announce(step)
         if message:
-            console.print(f"[bold]{self.spec.name}[/] r{self.rep}: {message}")
+            console.print(Text.assemble((self.spec.name, "bold"), f" r{self.rep}: {message}"))
 
     def _start_collector(self) -> None:
         backend, monitor = self.backend, self.spec.monitor
@@ -296,9 +296,9 @@ class Repetition:
                 line = self._progress_line(t)
                 second = diagnosis.line(console.width if live else 160) if diagnosis is not None else ""
                 if live:
-                    status.update(Text(line + "\n" + second) if second else line)
+                    status.update(Text(line + "\n" + second) if second else Text(line))
                 elif now - last_print >= 10:
-                    console.print(line, soft_wrap=True)
+                    console.print(line, soft_wrap=True, markup=False)
                     if second:
                         console.print(second, soft_wrap=True, markup=False)
                     last_print = now
@@ -357,7 +357,7 @@ class Repetition:
         """Undo everything, in reverse order. A second Ctrl-C or SIGTERM is ignored (execute()
         restores the handlers afterwards) so that teardown always finishes."""
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, lambda *_: console.print("[yellow]cleaning up, please wait[/]"))
+            signal.signal(sig, lambda *_: console.print("cleaning up, please wait", style="yellow", markup=False))
         steps = [
             ("stop progress", lambda: self.backend and self.backend.stop_progress()),
             ("remove fault rules", self._remove_active_faults),
@@ -376,7 +376,7 @@ class Repetition:
                 step()
             except Exception as e:  # noqa: BLE001 - keep going: every later step still matters
                 msg = f"teardown: {what}: {type(e).__name__}: {e}"
-                console.print(f"[yellow]warning:[/] {msg}")
+                console.print(Text.assemble(("warning: ", "yellow"), msg))   # a node's error text is not markup
                 try:
                     self.event("warning", msg)
                 except Exception:  # noqa: BLE001
@@ -384,8 +384,8 @@ class Repetition:
         if self.ledger:
             self.ledger.close()
             if self.ledger.path.exists():
-                console.print(f"[yellow]warning:[/] testbed nodes still hold parts of this run (see "
-                              f"{self.ledger.path}); run `nestlab cleanup` when they are reachable")
+                console.print(Text.assemble(("warning: ", "yellow"), f"testbed nodes still hold parts of this run (see "
+                                            f"{self.ledger.path}); run `nestlab cleanup` when they are reachable"))
 
     def _remove_active_faults(self) -> None:
         for af in list(self.active):
@@ -432,7 +432,7 @@ class Repetition:
         self._manifest(status, reason=reason, end_wall=time.time(), end_mono=self.now(), counts=counts,
                        warnings=self.progress.warnings)
         colour = {"complete": "green", "interrupted": "yellow", "failed": "red"}[status]
-        console.print(f"[{colour}]{status}[/]{': ' + reason if reason else ''} -> {self.rd.path}")
+        console.print(Text.assemble((status, colour), f"{': ' + reason if reason else ''} -> {self.rd.path}"))
         console.print(f"  faults injected {counts['faults']} (skipped {self.progress.skipped}), "
                       f"snapshots {counts['snapshots']}, modules {counts['modules']}")
 

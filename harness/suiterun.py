@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from harness.observers import NONE, Headline, Observers
 from harness.suite import RUN_OVERHEAD_S, Suite, describe_plan, load_suite
@@ -85,7 +86,7 @@ class SuiteRun:
             stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(index.get("created", time.time())))
             kept = set_aside(self.root, stamp)
             console.print(f"previous run of the suite kept: {kept} "
-                          "(its runs are not in the new suite's tables)")
+                          "(its runs are not in the new suite's tables)", markup=False)
 
     def write_index(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -123,9 +124,9 @@ class SuiteRun:
         self.decide()
         todo = [i for i, m in enumerate(self.members) if m.status == "planned"]
         kept = len(self.members) - len(todo)
-        console.print(f"[bold]suite {suite.name}[/] -> {self.root}: {len(self.members)} runs"
-                      + (f", {kept} kept from before (--resume)" if kept else "")
-                      + f"; about {_dur(self.eta_s(-1, 0))}")
+        console.print(Text.assemble((f"suite {suite.name}", "bold"), f" -> {self.root}: {len(self.members)} runs"
+                                    + (f", {kept} kept from before (--resume)" if kept else "")
+                                    + f"; about {_dur(self.eta_s(-1, 0))}"))
         self.write_index()
         code = 0
         old = {s: signal.signal(s, _interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
@@ -133,7 +134,7 @@ class SuiteRun:
             for k, i in enumerate(todo, 1):
                 m = self.members[i]
                 exp = self.experiments[m.experiment]
-                console.print(f"[bold][{k}/{len(todo)}][/] {m.experiment} r{m.repetition} (seed {m.seed})")
+                console.print(Text.assemble((f"[{k}/{len(todo)}]", "bold"), f" {m.experiment} r{m.repetition} (seed {m.seed})"))
                 run = Repetition(exp, m.repetition, self.root, suite=suite.name,
                                  status_prefix=self._prefix(k, len(todo), i), observers=self.observers)
                 m.run, m.status = str(run.rd.path.relative_to(self.root)), "running"
@@ -173,23 +174,23 @@ class SuiteRun:
         self.write_index()
         self.summary()
         if self.state != "complete":
-            console.print(f"[yellow]suite {self.state}[/]: {done} of {len(self.members)} runs complete; "
-                          f"`run-experiment {suite.path} --resume` runs the rest")
+            console.print(Text.assemble((f"suite {self.state}", "yellow"), f": {done} of {len(self.members)} runs "
+                                        f"complete; `run-experiment {suite.path} --resume` runs the rest"))
         return code
 
     def summary(self) -> None:
         """One table: every run with its status and headline figures, then the pooled accuracy."""
-        table = Table(title=f"suite {self.suite.name}", title_justify="left")
+        table = Table(title=Text(f"suite {self.suite.name}"), title_justify="left")
         for col in ("experiment", "r", "seed", "status", "wall", "faults", "TCP TPR", "TCP FPR", "TCP PPV",
                     "app TPR", "silence"):
             table.add_column(col, justify="left" if col in ("experiment", "status") else "right")
         for m in self.members:
             fig = self._figures(m) if m.run and m.status == "complete" else {}
             wall = m.wall_s or fig.get("wall")
-            table.add_row(m.experiment, str(m.repetition), str(m.seed), m.status,
-                          f"{wall:.0f}s" if wall else "", fig.get("faults", ""), fig.get("TCP TPR", ""),
-                          fig.get("TCP FPR", ""), fig.get("TCP PPV", ""), fig.get("app TPR", ""),
-                          fig.get("silence", ""))
+            table.add_row(*map(Text, (m.experiment, str(m.repetition), str(m.seed), m.status,
+                                      f"{wall:.0f}s" if wall else "", fig.get("faults", ""), fig.get("TCP TPR", ""),
+                                      fig.get("TCP FPR", ""), fig.get("TCP PPV", ""), fig.get("app TPR", ""),
+                                      fig.get("silence", ""))))
         Console(highlight=False, width=None if console.is_terminal else 160).print(table)
         if any(m.status == "complete" for m in self.members):
             self.pooled()
@@ -268,12 +269,12 @@ def check_suite(path: str, results_root: str, scale: int | None, resume: bool, t
 def _print_plan(suite: Suite, results_root: str, kept: set | None) -> int:
     header, rows = describe_plan(suite, kept)
     what = "suite" if suite.sources != [str(suite.path)] else "experiment"
-    table = Table(title=f"{what} {suite.name} (scale {suite.scale}) -> {Path(results_root) / suite.dir_name}",
+    table = Table(title=Text(f"{what} {suite.name} (scale {suite.scale}) -> {Path(results_root) / suite.dir_name}"),
                   title_justify="left")
     for h in header:
         table.add_column(h, justify="right" if h in ("#", "runs", "duration") else "left")
     for r in rows:
-        table.add_row(*r)
+        table.add_row(*map(Text, r))
     Console(highlight=False, width=160).print(table)
     planned = suite.planned()
     left = [(e, r) for e, r in planned if not kept or (e.spec.name, r) not in kept]
