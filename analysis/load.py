@@ -178,6 +178,11 @@ def _load(info: RunInfo) -> RunData:
     counters = counters_frame(run)
     unscored = unscored_rows.unscored(counters, snaps, run.seqs[run.unscored], spans, warnings)
     stop = facts.workloads_stopped(ends["mono"].to_numpy(float), info.manifest)
+    gap = facts.recording_cut_short(end, stop, info.manifest.snapshot_interval if info.manifest else None)
+    if gap is not None:
+        warnings.append(f"snapshots stop {gap:.1f} s before the workloads did (at t = {end - t0:.1f} s of "
+                        f"{stop - t0:.1f} s): the recording ended early (did the collector die?); the rest of "
+                        "the run is not in the tables")
     return RunData(info, run, snaps, counters, mods, edges, procs, faults, workloads, t0, stop,
                    warnings, health["tcp_info"], health["queue_stats"], [(lo, hi) for _, lo, hi, _ in spans],
                    unscored)

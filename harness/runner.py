@@ -52,8 +52,16 @@ TICK_S = 0.02
 LIVE_S = 1.0               # how often the progress view's live diagnosis is refreshed
 COLLECTOR_READY_S = 10.0
 QUEUE_SAMPLE_S = 1.0       # how often the shaped links' queues are read (network health)
+# No new snapshot for this long (and for 50 intervals): the recording stopped. Above the SSH backend's
+# progress poll (2 s) with room for a slow poll; a collector that exits is seen at once.
+COLLECTOR_STALL_S = 10.0
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class RecordingStopped(Exception):
+    """The collector exited or stopped writing snapshots while the run went on: the run fails, since
+    what it would score from then on was never recorded."""
 
 
 class Interrupted(BaseException):
@@ -172,6 +180,8 @@ class Repetition:
             status, reason, code = "interrupted", "received SIGINT", 130
         except UserError as e:
             status, reason, code, user_error = "failed", str(e), 2, e
+        except RecordingStopped as e:
+            status, reason, code = "failed", f"recording stopped: {e}", 1
         except Exception as e:  # noqa: BLE001 - any failure must still tear down and be recorded
             status, reason, code = "failed", f"{type(e).__name__}: {e}", 1
             (self.rd.logs / "runner-traceback.txt").write_text(traceback.format_exc())
@@ -272,12 +282,18 @@ class Repetition:
         pending = list(self.plan)
         live = console.is_terminal
         last_print = next_queue_sample = next_diagnosis = -1e9
+        stall_s = max(COLLECTOR_STALL_S, 50 * spec.snapshot_interval)
+        last_snaps, last_new = -1, self.now()
         with console.status("", spinner="dots") if live else contextlib.nullcontext() as status:
             while True:
                 now = self.now()
                 t = now - self.t0
                 if t >= spec.duration:
                     break
+                snaps = self.backend.progress_snapshots(spec.monitor, self.record)
+                if snaps != last_snaps:
+                    last_snaps, last_new = snaps, now
+                self._check_recording(t, snaps, now - last_new, stall_s)
                 self.workloads.start_due(now)
                 # A signal waits until a fault is fully in or out, so that its rule or pause and its
                 # row always go together (teardown then removes what is recorded).
@@ -293,7 +309,7 @@ class Repetition:
                 if diagnosis is not None and now >= next_diagnosis:
                     diagnosis.refresh()
                     next_diagnosis = now + LIVE_S
-                line = self._progress_line(t)
+                line = self._progress_line(t, snaps)
                 second = diagnosis.line(console.width if live else 160) if diagnosis is not None else ""
                 if live:
                     status.update(Text(line + "\n" + second) if second else Text(line))
@@ -315,8 +331,25 @@ class Repetition:
         """The shaped links' queue counters (cumulative drops, sent packets) and backlog."""
         self.record.queue_stats(self.backend.queue_stats(), self.now)
 
-    def _progress_line(self, t: float) -> str:
-        snaps = self.backend.progress_snapshots(self.spec.monitor, self.record)
+    def _check_recording(self, t: float, snaps: int, quiet_s: float, stall_s: float) -> None:
+        """RecordingStopped when the collector exited, or wrote no snapshot for `stall_s`."""
+        code = self.collector.poll() if self.collector is not None else None
+        if code is not None:
+            raise RecordingStopped(f"the collector exited with status {code} at t = {t:.1f} s, after {snaps} "
+                                   f"snapshots{self._collector_log_tail()}")
+        if quiet_s > stall_s:
+            raise RecordingStopped(f"the collector recorded no snapshot for {quiet_s:.1f} s (since t = "
+                                   f"{t - quiet_s:.1f} s, after {snaps} snapshots){self._collector_log_tail()}")
+
+    def _collector_log_tail(self) -> str:
+        """`: <the last line of the collector's log>`, or nothing (a testbed node's log comes back later)."""
+        try:
+            lines = (self.rd.logs / "collector.log").read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return f": {lines[-1][:300]}" if lines else ""
+
+    def _progress_line(self, t: float, snaps: int) -> str:
         prefix = self.status_prefix(t) if self.status_prefix else ""
         return (f"{prefix}{self.spec.name} r{self.rep}: {t:5.1f}/{self.spec.duration:g} s  "
                 f"faults {self.progress.injected}/{len(self.plan)}  snapshots {snaps}  "

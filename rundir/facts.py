@@ -72,3 +72,12 @@ def workloads_stopped(run_ends: Sequence[float], manifest: Any) -> float | None:
     if t0 is not None and is_number(duration) and duration >= 0:
         return t0 + duration
     return None
+
+
+def recording_cut_short(last_snapshot: float, stopped: float | None, interval: float | None) -> float | None:
+    """How many seconds before the workloads stopped the snapshots stop, when that is more than a
+    second (and 10 intervals): the collector died or stopped writing. None: recorded to the end."""
+    if stopped is None:
+        return None
+    gap = stopped - last_snapshot
+    return gap if gap > max(1.0, 10 * (interval or 0.1)) else None

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from harness.runner import Repetition
+import pytest
+
+from analysis.load import load_run_data
+from harness.runner import RecordingStopped, Repetition
 from harness.spec import load_spec
 from rundir.db import FORMAT_VERSION
+from rundir.runs import open_run
 from tests.support.env import REPO
+from tests.support.runs import WGET, RunBuilder
 
 NET_FAULT = REPO / "experiments" / "net_fault.yaml"
 MARKUP = "ssh: x1: [/bold] closing tag [red]that was never opened[/]"
@@ -47,3 +52,39 @@ def test_teardown_finishes_when_an_error_text_looks_like_markup(tmp_path, capsys
     assert f"warning: teardown: stop workloads: OSError: {MARKUP}" in err
     assert f"failed: {MARKUP} -> {run.rd.path}" in err
     assert run.rd.status == "failed" and run.rd.manifest["reason"] == MARKUP
+
+
+# ----------------------------------------------------------------------------- a collector that dies
+
+
+def _collector_stub(tmp_path, code):
+    run = Repetition(load_spec(NET_FAULT), 0, tmp_path)
+    run.collector = SimpleNamespace(poll=lambda: code)
+    (run.rd.logs / "collector.log").write_text("Traceback ...\nsqlite3.OperationalError: database or disk is full\n")
+    return run
+
+
+def test_the_runner_sees_a_collector_that_exits_or_stops_recording(tmp_path):
+    run = _collector_stub(tmp_path / "a", 1)
+    with pytest.raises(RecordingStopped, match=r"the collector exited with status 1 at t = 12.5 s, after 124 "
+                                               r"snapshots: sqlite3.OperationalError: database or disk is full"):
+        run._check_recording(12.5, 124, 0.0, 10.0)
+    run = _collector_stub(tmp_path / "b", None)
+    run._check_recording(12.5, 124, 9.9, 10.0)          # alive and recording: nothing
+    with pytest.raises(RecordingStopped, match=r"no snapshot for 10.5 s \(since t = 2.0 s, after 20 snapshots\)"):
+        run._check_recording(12.5, 20, 10.5, 10.0)
+
+
+def test_a_recording_that_stopped_early_is_a_warning_of_the_analysis(tmp_path):
+    b = RunBuilder(tmp_path / "r0", 50, workloads=[WGET])
+    b.counters(b.module("app", "app:100", {"pid": 100}), "in", 10)
+    b.event("run_end", 30.0)      # the workloads ran 30 s; the 50 snapshots cover 5 s of them
+    info = open_run(b.write())
+    data = load_run_data(info)
+    (warning,) = [w for w in data.warnings if "snapshots stop" in w]
+    assert warning.startswith("snapshots stop 25.1 s before the workloads did")
+    assert "the recording ended early (did the collector die?)" in warning
+    b2 = RunBuilder(tmp_path / "r1", 50, workloads=[WGET])
+    b2.counters(b2.module("app", "app:100", {"pid": 100}), "in", 10)
+    b2.event("run_end", 4.9)      # the collector outlives the workloads, as it should
+    assert not [w for w in load_run_data(open_run(b2.write())).warnings if "snapshots stop" in w]

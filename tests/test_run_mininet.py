@@ -155,6 +155,27 @@ def test_sigkill_then_cleanup_removes_everything(tmp_path, no_leftovers):
     assert db.execute("SELECT count(*) FROM snapshots").fetchone()[0] >= 20
 
 
+def test_a_collector_that_dies_fails_the_run_and_the_analysis_says_so(tmp_path, no_leftovers):
+    """The collector killed mid-run (as a full disk would end it): the run stops at once, ends
+    `failed` naming the recording's end, leaves nothing behind, and its analysis warns of the gap."""
+    proc = _start(tmp_path)
+    try:
+        run = _wait_for_snapshots(tmp_path / "results", 30)
+        db = sqlite3.connect(f"file:{run / 'run.db'}?mode=ro", uri=True)
+        (pid,) = db.execute("SELECT pid FROM processes WHERE role = 'collector'").fetchone()
+        db.close()
+        os.kill(pid, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, out
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "failed", out
+    assert manifest["reason"].startswith("recording stopped: the collector exited with status -9 at t = ")
+    assert "snapshots stop" in out and "the recording ended early (did the collector die?)" in out
+
+
 APP_SPEC = f"""\
 name: e2e_app
 topology: {REPO / "topologies" / "dumbbell.yaml"}
