@@ -39,6 +39,7 @@ from harness.collector.appsockets import warnings_from_log
 from harness.collector.main import command as collector_command
 from harness.faults import FaultEnv, FaultKind, Faults, NoTarget, Part
 from harness.ledger import Ledger, signals_held
+from harness.lock import machine_lock
 from harness.observers import NONE, LiveLine, Observers
 from harness.spec import Experiment, Window, load_spec
 from harness.workloads import Workloads
@@ -110,7 +111,8 @@ class Repetition:
         self.plan = exp.plan(repetition)
         self.rng = random.Random(exp.seed_for(repetition))
         self.rd = RunDir.create(results_root, self.spec.name, repetition)
-        self.run_id = self.rd.path.name
+        # The ledger, rule tags and scratch directories are named by it: unique across experiments too.
+        self.run_id = f"{self.spec.name}-{self.rd.path.name}"
         self.record = RunRecorder.create(self.rd.db)   # the runner's rows of run.db
         self.db = self.record.db                        # its connection, for what takes one (target links)
         self.progress = Progress()
@@ -476,12 +478,13 @@ def run_experiment(spec_path: str | Path, results_root: str | Path = "results",
     check_runner(exp.topology.backend)   # e.g. root for Mininet, before a run directory is made
     runs: list[Path] = []
     code = 0
-    for rep in range(exp.spec.repetitions):
-        run = Repetition(exp, rep, Path(results_root), observers=observers)
-        runs.append(run.rd.path)
-        code = run.execute()
-        if code != 0:
-            break
+    with machine_lock(str(spec_path)):
+        for rep in range(exp.spec.repetitions):
+            run = Repetition(exp, rep, Path(results_root), observers=observers)
+            runs.append(run.rd.path)
+            code = run.execute()
+            if code != 0:
+                break
     return code, runs
 
 

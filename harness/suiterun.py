@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from harness.lock import machine_lock
 from harness.observers import NONE, Headline, Observers
 from harness.suite import RUN_OVERHEAD_S, Suite, describe_plan, load_suite
 from rundir.errors import UserError
@@ -116,11 +117,17 @@ class SuiteRun:
     # -- the suite ----------------------------------------------------------------------------
     def execute(self) -> int:
         from harness.backends import check_runner
-        from harness.runner import Repetition
 
         suite = self.suite
         for exp in suite.experiments:
             check_runner(exp.topology.backend)
+        with machine_lock(str(suite.path)):
+            return self._execute()
+
+    def _execute(self) -> int:
+        from harness.runner import Repetition
+
+        suite = self.suite
         self.decide()
         todo = [i for i, m in enumerate(self.members) if m.status == "planned"]
         kept = len(self.members) - len(todo)

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import time
 from types import SimpleNamespace
 
 import pytest
 
 from analysis.load import load_run_data
+from harness import ledger
+from harness.lock import machine_lock
 from harness.runner import RecordingStopped, Repetition
 from harness.spec import load_spec
 from rundir.db import FORMAT_VERSION
+from rundir.errors import UserError
 from rundir.runs import open_run
 from tests.support.env import REPO
 from tests.support.runs import WGET, RunBuilder
@@ -88,3 +93,26 @@ def test_a_recording_that_stopped_early_is_a_warning_of_the_analysis(tmp_path):
     b2.counters(b2.module("app", "app:100", {"pid": 100}), "in", 10)
     b2.event("run_end", 4.9)      # the collector outlives the workloads, as it should
     assert not [w for w in load_run_data(open_run(b2.write())).warnings if "snapshots stop" in w]
+
+
+# ----------------------------------------------------------------------------- one run at a time
+
+
+def test_a_second_run_is_refused_in_one_line_naming_the_first(tmp_path, monkeypatch):
+    monkeypatch.setattr(ledger, "LEDGER_DIR", tmp_path / "ledgers")
+    with machine_lock("experiments/net_fault.yaml"):
+        with pytest.raises(UserError) as e, machine_lock("experiments/tcp_fault.yaml"):
+            pass
+        text = str(e.value)
+        assert text.startswith(f"another run is going on on this machine: experiments/net_fault.yaml (pid {os.getpid()}, "
+                               "since ") and "\n" not in text
+    with machine_lock("experiments/tcp_fault.yaml"):   # released when the first ended
+        pass
+
+
+def test_run_ids_are_unique_across_experiments_started_in_the_same_second(tmp_path, monkeypatch):
+    monkeypatch.setattr(time, "strftime", lambda fmt, *a: "20260101-120000")
+    a = Repetition(load_spec(NET_FAULT), 0, tmp_path)
+    b = Repetition(load_spec(REPO / "experiments" / "tcp_fault.yaml"), 0, tmp_path)
+    assert a.rd.path.name == b.rd.path.name == "20260101-120000-r0"
+    assert a.run_id != b.run_id and a.run_id == "net_fault-20260101-120000-r0"

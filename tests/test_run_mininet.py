@@ -176,6 +176,27 @@ def test_a_collector_that_dies_fails_the_run_and_the_analysis_says_so(tmp_path, 
     assert "snapshots stop" in out and "the recording ended early (did the collector die?)" in out
 
 
+def test_a_second_run_at_the_same_time_is_refused(tmp_path, no_leftovers):
+    """One Mininet network at a time: a run started while another goes on is refused in one line
+    naming the first, makes no run directory, and leaves the first alone."""
+    proc = _start(tmp_path)
+    try:
+        _wait_for_snapshots(tmp_path / "results", 10)
+        second = subprocess.run([VENV_BIN / "run-experiment", str(spec(tmp_path, "60s")), "--results",
+                                 str(tmp_path / "second")], capture_output=True, text=True, cwd=REPO, timeout=60)
+        assert proc.poll() is None                       # the first goes on
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert second.returncode == 2, second.stderr
+    (line,) = second.stderr.strip().splitlines()
+    assert line.startswith(f"error: another run is going on on this machine: {tmp_path / 'e2e.yaml'} (pid {proc.pid}")
+    assert not (tmp_path / "second").exists()
+    assert proc.returncode == 128 + signal.SIGTERM, out
+
+
 APP_SPEC = f"""\
 name: e2e_app
 topology: {REPO / "topologies" / "dumbbell.yaml"}
