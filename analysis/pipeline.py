@@ -32,6 +32,7 @@ from analysis.render.tables import stalled_list
 from analysis.render.writers import stalled_markdown, write_accuracy
 from analysis.variants import DEFAULT_VARIANT
 from rundir.errors import UserError
+from rundir.layout import fresh
 from rundir.runs import guarded, open_run
 
 
@@ -216,12 +217,12 @@ def summarize(run_dir: str | Path, variants: Sequence[str] = (DEFAULT_VARIANT,),
     variant = ev.variants[0]
     health = ev.health.get(ev.runs[0])
     if health is not None:   # the runner copies it into the manifest
-        (out / "health.json").write_text(json.dumps(health.as_dict(), indent=2) + "\n")
+        fresh(out / "health.json").write_text(json.dumps(health.as_dict(), indent=2) + "\n")
         for w in health.warnings:
             say(f"warning: {w}", sys.stderr)
     st = stalled_list(data, scored, variant)
-    st.to_csv(out / "stalled.csv", index=False, na_rep="")
-    (out / "stalled.md").write_text(stalled_markdown(st, variant, limit=None) + "\n")
+    st.to_csv(fresh(out / "stalled.csv"), index=False, na_rep="")
+    fresh(out / "stalled.md").write_text(stalled_markdown(st, variant, limit=None) + "\n")
     drawn = None
     if figures:
         try:

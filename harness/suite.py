@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from harness.spec import MAX_REPETITIONS, Experiment, Spec, _Strict, experiment_from
 from harness.yamlload import MergedDoc, YamlDoc
@@ -48,6 +48,14 @@ class SuiteModel(_Strict):
     defaults: dict[str, Any] = {}
     anchors: Any = None
     experiments: list[dict[str, Any]] = Field(min_length=1)
+
+    @field_validator("suite")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        if name in (".", ".."):   # the name is a directory: results/<name>/<experiment>/<run>/
+            raise ValueError(f"{name!r} is not a suite name: its runs go to results/<name>/, and {name!r} is "
+                             "not a directory of its own there")
+        return name
 
 
 @dataclass

@@ -24,7 +24,7 @@ from harness.observers import NONE, Headline, Observers
 from harness.suite import RUN_OVERHEAD_S, Suite, describe_plan, load_suite
 from rundir.errors import UserError
 from rundir.manifest import read_manifest_quietly
-from rundir.suite_index import complete_runs, read_index, set_aside, write_index
+from rundir.suite_index import read_index, resumable_runs, set_aside, write_index
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -75,7 +75,7 @@ class SuiteRun:
                                 f"add --resume to continue it, or --restart to start it over (its runs stay "
                                 f"on disk, out of the new suite's tables)")
         if self.resume:
-            found = complete_runs(self.root)
+            found = resumable_runs(self.root)
             for m in self.members:
                 run = found.get((m.experiment, m.repetition, m.digest))
                 if run is not None:
@@ -268,7 +268,7 @@ def check_suite(path: str, results_root: str, scale: int | None, resume: bool, t
     kept = None
     if resume:
         sr = SuiteRun(suite, Path(results_root))
-        found = complete_runs(sr.root)
+        found = resumable_runs(sr.root)
         kept = {m.key() for m in sr.members if (m.experiment, m.repetition, m.digest) in found}
     return _print_plan(suite, results_root, kept)
 

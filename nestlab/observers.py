@@ -21,7 +21,7 @@ from analysis.render.writers import write_accuracy
 from harness.observers import Headline, Observers
 from nestlab.live_line import LiveProgress
 from rundir.errors import UserError
-from rundir.layout import RunDir
+from rundir.layout import RunDir, fresh, output_dir
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -45,7 +45,7 @@ def report(run: Path, quiet: bool = False) -> Headline | None:
     A run that cannot be analysed is one warning line: the run is recorded whatever happens here."""
     try:
         if quiet:
-            with open(run / "logs" / "analysis.log", "w") as log, \
+            with open(fresh(output_dir(run / "logs") / "analysis.log"), "w") as log, \
                     contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
                 ev = summarize(run)
         else:

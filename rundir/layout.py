@@ -95,3 +95,25 @@ class RunDir:
         path = Path(path)
         manifest = json.loads((path / "manifest.json").read_text())
         return cls(path, manifest)
+
+
+def output_dir(path: Path | str) -> Path:
+    """A directory to write derived files into (a run's analysis/ or logs/, or --out): made if
+    missing, refused (UserError) when it is a symbolic link: a crafted run directory must not send
+    files written as root somewhere else."""
+    from rundir.errors import UserError
+
+    path = Path(path)
+    if path.is_symlink():
+        raise UserError(f"{path}: is a symbolic link (to {os.readlink(path)}); refusing to write through it")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def fresh(path: Path | str) -> Path:
+    """`path`, ready to be written as a new file: a symbolic link planted there is removed (the link,
+    never its target), so that writing it never follows a link out of the directory."""
+    path = Path(path)
+    if path.is_symlink():
+        path.unlink()
+    return path

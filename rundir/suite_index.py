@@ -53,16 +53,48 @@ def suite_members(root: Path) -> list[Path] | None:
     if not index.is_file():
         return None
     try:
-        runs = json.loads(index.read_text()).get("runs", [])
+        data = json.loads(index.read_text())
     except (OSError, ValueError) as e:
         raise UserError(f"{index}: unreadable suite index ({e})") from None
-    return [root / r["run"] for r in runs if r.get("run") and is_run_dir(root / r["run"])]
+    return [root / run for run in member_runs(index, data) if run and is_run_dir(root / run)]
 
 
-def complete_runs(root: Path) -> dict[tuple[str, int, str], Path]:
-    """(experiment, repetition, spec digest) -> the newest complete run under a suite directory."""
+def member_runs(index: Path, data: Any) -> list[str | None]:
+    """Each entry's run directory, relative to the suite directory (None: not made yet), checked:
+    UserError (one line) for an index that is not a suite index, an entry that is not an object, or
+    a run that is not a relative path inside the suite (a crafted index must not name other runs)."""
+    runs = data.get("runs", []) if isinstance(data, dict) else None
+    if not isinstance(runs, list):
+        raise UserError(f"{index}: not a suite index (no list of runs)")
+    out: list[str | None] = []
+    for k, entry in enumerate(runs):
+        run = entry.get("run") if isinstance(entry, dict) else ...
+        if run is ... or not (run is None or isinstance(run, str)):
+            raise UserError(f"{index}: runs[{k}] is {'not an object' if run is ... else 'a run that is not a path'}; "
+                            "not a suite index nestlab wrote")
+        if run and (Path(run).is_absolute() or ".." in Path(run).parts):
+            raise UserError(f"{index}: runs[{k}]: {run!r} is outside the suite; refused")
+        out.append(run or None)
+    return out
+
+
+def resumable_runs(root: Path) -> dict[tuple[str, int, str], Path]:
+    """The complete runs --resume may keep: those the suite's current index names (after --restart,
+    the runs of the index set aside are not brought back), or, without an index, every complete run
+    under the suite directory."""
+    index = read_index(root)
+    if index is None:
+        return complete_runs(root)
+    return complete_runs(root, {(root / run).resolve() for run in member_runs(root / INDEX, index) if run})
+
+
+def complete_runs(root: Path, among: set[Path] | None = None) -> dict[tuple[str, int, str], Path]:
+    """(experiment, repetition, spec digest) -> the newest complete run under a suite directory (of
+    the run directories `among`, resolved, if given)."""
     found: dict[tuple[str, int, str], Path] = {}
     for manifest in sorted(root.glob("*/*/manifest.json")):
+        if among is not None and manifest.parent.resolve() not in among:
+            continue
         try:
             m = json.loads(manifest.read_text())
         except (OSError, ValueError):

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -13,11 +16,15 @@ from harness import ledger
 from harness.lock import machine_lock
 from harness.runner import RecordingStopped, Repetition
 from harness.spec import load_spec
+from harness.suite import load_suite
+from nestlab.cli import nestlab_main
+from nestlab.observers import report
 from rundir.db import FORMAT_VERSION
 from rundir.errors import UserError
 from rundir.runs import open_run
+from rundir.suite_index import INDEX, resumable_runs
 from tests.support.env import REPO
-from tests.support.runs import WGET, RunBuilder
+from tests.support.runs import WGET, RunBuilder, make_run
 
 NET_FAULT = REPO / "experiments" / "net_fault.yaml"
 MARKUP = "ssh: x1: [/bold] closing tag [red]that was never opened[/]"
@@ -116,3 +123,83 @@ def test_run_ids_are_unique_across_experiments_started_in_the_same_second(tmp_pa
     b = Repetition(load_spec(REPO / "experiments" / "tcp_fault.yaml"), 0, tmp_path)
     assert a.rd.path.name == b.rd.path.name == "20260101-120000-r0"
     assert a.run_id != b.run_id and a.run_id == "net_fault-20260101-120000-r0"
+
+
+# ----------------------------------------------------------------------------- hostile run directories and suites
+
+
+def test_analysis_output_never_follows_a_symlink_out_of_the_run(tmp_path, capsys):
+    run, *_ = make_run(tmp_path / "exp" / "r0")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    out = run / "analysis"
+    out.mkdir()
+    for name in ("accuracy.md", "accuracy.csv", "stalled.md", "health.json", "report.html.part",
+                 "diagnosis-overview.png"):
+        (out / name).symlink_to(victim)
+    (run / "logs").mkdir(exist_ok=True)
+    (run / "logs" / "analysis.log").symlink_to(victim)
+    assert report(run, quiet=True) is not None
+    assert victim.read_text() == "precious\n"
+    assert not any(p.is_symlink() for p in [*out.iterdir(), run / "logs" / "analysis.log"])
+    assert (out / "report.html").is_file() and (out / "accuracy.md").read_text().startswith("### Accuracy")
+
+
+def test_a_symlinked_analysis_directory_is_refused_in_one_line(tmp_path, capsys):
+    run, *_ = make_run(tmp_path / "exp" / "r0")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (run / "analysis").symlink_to(elsewhere)
+    assert nestlab_main(["accuracy", str(run)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == f"error: {run / 'analysis'}: is a symbolic link (to {elsewhere}); refusing to write through it"
+    assert list(elsewhere.iterdir()) == []
+
+
+def _suite_dir(tmp_path, runs) -> Path:
+    root = tmp_path / "suite"
+    root.mkdir(parents=True)
+    (root / INDEX).write_text(json.dumps({"suite": "s", "state": "complete", "created": 0, "runs": runs}))
+    return root
+
+
+def test_a_suite_index_naming_runs_outside_the_suite_is_refused(tmp_path, capsys):
+    outside, *_ = make_run(tmp_path / "other" / "r0")
+    for k, (runs, says) in enumerate((([{"run": "../other/r0"}], "runs[0]: '../other/r0' is outside the suite; refused"),
+                       ([{"run": str(outside)}], f"runs[0]: '{outside}' is outside the suite; refused"),
+                       (["e/r0"], "runs[0] is not an object; not a suite index nestlab wrote"),
+                       ([{"run": 7}], "runs[0] is a run that is not a path; not a suite index nestlab wrote"),
+                       ({"run": "e/r0"}, "not a suite index (no list of runs)"))):
+        root = _suite_dir(tmp_path / str(k), runs)
+        assert nestlab_main(["accuracy", str(root)]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line == f"error: {root / INDEX}: {says}"
+
+
+def test_a_suite_named_dot_or_dotdot_is_refused_like_a_spec(tmp_path):
+    for name in (".", ".."):
+        path = tmp_path / f"s{len(name)}.yaml"
+        path.write_text(f"suite: '{name}'\nexperiments:\n  - file: {NET_FAULT}\n")
+        with pytest.raises(UserError, match=rf"suite: {re.escape(repr(name))} is not a suite name"):
+            load_suite(path)
+
+
+def _complete_run(root: Path, rel: str, digest: str = "d1") -> None:
+    (root / rel).mkdir(parents=True)
+    (root / rel / "manifest.json").write_text(json.dumps({"format_version": 4, "status": "complete",
+                                                          "experiment": "e", "repetition": 0, "spec_digest": digest}))
+
+
+def test_resume_after_restart_does_not_bring_the_old_runs_back(tmp_path):
+    root = tmp_path / "suite"
+    _complete_run(root, "e/20260101-100000-r0")          # the run of the suite before --restart
+    (root / "suite-20260101-100000.json").write_text("{}")   # its index, set aside by --restart
+    (root / INDEX).write_text(json.dumps({"suite": "s", "state": "interrupted", "created": 1,
+                                          "runs": [{"experiment": "e", "repetition": 0, "run": None}]}))
+    assert resumable_runs(root) == {}                   # the restarted suite has made no run yet
+    _complete_run(root, "e/20260101-110000-r0")
+    (root / INDEX).write_text(json.dumps({"suite": "s", "state": "interrupted", "created": 1,
+                                          "runs": [{"experiment": "e", "repetition": 0, "run": "e/20260101-110000-r0"}]}))
+    assert resumable_runs(root) == {("e", 0, "d1"): root / "e/20260101-110000-r0"}
+    (root / INDEX).unlink()                              # no index at all: what is on disk
+    assert resumable_runs(root) == {("e", 0, "d1"): root / "e/20260101-110000-r0"}

@@ -27,6 +27,7 @@ from analysis.render.tables import tex
 from analysis.rows import COUNTS, RATES, ROWS, SECTIONS
 from analysis.variants import parse_variant
 from rundir.errors import UserError
+from rundir.layout import fresh, output_dir
 
 KINDS = ("accuracy", "ablation")
 ACROSS, WILSON = "across runs", "Wilson"
@@ -331,7 +332,7 @@ def against_markdown(frame: pd.DataFrame, seed: SeedTable, title: str = "") -> s
 
 
 def against_csv(frame: pd.DataFrame, path: Path) -> None:
-    frame.round(4).to_csv(path, index=False, na_rep="")
+    frame.round(4).to_csv(fresh(path), index=False, na_rep="")
 
 
 def against_latex(frame: pd.DataFrame, seed: SeedTable, caption: str = "") -> str:
@@ -354,13 +355,13 @@ def write_against(frame: pd.DataFrame, seed: SeedTable, out: Path, title: str = 
     from analysis.render.tables import slug
 
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    output_dir(out)
     md = against_markdown(frame, seed, title)
     stem = f"against-{slug(seed.name)}"
     files = [out / f"{stem}.md", out / f"{stem}.csv", out / f"{stem}.tex"]
-    files[0].write_text(md + "\n")
+    fresh(files[0]).write_text(md + "\n")
     against_csv(frame, files[1])
-    files[2].write_text(against_latex(frame, seed, f"{title or 'Ours against ' + seed.name}. Theirs: "
+    fresh(files[2]).write_text(against_latex(frame, seed, f"{title or 'Ours against ' + seed.name}. Theirs: "
                                                    f"{seed.source()}."))
     return md, files
 

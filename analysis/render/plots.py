@@ -33,6 +33,7 @@ from matplotlib.colors import LinearSegmentedColormap, ListedColormap  # noqa: E
 from matplotlib.patches import Patch  # noqa: E402
 
 from rundir import facts  # noqa: E402
+from rundir.layout import fresh, output_dir  # noqa: E402
 
 FAULT_COLOURS = {"ip_drop": "#6baed6", "tcp_drop": "#74c476", "app_pause": "#fb6a4a"}
 LABEL_Y = {"STALLED": 1.0, "DONTCARE": 0.0, "BLOCKED": -0.5, "HEALTHY": -1.0}
@@ -234,7 +235,7 @@ def diagnosis_overview(data, scored: pd.DataFrame, variant: str, path: Path,
     handles += _fault_legend(windows)
     fig.legend(handles=handles, loc="lower center", ncol=min(8, len(handles)), fontsize=7, frameon=False)
     _tight(fig, rect=(0, 0.04, 1, 1))
-    fig.savefig(path, dpi=dpi)
+    fig.savefig(fresh(path), dpi=dpi)
     plt.close(fig)
     return path
 
@@ -346,7 +347,7 @@ def subgraph_figure(data, scored: pd.DataFrame, variant: str, module: int, path:
     axes[2, 0].set_xlabel("time since workload start (s)")
     axes[2, 0].set_xlim(*(window or (x0, x1)))
     _tight(fig)
-    fig.savefig(path, dpi=DPI)
+    fig.savefig(fresh(path), dpi=DPI)
     plt.close(fig)
     return path
 
@@ -453,7 +454,7 @@ def module_timeline(data, path: Path, workload: int | None = None, max_apps: int
     if windows:
         fig.legend(handles=_fault_legend(windows), fontsize=7, loc="upper right", frameon=False, ncol=3)
     _tight(fig, rect=(0, 0, 1, 0.97))
-    fig.savefig(path, dpi=DPI)
+    fig.savefig(fresh(path), dpi=DPI)
     plt.close(fig)
     return path
 
@@ -496,7 +497,7 @@ def plot_run(data, scored: pd.DataFrame, variant: str, out_dir: Path,
              modules: list[int] | None = None) -> list[Path]:
     """Every figure of a run into out_dir; returns the files written."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    output_dir(out_dir)
     if scored.empty or data.modules.empty:
         return []  # nothing was diagnosed: no figure to draw
     files = [diagnosis_overview(data, scored, variant, out_dir / "diagnosis-overview.png"),

@@ -43,6 +43,7 @@ from analysis.render.tables import accuracy_cells as _cells
 from analysis.render.tables import md_table as _md_table
 from analysis.rows import COUNTS, RATES, ROWS
 from analysis.score import INTERVAL
+from rundir.layout import fresh, output_dir
 
 # ----------------------------------------------------------------------------- formatting
 
@@ -207,7 +208,7 @@ def write_accuracy(ev: Evaluation, out: Path, intervals: bool = False) -> tuple[
     """accuracy.md/.csv/.tex and per_run.csv for every variant of an evaluation (with 2 or more runs,
     each variant's "Across runs" table in accuracy.md), the overlap footnote and the runs' network
     health (accuracy.md; health.csv); returns (markdown, files)."""
-    out.mkdir(parents=True, exist_ok=True)
+    output_dir(out)
     tables = {v: ev.table(v) for v in ev.variants}
     across = {v: ev.across(v) for v in ev.variants}
     md_parts, tex_parts = [], []
@@ -225,27 +226,27 @@ def write_accuracy(ev: Evaluation, out: Path, intervals: bool = False) -> tuple[
     health = health_markdown(ev)
     md, written = _with_notes("\n\n".join(md_parts + ([health] if health else [])), ev)
     files = [out / "accuracy.md", out / "accuracy.csv", out / "accuracy.tex", out / "per_run.csv"]
-    files[0].write_text(written + "\n")
-    accuracy_csv_frame(tables, ev.policy, across).to_csv(files[1], index=False, na_rep="")
-    files[2].write_text("\n".join(tex_parts))
-    per_run_csv_frame(ev).to_csv(files[3], index=False, na_rep="")
+    fresh(files[0]).write_text(written + "\n")
+    accuracy_csv_frame(tables, ev.policy, across).to_csv(fresh(files[1]), index=False, na_rep="")
+    fresh(files[2]).write_text("\n".join(tex_parts))
+    per_run_csv_frame(ev).to_csv(fresh(files[3]), index=False, na_rep="")
     if ev.health:
         rows = [{"run": str(p), **h.as_dict()} for p, h in ev.health.items()]
         for r in rows:
             r["warnings"] = " | ".join(r["warnings"])
         files.append(out / "health.csv")
-        pd.DataFrame.from_records(rows).to_csv(files[-1], index=False, na_rep="")
+        pd.DataFrame.from_records(rows).to_csv(fresh(files[-1]), index=False, na_rep="")
     return md, files
 
 
 def write_compare(ev: Evaluation, out: Path) -> tuple[str, list[Path]]:
-    out.mkdir(parents=True, exist_ok=True)
+    output_dir(out)
     c = ev.compare()
     md, written = _with_notes(f"### Variant comparison, ground truth {ev.policy}, {runs_title(ev)}\n\n"
                               + compare_markdown(c, ev.variants), ev)
     files = [out / "compare.md", out / "compare.csv"]
-    files[0].write_text(written + "\n")
-    compare_csv_frame(c, ev.policy).to_csv(files[1], index=False, na_rep="")
+    fresh(files[0]).write_text(written + "\n")
+    compare_csv_frame(c, ev.policy).to_csv(fresh(files[1]), index=False, na_rep="")
     return md, files
 
 

@@ -29,6 +29,7 @@ from analysis.render.html import figures, sections
 from analysis.render.html.faults import faults_part
 from analysis.render.html.html import details, esc, note, page, png, section, table
 from analysis.variants import DEFAULT_VARIANT
+from rundir.layout import fresh, output_dir
 
 REPORT_VARIANTS = (DEFAULT_VARIANT, "nest-cf")   # the two rule systems the seeds measured
 MAX_RUN_FIGURES = 30        # several runs: runs whose diagnosis overview is drawn ...
@@ -196,8 +197,8 @@ def build_report(ev: Evaluation, out: str | Path, *, figures_of: dict | None = N
     meta = (f"Generated {time.strftime('%Y-%m-%d %H:%M:%S %Z')} by nestlab {esc(__version__)} in "
             f"{time.monotonic() - started:.1f} s · ground truth {esc(ev.policy)} · variants "
             f"{esc(', '.join(ev.variants))} · {esc(sections.runs_title(ev))}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp_out = out.with_name(out.name + ".part")
+    output_dir(out.parent)
+    tmp_out = fresh(out.with_name(out.name + ".part"))
     tmp_out.write_text(page(_title(ev), meta, toc, parts), encoding="utf-8")
     tmp_out.replace(out)
     return out
