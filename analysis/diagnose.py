@@ -144,14 +144,13 @@ def diagnose_run(run_dir: str | Path | RunStretches, variants=None) -> pd.DataFr
                              ("variant", "dir", "module", "kind", "seq", "label", "cf", "positive", "invalid")})
     flat = {k: np.concatenate(v) for k, v in cols.items()}
     kinds = sorted(set(run.module_kind.values()))
-    kind_code = {m: kinds.index(k) for m, k in run.module_kind.items()}
-    lookup = np.full(max(kind_code) + 1, -1, dtype=np.int16)
-    lookup[list(kind_code)] = list(kind_code.values())
+    ids = np.fromiter(sorted(run.module_kind), dtype=np.int64, count=len(run.module_kind))
+    codes = np.array([kinds.index(run.module_kind[m]) for m in ids.tolist()], dtype=np.int16)
     return pd.DataFrame({
         "variant": pd.Categorical.from_codes(flat["variant"], names),
         "dir": pd.Categorical.from_codes(flat["dir"], list(DIRS)),
         "module": flat["module"],
-        "kind": pd.Categorical.from_codes(lookup[flat["module"]], kinds),
+        "kind": pd.Categorical.from_codes(codes[np.searchsorted(ids, flat["module"])], kinds),   # by module, not id
         "seq": flat["seq"],
         "label": pd.Categorical.from_codes(flat["code"], list(LABELS)),
         "cf": flat["cf"],

@@ -245,7 +245,8 @@ class LiveEngine:
             pos = np.concatenate([np.full(len(mod), base), pos])
         # Each module's end: the first position after its life (those alive: after the newest snapshot).
         end = np.where(np.isnan(self.died), n, np.searchsorted(self.mono, self.died, side="left"))
-        dense, dpos = sx.dense_counter_rows(rows, pos - base, np.maximum(end - base, 0), self.seqs[base:])
+        dense, dpos = sx.dense_counter_rows(rows, pos - base, (np.arange(len(end)), np.maximum(end - base, 0)),
+                                            self.seqs[base:])
         dpos = dpos + base
         new = dpos >= p0
         dense = {k: v[new] for k, v in dense.items()}

@@ -359,13 +359,14 @@ def series_deltas(mod: np.ndarray, vals: np.ndarray, has: np.ndarray, kinds_zero
     return delta, invalid
 
 
-def dense_counter_rows(rows: dict[str, np.ndarray], pos: np.ndarray, end_pos: np.ndarray,
+def dense_counter_rows(rows: dict[str, np.ndarray], pos: np.ndarray, lives: tuple[np.ndarray, np.ndarray],
                        seqs: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Carry stored counter rows forward to every snapshot of the module's lifetime.
 
     The collector writes a (module, direction) row only when its values change (format 2): a
     snapshot without a row has the values of the last row before it, until the module dies.
-    pos: each row's snapshot position; end_pos[module id]: first position after the module's life.
+    pos: each row's snapshot position; lives: (module ids, sorted; the first position after each one's
+    life), so that memory follows the number of modules, not the largest id.
     Returns the rows, one per (module, direction, position) from the first row to the end, and
     their positions. Dense input (format 1) comes back unchanged.
     """
@@ -381,7 +382,8 @@ def dense_counter_rows(rows: dict[str, np.ndarray], pos: np.ndarray, end_pos: np
     heads = np.flatnonzero(first)
     last_row = np.append(heads[1:] - 1, n - 1)
     starts = p[heads]
-    ends = np.maximum(end_pos[g[heads] // 2], p[last_row] + 1)
+    ids, end_pos = lives
+    ends = np.maximum(end_pos[np.searchsorted(ids, g[heads] // 2)], p[last_row] + 1)
     lengths = ends - starts
     dense_g = np.repeat(g[heads], lengths)
     dense_pos = np.repeat(starts, lengths) + np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
@@ -422,13 +424,14 @@ def load_stretches(run_dir: str | Path) -> RunStretches:
         return run
 
     rows, pos = repair.place_rows(rows, seqs, kind, warnings)
-    end_pos = np.full(max(kind) + 1, len(seqs), dtype=np.int64)  # alive at the end (or killed)
-    for i, *_, died in mods:
+    ids = np.array([m[0] for m in mods], dtype=np.int64)   # read_modules orders them by id
+    end_pos = np.full(len(ids), len(seqs), dtype=np.int64)  # alive at the end (or killed)
+    for k, (i, *_, died) in enumerate(mods):
         if died is not None:
-            end_pos[i] = np.searchsorted(mono, died, side="left")
+            end_pos[k] = np.searchsorted(mono, died, side="left")
         elif i in unknown_death:
-            end_pos[i] = 0   # death unknown: alive until its last row (dense_counter_rows)
-    rows, pos = dense_counter_rows(rows, pos, end_pos, seqs)
+            end_pos[k] = 0   # death unknown: alive until its last row (dense_counter_rows)
+    rows, pos = dense_counter_rows(rows, pos, (ids, end_pos), seqs)
     run.modules = repair.fill_lives(mods, unknown_death, rows["module"], pos, mono)
 
     # Deltas per direction on rows sorted by (module, seq); then re-sorted by snapshot for slicing.
@@ -488,7 +491,17 @@ def build_stretches(seqs: np.ndarray, mono: np.ndarray, kind: dict[int, str], pe
     bounds = sorted(c for c in change if 0 <= c <= s_count)
     by_pos = np.argsort(pp, kind="stable")
     pm_sorted, pp_sorted = pm[by_pos], pp[by_pos]
-    lookup = np.full(max(kind) + 1, -1, dtype=np.int64)
+    # Module ids -> dense slots (memory follows the number of modules, not the largest id); a row of
+    # a module not in `kind` gets no slot.
+    ids = np.fromiter(sorted(kind), dtype=np.int64, count=len(kind))
+    lookup = np.full(len(ids) + 1, -1, dtype=np.int64)
+    slot = {}
+    for d in DIRS:
+        mod = per_dir[d][1]
+        k = np.searchsorted(ids, mod)
+        known = k < len(ids)
+        known[known] = ids[k[known]] == mod[known]
+        slot[d] = np.where(known, k, len(ids))   # the last lookup entry stays -1
     stretches = []
     for a, b in zip(bounds[:-1], bounds[1:], strict=True):
         lo, hi = np.searchsorted(pp_sorted, [a, a + 1])
@@ -499,13 +512,14 @@ def build_stretches(seqs: np.ndarray, mono: np.ndarray, kind: dict[int, str], pe
         edges = [(idx[p], idx[c]) for p, c, ea, eb in edge_span
                  if ea <= a < eb and p in idx and c in idx and p != c]
         st = Stretch(here, [kind[m] for m in here], edges, seqs[a:b])
-        lookup[here] = np.arange(len(here))
+        here_slots = np.searchsorted(ids, here)
+        lookup[here_slots] = np.arange(len(here))
         for d in DIRS:
             p_, mod, delta, queued, has, invalid = per_dir[d]
             c = Counters.empty(len(here), b - a)
             c.invalid[:] = True  # no row in this direction = no measurement
             lo, hi = np.searchsorted(p_, [a, b])
-            r, col = lookup[mod[lo:hi]], p_[lo:hi] - a
+            r, col = lookup[slot[d][lo:hi]], p_[lo:hi] - a
             keep = np.flatnonzero(r >= 0)
             r, col, sel = r[keep], col[keep], lo + keep
             c.tm[r, col] = delta[sel, 0]
@@ -517,7 +531,7 @@ def build_stretches(seqs: np.ndarray, mono: np.ndarray, kind: dict[int, str], pe
             c.has_errors[r, col] = has[sel, 3]
             c.invalid[r, col] = invalid[sel]
             st.counters[d] = c
-        lookup[here] = -1
+        lookup[here_slots] = -1
         stretches.append(st)
     return stretches
 

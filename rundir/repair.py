@@ -91,17 +91,18 @@ def fill_lives(mods: list[tuple], unknown_death: set[int], module: np.ndarray, p
     unknown dead at the snapshot after their last row (None: alive at the end)."""
     if not unknown_death and all(m[5] is not None for m in mods):
         return mods
-    size = max((m[0] for m in mods), default=0) + 1
-    first = np.full(size, len(mono), dtype=np.int64)
-    last = np.full(size, -1, dtype=np.int64)
-    np.minimum.at(first, module, pos)
-    np.maximum.at(last, module, pos)
+    ids = np.array([m[0] for m in mods], dtype=np.int64)   # sorted (rundir.read.read_modules)
+    first = np.full(len(ids), len(mono), dtype=np.int64)   # per module, not per id: ids may be huge
+    last = np.full(len(ids), -1, dtype=np.int64)
+    slot = np.searchsorted(ids, module)
+    np.minimum.at(first, slot, pos)
+    np.maximum.at(last, slot, pos)
     out = []
-    for mid, k, n, key, attrs, born, died in mods:
+    for k_, (mid, k, n, key, attrs, born, died) in enumerate(mods):
         if born is None:
-            born = float(mono[first[mid]]) if last[mid] >= 0 else float(mono[0])
-        if mid in unknown_death and 0 <= last[mid] and last[mid] + 1 < len(mono):
-            died = float(mono[last[mid] + 1])
+            born = float(mono[first[k_]]) if last[k_] >= 0 else float(mono[0])
+        if mid in unknown_death and 0 <= last[k_] and last[k_] + 1 < len(mono):
+            died = float(mono[last[k_] + 1])
         out.append((mid, k, n, key, attrs, born, died))
     return out
 

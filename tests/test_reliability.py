@@ -203,3 +203,31 @@ def test_resume_after_restart_does_not_bring_the_old_runs_back(tmp_path):
     assert resumable_runs(root) == {("e", 0, "d1"): root / "e/20260101-110000-r0"}
     (root / INDEX).unlink()                              # no index at all: what is on disk
     assert resumable_runs(root) == {("e", 0, "d1"): root / "e/20260101-110000-r0"}
+
+
+def test_a_huge_module_id_costs_no_memory_and_changes_no_score(tmp_path):
+    """Module ids are the collector's, but a crafted (or very long) run may hold any: memory follows
+    the number of modules, not the largest id (an id of 10^8 took 1.6 GB), and the tables are those
+    of the same run with small ids."""
+    import sqlite3
+    import tracemalloc
+
+    from analysis.pipeline import evaluate
+
+    small, *_ = make_run(tmp_path / "small" / "r0")
+    big, *_ = make_run(tmp_path / "big" / "r0")
+    db = sqlite3.connect(big / "run.db")
+    (old,) = db.execute("SELECT max(id) FROM modules").fetchone()
+    for table, col in (("modules", "id"), ("counters", "module"), ("edges", "parent"), ("edges", "child"),
+                       ("faults", "target_module")):
+        db.execute(f"UPDATE {table} SET {col} = ? WHERE {col} = ?", (10**8, old))
+    db.commit()
+    db.close()
+    tracemalloc.start()
+    try:
+        table = evaluate([big], ["flowdiagnoser:theta=2", "nest-cf"]).table()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 200e6, f"{peak / 1e6:.0f} MB"
+    assert table.equals(evaluate([small], ["flowdiagnoser:theta=2", "nest-cf"]).table())
