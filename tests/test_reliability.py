@@ -231,3 +231,28 @@ def test_a_huge_module_id_costs_no_memory_and_changes_no_score(tmp_path):
         tracemalloc.stop()
     assert peak < 200e6, f"{peak / 1e6:.0f} MB"
     assert table.equals(evaluate([small], ["flowdiagnoser:theta=2", "nest-cf"]).table())
+
+
+# ----------------------------------------------------------------------------- odd data in the report
+
+
+def test_the_report_draws_a_window_of_hours_and_dollar_signs_in_names(tmp_path, capsys):
+    """A fault window longer than two hours (the counters figure's ticks) and a `$...$` in a name
+    (matplotlib would read TeX) are data like any other: the figures and the report are made."""
+    import sqlite3
+
+    from analysis.pipeline import summarize_run
+
+    run, *_ = make_run(tmp_path / "exp" / "r0")
+    db = sqlite3.connect(run / "run.db")
+    db.execute("UPDATE faults SET end = start + 3 * 3600 WHERE id = 1")
+    assert db.execute("UPDATE modules SET name = 'wget $\\alpha^{2$ 100' WHERE kind = 'app'").rowcount == 2
+    db.commit()
+    db.close()
+    out = summarize_run(run)
+    err = capsys.readouterr().err
+    assert "not drawn" not in err and "not written" not in err, err
+    html = (out / "report.html").read_text()
+    assert '<section id="faults"' in html and html.count("data:image/svg+xml") == 2   # each fault's counters
+    assert (out / "diagnosis-overview.png").is_file() and (out / "module-timeline.png").is_file()
+    assert "$\\alpha^{2$" in (out / "stalled.md").read_text()   # the name as it is

@@ -25,6 +25,8 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
+# Labels are names from the run (modules, nodes, commands): text, never TeX ('$x$' is not math here).
+matplotlib.rcParams["text.parse_math"] = False
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402

@@ -158,8 +158,11 @@ def said_table(data, scored: BySeq, variants: list[str], w: FaultTimes, modules:
 
 
 def _ticks(lo: float, hi: float) -> list[float]:
+    """At most about 12 round ticks between lo and hi (seconds), for a window of any length."""
     span = max(hi - lo, 1e-6)
-    step = next(s for s in (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600) if span / s <= 12)
+    step = next((s for s in (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600) if span / s <= 12), None)
+    if step is None:   # over 2 hours: a 1-2-5 step of 10-minute multiples
+        step = 600 * next(m * 10 ** e for e in range(12) for m in (1, 2, 5) if span / (600 * m * 10 ** e) <= 12)
     return [k * step for k in range(math.ceil(lo / step), math.floor(hi / step) + 1)]
 
 

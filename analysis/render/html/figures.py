@@ -16,6 +16,7 @@ import warnings
 import matplotlib
 
 matplotlib.use("Agg")
+matplotlib.rcParams["text.parse_math"] = False   # labels are the run's names: text, never TeX
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
