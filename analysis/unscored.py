@@ -15,7 +15,7 @@ from analysis.labels import collateral_modules, fault_targets
 
 def leave_out_unknown_windows(faults: pd.DataFrame, unknown: dict, mods: pd.DataFrame, edges: pd.DataFrame,
                               t0: float, warnings: list[str]) -> list[tuple[set[int] | None, float, float, str]]:
-    """A fault whose window is unknown labels nothing; its targets and their graph neighbours (the
+    """A fault whose window (or kind) is unknown labels nothing; its targets and their graph neighbours (the
     modules whose ground truth it decides) are not scored over the span it may have covered (the
     whole run when nothing is known). Returns those (modules, lo, hi, warning) for `unscored`."""
     out = []
@@ -26,13 +26,12 @@ def leave_out_unknown_windows(faults: pd.DataFrame, unknown: dict, mods: pd.Data
         tm = row["target_module"]
         where = "over the whole run" if lo is None else f"from {lo - t0:.1f} s to {hi - t0:.1f} s"
         if tm is pd.NA or pd.isna(tm):
-            warnings.append(f"fault {fid} ({row['kind']}): {why}; its window is unknown, and so is its target: "
-                            "the fault is left out")
+            warnings.append(f"fault {fid} ({row['kind']}): {why}, and its target is unknown: the fault is left out")
             continue
         targets = fault_targets(view, row["kind"], int(tm), lo_, hi_)
         around = targets | collateral_modules(view, targets, lo_, hi_)
-        out.append((around, lo_, hi_, f"fault {fid} ({row['kind']}): {why}; its window is unknown: the fault is "
-                    f"left out, and its target and the {len(around) - 1} modules around it are not scored {where}"))
+        out.append((around, lo_, hi_, f"fault {fid} ({row['kind']}): {why}: the fault is left out, and its "
+                    f"target and the {len(around) - 1} modules around it are not scored {where}"))
     return out
 
 

@@ -127,6 +127,8 @@ COUNTER_FIELDS = ("total_msgs", "wait_ms", "queued", "errors", "bytes")
 # tcp_info's TCP state columns, format 4 on (older runs have rtt_us and rttvar_us only).
 TCP_STATE_COLUMNS = ("backoff", "ca_state", "retransmits", "probes", "rto_us",
                      "data_sent_at", "data_recv_at", "ack_recv_at")
+# The fault kinds this format records (faults.kind); a reader leaves a fault of another kind out.
+FAULT_KINDS = ("ip_drop", "tcp_drop", "app_pause")
 FAULT_COLUMNS = ["id", "spec_index", "kind", "at_node", "target", "target_module", "planned_start",
                  "planned_duration", "start", "end"]
 QUEUE_COLUMNS = ["mono", "node", "interface", "sent_packets", "sent_bytes", "drops", "overlimits", "requeues",

@@ -444,9 +444,11 @@ def read_queue_stats(conn: sqlite3.Connection, warnings: list[str]) -> pd.DataFr
 
 def counter_history(conn: sqlite3.Connection, module: int, out: bool) -> list[tuple]:
     """(seq, total_msgs, bytes) of one module direction's counters rows, in order: the cumulative
-    values as recorded (a row when they change)."""
-    return conn.execute("SELECT seq, total_msgs, bytes FROM counters WHERE module = ? AND dir = ? ORDER BY seq",
+    values as recorded (a row when they change). Rows holding something other than numbers there
+    are left out (read_counters has said so: a warning, and the row not scored)."""
+    rows = conn.execute("SELECT seq, total_msgs, bytes FROM counters WHERE module = ? AND dir = ? ORDER BY seq",
                         (module, "out" if out else "in")).fetchall()
+    return [r for r in rows if isinstance(r[0], int) and all(v is None or is_number(v) for v in r[1:])]
 
 
 def seq_at(db: Path, t0: float | None, seconds: float) -> int | None:

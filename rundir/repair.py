@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rundir.db import FAULT_COLUMNS
+from rundir.db import FAULT_COLUMNS, FAULT_KINDS
 
 NUMBER = (int, float)
 
@@ -132,8 +132,8 @@ def fault_rows(faults: pd.DataFrame, t0: float | None, warnings: list[str]) -> t
     """The faults with numbers where numbers belong: a target_module that is not an integer is unknown
     (resolved from the target); planned times that are not numbers are unknown. Returns the faults and,
     for each fault whose window is unknown (a start or end that is not a time, an end before the
-    start), the span (lo, hi) it may have covered, from what is known of its times and plan (None:
-    nothing is known) and why."""
+    start) or whose kind is unknown (it cannot be labelled), the span (lo, hi) it may have covered,
+    from what is known of its times and plan (None: nothing is known) and why."""
     rows, unknown = [], {}
     for r in faults.itertuples(index=False):
         start, end = _time(r.start), _time(r.end)
@@ -147,9 +147,12 @@ def fault_rows(faults: pd.DataFrame, t0: float | None, warnings: list[str]) -> t
         why = None
         if start == "bad" or end == "bad":
             which = "start" if start == "bad" else "end"
-            why = f"its {which} {shown(r.start if which == 'start' else r.end)} is not a time"
+            why = f"its {which} {shown(r.start if which == 'start' else r.end)} is not a time; its window is unknown"
         elif start is not None and end is not None and end < start:
-            why = f"it ends ({end - (t0 or 0):.3f} s) before it starts ({start - (t0 or 0):.3f} s)"
+            why = (f"it ends ({end - (t0 or 0):.3f} s) before it starts ({start - (t0 or 0):.3f} s); its window is "
+                   "unknown")
+        elif str(r.kind) not in FAULT_KINDS and start is not None:
+            why = f"its kind {shown(r.kind)} is not one this nestlab knows (a newer run?)"
         if why is not None:
             known = [v for v in (start, end) if isinstance(v, float)]
             if t0 is not None and ps is not None:

@@ -148,6 +148,19 @@ def counter_text(run: Path) -> Damage:
     return Damage(("counters: 1 row", "'lots'", f"module {module}", f"seq {seq}"))
 
 
+def counter_text_in_a_target(run: Path) -> Damage:
+    """Text in total_msgs of a fault's target, in a row with bytes: the labeller reads those rows
+    again (whether the direction carried data), and must leave the row out there too."""
+    conn = _db(run)
+    _, _, target = _targeted_fault(conn, "tcp_drop") or _targeted_fault(conn)
+    (rowid, seq) = conn.execute("SELECT rowid, seq FROM counters WHERE module = ? ORDER BY seq LIMIT 1 OFFSET 3",
+                                (target,)).fetchone()
+    conn.execute("UPDATE counters SET total_msgs = 'lots', bytes = coalesce(bytes, 4096) WHERE rowid = ?", (rowid,))
+    conn.commit()
+    conn.close()
+    return Damage(("counters: 1 row", "'lots'", f"module {target}", f"seq {seq}"))
+
+
 def counter_blob_and_inf(run: Path) -> Damage:
     conn = _db(run)
     module, d, seqs = _busy_series(conn)
@@ -229,6 +242,18 @@ def snapshot_time_backwards(run: Path) -> Damage:
     conn.commit()
     conn.close()
     return Damage(("snapshots:", "goes back", f"seq {seq}"))
+
+
+def fault_kind_unknown(run: Path) -> Damage:
+    """A fault of a kind this nestlab does not know (a newer run, or a hand edit): it labels nothing,
+    and says so."""
+    conn = _db(run)
+    fid, kind, _ = _targeted_fault(conn)
+    conn.execute("UPDATE faults SET kind = 'meteor_strike' WHERE id = ?", (fid,))
+    conn.commit()
+    conn.close()
+    return Damage((f"fault {fid} (meteor_strike): its kind 'meteor_strike' is not one this nestlab knows",
+                   "the fault is left out, and its target and the"))
 
 
 def fault_target_missing(run: Path) -> Damage:
@@ -337,6 +362,6 @@ def empty_directory(run: Path) -> Damage:
 DAMAGES: dict[str, Callable[[Path], Damage]] = {f.__name__: f for f in (
     manifest_not_an_object, manifest_wrong_types, manifest_too_deep, manifest_nan_t0, counter_text, counter_blob_and_inf,
     counter_keys_not_numbers, snapshot_time_text, snapshot_time_backwards, snapshot_row_missing,
-    text_in_other_tables, fault_target_missing, fault_target_unresolvable, fault_ends_before_start,
+    text_in_other_tables, counter_text_in_a_target, fault_kind_unknown, fault_target_missing, fault_target_unresolvable, fault_ends_before_start,
     module_dies_before_born, wal_lost, db_truncated, db_corrupt, db_not_sqlite, no_usable_time, empty_directory)}
 FATAL = tuple(name for name in DAMAGES if name.startswith(("db_", "empty_", "no_")))
