@@ -120,3 +120,25 @@ def cleanup(verbose: bool = False, include_live: bool = False) -> int:
             path.unlink(missing_ok=True)
         say(f"cleanup: run {data['run_id']}: {killed} process group(s) killed, {removed} link(s) removed")
     return 2 if refused else 0
+
+
+def stale_ledgers() -> list[str]:
+    """The run ids of ledgers whose runner is gone (a killed run's leftovers), for a new run to say so
+    before it builds anything on top of them; ledgers that cannot be read are left to `cleanup`."""
+    where = ledger.LEDGER_DIR
+    found = []
+    for path in sorted(where.glob("*.json")) if where.is_dir() else []:
+        data, problem = _read_ledger(path)
+        if problem is None and isinstance(data, dict) and "runner_pid" in data \
+                and not alive(data["runner_pid"], data.get("runner_start")):
+            found.append(str(data.get("run_id", path.stem)))
+    return found
+
+
+def refuse_on_leftovers() -> None:
+    """UserError (one line) when a killed run left something behind: a new run would build on top of
+    its links, rules and processes."""
+    stale = stale_ledgers()
+    if stale:
+        raise UserError(f"a killed run left things behind ({', '.join(stale)}; ledgers in {ledger.LEDGER_DIR}): "
+                        "run `nestlab cleanup` first")

@@ -208,8 +208,9 @@ class Ledger:
 
     def close(self) -> None:
         """Delete the ledger: everything it lists is gone. Kept when testbed nodes still hold
-        something (a node went away during teardown): `nestlab cleanup` retries."""
-        if self.remote_leftovers():
+        something (a node went away during teardown), or a machine-wide sysctl is still changed:
+        `nestlab cleanup` retries."""
+        if self.remote_leftovers() or self.data.get("sysctls"):
             self.data["runner_pid"] = -1   # no runner any more: cleanup may act on it
             self._save()
             return

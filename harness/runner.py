@@ -35,6 +35,7 @@ from rich.text import Text
 
 from harness.backends import check_runner, make_backend
 from harness.backends.base import Clocks, Proc
+from harness.clean import refuse_on_leftovers
 from harness.collector.appsockets import warnings_from_log
 from harness.collector.main import command as collector_command
 from harness.faults import FaultEnv, FaultKind, Faults, NoTarget, Part
@@ -479,6 +480,7 @@ def run_experiment(spec_path: str | Path, results_root: str | Path = "results",
     runs: list[Path] = []
     code = 0
     with machine_lock(str(spec_path)):
+        refuse_on_leftovers()
         for rep in range(exp.spec.repetitions):
             run = Repetition(exp, rep, Path(results_root), observers=observers)
             runs.append(run.rd.path)

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from harness.clean import refuse_on_leftovers
 from harness.lock import machine_lock
 from harness.observers import NONE, Headline, Observers
 from harness.suite import RUN_OVERHEAD_S, Suite, describe_plan, load_suite
@@ -122,6 +123,7 @@ class SuiteRun:
         for exp in suite.experiments:
             check_runner(exp.topology.backend)
         with machine_lock(str(suite.path)):
+            refuse_on_leftovers()
             return self._execute()
 
     def _execute(self) -> int:

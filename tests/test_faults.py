@@ -414,3 +414,29 @@ def test_runner_and_analysis_resolve_alike():
     out = _resolve_faults(faults, mods, monitor, 9.0, [])
     assert [None if pd.isna(m) else int(m) for m in out["target_module"]] == [5, *EXPECTED[1:]]
 
+
+
+def test_a_chain_whose_setup_was_interrupted_is_removed_and_its_undo_kept_until_then():
+    """A signal between making the chain and hooking it (or recording it ready): teardown still
+    removes whatever exists on the router, and the ledger's undo entry goes only once it is gone."""
+    backend = FakeBackend(remote=True)
+    env = make_env([{"kind": "ip_drop", "at": "x1", "schedule": SCHED}], backend)
+    chains = iptables.Chains.of(env)
+    x1 = backend.node("x1")
+    real_apply = x1._apply
+
+    def interrupted(argv, input):
+        if argv[2:4] == ["-I", "FORWARD"]:
+            real_apply(argv, input)        # hooked, and then the signal arrives
+            raise KeyboardInterrupt
+        return real_apply(argv, input)
+
+    x1._apply = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        chains.setup(["x1"])
+    assert x1.chain == [] and x1.hooks == 1 and len(env.ledger.undo) == 1   # made, hooked, recorded
+    x1._apply = real_apply
+    chains.teardown()
+    assert x1.chain is None and x1.hooks == 0 and env.ledger.undo == []
+    chains.teardown()                                   # the other kind's call: nothing left to do
+    assert x1.calls[-1] == ["iptables", "-w", "-X", "NESTLAB"] and len(x1.calls) == 4 + 4

@@ -13,6 +13,7 @@ import pytest
 
 from analysis.load import load_run_data
 from harness import ledger
+from harness.clean import refuse_on_leftovers
 from harness.lock import machine_lock
 from harness.runner import RecordingStopped, Repetition
 from harness.spec import load_spec
@@ -256,3 +257,33 @@ def test_the_report_draws_a_window_of_hours_and_dollar_signs_in_names(tmp_path, 
     assert '<section id="faults"' in html and html.count("data:image/svg+xml") == 2   # each fault's counters
     assert (out / "diagnosis-overview.png").is_file() and (out / "module-timeline.png").is_file()
     assert "$\\alpha^{2$" in (out / "stalled.md").read_text()   # the name as it is
+
+
+# ----------------------------------------------------------------------------- nothing left behind
+
+
+def test_the_ledger_is_kept_while_a_sysctl_is_still_changed(tmp_path, monkeypatch):
+    monkeypatch.setattr(ledger, "LEDGER_DIR", tmp_path / "ledgers")
+    book = ledger.Ledger("net_fault-20260101-120000-r0", tmp_path / "run")
+    book.add_sysctl("net.ipv4.tcp_child_ehash_entries", "0")
+    book.close()
+    assert book.path.is_file()                         # put back by `nestlab cleanup`, which reads it
+    book.drop_sysctl("net.ipv4.tcp_child_ehash_entries")
+    book.close()
+    assert not book.path.exists()
+
+
+def test_a_new_run_says_a_killed_one_left_things_behind(tmp_path, monkeypatch):
+    """After a SIGKILL in the build window the ledger lists links and processes of a dead runner: the
+    next run refuses, in one line, before building on top of them."""
+    monkeypatch.setattr(ledger, "LEDGER_DIR", tmp_path / "ledgers")
+    refuse_on_leftovers()                               # nothing there: nothing said
+    book = ledger.Ledger("net_fault-20260101-120000-r0", tmp_path / "run")
+    book.add_links(["site1n1-eth0"])
+    refuse_on_leftovers()                               # its runner (this process) is alive
+    data = json.loads(book.path.read_text())
+    book.path.write_text(json.dumps({**data, "runner_pid": -1}))
+    with pytest.raises(UserError) as e:
+        refuse_on_leftovers()
+    assert str(e.value) == (f"a killed run left things behind (net_fault-20260101-120000-r0; ledgers in "
+                            f"{tmp_path / 'ledgers'}): run `nestlab cleanup` first")

@@ -29,7 +29,7 @@ from harness import interceptor as _interceptor
 from harness.agent import tcp_connections
 from harness.backends.base import ClockOffset, Clocks, Proc
 from harness.interceptor.pause import PauseState, pause_process, resume_process
-from harness.ledger import Ledger, kill_group, unblock_held_signals
+from harness.ledger import Ledger, kill_group, signals_held, unblock_held_signals
 from harness.topology import Interface, Topology
 from harness.workloads import check_binaries
 from rundir.db import monotonic
@@ -177,9 +177,10 @@ def private_tcp_hash(ledger: Ledger | None, entries: int = CHILD_EHASH_ENTRIES):
         _CHILD_EHASH.write_text(str(entries))
         yield
     finally:
-        _CHILD_EHASH.write_text(before)
-        if ledger:
-            ledger.drop_sysctl(name)
+        with signals_held():   # put back and forgotten together: a signal between would lose one of them
+            _CHILD_EHASH.write_text(before)
+            if ledger:
+                ledger.drop_sysctl(name)
 
 
 class MininetBackend:

@@ -186,11 +186,21 @@ class Chains:
             fw.setup()
 
     def teardown(self) -> None:
-        for router, fw in self.firewalls.items():   # a second call (the other kind's) finds nothing to do
-            if fw.ready:
+        """Every chain that may exist goes, including one whose setup was interrupted half way (made
+        but not hooked, or hooked but not recorded as ready); its undo entry goes only once it is
+        gone. A second call (the other kind's) finds nothing to do."""
+        failed = None
+        for router, fw in list(self.firewalls.items()):
+            try:
                 fw.teardown()
+            except Exception as e:  # noqa: BLE001 - the other routers' chains still matter
+                failed = failed or e
+                continue
+            del self.firewalls[router]
             if router in self.undo:
                 self.env.ledger.drop_undo(self.undo.pop(router))
+        if failed is not None:
+            raise failed
 
 
 class _Drop:
