@@ -14,6 +14,12 @@ from pathlib import Path
 from analysis.live import LiveEngine
 
 
+def printable(text: str) -> str:
+    """`text` safe for a terminal: control characters (an escape sequence in a module name or a
+    manifest string, a newline) shown as \\xNN instead of acting on the terminal."""
+    return text if text.isprintable() else "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+
+
 class LiveProgress:
     """A harness.observers.LiveLine over the run directory `path` being recorded; `warn(message)`
     records a warning of the run."""
@@ -57,10 +63,10 @@ class LiveProgress:
             return ""
         t = v.mono - v.t0 if isinstance(v.t0, int | float) else 0.0
         stalled = sorted(v.stalled, key=lambda r: (r.stalled_s or 0.0))
-        names = [f"{r.name} ({r.dir} {r.stalled_s or 0:.1f} s)" for r in stalled]
+        names = [printable(f"{r.name} ({r.dir} {r.stalled_s or 0:.1f} s)") for r in stalled]
         faults = [f"{f.kind} {f.target}" + ("" if f.left(v.now) is None else f" {max(0.0, f.left(v.now)):.1f} s left")
                   for f in v.faults]
-        tail = (" | " + "; ".join(faults)) if faults else ""
+        tail = printable(" | " + "; ".join(faults)) if faults else ""   # names from the run: never escapes
         head = f"  STALLED at t {t:.1f} s: "
         if not names:
             return (head + "none" + tail)[:width]

@@ -25,6 +25,7 @@ import numpy as np
 
 from rundir.db import TCP_STATE_COLUMNS, connect
 
+TCP_ROWS = 20_000   # tcp_info rows fetched at a time
 COUNTER_ROWS = 50_000        # counters rows per read step
 _NULL = -1e308               # SQL NULL while reading (counters are never negative)
 _VALUES = ("total_msgs", "wait_ms", "queued", "errors")
@@ -79,6 +80,8 @@ class RunReader:
         self.alive_edges: set[int] = set()
         self.tcp_state = tcp_state
         self.tcp_rowid = 0
+        self.tcp_step = TCP_ROWS
+        self.tcp_ordered = True
         self.tcp_ok: bool | None = None
 
     def close(self) -> None:
@@ -187,15 +190,27 @@ class RunReader:
         if not self.tcp_ok:
             return np.zeros((0, width))
         cols = ", ".join(("rowid", "seq", "module", *TCP_STATE_COLUMNS))
-        if self.ordered:
-            rows = self.conn.execute(f"SELECT {cols} FROM tcp_info WHERE rowid > ? ORDER BY rowid",
-                                     (self.tcp_rowid,)).fetchall()
-            a = np.array(rows, dtype=np.float64).reshape(-1, width + 1)
-            if len(a) and (np.diff(a[:, 1]) >= 0).all():
-                a = a[a[:, 1] <= frontier]
-                if len(a):
-                    self.tcp_rowid = int(a[-1, 0])
-                return a[:, 1:]
+        if self.tcp_ordered:
+            # In steps, stopping at the first row past the frontier: catching up on a long run in
+            # many reads must not fetch every later row each time (quadratic).
+            parts, start, ordered = [], self.tcp_rowid, True
+            while True:
+                rows = self.conn.execute(f"SELECT {cols} FROM tcp_info WHERE rowid > ? ORDER BY rowid LIMIT ?",
+                                         (start, self.tcp_step)).fetchall()
+                a = np.array(rows, dtype=np.float64).reshape(-1, width + 1)
+                if len(a) and ((np.diff(a[:, 1]) < 0).any() or (parts and a[0, 1] < parts[-1][-1, 1])):
+                    ordered = False
+                    break
+                take = a[a[:, 1] <= frontier]
+                if len(take):
+                    parts.append(take)
+                    start = int(take[-1, 0])
+                if len(take) < len(a) or len(a) < self.tcp_step:
+                    break
+            if ordered:
+                self.tcp_rowid = start
+                return np.concatenate(parts)[:, 1:] if parts else np.zeros((0, width))
+            self.tcp_ordered = False     # not written in seq order: read by seq from now on
         rows = self.conn.execute(f"SELECT {cols} FROM tcp_info WHERE seq > ? AND seq <= ? ORDER BY seq, rowid",
                                  (self.seq, frontier)).fetchall()
         return np.array(rows, dtype=np.float64).reshape(-1, width + 1)[:, 1:]

@@ -13,15 +13,16 @@ from __future__ import annotations
 import argparse
 import curses
 import os
-import sqlite3
 import sys
 import time
 from pathlib import Path
 
 from analysis.live import LAG_S, LiveEngine, LiveView, Row
+from nestlab.live_line import printable
 from rundir import facts, read
 from rundir.errors import UserError
 from rundir.manifest import read_manifest_quietly
+from rundir.runs import guarded
 
 STATES = ("STALLED", "BLOCKED", "HEALTHY", "DONTCARE")
 # MSGS/S: total_msgs per second over the last second; WAIT%: wait_ms per second / 10 (the share of the
@@ -51,6 +52,14 @@ def _top(args: argparse.Namespace) -> int:
         raise UserError(f"-n {args.iterations}: give at least 1 iteration")
     if args.lag < 0:
         raise UserError(f"--lag {args.lag:g}: the lag cannot be negative")
+    try:
+        # Any failure on a damaged run is one line (as the offline analysis says it), never a traceback.
+        return guarded(args.run, _show, args)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _show(args: argparse.Namespace) -> int:
     engine = None
     try:
         at_seq = None if args.at is None else seq_at(Path(args.run), args.at)
@@ -60,10 +69,6 @@ def _top(args: argparse.Namespace) -> int:
         for name in ("COLUMNS", "LINES"):   # curses would take these over the window's real size
             os.environ.pop(name, None)
         return curses.wrapper(interactive, engine, args.delay, args.iterations)
-    except KeyboardInterrupt:
-        return 0
-    except sqlite3.Error as e:
-        raise UserError(f"{args.run}: run.db cannot be read: {e}") from None
     finally:
         if engine is not None:
             engine.close()
@@ -157,7 +162,7 @@ def frame(view: LiveView, width: int, height: int | None = None) -> list[str]:
     lines.append(COLUMNS)
     room = None if height is None else max(0, height - len(lines))
     lines += [row_line(r) for r in view.rows[:room]]
-    return [line[:width] for line in lines]
+    return [printable(line)[:width] for line in lines]   # names from the run: never escape sequences
 
 
 def row_line(r: Row) -> str:
