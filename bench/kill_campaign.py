@@ -80,8 +80,11 @@ def one(k: int, rng: random.Random, spec: Path, results: Path) -> dict:
     at = rng.uniform(*KILL_WINDOW_S)
     before = set(leftovers())
     started = time.monotonic()
+    # SIGINT as a terminal's Ctrl-C would deliver it: a campaign started in the background (nohup, &)
+    # has it ignored, and a child would inherit that.
     proc = subprocess.Popen([VENV_BIN / "run-experiment", str(spec), "--results", str(results)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         proc.wait(timeout=at)
         killed = False       # it ended before its moment

@@ -165,7 +165,8 @@ def build_report(ev: Evaluation, out: str | Path, *, figures_of: dict | None = N
             parts.append(section(anchor, title, body))
 
     add("runs", "Run" if one else f"Runs ({len(ev.runs)})", sections.runs_section(ev))
-    with tempfile.TemporaryDirectory(prefix="nestlab-report-") as tmpdir:
+    # Scratch for figures, next to the report: a report killed half way leaves nothing outside it.
+    with tempfile.TemporaryDirectory(prefix=".report-", dir=output_dir(out.parent)) as tmpdir:
         tmp = Path(tmpdir)
         health = sections.health_section(ev)
         if draw and one and ev.runs[0] in ev.data:
@@ -197,7 +198,6 @@ def build_report(ev: Evaluation, out: str | Path, *, figures_of: dict | None = N
     meta = (f"Generated {time.strftime('%Y-%m-%d %H:%M:%S %Z')} by nestlab {esc(__version__)} in "
             f"{time.monotonic() - started:.1f} s · ground truth {esc(ev.policy)} · variants "
             f"{esc(', '.join(ev.variants))} · {esc(sections.runs_title(ev))}")
-    output_dir(out.parent)
     tmp_out = fresh(out.with_name(out.name + ".part"))
     tmp_out.write_text(page(_title(ev), meta, toc, parts), encoding="utf-8")
     tmp_out.replace(out)
