@@ -1,1 +1,2 @@
-"""nestlab analysis: run store -> diagnose -> label -> score -> report. Pure; never needs root."""
+"""nestlab analysis: load (through rundir/) -> diagnose -> label -> score -> render, as analysis.pipeline
+reads. Pure: never needs root, never imports the lab (harness/)."""
