@@ -79,6 +79,7 @@ def one(k: int, rng: random.Random, spec: Path, results: Path) -> dict:
     sig = rng.choice(SIGNALS)
     at = rng.uniform(*KILL_WINDOW_S)
     before = set(leftovers())
+    existing = set(results.glob("kill_campaign/*-r0"))
     started = time.monotonic()
     # SIGINT as a terminal's Ctrl-C would deliver it: a campaign started in the background (nohup, &)
     # has it ignored, and a child would inherit that.
@@ -100,8 +101,8 @@ def one(k: int, rng: random.Random, spec: Path, results: Path) -> dict:
     cleanup = subprocess.run([VENV_BIN / "nestlab", "cleanup"], capture_output=True, text=True)
     time.sleep(0.3)
     traces = sorted(set(leftovers()) - before)
-    runs = sorted(results.glob("kill_campaign/*-r0"), key=lambda p: p.stat().st_mtime)
-    run = runs[-1] if runs else None
+    made = sorted(set(results.glob("kill_campaign/*-r0")) - existing)   # none: killed before it made one
+    run = made[-1] if made else None
     status = "-"
     if run is not None and (run / "manifest.json").is_file():
         status = json.loads((run / "manifest.json").read_text()).get("status", "?")

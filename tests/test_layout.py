@@ -14,6 +14,7 @@ may re-export its submodules), so a submodule must not import its own package's 
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 import re
 from pathlib import Path
@@ -84,13 +85,15 @@ def cycles(graph: nx.DiGraph, limit: int = 10) -> list[list[str]]:
     return list(itertools.islice(nx.simple_cycles(graph), limit))
 
 
+def _write(root: Path, rel: str, text: str) -> None:
+    (root / rel).parent.mkdir(parents=True, exist_ok=True)
+    (root / rel).write_text(text)
+
+
 def test_the_import_graph_sees_lazy_relative_and_submodule_imports(tmp_path):
     """The checker itself: a cycle closed by an import inside a function is found, and so is one
     through a relative import of a submodule; a package re-exporting its submodules is no cycle."""
-    def write(rel: str, text: str) -> None:
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(text)
-
+    write = functools.partial(_write, tmp_path)
     write("pkg/__init__.py", "from pkg.sub.a import A\n")
     write("pkg/sub/__init__.py", "from .a import A\n")
     write("pkg/sub/a.py", "import os\nfrom pkg.b import B\nA = 1\n")
@@ -147,10 +150,7 @@ def test_sql_is_written_only_under_rundir():
 
 def test_the_layout_checks_can_fail(tmp_path):
     """The two checks above see what they look for, and leave alone what they allow."""
-    def write(rel: str, text: str) -> None:
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(text)
-
+    write = functools.partial(_write, tmp_path)
     write("analysis/x.py", "def f():\n    from harness import y\n")
     write("analysis/z.py", "import importlib\nimportlib.import_module('nestlab.cli')\n")
     write("harness/y.py", "from rundir import db\ndb.conn.execute('SELECT count(*) FROM snapshots')\n")

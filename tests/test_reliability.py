@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -29,6 +30,17 @@ from tests.support.env import REPO
 from tests.support.runs import WGET, RunBuilder, make_run
 
 NET_FAULT = REPO / "experiments" / "net_fault.yaml"
+
+
+def _edit_db(run: Path, *statements: str) -> list[int]:
+    """Run SQL statements on a run's run.db (a test's damage); the rows each changed."""
+    db = sqlite3.connect(run / "run.db")
+    try:
+        changed = [db.execute(sql).rowcount for sql in statements]
+        db.commit()
+    finally:
+        db.close()
+    return changed
 MARKUP = "ssh: x1: [/bold] closing tag [red]that was never opened[/]"
 
 
@@ -211,20 +223,16 @@ def test_a_huge_module_id_costs_no_memory_and_changes_no_score(tmp_path):
     """Module ids are the collector's, but a crafted (or very long) run may hold any: memory follows
     the number of modules, not the largest id (an id of 10^8 took 1.6 GB), and the tables are those
     of the same run with small ids."""
-    import sqlite3
     import tracemalloc
 
     from analysis.pipeline import evaluate
 
     small, *_ = make_run(tmp_path / "small" / "r0")
     big, *_ = make_run(tmp_path / "big" / "r0")
-    db = sqlite3.connect(big / "run.db")
-    (old,) = db.execute("SELECT max(id) FROM modules").fetchone()
-    for table, col in (("modules", "id"), ("counters", "module"), ("edges", "parent"), ("edges", "child"),
-                       ("faults", "target_module")):
-        db.execute(f"UPDATE {table} SET {col} = ? WHERE {col} = ?", (10**8, old))
-    db.commit()
-    db.close()
+    last = "(SELECT max(id) FROM modules WHERE id < 100000000)"   # the last module gets id 10^8
+    _edit_db(big, *(f"UPDATE {table} SET {col} = 100000000 WHERE {col} = {last}"
+                    for table, col in (("counters", "module"), ("edges", "parent"), ("edges", "child"),
+                                       ("faults", "target_module"), ("modules", "id"))))
     tracemalloc.start()
     try:
         table = evaluate([big], ["flowdiagnoser:theta=2", "nest-cf"]).table()
@@ -241,16 +249,11 @@ def test_a_huge_module_id_costs_no_memory_and_changes_no_score(tmp_path):
 def test_the_report_draws_a_window_of_hours_and_dollar_signs_in_names(tmp_path, capsys):
     """A fault window longer than two hours (the counters figure's ticks) and a `$...$` in a name
     (matplotlib would read TeX) are data like any other: the figures and the report are made."""
-    import sqlite3
-
     from analysis.pipeline import summarize_run
 
     run, *_ = make_run(tmp_path / "exp" / "r0")
-    db = sqlite3.connect(run / "run.db")
-    db.execute("UPDATE faults SET end = start + 3 * 3600 WHERE id = 1")
-    assert db.execute("UPDATE modules SET name = 'wget $\\alpha^{2$ 100' WHERE kind = 'app'").rowcount == 2
-    db.commit()
-    db.close()
+    assert _edit_db(run, "UPDATE faults SET end = start + 3 * 3600 WHERE id = 1",
+                    "UPDATE modules SET name = 'wget $\\alpha^{2$ 100' WHERE kind = 'app'") == [1, 2]
     out = summarize_run(run)
     err = capsys.readouterr().err
     assert "not drawn" not in err and "not written" not in err, err
@@ -341,29 +344,19 @@ def test_the_live_reader_reads_tcp_info_incrementally(tmp_path):
 
 def test_top_on_a_damaged_run_is_one_line_never_a_traceback(tmp_path, capsys):
     run, *_ = make_run(tmp_path / "exp" / "r0")
-    import sqlite3
-
-    db = sqlite3.connect(run / "run.db")
-    db.execute("UPDATE counters SET total_msgs = 'lots' WHERE rowid = 40")
-    db.commit()
-    db.close()
+    _edit_db(run, "UPDATE counters SET total_msgs = 'lots' WHERE rowid = 40")
     assert nestlab_main(["top", str(run), "-b", "-n", "1"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"error: {run}: cannot be analysed: ValueError: ")
 
 
 def test_top_and_the_progress_line_neutralise_escape_sequences(tmp_path, capsys):
-    import sqlite3
-
     from analysis.live import LiveEngine
     from nestlab.commands.top import frame
     from nestlab.live_line import LiveProgress
 
     run, *_ = make_run(tmp_path / "exp" / "r0")
-    db = sqlite3.connect(run / "run.db")
-    db.execute("UPDATE modules SET name = 'wget \x1b[2J\x1b]0;pwned\x07 100' WHERE kind = 'app'")
-    db.commit()
-    db.close()
+    _edit_db(run, "UPDATE modules SET name = 'wget \x1b[2J\x1b]0;pwned\x07 100' WHERE kind = 'app'")
     manifest = json.loads((run / "manifest.json").read_text())
     (run / "manifest.json").write_text(json.dumps({**manifest, "run_id": "r0\x1b[31m", "experiment": "e\nx"}))
     with LiveEngine(run) as engine:
