@@ -12,7 +12,7 @@ import time
 import pytest
 
 from analysis.live import LiveEngine
-from tests.support.env import REPO, VENV_BIN, write
+from tests.support.env import REPO, VENV_BIN, run_id, write
 from tests.support.live import differences, lag_exceptions, offline, outside_the_rule, stalled_sets
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -79,14 +79,14 @@ def test_top_under_tmux_during_a_real_run_and_online_equals_offline(tmp_path, no
         # The screen while the run went on: the run, its time, and during the fault (6 s to 11 s, and the
         # 1 s the diagnosis lags) the fault with its time left and its connection STALLED.
         during = [s for t, s in screens if 8.0 <= t <= 11.0]
-        assert during and all(s.startswith(f"nestlab top - {run.name} (live_top)  running  t ") for s in during)
+        assert during and all(s.startswith(f"nestlab top - {run_id(run)} (live_top)  running  t ") for s in during)
         assert sum(fault_screen(s) for s in during) >= 3, during[-1]
         assert not any(fault_screen(s) for t, s in screens if t < 5.5)
         assert "KIND   DIR STATE" in during[0] and "Snapshots: " in during[0]
         assert "STALLED at t " in err   # the progress view's live line (not a terminal: every 10 s)
 
         # The finished run's last snapshot, then q quits (the session ends with its command).
-        assert alive(session) and f"{run.name} (live_top)  complete" in tmux("capture-pane", "-p", "-t", session)
+        assert alive(session) and f"{run_id(run)} (live_top)  complete" in tmux("capture-pane", "-p", "-t", session)
         tmux("send-keys", "-t", session, "q")
         end = time.monotonic() + 5
         while alive(session) and time.monotonic() < end:

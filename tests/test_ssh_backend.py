@@ -43,7 +43,7 @@ from harness.ledger import LEDGER_DIR
 from harness.runner import run_experiment
 from harness.topology import load_topology
 from rundir.db import FORMAT_VERSION
-from tests.support.env import REPO, VENV_BIN, leftovers, write
+from tests.support.env import REPO, VENV_BIN, leftovers, run_id, write
 
 
 def e2e(fn):
@@ -724,7 +724,7 @@ def test_same_spec_over_ssh_brings_back_a_run_like_mininets(net, tmp_path, clean
     r = net.runner(str(spec), "--topology", str(topo), "--results", str(tmp_path / "ssh"))
     assert r.returncode == 0, r.stderr[-3000:]
     (run,) = (tmp_path / "ssh" / "e2e_ssh").iterdir()
-    assert not run_traces(run.name), "the run left files or its ledger behind"
+    assert not run_traces(run_id(run)), "the run left files or its ledger behind"
 
     # The same tables, columns, kinds of modules, faults, processes, events, logs and manifest keys.
     ssh, mininet = _shape(run), _shape(reference)
@@ -804,7 +804,7 @@ def _one_error_line(r: subprocess.CompletedProcess) -> str:
 
 def _check_nothing_made(tmp_path: Path, results: Path) -> None:
     (run,) = (results / "e2e_ssh").iterdir()
-    assert not run_traces(run.name)
+    assert not run_traces(run_id(run))
     m = json.loads((run / "manifest.json").read_text())
     assert m["status"] == "failed"
 
@@ -849,7 +849,7 @@ def _start_and_wait(net: SshNet, tmp_path: Path, snapshots: int) -> tuple[subpro
         runs = list(results.glob("e2e_ssh/*"))
         if runs:
             try:
-                db = sqlite3.connect(f"file:/tmp/nestlab-{runs[0].name}-site1n1/run.db?mode=ro", uri=True)
+                db = sqlite3.connect(f"file:/tmp/nestlab-{run_id(runs[0])}-site1n1/run.db?mode=ro", uri=True)
                 if db.execute("SELECT count(*) FROM snapshots").fetchone()[0] >= snapshots:
                     return proc, runs[0]
             except sqlite3.Error:
@@ -872,7 +872,7 @@ def test_sigterm_midway_tears_down_the_nodes_and_brings_back_the_run(net, tmp_pa
             proc.kill()
             proc.wait()
     assert proc.returncode == 128 + signal.SIGTERM, err
-    assert not run_traces(run.name)
+    assert not run_traces(run_id(run))
     m = json.loads((run / "manifest.json").read_text())
     assert m["status"] == "interrupted" and "SIGTERM" in m["reason"]
     db = sqlite3.connect(f"file:{run / 'run.db'}?mode=ro", uri=True)
@@ -891,14 +891,14 @@ def test_sigkilled_runner_is_cleaned_up_and_its_recording_brought_back(net, tmp_
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert run_traces(run.name), "a SIGKILLed runner cannot clean up; there should be something to clean"
-    remote = sqlite3.connect(f"file:/tmp/nestlab-{run.name}-site1n1/run.db?mode=ro", uri=True)
+    assert run_traces(run_id(run)), "a SIGKILLed runner cannot clean up; there should be something to clean"
+    remote = sqlite3.connect(f"file:/tmp/nestlab-{run_id(run)}-site1n1/run.db?mode=ro", uri=True)
     recorded, last = remote.execute("SELECT count(*), max(seq) FROM snapshots").fetchone()   # the collector runs on
     remote.close()
     r = subprocess.run(net.runner_argv("cleanup", program="nestlab"), capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "remote process group(s) killed" in r.stdout and "brought back" in r.stdout, r.stdout
-    assert not run_traces(run.name)
+    assert not run_traces(run_id(run))
     m = json.loads((run / "manifest.json").read_text())
     assert m["status"] == "interrupted" and "cleanup" in m["reason"]
     db = sqlite3.connect(f"file:{run / 'run.db'}?mode=ro", uri=True)

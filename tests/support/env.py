@@ -39,6 +39,12 @@ def leftovers() -> list[str]:
     return found
 
 
+def run_id(run: Path) -> str:
+    """The runner's id of a single run's directory (harness.runner.Repetition.run_id), which names its
+    ledger, rule tags and scratch directories: <experiment>-<run directory>."""
+    return f"{run.parent.name}-{run.name}"
+
+
 def write(tmp_path: Path, name: str, text: str) -> Path:
     p = tmp_path / name
     p.write_text(text)
