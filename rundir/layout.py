@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rundir.errors import UserError
+
 
 def _json(value: Any) -> Any:
     """A manifest value as JSON data: a part of the schema (a pydantic model) as the keys it was given."""
@@ -101,8 +103,6 @@ def output_dir(path: Path | str) -> Path:
     """A directory to write derived files into (a run's analysis/ or logs/, or --out): made if
     missing, refused (UserError) when it is a symbolic link: a crafted run directory must not send
     files written as root somewhere else."""
-    from rundir.errors import UserError
-
     path = Path(path)
     if path.is_symlink():
         raise UserError(f"{path}: is a symbolic link (to {os.readlink(path)}); refusing to write through it")
