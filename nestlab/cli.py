@@ -9,10 +9,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from nestlab.commands import diagnose, export, run, tables, top
+from nestlab.commands import diagnose, dump, export, run, tables, top
 from rundir.errors import UserError
 
-COMMAND_MODULES = (run, export, diagnose, tables, top)
+COMMAND_MODULES = (run, export, diagnose, tables, top, dump)
 
 
 def _build_parser() -> argparse.ArgumentParser:

@@ -4,6 +4,7 @@ the command line's, cell by cell."""
 from __future__ import annotations
 
 import contextlib
+import json
 import io
 import re
 
@@ -64,3 +65,21 @@ def test_importing_nestlab_stays_light():
     code = "import sys, nestlab; assert 'pandas' not in sys.modules, sorted(sys.modules)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0, r.stderr[-500:]
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+def test_dump_writes_the_apis_frames_for_other_tools(tmp_path, capsys, fmt):
+    run, *_ = make_run(tmp_path / "exp" / "r0")
+    out = tmp_path / "dump"
+    assert nestlab_main(["dump", str(run), "-o", str(out), "--format", fmt, "--variant", "flowdiagnoser:theta=2",
+                         "--variant", "nest-cf"]) == 0
+    assert capsys.readouterr().out.strip() == f"hand/r0: {out / 'exp' / 'r0'}"
+    read = pd.read_parquet if fmt == "parquet" else pd.read_csv
+    got = {p.stem: read(p) for p in (out / "exp" / "r0").iterdir()}
+    assert set(got) == {"modules", "snapshots", "counters", "faults", "edges", "processes", "diagnosis", "labels"}
+    stored = nestlab.open_run(run)
+    assert len(got["counters"]) == len(stored.counters) and len(got["diagnosis"]) == 2 * len(stored.counters)
+    assert got["snapshots"]["seq"].tolist() == stored.snapshots.index.tolist()
+    assert got["labels"]["actual"].astype(bool).sum() == stored.labels()["actual"].sum()
+    attrs = got["modules"].set_index("id")["attrs"]
+    assert json.loads(attrs.iloc[0]) == stored.modules["attrs"].iloc[0]   # dicts as JSON text

@@ -1,0 +1,64 @@
+"""`nestlab dump RUNS -o DIR [--format parquet|csv] [--variant V]...`: stored runs as files other tools
+load directly (pandas, R, DuckDB): per run, its modules, snapshots, counters, faults, edges and
+processes, the diagnoses of the chosen variants and the ground truth (docs/api.md). The frames are
+those of the Python API (nestlab.api); a dict or tuple in a cell (attrs, target, table rows) is
+written as JSON text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pandas as pd
+
+FORMATS = ("parquet", "csv")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("dump", help="stored runs as Parquet or CSV files for other tools (docs/api.md)")
+    p.add_argument("runs", nargs="+", metavar="RUNS", help="run directories, directories of runs, quoted globs, "
+                                                           "experiment or suite names (under --results)")
+    p.add_argument("-o", "--out", required=True, metavar="DIR", help="write <experiment>/<run>/<table>.<format> here")
+    p.add_argument("--format", choices=FORMATS, default="parquet")
+    p.add_argument("--variant", action="append", default=None, metavar="V",
+                   help="diagnose with this variant (repeat; default flowdiagnoser:theta=2)")
+    p.add_argument("--policy", default=None, metavar="P", help="ground-truth labelling policy (default impact)")
+    p.add_argument("--results", default="results", metavar="DIR", help="results root for names (default: results)")
+    p.set_defaults(func=_dump)
+
+
+def _plain(frame: pd.DataFrame) -> pd.DataFrame:
+    """Cells that are dicts, lists or tuples as JSON text; the index as columns."""
+    frame = frame.reset_index() if frame.index.name is not None else frame.copy()
+    for col in frame.columns:
+        if frame[col].dtype == object and frame[col].map(lambda v: isinstance(v, dict | list | tuple)).any():
+            frame[col] = frame[col].map(lambda v: json.dumps(v) if isinstance(v, dict | list | tuple) else v)
+    return frame
+
+
+def tables(run, variants: list[str], policy: str | None) -> dict[str, pd.DataFrame]:
+    """The frames one run is dumped as, by file name."""
+    return {"modules": run.modules, "snapshots": run.snapshots, "counters": run.counters, "faults": run.faults,
+            "edges": run.data.edges, "processes": run.data.processes, "diagnosis": run.diagnose(*variants),
+            "labels": run.labels(policy)}
+
+
+def _dump(args: argparse.Namespace) -> int:
+    from nestlab.api import open_runs
+    from rundir.layout import fresh, output_dir
+
+    variants = args.variant or ["flowdiagnoser:theta=2"]
+    runs = [r for spec in args.runs for r in open_runs(spec, args.results)]
+    for run in runs:
+        out = output_dir(Path(args.out) / run.path.parent.name / run.path.name)
+        for name, frame in tables(run, variants, args.policy).items():
+            path = fresh(out / f"{name}.{args.format}")
+            frame = _plain(frame)
+            if args.format == "parquet":
+                frame.to_parquet(path, index=False)
+            else:
+                frame.to_csv(path, index=False)
+        print(f"{run.name}: {out}")
+    return 0
