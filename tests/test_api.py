@@ -4,8 +4,8 @@ the command line's, cell by cell."""
 from __future__ import annotations
 
 import contextlib
-import json
 import io
+import json
 import re
 
 import pandas as pd
