@@ -35,6 +35,7 @@ import pandas as pd
 
 from analysis import stretches as sx
 from analysis.diagnose import as_variants, diagnose_stretches
+from analysis.load import workload_from_cmdline
 from analysis.stretches import DIRS, KINDS, STARTS_AT_ZERO
 from analysis.tcpstate import attach as attach_tcpstate
 from analysis.variants import DEFAULT_VARIANT, LABELS
@@ -83,6 +84,7 @@ class Row:
     msgs_s: float            # total_msgs per second over the last RATE_S
     wait_ms_s: float | None  # wait_ms per second (None: no wait counter)
     queued: float | None     # the queue now (None: no queue counter)
+    by_design: bool = False  # an app or socket of a one-way workload in the direction it never uses
 
 
 @dataclass
@@ -110,7 +112,13 @@ class LiveView:
 
     @property
     def stalled(self) -> list[Row]:
-        return [r for r in self.rows if r.positive]
+        """The positive rows, but those stalled by design (Row.by_design: the ground truth counts them
+        as positives too, thesis 3.5.2, but they say nothing about a fault)."""
+        return [r for r in self.rows if r.positive and not r.by_design]
+
+    @property
+    def by_design(self) -> list[Row]:
+        return [r for r in self.rows if r.positive and r.by_design]
 
 
 class LiveEngine:
@@ -157,6 +165,7 @@ class LiveEngine:
         self.streak: dict[tuple[int, str], int] = {}   # (module, dir) -> position its STALLED streak began
         self.current: list[tuple[int, str, float, bool]] = []   # (module, dir, result, positive) at `settled`
         self.faults: list[tuple] = []
+        self.clients: list[tuple] = []        # (pid, workload, cmdline) of the client processes
         self.fault_cache: dict[int, LiveFault] = {}
         self.history: dict[int, dict] | None = {} if history else None
         self.last_cost = 0.0
@@ -190,6 +199,7 @@ class LiveEngine:
             if not news.more:
                 break
         self.faults = news.faults
+        self.clients = news.clients
         self.last_cost = time.perf_counter() - began
         return self.view(status, final)
 
@@ -446,8 +456,27 @@ class LiveEngine:
                 out[(m, d)] = (float(msgs[m]), float(wait[m]) if has[1] else None, queued if has[2] else None)
         return out
 
+    def _idle_directions(self) -> dict[int, str]:
+        """Module -> the direction its one-way workload never uses ('out' for a download, 'in' for an
+        upload), for apps and sockets: the workload of the process (the manifest's spec), else the
+        one its command line says (analysis.load.workload_from_cmdline)."""
+        workloads = self.manifest.spec.workloads if self.manifest is not None else []
+        by_pid: dict[int, str | None] = {}
+        for pid, wl, cmdline in self.clients:
+            direction = workloads[wl].direction if isinstance(wl, int) and 0 <= wl < len(workloads) else None
+            by_pid[pid] = direction or workload_from_cmdline(str(cmdline or ""))[1]
+        out = {}
+        for m, row in self.modules.items():
+            if row[1] in ("app", "socket"):
+                pid = as_dict(row[4]).get("pid")
+                idle = {"download": "out", "upload": "in"}.get(by_pid.get(pid) or "")
+                if idle:
+                    out[m] = idle
+        return out
+
     def _rows(self, to: int) -> list[Row]:
         rates = self._rates(to)
+        idle = self._idle_directions()
         label = self.variant.kind == "label"
         rows = []
         for m, d, r, positive in self.current:
@@ -458,7 +487,8 @@ class LiveEngine:
             msgs, wait, queued = rates.get((m, d), (0.0, None, None))
             mod = self.modules.get(m, (m, "?", str(m)))
             state = LABELS[int(r)] if label else ("STALLED" if positive else "-")
-            rows.append(Row(m, mod[1], mod[2], d, state, positive, stalled, msgs, wait, queued))
+            rows.append(Row(m, mod[1], mod[2], d, state, positive, stalled, msgs, wait, queued,
+                            idle.get(m) == d))
         order = {s: i for i, s in enumerate(("STALLED", "BLOCKED", "HEALTHY", "DONTCARE", "-"))}
         kinds = {k: i for i, k in enumerate(KINDS)}
         rows.sort(key=lambda x: (not x.positive, -(x.stalled_s or 0.0), order.get(x.state, 9),

@@ -107,7 +107,7 @@ def _argv0(cmdline: str) -> str:
     return os.path.basename(first)
 
 
-def _guess_workload(cmdline: str) -> tuple[str | None, str | None]:
+def workload_from_cmdline(cmdline: str) -> tuple[str | None, str | None]:
     """(kind, direction) from a client command line, for runs without a usable workload mapping."""
     prog = _argv0(cmdline)
     args = (cmdline or "").split()
@@ -217,7 +217,7 @@ def _attach_workloads(mods: pd.DataFrame, procs: pd.DataFrame, workloads: list[S
                 if 0 <= idx < len(workloads):
                     kind, direction = workloads[idx].kind, workloads[idx].direction
             if kind is None:
-                k, d = _guess_workload(str((p[2] if p is not None else "") or a.get("cmdline") or ""))
+                k, d = workload_from_cmdline(str((p[2] if p is not None else "") or a.get("cmdline") or ""))
                 if k is not None:
                     kind, direction, guessed = k, d, True
         wl_idx.append(idx)

@@ -67,6 +67,8 @@ class LiveProgress:
         faults = [f"{f.kind} {f.target}" + ("" if f.left(v.now) is None else f" {max(0.0, f.left(v.now)):.1f} s left")
                   for f in v.faults]
         tail = printable(" | " + "; ".join(faults)) if faults else ""   # names from the run: never escapes
+        expected = len(v.by_design)   # hidden: they say nothing about a fault (nestlab top --all lists them)
+        tail += f" (+{expected} by design)" if expected else ""
         head = f"  STALLED at t {t:.1f} s: "
         if not names:
             return (head + "none" + tail)[:width]

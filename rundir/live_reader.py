@@ -46,6 +46,7 @@ class News:
     edge_deaths: dict[int, float] = field(default_factory=dict)  # edge rowid -> died
     tcp_rows: np.ndarray | None = None    # (seq, module, *TCP_STATE_COLUMNS) of tcp_info, when asked for
     faults: list[tuple] = field(default_factory=list)    # every fault row (see RunReader.read)
+    clients: list[tuple] = field(default_factory=list)   # every client process: (pid, workload, cmdline)
     more: bool = False                    # stopped at a step limit: read again for the rest
     last_seq: int = -1                    # the newest snapshot in run.db
 
@@ -105,6 +106,8 @@ class RunReader:
                 news.tcp_rows = self._tcp_rows(frontier)
             news.faults = c.execute("SELECT id, kind, at_node, target, planned_duration, start, end FROM faults "
                                     "ORDER BY id").fetchall()
+            news.clients = c.execute("SELECT pid, workload, cmdline FROM processes WHERE role = 'client' "
+                                     "ORDER BY started").fetchall()
         finally:
             c.execute("COMMIT")
         self.seq = max(self.seq, frontier)

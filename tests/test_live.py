@@ -265,3 +265,26 @@ def test_progress_line_and_its_failure(tmp_path):
         progress.refresh()
         assert progress.off and progress.line() == "" and len(events) == 1 and "live diagnosis" in events[0][1]
     grower.close()
+
+
+def test_stalls_by_design_are_hidden_unless_asked_for(tmp_path, capsys):
+    """The wget (download-only) app is STALLED outbound and the iperf (upload-only) one inbound by
+    design (their workloads never use that direction): top lists the fault's target first and hides
+    them unless --all; the progress line counts them apart."""
+    src, mods, _ = make_run(tmp_path / "run", n=60)
+    with LiveEngine(src, at_seq=25) as engine:
+        view = engine.refresh()
+    expected = {(r.module, r.dir) for r in view.by_design}
+    assert {(mods["wget"][0], "out"), (mods["iperf"][0], "in")} <= expected
+    assert not expected & {(r.module, r.dir) for r in view.stalled}
+    assert view.stalled[0].name == "tcp:100"                        # the fault's target comes first
+    assert nestlab_main(["top", str(src), "-b", "-n", "1", "--at", "2.5"]) == 0
+    hidden = capsys.readouterr().out
+    assert f"; {len(expected)} stalled by design hidden (--all shows them)" in hidden
+    assert nestlab_main(["top", str(src), "-b", "-n", "1", "--at", "2.5", "--all"]) == 0
+    shown = capsys.readouterr().out
+    assert len(shown.splitlines()) == len(hidden.splitlines()) + len(expected)
+    with LiveProgress(src, lambda message: None) as progress:
+        progress.engine = LiveEngine(src, at_seq=25)
+        progress.refresh()
+        assert progress.line(500).endswith(f"(+{len(expected)} by design)")

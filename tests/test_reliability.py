@@ -356,15 +356,16 @@ def test_top_and_the_progress_line_neutralise_escape_sequences(tmp_path, capsys)
     from nestlab.live_line import LiveProgress
 
     run, *_ = make_run(tmp_path / "exp" / "r0")
-    _edit_db(run, "UPDATE modules SET name = 'wget \x1b[2J\x1b]0;pwned\x07 100' WHERE kind = 'app'")
+    _edit_db(run, "UPDATE modules SET name = 'conn \x1b[2J\x1b]0;pwned\x07 1' WHERE kind IN ('app', 'tcp')")
     manifest = json.loads((run / "manifest.json").read_text())
     (run / "manifest.json").write_text(json.dumps({**manifest, "run_id": "r0\x1b[31m", "experiment": "e\nx"}))
     with LiveEngine(run) as engine:
         lines = frame(engine.refresh(), 500)
     text = "\n".join(lines)
     assert "\x1b" not in text and "\x07" not in text and len(lines) == len(text.splitlines())
-    assert "wget \\x1b[2J\\x1b]0;pwned\\x07 100" in text and "r0\\x1b[31m (e\\x0ax)" in text
+    assert "conn \\x1b[2J\\x1b]0;pwned\\x07 1" in text and "r0\\x1b[31m (e\\x0ax)" in text
     with LiveProgress(run, lambda message: None) as progress:
+        progress.engine = LiveEngine(run, at_seq=25)    # during the connection fault: its TCP STALLED
         progress.refresh()
         line = progress.line(500)
     assert "\x1b" not in line and "\\x1b[2J" in line

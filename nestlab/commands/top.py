@@ -40,6 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--at", type=float, metavar="SECONDS",
                    help="show the snapshot this many seconds after the workloads started (t0)")
     p.add_argument("--variant", default=None, help="rule variant (default flowdiagnoser:theta=2)")
+    p.add_argument("--all", action="store_true", dest="show_all",
+                   help="also list the stalls expected by design (the unused direction of one-way applications "
+                        "and their sockets), which are hidden by default")
     p.add_argument("--lag", type=float, default=LAG_S, metavar="SECS",
                    help=f"diagnose a snapshot once this much later data is in ({LAG_S:g}; docs/live.md)")
     p.set_defaults(func=_top)
@@ -65,10 +68,10 @@ def _show(args: argparse.Namespace) -> int:
         at_seq = None if args.at is None else seq_at(Path(args.run), args.at)
         engine = LiveEngine(args.run, args.variant, lag_s=args.lag, at_seq=at_seq)
         if args.batch or not sys.stdout.isatty():
-            return batch(engine, args.delay, args.iterations)
+            return batch(engine, args.delay, args.iterations, args.show_all)
         for name in ("COLUMNS", "LINES"):   # curses would take these over the window's real size
             os.environ.pop(name, None)
-        return curses.wrapper(interactive, engine, args.delay, args.iterations)
+        return curses.wrapper(interactive, engine, args.delay, args.iterations, args.show_all)
     finally:
         if engine is not None:
             engine.close()
@@ -85,11 +88,11 @@ def seq_at(run: Path, seconds: float) -> int:
     return seq
 
 
-def batch(engine: LiveEngine, delay: float, iterations: int | None) -> int:
+def batch(engine: LiveEngine, delay: float, iterations: int | None, show_all: bool = False) -> int:
     k = 0
     while True:
         view = engine.refresh()
-        print("\n".join(frame(view, 10_000)), flush=True)
+        print("\n".join(frame(view, 10_000, show_all=show_all)), flush=True)
         k += 1
         if iterations is not None and k >= iterations:
             return 0
@@ -97,7 +100,7 @@ def batch(engine: LiveEngine, delay: float, iterations: int | None) -> int:
         time.sleep(delay)
 
 
-def interactive(screen, engine: LiveEngine, delay: float, iterations: int | None) -> int:
+def interactive(screen, engine: LiveEngine, delay: float, iterations: int | None, show_all: bool = False) -> int:
     curses.curs_set(0)
     screen.timeout(int(delay * 1000))
     k = 0
@@ -105,7 +108,7 @@ def interactive(screen, engine: LiveEngine, delay: float, iterations: int | None
         view = engine.refresh()
         height, width = screen.getmaxyx()
         screen.erase()
-        lines = frame(view, width - 1, height)
+        lines = frame(view, width - 1, height, show_all)
         header = lines.index(COLUMNS) if COLUMNS in lines else -1
         for y, line in enumerate(lines[:height]):
             attr = curses.A_REVERSE if y == header else curses.A_BOLD if y > header >= 0 and " STALLED " in line else 0
@@ -133,8 +136,9 @@ def _since_t0(view: LiveView, t: float | None) -> float | None:
     return None if t is None or not isinstance(view.t0, int | float) else t - view.t0
 
 
-def frame(view: LiveView, width: int, height: int | None = None) -> list[str]:
-    """One screen: header lines, the column heads, one line per module and direction."""
+def frame(view: LiveView, width: int, height: int | None = None, show_all: bool = False) -> list[str]:
+    """One screen: header lines, the column heads, one line per module and direction; rows stalled by
+    design (LiveView.by_design) only with show_all, so that a fault's target comes first."""
     t = _since_t0(view, view.now)
     when = "" if t is None else f"  t {t:.1f} s"
     if t is not None and isinstance(view.duration, int | float):
@@ -151,8 +155,11 @@ def frame(view: LiveView, width: int, height: int | None = None) -> list[str]:
                  f"refresh {view.cost_s * 1000:.1f} ms")
     counts = {s: sum(1 for r in view.rows if r.state == s) for s in STATES}
     other = sum(1 for r in view.rows if r.positive and r.state not in STATES)   # certainty-factor variants
+    expected = len(view.by_design)
+    hidden = f"; {expected} stalled by design{'' if show_all else ' hidden (--all shows them)'}" if expected else ""
     lines.append(f"Modules: {len({r.module for r in view.rows})} total; per direction "
-                 + ", ".join(f"{n} {s.lower()}" for s, n in counts.items()) + (f", {other} positive" if other else ""))
+                 + ", ".join(f"{n} {s.lower()}" for s, n in counts.items()) + (f", {other} positive" if other else "")
+                 + hidden)
     planned = "" if view.faults_planned is None else f" of {view.faults_planned} planned"
     lines.append(f"Faults: {len(view.faults)} active, {view.faults_begun} begun{planned}")
     for f in view.faults:
@@ -161,7 +168,8 @@ def frame(view: LiveView, width: int, height: int | None = None) -> list[str]:
     lines.append("")
     lines.append(COLUMNS)
     room = None if height is None else max(0, height - len(lines))
-    lines += [row_line(r) for r in view.rows[:room]]
+    rows = view.rows if show_all else [r for r in view.rows if not (r.positive and r.by_design)]
+    lines += [row_line(r) for r in rows[:room]]
     return [printable(line)[:width] for line in lines]   # names from the run: never escape sequences
 
 
