@@ -80,3 +80,16 @@ def test_every_fault_kind_then_the_accuracy_table(tmp_path, no_leftovers):
     assert r.returncode == 0, r.stderr
     dom = chromium.dump_dom(page, tmp_path)
     assert accuracy_cells_compared(dom, pd.read_csv(both / "accuracy.csv"), ["flowdiagnoser:theta=2", "nest-cf"]) > 0
+
+    # The Python API's documented example on this real run, and its accuracy equal to the CSV above.
+    import contextlib
+    import io
+
+    import nestlab
+    from tests.test_api import _example
+
+    names = {"RUN": str(run)}
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(compile(_example(), "docs/api.md", "exec"), names)   # noqa: S102 - the documented example
+    assert names["table"].to_csv(index=False, na_rep="") == (both / "accuracy.csv").read_text()
+    assert len(names["faults"]) == 3 and len(nestlab.open_run(run).snapshots) > 200
