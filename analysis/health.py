@@ -5,7 +5,13 @@ Every figure is taken outside every fault window and its recovery margin (the *q
 the margin as the spec's `isolation.recovery` gives it, rundir.facts), and before the
 runner stops the workloads:
 
-- RTT: median and p99 of the connections' smoothed RTT (tcpi_rtt), over the stored samples.
+- RTT: median and p99 of each connection's RTT in its loaded direction, over the stored samples.
+  A connection that sends more data segments than it receives is a sender: its smoothed tcpi_rtt
+  times its data. A receiver's tcpi_rtt times only its own few segments (a download's GET: 0.1 ms
+  before any queue builds), so a receiver's RTT is tcpi_rcv_rtt, the kernel's receive-side estimate
+  (run format 5; 0, i.e. not yet measured, is left out). A run recorded before format 5 has no
+  receivers' RTT: the figures cover its senders alone, and a warning says so (or says the run has
+  no loaded-direction RTT at all).
 - Queue: drops of the shaped links' queues (in all, and in quiet time), and the backlog (median and
   maximum, packets) of the busiest one, from the runner's samples of the leaf qdiscs (about 1/s).
 - Retransmissions: TCP's retransmitted segments (tcpi_total_retrans) in quiet snapshots.
@@ -101,6 +107,61 @@ def _queues(data, h: RunHealth) -> None:
     h.backlog_packets_max = int(busiest.max())
 
 
+def receivers(data, tcp_ids) -> set[int]:
+    """The TCP modules that received more data segments than they sent over the run."""
+    c = data.counters
+    c = c[c["module"].isin(tcp_ids) & ~c["invalid"]]
+    segs = c.groupby(["module", "dir"], observed=True)["tm"].sum().unstack(fill_value=0.0)
+    if segs.empty:
+        return set()
+    inbound = segs["in"] if "in" in segs else 0.0
+    outbound = segs["out"] if "out" in segs else 0.0
+    return set(segs.index[(inbound > outbound).to_numpy(bool)].tolist())
+
+
+def loaded_rtt(data, tcp_ids=None) -> pd.DataFrame | None:
+    """The tcp_info rows of TCP modules as (seq, module, rtt_us, receiver): each connection's RTT in
+    its loaded direction (module docstring); rtt_us NaN where that is not measured. None: no tcp_info."""
+    info = data.tcp_info
+    if info is None or "rtt_us" not in info:
+        return None
+    if tcp_ids is None:
+        tcp_ids = data.modules.index[data.modules["kind"] == "tcp"]
+    rows = info[info["module"].isin(tcp_ids)]
+    recv = rows["module"].isin(receivers(data, tcp_ids)).to_numpy(bool)
+    rtt = rows["rtt_us"].to_numpy(float).copy()
+    if "rcv_rtt_us" in rows:
+        rcv = rows["rcv_rtt_us"].to_numpy(float)
+        rtt[recv] = np.where(rcv[recv] > 0, rcv[recv], np.nan)
+    else:
+        rtt[recv] = np.nan
+    return pd.DataFrame({"seq": rows["seq"].to_numpy(), "module": rows["module"].to_numpy(), "rtt_us": rtt,
+                         "receiver": recv})
+
+
+def _rtts(data, tcp_ids, quiet: pd.Series, h: RunHealth) -> None:
+    """RTT figures in the loaded direction (senders' tcpi_rtt, receivers' tcpi_rcv_rtt) in quiet time."""
+    rows = loaded_rtt(data, tcp_ids)
+    rows = rows[quiet.reindex(rows["seq"]).fillna(False).to_numpy(bool)]
+    timed = rows.dropna(subset=["rtt_us"])
+    rtt = timed["rtt_us"].to_numpy(float) / 1000.0
+    if rtt.size:
+        h.rtt_ms_median, h.rtt_ms_p99 = float(np.median(rtt)), float(np.percentile(rtt, 99))
+        h.rtt_samples = int(rtt.size)
+    h.rtt_senders = int(timed.loc[~timed["receiver"], "module"].nunique())
+    h.rtt_receivers = int(timed.loc[timed["receiver"], "module"].nunique())
+    unmeasured = int(rows.loc[rows["receiver"], "module"].nunique()) - h.rtt_receivers
+    if unmeasured > 0:
+        why = ("recorded before format 5, which has no tcpi_rcv_rtt" if "rcv_rtt_us" not in data.tcp_info
+               else "tcpi_rcv_rtt was never measured")
+        if h.rtt_senders:
+            h.warnings.append(f"no loaded-direction RTT for {unmeasured} receiving connection(s) ({why}); "
+                              f"the RTT figures cover the {h.rtt_senders} sending one(s) only")
+        else:
+            h.warnings.append(f"this run has no loaded-direction RTT: its {unmeasured} connection(s) "
+                              f"receive ({why}; their tcpi_rtt times only their own requests)")
+
+
 def network_health(data) -> RunHealth:
     """The health figures of one run (analysis.load.RunData)."""
     quiet = quiet_snapshots(data)
@@ -108,12 +169,8 @@ def network_health(data) -> RunHealth:
     h = RunHealth(quiet_snapshots=int(quiet.sum()), snapshots=len(quiet), quiet_s=float(span[quiet.to_numpy()].sum()))
     tcp_ids = data.modules.index[data.modules["kind"] == "tcp"]
     info = data.tcp_info
-    if info is not None and not info.empty:
-        rtt = info[info["module"].isin(tcp_ids) & quiet.reindex(info["seq"]).fillna(False).to_numpy(bool)]
-        rtt = rtt["rtt_us"].dropna().to_numpy(float) / 1000.0
-        if rtt.size:
-            h.rtt_ms_median, h.rtt_ms_p99 = float(np.median(rtt)), float(np.percentile(rtt, 99))
-            h.rtt_samples = int(rtt.size)
+    if info is not None and not info.empty and "rtt_us" in info:
+        _rtts(data, tcp_ids, quiet, h)
     c = data.counters
     qmask = quiet.reindex(c["seq"]).fillna(False).to_numpy(bool)
     retrans = c[(c["dir"] == "out") & c["module"].isin(tcp_ids) & qmask & ~c["invalid"]]

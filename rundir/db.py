@@ -15,7 +15,10 @@ from pathlib import Path
 #    manifest's link_model, isolation and health. Version 2 runs read as before, without health data.
 # 4: tcp_info gains TCP's own state: backoff, ca_state, retransmits, probes, rto and the times of the
 #    last data sent/received and ACK received (issue 13's tcpstate variant). Version 3 reads as before.
-FORMAT_VERSION = 4
+# 5: tcp_info gains rcv_rtt_us (tcpi_rcv_rtt), the receiver's RTT estimate: a pure receiver's
+#    tcpi_rtt times only its own few segments (a GET), so health reads receivers' RTT from it.
+#    Version 4 reads as before; its receivers have no loaded-direction RTT.
+FORMAT_VERSION = 5
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -100,7 +103,8 @@ CREATE TABLE IF NOT EXISTS tcp_info (
     rto_us INTEGER,                  -- tcpi_rto
     data_sent_at REAL,               -- reference-clock time of the last data sent (snapshot - tcpi_last_data_sent)
     data_recv_at REAL,               -- ... of the last data received (tcpi_last_data_recv)
-    ack_recv_at REAL                 -- ... of the last ACK received (tcpi_last_ack_recv)
+    ack_recv_at REAL,                -- ... of the last ACK received (tcpi_last_ack_recv)
+    rcv_rtt_us INTEGER               -- tcpi_rcv_rtt: the receiver's RTT estimate, 0 until measured (format 5 on)
 );
 -- The queue of each shaped link end (the leaf qdisc under HTB), sampled by the runner about once a
 -- second. Counters are cumulative since the qdisc was made; backlog is the current value.

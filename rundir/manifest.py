@@ -191,9 +191,11 @@ class RunHealth(_Record):
     quiet_snapshots: int = 0                 # snapshots outside every fault window and recovery margin
     snapshots: int = 0
     quiet_s: float = 0.0                     # the time they cover
-    rtt_ms_median: float | None = None
+    rtt_ms_median: float | None = None      # in each connection's loaded direction (analysis.health)
     rtt_ms_p99: float | None = None
     rtt_samples: int = 0
+    rtt_senders: int = 0                     # connections timed by tcpi_rtt (they send more than they receive)
+    rtt_receivers: int = 0                   # ... by tcpi_rcv_rtt (format 5 on)
     queue_drops: int | None = None           # None: no queue samples (older run, testbed-shaped links)
     queue_drops_quiet: int | None = None
     queue_sent_packets: int | None = None
@@ -225,7 +227,7 @@ class Counts(_Record):
 
 
 class Manifest(_Record):
-    """manifest.json (docs/run-format.md), format versions 1-4 and, for the keys it knows, later."""
+    """manifest.json (docs/run-format.md), format versions 1-5 and, for the keys it knows, later."""
 
     format_version: int
     status: str                              # running | complete | interrupted | failed

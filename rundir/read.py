@@ -406,8 +406,11 @@ def read_tcp_state(conn: sqlite3.Connection, warnings: list[str]) -> pd.DataFram
 
 
 def read_tcp_info(conn: sqlite3.Connection, warnings: list[str]) -> pd.DataFrame:
-    """Every tcp_info row: seq, module, rtt_us, rttvar_us and, format 4 on, the state columns."""
-    optional = ("rtt_us", "rttvar_us", *(TCP_STATE_COLUMNS if has_state_columns(conn) else ()))
+    """Every tcp_info row: seq, module, rtt_us, rttvar_us, format 4 on the state columns and, format 5
+    on, rcv_rtt_us (a frame without that column: a run recorded before it)."""
+    have = {row[1] for row in conn.execute("PRAGMA table_info(tcp_info)")}
+    optional = ("rtt_us", "rttvar_us", *(TCP_STATE_COLUMNS if has_state_columns(conn) else ()),
+                *(("rcv_rtt_us",) if "rcv_rtt_us" in have else ()))
     cols = ["seq", "module", *optional]
     seen: list[str] = []   # the state columns' warnings were given by read_tcp_state already
     frame = numeric_frame(conn, "tcp_info", f"SELECT {', '.join(cols)} FROM tcp_info", cols, ("seq", "module"),

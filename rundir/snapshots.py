@@ -12,7 +12,8 @@ from collections.abc import Collection, Iterable, Sequence
 from rundir.db import ensure_indexes
 
 INSERT_TCP_INFO = ("INSERT INTO tcp_info (seq, module, ca_state, retransmits, probes, backoff, rto_us, rtt_us, "
-                   "rttvar_us, data_sent_at, data_recv_at, ack_recv_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)")
+                   "rttvar_us, rcv_rtt_us, data_sent_at, data_recv_at, ack_recv_at) "
+                   "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)")
 
 
 class SnapshotWriter:

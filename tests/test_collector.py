@@ -9,6 +9,7 @@ import re
 import socket
 import struct
 import subprocess
+import threading
 import time
 
 import pytest
@@ -117,17 +118,20 @@ def test_tracker_writes_tcp_info_on_change(tmp_path):
     db = create_db(tmp_path / "run.db")
     db.isolation_level = None
     tr = ModuleTracker(db)
-    # (ca_state, retransmits, probes, backoff, rto, last sent, last recv, last ack: ms ago, rtt, rttvar)
-    infos = [(0, 0, 0, 0, 204000, 0, 50, 0, 500, 250),
-             (0, 0, 0, 0, 204000, 100, 150, 100, 500, 250),   # 0.1 s later, nothing happened
-             (0, 0, 0, 0, 204000, 200, 250, 200, 700, 300),   # a new RTT
-             (4, 1, 0, 1, 408000, 300, 350, 300, 700, 300),   # an RTO: loss state, backed off
-             (4, 1, 0, 1, 408000, 0, 450, 400, 700, 300)]     # a retransmission sent
+    # (ca_state, retransmits, probes, backoff, rto, last sent, last recv, last ack: ms ago, rtt, rttvar,
+    #  rcv_rtt)
+    infos = [(0, 0, 0, 0, 204000, 0, 50, 0, 500, 250, 0),
+             (0, 0, 0, 0, 204000, 100, 150, 100, 500, 250, 0),   # 0.1 s later, nothing happened
+             (0, 0, 0, 0, 204000, 200, 250, 200, 700, 300, 0),   # a new RTT
+             (4, 1, 0, 1, 408000, 300, 350, 300, 700, 300, 0),   # an RTO: loss state, backed off
+             (4, 1, 0, 1, 408000, 0, 450, 400, 700, 300, 0),     # a retransmission sent
+             (4, 1, 0, 1, 408000, 100, 550, 500, 700, 300, 900)]  # a receive-side RTT measured
     for k, info in enumerate(infos):
         tr.record(k / 10, time.time(), [Observation("tcp:1", "tcp", "c", {"in": {"total_msgs": k}}, {}, [], info)])
     rows = db.execute("SELECT * FROM tcp_info").fetchall()
-    assert [r[0] for r in rows] == [0, 2, 3, 4]
-    assert rows[0] == (0, 1, 500, 250, 0, 0, 0, 0, 204000, 0.0, -0.05, 0.0)
+    assert [r[0] for r in rows] == [0, 2, 3, 4, 5]
+    assert rows[0] == (0, 1, 500, 250, 0, 0, 0, 0, 204000, 0.0, -0.05, 0.0, 0)
+    assert rows[4][12] == 900
     assert rows[2][4:9] == (1, 4, 1, 0, 408000)
     assert rows[3][9] == pytest.approx(0.4) and rows[3][10] == pytest.approx(-0.05)   # sent at 0.4 s; recv unchanged
 
@@ -213,6 +217,39 @@ def test_interceptor_counters_are_stored_raw_and_the_analysis_applies_thesis_3_4
         assert out.invalid[i].tolist() == [True] + [False] * 5
         assert out.wait[i].tolist()[1:] == pytest.approx([1.0, 0.0, 0.0, 1.0, 0.5])
 
+
+
+def test_receive_side_rtt_agrees_with_ss():
+    """tcpi_rcv_rtt (format 5): a bulk receiver's estimate, which ss prints as rcv_rtt in ms."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    cli = socket.create_connection(srv.getsockname())
+    acc, _ = srv.accept()
+    try:
+        size = 8 << 20
+        received = []
+        reader = threading.Thread(target=lambda: received.append(_drain(acc, size)))
+        reader.start()
+        cli.sendall(b"x" * size)
+        reader.join()
+        me, peer = acc.getsockname()[1], acc.getpeername()[1]
+        (s,) = [d for d in map(TcpSock.decode, SockDiag().dump()) if (d.src, d.sport, d.dport) == ("127.0.0.1", me, peer)]
+        out = subprocess.run(["ss", "-tinH", "src", f"127.0.0.1:{me}", "dst", f"127.0.0.1:{peer}"],
+                             capture_output=True, text=True).stdout
+        assert received == [size] and s.bytes_in == size
+        assert s.rcv_rtt_us > 0, out
+        assert s.rcv_rtt_us == pytest.approx(float(re.search(r"\brcv_rtt:([\d.]+)", out).group(1)) * 1000, abs=1)
+    finally:
+        for x in (cli, acc, srv):
+            x.close()
+
+
+def _drain(sock, size: int) -> int:
+    n = 0
+    while n < size:
+        n += len(sock.recv(1 << 20))
+    return n
 
 
 def test_one_dump_of_both_families_equals_a_dump_per_family(connection):

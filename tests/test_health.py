@@ -98,3 +98,38 @@ def test_an_older_run_has_no_rtts_and_says_so(tmp_path):
     h = network_health(data)
     assert h.rtt_ms_median is None and h.queue_drops is None
     assert any("format 2" in w for w in h.warnings)
+
+
+def _with_receiver_rtts(tmp_path, up_rtts, down_rows, format4=False, upload=5.0):
+    """The two-connection run with tcp_info rows for the download too: (seq, rtt_us, rcv_rtt_us)."""
+    data, up, down = _run(tmp_path, upload, 5.0, rtts=up_rtts)
+    db = sqlite3.connect(data.path / "run.db")
+    db.executemany("INSERT INTO tcp_info (seq, module, rtt_us, rttvar_us, rcv_rtt_us) VALUES (?,?,?,?,?)",
+                   [(seq, down, rtt, rtt // 2, rcv) for seq, rtt, rcv in down_rows])
+    if format4:
+        db.execute("ALTER TABLE tcp_info DROP COLUMN rcv_rtt_us")
+    db.commit()
+    db.close()
+    return load_run_data(open_run(data.path))
+
+
+def test_a_receivers_rtt_is_its_receive_side_estimate(tmp_path):
+    """The download's tcpi_rtt times only its GET (0.1 ms); its RTT is tcpi_rcv_rtt. 0: not measured."""
+    up = [(s, 20_000) for s in range(0, 100, 10)]                     # 10 samples of 20 ms
+    down = [(0, 100, 0)] + [(s, 100, 30_000) for s in range(5, 100, 10)]   # unmeasured, then 10 of 30 ms
+    h = network_health(_with_receiver_rtts(tmp_path, up, down))
+    assert h.rtt_samples == 20 and (h.rtt_senders, h.rtt_receivers) == (1, 1)
+    assert h.rtt_ms_median == pytest.approx(25.0) and h.rtt_ms_p99 == pytest.approx(30.0)
+    assert not any("RTT" in w for w in h.warnings)
+
+
+def test_a_format_4_run_says_its_receivers_have_no_rtt(tmp_path):
+    up = [(s, 20_000) for s in range(0, 100, 10)]
+    down = [(s, 100, 30_000) for s in range(5, 100, 10)]
+    h = network_health(_with_receiver_rtts(tmp_path, up, down, format4=True))
+    assert h.rtt_ms_median == pytest.approx(20.0) and (h.rtt_senders, h.rtt_receivers) == (1, 0)
+    assert any("no loaded-direction RTT for 1 receiving" in w and "format 5" in w for w in h.warnings)
+    # a download-only run of format 4: nothing to show, and it says so plainly
+    h = network_health(_with_receiver_rtts(tmp_path / "only", [], down, format4=True, upload=0.0))
+    assert h.rtt_ms_median is None and h.rtt_samples == 0
+    assert any(w.startswith("this run has no loaded-direction RTT") for w in h.warnings)

@@ -264,8 +264,8 @@ def _num(v, fmt="{:.1f}") -> str:
     return "" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt.format(v)
 
 
-HEALTH_HEADER = ["Run", "quiet s", "RTT p50 ms", "RTT p99 ms", "queue drops (quiet)", "backlog p50/max",
-          "retrans (quiet)", "silence %", "busy"]
+HEALTH_HEADER = ["Run", "quiet s", "RTT p50 ms", "RTT p99 ms", "RTT of snd/rcv", "queue drops (quiet)",
+                 "backlog p50/max", "retrans (quiet)", "silence %", "busy"]
 
 
 def health_row(name: str, h) -> list[str]:
@@ -275,12 +275,15 @@ def health_row(name: str, h) -> list[str]:
     backlog = "" if h.backlog_packets_max is None else f"{h.backlog_packets_median:g}/{h.backlog_packets_max}"
     rate = _num(None if h.silence_rate is None else 100 * h.silence_rate, "{:.2f}")
     flag = " !" if h.silence_rate is not None and h.silence_rate > SILENCE_WARN else ""
-    return [name, quiet, _num(h.rtt_ms_median), _num(h.rtt_ms_p99), drops, backlog,
+    timed = f"{h.rtt_senders}/{h.rtt_receivers}"
+    return [name, quiet, _num(h.rtt_ms_median), _num(h.rtt_ms_p99), timed, drops, backlog,
             str(h.retransmissions_quiet), rate + flag, str(h.busy)]
 
 
-HEALTH_NOTE = ("Network health, outside fault windows and their recovery margins (quiet time): smoothed "
-               "RTT of the connections; drops of the shaped links' queues in all (and in quiet time); "
+HEALTH_NOTE = ("Network health, outside fault windows and their recovery margins (quiet time): the "
+               "connections' RTT in their loaded direction (senders' tcpi_rtt, receivers' tcpi_rcv_rtt; snd/rcv: "
+               "how many of each were timed; blank: no loaded-direction RTT); drops of the shaped links' "
+               "queues in all (and in quiet time); "
                "queue backlog in packets; TCP retransmissions; silence: busy TCP module-snapshots "
                "(data queued to send, or in the middle of a received flow) without progress, "
                f"! above {100 * SILENCE_WARN:g}% (docs/analysis.md).")

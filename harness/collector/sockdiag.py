@@ -13,9 +13,10 @@ Per TCP module (key 'tcp:<inode>') and direction:
   in:  total_msgs = tcpi_data_segs_in,  bytes = tcpi_bytes_received, queued = receive queue
   out: total_msgs = tcpi_data_segs_out, bytes = tcpi_bytes_acked,    queued = send queue,
        errors = tcpi_total_retrans
-and per connection (the tcp_info table): tcpi_rtt, tcpi_rttvar (µs), and TCP's state (format 4):
+and per connection (the tcp_info table): tcpi_rtt, tcpi_rttvar (µs), TCP's state (format 4):
 tcpi_ca_state, retransmits, probes, backoff, rto and the times of the last data sent/received and
-ACK received.
+ACK received, and (format 5) tcpi_rcv_rtt, the receiver's RTT estimate (a pure receiver's tcpi_rtt
+is the RTT of its few sent segments: a GET, not the loaded direction).
 The receive queue is data TCP has delivered and the socket has not read (pending work of the
 reader); the send queue is the connection's own unsent/unacked work (see DESIGN.md).
 """
@@ -53,8 +54,9 @@ _RTA = struct.Struct("=HH")
 # struct tcp_info (include/uapi/linux/tcp.h), the fields we read in one unpack (offsets in bytes):
 #   1 ca_state, 2 retransmits, 3 probes, 4 backoff (u8); 8 rto (µs); 44 last_data_sent,
 #   52 last_data_recv, 56 last_ack_recv (ms before the dump); 68 rtt, 72 rttvar (µs, smoothed);
-#   100 total_retrans; 120 bytes_acked, 128 bytes_received (u64); 152 data_segs_in, 156 data_segs_out
-_TCP_INFO = struct.Struct("=xBBBB3xI32xI4xII8xII24xI16xQQ16xII")
+#   92 rcv_rtt (µs, the receiver's estimate, 0 until measured); 100 total_retrans;
+#   120 bytes_acked, 128 bytes_received (u64); 152 data_segs_in, 156 data_segs_out
+_TCP_INFO = struct.Struct("=xBBBB3xI32xI4xII8xII16xI4xI16xQQ16xII")
 _TI_MIN_LEN = 160
 assert _TCP_INFO.size == _TI_MIN_LEN
 
@@ -63,9 +65,9 @@ assert _TCP_INFO.size == _TI_MIN_LEN
 #  0 inode, 1 family, 2 state, 3 src_raw, 4 sport_raw, 5 dst_raw, 6 dport_raw, 7 rqueue, 8 wqueue,
 #  then _TCP_INFO's fields: 9 ca_state, 10 retransmits, 11 probes, 12 backoff, 13 rto_us,
 #  14 last_data_sent_ms, 15 last_data_recv_ms, 16 last_ack_recv_ms, 17 rtt_us, 18 rttvar_us,
-#  19 total_retrans, 20 bytes_acked, 21 bytes_received, 22 data_segs_in, 23 data_segs_out
+#  19 rcv_rtt_us, 20 total_retrans, 21 bytes_acked, 22 bytes_received, 23 data_segs_in, 24 data_segs_out
 RawSock = tuple
-TCP_INFO_FIELDS = slice(9, 19)   # Observation.tcp_info: ca_state .. rttvar_us
+TCP_INFO_FIELDS = slice(9, 20)   # Observation.tcp_info: ca_state .. rcv_rtt_us
 
 
 @dataclass(slots=True)
@@ -91,6 +93,7 @@ class TcpSock:
     last_ack_recv_ms: int
     rtt_us: int
     rttvar_us: int
+    rcv_rtt_us: int        # tcpi_rcv_rtt: the receiver's RTT estimate (0 until measured)
     retrans: int
     bytes_out: int         # tcpi_bytes_acked
     bytes_in: int          # tcpi_bytes_received
@@ -229,8 +232,8 @@ class TcpSource:
             # Counter tuples in COUNTER_FIELDS order: total_msgs, wait_ms, queued, errors, bytes.
             obs.append(Observation(
                 k[0], "tcp", k[1],
-                {"in": (r[22], None, r[7], None, r[21]), "out": (r[23], None, r[8], r[19], r[20])},
-                births.get(inode, _NO_ATTRS), k[2], r[9:19]))
+                {"in": (r[23], None, r[7], None, r[22]), "out": (r[24], None, r[8], r[20], r[21])},
+                births.get(inode, _NO_ATTRS), k[2], r[TCP_INFO_FIELDS]))
         if len(known) + len(self.ignored_inodes) > 2 * len(raw) + 1000:  # forget connections long gone
             live = {r[0] for r in raw}
             self.known = {i: v for i, v in known.items() if i in live}

@@ -27,7 +27,7 @@ class Observation:
     attrs: dict = field(default_factory=dict)    # recorded once, when the module is born
     children: list[str] = field(default_factory=list)  # keys of lower-layer modules it depends on
     # TCP modules, from tcp_info: (ca_state, retransmits, probes, backoff, rto_us, last_data_sent_ms,
-    # last_data_recv_ms, last_ack_recv_ms, rtt_us, rttvar_us), the three last_* "ms ago". Stored in
+    # last_data_recv_ms, last_ack_recv_ms, rtt_us, rttvar_us, rcv_rtt_us), the three last_* "ms ago". Stored in
     # the tcp_info table when they change (harness.collector.main.ModuleTracker).
     tcp_info: tuple[int, ...] | None = None
 

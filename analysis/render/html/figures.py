@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from analysis.health import SILENCE_WARN  # noqa: E402
+from analysis.health import SILENCE_WARN, loaded_rtt  # noqa: E402
 from analysis.render.html.faults import fault_windows  # noqa: E402
 from analysis.render.plots import FAULT_COLOURS  # noqa: E402
 
@@ -45,12 +45,12 @@ def _shade(ax, data) -> None:
 
 
 def _rtt(data, t: pd.Series) -> tuple[np.ndarray, np.ndarray] | None:
-    """Per snapshot: median and maximum RTT (ms) over the live TCP connections (samples carried forward)."""
-    info = data.tcp_info
-    if info is None or info.empty or "rtt_us" not in info:
+    """Per snapshot: median and maximum RTT (ms) in the loaded direction (analysis.health.loaded_rtt)
+    over the live TCP connections (samples carried forward)."""
+    s = loaded_rtt(data)
+    if s is None:
         return None
-    tcp = set(data.modules.index[data.modules["kind"] == "tcp"])
-    s = info[info["module"].isin(tcp)].dropna(subset=["rtt_us"])
+    s = s.dropna(subset=["rtt_us"])
     if s.empty:
         return None
     wide = s.pivot_table(index="seq", columns="module", values="rtt_us", aggfunc="last")
@@ -79,7 +79,8 @@ def health_figure(data, health=None) -> bytes:
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=7, loc="upper right", frameon=False)
     ax.set_ylabel("RTT ms", fontsize=8)
-    ax.set_title("Smoothed RTT of the TCP connections (tcpi_rtt)", fontsize=9, loc="left")
+    ax.set_title("RTT of the TCP connections in their loaded direction (senders: tcpi_rtt, receivers: "
+                 "tcpi_rcv_rtt)", fontsize=9, loc="left")
     ax = axes[1, 0]
     q = data.queue_stats
     if q is None or q.empty:
