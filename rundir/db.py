@@ -16,8 +16,9 @@ from pathlib import Path
 # 4: tcp_info gains TCP's own state: backoff, ca_state, retransmits, probes, rto and the times of the
 #    last data sent/received and ACK received (issue 13's tcpstate variant). Version 3 reads as before.
 # 5: tcp_info gains rcv_rtt_us (tcpi_rcv_rtt), the receiver's RTT estimate: a pure receiver's
-#    tcpi_rtt times only its own few segments (a GET), so health reads receivers' RTT from it.
-#    Version 4 reads as before; its receivers have no loaded-direction RTT.
+#    tcpi_rtt times only its own few segments (a GET), so health reads receivers' RTT from it; and
+#    the probes table: the collector's probes of silent connections' remotes (issue 21). Version 4
+#    reads as before: its receivers have no loaded-direction RTT, and it has no probes.
 FORMAT_VERSION = 5
 
 SCHEMA = """
@@ -120,6 +121,22 @@ CREATE TABLE IF NOT EXISTS queue_stats (
     backlog_packets INTEGER,
     backlog_bytes INTEGER
 );
+-- The collector's probes (format 5 on; harness/collector/probe.py, docs/probes.md): when a busy TCP
+-- connection makes no progress, a burst of TCP connects to its remote address and port from fresh
+-- source ports, each closed with a RST. A row per probe, written when its outcome is known.
+CREATE TABLE IF NOT EXISTS probes (
+    id INTEGER PRIMARY KEY,
+    burst INTEGER NOT NULL,          -- probes sent together for one silence share it (one outcome)
+    module INTEGER NOT NULL,         -- the TCP module whose silence triggered the burst (modules.id)
+    remote TEXT NOT NULL,            -- the address and port probed, 'ADDR:PORT' (the connection's remote)
+    sport INTEGER,                   -- the probe's own source port (fresh: another 5-tuple, maybe another path)
+    kind TEXT NOT NULL,              -- 'connect': a TCP connect, closed with a RST
+    seq INTEGER NOT NULL,            -- the last snapshot taken before it was sent (snapshots.seq)
+    sent REAL NOT NULL,              -- reference clock: the SYN sent
+    done REAL NOT NULL,              -- reference clock: the outcome known (answer, error or timeout)
+    outcome TEXT NOT NULL,           -- answered (SYN-ACK) | refused (RST) | timeout | unreachable | error
+    rtt_ms REAL                      -- done - sent for answered and refused, else NULL
+);
 CREATE INDEX IF NOT EXISTS modules_key ON modules (key);
 """
 
@@ -133,6 +150,10 @@ TCP_STATE_COLUMNS = ("backoff", "ca_state", "retransmits", "probes", "rto_us",
                      "data_sent_at", "data_recv_at", "ack_recv_at")
 # The fault kinds this format records (faults.kind); a reader leaves a fault of another kind out.
 FAULT_KINDS = ("ip_drop", "tcp_drop", "app_pause")
+# A probe's outcomes (probes.outcome): the first two mean the remote answered over the network.
+PROBE_ANSWERED = ("answered", "refused")
+PROBE_OUTCOMES = (*PROBE_ANSWERED, "timeout", "unreachable", "error")
+PROBE_COLUMNS = ["id", "burst", "module", "remote", "sport", "kind", "seq", "sent", "done", "outcome", "rtt_ms"]
 FAULT_COLUMNS = ["id", "spec_index", "kind", "at_node", "target", "target_module", "planned_start",
                  "planned_duration", "start", "end"]
 QUEUE_COLUMNS = ["mono", "node", "interface", "sent_packets", "sent_bytes", "drops", "overlimits", "requeues",
