@@ -38,6 +38,7 @@ from harness.backends.base import Clocks, Proc
 from harness.clean import refuse_on_leftovers
 from harness.collector.appsockets import warnings_from_log
 from harness.collector.main import command as collector_command
+from harness.collector.probe import ProbeSettings
 from harness.faults import FaultEnv, FaultKind, Faults, NoTarget, Part
 from harness.ledger import Ledger, signals_held
 from harness.lock import machine_lock
@@ -240,8 +241,9 @@ class Repetition:
         backend, monitor = self.backend, self.spec.monitor
         node = backend.node(monitor)
         self.collector_db = backend.collector_db(monitor, self.record)
+        probe = None if self.spec.probe is None else ProbeSettings(**self.spec.probe.model_dump())
         argv = collector_command(backend.python(monitor), self.collector_db, self.spec.snapshot_interval,
-                                 self.shm_dir, backend.ignored_interfaces(monitor))
+                                 self.shm_dir, backend.ignored_interfaces(monitor), probe)
         with signals_held():
             self.collector = node.start(argv, self.rd.logs / "collector.log")
             self._on_process(self.collector, None, "collector", self.spec.monitor)

@@ -121,6 +121,29 @@ class Isolation(_Strict):
                                     f"auto = the window's duration + {RECOVERY_EXTRA_S:g}s")
 
 
+class Probe(_Strict):
+    """The collector's probes of silent connections' remotes (docs/probes.md); `probe: off` turns
+    them off. Defaults: a burst of 2 connects after 0.3 s of silence (at most the RTO), again every
+    second while it lasts, at most 10 probes/s from the host (007's budget) and 2/s to one remote."""
+
+    after: Duration = Field(default=0.3, description="silence of a busy connection before its first burst "
+                                                     "(at most the connection's RTO)")
+    every: Duration = Field(default=1.0, description="between bursts while the silence lasts")
+    timeout: Duration = Field(default=1.0, description="a probe not answered within this is a timeout")
+    count: int = Field(default=2, ge=1, le=10, description="probes per burst, each from a fresh source port")
+    host_rate: float = Field(default=10.0, gt=0, le=1000, description="probes per second from the host, at most")
+    remote_rate: float = Field(default=2.0, gt=0, le=1000, description="probes per second to one remote, at most")
+    hold: Duration = Field(default=10.0, description="a receiver silent for longer is idle, not busy")
+
+    @model_validator(mode="after")
+    def _times(self):
+        if not 0 < self.after <= 60 or not 0 < self.every <= 60 or not 0.01 <= self.timeout <= 30:
+            raise ValueError("probe times: 0 < after <= 60s, 0 < every <= 60s, 10ms <= timeout <= 30s")
+        if self.count > max(self.host_rate, self.remote_rate, 1) * 10:
+            raise ValueError("a burst of count probes must fit the budget")
+        return self
+
+
 # The most repetitions one spec may ask for. Each repetition is a whole run (`duration` plus setup
 # and teardown, a run directory with its run.db), and load_spec plans every repetition's faults
 # before the first starts: a thousand 60 s runs already take a day and tens of GB, while a slip
@@ -141,6 +164,7 @@ class Spec(_Strict):
     # Load the LD_PRELOAD interceptor into the monitored host's workload processes: app and socket
     # modules, and the app_pause fault. Off only to measure the harness without it.
     interceptor: bool = True
+    probe: Probe | None = Field(default_factory=Probe, description="probes of silent connections; off: none")
     workloads: list[Workload] = Field(min_length=1)
     faults: list[Fault] = []
     isolation: Isolation = Isolation()
@@ -152,6 +176,16 @@ class Spec(_Strict):
             raise ValueError(f"{name!r} is not an experiment name: runs go to results/<name>/, and "
                              f"{name!r} is not a directory of its own there")
         return name
+
+    @field_validator("probe", mode="before")
+    @classmethod
+    def _probe_switch(cls, value):
+        """`probe: off` (YAML reads it as false) or `on`; a mapping sets the probes' parameters."""
+        if value is False or (isinstance(value, str) and value.lower() == "off"):
+            return None
+        if value is True or (isinstance(value, str) and value.lower() == "on"):
+            return {}
+        return value
 
     @field_validator("repetitions")
     @classmethod

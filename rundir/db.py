@@ -122,15 +122,16 @@ CREATE TABLE IF NOT EXISTS queue_stats (
     backlog_bytes INTEGER
 );
 -- The collector's probes (format 5 on; harness/collector/probe.py, docs/probes.md): when a busy TCP
--- connection makes no progress, a burst of TCP connects to its remote address and port from fresh
--- source ports, each closed with a RST. A row per probe, written when its outcome is known.
+-- connection makes no progress, a burst of half-open probes (a SYN from a fresh source port, reset
+-- by the host when answered) to its remote address and port. A row per probe, written when its
+-- outcome is known.
 CREATE TABLE IF NOT EXISTS probes (
     id INTEGER PRIMARY KEY,
     burst INTEGER NOT NULL,          -- probes sent together for one silence share it (one outcome)
     module INTEGER NOT NULL,         -- the TCP module whose silence triggered the burst (modules.id)
     remote TEXT NOT NULL,            -- the address and port probed, 'ADDR:PORT' (the connection's remote)
     sport INTEGER,                   -- the probe's own source port (fresh: another 5-tuple, maybe another path)
-    kind TEXT NOT NULL,              -- 'connect': a TCP connect, closed with a RST
+    kind TEXT NOT NULL,              -- 'syn': a half-open TCP probe (harness/collector/synprobe.py)
     seq INTEGER NOT NULL,            -- the last snapshot taken before it was sent (snapshots.seq)
     sent REAL NOT NULL,              -- reference clock: the SYN sent
     done REAL NOT NULL,              -- reference clock: the outcome known (answer, error or timeout)

@@ -79,6 +79,18 @@ class SpecIsolation(_Record):
     recovery: Literal["auto"] | float = "auto"
 
 
+class SpecProbe(_Record):
+    """The spec's `probe` (format 5; None: probes off, or a run recorded before them)."""
+
+    after: float | None = None
+    every: float | None = None
+    timeout: float | None = None
+    count: int | None = None
+    host_rate: float | None = None
+    remote_rate: float | None = None
+    hold: float | None = None
+
+
 class RunSpec(_Record):
     """The resolved spec: harness.spec.Spec dumped as JSON (units in seconds and bytes)."""
 
@@ -92,6 +104,7 @@ class RunSpec(_Record):
     monitor: str | None = None
     congestion_control: str | None = None
     interceptor: bool | None = None
+    probe: SpecProbe | None = None
     workloads: list[SpecWorkload] = []
     faults: list[SpecFault] = []
     isolation: SpecIsolation = SpecIsolation()

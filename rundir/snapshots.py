@@ -14,6 +14,8 @@ from rundir.db import ensure_indexes
 INSERT_TCP_INFO = ("INSERT INTO tcp_info (seq, module, ca_state, retransmits, probes, backoff, rto_us, rtt_us, "
                    "rttvar_us, rcv_rtt_us, data_sent_at, data_recv_at, ack_recv_at) "
                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)")
+INSERT_PROBE = ("INSERT INTO probes (id, burst, module, remote, sport, kind, seq, sent, done, outcome, rtt_ms) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?)")
 
 
 class SnapshotWriter:
@@ -28,12 +30,17 @@ class SnapshotWriter:
         (last_seq,) = self.db.execute("SELECT coalesce(max(seq), -1) FROM snapshots").fetchone()
         return last_id + 1, last_seq + 1
 
+    def next_probe_ids(self) -> tuple[int, int]:
+        """(next probe id, next burst): a collector that starts again goes on from there."""
+        return self.db.execute("SELECT coalesce(max(id), 0) + 1, coalesce(max(burst), 0) + 1 FROM probes").fetchone()
+
     def snapshot(self, seq: int, now: float, wall: float, births: Sequence[tuple], deaths: Sequence[tuple],
                  counters: Sequence[tuple], tcp_info: Sequence[tuple], edges_born: Collection[tuple[int, int]] = (),
-                 edges_died: Collection[tuple[int, int]] = ()) -> None:
+                 edges_died: Collection[tuple[int, int]] = (), probes: Sequence[tuple] = ()) -> None:
         """births: (id, kind, name, key, attrs JSON, born); deaths: (died, id); counters: (seq, module,
         dir, total_msgs, wait_ms, queued, errors, bytes); tcp_info: INSERT_TCP_INFO's values; edges as
-        (parent, child), born or died at `now`."""
+        (parent, child), born or died at `now`; probes: INSERT_PROBE's values (finished since the last
+        snapshot)."""
         db = self.db
         db.execute("BEGIN")
         db.execute("INSERT INTO snapshots VALUES (?, ?, ?)", (seq, now, wall))
@@ -50,12 +57,17 @@ class SnapshotWriter:
         if edges_died:
             db.executemany("UPDATE edges SET died = ? WHERE parent = ? AND child = ? AND died IS NULL",
                            [(now, p, c) for p, c in edges_died])
+        if probes:
+            db.executemany(INSERT_PROBE, probes)
         db.execute("COMMIT")
 
-    def close(self, now: float, alive: Iterable[int]) -> None:
-        """The end of the recording: every module and edge still alive dies now; the readers' index."""
+    def close(self, now: float, alive: Iterable[int], probes: Sequence[tuple] = ()) -> None:
+        """The end of the recording: every module and edge still alive dies now, the last probes'
+        rows; the readers' index."""
         db = self.db
         db.execute("BEGIN")
+        if probes:
+            db.executemany(INSERT_PROBE, probes)
         db.executemany("UPDATE modules SET died = ? WHERE id = ?", [(now, m) for m in alive])
         db.execute("UPDATE edges SET died = ? WHERE died IS NULL", (now,))
         db.execute("COMMIT")

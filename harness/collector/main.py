@@ -1,25 +1,29 @@
 """The collector: inside the monitored host's namespace, every interval, ask each source what it
 sees and record modules, edges, a snapshot and its counters in run.db.
 
-    python -m harness.collector.main --db RUN/run.db --interval 0.1 [--interceptor-dir DIR]
+    python -m harness.collector.main --db RUN/run.db --interval 0.1 [--interceptor-dir DIR] [--probe JSON]
 
 Snapshots follow absolute deadlines (start + k * interval) so the interval does not drift; a
 snapshot that overruns skips missed deadlines rather than bunching up. Each snapshot is one short
 transaction (rundir.snapshots). SIGTERM/SIGINT end the loop after
-the current snapshot.
+the current snapshot. With --probe (harness.collector.probe), silent busy connections' remotes are
+probed, and the probes complete while the loop waits for its next deadline.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import signal
+import socket
 import sqlite3
 import sys
 import time
 from collections.abc import Iterable
 
 from harness.collector.iface import InterfaceSource
+from harness.collector.probe import Prober, ProbeSettings
 from harness.collector.procs import socket_owners
 from harness.collector.sockdiag import TcpSource
 from harness.collector.source import Observation, Source
@@ -40,7 +44,7 @@ class ModuleTracker:
         self.edges: set[tuple[int, int]] = set()     # live (parent id, child id)
         self.next_id, self.seq = self.writer.next_ids()
 
-    def record(self, now: float, wall: float, observations: list[Observation]) -> None:
+    def record(self, now: float, wall: float, observations: list[Observation], probes=()) -> None:
         ids = self.ids
         seen: dict[str, int] = {}
         births = []
@@ -82,12 +86,46 @@ class ModuleTracker:
 
         changed = edges != self.edges
         self.writer.snapshot(seq, now, wall, births, deaths, rows, info_rows,
-                             edges - self.edges if changed else (), self.edges - edges if changed else ())
+                             edges - self.edges if changed else (), self.edges - edges if changed else (), probes)
         self.ids, self.edges, self.seq = seen, edges, seq + 1
 
-    def close(self, now: float) -> None:
+    def close(self, now: float, probes=()) -> None:
         """Mark everything still alive as dying at the end of the recording."""
-        self.writer.close(now, self.ids.values())
+        self.writer.close(now, self.ids.values(), probes)
+
+
+class ProbeFeed:
+    """The TCP observations of a snapshot as the prober reads them (Prober.observe's tuples)."""
+
+    def __init__(self, prober: Prober):
+        self.prober = prober
+        self.remotes: dict[int, tuple[int, str, int]] = {}   # module id -> (family, address, port)
+
+    def feed(self, now: float, seq: int, observations: list[Observation], ids: dict[str, int]) -> None:
+        conns = []
+        for ob in observations:
+            if ob.kind != "tcp":
+                continue
+            mid = ids[ob.key]
+            remote = self.remotes.get(mid)
+            if remote is None:
+                remote = self.remotes[mid] = _remote(ob)
+            c_in, c_out = ob.counters["in"], ob.counters["out"]
+            conns.append((mid, remote, c_in[0], c_out[0], c_in[2], c_out[2], ob.tcp_info[4] if ob.tcp_info else None))
+        if len(self.remotes) > 2 * len(conns) + 1000:   # forget connections long gone
+            live = {c[0] for c in conns}
+            self.remotes = {m: r for m, r in self.remotes.items() if m in live}
+        self.prober.observe(now, seq, conns)
+
+
+def _remote(ob: Observation) -> tuple[int, str, int]:
+    """(family, address, port) of a TCP module's remote: its attrs at birth, else its name
+    ('tcp SRC:SPORT>DST:DPORT')."""
+    dst, dport = ob.attrs.get("dst"), ob.attrs.get("dport")
+    if dst is None or dport is None:
+        dst, _, dport = ob.name.rsplit(">", 1)[1].rpartition(":")
+    family = socket.AF_INET6 if ":" in dst else socket.AF_INET
+    return family, dst, int(dport)
 
 
 # tcp_info's "ms ago" fields become times on the reference clock (snapshot time - ago), which stay
@@ -112,9 +150,11 @@ def _info_row(now: float, info: tuple, last: tuple | None) -> tuple | None:
     return values, (round(sent / 1000.0, 4), round(recv / 1000.0, 4), round(ack / 1000.0, 4)), (sent, recv, ack)
 
 
-def make_sources(interceptor_dir: str | None, ignore_interfaces=()) -> tuple[list[Source], InterfaceSource]:
+def make_sources(interceptor_dir: str | None, ignore_interfaces=(), own_sockets=frozenset()
+                 ) -> tuple[list[Source], InterfaceSource]:
+    """own_sockets: inodes of the collector's own probe sockets, never modules."""
     iface = InterfaceSource(set(ignore_interfaces))
-    sources: list[Source] = [iface, TcpSource(iface.ifkey_of, socket_owners, iface.ignored)]
+    sources: list[Source] = [iface, TcpSource(iface.ifkey_of, socket_owners, iface.ignored, own_sockets)]
     if interceptor_dir:
         from harness.collector.appsockets import InterceptorSource
 
@@ -123,11 +163,15 @@ def make_sources(interceptor_dir: str | None, ignore_interfaces=()) -> tuple[lis
 
 
 def run(db_path: str, interval: float, interceptor_dir: str | None = None,
-        max_snapshots: int | None = None, ignore_interfaces=()) -> int:
+        max_snapshots: int | None = None, ignore_interfaces=(), probe: ProbeSettings | None = None) -> int:
     db = connect(db_path)
     db.isolation_level = None  # explicit BEGIN/COMMIT per snapshot
-    sources, iface = make_sources(interceptor_dir, ignore_interfaces)
     tracker = ModuleTracker(db)
+    prober = None
+    if probe is not None:
+        prober = Prober(probe, *tracker.writer.next_probe_ids())
+    sources, iface = make_sources(interceptor_dir, ignore_interfaces, prober.own if prober else frozenset())
+    feed = ProbeFeed(prober) if prober else None
     stop = False
 
     def on_signal(signum, frame):
@@ -146,7 +190,9 @@ def run(db_path: str, interval: float, interceptor_dir: str | None = None,
             observations: list[Observation] = []
             for src in sources:
                 observations.extend(src.poll())
-            tracker.record(now, time.time(), observations)
+            tracker.record(now, time.time(), observations, prober.take() if prober else ())
+            if feed is not None:
+                feed.feed(now, tracker.seq - 1, observations, tracker.ids)
             if max_snapshots is not None and tracker.seq >= max_snapshots:
                 break
             if now >= next_refresh:
@@ -158,9 +204,14 @@ def run(db_path: str, interval: float, interceptor_dir: str | None = None,
             if now > deadline:  # overran: skip the deadlines already missed
                 k = int((now - start) / interval) + 1
                 deadline = start + k * interval
-            time.sleep(max(0.0, deadline - monotonic()))
+            if prober is not None:
+                prober.wait(deadline)
+            else:
+                time.sleep(max(0.0, deadline - monotonic()))
     finally:
-        tracker.close(monotonic())
+        if prober is not None:
+            prober.close()
+        tracker.close(monotonic(), prober.take() if prober else ())
         for src in sources:
             src.close()
         db.close()
@@ -168,10 +219,12 @@ def run(db_path: str, interval: float, interceptor_dir: str | None = None,
 
 
 def command(python: list[str], db: str, interval: float, interceptor_dir: str | None = None,
-            ignore_interfaces: Iterable[str] = ()) -> list[str]:
+            ignore_interfaces: Iterable[str] = (), probe: ProbeSettings | None = None) -> list[str]:
     """The command line that runs the collector: `python` is the argv prefix that runs this package's
     modules where the collector runs (Backend.python), the rest are main()'s options."""
     argv = [*python, "-m", "harness.collector.main", "--db", db, "--interval", str(interval)]
+    if probe is not None:
+        argv += ["--probe", json.dumps(dataclasses.asdict(probe), sort_keys=True)]
     if interceptor_dir is not None:
         argv += ["--interceptor-dir", str(interceptor_dir)]
     for name in ignore_interfaces:
@@ -188,8 +241,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ignore-interface", action="append", default=[],
                    help="an interface outside the experiment (e.g. a testbed's control network): "
                         "neither it nor connections bound to its addresses become modules")
+    p.add_argument("--probe", type=lambda text: ProbeSettings(**json.loads(text)),
+                   help="probe silent connections' remotes, with these settings (JSON of ProbeSettings)")
     a = p.parse_args(argv)
-    return run(a.db, a.interval, a.interceptor_dir, a.max_snapshots, a.ignore_interface)
+    return run(a.db, a.interval, a.interceptor_dir, a.max_snapshots, a.ignore_interface, a.probe)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,289 @@
+"""The collector's probes (harness.collector.probe) on real loopback sockets: when a probe goes, what
+its outcome is (answered, refused, timeout), the budget, the rows written, that probe sockets never
+become modules and the remote application never sees a probe, and the spec's `probe:` switch.
+Probes use raw sockets: those tests need root."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import pytest
+
+from harness.collector.main import ModuleTracker, ProbeFeed
+from harness.collector.probe import Prober, ProbeSettings
+from harness.collector.sockdiag import TcpSource
+from harness.collector.source import Observation
+from harness.spec import load_spec
+from harness.yamlload import SpecError
+from rundir.db import PROBE_COLUMNS, create_db, monotonic
+from tests.support.env import REPO, write
+
+
+@pytest.fixture
+def listener():
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    yield srv
+    srv.close()
+
+
+def _closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _silent_sender(prober: Prober, port: int, seconds: float, mid: int = 1, step: float = 0.05, **kw):
+    """A connection with data queued that makes no progress for `seconds`, observed every `step`."""
+    q = dict(rqueue=0, wqueue=5000, rto_us=None)
+    q.update(kw)
+    end = monotonic() + seconds
+    seq = 0
+    while monotonic() < end:
+        prober.observe(monotonic(), seq, [(mid, (socket.AF_INET, "127.0.0.1", port), 10, 20, q["rqueue"],
+                                           q["wqueue"], q["rto_us"])])
+        prober.wait(monotonic() + step)
+        seq += 1
+    prober.close()
+    return prober.take()
+
+
+def _bursts(rows):
+    out = {}
+    for r in rows:
+        out.setdefault(r[1], []).append(dict(zip(PROBE_COLUMNS, r, strict=True)))
+    return out
+
+
+@pytest.mark.root   # raw sockets (CAP_NET_RAW)
+def test_a_silent_sender_is_probed_after_the_silence_and_again_every_period(listener):
+    s = ProbeSettings(after=0.2, every=0.5, timeout=1.0, count=2, remote_rate=10)
+    prober = Prober(s)
+    t0 = monotonic()
+    rows = _silent_sender(prober, listener.getsockname()[1], 1.3)
+    bursts = _bursts(rows)
+    # first seen at t0, silent from then: bursts at ~0.2, ~0.7, ~1.2 s
+    assert len(bursts) == 3, rows
+    firsts = [b[0]["sent"] - t0 for b in bursts.values()]
+    assert firsts[0] == pytest.approx(0.2, abs=0.08)
+    assert firsts[1] - firsts[0] == pytest.approx(0.5, abs=0.08)
+    for b in bursts.values():
+        assert len(b) == 2 and {p["outcome"] for p in b} == {"answered"}
+        assert len({p["sport"] for p in b}) == 2                 # two fresh source ports
+        assert all(0 <= p["rtt_ms"] < 50 and p["done"] >= p["sent"] for p in b)
+        assert {p["remote"] for p in b} == {f"127.0.0.1:{listener.getsockname()[1]}"}
+    assert [r[0] for r in rows] == sorted(r[0] for r in rows) and len({r[0] for r in rows}) == len(rows)
+    assert prober.own == set()                                   # every probe socket closed
+
+
+@pytest.mark.root   # raw sockets (CAP_NET_RAW)
+def test_a_closed_port_is_refused_and_still_counts_as_an_answer():
+    rows = _silent_sender(Prober(ProbeSettings(after=0.1, every=5, count=1)), _closed_port(), 0.3)
+    assert [r[9] for r in rows] == ["refused"] and rows[0][10] is not None
+
+
+@pytest.mark.root   # raw sockets (CAP_NET_RAW)
+def test_no_answer_is_a_timeout(listener):
+    """A listener whose accept queue is full drops SYNs: the probe is not answered."""
+    full = socket.socket()
+    full.bind(("127.0.0.1", 0))
+    full.listen(0)
+    port = full.getsockname()[1]
+    held = []
+    try:
+        for _ in range(3):   # fill the accept queue (backlog 0 holds one; the rest wait in SYN_SENT)
+            c = socket.socket()
+            c.setblocking(False)
+            c.connect_ex(("127.0.0.1", port))
+            held.append(c)
+        time.sleep(0.1)
+        t0 = monotonic()
+        rows = _silent_sender(Prober(ProbeSettings(after=0.1, every=5, count=1, timeout=0.4)), port, 0.2)
+        assert [r[9] for r in rows] == ["timeout"] and rows[0][10] is None
+        assert rows[0][8] - rows[0][7] == pytest.approx(0.4, abs=0.06)     # done - sent: the timeout
+        assert monotonic() - t0 < 1.0
+    finally:
+        for c in (*held, full):
+            c.close()
+
+
+@pytest.mark.root   # raw sockets (CAP_NET_RAW)
+def test_no_probe_without_work_or_while_the_application_holds_data(listener):
+    port = listener.getsockname()[1]
+    assert _silent_sender(Prober(ProbeSettings(after=0.1)), port, 0.4, wqueue=0) == []    # idle, never received
+    # a receiver that stopped receiving is busy unless data waits for the application to read it
+    p = Prober(ProbeSettings(after=0.1, every=5, count=1, hold=10))
+    remote = (socket.AF_INET, "127.0.0.1", port)
+    p.observe(monotonic(), 0, [(1, remote, 10, 1, 0, 0, None)])
+    p.observe(monotonic(), 1, [(1, remote, 11, 1, 0, 0, None)])         # progress, then silence
+    time.sleep(0.15)
+    p.observe(monotonic(), 2, [(1, remote, 11, 1, 4096, 0, None)])      # the app is not reading
+    p.wait(monotonic() + 0.05)
+    assert p.take() == []
+    p.observe(monotonic(), 3, [(1, remote, 11, 1, 0, 0, None)])         # the app read it: now the network
+    p.close()
+    assert [r[9] for r in p.take()] == ["answered"]
+
+
+@pytest.mark.root   # raw sockets (CAP_NET_RAW)
+def test_the_rto_caps_the_wait(listener):
+    """A connection whose RTO (here 120 ms) is shorter than `after` is probed after its RTO."""
+    t0 = monotonic()
+    rows = _silent_sender(Prober(ProbeSettings(after=5.0, every=5, count=1)), listener.getsockname()[1], 0.3,
+                          rto_us=120_000)
+    assert len(rows) == 1 and rows[0][7] - t0 == pytest.approx(0.12, abs=0.06)
+
+
+@pytest.mark.root   # raw sockets (CAP_NET_RAW)
+def test_the_budget_per_host_and_per_remote(listener):
+    port = listener.getsockname()[1]
+    # 6 silent connections to 6 remotes (ports), every snapshot wants a burst of 1: the host's
+    # budget (4/s) lets through its bucket (4) and then 4 per second
+    servers = [socket.socket() for _ in range(6)]
+    try:
+        for s in servers:
+            s.bind(("127.0.0.1", 0))
+            s.listen(8)
+        p = Prober(ProbeSettings(after=0.05, every=0.05, count=1, host_rate=4, remote_rate=100))
+        end = monotonic() + 1.0
+        while monotonic() < end:
+            p.observe(monotonic(), 0, [(k, (socket.AF_INET, "127.0.0.1", s.getsockname()[1]), 1, 1, 0, 10, None)
+                                       for k, s in enumerate(servers)])
+            p.wait(monotonic() + 0.05)
+        p.close()
+        n = len(p.take())
+        assert 6 <= n <= 9, n        # 4 at once, then about 4 per second over the remaining ~0.95 s
+    finally:
+        for s in servers:
+            s.close()
+    # one remote, two silent connections to it: they share its budget (2/s, bursts of 2 -> one a second)
+    p = Prober(ProbeSettings(after=0.05, every=0.05, count=2, host_rate=100, remote_rate=2))
+    end = monotonic() + 1.2
+    remote = (socket.AF_INET, "127.0.0.1", port)
+    while monotonic() < end:
+        p.observe(monotonic(), 0, [(1, remote, 1, 1, 0, 10, None), (2, remote, 1, 1, 0, 10, None)])
+        p.wait(monotonic() + 0.05)
+    p.close()
+    assert len(_bursts(p.take())) == 2       # one at once, one a second later
+
+
+@pytest.mark.root   # raw sockets (CAP_NET_RAW)
+def test_probe_sockets_are_never_modules():
+    """A probe in flight holds its port with a bound TCP socket; neither it nor the probe's half-open
+    exchange becomes a TCP module."""
+    full = socket.socket()
+    full.bind(("127.0.0.1", 0))
+    full.listen(0)
+    held = [socket.socket() for _ in range(3)]
+    try:
+        for c in held:
+            c.setblocking(False)
+            c.connect_ex(full.getsockname())
+        time.sleep(0.05)
+        p = Prober(ProbeSettings(after=0.01, every=5, count=1, timeout=2))
+        remote = (socket.AF_INET, "127.0.0.1", full.getsockname()[1])
+        p.observe(monotonic(), 0, [(1, remote, 1, 1, 0, 10, None)])
+        time.sleep(0.02)
+        p.observe(monotonic(), 1, [(1, remote, 1, 1, 0, 10, None)])
+        (probe,) = p.inflight
+        assert probe.syn.inode in p.own
+        obs = TcpSource(lambda a: None, None, own_sockets=p.own).poll()
+        assert probe.syn.inode not in {ob.attrs.get("inode") for ob in obs}
+        assert not any(f":{probe.syn.sport}>" in ob.name for ob in obs)
+        assert {os.fstat(c.fileno()).st_ino for c in held} <= {ob.attrs.get("inode") for ob in obs}
+        p.close()
+        assert p.own == set()
+    finally:
+        for c in (*held, full):
+            c.close()
+
+
+@pytest.mark.root   # raw sockets (CAP_NET_RAW)
+def test_the_remote_application_never_sees_a_probe(listener):
+    """Half-open: the SYN-ACK is answered with our kernel's RST, so nothing reaches accept()."""
+    rows = _silent_sender(Prober(ProbeSettings(after=0.05, every=0.1, count=2, remote_rate=100)),
+                          listener.getsockname()[1], 0.5)
+    assert len(rows) >= 6 and {r[9] for r in rows} == {"answered"}
+    listener.settimeout(0.3)
+    with pytest.raises(TimeoutError):
+        listener.accept()
+
+
+@pytest.mark.root   # raw sockets (CAP_NET_RAW)
+def test_ipv6():
+    srv = socket.socket(socket.AF_INET6)
+    try:
+        srv.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback")
+    srv.listen(4)
+    try:
+        p = Prober(ProbeSettings(after=0.05, every=5, count=1))
+        remote = (socket.AF_INET6, "::1", srv.getsockname()[1])
+        p.observe(monotonic(), 0, [(1, remote, 1, 1, 0, 10, None)])
+        p.wait(monotonic() + 0.1)
+        p.observe(monotonic(), 1, [(1, remote, 1, 1, 0, 10, None)])
+        p.close()
+        (row,) = p.take()
+        assert row[3] == f"[::1]:{srv.getsockname()[1]}" and row[9] == "answered"
+    finally:
+        srv.close()
+
+
+@pytest.mark.root   # raw sockets (CAP_NET_RAW)
+def test_the_tracker_writes_the_probes_with_the_snapshot(tmp_path, listener):
+    db = create_db(tmp_path / "run.db")
+    db.isolation_level = None
+    tr = ModuleTracker(db)
+    prober = Prober(ProbeSettings(after=0.05, every=5, count=2), *tr.writer.next_probe_ids())
+    feed = ProbeFeed(prober)
+    port = listener.getsockname()[1]
+    ob = Observation("tcp:7", "tcp", f"tcp 127.0.0.1:1>127.0.0.1:{port}",
+                     {"in": (3, None, 0, None, 100), "out": (9, None, 5000, 0, 900)},
+                     {"inode": 7, "dst": "127.0.0.1", "dport": port}, [], (0, 0, 0, 0, 200_000) + (0,) * 6)
+    for _ in range(4):
+        tr.record(monotonic(), time.time(), [ob], prober.take())
+        feed.feed(monotonic(), tr.seq - 1, [ob], tr.ids)
+        prober.wait(monotonic() + 0.05)
+    prober.close()
+    tr.close(monotonic(), prober.take())
+    rows = db.execute("SELECT burst, module, remote, kind, seq, outcome FROM probes ORDER BY id").fetchall()
+    assert rows == [(1, 1, f"127.0.0.1:{port}", "syn", 1, "answered")] * 2
+    # a collector started again on the same run.db goes on with the next ids
+    assert tr.writer.next_probe_ids() == (3, 2)
+
+
+SPEC = """\
+name: t
+topology: {topo}
+duration: 30s
+monitor: site1n1
+{probe}
+workloads:
+  - {{kind: wget, host: site1n1, server: site2n1, file_size: 10MB}}
+"""
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("", ProbeSettings()),
+    ("probe: on", ProbeSettings()),
+    ("probe: off", None),
+    ("probe: {after: 200ms, count: 3}", ProbeSettings(after=0.2, count=3)),
+])
+def test_the_spec_switch(tmp_path, text, expected):
+    path = write(tmp_path, "s.yaml", SPEC.format(topo=REPO / "topologies" / "dumbbell.yaml", probe=text))
+    probe = load_spec(path).spec.probe
+    assert (None if probe is None else ProbeSettings(**probe.model_dump())) == expected
+
+
+def test_a_bad_probe_setting_is_one_line_naming_the_field(tmp_path):
+    path = write(tmp_path, "s.yaml", SPEC.format(topo=REPO / "topologies" / "dumbbell.yaml",
+                                                   probe="probe: {count: 0}"))
+    with pytest.raises(SpecError) as e:
+        load_spec(path)
+    assert "s.yaml:5" in str(e.value) and "probe.count" in str(e.value) and "\n" not in str(e.value)
