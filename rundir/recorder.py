@@ -18,7 +18,7 @@ from rundir.db import create_db, ensure_indexes
 from rundir.targets import resolve_fault_targets
 
 COUNTED = ("snapshots", "modules", "faults")   # what a run's manifest counts at the end
-COLLECTOR_TABLES = ("modules", "edges", "snapshots", "counters", "tcp_info")   # rundir.snapshots writes these
+COLLECTOR_TABLES = ("modules", "edges", "snapshots", "counters", "tcp_info", "probes")   # rundir.snapshots writes these
 
 
 class RunRecorder:
