@@ -374,7 +374,7 @@ class Repetition:
         for part in parts:   # written after the fault is in force, so the injection never waits for the database
             self.fault_ids += 1
             rows.append((self.fault_ids, part))
-        self.record.faults_started((fid, w.spec_index, f.kind, f.at or self.spec.monitor, part.target, w.start,
+        self.record.faults_started((fid, w.spec_index, f.kind, f.node(self.spec), part.target, w.start,
                                     w.duration, part.start, part.rule) for fid, part in rows)
         self.progress.injected += 1
         self.active.append(ActiveFault(w, parts[-1].start + w.duration, kind, rows))

@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from harness.topology import Topology, load_topology
-from harness.units import Duration, Size
+from harness.units import Duration, Percent, Size
 from harness.yamlload import YamlDoc
 from rundir.facts import RECOVERY_EXTRA_S, recovery_after
 
@@ -94,21 +94,47 @@ class FaultTarget(_Strict):
 
 
 class Fault(_Strict):
-    kind: Literal["ip_drop", "tcp_drop", "app_pause"]
+    """A fault of the spec (docs/faults.md): kind, where and on what it acts, and when."""
+
+    kind: Literal["ip_drop", "tcp_drop", "app_pause", "path_blackhole", "loss", "server_pause"]
     at: str | None = Field(default=None, description="router that drops (network faults)")
-    host: str | None = Field(default=None, description="ip_drop: whose traffic (default: the monitor)")
+    host: str | None = Field(default=None, description="ip_drop, loss: whose traffic (default: the monitor)")
     target: FaultTarget | None = None
+    path: int | None = Field(default=None, ge=0, description="path_blackhole: which link of `at`'s bundle (0, 1, ...)")
+    rate: Percent | None = Field(default=None, description="loss: the share of packets dropped, e.g. '5%'")
     schedule: Schedule
 
     @model_validator(mode="after")
     def _by_kind(self):
-        if self.kind in ("ip_drop", "tcp_drop") and self.at is None:
-            raise ValueError(f"{self.kind} needs 'at': the router that drops the packets")
-        if self.kind in ("tcp_drop", "app_pause") and self.target is None:
-            raise ValueError(f"{self.kind} needs 'target: {{workload: N}}'")
-        if self.kind != "ip_drop" and self.host is not None:
-            raise ValueError("'host' applies to ip_drop only")
+        k = self.kind
+        if k in ("ip_drop", "tcp_drop", "path_blackhole", "loss") and self.at is None:
+            raise ValueError(f"{k} needs 'at': the router that drops the packets")
+        if k in ("tcp_drop", "app_pause", "server_pause") and self.target is None:
+            raise ValueError(f"{k} needs 'target: {{workload: N}}'")
+        if k not in ("ip_drop", "loss") and self.host is not None:
+            raise ValueError("'host' applies to ip_drop and loss only")
+        if k == "loss" and self.host is not None and self.target is not None:
+            raise ValueError("loss drops either a host's traffic ('host') or one connection ('target'), not both")
+        if (k == "path_blackhole") != (self.path is not None):
+            raise ValueError("path_blackhole needs 'path: K' (which parallel link)" if k == "path_blackhole"
+                             else "'path' applies to path_blackhole only")
+        if k == "path_blackhole" and self.target is not None:
+            raise ValueError("path_blackhole has no 'target': its targets are the connections routed over the path")
+        if (k == "loss") != (self.rate is not None):
+            raise ValueError("loss needs 'rate', e.g. '5%'" if k == "loss" else "'rate' applies to loss only")
+        if k == "loss" and not 0 < self.rate < 100:
+            raise ValueError("loss rate must be above 0% and below 100% (100%: use ip_drop or tcp_drop)")
+        if k == "server_pause" and self.at is not None:
+            raise ValueError("server_pause stops the target workload's server; it has no 'at'")
         return self
+
+    def node(self, spec: Spec) -> str:
+        """Where the fault acts: its router, the paused server's host, or the monitored host."""
+        if self.at is not None:
+            return self.at
+        if self.kind == "server_pause":
+            return spec.workloads[self.target.workload].server
+        return spec.monitor
 
 
 class Isolation(_Strict):
@@ -268,12 +294,20 @@ class Footprint:
 
 
 def footprint(spec: Spec, fault: Fault) -> Footprint:
-    """An ip_drop of host H stalls every workload that runs on H or is served by H; a tcp_drop or an
-    app_pause stalls its target workload (instance)."""
-    if fault.kind == "ip_drop":
+    """An ip_drop (or a host's loss) of host H stalls every workload that runs on H or is served by H;
+    a path_blackhole may stall any workload (which ones the routers' hash decides); a server_pause
+    stalls every workload its server serves; a tcp_drop, a connection's loss or an app_pause stalls
+    its target workload (instance)."""
+    if fault.kind in ("ip_drop", "loss") and fault.target is None:
         host = fault.host or spec.monitor
         return Footprint(frozenset({host}), frozenset((i, None) for i, w in enumerate(spec.workloads)
                                                       if host in (w.host, w.server)))
+    if fault.kind == "path_blackhole":
+        return Footprint(frozenset(), frozenset((i, None) for i in range(len(spec.workloads))))
+    if fault.kind == "server_pause":
+        w = spec.workloads[fault.target.workload]
+        return Footprint(frozenset(), frozenset((i, None) for i, o in enumerate(spec.workloads)
+                                                if (o.server, o.kind) == (w.server, w.kind)))
     return Footprint(frozenset(), frozenset({(fault.target.workload, fault.target.instance)}))
 
 
@@ -354,8 +388,10 @@ def plan_faults(spec: Spec, doc: YamlDoc, seed: int) -> list[Window]:
 def _same_action(a: Fault, b: Fault) -> bool:
     if a.kind != b.kind:
         return False
-    if a.kind == "ip_drop":
-        return a.at == b.at and a.host == b.host
+    if a.kind == "path_blackhole":
+        return a.at == b.at and a.path == b.path
+    if a.target is None or b.target is None:   # ip_drop, a host's loss
+        return a.at == b.at and a.host == b.host and a.target is b.target
     return a.target.workload == b.target.workload
 
 
@@ -391,6 +427,14 @@ def _check_against_topology(spec: Spec, doc: YamlDoc, topo: Topology) -> None:
         if w.host == w.server:
             raise doc.error(("workloads", i, "server"), "server must be another host than the client")
     for i, f in enumerate(spec.faults):
+        if f.kind == "path_blackhole" and f.at in topo.spec.nodes:
+            bundle = topo.bundle(f.at) if topo.is_router(f.at) else []
+            if not bundle:
+                raise doc.error(("faults", i, "at"), f"{f.at!r} has no parallel links (a bundle, 'paths: N' in "
+                                                     f"the topology) for path_blackhole; try topology ecmp")
+            if f.path >= len(bundle):
+                raise doc.error(("faults", i, "path"), f"{f.at!r} has {len(bundle)} parallel links: path is "
+                                                       f"0 to {len(bundle) - 1}")
         if f.kind == "app_pause" and not spec.interceptor:
             raise doc.error(("faults", i, "kind"), "app_pause needs the interceptor (interceptor: true)")
         if f.at is not None:
@@ -405,7 +449,7 @@ def _check_against_topology(spec: Spec, doc: YamlDoc, topo: Topology) -> None:
             if f.target.instance is not None and f.target.instance >= w.instances:
                 raise doc.error(("faults", i, "target", "instance"),
                                 f"workload {f.target.workload} has {w.instances} instance(s)")
-            if f.kind in ("tcp_drop", "app_pause") and w.host != spec.monitor:
+            if f.kind in ("tcp_drop", "app_pause", "loss") and w.host != spec.monitor:
                 raise doc.error(("faults", i, "target", "workload"),
                                 f"workload {f.target.workload} runs on {w.host}, not on the monitored host "
                                 f"{spec.monitor}; its modules would not be observed")

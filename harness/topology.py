@@ -4,6 +4,12 @@ A topology file (topologies/<name>.yaml) names nodes and links; addresses and ro
 here so that every backend builds the same network: link k gets 10.0.<k+1>.0/24, endpoint `a`
 takes .1 and endpoint `b` .2; routers forward, and their routes follow shortest paths (networkx).
 Hosts have exactly one link and a default route through the router at its other end.
+
+A link between two routers may be a bundle of `paths: N` parallel links (ECMP, topologies/ecmp.yaml):
+it stands for N links, each shaped alike, listed in its place (link k, k+1, ..., their `path` 0..N-1),
+and a destination reached over the bundle gets a multipath route with one next hop per link. The
+routers hash connections onto the next hops by their 5-tuple (fib_multipath_hash_policy=3 with the
+5-tuple's fields, set by the backend), so a connection keeps its path and two connections may or may not share one.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ IFNAMSIZ = 15  # usable characters of a Linux interface name
 # DropTail queue of 50 packets: Emulab's "Link Shaping"/"Queues" documentation, ns-2's limit_).
 # docs/link-model.md explains why this, and not Linux's 1000-slot default, is the right model.
 DEFAULT_QUEUE_PACKETS = 50
+MAX_PATHS = 8
 
 
 class _Strict(BaseModel):
@@ -79,6 +86,9 @@ class LinkSpec(_Strict):
     queue: int | None = Field(default=None, ge=1, le=100_000,
                               description="packets queued at each end of a bandwidth-limited link "
                                           f"(default {DEFAULT_QUEUE_PACKETS}, as on Emulab)")
+    paths: int = Field(default=1, ge=1, le=MAX_PATHS,
+                       description="parallel links between two routers (ECMP), each as this one")
+    path: int | None = Field(default=None, ge=0, description="which link of a bundle this is (set by nestlab)")
 
     @model_validator(mode="after")
     def _queue_needs_bw(self):
@@ -112,10 +122,24 @@ class Interface:
     link: int          # index into the topology's links
 
 
+def expand_paths(spec: TopologySpec) -> TopologySpec:
+    """The spec with every bundle of `paths: N` written as its N links (path 0..N-1), in place."""
+    if all(lk.paths == 1 for lk in spec.links):
+        return spec
+    links = []
+    for lk in spec.links:
+        if lk.paths == 1:
+            links.append(lk)
+        else:
+            links += [lk.model_copy(update={"paths": 1, "path": k}) for k in range(lk.paths)]
+    return spec.model_copy(update={"links": links})
+
+
 class Topology:
     """A validated topology with derived addressing and routes."""
 
     def __init__(self, spec: TopologySpec, source: Path | None = None):
+        spec = expand_paths(spec)
         self.spec, self.source = spec, source
         self.interfaces: dict[str, list[Interface]] = {n: [] for n in spec.nodes}
         for k, link in enumerate(spec.links):
@@ -155,8 +179,9 @@ class Topology:
     def gateway(self, host: str) -> str:
         return self.interfaces[host][0].peer_address
 
-    def routes(self, router: str) -> list[tuple[str, str]]:
-        """(destination subnet, next-hop address) for every subnet not directly attached to `router`."""
+    def routes(self, router: str) -> list[tuple[str, list[str]]]:
+        """(destination subnet, next-hop addresses) for every subnet not directly attached to `router`:
+        one next hop, or one per link of the bundle toward the next router (ECMP)."""
         attached = {i.link for i in self.interfaces[router]}
         paths = nx.single_source_shortest_path(self.graph, router)
         out = []
@@ -168,9 +193,19 @@ class Topology:
             if target not in paths or len(paths[target]) < 2:
                 continue
             nxt = paths[target][1]
-            via = next(i.peer_address for i in self.interfaces[router] if i.peer == nxt)
-            out.append((f"10.0.{k + 1}.0/24", via))
+            vias = [i.peer_address for i in self.interfaces[router] if i.peer == nxt]
+            out.append((f"10.0.{k + 1}.0/24", vias))
         return out
+
+    def bundle(self, router: str) -> list[Interface]:
+        """`router`'s interfaces on its bundle of parallel links, by path (empty: it has none)."""
+        links = self.spec.links
+        return sorted((i for i in self.interfaces[router] if links[i.link].path is not None),
+                      key=lambda i: links[i.link].path)
+
+    @property
+    def multipath(self) -> bool:
+        return any(lk.path is not None for lk in self.spec.links)
 
 
 def topology_errors(doc: YamlDoc, spec: TopologySpec):
@@ -178,7 +213,7 @@ def topology_errors(doc: YamlDoc, spec: TopologySpec):
     degree = {n: 0 for n in spec.nodes}
     for lk in spec.links:
         for end in (lk.a, lk.b):
-            degree[end] = degree.get(end, 0) + 1
+            degree[end] = degree.get(end, 0) + lk.paths
     for n in spec.nodes:
         # Names become interface names (<node>-eth<k>, at most 15 characters on Linux) and appear
         # in commands on the nodes: letters, digits and '_' only.
@@ -192,9 +227,20 @@ def topology_errors(doc: YamlDoc, spec: TopologySpec):
             node = getattr(link, end)
             if node not in spec.nodes:
                 raise doc.error(("links", k, end), f"unknown node {node!r} (nodes: {', '.join(spec.nodes)})")
-            degree[node] += 1
+            degree[node] += link.paths
         if link.a == link.b:
             raise doc.error(("links", k), "a link needs two different nodes")
+        if link.paths > 1 and not (spec.nodes[link.a].router and spec.nodes[link.b].router):
+            raise doc.error(("links", k, "paths"), "parallel links (paths > 1) join two routers; a host has "
+                            "exactly one link")
+        if link.path is not None and link.paths > 1:
+            raise doc.error(("links", k, "path"), "'path' is set by nestlab for each link of a bundle; "
+                            "give 'paths: N' alone")
+    pairs = [frozenset((lk.a, lk.b)) for lk in spec.links if lk.paths > 1]
+    for router in {n for pair in pairs for n in pair}:
+        if sum(router in pair for pair in pairs) > 1:
+            raise doc.error(("links",), f"{router!r} has more than one bundle of parallel links; "
+                            "nestlab supports one per router")
     for n, node in spec.nodes.items():
         if not node.router and degree[n] != 1:
             raise doc.error(("nodes", n), f"host {n!r} has {degree[n]} links; a host needs exactly one "

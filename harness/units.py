@@ -52,6 +52,16 @@ def parse_rate(value: object) -> float:
     return _parse(value, _RATE, "rate", "'100Mbit'", casefold=True)
 
 
+def parse_percent(value: object) -> float:
+    """'5%' or a bare number, in percent (0-100)."""
+    text = value.strip()[:-1] if isinstance(value, str) and value.strip().endswith("%") else value
+    v = _parse(text, {"": 1.0}, "percentage", "'5%'", casefold=False)
+    if v > 100:
+        raise ValueError(f"expected a percentage from 0 to 100, got {value!r}")
+    return v
+
+
 Duration = Annotated[float, BeforeValidator(parse_duration)]
+Percent = Annotated[float, BeforeValidator(parse_percent)]
 Size = Annotated[float, BeforeValidator(parse_size)]
 Rate = Annotated[float, BeforeValidator(parse_rate)]

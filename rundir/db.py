@@ -73,7 +73,7 @@ CREATE TABLE IF NOT EXISTS processes (
 CREATE TABLE IF NOT EXISTS faults (
     id INTEGER PRIMARY KEY,
     spec_index INTEGER NOT NULL,     -- index into the spec's faults
-    kind TEXT NOT NULL,              -- ip_drop | tcp_drop | app_pause
+    kind TEXT NOT NULL,              -- ip_drop | tcp_drop | app_pause | path_blackhole | loss | server_pause
     at_node TEXT NOT NULL,           -- where it was injected (router or host)
     target_module INTEGER,           -- module id (resolved after the run where possible)
     target TEXT NOT NULL,            -- JSON: human description and identifiers (inode, 5-tuple, pid)
@@ -150,7 +150,7 @@ COUNTER_FIELDS = ("total_msgs", "wait_ms", "queued", "errors", "bytes")
 TCP_STATE_COLUMNS = ("backoff", "ca_state", "retransmits", "probes", "rto_us",
                      "data_sent_at", "data_recv_at", "ack_recv_at")
 # The fault kinds this format records (faults.kind); a reader leaves a fault of another kind out.
-FAULT_KINDS = ("ip_drop", "tcp_drop", "app_pause")
+FAULT_KINDS = ("ip_drop", "tcp_drop", "app_pause", "path_blackhole", "loss", "server_pause")
 # A probe's outcomes (probes.outcome): the first two mean the remote answered over the network.
 PROBE_ANSWERED = ("answered", "refused")
 PROBE_OUTCOMES = (*PROBE_ANSWERED, "timeout", "unreachable", "error")

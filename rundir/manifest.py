@@ -65,10 +65,12 @@ class SpecFaultTarget(_Record):
 class SpecFault(_Record):
     """A fault of the resolved spec (harness.spec.Fault)."""
 
-    kind: str | None = None                  # ip_drop | tcp_drop | app_pause
+    kind: str | None = None                  # rundir.db.FAULT_KINDS
     at: str | None = None
     host: str | None = None
     target: SpecFaultTarget | None = None
+    path: int | None = None                  # path_blackhole
+    rate: float | None = None                # loss, percent
     schedule: dict[str, Any] | None = None
 
 
@@ -195,6 +197,7 @@ class LinkModel(_Record):
     queue: int | None = None
     ends: dict[str, LinkEnd] = {}            # Mininet
     shaped_by: str | None = None             # ssh: the testbed
+    path: int | None = None                  # which link of a bundle of parallel links (ECMP)
 
 
 class RunHealth(_Record):
@@ -264,6 +267,7 @@ class Manifest(_Record):
     snapshot_interval: float | None = None
     planned_faults: list[PlannedFault] = []
     link_model: list[LinkModel] | None = None
+    routing: dict[str, Any] | None = None    # Mininet, multipath topologies: per router the verified ECMP routes
     health: RunHealth | None = None
     versions: dict[str, str | dict[str, str]] = {}
     start_wall: float | None = None

@@ -23,14 +23,17 @@ from harness.faults import (
     FaultEnv,
     Faults,
     IpDrop,
+    Loss,
     NoTarget,
+    PathBlackhole,
+    ServerPause,
     TcpDrop,
     chain_teardown_argv,
     ip_drop_rule,
     tcp_drop_rule,
 )
 from harness.spec import Fault, Window
-from rundir.db import SCHEMA
+from rundir.db import FAULT_KINDS, SCHEMA
 from rundir.targets import resolve_fault_targets
 
 REPO = Path(__file__).resolve().parent.parent
@@ -187,7 +190,9 @@ TEARDOWN = [["iptables", "-w", "-D", "FORWARD", "-j", "NESTLAB"], ["iptables", "
 # -- the registry -------------------------------------------------------------------------------
 def test_the_registry_has_a_kind_for_every_kind_the_spec_accepts():
     assert set(KINDS) == set(typing.get_args(Fault.model_fields["kind"].annotation))
-    assert KINDS == {"ip_drop": IpDrop, "tcp_drop": TcpDrop, "app_pause": AppPause}
+    assert KINDS == {"ip_drop": IpDrop, "tcp_drop": TcpDrop, "app_pause": AppPause, "path_blackhole": PathBlackhole,
+                     "loss": Loss, "server_pause": ServerPause}
+    assert set(KINDS) == set(FAULT_KINDS)   # what run.db records and its readers accept
     for cls in KINDS.values():
         for method in ("setup", "inject", "heal", "describe", "teardown"):
             assert callable(getattr(cls, method, None)), (cls, method)
@@ -440,3 +445,46 @@ def test_a_chain_whose_setup_was_interrupted_is_removed_and_its_undo_kept_until_
     assert x1.chain is None and x1.hooks == 0 and env.ledger.undo == []
     chains.teardown()                                   # the other kind's call: nothing left to do
     assert x1.calls[-1] == ["iptables", "-w", "-X", "NESTLAB"] and len(x1.calls) == 4 + 4
+
+
+def test_loss_and_path_rules():
+    from harness.faults.iptables import UnsafeValue, path_rule
+
+    r = ip_drop_rule("x1", "nestlab:r:f1", "10.0.1.1", probability=0.05)
+    assert all("-m statistic --mode random --probability 0.050000 " in s and s.endswith("-j DROP") for s in r.specs)
+    conn = {"inode": 7, "src": "10.0.1.1", "sport": 4000, "dst": "10.0.6.1", "dport": 80}
+    assert all("--probability 0.200000" in s for s in tcp_drop_rule("x1", "t", conn, probability=0.2).specs)
+    assert all("statistic" not in s for s in tcp_drop_rule("x1", "t", conn).specs)   # a drop drops all
+    r = path_rule("x1", "nestlab:r:f2", "x1-eth3")
+    assert [s.split(" -m ")[0] for s in r.specs] == ["-o x1-eth3", "-i x1-eth3"]   # both directions
+    with pytest.raises(UnsafeValue):
+        path_rule("x1", "t", "x1-eth3 -j ACCEPT")
+
+
+def test_footprints_of_the_new_kinds(tmp_path):
+    """A path_blackhole may stall any workload; a server_pause every workload of its server; a
+    connection's loss its workload; a host's loss, like an ip_drop, the host's workloads."""
+    from harness.spec import footprint, load_spec
+    from tests.support.env import REPO, write
+
+    spec = load_spec(write(tmp_path, "s.yaml", f"""\
+name: t
+topology: {REPO / "topologies" / "ecmp.yaml"}
+duration: 60s
+monitor: site1n1
+workloads:
+  - {{kind: wget, host: site1n1, server: site2n1, file_size: 10MB}}
+  - {{kind: iperf, host: site1n1, server: site2n2}}
+  - {{kind: wget, host: site1n2, server: site2n1, file_size: 10MB, role: background}}
+faults:
+  - {{kind: path_blackhole, at: x1, path: 1, schedule: {{at: [5s], duration: 2s}}}}
+  - {{kind: server_pause, target: {{workload: 0}}, schedule: {{at: [15s], duration: 2s}}}}
+  - {{kind: loss, at: x1, rate: 5%, target: {{workload: 1}}, schedule: {{at: [25s], duration: 2s}}}}
+  - {{kind: loss, at: x1, rate: 5%, schedule: {{at: [35s], duration: 2s}}}}
+""")).spec
+    prints = [footprint(spec, f) for f in spec.faults]
+    assert prints[0].workloads == {(0, None), (1, None), (2, None)}
+    assert prints[1].workloads == {(0, None), (2, None)}               # lighttpd serves both wgets
+    assert prints[2].workloads == {(1, None)} and not prints[2].hosts
+    assert prints[3].hosts == {"site1n1"} and prints[3].workloads == {(0, None), (1, None)}
+    assert [f.node(spec) for f in spec.faults] == ["x1", "site2n1", "x1", "x1"]

@@ -76,7 +76,18 @@ def test_dumbbell_addresses_and_routes():
     # x1 reaches the site-2 subnets through x2, and x2 reaches site 1 through x1.
     x2_addr = next(i.address for i in t.interfaces["x2"] if i.peer == "x1")
     site2 = {f"10.0.{i.link + 1}.0/24" for n in ("site2n1", "site2n2") for i in t.interfaces[n]}
-    assert {d for d, via in t.routes("x1") if via == x2_addr} == site2
+    assert {d for d, vias in t.routes("x1") if vias == [x2_addr]} == site2
+
+
+BLACKHOLE = """\
+  - kind: path_blackhole
+    at: x1
+    path: 0
+    schedule: {at: [22s], duration: 2s}
+"""
+LOSS = "  - {kind: loss, at: x1, rate: 5%, schedule: {at: [22s], duration: 2s}}\n"
+PAUSE = "  - {kind: server_pause, target: {workload: 1}, schedule: {at: [22s], duration: 2s}}\n"
+ECMP = REPO / "topologies" / "ecmp.yaml"
 
 
 BAD = [
@@ -105,6 +116,18 @@ BAD = [
     ("wget parallel", GOOD.replace("file_size: 10MB", "file_size: 10MB, parallel: 3"), 6, "parallel applies to iperf"),
     ("no topology", GOOD.replace(str(TOPO), "nowhere"), 2, "topology: no topology file 'nowhere'"),
     ("bits for bytes", GOOD.replace("file_size: 10MB", "file_size: 10Mb"), 6, "workloads[0].file_size: expected a size"),
+    ("blackhole without bundle", GOOD + BLACKHOLE, 14, "faults[1].at: 'x1' has no parallel links"),
+    ("blackhole path too far", (GOOD + BLACKHOLE.replace("path: 0", "path: 2")).replace(str(TOPO), str(ECMP)), 15,
+     "faults[1].path: 'x1' has 2 parallel links: path is 0 to 1"),
+    ("blackhole without path", GOOD + BLACKHOLE.replace("    path: 0\n", ""), 13, "path_blackhole needs 'path: K'"),
+    ("loss without rate", GOOD + LOSS.replace("rate: 5%, ", ""), 13, "loss needs 'rate'"),
+    ("loss of 100%", GOOD + LOSS.replace("5%", "100%"), 13, "below 100%"),
+    ("loss over 100%", GOOD + LOSS.replace("5%", "120%"), 13, "percentage from 0 to 100"),
+    ("loss of host and target", GOOD + LOSS.replace("rate: 5%", "rate: 5%, host: site1n1, target: {workload: 0}"),
+     13, "either a host's traffic"),
+    ("server_pause with at", GOOD + PAUSE.replace("kind: server_pause", "kind: server_pause, at: x1"), 13,
+     "server_pause stops the target workload's server"),
+    ("rate on tcp_drop", GOOD.replace("at: x1\n", "at: x1\n    rate: 5%\n", 1), 9, "'rate' applies to loss only"),
 ]
 
 
@@ -210,3 +233,29 @@ def test_a_signal_is_not_swallowed_by_error_handling():
             raise Interrupted("received SIGTERM", 143)
         except Exception:  # noqa: BLE001 - what _end_fault does around a failing undo
             pass
+
+
+def test_ecmp_bundle_addresses_and_multipath_routes():
+    t = load_topology(REPO / "topologies" / "ecmp.yaml")
+    paths = [(lk.a, lk.b, lk.path) for lk in t.spec.links if lk.path is not None]
+    assert paths == [("x1", "x2", 0), ("x1", "x2", 1)]                 # written out in place: links 3, 4
+    assert [i.name for i in t.bundle("x1")] == ["x1-eth3", "x1-eth4"]
+    assert [i.name for i in t.bundle("x2")] == ["x2-eth0", "x2-eth1"]
+    assert t.bundle("site1n1") == []
+    # every destination behind the bundle has one next hop per link, on both sides
+    assert dict(t.routes("x1")) == {"10.0.6.0/24": ["10.0.4.2", "10.0.5.2"], "10.0.7.0/24": ["10.0.4.2", "10.0.5.2"]}
+    assert {d: v for d, v in t.routes("x2")} == {f"10.0.{k}.0/24": ["10.0.4.1", "10.0.5.1"] for k in (1, 2, 3)}
+    # the dumbbell is unchanged: one next hop each
+    assert all(len(v) == 1 for _, v in load_topology(TOPO).routes("x1"))
+
+
+def test_parallel_links_join_two_routers(tmp_path):
+    from harness.yamlload import SpecError
+
+    text = (REPO / "topologies" / "ecmp.yaml").read_text().replace("  - {a: site1n1, b: x1}",
+                                                                    "  - {a: site1n1, b: x1, paths: 2}")
+    path = write(tmp_path, "t.yaml", text)
+    with pytest.raises(SpecError) as e:
+        load_topology(path)
+    line = next(k for k, s in enumerate(text.splitlines(), 1) if "paths: 2}" in s and "site1n1" in s)
+    assert f"t.yaml:{line}" in str(e.value) and "links[0].paths" in str(e.value) and "join two routers" in str(e.value)

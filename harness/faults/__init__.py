@@ -1,8 +1,10 @@
 """Fault injection: the kinds of fault (nemeses) and the registry the runner dispatches through.
 
-    base.py       the interface (FaultKind: setup, inject, heal, describe, teardown), Part, FaultEnv
-    iptables.py   ip_drop, tcp_drop: DROP rules in the NESTLAB chain on a router (Firewall, Rule)
-    app_pause.py  app_pause: the interceptor's pause/resume handshake with a workload's processes
+    base.py          the interface (FaultKind: setup, inject, heal, describe, teardown), Part, FaultEnv
+    iptables.py      ip_drop, tcp_drop, loss: DROP rules in the NESTLAB chain on a router (Firewall, Rule)
+    path.py          path_blackhole: one link of a router's bundle of parallel links (ECMP) dropped
+    app_pause.py     app_pause: the interceptor's pause/resume handshake with a workload's processes
+    server_pause.py  server_pause: the remote server of a workload stopped and continued
 
 KINDS is the registry (a dict by name, looked up with rundir.errors.named, like every registry of the
 project). Adding a kind: a module with a class following FaultKind, its entry in KINDS, and the name
@@ -19,6 +21,7 @@ from harness.faults.iptables import (
     CHAIN,
     Firewall,
     IpDrop,
+    Loss,
     Rule,
     TcpDrop,
     chain_teardown_argv,
@@ -26,6 +29,8 @@ from harness.faults.iptables import (
     ip_drop_rule,
     tcp_drop_rule,
 )
+from harness.faults.path import PathBlackhole
+from harness.faults.server_pause import ServerPause
 from rundir.errors import named
 
 if TYPE_CHECKING:
@@ -35,6 +40,9 @@ KINDS: dict[str, type[FaultKind]] = {
     "ip_drop": IpDrop,
     "tcp_drop": TcpDrop,
     "app_pause": AppPause,
+    "path_blackhole": PathBlackhole,
+    "loss": Loss,
+    "server_pause": ServerPause,
 }
 
 
@@ -59,6 +67,6 @@ class Faults:
             kind.teardown()
 
 
-__all__ = ["CHAIN", "KINDS", "AppPause", "FaultEnv", "FaultKind", "Faults", "Firewall", "IpDrop", "NoTarget",
-           "Part", "Rule", "TcpDrop", "chain_teardown_argv", "chain_teardown_steps", "ip_drop_rule",
+__all__ = ["CHAIN", "KINDS", "AppPause", "FaultEnv", "FaultKind", "Faults", "Firewall", "IpDrop", "Loss",
+           "NoTarget", "Part", "PathBlackhole", "Rule", "ServerPause", "TcpDrop", "chain_teardown_argv", "chain_teardown_steps", "ip_drop_rule",
            "target_json", "tcp_drop_rule"]

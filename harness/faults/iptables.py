@@ -1,7 +1,11 @@
-"""ip_drop and tcp_drop: iptables DROP rules on a router, in a chain the harness owns.
+"""ip_drop, tcp_drop, loss and path_blackhole: iptables DROP rules on a router, in a chain the
+harness owns.
 
 ip_drop drops all IP traffic of a host (default: the monitored one); tcp_drop one live connection
-of a workload, chosen with the run's seed. Every rule lives in the chain NESTLAB, hooked first into
+of a workload, chosen with the run's seed; loss a share of either (`-m statistic`, per packet: the
+link model turns segmentation offloads off); path_blackhole every packet crossing one link of the
+router's bundle of parallel links (ECMP), whose targets are the monitored host's connections that
+the routers' own route lookups send over it. Every rule lives in the chain NESTLAB, hooked first into
 FORWARD, and carries a comment 'nestlab:<run-id>:f<fault-id>'. Only that chain is ever flushed. Both
 directions are dropped.
 Rules go in and out with `iptables-restore --noflush` (atomically, both directions at once); the
@@ -12,6 +16,7 @@ gone, on the monitored host's monotonic clock.
 from __future__ import annotations
 
 import ipaddress
+import re
 import shlex
 import time
 from collections.abc import Callable, Sequence
@@ -97,15 +102,29 @@ def check_connection(node: str, conn) -> dict:
             "dport": check_port(node, conn["dport"], "destination port")}
 
 
-def ip_drop_rule(node: str, tag: str, address: str) -> Rule:
+def _drop(tag: str, probability: float | None) -> str:
+    """The rule's tail: a random share of the packets (loss) or all of them, tagged."""
+    share = "" if probability is None else f"-m statistic --mode random --probability {probability:.6f} "
+    return f'{share}-m comment --comment "{tag}" -j DROP'
+
+
+def ip_drop_rule(node: str, tag: str, address: str, probability: float | None = None) -> Rule:
     address = check_address(node, address)
-    c = f'-m comment --comment "{tag}" -j DROP'
+    c = _drop(tag, probability)
     return Rule(node, tag, [f"-s {address}/32 {c}", f"-d {address}/32 {c}"])
 
 
-def tcp_drop_rule(node: str, tag: str, conn: dict) -> Rule:
+def path_rule(node: str, tag: str, interface: str) -> Rule:
+    """Every packet forwarded out of or in from one interface of the router (a link of its bundle)."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,15}", interface):
+        raise UnsafeValue(f"{node}: refusing interface {interface!r} for an iptables rule")
+    c = _drop(tag, None)
+    return Rule(node, tag, [f"-o {interface} {c}", f"-i {interface} {c}"])
+
+
+def tcp_drop_rule(node: str, tag: str, conn: dict, probability: float | None = None) -> Rule:
     conn = check_connection(node, conn)
-    c = f'-m comment --comment "{tag}" -j DROP'
+    c = _drop(tag, probability)
     fwd = f"-p tcp -s {conn['src']}/32 --sport {conn['sport']} -d {conn['dst']}/32 --dport {conn['dport']}"
     rev = f"-p tcp -s {conn['dst']}/32 --sport {conn['dport']} -d {conn['src']}/32 --dport {conn['sport']}"
     return Rule(node, tag, [f"{fwd} {c}", f"{rev} {c}"])
@@ -235,6 +254,13 @@ class _Drop:
         return self.env.clocks.from_node(rule.node, self.chains.firewalls[rule.node].delete(rule))
 
 
+def _share(fault: Fault) -> tuple[float | None, str]:
+    """(drop probability, description prefix) of a fault: loss drops `rate` percent, the others all."""
+    if fault.rate is None:
+        return None, ""
+    return fault.rate / 100.0, f"{fault.rate:g}% of "
+
+
 class IpDrop(_Drop):
     """All IP traffic of a host (default: the monitored one), both directions."""
 
@@ -244,38 +270,48 @@ class IpDrop(_Drop):
         # Only the monitored host's interface is observed: another host's ip_drop targets no module.
         monitor = self.env.spec.monitor
         key = f"ipeth:{self.env.backend.interfaces(monitor)[0].name}" if host == monitor else None
-        target = target_json(description=f"all IP traffic of {host} ({addr})", host=host, address=addr,
+        probability, share = _share(fault)
+        target = target_json(description=f"{share}all IP traffic of {host} ({addr})", host=host, address=addr,
                              module_key=key)
-        return target, lambda tag: ip_drop_rule(fault.at, tag, addr)
+        return target, lambda tag: ip_drop_rule(fault.at, tag, addr, probability)
 
 
 class TcpDrop(_Drop):
     """One live TCP connection of a workload (instance) to its server, both directions."""
 
     def _target(self, fault: Fault) -> tuple[str, Callable[[str], Rule]]:
-        conn, pid = self.pick_connection(fault.target)
+        conn, pid = pick_connection(self.env, fault.target)
         if conn is None:
             raise NoTarget(f"workload {fault.target.workload} had no established connection")
-        target = target_json(description=f"tcp {conn['src']}:{conn['sport']}>{conn['dst']}:{conn['dport']}",
+        probability, share = _share(fault)
+        target = target_json(description=f"{share}tcp {conn['src']}:{conn['sport']}>{conn['dst']}:{conn['dport']}",
                              workload=fault.target.workload, pid=pid, module_key=f"tcp:{conn['inode']}" if conn.get("inode") is not None else None, **conn)
-        return target, lambda tag: tcp_drop_rule(fault.at, tag, conn)
+        return target, lambda tag: tcp_drop_rule(fault.at, tag, conn, probability)
 
-    def pick_connection(self, target: FaultTarget) -> tuple[dict | None, int | None]:
-        """A live connection of the target workload (instance), chosen with the run's seed."""
-        env = self.env
-        deadline = monotonic() + TARGET_WAIT_S
-        while True:
-            live = env.workloads.live(target.workload)
-            if target.instance is not None:
-                live = [(i, p) for i, p in live if i.index == target.instance]
-            w = env.spec.workloads[target.workload]
-            server = env.backend.address(w.server)
-            # What the workload's host reports is checked before anything is chosen from it.
-            reported = [(check_connection(w.host, c), p.pid) for _, p in live
-                        for c in env.backend.tcp_connections(w.host, p.pid)]
-            choices = [(c, pid) for c, pid in reported if c["dst"] == server]
-            if choices:
-                return env.rng.choice(choices)
-            if monotonic() >= deadline:
-                return None, None
-            time.sleep(0.05)
+
+class Loss(_Drop):
+    """A share (`rate`) of a host's traffic (`host`, default the monitored one) or of one connection
+    (`target`), dropped at random, per packet, both directions."""
+
+    def _target(self, fault: Fault) -> tuple[str, Callable[[str], Rule]]:
+        return (TcpDrop if fault.target is not None else IpDrop)._target(self, fault)
+
+
+def pick_connection(env: FaultEnv, target: FaultTarget) -> tuple[dict | None, int | None]:
+    """A live connection of the target workload (instance), chosen with the run's seed."""
+    deadline = monotonic() + TARGET_WAIT_S
+    while True:
+        live = env.workloads.live(target.workload)
+        if target.instance is not None:
+            live = [(i, p) for i, p in live if i.index == target.instance]
+        w = env.spec.workloads[target.workload]
+        server = env.backend.address(w.server)
+        # What the workload's host reports is checked before anything is chosen from it.
+        reported = [(check_connection(w.host, c), p.pid) for _, p in live
+                    for c in env.backend.tcp_connections(w.host, p.pid)]
+        choices = [(c, pid) for c, pid in reported if c["dst"] == server]
+        if choices:
+            return env.rng.choice(choices)
+        if monotonic() >= deadline:
+            return None, None
+        time.sleep(0.05)

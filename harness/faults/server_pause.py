@@ -1,0 +1,124 @@
+"""server_pause: the server of the target workload (lighttpd, `iperf -s` on its server host) is
+stopped (SIGSTOP to its process group) and continued (SIGCONT), verified both ways by the state of
+every one of its threads (/proc/<pid>/task/*/status).
+
+From the monitored host the remote peer simply stops: a download's server sends nothing more, an
+upload's server stops reading, its receive window closes and the host's TCP sends zero-window probes.
+The culprit, from the host's view, is the TCP connection: in the thesis's model the TCP module stands
+for everything between the host's stack and the remote application (3.2: a connection that stops
+delivering is stalled "in the TCP module or beyond"), the host's application and socket keep asking
+(BLOCKED on TCP), and its interface keeps carrying other connections' traffic. So the targets are the
+monitored host's connections to that server, each a faults row sharing the one pause; positive is
+the TCP module of each, as for a tcp_drop (docs/faults.md, which also gives the other reading).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from harness.faults.base import FaultEnv, NoTarget, Part, target_json
+from harness.faults.iptables import check_connection
+
+if TYPE_CHECKING:
+    from harness.backends.base import Proc
+    from harness.spec import Fault, Window
+
+VERIFY_S = 2.0   # how long the pause (or continue) may take to show in every thread's state
+
+
+@dataclass
+class PausedServer:
+    node: str
+    proc: Proc
+    resumed: float | None = None
+
+
+class ServerPause:
+    def __init__(self, env: FaultEnv):
+        self.env = env
+        self.paused: list[PausedServer] = []
+
+    def setup(self, faults: Sequence[Fault]) -> None:
+        pass
+
+    def teardown(self) -> None:
+        """Continue every server still stopped (an interrupted run), so it can be stopped in turn."""
+        for p in self.paused:
+            if p.resumed is None:
+                self.env.backend.node(p.node).signal(p.proc, signal.SIGCONT)
+                p.resumed = self.env.clocks.from_node(p.node, self.env.backend.node(p.node).monotonic())
+
+    def describe(self, action: PausedServer) -> str:
+        return f"SIGSTOP / SIGCONT to process group {action.proc.pid} ({' '.join(action.proc.argv)}) on {action.node}"
+
+    def server_of(self, fault: Fault) -> Proc:
+        w = self.env.spec.workloads[fault.target.workload]
+        program = "lighttpd" if w.kind == "wget" else "iperf"
+        for proc in self.env.workloads.servers:
+            if proc.node == w.server and proc.argv and proc.argv[0] == program:
+                return proc
+        raise NoTarget(f"no {program} server running on {w.server}")
+
+    def inject(self, window: Window, first_id: int) -> list[Part]:
+        env = self.env
+        f = env.spec.faults[window.spec_index]
+        proc = self.server_of(f)
+        w = env.spec.workloads[f.target.workload]
+        conns = self.connections(f)
+        node = env.backend.node(w.server)
+        action = PausedServer(w.server, proc)
+        self.paused.append(action)
+        node.signal(proc, signal.SIGSTOP)
+        start = env.clocks.from_node(w.server, self._verify(node, proc.pid, stopped=True))
+        text = self.describe(action)
+        if not conns:
+            return [Part(target_json(description=f"{w.kind} server on {w.server} stopped: no connection of "
+                                                 f"{env.spec.monitor} to it", server=w.server, server_pid=proc.pid,
+                                     module_key=None), text, start, action)]
+        return [Part(target_json(description=f"tcp {c['src']}:{c['sport']}>{c['dst']}:{c['dport']}: its "
+                                             f"server stopped", server=w.server, server_pid=proc.pid, workload=wl,
+                                 pid=pid, module_key=f"tcp:{c['inode']}" if c.get("inode") is not None else None,
+                                 **c), text, start, action)
+                for c, pid, wl in conns]
+
+    def connections(self, f: Fault) -> list[tuple[dict, int, int]]:
+        """(connection, pid, workload) of the monitored host's connections to the paused server."""
+        env = self.env
+        w = env.spec.workloads[f.target.workload]
+        server = env.backend.address(w.server)
+        out = []
+        for wl, o in enumerate(env.spec.workloads):
+            if o.host != env.spec.monitor or (o.server, o.kind) != (w.server, w.kind):
+                continue
+            for _, proc in env.workloads.live(wl):
+                for c in env.backend.tcp_connections(o.host, proc.pid):
+                    c = check_connection(o.host, c)
+                    if c["dst"] == server:
+                        out.append((c, proc.pid, wl))
+        return out
+
+    def heal(self, part: Part) -> float:
+        action: PausedServer = part.action
+        if action.resumed is None:
+            node = self.env.backend.node(action.node)
+            node.signal(action.proc, signal.SIGCONT)
+            action.resumed = self.env.clocks.from_node(action.node, self._verify(node, action.proc.pid, stopped=False))
+        return action.resumed
+
+    @staticmethod
+    def _verify(node, pid: int, stopped: bool) -> float:
+        """The node's monotonic time once every thread of `pid` is (or no longer is) stopped."""
+        deadline = time.monotonic() + VERIFY_S
+        while True:
+            out = node.run(["sh", "-c", f"grep -h '^State:' /proc/{int(pid)}/task/*/status"], check=False).stdout
+            states = [line.split()[1] for line in out.splitlines() if line.startswith("State:")]
+            if states and all((s == "T") == stopped for s in states):
+                return node.monotonic()
+            if time.monotonic() > deadline:
+                want = "stopped" if stopped else "running again"
+                raise RuntimeError(f"{node.name}: server pid {pid} not {want} after {VERIFY_S:g}s (states {states})")
+            time.sleep(0.01)
