@@ -61,6 +61,12 @@ class SnapshotWriter:
             db.executemany(INSERT_PROBE, probes)
         db.execute("COMMIT")
 
+    def meta(self, values: dict[str, str]) -> None:
+        """Keys of run.db's meta table (the collector's own cost, at its end)."""
+        self.db.execute("BEGIN")
+        self.db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", list(values.items()))
+        self.db.execute("COMMIT")
+
     def close(self, now: float, alive: Iterable[int], probes: Sequence[tuple] = ()) -> None:
         """The end of the recording: every module and edge still alive dies now, the last probes'
         rows; the readers' index."""

@@ -37,7 +37,8 @@ from matplotlib.patches import Patch  # noqa: E402
 from rundir import facts  # noqa: E402
 from rundir.layout import fresh, output_dir  # noqa: E402
 
-FAULT_COLOURS = {"ip_drop": "#6baed6", "tcp_drop": "#74c476", "app_pause": "#fb6a4a"}
+FAULT_COLOURS = {"ip_drop": "#6baed6", "tcp_drop": "#74c476", "app_pause": "#fb6a4a",
+                 "path_blackhole": "#9e9ac8", "loss": "#fdae6b", "server_pause": "#c994c7"}
 LABEL_Y = {"STALLED": 1.0, "DONTCARE": 0.0, "BLOCKED": -0.5, "HEALTHY": -1.0}
 # overview strip colours: 0 absent, 1 HEALTHY, 2 DONTCARE, 3 BLOCKED, 4 STALLED, 5 not scored
 STRIP_COLOURS = ["#ffffff", "#74c476", "#c6dbef", "#fed976", "#e31a1c", "#bdbdbd"]
@@ -473,7 +474,7 @@ def default_subgraphs(data, limit: int = 3) -> list[int]:
         apps = [a for a in anc if mods["kind"].get(a) == "app"]
         return apps[0] if apps else m
 
-    for kind in ("app_pause", "tcp_drop", "ip_drop"):
+    for kind in ("app_pause", "tcp_drop", "path_blackhole", "server_pause", "loss", "ip_drop"):
         f = data.faults[(data.faults["kind"] == kind) & data.faults["target_module"].notna()]
         if f.empty:
             continue

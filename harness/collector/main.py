@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import resource
 import signal
 import socket
 import sqlite3
@@ -212,6 +213,9 @@ def run(db_path: str, interval: float, interceptor_dir: str | None = None,
         if prober is not None:
             prober.close()
         tracker.close(monotonic(), prober.take() if prober else ())
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        tracker.writer.meta({"collector_cpu_s": f"{usage.ru_utime + usage.ru_stime:.3f}",
+                             "collector_s": f"{monotonic() - start:.3f}"})
         for src in sources:
             src.close()
         db.close()

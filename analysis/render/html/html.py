@@ -55,7 +55,8 @@ summary { cursor: pointer; font-weight: 600; }
 summary .meta { font-weight: normal; }
 .fault { margin: 10px 0 20px; padding-left: 10px; border-left: 4px solid var(--line); }
 .fault.ip_drop { border-left-color: #6baed6; } .fault.tcp_drop { border-left-color: #74c476; }
-.fault.app_pause { border-left-color: #fb6a4a; }
+.fault.app_pause { border-left-color: #fb6a4a; } .fault.path_blackhole { border-left-color: #9e9ac8; }
+.fault.loss { border-left-color: #fdae6b; } .fault.server_pause { border-left-color: #c994c7; }
 ul.warnings { font-size: 12.5px; margin: 4px 0; }
 """
 
