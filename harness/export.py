@@ -19,6 +19,15 @@ the limits for link shaping?"), and no NS command documented for users forces on
 queue is not applied: the export says so. geni-lib cannot ask for a queue size: the profile
 force-shapes every bandwidth-limited link (a delay node, whose DropTail queue holds 50 packets), and a
 different queue is reported as one the profile cannot build.
+
+Parallel links (`paths: N`, ECMP): a bundle is exported as its N links, each shaped like the original,
+with the addresses derived for links k..k+N-1 (the expanded topology lists them with `path` 0..N-1;
+the SSH topology keeps `path`). Emulab's NS parser and geni-lib both accept several links between the
+same two nodes (ns2ir's duplex-link makes a link object each time; its `$ns link A B` names the last
+one made, so each link's queue lines follow it; geni-lib's links are separate objects whose interfaces
+need only distinct names). Testbeds compute single-path static routes (Emulab's staticroutes keeps one
+link per node pair), so the files say that nestlab installs the multipath routes itself at run time
+(harness/backends/ssh/multipath.py).
 """
 
 from __future__ import annotations
@@ -104,7 +113,39 @@ def _header(topo: Topology, fmt: str, comment: str, kind: str, quote) -> list[st
              "Node names are the topology's, so the SSH topology maps them one to one. Each link gets the",
              "addresses nestlab derives (link k: 10.0.<k+1>.0/24, a = .1, b = .2): the SSH backend finds",
              "each link's interface on a node by its address. Routers forward with static routes."]
-    return [f"{comment}{line}".rstrip() for line in lines]
+    return [f"{comment}{line}".rstrip() for line in lines + _bundle_note(topo)]
+
+
+def _bundles(topo: Topology) -> list[tuple[str, str, list[int]]]:
+    """(a, b, link indices by path) of every bundle of parallel links."""
+    out: dict[tuple[str, str], list[int]] = {}
+    for k, lk in enumerate(topo.spec.links):
+        if lk.path is not None:
+            out.setdefault((lk.a, lk.b), []).append(k)
+    return [(a, b, ks) for (a, b), ks in out.items()]
+
+
+def _bundle_note(topo: Topology) -> list[str]:
+    """What the header says about bundles of parallel links (ECMP): nothing for a topology without."""
+    lines = []
+    for a, b, ks in _bundles(topo):
+        last = f"{'and' if len(ks) == 2 else 'to'} {len(ks) - 1}"
+        paths = f"links {', '.join(map(str, ks[:-1]))} and {ks[-1]} here, paths 0 {last}"
+        lines += ["", f"{a}-{b} is a bundle of {len(ks)} parallel links (ECMP): {paths}, each",
+                  "shaped like the topology's link. The testbed's static routing computes one route per",
+                  f"destination, over one of them; at run time nestlab replaces those routes on {a} and {b}",
+                  "with multipath routes hashed on the 5-tuple, and restores them at the end",
+                  "(docs/ssh-backend.md, ECMP)."]
+    return lines
+
+
+def _path_comment(topo: Topology, k: int) -> str | None:
+    """A comment line naming link k's place in its bundle (None: not part of one)."""
+    link = topo.spec.links[k]
+    if link.path is None:
+        return None
+    n = sum(1 for lk in topo.spec.links if lk.path is not None and {lk.a, lk.b} == {link.a, link.b})
+    return f"link{k}: path {link.path} of the {n} parallel links {link.a}-{link.b} (ECMP)"
 
 
 def _ends(topo: Topology, k: int):
@@ -153,6 +194,9 @@ def emulab_ns(topo: Topology, os_image: str = EMULAB_OS, hardware: str | None = 
     for k, link in enumerate(topo.spec.links):
         bw = _rate(link.bw or UNSHAPED_BW)
         delay = f"{(link.delay or 0) * 1000:g}ms"
+        if _path_comment(topo, k):
+            out += [f"# {_path_comment(topo, k)}; `$ns link` below names the last link made",
+                    f"# between {link.a} and {link.b}, this one, so its queue lines follow it directly"]
         out.append(f"set link{k} [$ns duplex-link {var(link.a)} {var(link.b)} {bw} {delay} DropTail]")
         for node, _, addr in _ends(topo, k):
             out.append(f"tb-set-ip-link {var(node)} $link{k} {addr}")
@@ -160,7 +204,11 @@ def emulab_ns(topo: Topology, os_image: str = EMULAB_OS, hardware: str | None = 
             out.append(f"tb-set-link-loss $link{k} {link.loss / 100:g}")
         if link.queue_packets:
             out += _emulab_queues(topo, k, var, warn)
-    out += ["", "$ns rtproto Static", "$ns run", ""]
+    out.append("")
+    if topo.multipath:
+        out += ["# Static routing: one route per destination, over one link of each bundle; nestlab installs",
+                "# the multipath routes on the routers at run time"]
+    out += ["$ns rtproto Static", "$ns run", ""]
     return "\n".join(out)
 
 
@@ -232,6 +280,8 @@ def cloudlab_profile(topo: Topology, image: str = CLOUDLAB_IMAGE, hardware: str 
         if lk.loss:
             extra.append(f"loss={lk.loss / 100:g}")
         q = lk.queue_packets
+        if _path_comment(topo, k):
+            out.append(f"# {_path_comment(topo, k)}: a link of its own, with interfaces of its own")
         if q:
             extra.append(f"queue={q}")
             out.append(f"# link{k}: nestlab expects {q} packets queued at each end; geni-lib cannot set a queue size "
@@ -241,7 +291,11 @@ def cloudlab_profile(topo: Topology, image: str = CLOUDLAB_IMAGE, hardware: str 
                 warn(f"{_link_name(topo, k)}: queue {q} cannot be expressed in a CloudLab profile (geni-lib has no "
                      f"queue size; the delay node queues {DELAY_NODE_QUEUE} packets)")
         out.append(f'link("link{k}", [{ends}], {", ".join(extra)})')
-    out += ["", 'request.setRoutingStyle("static")', "pc.printRequestRSpec(request)", ""]
+    out.append("")
+    if topo.multipath:
+        out += ["# Static routing: one route per destination, over one link of each bundle; nestlab installs",
+                "# the multipath routes on the routers at run time"]
+    out += ['request.setRoutingStyle("static")', "pc.printRequestRSpec(request)", ""]
     return "\n".join(out)
 
 
@@ -267,13 +321,17 @@ def ssh_topology(topo: Topology, domain: str, user: str | None = None, key: str 
         links.append({"a": lk.a, "b": lk.b, **({"bw": f"{lk.bw / 1e6:g}Mbit"} if lk.bw else {}),
                       **({"delay": f"{lk.delay * 1000:g}ms"} if lk.delay else {}),
                       **({"loss": lk.loss} if lk.loss else {}),
-                      **({"queue": lk.queue} if lk.queue is not None else {})})
+                      **({"queue": lk.queue} if lk.queue is not None else {}),
+                      **({"path": lk.path} if lk.path is not None else {})})
     body = {"name": spec["name"], "description": spec.get("description", ""),
             **({"ssh": defaults} if defaults else {}), "nodes": nodes, "links": links}
     head = (f"# {_one_line(topo.name)} placed on testbed nodes (generated by `nestlab export --format ssh`).\n"
             "# Data interfaces are found by the addresses nestlab derives (the exported NS file and profile\n"
             "# assign them); list them per node as `interfaces: [...]` if the testbed assigned others.\n"
-            "# Host keys are checked against ~/.ssh/known_hosts (or ssh: {known_hosts: FILE}).\n")
+            "# Host keys are checked against ~/.ssh/known_hosts (or ssh: {known_hosts: FILE}).\n"
+            + "".join(f"# {line}\n" for line in _bundle_note(topo)[1:])
+            + ("# Each of those links keeps its `path`: that is how nestlab knows them as the bundle.\n"
+               if topo.multipath else ""))
     return head + yaml.safe_dump(body, sort_keys=False, default_flow_style=None, width=110)
 
 

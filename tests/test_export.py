@@ -32,7 +32,8 @@ TOPOLOGIES = REPO / "topologies"
 # commands of tb_compat.tcl an exported file may use, recorded and printed (one tab-separated line per
 # node, per link and per queue set) when the file says `$ns run`. As in Emulab's ns2ir (sim.tcl.in,
 # lanlink.tcl), `$ns link A B` is the A->B direction of the duplex link, and its `queue` one of the
-# link's two queue objects, with ns-2's defaults (limit_ 50, queue-in-bytes_ 0).
+# link's two queue objects, with ns-2's defaults (limit_ 50, queue-in-bytes_ 0). Between two nodes
+# joined by several links it is the last one made (sim.tcl's link_map keeps "the last one created").
 NS_PRELUDE = r"""
 set ::nn 0
 set ::nl 0
@@ -50,7 +51,7 @@ proc ::ns_obj {cmd args} {
         link {
             if {[llength $args] != 2} { error "bad link $args" }
             lassign $args src dst
-            for {set i 1} {$i <= $::nl} {incr i} {
+            for {set i $::nl} {$i >= 1} {incr i -1} {
                 lassign $::_link(_link$i) a b
                 if {$a eq $src && $b eq $dst} { return [simplex _link$i to] }
                 if {$a eq $dst && $b eq $src} { return [simplex _link$i from] }
@@ -240,7 +241,7 @@ def run_profile(text: str, tmp_path: Path) -> dict:
     return json.loads(r.stdout)
 
 
-CASES = [("dumbbell", {}), ("chain", {"hardware": "d430"})]
+CASES = [("dumbbell", {}), ("chain", {"hardware": "d430"}), ("ecmp", {})]
 
 
 @pytest.mark.parametrize("name,opts", CASES)
@@ -249,7 +250,7 @@ def test_emulab_ns_is_the_expected_file(name, opts):
     assert emulab_ns(topo, **opts) == (EXPECTED / f"{name}.ns").read_text()
 
 
-@pytest.mark.parametrize("name,vm", [("dumbbell", False), ("chain", True)])
+@pytest.mark.parametrize("name,vm", [("dumbbell", False), ("chain", True), ("ecmp", False)])
 def test_cloudlab_profile_is_the_expected_file(name, vm):
     topo = load_topology(TOPOLOGIES / f"{name}.yaml")
     assert cloudlab_profile(topo, vm=vm) == (EXPECTED / f"{name}.profile.py").read_text()
@@ -266,7 +267,7 @@ def test_ssh_topology_is_the_expected_file_and_loads_as_an_ssh_topology(tmp_path
 
 
 @pytest.mark.skipif(shutil.which("tclsh") is None, reason="needs tclsh")
-@pytest.mark.parametrize("name", ["dumbbell", "chain"])
+@pytest.mark.parametrize("name", ["dumbbell", "chain", "ecmp"])
 def test_emulab_ns_runs_and_asks_for_the_topologys_shape(name, tmp_path):
     topo = load_topology(TOPOLOGIES / f"{name}.yaml")
     rows = run_ns((EXPECTED / f"{name}.ns").read_text(), tmp_path)
@@ -286,7 +287,7 @@ def test_emulab_ns_runs_and_asks_for_the_topologys_shape(name, tmp_path):
     assert rows[-1] == ["rtproto", "Static"]
 
 
-@pytest.mark.parametrize("name", ["dumbbell", "chain"])
+@pytest.mark.parametrize("name", ["dumbbell", "chain", "ecmp"])
 def test_cloudlab_profile_runs_and_asks_for_the_topologys_shape(name, tmp_path):
     topo = load_topology(TOPOLOGIES / f"{name}.yaml")
     req = run_profile((EXPECTED / f"{name}.profile.py").read_text(), tmp_path)
@@ -521,3 +522,38 @@ def test_cli_warns_about_queues_the_testbed_may_not_build(tmp_path, capsys):
     assert "no delay node where the nodes' ports\n# run at 100Mb" in out
     assert nestlab_main(["export", "--format", "emulab", str(TOPOLOGIES / "chain.yaml")]) == 0
     assert capsys.readouterr().err == ""   # 50Mb: always a delay node
+
+
+def test_parallel_links_are_exported_as_separate_links_each_shaped_like_the_bundle(tmp_path):
+    """ecmp.yaml's x1-x2 bundle (paths: 2): two links between the same two nodes with the addresses
+    derived for links 3 and 4, each 100 Mbit/s with 50 packets queued each way; every file says that
+    nestlab installs the multipath routes itself; the SSH topology keeps them a bundle."""
+    topo = load_topology(TOPOLOGIES / "ecmp.yaml")
+    bundle = [(["x1", "x2"], ["x1", "10.0.4.1", "x2", "10.0.4.2"]), (["x1", "x2"], ["x1", "10.0.5.1", "x2", "10.0.5.2"])]
+    ns = emulab_ns(topo, warn=lambda m: None)
+    if shutil.which("tclsh"):
+        rows = run_ns(ns, tmp_path)
+        links = [(r[1:3], r[6].split()) for r in rows if r[0] == "link" and r[1:3] == ["x1", "x2"]]
+        assert links == bundle
+        assert [r[3:5] for r in rows if r[0] == "link" and r[1:3] == ["x1", "x2"]] == [["100Mb", "0ms"]] * 2
+        assert [r for r in rows if r[0] == "queue"] == [["queue", a, b, "50", "0"] for a, b in
+                                                        [("x1", "x2"), ("x2", "x1")] * 2]
+    (tmp_path / "p").mkdir()
+    profile = cloudlab_profile(topo, warn=lambda m: None)
+    req = run_profile(profile, tmp_path / "p")
+    x = [lk for lk in req["links"] if [e[0] for e in lk["ends"]] == ["x1", "x2"]]
+    assert [[e[2] for e in lk["ends"]] for lk in x] == [["10.0.4.1", "10.0.4.2"], ["10.0.5.1", "10.0.5.2"]]
+    assert [(lk["bandwidth"], lk["force_shaping"]) for lk in x] == [(100000, True)] * 2
+    assert [[e[1] for e in lk["ends"]] for lk in x] == [["x1:eth3", "x2:eth0"], ["x1:eth4", "x2:eth1"]]
+    text = ssh_topology(topo, "ecmp.nestlab.emulab.net", "alice")
+    assert text == (EXPECTED / "ecmp-ssh.yaml").read_text()
+    assert [lk for lk in yaml.safe_load(text)["links"] if lk["a"] == "x1" and lk["b"] == "x2"] == [
+        {"a": "x1", "b": "x2", "bw": "100Mbit", "path": 0}, {"a": "x1", "b": "x2", "bw": "100Mbit", "path": 1}]
+    placed = load_topology(write(tmp_path, "ecmp-ssh.yaml", text))
+    assert placed.spec.links == topo.spec.links and placed.interfaces == topo.interfaces
+    assert [i.address for i in placed.bundle("x1")] == ["10.0.4.1", "10.0.5.1"] and placed.routes("x1") == topo.routes("x1")
+    for out in (ns, profile, text):
+        assert "nestlab replaces those routes on x1 and x2" in " ".join(out.replace("#", " ").split())
+    assert "the multipath routes on the routers at run time" in ns and "the multipath routes" in profile
+    plain = load_topology(TOPOLOGIES / "dumbbell.yaml")   # no bundle: nothing about one
+    assert "ECMP" not in emulab_ns(plain, warn=lambda m: None) + cloudlab_profile(plain) + ssh_topology(plain, "d.e")

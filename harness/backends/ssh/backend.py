@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.backends.base import Clocks
-from harness.backends.ssh import provision
+from harness.backends.ssh import multipath, provision
 from harness.backends.ssh.node import SshNode
 from harness.backends.ssh.provision import make_private_dir
 from harness.backends.ssh.retrieve import fetch_collector_db, fetch_logs
@@ -62,6 +62,7 @@ class SshBackend:
         self._progress = 0                     # its snapshot count, as the progress thread last read it
         self._poller: threading.Thread | None = None
         self._poller_stop = threading.Event()
+        self.routing: dict[str, dict] = {}    # ECMP: what multipath.verify found, for the manifest
 
     @classmethod
     def check_runner(cls) -> None:
@@ -70,7 +71,8 @@ class SshBackend:
     def announce(self, step: str) -> str | None:
         topo = self.topology
         return {"preflight": f"connecting to {len(topo.spec.nodes)} testbed nodes of {topo.name} over SSH",
-                "build": "verifying the network, installing, measuring clocks"}.get(step)
+                "build": "verifying the network, installing, " + ("setting multipath routes, " if topo.multipath else "")
+                + "measuring clocks"}.get(step)
 
     # -- preflight and build -------------------------------------------------------------------
     def preflight(self) -> None:
@@ -86,7 +88,8 @@ class SshBackend:
 
     def build(self) -> None:
         """Check the nodes, install and verify the network (at once: the interceptor builds meanwhile),
-        set the congestion control, measure the clocks (provision.py)."""
+        install and verify the multipath routes of a bundle of parallel links (multipath.py), set the
+        congestion control, measure the clocks (provision.py)."""
         provision.check_nodes(self.nodes, provision.needed_programs(self.topology, self.spec),
                               self.defaults is None or self.defaults.install, self.node_info)
         with ThreadPoolExecutor(max_workers=2) as pool:   # the interceptor builds while the network is checked
@@ -94,6 +97,9 @@ class SshBackend:
         for f in steps:
             if f.exception() is not None:
                 raise f.exception()
+        if self.topology.multipath:
+            multipath.install(self.nodes, self.topology, self._interfaces, self.ledger)
+            self.routing = multipath.verify(self.nodes, self.topology, self._interfaces)
         provision.set_congestion_control(self.nodes, self.spec, self._interfaces, self.node_info, self.ledger)
         self._clocks = self.measure_clocks()
 
@@ -229,7 +235,7 @@ class SshBackend:
         return {"control_interface": self.control.get(name)}
 
     def manifest_extra(self) -> dict:
-        return {"nodes": self.node_records()}
+        return {"nodes": self.node_records(), **({"routing": self.routing} if self.routing else {})}
 
     def node_records(self) -> dict[str, dict]:
         """What the manifest records about each node."""
@@ -268,7 +274,8 @@ class SshBackend:
         """The testbed shapes the links (its delay nodes, as the exported NS file or profile asks);
         nestlab neither sets nor reads their queues and leaves the nodes' offloads as they are."""
         return [{"link": k, "a": lk.a, "b": lk.b, "bw": lk.bw, "queue": lk.queue_packets,
-                 "shaped_by": "the testbed (docs/ssh-backend.md)"} for k, lk in enumerate(self.topology.spec.links)]
+                 "shaped_by": "the testbed (docs/ssh-backend.md)", **({"path": lk.path} if lk.path is not None else {})}
+                for k, lk in enumerate(self.topology.spec.links)]
 
     def queue_stats(self) -> list[dict]:
         return []   # the queues are on the testbed's delay nodes, which nestlab does not reach

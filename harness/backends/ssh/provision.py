@@ -67,6 +67,9 @@ def needed_programs(topology: Topology, spec) -> dict[str, set[str]]:
     need[spec.monitor] |= {"tar"} | ({"make", "gcc"} if spec.interceptor else set())
     for n in {w.host for w in spec.workloads} | {w.server for w in spec.workloads}:
         need[n].add("sysctl")
+    for n in topology.routers:
+        if topology.bundle(n):   # ECMP: the multipath hash is set with sysctl (multipath.py)
+            need[n].add("sysctl")
     return need
 
 

@@ -57,3 +57,34 @@ def file_name(value) -> str | None:
     if "/" in value or "\\" in value or "\0" in value:
         return "not a plain file name"
     return None
+
+
+def route_word(where: str, value, what: str) -> str:
+    """A keyword of a route as `ip -j route` prints one (protocol, scope, type): a name from
+    iproute2's tables or a number, nothing else."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 255:
+        return str(value)
+    if isinstance(value, str) and 0 < len(value) <= 32 and value.isascii() and \
+            all(c.isalnum() or c in "_-" for c in value) and value[0] != "-":
+        return value
+    raise refuse(where, what, value, "not a route keyword (letters, digits, '_' and '-', or 0-255)")
+
+
+def count(where: str, value, what: str, low: int, high: int) -> int:
+    """A whole number in [low, high] (a next hop's weight)."""
+    if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
+        return value
+    raise refuse(where, what, value, f"not a whole number from {low} to {high}")
+
+
+def sysctl_number(where: str, value, what: str) -> str:
+    """A numeric sysctl's value as a node printed it (decimal, or 0x hex), as a decimal string."""
+    if isinstance(value, str) and value.isascii():
+        text = value.strip()
+        try:
+            number = int(text, 16) if text.lower().startswith("0x") else int(text, 10)
+        except ValueError:
+            number = -1
+        if 0 <= number < 1 << 32 and text and "_" not in text:
+            return str(number)
+    raise refuse(where, what, value, "not a sysctl number")
