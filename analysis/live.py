@@ -21,6 +21,11 @@ Where the offline diagnosis of snapshot t depends on later snapshots, and what t
   parent gets its first parent more than `lag` snapshots after t. When the run has ended the future is
   known and every snapshot is settled.
 - `confirm=N` looks back N-1 snapshots: the window keeps them.
+- `probe=on` (analysis.probes): a snapshot's probe evidence needs the probes done and the snapshots
+  taken up to `probe_ahead` seconds after it, and the snapshots `probe_age` seconds before it. The
+  engine settles t only once it has read a snapshot at least `probe_ahead` after t (the collector
+  writes a probe's row with the first snapshot after its outcome), and the window reaches `probe_age`
+  back.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis import probes
 from analysis import stretches as sx
 from analysis.diagnose import as_variants, diagnose_stretches
 from analysis.load import workload_from_cmdline
@@ -133,7 +139,12 @@ class LiveEngine:
             raise UserError(f"{path}: no run.db here (expected a run directory)")
         (self.variant,) = as_variants([variant or DEFAULT_VARIANT])
         params = self.variant.params
-        self.reader = RunReader(db, tcp_state=bool(params.get("tcpstate")))
+        self.probe = bool(params.get("probe"))
+        self.ahead = float(params.get("probe_ahead", probes.AHEAD_S))
+        self.age = float(params.get("probe_age", probes.AGE_S))
+        self.reader = RunReader(db, tcp_state=bool(params.get("tcpstate")), probes=self.probe)
+        self.bursts = probes.burst_table(None)   # the probes read so far, per burst (probes.burst_table)
+        self.endpoints: dict[int, str | None] = {}   # TCP module -> its remote 'ADDR:PORT' (probes)
         self.manifest = read_manifest_quietly(self.path)   # None: none yet, or unreadable
         interval = self.manifest.snapshot_interval if self.manifest is not None else None
         self.interval = float(interval or 0.1)
@@ -196,18 +207,32 @@ class LiveEngine:
             ended = status not in ("running", "unknown") and not news.more and self.reader.seq >= news.last_seq
             final = ended and (upto is None or upto >= news.last_seq)
             self._settle(final)
-            if not news.more:
-                break
+            if news.more:
+                continue
+            if self._short_of_at(upto, news):   # --at with probe=on: read on until it settles
+                upto += 1
+                continue
+            break
         self.faults = news.faults
         self.clients = news.clients
         self.last_cost = time.perf_counter() - began
         return self.view(status, final)
+
+    def _short_of_at(self, upto: int | None, news: News) -> bool:
+        if not self.probe or self.at_seq is None or upto is None or upto < self.at_seq + self.lag:
+            return False
+        at = int(np.searchsorted(self.seqs, self.at_seq, side="right")) - 1
+        return upto < news.last_seq and self.settled < at
 
     def _ingest(self, news: News) -> None:
         for row in news.modules:
             self.modules[row[0]] = row
             self.kind[row[0]] = row[1]
         self.remote.update(sx.remote_addresses(news.modules))
+        if self.probe:
+            self.endpoints.update(probes.module_remotes(news.modules))
+            if news.probes is not None and len(news.probes):
+                self.bursts = probes.merge_tables(self.bursts, probes.burst_table(news.probes))
         for mid, died in news.deaths.items():
             self.modules[mid] = (*self.modules[mid][:6], died)
         size = max(self.kind, default=0) + 1
@@ -309,16 +334,23 @@ class LiveEngine:
     def _settle(self, final: bool) -> None:
         n = len(self.seqs)
         to = n - 1 if final else n - 1 - self.lag
+        if self.probe and not final and n:   # t waits for a snapshot probe_ahead after it
+            to = min(to, int(np.searchsorted(self.mono + self.ahead, self.mono[-1], side="right")) - 1)
         if self.at_seq is not None:
             to = min(to, int(np.searchsorted(self.seqs, self.at_seq, side="right")) - 1)
         if to <= self.settled:
             return
         w0 = max(0, self.settled + 1 - self.context)
+        if self.probe:   # and back to a snapshot probe_age before the first one to settle
+            w0 = min(w0, int(np.searchsorted(self.mono, self.mono[self.settled + 1] - self.age, side="right")))
         stretches = self._window(w0, n)
         self.attached |= sx.attached_modules(stretches)
         sx.mark_detached(stretches, self.attached, self.remote)
         if self.reader.tcp_state:
             self._tcpstate(stretches, w0, n)
+        if self.probe:
+            probes.attach(stretches, self.bursts, self.seqs[w0:n], self.mono[w0:n], self.endpoints,
+                          self.mono[w0 - 1] if w0 else -np.inf)
         cut = []
         for st in stretches:   # only what settles now (and the context before it) is diagnosed
             if st.seqs[0] <= self.seqs[to]:
@@ -326,7 +358,10 @@ class LiveEngine:
         diags = diagnose_stretches(cut, [self.variant])
         self._record(diags, to)
         self.settled = to
-        self._trim(max(0, min(to + 1 - self.context, to + 1 - self.rate_k)))
+        keep = min(to + 1 - self.context, to + 1 - self.rate_k)
+        if self.probe:
+            keep = min(keep, int(np.searchsorted(self.mono, self.mono[to] - self.age, side="right")))
+        self._trim(max(0, keep))
 
     def _window(self, w0: int, n: int) -> list:
         per_dir = {}

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from analysis import tcpstate
+from analysis import probes, tcpstate
 from rundir import read, repair
 from rundir.db import connect
 from rundir.errors import UserError
@@ -100,6 +100,9 @@ class Stretch:
     # backoff, ca_state, retransmits, probes, rto and last send/receive times, carried forward);
     # None = not recorded (run format <= 3, JSON). flowdiagnoser:tcpstate=on reads it.
     tcpstate: Any = None
+    # The collector's probes as this stretch sees them (analysis.probes.StretchProbes); None = none
+    # (runs of format <= 4 carry an empty one). flowdiagnoser:probe=on reads it.
+    probes: Any = None
 
     def __post_init__(self):
         self.edges = sorted(set(self.edges))  # one canonical order: every variant relies on it
@@ -135,7 +138,8 @@ class Stretch:
         """The same graph over a subset of the snapshots."""
         return Stretch(self.modules, self.kinds, self.edges, self.seqs[cols],
                        {d: c.take(cols) for d, c in self.counters.items()}, self.detached, self.remote,
-                       None if self.tcpstate is None else self.tcpstate.take(cols))
+                       None if self.tcpstate is None else self.tcpstate.take(cols),
+                       None if self.probes is None else self.probes.take(cols))
 
 
 # ---------------------------------------------------------------- JSON snapshots
@@ -413,6 +417,7 @@ def load_stretches(run_dir: str | Path) -> RunStretches:
         warnings += w
         rows, unplaced = read.read_counters(conn, warnings)
         tcp_rows = read.read_tcp_state(conn, warnings)
+        probe_rows = read.read_probes(conn, warnings)
     finally:
         conn.close()
     kind = {i: k for i, k, *_ in mods}
@@ -458,6 +463,7 @@ def load_stretches(run_dir: str | Path) -> RunStretches:
     run.stretches = build_stretches(seqs, mono, kind, per_dir, rows["module"], pos, edge_rows)
     mark_detached(run.stretches, attached_modules(run.stretches), remote_addresses(mods))
     tcpstate.attach(run.stretches, tcp_rows, seqs, mono)
+    probes.attach(run.stretches, probes.burst_table(probe_rows), seqs, mono, probes.module_remotes(mods))
     return run
 
 

@@ -11,6 +11,10 @@ What makes a read cost what is new, not what is there (docs/live.md):
 - `snapshots` by seq (its primary key), `modules` by id, `edges` by rowid; deaths (a `died` set on an
   old row) are asked for the modules and edges still alive only.
 - `faults` is read whole: a handful of rows.
+- `probes` (format 5, when asked for) by rowid, the new rows only, cleaned as the offline reader
+  cleans them (rundir.read.clean_probes). The collector writes a probe's row with the first snapshot
+  after its outcome, so rows appear in rowid order; a row added below the last rowid read (a hand-made
+  run.db) is noticed by the table's count and read then.
 
 A run.db not written in seq order (a hand-made one, or one merged after the run) is detected at the
 first row out of order and read by seq from then on (a scan per read; such a run does not grow).
@@ -22,8 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
-from rundir.db import TCP_STATE_COLUMNS, connect
+from rundir.db import PROBE_COLUMNS, TCP_STATE_COLUMNS, connect
+from rundir.read import clean_probes, probe_columns_missing
 
 TCP_ROWS = 20_000   # tcp_info rows fetched at a time
 COUNTER_ROWS = 50_000        # counters rows per read step
@@ -45,6 +51,7 @@ class News:
     edges: list[tuple] = field(default_factory=list)     # new (rowid, parent, child, born, died)
     edge_deaths: dict[int, float] = field(default_factory=dict)  # edge rowid -> died
     tcp_rows: np.ndarray | None = None    # (seq, module, *TCP_STATE_COLUMNS) of tcp_info, when asked for
+    probes: pd.DataFrame | None = None   # new probes rows (rundir.read.clean_probes), when asked for
     faults: list[tuple] = field(default_factory=list)    # every fault row (see RunReader.read)
     clients: list[tuple] = field(default_factory=list)   # every client process: (pid, workload, cmdline)
     more: bool = False                    # stopped at a step limit: read again for the rest
@@ -67,7 +74,7 @@ def _as_rows(a: np.ndarray) -> dict[str, np.ndarray]:
 class RunReader:
     """Incremental, read-only reader of one run.db."""
 
-    def __init__(self, db: Path | str, tcp_state: bool = False):
+    def __init__(self, db: Path | str, tcp_state: bool = False, probes: bool = False):
         self.db = Path(db)
         self.conn = connect(self.db, readonly=True)
         self.conn.isolation_level = None      # explicit BEGIN ... COMMIT: one read transaction per read
@@ -84,6 +91,10 @@ class RunReader:
         self.tcp_step = TCP_ROWS
         self.tcp_ordered = True
         self.tcp_ok: bool | None = None
+        self.probes = probes
+        self.probe_rowids: set[int] = set()
+        self.probe_rowid = 0
+        self.probe_ok = False
 
     def close(self) -> None:
         self.conn.close()
@@ -104,6 +115,8 @@ class RunReader:
             self._edges(news)
             if self.tcp_state:
                 news.tcp_rows = self._tcp_rows(frontier)
+            if self.probes:
+                news.probes = self._probe_rows()
             news.faults = c.execute("SELECT id, kind, at_node, target, planned_duration, start, end FROM faults "
                                     "ORDER BY id").fetchall()
             news.clients = c.execute("SELECT pid, workload, cmdline FROM processes WHERE role = 'client' "
@@ -217,3 +230,22 @@ class RunReader:
         rows = self.conn.execute(f"SELECT {cols} FROM tcp_info WHERE seq > ? AND seq <= ? ORDER BY seq, rowid",
                                  (self.seq, frontier)).fetchall()
         return np.array(rows, dtype=np.float64).reshape(-1, width + 1)[:, 1:]
+
+    def _probe_rows(self) -> pd.DataFrame:
+        """The probes rows not read yet, cleaned (none on runs recorded before format 5)."""
+        if not self.probe_ok:
+            missing = probe_columns_missing(self.conn)   # None: no table (format <= 4); []: sound
+            self.probe_ok = missing == []
+            if not self.probe_ok:
+                return clean_probes([], [])
+        cols = ", ".join(("rowid", *PROBE_COLUMNS))
+        rows = self.conn.execute(f"SELECT {cols} FROM probes WHERE rowid > ? ORDER BY rowid",
+                                 (self.probe_rowid,)).fetchall()
+        (count,) = self.conn.execute("SELECT count(*) FROM probes").fetchone()
+        if count != len(self.probe_rowids) + len(rows):   # a row below the last rowid read: read them all
+            rows = [r for r in self.conn.execute(f"SELECT {cols} FROM probes ORDER BY rowid")
+                    if r[0] not in self.probe_rowids]
+        for r in rows:
+            self.probe_rowids.add(r[0])
+            self.probe_rowid = max(self.probe_rowid, r[0])
+        return clean_probes([r[1:] for r in rows], [])

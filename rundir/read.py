@@ -15,6 +15,9 @@ value checks that need no SQL are in rundir.repair):
 - `read_edges`: an edge whose times are not numbers, or that ends before it begins, is left out.
 - `numeric_frame`: rows of other tables (processes, events, tcp_info, queue_stats) whose numeric
   columns hold something else are left out.
+- `read_probes` / `clean_probes`: a probe whose burst, module, seq, sent or done is not a number, whose
+  done comes before its sent, whose remote is not text or whose outcome is not one of PROBE_OUTCOMES
+  is left out; a sport or rtt_ms that is not a number is unknown.
 
 `check_file` finds a run.db shorter than its header says (a truncated copy); `counts_warning`
 compares what run.db holds with the manifest's counts (a lost run.db-wal: the last snapshots were
@@ -32,7 +35,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rundir.db import FAULT_COLUMNS, PROCESS_COLUMNS, QUEUE_COLUMNS, TCP_STATE_COLUMNS, connect
+from rundir.db import (
+    FAULT_COLUMNS,
+    PROBE_COLUMNS,
+    PROBE_OUTCOMES,
+    PROCESS_COLUMNS,
+    QUEUE_COLUMNS,
+    TCP_STATE_COLUMNS,
+    connect,
+)
 from rundir.errors import UserError
 from rundir.repair import is_number, plural, shown
 
@@ -403,6 +414,70 @@ def read_tcp_state(conn: sqlite3.Connection, warnings: list[str]) -> pd.DataFram
     cols = ["seq", "module", *TCP_STATE_COLUMNS]
     return numeric_frame(conn, "tcp_info", f"SELECT {', '.join(cols)} FROM tcp_info", cols,
                          ("seq", "module"), warnings, optional=TCP_STATE_COLUMNS)
+
+
+def probe_columns_missing(conn: sqlite3.Connection) -> list[str] | None:
+    """None when run.db has no probes table (a run recorded before format 5); else the columns of
+    PROBE_COLUMNS it lacks (none on a sound run.db)."""
+    have = {row[1] for row in conn.execute("PRAGMA table_info(probes)")}
+    return None if not have else [c for c in PROBE_COLUMNS if c not in have]
+
+
+def read_probes(conn: sqlite3.Connection, warnings: list[str]) -> pd.DataFrame:
+    """The probes table (PROBE_COLUMNS, by id) with its damaged rows left out (clean_probes); no rows on a
+    run recorded before format 5, or when the table lacks a column (a warning)."""
+    missing = probe_columns_missing(conn)
+    if missing:
+        warnings.append(f"probes: the table has no column {', '.join(missing)}; no probe is read")
+    if missing is None or missing:
+        return clean_probes([], warnings)
+    rows = conn.execute(f"SELECT {', '.join(PROBE_COLUMNS)} FROM probes ORDER BY id").fetchall()
+    return clean_probes(rows, warnings)
+
+
+_PROBE_NEEDED = ("burst", "module", "seq", "sent", "done")
+_PROBE_OPTIONAL = ("sport", "rtt_ms")
+
+
+def clean_probes(rows: list[tuple], warnings: list[str]) -> pd.DataFrame:
+    """Probe rows (PROBE_COLUMNS' values) as a frame, the damaged ones left out, one warning per kind of
+    damage: a burst, module, seq, sent or done that is not a number, a remote that is not text (or is
+    empty), an outcome not in PROBE_OUTCOMES, a done before its sent. A sport or rtt_ms that is not a
+    number is taken as unknown (NaN). Row by row, so a live reader may clean its new rows alone."""
+    at = {c: i for i, c in enumerate(PROBE_COLUMNS)}
+    keep, bad, unknown = [], {}, {}
+    for row in rows:
+        v = {c: row[i] for c, i in at.items()}
+        wrong = next((c for c in _PROBE_NEEDED if not is_number(v[c])), None)
+        if wrong is not None:
+            what = f"a {wrong} that is not a number ({shown(v[wrong])})"
+        elif not (isinstance(v["remote"], str) and v["remote"]):
+            what = f"a remote that is not an address ({shown(v['remote'])})"
+        elif v["outcome"] not in PROBE_OUTCOMES:
+            what = f"an outcome that is not one of {', '.join(PROBE_OUTCOMES)} ({shown(v['outcome'])})"
+        elif v["done"] < v["sent"]:
+            what = f"its outcome before it was sent (done {v['done']:.3f}, sent {v['sent']:.3f})"
+        else:
+            row = list(row)
+            for c in _PROBE_OPTIONAL:
+                if row[at[c]] is not None and not is_number(row[at[c]]):
+                    unknown.setdefault(c, [0, row[at[c]]])[0] += 1
+                    row[at[c]] = None
+            keep.append(row)
+            continue
+        kind = what.split(" (")[0]
+        bad.setdefault(kind, [0, what, v["id"]])[0] += 1
+    for n, what, pid in bad.values():
+        warnings.append(f"probes: {plural(n, 'row')} with {what.split(' (')[0]} (first: id {shown(pid)}, "
+                        f"{what.split(' (', 1)[1][:-1]}); left out")
+    for c, (n, first) in unknown.items():
+        warnings.append(f"probes: {plural(n, 'value')} of {c} that {'is' if n == 1 else 'are'} not a number "
+                        f"(first: {shown(first)}); taken as unknown")
+    frame = pd.DataFrame(keep, columns=PROBE_COLUMNS)
+    for c in (*_PROBE_NEEDED, *_PROBE_OPTIONAL):
+        frame[c] = pd.to_numeric(frame[c]).astype(float)
+    frame["remote"] = frame["remote"].astype(object)
+    return frame
 
 
 def read_tcp_info(conn: sqlite3.Connection, warnings: list[str]) -> pd.DataFrame:

@@ -47,6 +47,15 @@ def non_negative_int(text: str) -> int:
     return v
 
 
+def seconds(text: str) -> float:
+    """A duration in seconds, >= 0 ('1', '0.5', '500ms')."""
+    t = text.strip().lower()
+    v = float(t[:-2]) / 1000 if t.endswith("ms") else float(t[:-1] if t.endswith("s") else t)
+    if not v >= 0 or v == float("inf"):
+        raise ValueError("expected a duration in seconds >= 0")
+    return v
+
+
 def certainty(text: str) -> float:
     v = float(text)
     if not -1.0 <= v < 1.0:

@@ -45,6 +45,10 @@ How the algorithm maps onto arrays (docs/diagnosis.md has the long form):
 - `tcpstate=on` (run format 4): a STALLED TCP connection stays STALLED only when its tcp_info state
   says TCP is stuck (backoff, retransmits, probes, ca_state Loss, or nothing heard from the peer for
   longer than its RTO); otherwise it is BLOCKED. The rules and why: analysis.variants.flowdiagnoser_tcpstate.
+- `probe=on` (run format 5): where the silent-stack rule guesses (a waiting connection over a silent
+  lower layer), the collector's probes of the connection's remote decide: answered, the connection is
+  STALLED and the lower layer BLOCKED; not answered, the connection is BLOCKED and the lower layer
+  keeps its blame. The evidence and the rules: analysis.probes, analysis.variants.flowdiagnoser_probe.
 - `confirm=N` is applied over time (over_time, across stretches); `confirm_tcp=N` gives TCP modules
   their own N (0 = the same as confirm), so confirmation can apply to TCP connections alone.
 """
@@ -57,6 +61,7 @@ import networkx as nx
 import numpy as np
 
 from analysis.cells import Batch
+from analysis.probes import AGE_S, AHEAD_S
 from analysis.stretches import DIRS, KINDS, Counters, Stretch
 from analysis.variants.base import (
     BLOCKED,
@@ -68,7 +73,9 @@ from analysis.variants.base import (
     non_negative_int,
     on_off,
     positive_int,
+    seconds,
 )
+from analysis.variants.flowdiagnoser_probe import probe_rule
 from analysis.variants.flowdiagnoser_tcpstate import require as require_tcp_state
 from analysis.variants.flowdiagnoser_tcpstate import tcp_state_rule
 
@@ -205,7 +212,8 @@ def _batch_direction(batch: Batch, d: str, theta: int, queues: bool) -> np.ndarr
 
 
 def diagnose(batch: Batch, theta: int = 2, queues: bool = False, confirm: int = 1, shared: bool = False,
-             tcpstate: bool = False, confirm_tcp: int = 0):
+             tcpstate: bool = False, confirm_tcp: int = 0, probe: bool = False, probe_ahead: float = AHEAD_S,
+             probe_age: float = AGE_S):
     if tcpstate:
         require_tcp_state(batch)
     out = {}
@@ -213,6 +221,8 @@ def diagnose(batch: Batch, theta: int = 2, queues: bool = False, confirm: int = 
         res = _batch_direction(batch, d, theta, queues)
         if shared:
             res = shared_paths(batch, d, res, theta)
+        if probe:
+            res = probe_rule(batch, d, res, probe_ahead, probe_age)
         if tcpstate:
             res = tcp_state_rule(batch, res)
         out[d] = (res, res == STALLED)
@@ -401,10 +411,18 @@ SYSTEM = RuleSystem(
               "RTO), else BLOCKED; needs run format 4"),
         Param("confirm_tcp", 0, non_negative_int, "confirm for TCP modules alone: positive only after this "
               "many consecutive STALLED snapshots (0 = same as confirm)"),
+        Param("probe", False, on_off, "where a waiting connection's lower layer is silent, the collector's "
+              "probes of its remote decide: answered -> connection STALLED, lower layer BLOCKED; not answered "
+              "-> connection BLOCKED, lower layer as the Θ rule says; no probe -> as without (run format 5)"),
+        Param("probe_ahead", AHEAD_S, seconds, "probe=on: seconds after a snapshot a burst may be sent (first "
+              "snapshots of a silence) or its outcome come, and still count for it"),
+        Param("probe_age", AGE_S, seconds, "probe=on: seconds before a snapshot a burst may be sent and still "
+              "count for it"),
     ),
     diagnose=diagnose,
     over_time=over_time,
     presets=("flowdiagnoser", "flowdiagnoser:theta=1", "flowdiagnoser:theta=3",
              "flowdiagnoser:queues=on", "flowdiagnoser:confirm=2", "flowdiagnoser:shared=on",
-             "flowdiagnoser:tcpstate=on", "flowdiagnoser:confirm_tcp=2"),
+             "flowdiagnoser:tcpstate=on", "flowdiagnoser:confirm_tcp=2", "flowdiagnoser:probe=on",
+             "flowdiagnoser:probe=on,tcpstate=on"),
 )

@@ -3,8 +3,9 @@ the runner write it while a run goes on: `Grower(src, dst).grow(seq)`.
 
 Each grow() is one transaction, as a collector snapshot is: the new snapshots, the modules born by
 then (died still NULL), the deaths of modules and edges that happened by then, the counters and
-tcp_info rows in seq order (the collector appends them in that order), and the faults begun by then
-(end NULL until they end). finish() writes what the collector's close() and the runner's end write:
+tcp_info rows in seq order (the collector appends them in that order), the probes done by then (the
+collector writes a probe's row with the first snapshot after its outcome; one whose done is not a
+number at finish()), and the faults begun by then (end NULL until they end). finish() writes what the collector's close() and the runner's end write:
 the remaining deaths and the manifest's final status. The live engine's tests and bench_live use it
 to compare what analysis.live saw while the run grew with the offline analysis of the whole run.
 """
@@ -49,6 +50,8 @@ class Grower:
         self.edges_dead: set[tuple] = set()
         self.faults_in: set[int] = set()
         self.faults_ended: set[int] = set()
+        self.probes_in: set[int] = set()   # rowids of the source's probes rows written
+        self.probe_cols = [r[1] for r in self.src.execute("PRAGMA table_info(probes)")]
 
     def close(self) -> None:
         self.src.close()
@@ -88,8 +91,21 @@ class Grower:
                              (self.seq, upto)).fetchall()
             d.executemany(f"INSERT INTO {table} ({cols}) VALUES ({','.join('?' * len(cols.split(',')))})", rows)
         self._faults(t)
+        self._probes(t)
         d.execute("COMMIT")
         self.seq = upto
+
+    def _probes(self, t: float | None) -> None:
+        """The probes rows done by t (None: every one left), in rowid order."""
+        if not self.probe_cols:
+            return
+        cols = ", ".join(self.probe_cols)
+        when = "" if t is None else " WHERE typeof(done) IN ('integer', 'real') AND done <= ?"
+        for rowid, *row in self.src.execute(f"SELECT rowid, {cols} FROM probes{when} ORDER BY rowid",
+                                            () if t is None else (t,)).fetchall():
+            if rowid not in self.probes_in:
+                self.db.execute(f"INSERT INTO probes ({cols}) VALUES ({','.join('?' * len(row))})", row)
+                self.probes_in.add(rowid)
 
     def _faults(self, t: float) -> None:
         cols = "id, spec_index, kind, at_node, target_module, target, planned_start, planned_duration, start, end, rule"
@@ -114,6 +130,7 @@ class Grower:
                                                           "WHERE died IS NOT NULL"):
             self.db.execute("UPDATE edges SET died = ? WHERE parent = ? AND child = ? AND born = ? AND died IS NULL",
                             (died, parent, child, born))
+        self._probes(None)
         self.db.execute("COMMIT")
         self._write_manifest(status)
 

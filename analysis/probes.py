@@ -1,0 +1,292 @@
+"""Probe evidence (run format 5's `probes` table): for each TCP connection, direction and snapshot,
+whether a burst of the collector's probes to the connection's remote was answered during the
+connection's silence (ANSWERED), was not (UNANSWERED), or no burst speaks for it (NONE).
+`flowdiagnoser:probe=on` (analysis.variants.flowdiagnoser_probe) reads it; docs/diagnosis.md has the
+rule with a worked example.
+
+The collector (harness/collector/probe.py, docs/probes.md) sends a *burst* of probes (half-open TCP
+connects from fresh source ports) to a busy connection's remote address and port once it has been
+silent for about 0.3 s, and again about once a second while it stays silent. A row per probe:
+`burst`, `remote` ('ADDR:PORT', '[ADDR]:PORT' for IPv6), `sent`, `done` (reference clock, as
+snapshots.mono) and `outcome`; `answered` and `refused` mean the remote answered over the network.
+
+**Bursts.** The probes sharing (`burst`, `remote`) are one burst. It was *sent* when its first probe
+was; at time T it is *known* when one of its probes is done by T, and *answered* when one of its
+answered or refused probes is done by T (else, known, it is unanswered). Two bursts to one remote
+sent at the same instant count as one. A burst is evidence for every connection whose remote (its
+module's attrs `dst` and `dport`, else its name `tcp SRC:SPORT>DST:DPORT`) is the burst's remote:
+connections to one remote address and port share a burst. Addresses compare as addresses
+(`ipaddress`: an IPv4-mapped IPv6 address is the IPv4 one).
+
+**Evidence of a snapshot.** A *silence* of connection C in direction d is a maximal run of
+snapshots of C with consecutive seq numbers in which C moved no data in d (Δtotal_msgs = 0). Its
+window begins at `a`, the time of the run's snapshot before its first one (the interval in which C
+last moved, or was not there yet; -inf at the run's start), and ends at `b`, the time of its last
+snapshot. For snapshot t of a silence, at time m, with T = m + ahead:
+1. look back: the latest burst sent in (max(a, m - age), m] and known at T;
+2. else look ahead: the earliest burst sent in (m, min(b, T)] and known at T (a burst goes about
+   0.3 s into a silence, so the first snapshots of a silence would otherwise have none);
+3. ANSWERED if that burst is answered at T, UNANSWERED if not; NONE when there is none, and in every
+   snapshot where C moved data in d.
+Everything a snapshot's evidence depends on is known `ahead` seconds after it (the burst's probes
+done by T, the silence's snapshots up to T) and reaches back `age` seconds: the live engine settles
+a snapshot once it has read that far (docs/live.md), and gives the offline result.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from rundir.db import PROBE_ANSWERED
+from rundir.repair import as_dict
+
+NONE, ANSWERED, UNANSWERED = 0, 1, 2
+AHEAD_S = 1.0   # look-ahead: at most the live engine's lag (analysis.live.LAG_S)
+AGE_S = 2.0     # look-back: twice the collector's re-probe period (docs/probes.md: `every`, 1 s)
+TABLE = ["burst", "remote", "sent", "done", "answer"]
+
+
+def remote_key(text) -> str | None:
+    """'ADDR:PORT' or '[ADDR]:PORT' in one spelling per address (None for anything that is no text)."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    t = text.strip()
+    addr, sep, port = t[1:].partition("]:") if t.startswith("[") else t.rpartition(":")
+    try:
+        ip = ipaddress.ip_address(addr)
+        number = int(port)
+    except ValueError:
+        return t
+    if sep == "" or number < 0:
+        return t
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return f"[{ip}]:{number}" if ip.version == 6 else f"{ip}:{number}"
+
+
+def module_remotes(mods: list[tuple]) -> dict[int, str | None]:
+    """Per TCP module (rows (id, kind, name, key, attrs, ...)), its remote as remote_key spells it: attrs
+    `dst` and `dport`, else the name's 'DST:DPORT' (as the collector's prober takes it)."""
+    out = {}
+    for mid, kind, name, _key, attrs, *_ in mods:
+        if kind != "tcp":
+            continue
+        a = as_dict(attrs)
+        dst, dport = a.get("dst"), a.get("dport")
+        if isinstance(dst, str) and dst and dport is not None:
+            text = f"[{dst}]:{dport}" if ":" in dst else f"{dst}:{dport}"
+        else:
+            text = str(name).rsplit(">", 1)[1] if ">" in str(name) else None
+        out[mid] = remote_key(text)
+    return out
+
+
+def burst_table(probes: pd.DataFrame | None) -> pd.DataFrame:
+    """Clean probe rows (rundir.read.clean_probes) -> one row per burst (`burst`, `remote`): its first
+    `sent`, first `done`, and `answer`, the first done of its answered or refused probes (inf if none).
+    Minima only, so the tables of parts of the rows merge into the table of all (merge_tables)."""
+    if probes is None or not len(probes):
+        return pd.DataFrame({c: pd.Series(dtype=object if c == "remote" else float) for c in TABLE})
+    done = probes["done"].to_numpy(dtype=float)
+    frame = pd.DataFrame({"burst": probes["burst"].to_numpy(dtype=float),
+                          "remote": [remote_key(r) for r in probes["remote"]],
+                          "sent": probes["sent"].to_numpy(dtype=float), "done": done,
+                          "answer": np.where(probes["outcome"].isin(PROBE_ANSWERED).to_numpy(), done, np.inf)})
+    return merge_tables(frame)
+
+
+def merge_tables(*tables: pd.DataFrame) -> pd.DataFrame:
+    """Burst tables of parts of a run's probes -> the table of them all (per burst the minima)."""
+    frame = pd.concat([t for t in tables if len(t)] or [tables[0]], ignore_index=True)
+    frame = frame[frame["remote"].notna()]
+    return frame.groupby(["burst", "remote"], as_index=False, sort=True)[["sent", "done", "answer"]].min()
+
+
+@dataclass
+class Bursts:
+    """A run's bursts as arrays sorted by (remote, sent); bursts to one remote sent at one instant merged."""
+
+    keys: list[str]            # the remotes; `key` indexes them
+    key: np.ndarray            # int64 per burst
+    sent: np.ndarray
+    done: np.ndarray           # its first probe done
+    answer: np.ndarray         # its first answered probe done (inf: none)
+    table: pd.DataFrame = field(repr=False, default=None)   # burst_table's rows, as given
+
+    @classmethod
+    def from_table(cls, table: pd.DataFrame) -> Bursts:
+        t = table[table["remote"].notna()] if len(table) else table
+        g = t.groupby(["remote", "sent"], as_index=False, sort=True)[["done", "answer"]].min() if len(t) else t
+        keys = sorted(set(g["remote"])) if len(g) else []
+        code = {k: i for i, k in enumerate(keys)}
+        key = np.array([code[r] for r in g["remote"]], dtype=np.int64) if len(g) else np.zeros(0, np.int64)
+        sent = g["sent"].to_numpy(dtype=float) if len(g) else np.zeros(0)
+        order = np.lexsort((sent, key))
+        return cls(keys, key[order], sent[order], (g["done"].to_numpy(dtype=float) if len(g) else np.zeros(0))[order],
+                   (g["answer"].to_numpy(dtype=float) if len(g) else np.zeros(0))[order], table)
+
+
+@dataclass
+class StretchProbes:
+    """One stretch's view of the run's bursts (Stretch.probes): the times, each TCP module's remote, and
+    per direction the window of the silence each cell is in (NaN where the module moved data in that
+    direction, or is no TCP module with a known remote). Silences run across stretches: `attach` finds
+    them over every stretch it is given."""
+
+    bursts: Bursts
+    mono: np.ndarray                 # (snapshots,) their times
+    prev: np.ndarray                 # (snapshots,) the time of the run's snapshot before each (-inf: none)
+    remote: np.ndarray               # (modules,) int64: index into bursts.keys of a TCP module's remote, -1 none
+    since: dict[str, np.ndarray]     # per direction (modules, snapshots): a, the silence's window start
+    until: dict[str, np.ndarray]     # per direction (modules, snapshots): b, its last snapshot's time
+
+    def take(self, cols) -> StretchProbes:
+        return StretchProbes(self.bursts, self.mono[cols], self.prev[cols], self.remote, {d: a[:, cols] for d, a in self.since.items()},
+                             {d: a[:, cols] for d, a in self.until.items()})
+
+
+def attach(stretches, table: pd.DataFrame, seqs: np.ndarray, mono: np.ndarray, remotes: dict,
+           before: float = -np.inf) -> None:
+    """Set `Stretch.probes` of every stretch: the bursts of `table` (burst_table), each TCP module's
+    remote (`remotes`: module_remotes), and the silences of the TCP modules with a known remote, found
+    over all the stretches given (they must have their counters). `seqs`, `mono`: every snapshot the
+    stretches may hold, ascending; `before`: the time of the snapshot before the first (the live
+    engine's window; -inf for a whole run)."""
+    bursts = Bursts.from_table(table)
+    code = {k: i for i, k in enumerate(bursts.keys)}
+    prev_all = np.concatenate([[before], mono[:-1]]).astype(float)
+    dirs = list(stretches[0].counters) if stretches else []
+    sizes = [st.n * st.t for st in stretches]
+    offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+    flat = {w: {d: np.full(int(offsets[-1]), np.nan) for d in dirs} for w in ("since", "until")}
+    parts, ids = [], {}
+    for k, st in enumerate(stretches):
+        at = np.searchsorted(seqs, st.seqs)
+        rem = np.array([code.get(remotes.get(m), -1) if kind == "tcp" else -1
+                        for m, kind in zip(st.modules, st.kinds, strict=True)], dtype=np.int64)
+        a, b = offsets[k], offsets[k + 1]
+        st.probes = StretchProbes(bursts, mono[at].astype(float), prev_all[at], rem,
+                                  {d: flat["since"][d][a:b].reshape(st.n, st.t) for d in dirs},
+                                  {d: flat["until"][d][a:b].reshape(st.n, st.t) for d in dirs})
+        rows = np.flatnonzero(rem >= 0)
+        if len(rows):
+            mids = np.array([ids.setdefault(st.modules[r], len(ids)) for r in rows], dtype=np.int64)
+            parts.append(((a + rows[:, None] * st.t + np.arange(st.t)).ravel(), np.repeat(mids, st.t),
+                          np.tile(st.seqs, len(rows)), np.tile(mono[at], len(rows)), np.tile(prev_all[at], len(rows)),
+                          *(st.counters[d].tm[rows].ravel() for d in dirs)))
+    if not parts:
+        return
+    cell, mod, seq, cell_mono, prev, *tms = (np.concatenate(x) for x in zip(*parts, strict=True))
+    order = np.lexsort((seq, mod))
+    cell, mod, seq, cell_mono, prev = (x[order] for x in (cell, mod, seq, cell_mono, prev))
+    n = len(order)
+    cont = np.zeros(n, dtype=bool)       # the same module's snapshot before comes just before
+    cont[1:] = (mod[1:] == mod[:-1]) & (seq[1:] == seq[:-1] + 1)
+    idx = np.arange(n)
+    for d, tm in zip(dirs, tms, strict=True):
+        silent = tm[order] == 0
+        joined = np.zeros(n, dtype=bool)   # silent, and so was the snapshot before
+        joined[1:] = cont[1:] & silent[1:] & silent[:-1]
+        first = np.maximum.accumulate(np.where(silent & ~joined, idx, 0))
+        goes_on = np.zeros(n, dtype=bool)
+        goes_on[:-1] = joined[1:]
+        last = np.minimum.accumulate(np.where(silent & ~goes_on, idx, n)[::-1])[::-1]
+        flat["since"][d][cell[silent]] = prev[first[silent]]
+        flat["until"][d][cell[silent]] = cell_mono[last[silent]]
+
+
+# ---------------------------------------------------------------- evidence over a batch of cells
+
+
+def _cells(batch) -> tuple[list, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Per cell: which Bursts it sees (index into the list, -1: none), its remote (-1: none), its time."""
+    if "probes" not in batch._cache:
+        found: dict[int, int] = {}
+        bursts, group, key, mono = [], [], [], []
+        for st in batch.stretches:
+            sp = getattr(st, "probes", None)
+            if sp is None or not len(sp.bursts.key):
+                group.append(np.full(st.n * st.t, -1))
+                key.append(np.full(st.n * st.t, -1))
+                mono.append(np.zeros(st.n * st.t))
+                continue
+            g = found.setdefault(id(sp.bursts), len(found))
+            if g == len(bursts):
+                bursts.append(sp.bursts)
+            group.append(np.full(st.n * st.t, g))
+            key.append(np.repeat(sp.remote, st.t))
+            mono.append(np.tile(sp.mono, st.n))
+        batch._cache["probes"] = None if not bursts else (bursts, np.concatenate(group), np.concatenate(key),
+                                                          np.concatenate(mono))
+    return batch._cache["probes"]
+
+
+def _window(batch, d: str, which: str, cells: np.ndarray) -> np.ndarray:
+    """StretchProbes.since or .until of direction d at the given cells."""
+    out = np.full(len(cells), np.nan)
+    for st, a, b in zip(batch.stretches, batch.offsets[:-1], batch.offsets[1:], strict=True):
+        lo, hi = np.searchsorted(cells, [a, b])
+        if hi > lo:
+            out[lo:hi] = getattr(st.probes, which)[d].ravel()[cells[lo:hi] - a]
+    return out
+
+
+def _count_le(bkey: np.ndarray, bsent: np.ndarray, qkey: np.ndarray, qt: np.ndarray) -> np.ndarray:
+    """Per query, how many bursts (sorted by key, sent) come before it: key < qkey, or key == qkey and
+    sent <= qt. Exact (no arithmetic on the times)."""
+    nb = len(bkey)
+    keys = np.concatenate([bkey, qkey])
+    times = np.concatenate([bsent, qt])
+    tie = np.concatenate([np.zeros(nb, np.int8), np.ones(len(qkey), np.int8)])
+    order = np.lexsort((tie, times, keys))
+    is_b = order < nb
+    cum = np.cumsum(is_b)
+    out = np.empty(len(qkey), dtype=np.int64)
+    out[order[~is_b] - nb] = cum[~is_b]
+    return out
+
+
+def cell_evidence(batch, d: str, want: np.ndarray, ahead: float = AHEAD_S, age: float = AGE_S) -> np.ndarray:
+    """NONE, ANSWERED or UNANSWERED (int8) per cell of the batch for direction d, computed for the cells
+    in `want` (NONE elsewhere); the rule is in the module docstring."""
+    out = np.zeros(batch.n_cells, dtype=np.int8)
+    per = _cells(batch)
+    if per is None:
+        return out
+    all_bursts, group, keys, monos = per
+    cells = np.flatnonzero(want & (keys >= 0))
+    since, until = _window(batch, d, "since", cells), _window(batch, d, "until", cells)
+    silent = ~np.isnan(since)
+    cells, since, until = cells[silent], since[silent], until[silent]
+    for g, b in enumerate(all_bursts):
+        sel = group[cells] == g
+        q = cells[sel]
+        if not len(q):
+            continue
+        m, k = monos[q], keys[q]
+        lo = np.maximum(since[sel], m - age)
+        horizon = m + ahead
+        hi = np.minimum(until[sel], horizon)
+        start = _count_le(b.key, b.sent, k, m)        # the first burst after m (of key k, if any)
+        chosen = np.full(len(q), -1, dtype=np.int64)
+        for step, first in ((-1, start - 1), (1, start)):
+            pend = np.flatnonzero(chosen < 0)
+            j = first[pend]
+            while len(pend):
+                ok = (j >= 0) & (j < len(b.key))
+                ok[ok] &= b.key[j[ok]] == k[pend[ok]]
+                ok[ok] &= (b.sent[j[ok]] > lo[pend[ok]]) if step < 0 else (b.sent[j[ok]] <= hi[pend[ok]])
+                known = ok.copy()
+                known[ok] &= b.done[j[ok]] <= horizon[pend[ok]]
+                chosen[pend[known]] = j[known]
+                more = ok & ~known
+                pend, j = pend[more], j[more] + step
+        has = chosen >= 0
+        ev = np.zeros(len(q), dtype=np.int8)
+        ev[has] = np.where(b.answer[chosen[has]] <= horizon[has], ANSWERED, UNANSWERED)
+        out[q] = ev
+    return out

@@ -1,0 +1,78 @@
+"""`flowdiagnoser:probe=on`: where the silent-stack rule (thesis 3.3.2) has to guess, the collector's
+probes decide (issue 21). Used by analysis.variants.flowdiagnoser; defines no rule system of its own.
+
+When a connection waits and the interface below it is silent, NeST cannot tell whether the path is
+dead or the connection is (thesis 3.3.2, 3.5.2.3: "hard (if not impossible)"). The Θ rule guesses:
+fewer than Θ waiting connections -> connection and interface both STALLED; at least Θ -> the
+interface alone. A burst of probes to the connection's remote from fresh source ports (another
+5-tuple) tells them apart: answered, the path through this host's stack works and the connection is
+at fault; not answered, the path (or the interface) is dead. analysis.probes turns bursts into
+evidence per connection, direction and snapshot (ANSWERED, UNANSWERED, NONE). The rule, per
+direction and snapshot, on the results of the rule it extends (Θ, then shared=on):
+
+- **Where it applies**: a TCP connection without a wait counter that *waits* (inactive, BLOCKED or
+  STALLED: it has work) and has an inactive lower-layer child (ipeth, ip or eth): the silent stack,
+  in both of the Θ rule's cases. A connection whose lower layer moved packets is the thesis's clear
+  case (Figure 3.2: the connection is STALLED) and keeps its result.
+- **ANSWERED**: the connection is STALLED, and every lower-layer module below it reached through
+  inactive lower-layer modules (ipeth; ip, then eth) that is STALLED becomes BLOCKED: it has work
+  (a connection above it waits) but is not at fault, Table 2.2's BLOCKED (criterion (c) with the
+  blame passed elsewhere). A probe of one connection clears the interface for every connection above
+  it: the interface carried that probe.
+- **UNANSWERED**: the connection is BLOCKED. The lower layer keeps the Θ rule's result, which in the
+  silent stack already blames it (the lowest silent lower-layer module is STALLED: it has work and
+  cannot pass the blame on). Where another connection's burst was answered at the same snapshot,
+  that clears the interface, and this connection's BLOCKED stands for "the path to its remote",
+  which has no row (as with shared=on).
+- **NONE**: the connection keeps its result; a lower-layer module keeps it unless an answered
+  connection above it clears it. So with no probe in a snapshot, every result is the extended rule's.
+- Applications and sockets never change. With tcpstate=on, the tcpstate rule runs after this one
+  (a connection the probe blames stays STALLED only when TCP says it is stuck: an answered probe
+  and a TCP that is not stuck is a peer that does not send, Table 2.2's BLOCKED).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from analysis.cells import Batch
+from analysis.probes import ANSWERED, UNANSWERED, cell_evidence
+from analysis.stretches import KINDS
+from analysis.variants.base import BLOCKED, STALLED
+
+_TCP = KINDS.index("tcp")
+_LOWER = [KINDS.index(k) for k in ("ipeth", "ip", "eth")]
+
+
+def probe_rule(batch: Batch, d: str, res: np.ndarray, ahead: float, age: float) -> np.ndarray:
+    """One direction's results with the rule of the module docstring applied."""
+    if all(getattr(st, "probes", None) is None for st in batch.stretches):
+        return res
+    c = batch.counters(d)
+    kind = batch.kind_codes
+    inactive = c.tm == 0
+    waits = ((kind == _TCP) & inactive & ~c.has_wait & ((res == BLOCKED) | (res == STALLED)))
+    if not waits.any():
+        return res
+    ep, ec = batch.edges
+    silent_lower = np.isin(kind[ec], _LOWER) & inactive[ec]   # edges into an inactive lower layer
+    stack = np.zeros(batch.n_cells, dtype=bool)
+    stack[ep[silent_lower & waits[ep]]] = True
+    if not stack.any():
+        return res
+    ev = cell_evidence(batch, d, stack, ahead, age)
+    answered = stack & (ev == ANSWERED)
+    res = res.copy()
+    res[answered] = STALLED
+    res[stack & (ev == UNANSWERED)] = BLOCKED
+    if answered.any():
+        clear = np.zeros(batch.n_cells, dtype=bool)
+        clear[ec[silent_lower & answered[ep]]] = True
+        down = np.flatnonzero(silent_lower & np.isin(kind[ep], _LOWER))   # lower -> inactive lower layer
+        while True:
+            new = down[clear[ep[down]] & ~clear[ec[down]]]
+            if not len(new):
+                break
+            clear[ec[new]] = True
+        res[clear & (res == STALLED)] = BLOCKED
+    return res

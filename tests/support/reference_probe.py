@@ -1,0 +1,163 @@
+"""Plain per-snapshot reference for `flowdiagnoser:probe=on` (issue 21), written from docs/diagnosis.md
+one module and one snapshot at a time, with lists and dicts; it shares no code with analysis.probes or
+analysis.variants (it reads a stretch's probe data: the per-burst table `Stretch.probes.bursts.table`,
+the snapshot times, each module's remote and the snapshots' counters, and finds the silences itself).
+
+Importing this module wraps tests.support.reference.REFERENCE["flowdiagnoser"] (the tcpstate wrapper)
+so that `reference(stretch, variant)` takes the probe parameters; with probe off the wrapped reference
+runs unchanged. `ref_evidence(stretches, ahead, age)` is the evidence over a whole run (silences run
+across stretches), `ref_run(stretches, variant)` the results of a whole run (confirm left out).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import tests.support.reference_tcpstate as _tcpstate
+from analysis.stretches import DIRS, Stretch
+from analysis.variants import BLOCKED, STALLED
+from tests.support import reference as _reference
+from tests.support.reference_shared_peer import ref_flowdiagnoser_shared
+
+NONE, ANSWERED, UNANSWERED = 0, 1, 2
+LOWER = ("ipeth", "ip", "eth")
+_inner = _reference.REFERENCE["flowdiagnoser"]
+
+
+def _bursts_of(sp) -> list[dict]:
+    t = sp.bursts.table
+    if t is None or not len(t):
+        return []
+    return [{"remote": r, "sent": float(s), "done": float(dn), "answer": float(a)}
+            for r, s, dn, a in zip(t["remote"], t["sent"], t["done"], t["answer"], strict=True) if r is not None]
+
+
+def ref_evidence(stretches: list[Stretch], ahead: float, age: float) -> list[dict[str, np.ndarray]]:
+    """Per stretch, per direction, (modules, snapshots) evidence: 0 none, 1 answered, 2 unanswered."""
+    out = [{d: np.zeros((st.n, st.t), dtype=np.int8) for d in DIRS} for st in stretches]
+    series: dict = {}   # (bursts object, module) -> its cells
+    for k, st in enumerate(stretches):
+        sp = st.probes
+        if sp is None:
+            continue
+        for i, m in enumerate(st.modules):
+            if st.kinds[i] != "tcp" or sp.remote[i] < 0:
+                continue
+            for c in range(st.t):
+                series.setdefault((id(sp.bursts), m), []).append({
+                    "seq": int(st.seqs[c]), "mono": float(sp.mono[c]), "prev": float(sp.prev[c]), "k": k, "i": i, "c": c,
+                    "remote": sp.bursts.keys[sp.remote[i]], "bursts": sp.bursts,
+                    "tm": {d: float(st.counters[d].tm[i, c]) for d in DIRS}})
+    for cells in series.values():
+        cells.sort(key=lambda x: x["seq"])
+        bursts = [b for b in _bursts_of(stretches[cells[0]["k"]].probes) if b["remote"] == cells[0]["remote"]]
+        for d in DIRS:
+            i = 0
+            while i < len(cells):
+                if cells[i]["tm"][d] != 0:
+                    i += 1
+                    continue
+                j = i
+                while j + 1 < len(cells) and cells[j + 1]["seq"] == cells[j]["seq"] + 1 and cells[j + 1]["tm"][d] == 0:
+                    j += 1
+                a = cells[i]["prev"]   # the time of the run's snapshot before the silence's first
+                b = cells[j]["mono"]
+                for x in cells[i:j + 1]:
+                    out[x["k"]][d][x["i"], x["c"]] = _one(bursts, a, b, x["mono"], ahead, age)
+                i = j + 1
+    return out
+
+
+def _one(bursts: list[dict], a: float, b: float, m: float, ahead: float, age: float) -> int:
+    horizon = m + ahead
+    known = [x for x in bursts if x["done"] <= horizon]
+    back = [x for x in known if max(a, m - age) < x["sent"] <= m]
+    if back:
+        when = max(x["sent"] for x in back)
+        chosen = [x for x in back if x["sent"] == when]
+    else:
+        ahead_ = [x for x in known if m < x["sent"] <= min(b, horizon)]
+        when = min((x["sent"] for x in ahead_), default=None)
+        chosen = [x for x in ahead_ if x["sent"] == when]
+    if not chosen:
+        return NONE
+    return ANSWERED if any(x["answer"] <= horizon for x in chosen) else UNANSWERED
+
+
+def apply_probe_rule(stretch: Stretch, base: dict, evidence: dict) -> dict:
+    """The probe rule (docs/diagnosis.md) on one stretch's results (dir -> modules x snapshots)."""
+    out = {}
+    children = {m: [c for p, c in stretch.edges if p == m] for m in range(stretch.n)}
+    for d in DIRS:
+        c = stretch.counters[d]
+        res = base[d].copy()
+        for t in range(stretch.t):
+            def silent_lower(m, t=t, c=c):
+                return [ch for ch in children[m] if stretch.kinds[ch] in LOWER and c.tm[ch, t] == 0]
+            cleared = set()
+            for m in range(stretch.n):
+                waits = (stretch.kinds[m] == "tcp" and c.tm[m, t] == 0 and not c.has_wait[m, t]
+                         and base[d][m, t] in (BLOCKED, STALLED))
+                ev = evidence[d][m, t]
+                if not waits or not silent_lower(m) or ev == NONE:
+                    continue
+                if ev == UNANSWERED:
+                    res[m, t] = BLOCKED
+                    continue
+                res[m, t] = STALLED
+                todo = silent_lower(m)
+                while todo:
+                    low = todo.pop()
+                    if low not in cleared:
+                        cleared.add(low)
+                        todo += silent_lower(low)
+            for low in cleared:
+                if res[low, t] == STALLED:
+                    res[low, t] = BLOCKED
+        out[d] = res
+    return out
+
+
+def _finish(stretch: Stretch, res: dict, confirm: int, tcpstate: bool, confirm_tcp: int) -> dict:
+    ts = stretch.tcpstate
+    per_module = [(confirm_tcp or confirm) if k == "tcp" else confirm for k in stretch.kinds]
+    out = {}
+    for d in DIRS:
+        r = res[d].copy()
+        if tcpstate and ts is not None:
+            for m in range(stretch.n):
+                for t in range(stretch.t):
+                    if (stretch.kinds[m] == "tcp" and r[m, t] == STALLED and ts.known[m, t]
+                            and not _tcpstate.tcp_is_stuck(ts, m, t)):
+                        r[m, t] = BLOCKED
+        pos = np.zeros(r.shape, dtype=bool)
+        for m in range(stretch.n):
+            streak = 0
+            for t in range(stretch.t):
+                streak = streak + 1 if r[m, t] == STALLED else 0
+                pos[m, t] = streak >= per_module[m]
+        out[d] = (r, pos)
+    return out
+
+
+def ref_flowdiagnoser_probe(stretch: Stretch, theta=2, queues=False, confirm=1, shared=False, tcpstate=False,
+                            confirm_tcp=0, probe=False, probe_ahead=1.0, probe_age=2.0, evidence=None):
+    if not probe:
+        return _inner(stretch, theta=theta, queues=queues, confirm=confirm, shared=shared, tcpstate=tcpstate,
+                      confirm_tcp=confirm_tcp)
+    base = ref_flowdiagnoser_shared(stretch, theta=theta, queues=queues, confirm=1, shared=shared)
+    if evidence is None:
+        evidence = ref_evidence([stretch], probe_ahead, probe_age)[0]
+    res = apply_probe_rule(stretch, {d: base[d][0] for d in DIRS}, evidence)
+    return _finish(stretch, res, confirm, tcpstate, confirm_tcp)
+
+
+def ref_run(stretches: list[Stretch], variant) -> list[dict]:
+    """A whole run's results by the reference (silences across stretches); the variant's confirm must be 1."""
+    p = variant.params
+    assert p.get("confirm", 1) == 1 and p.get("confirm_tcp", 0) in (0, 1)
+    evidence = ref_evidence(stretches, p.get("probe_ahead", 1.0), p.get("probe_age", 2.0))
+    return [ref_flowdiagnoser_probe(st, **p, evidence=ev) for st, ev in zip(stretches, evidence, strict=True)]
+
+
+_reference.REFERENCE["flowdiagnoser"] = ref_flowdiagnoser_probe
