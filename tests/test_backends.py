@@ -19,7 +19,8 @@ import pytest
 from harness.backends import BACKENDS, backend_class, check_runner, make_backend
 from harness.backends.base import Backend, ClockOffset, Clocks, Proc
 from harness.collector.main import command
-from harness.spec import load_spec
+from harness.collector.probe import ProbeSettings
+from harness.spec import Probe, load_spec
 from rundir.errors import UserError
 from rundir.recorder import RunRecorder
 from tests.support.env import REPO, write
@@ -169,11 +170,15 @@ def test_the_runner_starts_the_collector_the_backend_describes(tmp_path, recorde
             calls.append(("start_progress", name))
 
     processes = []
-    run = SimpleNamespace(backend=FakeBackend(), spec=SimpleNamespace(monitor="site1n1", snapshot_interval=0.1),
+    probe = Probe(after=0.2)
+    run = SimpleNamespace(backend=FakeBackend(), spec=SimpleNamespace(monitor="site1n1", snapshot_interval=0.1,
+                                                                      probe=probe),
                           record=recorder, shm_dir="/dev/shm/s", rd=SimpleNamespace(logs=tmp_path),
                           _on_process=lambda *a: processes.append(a))
     Repetition._start_collector(run)
-    assert started == [command(["python3"], "/node/run.db", 0.1, "/dev/shm/s", ["ctl0"])]
+    assert started == [command(["python3"], "/node/run.db", 0.1, "/dev/shm/s", ["ctl0"],
+                               ProbeSettings(**probe.model_dump()))]
+    assert '"after": 0.2' in started[0][started[0].index("--probe") + 1]
     assert calls == [("collector_db", "site1n1", recorder), ("start_progress", "site1n1")]
     assert [(a[1], a[2], a[3]) for a in processes] == [(None, "collector", "site1n1")]
 

@@ -14,7 +14,6 @@ net.stop(), and its cleanup kills every Mininet shell on the machine; we use nei
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import json
 import os
 import platform
@@ -31,7 +30,7 @@ from harness.agent import tcp_connections
 from harness.backends.base import ClockOffset, Clocks, Proc
 from harness.interceptor.pause import PauseState, pause_process, resume_process
 from harness.ledger import Ledger, kill_group, signals_held, unblock_held_signals
-from harness.routing import path_of, route_command
+from harness.routing import HASH_SYSCTLS, check_multipath, route_command
 from harness.topology import Interface, Topology
 from harness.workloads import check_binaries
 from rundir.db import monotonic
@@ -44,8 +43,6 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parent.parent.parent
 
 REQUIRED_BINARIES = ("mnexec", "ip", "tc", "ethtool", "iptables", "iptables-restore", "sysctl")
-# fib_multipath_hash_fields: source and destination address, IP protocol, source and destination port.
-MULTIPATH_HASH_FIELDS = 0x0001 | 0x0002 | 0x0004 | 0x0010 | 0x0020
 HTB_HANDLE = 5     # Mininet's TCLink: root qdisc 5: htb, class 5:1 at the link's rate
 LEAF_HANDLE = 10   # our pfifo under 5:1 (where Mininet would put netem)
 # Segmentation offloads, turned off on every emulated interface (ethtool -K names; lro is often
@@ -282,8 +279,7 @@ class MininetBackend:
             # the sending socket's random txhash, which TCP changes on every RTO (sk_rethink_txhash):
             # the route lookups of path_blackhole disagreed with forwarding, and a connection on a
             # dead path moved to another one at its next timeout (measured, docs/faults.md).
-            script.append("sysctl -qw net.ipv4.ip_forward=1 net.ipv4.fib_multipath_hash_policy=3 "
-                          f"net.ipv4.fib_multipath_hash_fields={MULTIPATH_HASH_FIELDS:#06x}")
+            script.append("sysctl -qw net.ipv4.ip_forward=1 " + " ".join(f"{k}={v}" for k, v in HASH_SYSCTLS.items()))
             script += [route_command(dst, vias) for dst, vias in topo.routes(name)]
         else:
             # Congestion control per route: a namespace may only pick algorithms in the host's
@@ -300,39 +296,9 @@ class MininetBackend:
             raise RuntimeError(f"configuring {name}: {msg}")
 
     def _check_multipath(self) -> None:
-        """Every multipath route is in place with one next hop per parallel link, the routers hash by
-        5-tuple, and the hash does spread connections: 64 source ports' route lookups through each
-        bundle use every one of its links (the routers' own answer, `ip route get`)."""
-        topo = self.topology
-        self.routing = {}
-        for name in topo.routers:
-            bundle = topo.bundle(name)
-            if not bundle:
-                continue
-            node = self.nodes[name]
-            policy, fields = node.run(["sysctl", "-n", "net.ipv4.fib_multipath_hash_policy",
-                                       "net.ipv4.fib_multipath_hash_fields"]).stdout.split()
-            if (policy, int(fields, 0)) != ("3", MULTIPATH_HASH_FIELDS):
-                raise RuntimeError(f"{name}: multipath hash policy {policy}, fields {fields}: not the 5-tuple "
-                                   f"(policy 3, fields {MULTIPATH_HASH_FIELDS:#06x})")
-            checked = []
-            for dst, vias in topo.routes(name):
-                if len(vias) < 2:
-                    continue
-                shown = json.loads(node.run(["ip", "-j", "route", "show", dst]).stdout or "[]")
-                hops = {h.get("gateway") for r in shown for h in r.get("nexthops", [])}
-                if hops != set(vias):
-                    raise RuntimeError(f"{name}: route to {dst} has next hops {sorted(hops)}, wanted {vias}")
-                host = str(ipaddress.ip_network(dst).network_address + 1)
-                ingress = next(i for i in topo.interfaces[name] if i not in bundle)
-                used = {path_of(node, host, ingress.peer_address, ingress.name, sport=20000 + k, dport=80)
-                        for k in range(64)}
-                if used != {i.name for i in bundle}:
-                    raise RuntimeError(f"{name}: 64 connections to {dst} used {sorted(used)}, not every link "
-                                       f"of the bundle {[i.name for i in bundle]}: no L4 hashing")
-                checked.append({"destination": dst, "next_hops": vias, "interfaces_used": sorted(used)})
-            self.routing[name] = {"fib_multipath_hash_policy": 3, "fib_multipath_hash_fields": MULTIPATH_HASH_FIELDS,
-                                  "multipath_routes": checked}
+        """The bundle's routes and hashing as harness.routing.check_multipath verifies them, for the
+        manifest's `routing`."""
+        self.routing = check_multipath(self.topology, self.nodes)
 
     def _shaped_ends(self):
         """(link index, node, interface) of both ends of every bandwidth-limited link."""

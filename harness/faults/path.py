@@ -20,7 +20,7 @@ import networkx as nx
 
 from harness.faults.base import Part, target_json
 from harness.faults.iptables import Rule, _Drop, check_connection, path_rule
-from harness.routing import path_of
+from harness.routing import bundle_interfaces, path_of
 
 if TYPE_CHECKING:
     from harness.spec import Fault, Window
@@ -35,10 +35,11 @@ class SharedRule:
     healed: float | None = None
 
 
-def _toward(topo: Topology, router: str, host: str) -> Interface:
-    """`router`'s interface on its shortest path toward `host` (a packet from `host` comes in by it)."""
+def _toward(topo: Topology, interfaces: list[Interface], router: str, host: str) -> Interface:
+    """Of `router`'s interfaces, the one on its shortest path toward `host` (a packet from `host`
+    comes in by it)."""
     nxt = nx.shortest_path(topo.graph, router, host)[1]
-    return next(i for i in topo.interfaces[router] if i.peer == nxt)
+    return next(i for i in interfaces if i.peer == nxt)
 
 
 class PathBlackhole(_Drop):
@@ -46,7 +47,8 @@ class PathBlackhole(_Drop):
         env = self.env
         f = env.spec.faults[window.spec_index]
         topo = env.backend.topology
-        link = topo.bundle(f.at)[f.path]
+        # The node's own interface names (a testbed's differ from the derived ones).
+        link = bundle_interfaces(topo, {f.at: env.backend.interfaces(f.at)}, f.at)[f.path]
         crossing = self.crossing(f, link)
         rule = path_rule(f.at, f"nestlab:{env.run_id}:f{first_id}", link.name)
         start = env.clocks.from_node(f.at, self.chains.firewalls[f.at].insert(rule))
@@ -70,14 +72,15 @@ class PathBlackhole(_Drop):
         monitor = env.spec.monitor
         far = env.backend.node(link.peer)
         near = env.backend.node(f.at)
-        far_end = next(i for i in topo.interfaces[link.peer] if i.link == link.link)
-        ingress = _toward(topo, f.at, monitor).name
+        far_interfaces = env.backend.interfaces(link.peer)
+        far_end = next(i for i in far_interfaces if i.link == link.link)
+        ingress = _toward(topo, env.backend.interfaces(f.at), f.at, monitor).name
         out = []
         for wl, w in enumerate(env.spec.workloads):
             if w.host != monitor:
                 continue
             server = env.backend.address(w.server)
-            back = _toward(topo, link.peer, w.server).name
+            back = _toward(topo, far_interfaces, link.peer, w.server).name
             for _, proc in env.workloads.live(wl):
                 for c in env.backend.tcp_connections(monitor, proc.pid):
                     c = check_connection(monitor, c)
