@@ -202,37 +202,54 @@ def attach(stretches, table: pd.DataFrame, seqs: np.ndarray, mono: np.ndarray, r
 # ---------------------------------------------------------------- evidence over a batch of cells
 
 
-def _cells(batch) -> tuple[list, np.ndarray, np.ndarray, np.ndarray] | None:
-    """Per cell: which Bursts it sees (index into the list, -1: none), its remote (-1: none), its time."""
-    if "probes" not in batch._cache:
-        found: dict[int, int] = {}
-        bursts, group, key, mono = [], [], [], []
-        for st in batch.stretches:
-            sp = getattr(st, "probes", None)
-            if sp is None or not len(sp.bursts.key):
-                group.append(np.full(st.n * st.t, -1))
-                key.append(np.full(st.n * st.t, -1))
-                mono.append(np.zeros(st.n * st.t))
-                continue
-            g = found.setdefault(id(sp.bursts), len(found))
-            if g == len(bursts):
-                bursts.append(sp.bursts)
-            group.append(np.full(st.n * st.t, g))
-            key.append(np.repeat(sp.remote, st.t))
-            mono.append(np.tile(sp.mono, st.n))
-        batch._cache["probes"] = None if not bursts else (bursts, np.concatenate(group), np.concatenate(key),
-                                                          np.concatenate(mono))
-    return batch._cache["probes"]
-
-
-def _window(batch, d: str, which: str, cells: np.ndarray) -> np.ndarray:
-    """StretchProbes.since or .until of direction d at the given cells."""
-    out = np.full(len(cells), np.nan)
-    for st, a, b in zip(batch.stretches, batch.offsets[:-1], batch.offsets[1:], strict=True):
-        lo, hi = np.searchsorted(cells, [a, b])
-        if hi > lo:
-            out[lo:hi] = getattr(st.probes, which)[d].ravel()[cells[lo:hi] - a]
+def cell_evidence(batch, d: str, cells: np.ndarray, ahead: float = AHEAD_S, age: float = AGE_S) -> np.ndarray:
+    """NONE, ANSWERED or UNANSWERED (int8) of direction d at the given cells of the batch (ascending flat
+    indices); the rule is in the module docstring."""
+    out = np.zeros(len(cells), dtype=np.int8)
+    k_of = np.searchsorted(batch.offsets, cells, side="right") - 1
+    at = np.flatnonzero(np.append(True, k_of[1:] != k_of[:-1])) if len(cells) else np.zeros(0, np.int64)
+    parts: dict[int, list] = {}
+    for a, b in zip(at.tolist(), [*at[1:].tolist(), len(cells)], strict=True):
+        k = int(k_of[a])
+        st = batch.stretches[k]
+        sp = getattr(st, "probes", None)
+        if sp is None or not len(sp.bursts.key):
+            continue
+        local = cells[a:b] - batch.offsets[k]
+        row, col = local // st.t, local % st.t
+        parts.setdefault(id(sp.bursts), [sp.bursts, []])[1].append(
+            (np.arange(a, b), sp.remote[row], sp.mono[col], sp.since[d][row, col], sp.until[d][row, col]))
+    for bursts, chunks in parts.values():
+        where, key, mono, since, until = (np.concatenate(x) for x in zip(*chunks, strict=True))
+        keep = (key >= 0) & ~np.isnan(since)
+        out[where[keep]] = _evidence(bursts, key[keep], mono[keep], since[keep], until[keep], ahead, age)
     return out
+
+
+def _evidence(b: Bursts, k: np.ndarray, m: np.ndarray, since: np.ndarray, until: np.ndarray, ahead: float,
+              age: float) -> np.ndarray:
+    """Evidence of silent cells with remotes k, times m and silence windows (since, until]."""
+    lo = np.maximum(since, m - age)
+    horizon = m + ahead
+    hi = np.minimum(until, horizon)
+    start = _count_le(b.key, b.sent, k, m)        # the first burst after m (of key k, if any)
+    chosen = np.full(len(k), -1, dtype=np.int64)
+    for step, first in ((-1, start - 1), (1, start)):
+        pend = np.flatnonzero(chosen < 0)
+        j = first[pend]
+        while len(pend):
+            ok = (j >= 0) & (j < len(b.key))
+            ok[ok] &= b.key[j[ok]] == k[pend[ok]]
+            ok[ok] &= (b.sent[j[ok]] > lo[pend[ok]]) if step < 0 else (b.sent[j[ok]] <= hi[pend[ok]])
+            known = ok.copy()
+            known[ok] &= b.done[j[ok]] <= horizon[pend[ok]]
+            chosen[pend[known]] = j[known]
+            more = ok & ~known
+            pend, j = pend[more], j[more] + step
+    has = chosen >= 0
+    ev = np.zeros(len(k), dtype=np.int8)
+    ev[has] = np.where(b.answer[chosen[has]] <= horizon[has], ANSWERED, UNANSWERED)
+    return ev
 
 
 def _count_le(bkey: np.ndarray, bsent: np.ndarray, qkey: np.ndarray, qt: np.ndarray) -> np.ndarray:
@@ -247,46 +264,4 @@ def _count_le(bkey: np.ndarray, bsent: np.ndarray, qkey: np.ndarray, qt: np.ndar
     cum = np.cumsum(is_b)
     out = np.empty(len(qkey), dtype=np.int64)
     out[order[~is_b] - nb] = cum[~is_b]
-    return out
-
-
-def cell_evidence(batch, d: str, want: np.ndarray, ahead: float = AHEAD_S, age: float = AGE_S) -> np.ndarray:
-    """NONE, ANSWERED or UNANSWERED (int8) per cell of the batch for direction d, computed for the cells
-    in `want` (NONE elsewhere); the rule is in the module docstring."""
-    out = np.zeros(batch.n_cells, dtype=np.int8)
-    per = _cells(batch)
-    if per is None:
-        return out
-    all_bursts, group, keys, monos = per
-    cells = np.flatnonzero(want & (keys >= 0))
-    since, until = _window(batch, d, "since", cells), _window(batch, d, "until", cells)
-    silent = ~np.isnan(since)
-    cells, since, until = cells[silent], since[silent], until[silent]
-    for g, b in enumerate(all_bursts):
-        sel = group[cells] == g
-        q = cells[sel]
-        if not len(q):
-            continue
-        m, k = monos[q], keys[q]
-        lo = np.maximum(since[sel], m - age)
-        horizon = m + ahead
-        hi = np.minimum(until[sel], horizon)
-        start = _count_le(b.key, b.sent, k, m)        # the first burst after m (of key k, if any)
-        chosen = np.full(len(q), -1, dtype=np.int64)
-        for step, first in ((-1, start - 1), (1, start)):
-            pend = np.flatnonzero(chosen < 0)
-            j = first[pend]
-            while len(pend):
-                ok = (j >= 0) & (j < len(b.key))
-                ok[ok] &= b.key[j[ok]] == k[pend[ok]]
-                ok[ok] &= (b.sent[j[ok]] > lo[pend[ok]]) if step < 0 else (b.sent[j[ok]] <= hi[pend[ok]])
-                known = ok.copy()
-                known[ok] &= b.done[j[ok]] <= horizon[pend[ok]]
-                chosen[pend[known]] = j[known]
-                more = ok & ~known
-                pend, j = pend[more], j[more] + step
-        has = chosen >= 0
-        ev = np.zeros(len(q), dtype=np.int8)
-        ev[has] = np.where(b.answer[chosen[has]] <= horizon[has], ANSWERED, UNANSWERED)
-        out[q] = ev
     return out

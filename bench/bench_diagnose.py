@@ -12,6 +12,12 @@ Every rule system is measured by default, `flowdiagnoser:shared=on` and `peer` i
 synthetic run records no remote addresses, so the bench gives each TCP connection one of three
 (by its number, `Stretch.remote`) for the shared-dependency rule to group; the rate is checked
 against a floor of 1,000,000 module-diagnoses/s (the output says when a variant is below it).
+
+`flowdiagnoser:probe=on` needs the collector's probes, which the synthetic run has not: the bench
+gives each connection the remote port 80 of its address and makes bursts to each remote about every
+0.7 s (tests/support/probes.synthetic_probe_rows: answered, timed out, mixed, refused, unreachable),
+and prints the probe variants' rate beside `flowdiagnoser:theta=2`'s, measured in the same run, with
+their own floor of 5,000,000 module-diagnoses/s (issue 21).
 """
 
 from __future__ import annotations
@@ -27,18 +33,24 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
+from analysis import probes  # noqa: E402
 from analysis.diagnose import diagnose_stretches  # noqa: E402
 from analysis.stretches import load_stretches  # noqa: E402
 from analysis.tcpstate import TcpState  # noqa: E402
 from analysis.variants import parse_variant  # noqa: E402
+from rundir.read import clean_probes  # noqa: E402
+from tests.support.probes import synthetic_probe_rows  # noqa: E402
 from tests.support.reference import assert_same, reference  # noqa: E402
+from tests.support.reference_probe import ref_evidence, ref_flowdiagnoser_probe  # noqa: E402
 from tests.support.reference_shared_peer import ref_peer  # noqa: E402, F401 (registers the references)
 from tests.support.reference_tcpstate import ref_flowdiagnoser_tcpstate  # noqa: E402, F401
 from tests.support.synthetic import synthetic_run  # noqa: E402
 
 DEFAULT = ["flowdiagnoser", "flowdiagnoser:shared=on", "flowdiagnoser:tcpstate=on", "flowdiagnoser:confirm_tcp=2",
-           "peer", "nest-cf"]
+           "flowdiagnoser:probe=on", "flowdiagnoser:probe=on,tcpstate=on", "peer", "nest-cf"]
 FLOOR = 1_000_000   # module-diagnoses/s every variant's fast path must reach
+PROBE_FLOOR = 5_000_000   # ... and the probe variants'
+BASELINE = "flowdiagnoser:theta=2"
 
 
 def synthetic_tcpstate(st, kinds, rng) -> TcpState:
@@ -80,6 +92,10 @@ def main(argv=None) -> int:
     for st in run.stretches:
         st.remote = [remote.get(m) for m in st.modules]
         st.tcpstate = synthetic_tcpstate(st, run.module_kind, rng)
+    endpoints = {m: f"{a}:80" for m, a in remote.items()}
+    rows = synthetic_probe_rows(run.mono, remotes=sorted(set(endpoints.values())), seed=1)
+    probes.attach(run.stretches, probes.burst_table(clean_probes(rows, [])), run.seqs, run.mono, endpoints)
+    print(f"probes: {len(rows)} in {len({r[1] for r in rows})} bursts to {len(set(endpoints.values()))} remotes")
     cells = sum(st.n * st.t for st in run.stretches)
     print(f"run: {len(run.seqs)} snapshots, {len(run.stretches)} stretches, "
           f"{np.mean([st.n for st in run.stretches]):.0f} modules on average, "
@@ -87,16 +103,32 @@ def main(argv=None) -> int:
 
     sample = run.stretches[:a.ref_stretches]
     sample_cells = sum(st.n * st.t for st in sample)
-    slow = []
-    for spec in a.variant or DEFAULT:
+    slow, rates = [], {}
+    specs = a.variant or DEFAULT
+    names = [parse_variant(x).name for x in specs]
+    if any(parse_variant(x).params.get("probe") for x in specs) and BASELINE not in names:
+        specs = [BASELINE, *specs]   # the probe variants' rate is printed beside theta=2's, from this run
+    evidence = {}   # the reference's probe evidence of the sample: silences run across stretches
+    for spec in specs:
         v = parse_variant(spec)
         t0 = time.perf_counter()
         diagnose_stretches(run, [v])
         fast_s = time.perf_counter() - t0
         fast_rate = 2 * cells / fast_s
+        rates[v.name] = fast_rate
 
+        if v.params.get("probe"):
+            key = (v.params["probe_ahead"], v.params["probe_age"])
+            if key not in evidence:
+                t0 = time.perf_counter()
+                evidence[key] = ref_evidence(run.stretches, *key)[:len(sample)]
+                print(f"reference probe evidence over the whole run in {time.perf_counter() - t0:.1f} s")
         t0 = time.perf_counter()
-        refs = [reference(st, v) for st in sample]
+        if v.params.get("probe"):
+            refs = [ref_flowdiagnoser_probe(st, **v.params, evidence=ev) for st, ev in zip(sample, evidence[key],
+                                                                                           strict=True)]
+        else:
+            refs = [reference(st, v) for st in sample]
         ref_s = time.perf_counter() - t0
         ref_rate = 2 * sample_cells / ref_s
         try:
@@ -112,12 +144,15 @@ def main(argv=None) -> int:
         print(f"{v.name:32s} fast {fast_rate:>13,.0f} module-diagnoses/s ({2 * cells:,} in {fast_s:.2f} s)")
         print(f"{'':32s} ref  {ref_rate:>13,.0f} module-diagnoses/s ({2 * sample_cells:,} in {ref_s:.2f} s)")
         print(f"{'':32s} ratio fast/ref {fast_rate / ref_rate:,.0f}x; identical on the sample: {same}")
+        if v.params.get("probe"):
+            print(f"{'':32s} beside {BASELINE}: {fast_rate:,.0f} vs {rates.get(BASELINE, float('nan')):,.0f} "
+                  f"module-diagnoses/s in this run")
         if not same:
             return 1
-        if fast_rate < FLOOR:
+        if fast_rate < (PROBE_FLOOR if v.params.get("probe") else FLOOR):
             slow.append(v.name)
     if slow:
-        print(f"below {FLOOR:,} module-diagnoses/s: {', '.join(slow)}")
+        print(f"below the floor ({FLOOR:,} module-diagnoses/s, probe variants {PROBE_FLOOR:,}): {', '.join(slow)}")
     return 0
 
 

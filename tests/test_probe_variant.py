@@ -202,7 +202,7 @@ def evidence_at(times: list[float], tm: list[float], rows: list[tuple], ahead=1.
     probes.attach([s], probes.burst_table(pd.DataFrame(rows, columns=PROBE_COLUMNS)), s.seqs, np.array(times),
                   {"c": A}, before)
     from analysis.cells import Batch
-    fast = probes.cell_evidence(Batch([s]), "in", np.ones(n, dtype=bool), ahead, age).tolist()
+    fast = probes.cell_evidence(Batch([s]), "in", np.arange(n), ahead, age).tolist()
     assert fast == ref_evidence([s], ahead, age)[0]["in"][0].tolist()
     return fast
 

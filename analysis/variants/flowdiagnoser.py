@@ -222,7 +222,7 @@ def diagnose(batch: Batch, theta: int = 2, queues: bool = False, confirm: int = 
         if shared:
             res = shared_paths(batch, d, res, theta)
         if probe:
-            res = probe_rule(batch, d, res, probe_ahead, probe_age)
+            res = probe_rule(batch, d, res, probe_ahead, probe_age, (_cells(batch).aep, _cells(batch).aec))
         if tcpstate:
             res = tcp_state_rule(batch, res)
         out[d] = (res, res == STALLED)

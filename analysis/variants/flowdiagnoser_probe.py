@@ -44,35 +44,50 @@ _TCP = KINDS.index("tcp")
 _LOWER = [KINDS.index(k) for k in ("ipeth", "ip", "eth")]
 
 
-def probe_rule(batch: Batch, d: str, res: np.ndarray, ahead: float, age: float) -> np.ndarray:
-    """One direction's results with the rule of the module docstring applied."""
+def _edges(batch: Batch, edges: tuple[np.ndarray, np.ndarray]):
+    """(connection -> lower layer, lower layer -> lower layer) cell edges, each a (parents, children) pair."""
+    if "probe_edges" not in batch._cache:
+        ep, ec = edges
+        kind = batch.kind_codes
+        lower = np.isin(kind, _LOWER)
+        into = lower[ec]
+        tcp = into & (kind[ep] == _TCP)
+        down = into & lower[ep]
+        batch._cache["probe_edges"] = ((ep[tcp], ec[tcp]), (ep[down], ec[down]))
+    return batch._cache["probe_edges"]
+
+
+def probe_rule(batch: Batch, d: str, res: np.ndarray, ahead: float, age: float,
+               edges: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """One direction's results with the rule of the module docstring applied. `edges`: the cell edges of
+    the analysis graph (every edge but those out of an application; default the batch's)."""
     if all(getattr(st, "probes", None) is None for st in batch.stretches):
         return res
-    c = batch.counters(d)
-    kind = batch.kind_codes
-    inactive = c.tm == 0
-    waits = ((kind == _TCP) & inactive & ~c.has_wait & ((res == BLOCKED) | (res == STALLED)))
-    if not waits.any():
+    (tp, tc), (lp, lc) = _edges(batch, edges if edges is not None else batch.edges)
+    if not len(tp):
         return res
-    ep, ec = batch.edges
-    silent_lower = np.isin(kind[ec], _LOWER) & inactive[ec]   # edges into an inactive lower layer
-    stack = np.zeros(batch.n_cells, dtype=bool)
-    stack[ep[silent_lower & waits[ep]]] = True
-    if not stack.any():
+    c = batch.counters(d)
+    inactive = c.tm == 0
+    r = res[tp]
+    ok = inactive[tc] & inactive[tp] & ~c.has_wait[tp] & ((r == BLOCKED) | (r == STALLED))
+    stack = np.unique(tp[ok])     # waiting connections over a silent lower layer
+    if not len(stack):
         return res
     ev = cell_evidence(batch, d, stack, ahead, age)
-    answered = stack & (ev == ANSWERED)
     res = res.copy()
-    res[answered] = STALLED
-    res[stack & (ev == UNANSWERED)] = BLOCKED
-    if answered.any():
+    res[stack[ev == UNANSWERED]] = BLOCKED
+    answered = stack[ev == ANSWERED]
+    if len(answered):
+        res[answered] = STALLED
+        flag = np.zeros(batch.n_cells, dtype=bool)
+        flag[answered] = True
         clear = np.zeros(batch.n_cells, dtype=bool)
-        clear[ec[silent_lower & answered[ep]]] = True
-        down = np.flatnonzero(silent_lower & np.isin(kind[ep], _LOWER))   # lower -> inactive lower layer
-        while True:
-            new = down[clear[ep[down]] & ~clear[ec[down]]]
+        clear[tc[flag[tp] & inactive[tc]]] = True
+        down = np.flatnonzero(inactive[lc])            # lower -> inactive lower layer
+        while len(down):
+            new = down[clear[lp[down]] & ~clear[lc[down]]]
             if not len(new):
                 break
-            clear[ec[new]] = True
+            clear[lc[new]] = True
         res[clear & (res == STALLED)] = BLOCKED
     return res
