@@ -22,10 +22,10 @@ Where the offline diagnosis of snapshot t depends on later snapshots, and what t
   known and every snapshot is settled.
 - `confirm=N` looks back N-1 snapshots: the window keeps them.
 - `probe=on` (analysis.probes): a snapshot's probe evidence needs the probes done and the snapshots
-  taken up to `probe_ahead` seconds after it, and the snapshots `probe_age` seconds before it. The
-  engine settles t only once it has read a snapshot at least `probe_ahead` after t (the collector
-  writes a probe's row with the first snapshot after its outcome), and the window reaches `probe_age`
-  back.
+  taken up to `probe_ahead` seconds after it, and the start of its connection's silence. The engine
+  settles t only once it has read a snapshot at least `probe_ahead` after t (the collector writes a
+  probe's row with the first snapshot after its outcome), and carries the start of every silence
+  going on at a window's first snapshot into the next window (`probe_carry`).
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ class LiveEngine:
         params = self.variant.params
         self.probe = bool(params.get("probe"))
         self.ahead = float(params.get("probe_ahead", probes.AHEAD_S))
-        self.age = float(params.get("probe_age", probes.AGE_S))
+        self.probe_carry: dict = {}   # silences going on at the window's start (analysis.probes.ongoing)
         self.reader = RunReader(db, tcp_state=bool(params.get("tcpstate")), probes=self.probe)
         self.bursts = probes.burst_table(None)   # the probes read so far, per burst (probes.burst_table)
         self.endpoints: dict[int, str | None] = {}   # TCP module -> its remote 'ADDR:PORT' (probes)
@@ -341,8 +341,6 @@ class LiveEngine:
         if to <= self.settled:
             return
         w0 = max(0, self.settled + 1 - self.context)
-        if self.probe:   # and back to a snapshot probe_age before the first one to settle
-            w0 = min(w0, int(np.searchsorted(self.mono, self.mono[self.settled + 1] - self.age, side="right")))
         stretches = self._window(w0, n)
         self.attached |= sx.attached_modules(stretches)
         sx.mark_detached(stretches, self.attached, self.remote)
@@ -350,7 +348,10 @@ class LiveEngine:
             self._tcpstate(stretches, w0, n)
         if self.probe:
             probes.attach(stretches, self.bursts, self.seqs[w0:n], self.mono[w0:n], self.endpoints,
-                          self.mono[w0 - 1] if w0 else -np.inf)
+                          self.mono[w0 - 1] if w0 else -np.inf, self.probe_carry)
+            nxt = max(0, to + 1 - self.context)    # the next window's first snapshot
+            if nxt > w0:
+                self.probe_carry = probes.ongoing(stretches, int(self.seqs[nxt - 1]))
         cut = []
         for st in stretches:   # only what settles now (and the context before it) is diagnosed
             if st.seqs[0] <= self.seqs[to]:
@@ -358,10 +359,7 @@ class LiveEngine:
         diags = diagnose_stretches(cut, [self.variant])
         self._record(diags, to)
         self.settled = to
-        keep = min(to + 1 - self.context, to + 1 - self.rate_k)
-        if self.probe:
-            keep = min(keep, int(np.searchsorted(self.mono, self.mono[to] - self.age, side="right")))
-        self._trim(max(0, keep))
+        self._trim(max(0, min(to + 1 - self.context, to + 1 - self.rate_k)))
 
     def _window(self, w0: int, n: int) -> list:
         per_dir = {}

@@ -18,19 +18,27 @@ module's attrs `dst` and `dport`, else its name `tcp SRC:SPORT>DST:DPORT`) is th
 connections to one remote address and port share a burst. Addresses compare as addresses
 (`ipaddress`: an IPv4-mapped IPv6 address is the IPv4 one).
 
-**Evidence of a snapshot.** A *silence* of connection C in direction d is a maximal run of
-snapshots of C with consecutive seq numbers in which C moved no data in d (Δtotal_msgs = 0). Its
-window begins at `a`, the time of the run's snapshot before its first one (the interval in which C
-last moved, or was not there yet; -inf at the run's start), and ends at `b`, the time of its last
-snapshot. For snapshot t of a silence, at time m, with T = m + ahead:
-1. look back: the latest burst sent in (max(a, m - age), m] and known at T;
-2. else look ahead: the earliest burst sent in (m, min(b, T)] and known at T (a burst goes about
-   0.3 s into a silence, so the first snapshots of a silence would otherwise have none);
-3. ANSWERED if that burst is answered at T, UNANSWERED if not; NONE when there is none, and in every
-   snapshot where C moved data in d.
+**Evidence of a snapshot: the silence's first burst.** A *silence* of connection C in direction d
+is a maximal run of snapshots of C with consecutive seq numbers in which C moved no data in d
+(Δtotal_msgs = 0). Its window begins at `a`, the time of the run's snapshot before its first one (the
+interval in which C last moved, or was not there yet; -inf at the run's start), and ends at `b`, the
+time of its last snapshot. For snapshot t of a silence, at time m, with T = m + ahead: the earliest
+burst to C's remote sent in (a, min(b, T)] and known at T; ANSWERED if it is answered at T,
+UNANSWERED if not; NONE when there is none (a burst goes about 0.3 s into a silence and a timeout is
+known 1 s later, so the first snapshots of a silence may have none yet), and in every snapshot in
+which C moved data in d.
+
+Why the first burst and not the latest: a burst is evidence about the silence that triggered it,
+and the silence has one cause, the one at its start. Once the path works again, a connection that
+lost packets waits for its next retransmission (backed off: seconds after a long outage), still
+silent; later bursts are answered then, and would blame the connection for the path's outage (on the
+stored net_fault runs with probes, 222 TCP false positives in the tails of ip_drops). The collector
+sends one burst at a time per remote, so the first burst's outcome is known before a second exists.
+
 Everything a snapshot's evidence depends on is known `ahead` seconds after it (the burst's probes
-done by T, the silence's snapshots up to T) and reaches back `age` seconds: the live engine settles
-a snapshot once it has read that far (docs/live.md), and gives the offline result.
+done by T, the silence's snapshots up to T), and its silence's start: the live engine settles a
+snapshot once it has read that far and carries the start of each silence from one window to the
+next (docs/live.md), and gives the offline result.
 """
 
 from __future__ import annotations
@@ -45,8 +53,7 @@ from rundir.db import PROBE_ANSWERED
 from rundir.repair import as_dict
 
 NONE, ANSWERED, UNANSWERED = 0, 1, 2
-AHEAD_S = 1.0   # look-ahead: at most the live engine's lag (analysis.live.LAG_S)
-AGE_S = 2.0     # look-back: twice the collector's re-probe period (docs/probes.md: `every`, 1 s)
+AHEAD_S = 1.0   # look-ahead: the live engine's lag (analysis.live.LAG_S)
 TABLE = ["burst", "remote", "sent", "done", "answer"]
 
 
@@ -150,12 +157,14 @@ class StretchProbes:
 
 
 def attach(stretches, table: pd.DataFrame, seqs: np.ndarray, mono: np.ndarray, remotes: dict,
-           before: float = -np.inf) -> None:
+           before: float = -np.inf, carry: dict | None = None) -> None:
     """Set `Stretch.probes` of every stretch: the bursts of `table` (burst_table), each TCP module's
     remote (`remotes`: module_remotes), and the silences of the TCP modules with a known remote, found
     over all the stretches given (they must have their counters). `seqs`, `mono`: every snapshot the
     stretches may hold, ascending; `before`: the time of the snapshot before the first (the live
-    engine's window; -inf for a whole run)."""
+    engine's window; -inf for a whole run); `carry`: (module, direction) -> (seq, a) of the silences
+    going on at the snapshot before the first (`ongoing`), which a silence continues when its first
+    snapshot is that seq + 1."""
     bursts = Bursts.from_table(table)
     code = {k: i for i, k in enumerate(bursts.keys)}
     prev_all = np.concatenate([[before], mono[:-1]]).astype(float)
@@ -183,6 +192,7 @@ def attach(stretches, table: pd.DataFrame, seqs: np.ndarray, mono: np.ndarray, r
     cell, mod, seq, cell_mono, prev, *tms = (np.concatenate(x) for x in zip(*parts, strict=True))
     order = np.lexsort((seq, mod))
     cell, mod, seq, cell_mono, prev = (x[order] for x in (cell, mod, seq, cell_mono, prev))
+    mod_id = np.array(list(ids), dtype=object)[mod] if carry else None
     n = len(order)
     cont = np.zeros(n, dtype=bool)       # the same module's snapshot before comes just before
     cont[1:] = (mod[1:] == mod[:-1]) & (seq[1:] == seq[:-1] + 1)
@@ -195,14 +205,37 @@ def attach(stretches, table: pd.DataFrame, seqs: np.ndarray, mono: np.ndarray, r
         goes_on = np.zeros(n, dtype=bool)
         goes_on[:-1] = joined[1:]
         last = np.minimum.accumulate(np.where(silent & ~goes_on, idx, n)[::-1])[::-1]
-        flat["since"][d][cell[silent]] = prev[first[silent]]
+        start = prev[first]
+        if carry:
+            heads = np.flatnonzero(silent & ~joined)
+            old = [carry.get((m, d)) for m in mod_id[heads].tolist()]
+            go_on = np.array([c is not None and c[0] + 1 == q for c, q in zip(old, seq[heads].tolist(), strict=True)],
+                             dtype=bool)
+            if go_on.any():
+                start = start.copy()
+                start[heads[go_on]] = [c[1] for c, g in zip(old, go_on.tolist(), strict=True) if g]
+        flat["since"][d][cell[silent]] = start[first[silent]]
         flat["until"][d][cell[silent]] = cell_mono[last[silent]]
+
+
+def ongoing(stretches, seq: int) -> dict:
+    """(module, direction) -> (seq, a) of every silence that snapshot `seq` is in (attach's `carry`)."""
+    out = {}
+    for st in stretches:
+        sp = st.probes
+        col = np.flatnonzero(st.seqs == seq)
+        if sp is None or not len(col):
+            continue
+        for d, since in sp.since.items():
+            for row in np.flatnonzero(~np.isnan(since[:, col[0]])).tolist():
+                out[(st.modules[row], d)] = (int(seq), float(since[row, col[0]]))
+    return out
 
 
 # ---------------------------------------------------------------- evidence over a batch of cells
 
 
-def cell_evidence(batch, d: str, cells: np.ndarray, ahead: float = AHEAD_S, age: float = AGE_S) -> np.ndarray:
+def cell_evidence(batch, d: str, cells: np.ndarray, ahead: float = AHEAD_S) -> np.ndarray:
     """NONE, ANSWERED or UNANSWERED (int8) of direction d at the given cells of the batch (ascending flat
     indices); the rule is in the module docstring."""
     out = np.zeros(len(cells), dtype=np.int8)
@@ -222,30 +255,27 @@ def cell_evidence(batch, d: str, cells: np.ndarray, ahead: float = AHEAD_S, age:
     for bursts, chunks in parts.values():
         where, key, mono, since, until = (np.concatenate(x) for x in zip(*chunks, strict=True))
         keep = (key >= 0) & ~np.isnan(since)
-        out[where[keep]] = _evidence(bursts, key[keep], mono[keep], since[keep], until[keep], ahead, age)
+        out[where[keep]] = _evidence(bursts, key[keep], mono[keep], since[keep], until[keep], ahead)
     return out
 
 
-def _evidence(b: Bursts, k: np.ndarray, m: np.ndarray, since: np.ndarray, until: np.ndarray, ahead: float,
-              age: float) -> np.ndarray:
-    """Evidence of silent cells with remotes k, times m and silence windows (since, until]."""
-    lo = np.maximum(since, m - age)
+def _evidence(b: Bursts, k: np.ndarray, m: np.ndarray, since: np.ndarray, until: np.ndarray,
+              ahead: float) -> np.ndarray:
+    """Evidence of silent cells with remotes k, times m and silence windows (since, until]: the earliest
+    burst of key k sent in (since, min(until, m + ahead)] and known by m + ahead."""
     horizon = m + ahead
     hi = np.minimum(until, horizon)
-    start = _count_le(b.key, b.sent, k, m)        # the first burst after m (of key k, if any)
     chosen = np.full(len(k), -1, dtype=np.int64)
-    for step, first in ((-1, start - 1), (1, start)):
-        pend = np.flatnonzero(chosen < 0)
-        j = first[pend]
-        while len(pend):
-            ok = (j >= 0) & (j < len(b.key))
-            ok[ok] &= b.key[j[ok]] == k[pend[ok]]
-            ok[ok] &= (b.sent[j[ok]] > lo[pend[ok]]) if step < 0 else (b.sent[j[ok]] <= hi[pend[ok]])
-            known = ok.copy()
-            known[ok] &= b.done[j[ok]] <= horizon[pend[ok]]
-            chosen[pend[known]] = j[known]
-            more = ok & ~known
-            pend, j = pend[more], j[more] + step
+    pend = np.arange(len(k))
+    j = _count_le(b.key, b.sent, k, since)        # the first burst after the silence began (if of key k)
+    while len(pend):
+        ok = j < len(b.key)
+        ok[ok] &= (b.key[j[ok]] == k[pend[ok]]) & (b.sent[j[ok]] <= hi[pend[ok]])
+        known = ok.copy()
+        known[ok] &= b.done[j[ok]] <= horizon[pend[ok]]
+        chosen[pend[known]] = j[known]
+        more = ok & ~known
+        pend, j = pend[more], j[more] + 1
     has = chosen >= 0
     ev = np.zeros(len(k), dtype=np.int8)
     ev[has] = np.where(b.answer[chosen[has]] <= horizon[has], ANSWERED, UNANSWERED)

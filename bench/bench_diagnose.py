@@ -118,10 +118,10 @@ def main(argv=None) -> int:
         rates[v.name] = fast_rate
 
         if v.params.get("probe"):
-            key = (v.params["probe_ahead"], v.params["probe_age"])
+            key = v.params["probe_ahead"]
             if key not in evidence:
                 t0 = time.perf_counter()
-                evidence[key] = ref_evidence(run.stretches, *key)[:len(sample)]
+                evidence[key] = ref_evidence(run.stretches, key)[:len(sample)]
                 print(f"reference probe evidence over the whole run in {time.perf_counter() - t0:.1f} s")
         t0 = time.perf_counter()
         if v.params.get("probe"):

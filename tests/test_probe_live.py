@@ -18,7 +18,7 @@ from tests.support.runs import RunBuilder
 from tests.test_probe_variant import tcp_state_rows
 
 VARIANTS = ["flowdiagnoser:probe=on", "flowdiagnoser:probe=on,confirm=2", "flowdiagnoser:probe=on,tcpstate=on",
-            "flowdiagnoser:probe=on,probe_ahead=1.5", "flowdiagnoser:probe=on,probe_age=0.5,theta=1"]
+            "flowdiagnoser:probe=on,probe_ahead=1.5", "flowdiagnoser:probe=on,probe_ahead=0.3,theta=1"]
 
 
 @pytest.mark.parametrize("step", [1, 3, 10])
@@ -82,7 +82,7 @@ def test_probes_are_read_incrementally(tmp_path):
         assert engine.reader.probe_rowid == 2 and len(engine.bursts) == 1
         grower.finish()
         engine.refresh()
-        assert engine.reader.probe_rowid == 4 and len(engine.bursts) == 2
+        assert engine.reader.probe_rowid == 6 and len(engine.bursts) == 3
     grower.close()
 
 

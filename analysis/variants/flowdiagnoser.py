@@ -61,7 +61,7 @@ import networkx as nx
 import numpy as np
 
 from analysis.cells import Batch
-from analysis.probes import AGE_S, AHEAD_S
+from analysis.probes import AHEAD_S
 from analysis.stretches import DIRS, KINDS, Counters, Stretch
 from analysis.variants.base import (
     BLOCKED,
@@ -212,8 +212,7 @@ def _batch_direction(batch: Batch, d: str, theta: int, queues: bool) -> np.ndarr
 
 
 def diagnose(batch: Batch, theta: int = 2, queues: bool = False, confirm: int = 1, shared: bool = False,
-             tcpstate: bool = False, confirm_tcp: int = 0, probe: bool = False, probe_ahead: float = AHEAD_S,
-             probe_age: float = AGE_S):
+             tcpstate: bool = False, confirm_tcp: int = 0, probe: bool = False, probe_ahead: float = AHEAD_S):
     if tcpstate:
         require_tcp_state(batch)
     out = {}
@@ -222,7 +221,7 @@ def diagnose(batch: Batch, theta: int = 2, queues: bool = False, confirm: int = 
         if shared:
             res = shared_paths(batch, d, res, theta)
         if probe:
-            res = probe_rule(batch, d, res, probe_ahead, probe_age, (_cells(batch).aep, _cells(batch).aec))
+            res = probe_rule(batch, d, res, probe_ahead, (_cells(batch).aep, _cells(batch).aec))
         if tcpstate:
             res = tcp_state_rule(batch, res)
         out[d] = (res, res == STALLED)
@@ -414,10 +413,8 @@ SYSTEM = RuleSystem(
         Param("probe", False, on_off, "where a waiting connection's lower layer is silent, the collector's "
               "probes of its remote decide: answered -> connection STALLED, lower layer BLOCKED; not answered "
               "-> connection BLOCKED, lower layer as the Θ rule says; no probe -> as without (run format 5)"),
-        Param("probe_ahead", AHEAD_S, seconds, "probe=on: seconds after a snapshot a burst may be sent (first "
-              "snapshots of a silence) or its outcome come, and still count for it"),
-        Param("probe_age", AGE_S, seconds, "probe=on: seconds before a snapshot a burst may be sent and still "
-              "count for it"),
+        Param("probe_ahead", AHEAD_S, seconds, "probe=on: seconds after a snapshot the silence's first burst may "
+              "be sent or its outcome come, and still count for it (the live engine waits as long)"),
     ),
     diagnose=diagnose,
     over_time=over_time,

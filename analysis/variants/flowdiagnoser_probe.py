@@ -57,7 +57,7 @@ def _edges(batch: Batch, edges: tuple[np.ndarray, np.ndarray]):
     return batch._cache["probe_edges"]
 
 
-def probe_rule(batch: Batch, d: str, res: np.ndarray, ahead: float, age: float,
+def probe_rule(batch: Batch, d: str, res: np.ndarray, ahead: float,
                edges: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """One direction's results with the rule of the module docstring applied. `edges`: the cell edges of
     the analysis graph (every edge but those out of an application; default the batch's)."""
@@ -73,7 +73,7 @@ def probe_rule(batch: Batch, d: str, res: np.ndarray, ahead: float, age: float,
     stack = np.unique(tp[ok])     # waiting connections over a silent lower layer
     if not len(stack):
         return res
-    ev = cell_evidence(batch, d, stack, ahead, age)
+    ev = cell_evidence(batch, d, stack, ahead)
     res = res.copy()
     res[stack[ev == UNANSWERED]] = BLOCKED
     answered = stack[ev == ANSWERED]

@@ -1,9 +1,12 @@
 """Hand-made runs with probes (run format 5's `probes` table) for the probe=on tests.
 
 `single_flow_run` is the thesis's hard case (3.3.2, 3.5.2.3) twice over: one wget download over one
-interface, silent from seq 20 to 29 (its connection dropped: a tcp_drop) and from seq 40 to 49 (the
-host's traffic dropped: an ip_drop). The counters of the two silences are the same; the probes are
-not: a burst at seq 23 answered, a burst at seq 42 unanswered (docs/diagnosis.md's worked example).
+interface, silent from seq 20 to 29 (its connection dropped: a tcp_drop) and from seq 40 to 57 (the
+host's traffic dropped from 3.95 s to 4.95 s: an ip_drop, and the connection waiting for its
+retransmission after it). The counters of the two silences look alike; the probes do not: a burst at
+seq 22 answered, a burst at seq 42 unanswered, and, after it timed out, one at seq 53 answered (the
+path is back, the connection still silent: the silence's first burst decides; docs/diagnosis.md's
+worked example).
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ def single_flow_run(path: Path, n: int = 60, probes: bool = True) -> tuple[Path,
     b.process(100, 0, "wget http://10.0.2.1/f")
     tm = np.full(n, 20.0)
     tm[20:30] = 0
-    tm[40:50] = 0
+    tm[40:58] = 0
     for m in (app, sock):
         b.counters(m, "in", tm / 4, wait=60.0)
     b.counters(tcp, "in", tm, queued=0)
@@ -60,7 +63,8 @@ def single_flow_run(path: Path, n: int = 60, probes: bool = True) -> tuple[Path,
     b.write()
     if probes:
         add_probes(path, burst(1, 1, tcp, REMOTE, 22, t(22) + 0.05, [("answered", 0.002), ("answered", 0.003)])
-                   + burst(3, 2, tcp, REMOTE, 42, t(42) + 0.05, [("timeout", 1.0), ("timeout", 1.0)]))
+                   + burst(3, 2, tcp, REMOTE, 42, t(42) + 0.05, [("timeout", 1.0), ("timeout", 1.0)])
+                   + burst(5, 3, tcp, REMOTE, 53, t(53) + 0.05, [("answered", 0.002), ("answered", 0.002)]))
     return path, {"ipeth": ip, "app": app, "socket": sock, "tcp": tcp}
 
 

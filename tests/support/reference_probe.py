@@ -5,7 +5,7 @@ the snapshot times, each module's remote and the snapshots' counters, and finds 
 
 Importing this module wraps tests.support.reference.REFERENCE["flowdiagnoser"] (the tcpstate wrapper)
 so that `reference(stretch, variant)` takes the probe parameters; with probe off the wrapped reference
-runs unchanged. `ref_evidence(stretches, ahead, age)` is the evidence over a whole run (silences run
+runs unchanged. `ref_evidence(stretches, ahead)` is the evidence over a whole run (silences run
 across stretches), `ref_run(stretches, variant)` the results of a whole run (confirm left out).
 """
 
@@ -32,7 +32,7 @@ def _bursts_of(sp) -> list[dict]:
             for r, s, dn, a in zip(t["remote"], t["sent"], t["done"], t["answer"], strict=True) if r is not None]
 
 
-def ref_evidence(stretches: list[Stretch], ahead: float, age: float) -> list[dict[str, np.ndarray]]:
+def ref_evidence(stretches: list[Stretch], ahead: float) -> list[dict[str, np.ndarray]]:
     """Per stretch, per direction, (modules, snapshots) evidence: 0 none, 1 answered, 2 unanswered."""
     out = [{d: np.zeros((st.n, st.t), dtype=np.int8) for d in DIRS} for st in stretches]
     series: dict = {}   # (bursts object, module) -> its cells
@@ -63,22 +63,17 @@ def ref_evidence(stretches: list[Stretch], ahead: float, age: float) -> list[dic
                 a = cells[i]["prev"]   # the time of the run's snapshot before the silence's first
                 b = cells[j]["mono"]
                 for x in cells[i:j + 1]:
-                    out[x["k"]][d][x["i"], x["c"]] = _one(bursts, a, b, x["mono"], ahead, age)
+                    out[x["k"]][d][x["i"], x["c"]] = _one(bursts, a, b, x["mono"], ahead)
                 i = j + 1
     return out
 
 
-def _one(bursts: list[dict], a: float, b: float, m: float, ahead: float, age: float) -> int:
+def _one(bursts: list[dict], a: float, b: float, m: float, ahead: float) -> int:
+    """The silence's first burst known by m + ahead (sent after a, by b and by m + ahead)."""
     horizon = m + ahead
-    known = [x for x in bursts if x["done"] <= horizon]
-    back = [x for x in known if max(a, m - age) < x["sent"] <= m]
-    if back:
-        when = max(x["sent"] for x in back)
-        chosen = [x for x in back if x["sent"] == when]
-    else:
-        ahead_ = [x for x in known if m < x["sent"] <= min(b, horizon)]
-        when = min((x["sent"] for x in ahead_), default=None)
-        chosen = [x for x in ahead_ if x["sent"] == when]
+    known = [x for x in bursts if x["done"] <= horizon and a < x["sent"] <= min(b, horizon)]
+    when = min((x["sent"] for x in known), default=None)
+    chosen = [x for x in known if x["sent"] == when]
     if not chosen:
         return NONE
     return ANSWERED if any(x["answer"] <= horizon for x in chosen) else UNANSWERED
@@ -141,13 +136,13 @@ def _finish(stretch: Stretch, res: dict, confirm: int, tcpstate: bool, confirm_t
 
 
 def ref_flowdiagnoser_probe(stretch: Stretch, theta=2, queues=False, confirm=1, shared=False, tcpstate=False,
-                            confirm_tcp=0, probe=False, probe_ahead=1.0, probe_age=2.0, evidence=None):
+                            confirm_tcp=0, probe=False, probe_ahead=1.0, evidence=None):
     if not probe:
         return _inner(stretch, theta=theta, queues=queues, confirm=confirm, shared=shared, tcpstate=tcpstate,
                       confirm_tcp=confirm_tcp)
     base = ref_flowdiagnoser_shared(stretch, theta=theta, queues=queues, confirm=1, shared=shared)
     if evidence is None:
-        evidence = ref_evidence([stretch], probe_ahead, probe_age)[0]
+        evidence = ref_evidence([stretch], probe_ahead)[0]
     res = apply_probe_rule(stretch, {d: base[d][0] for d in DIRS}, evidence)
     return _finish(stretch, res, confirm, tcpstate, confirm_tcp)
 
@@ -156,7 +151,7 @@ def ref_run(stretches: list[Stretch], variant) -> list[dict]:
     """A whole run's results by the reference (silences across stretches); the variant's confirm must be 1."""
     p = variant.params
     assert p.get("confirm", 1) == 1 and p.get("confirm_tcp", 0) in (0, 1)
-    evidence = ref_evidence(stretches, p.get("probe_ahead", 1.0), p.get("probe_age", 2.0))
+    evidence = ref_evidence(stretches, p.get("probe_ahead", 1.0))
     return [ref_flowdiagnoser_probe(st, **p, evidence=ev) for st, ev in zip(stretches, evidence, strict=True)]
 
 
