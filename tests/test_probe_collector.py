@@ -287,3 +287,28 @@ def test_a_bad_probe_setting_is_one_line_naming_the_field(tmp_path):
     with pytest.raises(SpecError) as e:
         load_spec(path)
     assert "s.yaml:5" in str(e.value) and "probe.count" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_interface_counters_leave_the_probes_packets_out():
+    """The probes' SYNs, answers and our kernel's RSTs are taken out of their interface's counters,
+    and a cumulative counter never goes backwards for it."""
+    p = Prober(ProbeSettings())
+    p.traffic = {"10.0.1.1": [3, 162, 2, 148]}
+    feed = ProbeFeed(p, {"10.0.1.1": "ipeth:h1-eth0"}.get)
+
+    def iface(out, inn):
+        return Observation("ipeth:h1-eth0", "ipeth", "ip+eth h1-eth0",
+                           {"in": {"total_msgs": inn, "bytes": inn * 100, "errors": 0},
+                            "out": {"total_msgs": out, "bytes": out * 100, "errors": 0}})
+
+    ob, other = iface(100, 50), Observation("ipeth:lo", "ipeth", "ip+eth lo",
+                                             {"in": {"total_msgs": 5, "bytes": 9, "errors": 0},
+                                              "out": {"total_msgs": 5, "bytes": 9, "errors": 0}})
+    feed.discount([ob, other])
+    assert ob.counters["out"]["total_msgs"] == 97 and ob.counters["out"]["bytes"] == 10_000 - 162
+    assert ob.counters["in"]["total_msgs"] == 48 and ob.counters["in"]["bytes"] == 5_000 - 148
+    assert other.counters["in"]["total_msgs"] == 5                       # another interface: untouched
+    p.traffic["10.0.1.1"][2] += 1        # an answer read a moment before the interface counted it
+    ob = iface(100, 50)
+    feed.discount([ob])
+    assert ob.counters["in"]["total_msgs"] == 48                          # held, not 47

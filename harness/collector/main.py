@@ -96,11 +96,38 @@ class ModuleTracker:
 
 
 class ProbeFeed:
-    """The TCP observations of a snapshot as the prober reads them (Prober.observe's tuples)."""
+    """The TCP observations of a snapshot as the prober reads them (Prober.observe's tuples), and the
+    interface observations without the probes' own packets (discount)."""
 
-    def __init__(self, prober: Prober):
+    def __init__(self, prober: Prober, ifkey_of=lambda address: None):
         self.prober = prober
+        self.ifkey_of = ifkey_of              # local address -> 'ipeth:<ifname>'
         self.remotes: dict[int, tuple[int, str, int]] = {}   # module id -> (family, address, port)
+        self.last: dict[tuple[str, str, str], int] = {}      # (ipeth key, dir, field) -> value last given
+
+    def discount(self, observations: list[Observation]) -> None:
+        """Take the probes' packets and bytes out of their interface's cumulative counters."""
+        if not self.prober.traffic:
+            return
+        by_key = {}
+        for address, (p_out, b_out, p_in, b_in) in self.prober.traffic.items():
+            key = self.ifkey_of(address)
+            if key is not None:
+                t = by_key.setdefault(key, [0, 0, 0, 0])
+                t[0] += p_out
+                t[1] += b_out
+                t[2] += p_in
+                t[3] += b_in
+        for ob in observations:
+            t = by_key.get(ob.key) if ob.kind == "ipeth" else None
+            if t is None:
+                continue
+            for d, field, n in (("out", "total_msgs", t[0]), ("out", "bytes", t[1]),
+                                ("in", "total_msgs", t[2]), ("in", "bytes", t[3])):
+                # A packet counted here a moment before the interface counted it must not make the
+                # cumulative counter go backwards: never below what the last snapshot gave.
+                value = max(ob.counters[d][field] - n, self.last.get((ob.key, d, field), 0))
+                ob.counters[d][field] = self.last[(ob.key, d, field)] = value
 
     def feed(self, now: float, seq: int, observations: list[Observation], ids: dict[str, int]) -> None:
         conns = []
@@ -172,7 +199,7 @@ def run(db_path: str, interval: float, interceptor_dir: str | None = None,
     if probe is not None:
         prober = Prober(probe, *tracker.writer.next_probe_ids())
     sources, iface = make_sources(interceptor_dir, ignore_interfaces, prober.own if prober else frozenset())
-    feed = ProbeFeed(prober) if prober else None
+    feed = ProbeFeed(prober, iface.ifkey_of) if prober else None
     stop = False
 
     def on_signal(signum, frame):
@@ -191,6 +218,8 @@ def run(db_path: str, interval: float, interceptor_dir: str | None = None,
             observations: list[Observation] = []
             for src in sources:
                 observations.extend(src.poll())
+            if feed is not None:
+                feed.discount(observations)
             tracker.record(now, time.time(), observations, prober.take() if prober else ())
             if feed is not None:
                 feed.feed(now, tracker.seq - 1, observations, tracker.ids)

@@ -11,7 +11,9 @@ does not single out the probe. A SYN-ACK (`answered`) or a RST (`refused`) means
 over the network; no answer within `timeout` is `timeout`; a local routing error `unreachable`.
 While the connection stays silent it is probed again every `every` seconds. The probes' port
 holders are never modules: their inodes are in `own`, which the TCP source skips (they are not
-connected, so the dump does not list them either).
+connected, so the dump does not list them either); and the probes' packets (the SYN, its answer, and
+the RST our kernel sends for a SYN-ACK) are left out of the interface's counters (`traffic`), so a
+probe never makes a silent interface look active.
 
 Busy: data in the send queue, or (a receiver, whose peer's backlog it cannot see) data received at
 most `hold` seconds ago and nothing waiting for the application to read (a full receive queue is the
@@ -29,7 +31,7 @@ import select
 import socket
 from dataclasses import dataclass, field
 
-from harness.collector.synprobe import SynProbe
+from harness.collector.synprobe import SynProbe, segment_bytes
 from rundir.db import monotonic
 
 _UNREACHABLE = (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN, errno.ENETDOWN)
@@ -94,6 +96,9 @@ class Prober:
     done: list[tuple] = field(default_factory=list)    # probes rows not yet written
     remotes: dict[str, _Bucket] = field(default_factory=dict)
     host: _Bucket | None = None
+    # The probes' own packets, by local address: [packets out, bytes out, packets in, bytes in], so
+    # that the interface's counters can leave them out (ProbeFeed.discount).
+    traffic: dict[str, list[int]] = field(default_factory=dict)
 
     def observe(self, now: float, seq: int, connections) -> None:
         """connections: (module id, remote (family, address, port), data segments in, out, receive
@@ -149,6 +154,7 @@ class Prober:
                 self._record(burst, mid, remote, None, seq, sent, monotonic(), code)
                 continue
             self.own.add(syn.inode)
+            self._count(syn.src, out=segment_bytes(family))
             self.inflight.append(_Probe(syn, burst, mid, remote, seq, sent, sent + self.settings.timeout))
 
     def wait(self, until: float) -> None:
@@ -169,7 +175,19 @@ class Prober:
                 p = next(p for p in self.inflight if p.syn.sock is sock)
                 code = p.syn.answer()
                 if code is not None:
+                    self._count(p.syn.src, into=p.syn.answer_bytes)
+                    if code == 0:   # our kernel answers the SYN-ACK with a RST
+                        self._count(p.syn.src, out=segment_bytes(p.remote[0]))
                     self._finish(p, at, code)
+
+    def _count(self, src: str, out: int = 0, into: int = 0) -> None:
+        t = self.traffic.setdefault(src, [0, 0, 0, 0])
+        if out:
+            t[0] += 1
+            t[1] += out
+        if into:
+            t[2] += 1
+            t[3] += into
 
     def _finish(self, p: _Probe, at: float, code: int) -> None:
         self.inflight.remove(p)

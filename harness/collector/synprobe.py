@@ -18,6 +18,12 @@ import socket
 import struct
 
 SYN, RST, ACK = 0x02, 0x04, 0x10
+ETHERNET_HEADER, IPV4_HEADER, IPV6_HEADER, TCP_HEADER = 14, 20, 40, 20
+
+
+def segment_bytes(family: int) -> int:
+    """A bare TCP segment (our SYN, or the RST our kernel answers a SYN-ACK with) on the wire."""
+    return ETHERNET_HEADER + (IPV4_HEADER if family == socket.AF_INET else IPV6_HEADER) + TCP_HEADER
 _TCP = struct.Struct("!HHIIBBHHH")   # sport dport seq ack offset flags window checksum urgent
 _WINDOW = 64240
 
@@ -73,8 +79,9 @@ class SynProbe:
     def __init__(self, family: int, dst: str, dport: int):
         self.family, self.dst, self.dport = family, dst, dport
         self.sock = self.hold = None
+        self.answer_bytes = 0      # the answer's size on the wire (IP and Ethernet headers included)
         try:
-            src = source_address(family, dst, dport)
+            self.src = src = source_address(family, dst, dport)
             self.hold = socket.socket(family, socket.SOCK_STREAM)   # reserves the fresh port
             self.hold.bind((src, 0))
             self.sport = self.hold.getsockname()[1]
@@ -112,9 +119,12 @@ class SynProbe:
             sport, dport, _, ack, _, flags = struct.unpack("!HHIIBB", tcp[:14])
             if sport != self.dport or dport != self.sport or ack != (self.seq + 1) & 0xFFFFFFFF:
                 continue
+            ip_header = 0 if self.family == socket.AF_INET else IPV6_HEADER   # IPv4's is in `packet`
             if flags & RST:
+                self.answer_bytes = len(packet) + ip_header + ETHERNET_HEADER
                 return errno.ECONNREFUSED
             if flags & (SYN | ACK) == SYN | ACK:
+                self.answer_bytes = len(packet) + ip_header + ETHERNET_HEADER
                 return 0
 
     def close(self) -> None:
