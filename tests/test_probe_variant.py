@@ -159,12 +159,29 @@ def test_ip_over_eth_both_cleared():
 
 
 def test_an_active_interface_is_not_the_ambiguous_case():
-    """A silent connection over an interface that moves (Figure 3.2): STALLED, whatever the probe."""
+    """A silent connection over an interface that moves both ways (Figure 3.2): STALLED, whatever the probe."""
     doc = host([conn("a1", None), conn("b1", None, MOVING, 40)], ipeth_tm=40)
+    doc["snapshots"][0]["out"] = {"ipeth": {"total_msgs": 40}}    # and sends: live traffic both ways
     for rows in (answered(A), unanswered(A)):
         s = one_snapshot(doc, rows, {"a1": A, "b1": B})
         assert labels_of(s, PROBE) == labels_of(s, "flowdiagnoser")
         assert labels_of(s, PROBE)["a1"] == "STALLED"
+
+
+def test_an_interface_that_only_sends_is_no_evidence_of_a_live_path():
+    """An ip_drop on the router: the host's outbound counters keep moving (its own retransmissions),
+    nothing comes in. A waiting connection whose fresh-port probe dies too is BLOCKED (the path is at
+    fault), whatever the interface sent; an answered probe leaves the clear case (STALLED) alone."""
+    doc = host([conn("a1", None), conn("b1", None)], ipeth_tm=12, d="out")   # both wait; 12 packets out
+    doc["snapshots"][0]["in"] = {"ipeth": {"total_msgs": 0}}                  # nothing heard
+    base = labels_of(one_snapshot(doc, [], {"a1": A, "b1": B}), "flowdiagnoser", d="out")
+    assert (base["a1"], base["b1"]) == ("STALLED", "STALLED")                # Figure 3.2: the interface moved
+    s = one_snapshot(doc, unanswered(A) + unanswered(B, n=3), {"a1": A, "b1": B})
+    on = labels_of(s, PROBE, d="out")
+    assert (on["a1"], on["b1"], on["ipeth"]) == ("BLOCKED", "BLOCKED", base["ipeth"])
+    s = one_snapshot(doc, answered(A) + unanswered(B, n=3), {"a1": A, "b1": B})
+    on = labels_of(s, PROBE, d="out")
+    assert (on["a1"], on["b1"]) == ("STALLED", "BLOCKED")
 
 
 def test_an_idle_connection_or_one_that_moves_has_no_say():

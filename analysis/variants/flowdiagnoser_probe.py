@@ -11,19 +11,25 @@ evidence per connection, direction and snapshot (ANSWERED, UNANSWERED, NONE). Th
 direction and snapshot, on the results of the rule it extends (Θ, then shared=on):
 
 - **Where it applies**: a TCP connection without a wait counter that *waits* (inactive, BLOCKED or
-  STALLED: it has work) and has an inactive lower-layer child (ipeth, ip or eth): the silent stack,
-  in both of the Θ rule's cases. A connection whose lower layer moved packets is the thesis's clear
-  case (Figure 3.2: the connection is STALLED) and keeps its result.
-- **ANSWERED**: the connection is STALLED, and every lower-layer module below it reached through
-  inactive lower-layer modules (ipeth; ip, then eth) that is STALLED becomes BLOCKED: it has work
-  (a connection above it waits) but is not at fault, Table 2.2's BLOCKED (criterion (c) with the
-  blame passed elsewhere). A probe of one connection clears the interface for every connection above
-  it: the interface carried that probe.
+  STALLED: it has work). An answer changes the result only in the silent stack (an inactive
+  lower-layer child: ipeth, ip or eth), in both of the Θ rule's cases; a connection whose lower
+  layer moved packets is the thesis's clear case (Figure 3.2: the connection is STALLED) and an
+  answered probe agrees with it. No answer also applies over a lower layer that moved in this
+  direction but heard nothing in the other: an interface that only sends may only be sending this
+  host's retransmissions into a dead path (an ip_drop on the router passes nothing, while the host's
+  outbound counters keep moving), and a fresh 5-tuple that dies too says the path is at fault, not
+  the connection. An interface that moves both ways carries live traffic: the clear case stands.
+- **ANSWERED** (silent stack): the connection is STALLED, and every lower-layer module below it
+  reached through inactive lower-layer modules (ipeth; ip, then eth) that is STALLED becomes BLOCKED:
+  it has work (a connection above it waits) but is not at fault, Table 2.2's BLOCKED (criterion (c)
+  with the blame passed elsewhere). A probe of one connection clears the interface for every
+  connection above it: the interface carried that probe.
 - **UNANSWERED**: the connection is BLOCKED. The lower layer keeps the Θ rule's result, which in the
   silent stack already blames it (the lowest silent lower-layer module is STALLED: it has work and
-  cannot pass the blame on). Where another connection's burst was answered at the same snapshot,
-  that clears the interface, and this connection's BLOCKED stands for "the path to its remote",
-  which has no row (as with shared=on).
+  cannot pass the blame on), and over a moving interface blames nothing on this host: the path to
+  the remote, which has no row, is at fault. Where another connection's burst was answered at the
+  same snapshot, that clears the interface, and this connection's BLOCKED stands for "the path to
+  its remote" (as with shared=on).
 - **NONE**: the connection keeps its result; a lower-layer module keeps it unless an answered
   connection above it clears it. So with no probe in a snapshot, every result is the extended rule's.
 - Applications and sockets never change. With tcpstate=on, the tcpstate rule runs after this one
@@ -68,15 +74,17 @@ def probe_rule(batch: Batch, d: str, res: np.ndarray, ahead: float,
         return res
     c = batch.counters(d)
     inactive = c.tm == 0
+    deaf = batch.counters("in" if d == "out" else "out").tm == 0   # nothing moved the other way
     r = res[tp]
-    ok = inactive[tc] & inactive[tp] & ~c.has_wait[tp] & ((r == BLOCKED) | (r == STALLED))
-    stack = np.unique(tp[ok])     # waiting connections over a silent lower layer
-    if not len(stack):
+    wait = inactive[tp] & ~c.has_wait[tp] & ((r == BLOCKED) | (r == STALLED)) & (inactive[tc] | deaf[tc])
+    waiting = np.unique(tp[wait])        # waiting connections over a lower layer silent one way or both
+    if not len(waiting):
         return res
-    ev = cell_evidence(batch, d, stack, ahead)
+    stack = np.unique(tp[wait & inactive[tc]])        # of those, over a lower layer silent this way
+    ev = cell_evidence(batch, d, waiting, ahead)
     res = res.copy()
-    res[stack[ev == UNANSWERED]] = BLOCKED
-    answered = stack[ev == ANSWERED]
+    res[waiting[ev == UNANSWERED]] = BLOCKED
+    answered = waiting[(ev == ANSWERED) & np.isin(waiting, stack)]
     if len(answered):
         res[answered] = STALLED
         flag = np.zeros(batch.n_cells, dtype=bool)

@@ -86,18 +86,24 @@ def apply_probe_rule(stretch: Stretch, base: dict, evidence: dict) -> dict:
     for d in DIRS:
         c = stretch.counters[d]
         res = base[d].copy()
+        other = stretch.counters["in" if d == "out" else "out"]
         for t in range(stretch.t):
             def silent_lower(m, t=t, c=c):
                 return [ch for ch in children[m] if stretch.kinds[ch] in LOWER and c.tm[ch, t] == 0]
+
+            def deaf_lower(m, t=t, other=other):
+                return [ch for ch in children[m] if stretch.kinds[ch] in LOWER and other.tm[ch, t] == 0]
             cleared = set()
             for m in range(stretch.n):
                 waits = (stretch.kinds[m] == "tcp" and c.tm[m, t] == 0 and not c.has_wait[m, t]
                          and base[d][m, t] in (BLOCKED, STALLED))
                 ev = evidence[d][m, t]
-                if not waits or not silent_lower(m) or ev == NONE:
+                if not waits or ev == NONE or not (silent_lower(m) or deaf_lower(m)):
                     continue
-                if ev == UNANSWERED:
+                if ev == UNANSWERED:       # over a lower layer silent this way, or the other
                     res[m, t] = BLOCKED
+                    continue
+                if not silent_lower(m):    # an answer changes only the silent stack
                     continue
                 res[m, t] = STALLED
                 todo = silent_lower(m)
