@@ -20,7 +20,8 @@ connections to one remote address and port share a burst. Addresses compare as a
 
 **Evidence of a snapshot: the silence's first burst.** A *silence* of connection C in direction d
 is a maximal run of snapshots of C with consecutive seq numbers in which C moved no data in d
-(Δtotal_msgs = 0). Its window begins at `a`, the time of the run's snapshot before its first one (the
+(Δtotal_msgs = 0; outbound, also a snapshot whose data segments were all retransmissions,
+Δtotal_msgs <= Δerrors: a retransmission timeout's resend is no progress). Its window begins at `a`, the time of the run's snapshot before its first one (the
 interval in which C last moved, or was not there yet; -inf at the run's start), and ends at `b`, the
 time of its last snapshot. For snapshot t of a silence, at time m, with T = m + ahead: the earliest
 burst to C's remote sent in (a, min(b, T)] and known at T; ANSWERED if it is answered at T,
@@ -53,7 +54,12 @@ from rundir.db import PROBE_ANSWERED
 from rundir.repair import as_dict
 
 NONE, ANSWERED, UNANSWERED = 0, 1, 2
-AHEAD_S = 1.0   # look-ahead: the live engine's lag (analysis.live.LAG_S)
+# Look-ahead: a silence's first burst goes `after` (0.3 s) into it and a timeout is known `timeout`
+# (1 s) later, so its outcome is known about 1.3 s after the silence's first snapshot, plus a snapshot
+# or two of the collector's timing: 1.5 s lets the silence's first snapshots have it. With 1.0 the
+# first three snapshots of every ip_drop had none and fell back to Θ (thesis-3.3: 32 TCP FPs of the
+# 108 left with probe=on were those). The live engine settles a snapshot this much later.
+AHEAD_S = 1.5
 TABLE = ["burst", "remote", "sent", "done", "answer"]
 
 
@@ -186,10 +192,12 @@ def attach(stretches, table: pd.DataFrame, seqs: np.ndarray, mono: np.ndarray, r
             mids = np.array([ids.setdefault(st.modules[r], len(ids)) for r in rows], dtype=np.int64)
             parts.append(((a + rows[:, None] * st.t + np.arange(st.t)).ravel(), np.repeat(mids, st.t),
                           np.tile(st.seqs, len(rows)), np.tile(mono[at], len(rows)), np.tile(prev_all[at], len(rows)),
-                          *(st.counters[d].tm[rows].ravel() for d in dirs)))
+                          *(st.counters[d].tm[rows].ravel() for d in dirs),
+                          *(st.counters[d].errors[rows].ravel().astype(float) for d in dirs)))
     if not parts:
         return
-    cell, mod, seq, cell_mono, prev, *tms = (np.concatenate(x) for x in zip(*parts, strict=True))
+    cell, mod, seq, cell_mono, prev, *rest = (np.concatenate(x) for x in zip(*parts, strict=True))
+    tms, errs = rest[:len(dirs)], rest[len(dirs):]
     order = np.lexsort((seq, mod))
     cell, mod, seq, cell_mono, prev = (x[order] for x in (cell, mod, seq, cell_mono, prev))
     mod_id = np.array(list(ids), dtype=object)[mod] if carry else None
@@ -197,8 +205,11 @@ def attach(stretches, table: pd.DataFrame, seqs: np.ndarray, mono: np.ndarray, r
     cont = np.zeros(n, dtype=bool)       # the same module's snapshot before comes just before
     cont[1:] = (mod[1:] == mod[:-1]) & (seq[1:] == seq[:-1] + 1)
     idx = np.arange(n)
-    for d, tm in zip(dirs, tms, strict=True):
-        silent = tm[order] == 0
+    for d, tm, err in zip(dirs, tms, errs, strict=True):
+        # A connection silent outbound but for retransmissions (data segments out no more than the
+        # retransmitted ones) makes no progress: its silence goes on. An RTO's retransmission would
+        # otherwise start a new silence, whose first burst, sent once the fault is over, is answered.
+        silent = (tm[order] == 0) | ((tm[order] <= err[order]) if d == "out" else False)
         joined = np.zeros(n, dtype=bool)   # silent, and so was the snapshot before
         joined[1:] = cont[1:] & silent[1:] & silent[:-1]
         first = np.maximum.accumulate(np.where(silent & ~joined, idx, 0))

@@ -53,23 +53,25 @@ def test_worked_example_single_flow(tmp_path):
     then the connection waiting for its retransmission). Θ = 2 blames both the connection and ip+eth
     both times. A burst at
     seq 22 + 50 ms is answered in 2 ms: the connection is STALLED and ip+eth BLOCKED from seq 20 (the
-    first snapshots by the look-ahead). A burst at seq 42 + 50 ms times out after 1 s: from seq 43 (its
-    outcome is known by snapshot time + 1 s) the connection is BLOCKED and ip+eth stays STALLED; seq
-    40-42 have no evidence yet and keep Θ's answer. The burst at seq 53 is answered (the path is back,
-    the connection still silent): the silence's first burst decides, so nothing changes."""
+    first snapshots by the look-ahead). A burst at seq 42 + 50 ms times out after 1 s: its outcome is
+    known by seq 40's time + 1.5 s (the look-ahead), so from seq 40 the connection is BLOCKED and ip+eth
+    stays STALLED (with a 1 s look-ahead seq 40-42 have no evidence yet and keep Θ's answer). The burst
+    at seq 53 is answered (the path is back, the connection still silent): the silence's first burst
+    decides, so nothing changes."""
     run, m = single_flow_run(tmp_path / "r")
     base_tcp, base_ip = labels(run, "flowdiagnoser", m["tcp"]), labels(run, "flowdiagnoser", m["ipeth"])
     assert base_tcp[20:30] == base_ip[20:30] == "S" * 10 and base_tcp[40:58] == base_ip[40:58] == "S" * 18
     tcp, ip = labels(run, PROBE, m["tcp"]), labels(run, PROBE, m["ipeth"])
     assert tcp[20:30] == "S" * 10 and ip[20:30] == "B" * 10
-    assert tcp[40:58] == "SSS" + "B" * 15 and ip[40:58] == "S" * 18
+    assert tcp[40:58] == "B" * 18 and ip[40:58] == "S" * 18
+    assert labels(run, PROBE + ",probe_ahead=1", m["tcp"])[40:58] == "SSS" + "B" * 15
     assert tcp[:20] + tcp[30:40] + tcp[58:] == base_tcp[:20] + base_tcp[30:40] + base_tcp[58:]
     for k in ("app", "socket"):   # applications and sockets never change
         for d in DIRS:
             assert labels(run, PROBE, m[k], d) == labels(run, "flowdiagnoser", m[k], d)
     rs = load_stretches(run)
     assert len(rs.stretches) == 1
-    (ev,) = ref_evidence(rs.stretches, 1.0)
+    (ev,) = ref_evidence(rs.stretches, 1.0)   # a 1 s look-ahead: seq 40-42 wait for the timeout
     row = rs.stretches[0].modules.index(m["tcp"])
     assert ev["in"][row, 20:30].tolist() == [1] * 10
     assert ev["in"][row, 40:58].tolist() == [0] * 3 + [2] * 15
@@ -85,7 +87,7 @@ def test_the_look_ahead_is_a_parameter(tmp_path):
     assert labels(run, "flowdiagnoser:probe=on,probe_ahead=0", m["tcp"])[40:58] == "S" * 13 + "B" * 5
     assert labels(run, "flowdiagnoser:probe=on,probe_ahead=300ms", m["tcp"])[40:58] == "S" * 10 + "B" * 8
     assert parse_variant("flowdiagnoser:probe=on,probe_ahead=300ms").params["probe_ahead"] == 0.3
-    assert parse_variant("flowdiagnoser:probe=on,probe_ahead=1").name == "flowdiagnoser:theta=2,probe=on"
+    assert parse_variant("flowdiagnoser:probe=on,probe_ahead=1.5").name == "flowdiagnoser:theta=2,probe=on"
     with pytest.raises(UserError, match="probe_ahead"):
         parse_variant("flowdiagnoser:probe_ahead=-1")
     assert "flowdiagnoser:probe=on" in systems()["flowdiagnoser"].presets
@@ -466,3 +468,35 @@ def test_a_run_built_by_hand_with_many_stretches(tmp_path):
     tcp0 = labels(run, PROBE, tcps[0])
     assert tcp0[10:30] == "S" * 20 and labels(run, PROBE, ip)[10:30] == "B" * 20
     assert labels(run, "flowdiagnoser", ip)[15:25] == "S" * 10   # two waiting: Θ blamed the interface
+
+
+def test_a_retransmission_does_not_end_an_outbound_silence():
+    """An upload silent through an ip_drop sends its RTO's retransmission (data segments out = the
+    retransmitted ones): no progress, so the silence goes on and keeps its first burst (unanswered,
+    during the drop), and a burst answered after the drop does not blame the connection. A segment of
+    new data would end the silence, and the next one takes the answered burst."""
+    def doc(resend_errors):
+        d = host([conn("a1", None)], ipeth_tm=0, d="out")
+        snap = d["snapshots"][0]["out"]
+        snaps = []
+        for k in range(4):
+            s = {m: dict(v) for m, v in snap.items()}
+            if k == 1:   # the retransmission
+                s["a1"] = {"total_msgs": 1, "errors": resend_errors}
+                s["ipeth"] = {"total_msgs": 1}
+            snaps.append({"out": s})
+        d["snapshots"] = snaps
+        return d
+
+    rows = unanswered(A, sent=9.95) + answered(A, sent=10.25, n=3)
+    out = {}
+    for resend_errors in (1, 0):
+        s = stretch_from_json(doc(resend_errors))
+        table = probes.burst_table(pd.DataFrame(rows, columns=PROBE_COLUMNS))
+        mono = np.array([10.0, 10.1, 10.2, 10.3])
+        probes.attach([s], table, s.seqs, mono, {"a1": A}, before=9.9)
+        v = parse_variant(PROBE)
+        (fast,) = diagnose_stretches([s], [v])
+        assert_same(fast.results[v.name], reference(s, v), v.name)
+        out[resend_errors] = LABELS[int(fast.results[v.name]["out"][0][s.modules.index("a1"), 3])]
+    assert out == {1: "BLOCKED", 0: "STALLED"}

@@ -47,18 +47,22 @@ def ref_evidence(stretches: list[Stretch], ahead: float) -> list[dict[str, np.nd
                 series.setdefault((id(sp.bursts), m), []).append({
                     "seq": int(st.seqs[c]), "mono": float(sp.mono[c]), "prev": float(sp.prev[c]), "k": k, "i": i, "c": c,
                     "remote": sp.bursts.keys[sp.remote[i]], "bursts": sp.bursts,
-                    "tm": {d: float(st.counters[d].tm[i, c]) for d in DIRS}})
+                    "tm": {d: float(st.counters[d].tm[i, c]) for d in DIRS},
+                    "err": {d: float(st.counters[d].errors[i, c]) for d in DIRS}})
     for cells in series.values():
         cells.sort(key=lambda x: x["seq"])
         bursts = [b for b in _bursts_of(stretches[cells[0]["k"]].probes) if b["remote"] == cells[0]["remote"]]
         for d in DIRS:
             i = 0
+            def silent(x, d=d):   # no data moved; outbound, nothing but retransmissions
+                return x["tm"][d] == 0 or (d == "out" and x["tm"][d] <= x["err"][d])
+
             while i < len(cells):
-                if cells[i]["tm"][d] != 0:
+                if not silent(cells[i]):
                     i += 1
                     continue
                 j = i
-                while j + 1 < len(cells) and cells[j + 1]["seq"] == cells[j]["seq"] + 1 and cells[j + 1]["tm"][d] == 0:
+                while j + 1 < len(cells) and cells[j + 1]["seq"] == cells[j]["seq"] + 1 and silent(cells[j + 1]):
                     j += 1
                 a = cells[i]["prev"]   # the time of the run's snapshot before the silence's first
                 b = cells[j]["mono"]
