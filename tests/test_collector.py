@@ -24,14 +24,20 @@ from harness.interceptor import shm
 from rundir.db import connect, create_db
 
 
-@pytest.fixture
-def connection():
-    """A loopback TCP connection that has carried some data both ways."""
+def loopback_pair() -> tuple[socket.socket, socket.socket, socket.socket]:
+    """(listener, client, accepted): a fresh loopback TCP connection."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)
     cli = socket.create_connection(srv.getsockname())
     acc, _ = srv.accept()
+    return srv, cli, acc
+
+
+@pytest.fixture
+def connection():
+    """A loopback TCP connection that has carried some data both ways."""
+    srv, cli, acc = loopback_pair()
     for _ in range(5):
         cli.sendall(b"x" * 1000)
         acc.recv(65536)
@@ -221,11 +227,7 @@ def test_interceptor_counters_are_stored_raw_and_the_analysis_applies_thesis_3_4
 
 def test_receive_side_rtt_agrees_with_ss():
     """tcpi_rcv_rtt (format 5): a bulk receiver's estimate, which ss prints as rcv_rtt in ms."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(1)
-    cli = socket.create_connection(srv.getsockname())
-    acc, _ = srv.accept()
+    srv, cli, acc = loopback_pair()
     try:
         size = 8 << 20
         received = []

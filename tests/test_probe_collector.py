@@ -78,7 +78,7 @@ def test_a_silent_sender_is_probed_after_the_silence_and_again_every_period(list
         assert all(0 <= p["rtt_ms"] < 50 and p["done"] >= p["sent"] for p in b)
         assert {p["remote"] for p in b} == {f"127.0.0.1:{listener.getsockname()[1]}"}
     assert [r[0] for r in rows] == sorted(r[0] for r in rows) and len({r[0] for r in rows}) == len(rows)
-    assert prober.own == set()                                   # every probe socket closed
+    assert prober.inflight == []                                 # every probe finished and closed
 
 
 @pytest.mark.root   # raw sockets (CAP_NET_RAW)
@@ -174,8 +174,8 @@ def test_the_budget_per_host_and_per_remote(listener):
 
 @pytest.mark.root   # raw sockets (CAP_NET_RAW)
 def test_probe_sockets_are_never_modules():
-    """A probe in flight holds its port with a bound TCP socket; neither it nor the probe's half-open
-    exchange becomes a TCP module."""
+    """A probe in flight holds its port with a bound, unconnected TCP socket; neither it nor the
+    probe's half-open exchange becomes a TCP module (the dump lists live connections only)."""
     full = socket.socket()
     full.bind(("127.0.0.1", 0))
     full.listen(0)
@@ -191,13 +191,12 @@ def test_probe_sockets_are_never_modules():
         time.sleep(0.02)
         p.observe(monotonic(), 1, [(1, remote, 1, 1, 0, 10, None)])
         (probe,) = p.inflight
-        assert probe.syn.inode in p.own
-        obs = TcpSource(lambda a: None, None, own_sockets=p.own).poll()
-        assert probe.syn.inode not in {ob.attrs.get("inode") for ob in obs}
+        obs = TcpSource(lambda a: None, None).poll()
+        assert os.fstat(probe.syn.hold.fileno()).st_ino not in {ob.attrs.get("inode") for ob in obs}
         assert not any(f":{probe.syn.sport}>" in ob.name for ob in obs)
         assert {os.fstat(c.fileno()).st_ino for c in held} <= {ob.attrs.get("inode") for ob in obs}
         p.close()
-        assert p.own == set()
+        assert p.inflight == [] and probe.syn.sock.fileno() == -1 and probe.syn.hold.fileno() == -1
     finally:
         for c in (*held, full):
             c.close()

@@ -178,11 +178,9 @@ def _info_row(now: float, info: tuple, last: tuple | None) -> tuple | None:
     return values, (round(sent / 1000.0, 4), round(recv / 1000.0, 4), round(ack / 1000.0, 4)), (sent, recv, ack)
 
 
-def make_sources(interceptor_dir: str | None, ignore_interfaces=(), own_sockets=frozenset()
-                 ) -> tuple[list[Source], InterfaceSource]:
-    """own_sockets: inodes of the collector's own probe sockets, never modules."""
+def make_sources(interceptor_dir: str | None, ignore_interfaces=()) -> tuple[list[Source], InterfaceSource]:
     iface = InterfaceSource(set(ignore_interfaces))
-    sources: list[Source] = [iface, TcpSource(iface.ifkey_of, socket_owners, iface.ignored, own_sockets)]
+    sources: list[Source] = [iface, TcpSource(iface.ifkey_of, socket_owners, iface.ignored)]
     if interceptor_dir:
         from harness.collector.appsockets import InterceptorSource
 
@@ -198,7 +196,7 @@ def run(db_path: str, interval: float, interceptor_dir: str | None = None,
     prober = None
     if probe is not None:
         prober = Prober(probe, *tracker.writer.next_probe_ids())
-    sources, iface = make_sources(interceptor_dir, ignore_interfaces, prober.own if prober else frozenset())
+    sources, iface = make_sources(interceptor_dir, ignore_interfaces)
     feed = ProbeFeed(prober, iface.ifkey_of) if prober else None
     stop = False
 

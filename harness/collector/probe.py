@@ -10,8 +10,8 @@ fresh port is another 5-tuple: a rule or an ECMP hash that singles out the conne
 does not single out the probe. A SYN-ACK (`answered`) or a RST (`refused`) means the remote answered
 over the network; no answer within `timeout` is `timeout`; a local routing error `unreachable`.
 While the connection stays silent it is probed again every `every` seconds. The probes' port
-holders are never modules: their inodes are in `own`, which the TCP source skips (they are not
-connected, so the dump does not list them either); and the probes' packets (the SYN, its answer, and
+holders are never modules: they are bound but never connected, and the TCP source's dump lists live
+connections only; and the probes' packets (the SYN, its answer, and
 the RST our kernel sends for a SYN-ACK) are left out of the interface's counters (`traffic`), so a
 probe never makes a silent interface look active.
 
@@ -90,7 +90,6 @@ class Prober:
     settings: ProbeSettings
     next_id: int = 1
     next_burst: int = 1
-    own: set[int] = field(default_factory=set)         # inodes of live probe sockets
     watches: dict[int, _Watch] = field(default_factory=dict)   # TCP module id -> its watch
     inflight: list[_Probe] = field(default_factory=list)
     done: list[tuple] = field(default_factory=list)    # probes rows not yet written
@@ -153,7 +152,6 @@ class Prober:
                 code = e.errno if e.errno in _UNREACHABLE else -1
                 self._record(burst, mid, remote, None, seq, sent, monotonic(), code)
                 continue
-            self.own.add(syn.inode)
             self._count(syn.src, out=segment_bytes(family))
             self.inflight.append(_Probe(syn, burst, mid, remote, seq, sent, sent + self.settings.timeout))
 
@@ -191,7 +189,6 @@ class Prober:
 
     def _finish(self, p: _Probe, at: float, code: int) -> None:
         self.inflight.remove(p)
-        self.own.discard(p.syn.inode)
         p.syn.close()
         self._record(p.burst, p.module, p.remote, p.syn.sport, p.seq, p.sent, at, code)
 

@@ -198,25 +198,21 @@ class TcpSource:
 
     name = "tcp"
 
-    def __init__(self, address_to_ifkey, owner_of_inode=None, ignored=lambda address: False,
-                 own_sockets=frozenset()):
+    def __init__(self, address_to_ifkey, owner_of_inode=None, ignored=lambda address: False):
         # address_to_ifkey(local address) -> 'ipeth:<ifname>' (the tcp -> ipeth edge);
         # owner_of_inode(inodes) -> {inode: {pid, cmdline}}: who holds each new socket (attrs only);
-        # ignored(local address): connections that are not part of the experiment (never modules);
-        # own_sockets: inodes of the collector's probe sockets (a live set the prober keeps), never modules.
+        # ignored(local address): connections that are not part of the experiment (never modules).
         self.diag = SockDiag()
         self.address_to_ifkey = address_to_ifkey
         self.owner_of_inode = owner_of_inode
         self.ignored = ignored
         self.known: dict[int, tuple[str, str, list[str]]] = {}   # inode -> (key, name, children)
         self.ignored_inodes: set[int] = set()
-        self.own_sockets = own_sockets
 
     def poll(self) -> list[Observation]:
         raw = self.diag.dump()
         known, obs = self.known, []
-        own = self.own_sockets
-        new = [r for r in raw if r[0] not in known and r[0] not in self.ignored_inodes and r[0] not in own]
+        new = [r for r in raw if r[0] not in known and r[0] not in self.ignored_inodes]
         owners = self.owner_of_inode([r[0] for r in new]) if (new and self.owner_of_inode) else {}
         births = {}
         for r in new:

@@ -95,10 +95,6 @@ class SynProbe:
             self.close()
             raise
 
-    @property
-    def inode(self) -> int:
-        return os.fstat(self.hold.fileno()).st_ino
-
     def _drain(self) -> None:
         while True:
             try:
