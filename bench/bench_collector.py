@@ -7,6 +7,9 @@ The namespaces are made as the Mininet backend makes its hosts: with a private T
 namespaces that share the machine's TCP hash (as runs did before), and one sock_diag dump of the
 same N sockets decoded by pyroute2's DiagSocket.get_sock_stats versus the collector's lean decoder.
 Targets: <= 2% of a core at 100 connections, <= 10% at 1,000, p99 deviation <= 5 ms.
+With --probe, each point is measured once more with the prober on (its default settings): what its
+look at every connection each snapshot costs (the bench's connections are not silent and busy, so
+it sends nothing), beside the same collector without it.
 
     .venv/bin/python bench/bench_collector.py [--seconds 10] [--interval 0.05] [--counts 10,100,1000]
 """
@@ -14,6 +17,8 @@ Targets: <= 2% of a core at 100 connections, <= 10% at 1,000, p99 deviation <= 5
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import shutil
 import sqlite3
@@ -23,15 +28,16 @@ from pathlib import Path
 
 from connections import Connections, cpu_ticks
 
+from harness.collector.probe import ProbeSettings
 from rundir.db import create_db
 
 
-def measure(net: Connections, seconds: float, interval: float) -> dict:
+def measure(net: Connections, seconds: float, interval: float, probe: str | None = None) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="nestlab-bench-"))
     try:
         db_path = tmp / "run.db"
         create_db(db_path).close()
-        coll = net.start_collector(db_path, interval)
+        coll = net.start_collector(db_path, interval, probe)
         time.sleep(2.0)  # past the first snapshot's births and owner scan: measure the steady state
         t0, c0 = time.monotonic(), cpu_ticks(coll.pid)
         time.sleep(seconds)
@@ -89,7 +95,9 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--interval", type=float, default=0.05)
     p.add_argument("--counts", default="10,100,1000")
+    p.add_argument("--probe", action="store_true", help="also measure with the prober on")
     a = p.parse_args()
+    probe = json.dumps(dataclasses.asdict(ProbeSettings()))
     print(f"collector at {a.interval * 1000:g} ms, {a.seconds:g} s steady state per point")
     print(f"{'conns':>6} {'tcp hash':>8} {'tcp mods':>8} {'CPU %':>7} {'vs shared':>9} {'p99 dev':>9} {'sockets':>8} "
           f"{'pyroute2 dump':>14} {'lean dump':>10} {'ratio':>6}")
@@ -98,6 +106,10 @@ def main() -> None:
         for private in (False, True):   # the baseline first
             with Connections(n, private_hash=private) as net:
                 m = measure(net, a.seconds, a.interval)
+                if private and a.probe:
+                    pm = measure(net, a.seconds, a.interval, probe)
+                    print(f"{n:6d} {'private':>8} {pm['tcp_modules']:8d} {pm['cpu']:6.2f}% with probes on: "
+                          f"{pm['cpu'] / m['cpu']:.2f}x the same collector without, p99 dev {pm['p99_ms']:.2f} ms")
             cpu[private] = m["cpu"]
             ratio = f"{cpu[False] / m['cpu']:8.1f}x" if private else f"{'':9}"
             print(f"{n:6d} {'private' if private else 'shared':>8} {m['tcp_modules']:8d} {m['cpu']:6.2f}% {ratio} "

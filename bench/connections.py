@@ -82,10 +82,12 @@ class Connections:
             self.procs.append(p)
             p.stdout.readline()
 
-    def start_collector(self, db: Path, interval: float) -> subprocess.Popen:
-        """The real collector writing `db` (made with rundir.db.create_db), once it is ready."""
+    def start_collector(self, db: Path, interval: float, probe: str | None = None) -> subprocess.Popen:
+        """The real collector writing `db` (made with rundir.db.create_db), once it is ready; `probe`:
+        its --probe settings (JSON), None for none."""
+        extra = ["--probe", probe] if probe is not None else []
         coll = subprocess.Popen(["ip", "netns", "exec", NS_C, sys.executable, "-m", "harness.collector.main", "--db",
-                                 str(db), "--interval", str(interval)], stdout=subprocess.PIPE, text=True,
+                                 str(db), "--interval", str(interval), *extra], stdout=subprocess.PIPE, text=True,
                                 env={**os.environ, "PYTHONPATH": str(REPO)})
         self.procs.append(coll)
         coll.stdout.readline()
