@@ -261,32 +261,47 @@ def _share(fault: Fault) -> tuple[float | None, str]:
     return fault.rate / 100.0, f"{fault.rate:g}% of "
 
 
+def connection_key(conn: dict) -> str | None:
+    """The collector key of a reported connection's TCP module (None: no inode reported)."""
+    return f"tcp:{conn['inode']}" if conn.get("inode") is not None else None
+
+
+def host_target(env: FaultEnv, fault: Fault) -> tuple[str, Callable[[str], Rule]]:
+    """All IP traffic of the fault's host (or the `rate` share of it): the row's target JSON and the rule."""
+    host = fault.host or env.spec.monitor
+    addr = check_address(host, env.backend.address(host))
+    # Only the monitored host's interface is observed: another host's ip_drop targets no module.
+    monitor = env.spec.monitor
+    key = f"ipeth:{env.backend.interfaces(monitor)[0].name}" if host == monitor else None
+    probability, share = _share(fault)
+    target = target_json(description=f"{share}all IP traffic of {host} ({addr})", host=host, address=addr,
+                         module_key=key)
+    return target, lambda tag: ip_drop_rule(fault.at, tag, addr, probability)
+
+
+def connection_target(env: FaultEnv, fault: Fault) -> tuple[str, Callable[[str], Rule]]:
+    """One live connection of the target workload (or the `rate` share of its packets)."""
+    conn, pid = pick_connection(env, fault.target)
+    if conn is None:
+        raise NoTarget(f"workload {fault.target.workload} had no established connection")
+    probability, share = _share(fault)
+    target = target_json(description=f"{share}tcp {conn['src']}:{conn['sport']}>{conn['dst']}:{conn['dport']}",
+                         workload=fault.target.workload, pid=pid, module_key=connection_key(conn), **conn)
+    return target, lambda tag: tcp_drop_rule(fault.at, tag, conn, probability)
+
+
 class IpDrop(_Drop):
     """All IP traffic of a host (default: the monitored one), both directions."""
 
     def _target(self, fault: Fault) -> tuple[str, Callable[[str], Rule]]:
-        host = fault.host or self.env.spec.monitor
-        addr = check_address(host, self.env.backend.address(host))
-        # Only the monitored host's interface is observed: another host's ip_drop targets no module.
-        monitor = self.env.spec.monitor
-        key = f"ipeth:{self.env.backend.interfaces(monitor)[0].name}" if host == monitor else None
-        probability, share = _share(fault)
-        target = target_json(description=f"{share}all IP traffic of {host} ({addr})", host=host, address=addr,
-                             module_key=key)
-        return target, lambda tag: ip_drop_rule(fault.at, tag, addr, probability)
+        return host_target(self.env, fault)
 
 
 class TcpDrop(_Drop):
     """One live TCP connection of a workload (instance) to its server, both directions."""
 
     def _target(self, fault: Fault) -> tuple[str, Callable[[str], Rule]]:
-        conn, pid = pick_connection(self.env, fault.target)
-        if conn is None:
-            raise NoTarget(f"workload {fault.target.workload} had no established connection")
-        probability, share = _share(fault)
-        target = target_json(description=f"{share}tcp {conn['src']}:{conn['sport']}>{conn['dst']}:{conn['dport']}",
-                             workload=fault.target.workload, pid=pid, module_key=f"tcp:{conn['inode']}" if conn.get("inode") is not None else None, **conn)
-        return target, lambda tag: tcp_drop_rule(fault.at, tag, conn, probability)
+        return connection_target(self.env, fault)
 
 
 class Loss(_Drop):
@@ -294,7 +309,7 @@ class Loss(_Drop):
     (`target`), dropped at random, per packet, both directions."""
 
     def _target(self, fault: Fault) -> tuple[str, Callable[[str], Rule]]:
-        return (TcpDrop if fault.target is not None else IpDrop)._target(self, fault)
+        return (connection_target if fault.target is not None else host_target)(self.env, fault)
 
 
 def pick_connection(env: FaultEnv, target: FaultTarget) -> tuple[dict | None, int | None]:

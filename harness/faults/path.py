@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import networkx as nx
 
 from harness.faults.base import Part, target_json
-from harness.faults.iptables import Rule, _Drop, check_connection, path_rule
+from harness.faults.iptables import Rule, _Drop, check_connection, connection_key, path_rule
 from harness.routing import bundle_interfaces, path_of
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ class PathBlackhole(_Drop):
             return [Part(target, rule_text, start, shared)]
         return [Part(target_json(description=f"tcp {c['src']}:{c['sport']}>{c['dst']}:{c['dport']} over path "
                                              f"{f.path} of {f.at} ({ways})", workload=wl, pid=pid, ways=ways,
-                                 module_key=f"tcp:{c['inode']}" if c.get("inode") is not None else None,
+                                 module_key=connection_key(c),
                                  **where, **c), rule_text, start, shared)
                 for c, pid, wl, ways in crossing]
 

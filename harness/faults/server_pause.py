@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from harness.faults.base import FaultEnv, NoTarget, Part, target_json
-from harness.faults.iptables import check_connection
+from harness.faults.iptables import check_connection, connection_key
 
 if TYPE_CHECKING:
     from harness.backends.base import Proc
@@ -81,7 +81,7 @@ class ServerPause:
                                      module_key=None), text, start, action)]
         return [Part(target_json(description=f"tcp {c['src']}:{c['sport']}>{c['dst']}:{c['dport']}: its "
                                              f"server stopped", server=w.server, server_pid=proc.pid, workload=wl,
-                                 pid=pid, module_key=f"tcp:{c['inode']}" if c.get("inode") is not None else None,
+                                 pid=pid, module_key=connection_key(c),
                                  **c), text, start, action)
                 for c, pid, wl in conns]
 
