@@ -386,7 +386,7 @@ def test_what_probe_on_may_change(s, theta):
     off = Variant(systems()["flowdiagnoser"], {"theta": theta})
     on = Variant(systems()["flowdiagnoser"], {"theta": theta, "probe": True})
     (sd,) = diagnose_stretches([s], [off, on])
-    ev = ref_evidence([s], 1.0)[0]
+    ev = ref_evidence([s], probes.AHEAD_S)[0]   # the variant's default look-ahead
     for d in DIRS:
         a, b = sd.results[off.name][d][0], sd.results[on.name][d][0]
         for m, t in zip(*np.nonzero(a != b), strict=True):
