@@ -19,13 +19,16 @@ from pathlib import Path
 #    tcpi_rtt times only its own few segments (a GET), so health reads receivers' RTT from it; and
 #    the probes table: the collector's probes of silent connections' remotes (issue 21). Version 4
 #    reads as before: its receivers have no loaded-direction RTT, and it has no probes.
-FORMAT_VERSION = 5
+# 6: streams runs (issue 22, docs/streams.md): modules of kind 'sconn' (stream connections), faults
+#    of kind throttle and dropper, and the stream_tasks table (the engine's own per-task metrics).
+#    Network runs are unchanged; version 5 reads as before.
+FORMAT_VERSION = 6
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS modules (
     id INTEGER PRIMARY KEY,
-    kind TEXT NOT NULL,              -- app | socket | tcp | ipeth (room for more)
+    kind TEXT NOT NULL,              -- app | socket | tcp | ipeth; sconn (streams runs)
     name TEXT NOT NULL,              -- human label, e.g. 'tcp 10.0.1.1:40000>10.0.2.1:80'
     key TEXT NOT NULL,               -- collector identity, e.g. 'tcp:123456' (inode); reused keys get new ids
     attrs TEXT NOT NULL DEFAULT '{}',-- JSON: pid, fd, inode, src, sport, dst, dport, ifname, cmdline, workload
@@ -73,7 +76,7 @@ CREATE TABLE IF NOT EXISTS processes (
 CREATE TABLE IF NOT EXISTS faults (
     id INTEGER PRIMARY KEY,
     spec_index INTEGER NOT NULL,     -- index into the spec's faults
-    kind TEXT NOT NULL,              -- ip_drop | tcp_drop | app_pause | path_blackhole | loss | server_pause
+    kind TEXT NOT NULL,              -- ip_drop | tcp_drop | app_pause | path_blackhole | loss | server_pause | throttle | dropper
     at_node TEXT NOT NULL,           -- where it was injected (router or host)
     target_module INTEGER,           -- module id (resolved after the run where possible)
     target TEXT NOT NULL,            -- JSON: human description and identifiers (inode, 5-tuple, pid)
@@ -138,6 +141,21 @@ CREATE TABLE IF NOT EXISTS probes (
     outcome TEXT NOT NULL,           -- answered (SYN-ACK) | refused (RST) | timeout | unreachable | error
     rtt_ms REAL                      -- done - sent for answered and refused, else NULL
 );
+-- Streams runs (format 6 on, docs/streams.md): the engine's own view of each task (operator) per
+-- snapshot, for the engine's back-pressure baseline. Gauges as Flink samples them; acc_* are Flink's
+-- cumulative times (NULL where the engine has none); records_* its task counters.
+CREATE TABLE IF NOT EXISTS stream_tasks (
+    seq INTEGER NOT NULL,            -- snapshots.seq
+    operator TEXT NOT NULL,          -- the PE (operator) name of the streams graph
+    busy_ms_per_s REAL,
+    backpressured_ms_per_s REAL,
+    idle_ms_per_s REAL,
+    acc_busy_ms REAL,
+    acc_backpressured_ms REAL,
+    acc_idle_ms REAL,
+    records_in INTEGER,
+    records_out INTEGER
+);
 CREATE INDEX IF NOT EXISTS modules_key ON modules (key);
 """
 
@@ -150,7 +168,9 @@ COUNTER_FIELDS = ("total_msgs", "wait_ms", "queued", "errors", "bytes")
 TCP_STATE_COLUMNS = ("backoff", "ca_state", "retransmits", "probes", "rto_us",
                      "data_sent_at", "data_recv_at", "ack_recv_at")
 # The fault kinds this format records (faults.kind); a reader leaves a fault of another kind out.
-FAULT_KINDS = ("ip_drop", "tcp_drop", "app_pause", "path_blackhole", "loss", "server_pause")
+FAULT_KINDS = ("ip_drop", "tcp_drop", "app_pause", "path_blackhole", "loss", "server_pause", "throttle", "dropper")
+STREAM_TASK_COLUMNS = ["seq", "operator", "busy_ms_per_s", "backpressured_ms_per_s", "idle_ms_per_s",
+                       "acc_busy_ms", "acc_backpressured_ms", "acc_idle_ms", "records_in", "records_out"]
 # A probe's outcomes (probes.outcome): the first two mean the remote answered over the network.
 PROBE_ANSWERED = ("answered", "refused")
 PROBE_OUTCOMES = (*PROBE_ANSWERED, "timeout", "unreachable", "error")
