@@ -8,12 +8,24 @@
     summarize(run) -> Evaluation, summarize_run(run) -> Path
         the same for one run, then render (analysis.render: tables as Markdown/CSV/LaTeX, figures,
         the HTML report) into <run>/analysis/.
+
+Many runs at once: evaluate(..., jobs=N) analyses the runs in N worker processes (forked, one run
+per process, which then exits: memory stays bounded by one loaded run per worker). A worker hands
+back what the serial path keeps of a run (its counts, health, warnings), never the loaded run, and
+the results are assembled in the order of the runs, so the Evaluation is the serial one. keep=True
+(figures, reports: they need each run's frames) is always serial.
+
+Scoring without keep counts TP/TN/FP/FN straight from the variants' arrays (_fast_counts: the
+labels are aligned with the counters row for row) instead of joining a long frame of every
+variant's rows; the counts are the same frame module_counts(join_labels(...)) gives, row for row.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import multiprocessing
+import signal
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -21,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.diagnose import as_variants, diagnose_run
+from analysis.diagnose import as_variants, diagnose_run, diagnose_stretches
 from analysis.evaluation import Evaluation
 from analysis.health import network_health
 from analysis.labels import parse_policy
@@ -30,6 +42,7 @@ from analysis.render import html as html_report
 from analysis.render import plots
 from analysis.render.tables import stalled_list
 from analysis.render.writers import stalled_markdown, write_accuracy
+from analysis.stretches import DIRS
 from analysis.variants import DEFAULT_VARIANT
 from rundir.errors import UserError
 from rundir.layout import fresh
@@ -44,7 +57,8 @@ def say(text: str, file=None) -> None:
 
 
 def evaluate(runs: Iterable[str | Path], variants: Sequence[str] = (DEFAULT_VARIANT,),
-             policy=None, keep: bool = False, on_warning=None, skip_bad: bool = False) -> Evaluation:
+             policy=None, keep: bool = False, on_warning=None, skip_bad: bool = False, jobs: int = 1,
+             on_run=None) -> Evaluation:
     """Diagnose, label and count each run. keep=True keeps each run's data and scored frame (plots).
 
     on_warning(run_name, message) is called for each warning about a run (default: collected only).
@@ -52,61 +66,152 @@ def evaluate(runs: Iterable[str | Path], variants: Sequence[str] = (DEFAULT_VARI
     failure the analysis did not expect) with a warning instead of raising UserError (Evaluation.skipped);
     UserError is still raised when no run at all could be analysed. Every failure of a run is one
     line (rundir.runs.guarded), never a traceback.
+
+    jobs > 1 analyses the runs in that many worker processes (module docstring; not with keep=True);
+    on_run(k, n, run) is called as the k-th of n runs is done (in the order they finish).
     """
     vs = as_variants(variants)
     names = [v.name for v in vs]
     pol = parse_policy(policy)
+    runs = list(runs)
+    jobs = max(1, min(int(jobs or 1), len(runs)))
+
+    def done(k: int, r, res: RunResult) -> bool:
+        """Say what a run warned as it is done; False: stop (a run failed and skip_bad is off)."""
+        if on_warning:
+            for name, message in res.warnings:
+                on_warning(name, message)
+            if res.error is not None and skip_bad:
+                on_warning(str(r), f"skipped: {_skip_text(r, res.error)}")
+        if on_run:
+            on_run(k, len(runs), r)
+        return res.error is None or skip_bad
+
+    if keep or jobs == 1:
+        results = _serial(runs, vs, pol, keep, done)
+    else:
+        results = _parallel(runs, vs, pol, jobs, done)
     parts, paths, warnings = [], [], []
     ev = Evaluation(pd.DataFrame(), names, pol.name, paths, warnings)
-    tried = 0
-    for r in runs:
-        tried += 1
-        said: list[str] = []
-
-        def warn(name: str, message: str, said: list[str] = said) -> None:
-            warnings.append(f"{name}: {message}")
-            said.append(message)
-            if on_warning:
-                on_warning(name, message)
-
-        try:
-            # load
-            info = guarded(r, open_run, r)
-            data = guarded(r, load_run_data, info)
-            for w in data.warnings:
-                warn(info.name, w)
-            counts, scored, overlap, health = guarded(r, diagnose_label_score, data, vs, pol, warn)
-        except UserError as e:
+    for r, res in zip(runs, results, strict=False):
+        warnings += [f"{name}: {message}" for name, message in res.warnings]
+        if res.error is not None:
             if not skip_bad:
-                raise
-            msg = str(e).removeprefix(f"{r}: ").removeprefix(f"{Path(r)}: ")
+                raise UserError(res.error)
+            msg = _skip_text(r, res.error)
             warnings.append(f"{r}: skipped: {msg}")
             ev.skipped.append((Path(r), msg))
-            if on_warning:
-                on_warning(str(r), f"skipped: {msg}")
             continue
-        ev.overlap_rows += overlap
-        if health is not None:
-            ev.health[info.path] = health
-        ev.run_warnings[info.path] = said
-        parts.append(counts)
-        paths.append(info.path)
+        ev.overlap_rows += res.overlap
+        if res.health is not None:
+            ev.health[res.path] = res.health
+        ev.run_warnings[res.path] = [m for _, m in res.warnings]
+        parts.append(res.counts)
+        paths.append(res.path)
         if keep:
-            ev.data[info.path] = data
-            ev.scored[info.path] = scored
-    if skip_bad and tried and not parts:
-        raise UserError(f"none of the {tried} runs could be analysed")
+            ev.data[res.path] = res.data
+            ev.scored[res.path] = res.scored
+    if skip_bad and runs and not parts:
+        raise UserError(f"none of the {len(runs)} runs could be analysed")
     cols = ["run", "variant", "dir", "module", "kind", "rows", "TP", "TN", "FP", "FN"]
     ev.counts = pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
     return ev
 
 
-def diagnose_label_score(data, vs, pol, warn):
-    """(counts, scored, overlap rows, health or None) of one run read by load_run_data."""
+@dataclasses.dataclass
+class RunResult:
+    """What evaluate keeps of one run: small (a worker process sends it back), plus the run's data
+    and scored frame with keep=True."""
+
+    path: Path | None = None
+    counts: pd.DataFrame | None = None
+    overlap: int = 0
+    health: object = None
+    warnings: list = dataclasses.field(default_factory=list)   # (run name, message)
+    error: str | None = None    # the one line of a run that could not be analysed
+    data: object = None
+    scored: object = None
+
+
+def evaluate_one(r, vs, pol, keep: bool = False) -> RunResult:
+    """Load, diagnose, label and score one run (the serial path and each worker call this)."""
+    res = RunResult()
+
+    def warn(name: str, message: str) -> None:
+        res.warnings.append((name, message))
+
+    try:
+        info = guarded(r, open_run, r)
+        data = guarded(r, load_run_data, info)
+        for w in data.warnings:
+            warn(info.name, w)
+        counts, scored, overlap, health = guarded(r, diagnose_label_score, data, vs, pol, warn, keep)
+    except UserError as e:
+        res.error = str(e)
+        return res
+    res.path, res.counts, res.overlap, res.health = info.path, counts, overlap, health
+    if keep:
+        res.data, res.scored = data, scored
+    return res
+
+
+def _skip_text(r, error: str) -> str:
+    return error.removeprefix(f"{r}: ").removeprefix(f"{Path(r)}: ")
+
+
+def _serial(runs, vs, pol, keep, done) -> list[RunResult]:
+    out = []
+    for k, r in enumerate(runs, 1):
+        out.append(evaluate_one(r, vs, pol, keep))
+        if not done(k, r, out[-1]):
+            break
+    return out
+
+
+_JOB: tuple = ()   # (runs, variants, policy) of the parallel evaluation going on; forked workers read it
+
+
+def _work(i: int) -> tuple[int, RunResult]:
+    runs, vs, pol = _JOB
+    return i, evaluate_one(runs[i], vs, pol)
+
+
+def _quiet_worker() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's: it ends the pool
+
+
+def _parallel(runs, vs, pol, jobs: int, done) -> list[RunResult]:
+    """The runs in `jobs` forked processes, each analysing one run and exiting (maxtasksperchild=1:
+    a worker's memory is one run's); results in the runs' order, up to the first that failed when
+    done() says stop (the rest are not waited for)."""
+    global _JOB
+    _JOB = (runs, vs, pol)
+    out: list[RunResult | None] = [None] * len(runs)
+    pool = multiprocessing.get_context("fork").Pool(jobs, initializer=_quiet_worker, maxtasksperchild=1)
+    try:
+        for k, (i, res) in enumerate(pool.imap_unordered(_work, range(len(runs))), 1):
+            out[i] = res
+            if not done(k, runs[i], res):
+                return [res]   # evaluate raises its error
+        pool.close()
+    finally:
+        pool.terminate()   # closed: the workers have exited; else (an error, Ctrl-C): end them now
+        pool.join()
+        _JOB = ()
+    return out   # type: ignore[return-value]
+
+
+def diagnose_label_score(data, vs, pol, warn, keep: bool = True):
+    """(counts, scored, overlap rows, health or None) of one run read by load_run_data; scored is
+    None unless keep (the counts then come from _fast_counts where it applies)."""
     name = data.info.name
     # diagnose
+    diags = diag = None
     if data.run.stretches:
-        diag = diagnose_run(data.run, vs)
+        if keep:
+            diag = diagnose_run(data.run, vs)
+        else:
+            diags = diagnose_stretches(data.run, vs)
     else:  # snapshots but no counters: nothing to diagnose (the engine needs at least one stretch)
         diag = _empty_diagnosis()
         warn(name, "no module counters recorded; every count is 0")
@@ -123,13 +228,93 @@ def diagnose_label_score(data, vs, pol, warn):
     except Exception as e:  # noqa: BLE001 - health figures must not stop the accuracy table
         warn(name, f"network health not computed: {type(e).__name__}: {e}")
     # score
-    scored = join_labels(diag, data.counters.join(labels))
-    counts = module_counts(scored)
+    scored = None
+    counts = _fast_counts(data, diags, [v.name for v in vs], labels) if diags is not None else None
+    if counts is None:
+        if diag is None:
+            diag = diagnose_run(data.run, vs)
+        scored = join_labels(diag, data.counters.join(labels))
+        counts = module_counts(scored)
     mods = data.modules
     counts["run"] = str(data.info.path)
     counts["kind"] = mods["kind"].reindex(counts["module"]).to_numpy()
     counts["rows"] = mods["rows"].reindex(counts["module"]).to_numpy()
-    return counts, scored, overlap, health
+    return counts, (scored if keep else None), overlap, health
+
+
+def _fast_counts(data, diags, names: list[str], labels: pd.DataFrame) -> pd.DataFrame | None:
+    """module_counts(join_labels(diagnose_run(...), labels)) without the long frame: the counters'
+    rows (analysis.load.counters_frame) and every variant's arrays are both stretch by stretch,
+    direction by direction, module by module, snapshot by snapshot, so labels[i] is the label of
+    each variant's i-th cell. None (use the join) when that alignment cannot be shown here: rows
+    that are not the stretches' cells one to one, or a cell that occurs twice."""
+    stretches = [sd.stretch for sd in diags]
+    c = data.counters
+    sizes = [st.n * st.t for st in stretches]
+    total = 2 * sum(sizes)
+    if len(c) != total or len(labels) != total or not stretches:
+        return None
+    last = -1
+    for st in stretches:   # seqs rising across stretches, modules once each: every cell is unique
+        if st.t and (st.seqs[0] <= last or np.any(np.diff(st.seqs) <= 0)):
+            return None
+        if len(set(st.modules)) != st.n:
+            return None
+        last = st.seqs[-1] if st.t else last
+    block_mod, block_seq, block_dir, block_k, block_i = [], [], [], [], []
+    for k, st in enumerate(stretches):
+        mods = np.asarray(st.modules, dtype=np.int64)
+        for di in range(len(DIRS)):
+            block_mod.append(np.repeat(mods, st.t))
+            block_seq.append(np.tile(st.seqs, st.n))
+            block_dir.append(np.full(st.n * st.t, di, dtype=np.int8))
+            block_k.append(np.full(st.n * st.t, k, dtype=np.int64))
+            block_i.append(np.repeat(np.arange(st.n, dtype=np.int64), st.t))
+    module = np.concatenate(block_mod)
+    dirs = np.concatenate(block_dir)
+    if not (np.array_equal(module, c["module"].to_numpy(np.int64))
+            and np.array_equal(np.concatenate(block_seq), c["seq"].to_numpy(np.int64))
+            and np.array_equal(dirs, np.asarray(c["dir"].cat.codes if hasattr(c["dir"], "cat")
+                                                else pd.Categorical(c["dir"], categories=list(DIRS)).codes,
+                                                dtype=np.int8))):
+        return None
+    invalid = np.concatenate([st.counters[d].invalid.ravel() for st in stretches for d in DIRS])
+    kept = ~(labels["exclude"].to_numpy(bool) | invalid)
+    actual = labels["actual"].to_numpy(bool)[kept]
+    ids, mod_idx = np.unique(module, return_inverse=True)
+    group = (dirs.astype(np.int64) * len(ids) + mod_idx)[kept]
+    ngroups = len(DIRS) * len(ids)
+    rows = np.flatnonzero(kept)
+    first = np.full(ngroups, total, dtype=np.int64)
+    np.minimum.at(first, group, rows)
+    present = np.flatnonzero(first < total)
+    if not len(present):
+        return module_counts(pd.DataFrame({"variant": pd.Series([], dtype=str), "dir": pd.Series([], dtype=str),
+                                           "module": pd.Series([], dtype=np.int64),
+                                           "actual": pd.Series([], dtype=bool), "positive": pd.Series([], dtype=bool),
+                                           "exclude": pd.Series([], dtype=bool)}))
+    k_first = np.concatenate(block_k)[first[present]]
+    i_first = np.concatenate(block_i)[first[present]]
+    g_dir = present // len(ids)
+    g_mod = ids[present % len(ids)]
+    frames = []
+    for vi, name in enumerate(names):
+        pos = np.concatenate([sd.results[name][d][1].ravel() for sd in diags for d in DIRS]).astype(bool)[kept]
+        out = {}
+        for col, m in (("TP", actual & pos), ("TN", ~actual & ~pos), ("FP", ~actual & pos), ("FN", actual & ~pos)):
+            out[col] = np.bincount(group, weights=m, minlength=ngroups)[present].astype(np.int64)
+        frames.append((vi, out))
+    # The join's groups come in the order of their first row in diagnose_run's frame: stretch, variant,
+    # direction, module (the module's first kept row, which the counters' order gives).
+    nv = len(names)
+    vi_all = np.repeat(np.arange(nv), len(present))
+    order = np.lexsort((np.tile(i_first, nv), np.tile(g_dir, nv), vi_all, np.tile(k_first, nv)))
+    frame = pd.DataFrame({
+        "variant": np.asarray(names, dtype=object)[vi_all][order],
+        "dir": np.asarray(DIRS, dtype=object)[np.tile(g_dir, nv)][order],
+        "module": np.tile(g_mod, nv)[order].astype(np.int64),
+        **{col: np.concatenate([f[col] for _, f in frames])[order] for col in ("TP", "TN", "FP", "FN")}})
+    return frame.groupby(["variant", "dir", "module"], sort=False, as_index=False)[["TP", "TN", "FP", "FN"]].sum()
 
 
 def _empty_diagnosis() -> pd.DataFrame:

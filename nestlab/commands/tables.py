@@ -8,6 +8,7 @@ whole results tree), a quoted glob, or an experiment name under --results.
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import sys
 from pathlib import Path
@@ -30,12 +31,18 @@ def register(subparsers) -> None:
         if out:
             p.add_argument("--out", metavar="DIR", help="where files go (default: <the runs' common directory>/analysis)")
 
+    def jobs_arg(p):
+        p.add_argument("--jobs", "-j", type=_jobs, default=None, metavar="N",
+                       help=f"analyse the runs in N processes at once, one run each (default: every core, "
+                            f"here {_cores()}); 1: one after the other in this process")
+
     p = subparsers.add_parser(
         "accuracy", help="accuracy table (thesis Table 3.3) of stored runs: Markdown, CSV, LaTeX",
         description="Diagnose stored runs, label them with the ground-truth policy and print the accuracy "
                     "table per variant (rows iperf, wget, socket, s:iperf, s:wget, TCP, ip+eth, all modules; "
                     "sections Inbound, Outbound, Total). Writes accuracy.md, accuracy.csv and accuracy.tex.")
     runs_args(p)
+    jobs_arg(p)
     p.add_argument("--variant", action="append", metavar="V",
                    help=f"rule variant (repeatable; ranges expand, e.g. theta=1..3; default {DEFAULT_VARIANT})")
     p.add_argument("--intervals", action="store_true",
@@ -51,6 +58,7 @@ def register(subparsers) -> None:
         description="Per row and direction: each variant's TP, FP, TPR and PPV and the change in TP and FP in "
                     "percent against the first variant. Writes compare.md and compare.csv.")
     runs_args(p)
+    jobs_arg(p)
     p.add_argument("--variant", action="append", metavar="V",
                    help="rule variant, the first is the baseline (repeatable; ranges expand: "
                         "flowdiagnoser:theta=1..4)")
@@ -169,6 +177,26 @@ def _warn(run: str, message: str) -> None:
     print(f"warning: {run}: {message}", file=sys.stderr, flush=True)
 
 
+def _cores() -> int:
+    """Every core this process may use (the default of --jobs)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _jobs(text: str) -> int:
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of processes >= 1, got {text!r}")
+    return n
+
+
 def _evaluate(args, variants, keep=False):
     from analysis.labels import parse_policy
     from analysis.pipeline import evaluate
@@ -176,14 +204,17 @@ def _evaluate(args, variants, keep=False):
 
     parse_policy(args.policy)  # a bad policy fails before any run is read
     runs = find_runs(args.runs, args.results)
+    jobs = 1 if keep else (getattr(args, "jobs", None) or _cores())
+    jobs = min(jobs, len(runs))
+    if len(runs) > 1 and jobs > 1:
+        print(f"{len(runs)} runs in {jobs} processes", file=sys.stderr, flush=True)
 
-    def progress():
-        for k, r in enumerate(runs, 1):
-            if len(runs) > 1:
-                print(f"[{k}/{len(runs)}] {r}", file=sys.stderr, flush=True)
-            yield r
+    def progress(k: int, n: int, r) -> None:
+        if n > 1:
+            print(f"[{k}/{n}] {r}", file=sys.stderr, flush=True)
 
-    return runs, evaluate(progress(), variants, args.policy, keep=keep, on_warning=_warn, skip_bad=len(runs) > 1)
+    return runs, evaluate(runs, variants, args.policy, keep=keep, on_warning=_warn, skip_bad=len(runs) > 1,
+                          jobs=jobs, on_run=progress)
 
 
 def _out_dir(args, runs: list[Path]) -> Path:
