@@ -25,6 +25,7 @@ class Evaluation:
     scored: dict = field(default_factory=dict)   # run path -> join_labels frame, when kept
     health: dict = field(default_factory=dict)   # run path -> analysis.health.Health
     overlap_rows: int = 0   # module-snapshots left out: a target under another fault's collateral
+    straddle_rows: int = 0  # module-snapshots left out: a streams interval across a fault's start or end
     skipped: list = field(default_factory=list)       # (run path, why) of runs that could not be analysed
     run_warnings: dict = field(default_factory=dict)  # run path -> what was wrong with it (warnings)
     out: Path | None = None   # where summarize_run wrote its files

@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.labels_streams import is_streams
 from rundir import facts
 from rundir.manifest import RunHealth
 
@@ -162,8 +163,11 @@ def _rtts(data, tcp_ids, quiet: pd.Series, h: RunHealth) -> None:
                               f"receive ({why}; their tcpi_rtt times only their own requests)")
 
 
-def network_health(data) -> RunHealth:
-    """The health figures of one run (analysis.load.RunData)."""
+def network_health(data) -> RunHealth | None:
+    """The health figures of one run (analysis.load.RunData); None for a streams run (not a network
+    run: no RTTs, queues or TCP connections to judge)."""
+    if is_streams(data):
+        return None
     quiet = quiet_snapshots(data)
     span = (data.snapshots["mono"] - data.snapshots["start"]).fillna(0.0).to_numpy(float)
     h = RunHealth(quiet_snapshots=int(quiet.sum()), snapshots=len(quiet), quiet_s=float(span[quiet.to_numpy()].sum()))

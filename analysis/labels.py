@@ -49,6 +49,11 @@ scores and counted (cause `overlap`; the accuracy table's footnote gives the num
 
 `window` is a simpler, less conservative policy: targets are positive in every snapshot that
 overlaps the fault window, extended by `tail` seconds, whatever their counters say.
+
+Streams runs (stream connections, thesis chapter 4) are labelled by every policy as thesis 4.6.3 says
+(analysis.labels_streams): positive exactly for the connections into a throttle at rate 0 while it is
+active, a snapshot interval that straddles such a fault's start or end left out (cause `straddle`),
+droppers never positive.
 """
 
 from __future__ import annotations
@@ -61,12 +66,13 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
+from analysis import labels_streams
 from analysis.variants.base import Param, on_off, parse_named
 from rundir import facts
 from rundir.db import connect
 from rundir.read import counter_history
 
-CAUSES = ("", "oneway", "fault", "collateral", "invalid", "after_end", "overlap")
+CAUSES = ("", "oneway", "fault", "collateral", "invalid", "after_end", "overlap", "straddle")
 
 
 class LabelPolicy(Protocol):
@@ -387,6 +393,8 @@ class _Policy:
         return fault_pos, fault_id, coll_pos, coll_id, cover
 
     def label(self, data) -> pd.DataFrame:
+        if labels_streams.is_streams(data):   # stream connections: thesis 4.6.3 (analysis.labels_streams)
+            return labels_streams.label(data, self.values, CAUSES)
         f = _Frame.of(data)
         oneway = _oneway(data, f) if self.values.get("oneway", True) else np.zeros(len(f.module), dtype=bool)
         fp, fi, cp, ci, cover = self._faults(data, f, lambda rows, f0, f1: self._mark(f, rows, f0, f1),

@@ -103,6 +103,7 @@ def evaluate(runs: Iterable[str | Path], variants: Sequence[str] = (DEFAULT_VARI
             ev.skipped.append((Path(r), msg))
             continue
         ev.overlap_rows += res.overlap
+        ev.straddle_rows += int(res.counts.attrs.get("straddle", 0))
         if res.health is not None:
             ev.health[res.path] = res.health
         ev.run_warnings[res.path] = [m for _, m in res.warnings]
@@ -236,6 +237,7 @@ def diagnose_label_score(data, vs, pol, warn, keep: bool = True):
         scored = join_labels(diag, data.counters.join(labels))
         counts = module_counts(scored)
     mods = data.modules
+    counts.attrs["straddle"] = int((labels["cause"] == "straddle").sum())   # streams: analysis.labels_streams
     counts["run"] = str(data.info.path)
     counts["kind"] = mods["kind"].reindex(counts["module"]).to_numpy()
     counts["rows"] = mods["rows"].reindex(counts["module"]).to_numpy()

@@ -42,7 +42,7 @@ from rundir.db import connect
 from rundir.errors import UserError
 
 DIRS = ("in", "out")
-KINDS = ("app", "socket", "tcp", "ipeth", "ip", "eth")
+KINDS = ("app", "socket", "tcp", "ipeth", "ip", "eth", "sconn")
 JSON_COUNTERS = ("total_msgs", "wait_ms", "queued", "errors", "bytes")
 # Kinds whose counters start at zero when the module is created, so the first snapshot a module
 # appears in has a delta (from zero). An interface's counters predate the run: its first snapshot

@@ -236,11 +236,17 @@ def runs_title(ev: Evaluation) -> str:
 
 
 def overlap_note(ev: Evaluation) -> str:
-    """The footnote on rows the labeller left out because faults overlapped (policy overlap=exclude)."""
-    if not ev.overlap_rows:
-        return ""
-    return (f"Left out: {ev.overlap_rows} module-snapshots where a fault's target was also another fault's "
-            "collateral (overlapping faults; ground truth ambiguous; policy overlap=exclude).")
+    """The footnote on rows the labeller left out because faults overlapped (policy overlap=exclude),
+    and, in streams runs, because a snapshot interval straddles a fault's start or end."""
+    notes = []
+    if ev.overlap_rows:
+        notes.append(f"Left out: {ev.overlap_rows} module-snapshots where a fault's target was also another fault's "
+                     "collateral (overlapping faults; ground truth ambiguous; policy overlap=exclude).")
+    straddle = getattr(ev, "straddle_rows", 0)
+    if straddle:
+        notes.append(f"Left out: {straddle} connection-snapshots whose interval straddles the start or end of a "
+                     "throttle at rate 0 (part fault, part not; ground truth ambiguous; docs/streams.md).")
+    return " ".join(notes)
 
 
 def skipped_note(ev: Evaluation) -> str:

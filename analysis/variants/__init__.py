@@ -7,7 +7,7 @@ Adding a system: a module with `SYSTEM = RuleSystem(...)` (analysis.variants.bas
 
 from __future__ import annotations
 
-from analysis.variants import flowdiagnoser, nest_cf, peer
+from analysis.variants import flink_backpressure, flowdiagnoser, nest_cf, peer, streamsdiagnoser
 from analysis.variants.base import (
     BLOCKED,
     DONTCARE,
@@ -20,7 +20,8 @@ from analysis.variants.base import (
     parse_named,
 )
 
-SYSTEMS: dict[str, RuleSystem] = {s.name: s for s in (flowdiagnoser.SYSTEM, nest_cf.SYSTEM, peer.SYSTEM)}
+SYSTEMS: dict[str, RuleSystem] = {s.name: s for s in (flowdiagnoser.SYSTEM, nest_cf.SYSTEM, peer.SYSTEM,
+                                                      streamsdiagnoser.SYSTEM, flink_backpressure.SYSTEM)}
 
 
 def systems() -> dict[str, RuleSystem]:

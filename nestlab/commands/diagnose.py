@@ -72,7 +72,7 @@ def _variants(args) -> int:
 
     for system in systems().values():
         print(f"{system.name}  [{system.kind}]  {system.summary}")
-        width = max(len(f"{p.name}={p.text(p.default)}") for p in system.params)
+        width = max((len(f"{p.name}={p.text(p.default)}") for p in system.params), default=0)
         for p in system.params:
             print(f"    {p.name + '=' + p.text(p.default):<{width}}  {p.help}")
         if system.presets:

@@ -25,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.evaluation import Evaluation
+from analysis.labels_streams import is_streams
 from analysis.render.html import figures, sections
 from analysis.render.html.faults import faults_part
 from analysis.render.html.html import details, esc, note, page, png, section, table
@@ -169,7 +170,7 @@ def build_report(ev: Evaluation, out: str | Path, *, figures_of: dict | None = N
     with tempfile.TemporaryDirectory(prefix=".report-", dir=output_dir(out.parent)) as tmpdir:
         tmp = Path(tmpdir)
         health = sections.health_section(ev)
-        if draw and one and ev.runs[0] in ev.data:
+        if draw and one and ev.runs[0] in ev.data and not is_streams(ev.data[ev.runs[0]]):   # streams: not a network run
             run = ev.runs[0]
             health += png(figures.health_figure(ev.data[run], ev.health.get(run)), "network health over time",
                           "Network health over time: RTT, the busiest queues' backlog and drops, TCP retransmissions.")

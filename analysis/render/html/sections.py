@@ -91,7 +91,12 @@ def runs_section(ev) -> str:
 
 
 def health_section(ev) -> str:
+    from analysis.labels_streams import is_streams
+
+    streams = [p for p, d in ev.data.items() if is_streams(d)]
     if not ev.health:
+        if streams and len(streams) == len(ev.runs):
+            return '<p class="note">Not a network run (streams runs): no network health figures.</p>'
         return '<p class="note">No network health figures (no run had the data).</p>'
     rows = [health_row(run_name(p), h) for p, h in ev.health.items()]
     return table(HEALTH_HEADER, rows, cap=500, sep_col=None) + note(HEALTH_NOTE)
