@@ -475,6 +475,17 @@ class Repetition:
                       f"snapshots {counts['snapshots']}, modules {counts['modules']}")
 
 
+def repetition_class(exp) -> type:
+    """The runner of an experiment's repetitions: a network one, or a streams one (a Flink cluster)."""
+    from harness.streams.spec import StreamsExperiment
+
+    if isinstance(exp, StreamsExperiment):
+        from harness.streams.runner import StreamsRepetition
+
+        return StreamsRepetition
+    return Repetition
+
+
 def run_experiment(spec_path: str | Path, results_root: str | Path = "results",
                    topology: str | Path | None = None, observers: Observers = NONE) -> tuple[int, list[Path]]:
     exp = load_spec(spec_path, topology)  # spec mistakes are reported before anything needs root
@@ -484,7 +495,7 @@ def run_experiment(spec_path: str | Path, results_root: str | Path = "results",
     with machine_lock(str(spec_path)):
         refuse_on_leftovers()
         for rep in range(exp.spec.repetitions):
-            run = Repetition(exp, rep, Path(results_root), observers=observers)
+            run = repetition_class(exp)(exp, rep, Path(results_root), observers=observers)
             runs.append(run.rd.path)
             code = run.execute()
             if code != 0:

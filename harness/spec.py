@@ -463,7 +463,14 @@ def load_spec(path: Path | str, topology: Path | str | None = None) -> Experimen
 def experiment_from(doc: YamlDoc, path: Path, topology: Path | str | None = None, scale: int = 1,
                     seeds: tuple[int, ...] = ()) -> Experiment:
     """An Experiment from a parsed document (a spec file, or a suite's merged entry): validated,
-    scaled (scaled()), resolved against its topology (relative to `path`) and planned."""
+    scaled (scaled()), resolved against its topology (relative to `path`) and planned. A document
+    with a `graph` is a streams experiment (harness.streams.spec, docs/streams.md)."""
+    from harness.streams.spec import is_streams_doc, streams_experiment_from
+
+    if is_streams_doc(doc):
+        if topology is not None:
+            raise doc.error(("graph",), "--topology applies to network experiments; this one runs a streams graph")
+        return streams_experiment_from(doc, path, scale, seeds)
     spec = scaled(doc.parse(Spec), scale)
     topo = load_topology(topology if topology is not None else _resolve_topology(spec, doc, path))
     _check_against_topology(spec, doc, topo)

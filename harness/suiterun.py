@@ -127,7 +127,7 @@ class SuiteRun:
             return self._execute()
 
     def _execute(self) -> int:
-        from harness.runner import Repetition
+        from harness.runner import repetition_class
 
         suite = self.suite
         self.decide()
@@ -144,7 +144,7 @@ class SuiteRun:
                 m = self.members[i]
                 exp = self.experiments[m.experiment]
                 console.print(Text.assemble((f"[{k}/{len(todo)}]", "bold"), f" {m.experiment} r{m.repetition} (seed {m.seed})"))
-                run = Repetition(exp, m.repetition, self.root, suite=suite.name,
+                run = repetition_class(exp)(exp, m.repetition, self.root, suite=suite.name,
                                  status_prefix=self._prefix(k, len(todo), i), observers=self.observers)
                 m.run, m.status = str(run.rd.path.relative_to(self.root)), "running"
                 self.write_index()

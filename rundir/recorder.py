@@ -74,6 +74,14 @@ class RunRecorder:
     def link_fault_targets(self, monitor: str, monitor_interface: str) -> None:
         link_fault_targets(self.db, monitor, monitor_interface)
 
+    def link_stream_fault_targets(self) -> None:
+        """Streams runs: each throttle or dropper row targets the connection its target names
+        (docs/streams.md); the collector has written the connections' modules before any fault."""
+        self.db.execute("UPDATE faults SET target_module = (SELECT id FROM modules WHERE modules.key = "
+                        "'sconn:' || json_extract(faults.target, '$.connection')) "
+                        "WHERE kind IN ('throttle', 'dropper') AND target_module IS NULL")
+        self.db.commit()
+
     # -- network health ------------------------------------------------------------------------
     def queue_stats(self, stats: Iterable[dict], now: Callable[[], float]) -> None:
         """The shaped links' queue counters as the backend read them (Backend.queue_stats), each

@@ -14,6 +14,9 @@ from rundir.db import ensure_indexes
 INSERT_TCP_INFO = ("INSERT INTO tcp_info (seq, module, ca_state, retransmits, probes, backoff, rto_us, rtt_us, "
                    "rttvar_us, rcv_rtt_us, data_sent_at, data_recv_at, ack_recv_at) "
                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)")
+INSERT_STREAM_TASK = ("INSERT INTO stream_tasks (seq, operator, busy_ms_per_s, backpressured_ms_per_s, idle_ms_per_s, "
+                      "acc_busy_ms, acc_backpressured_ms, acc_idle_ms, records_in, records_out) "
+                      "VALUES (?,?,?,?,?,?,?,?,?,?)")
 INSERT_PROBE = ("INSERT INTO probes (id, burst, module, remote, sport, kind, seq, sent, done, outcome, rtt_ms) "
                 "VALUES (?,?,?,?,?,?,?,?,?,?,?)")
 
@@ -36,11 +39,12 @@ class SnapshotWriter:
 
     def snapshot(self, seq: int, now: float, wall: float, births: Sequence[tuple], deaths: Sequence[tuple],
                  counters: Sequence[tuple], tcp_info: Sequence[tuple], edges_born: Collection[tuple[int, int]] = (),
-                 edges_died: Collection[tuple[int, int]] = (), probes: Sequence[tuple] = ()) -> None:
+                 edges_died: Collection[tuple[int, int]] = (), probes: Sequence[tuple] = (),
+                 stream_tasks: Sequence[tuple] = ()) -> None:
         """births: (id, kind, name, key, attrs JSON, born); deaths: (died, id); counters: (seq, module,
         dir, total_msgs, wait_ms, queued, errors, bytes); tcp_info: INSERT_TCP_INFO's values; edges as
         (parent, child), born or died at `now`; probes: INSERT_PROBE's values (finished since the last
-        snapshot)."""
+        snapshot); stream_tasks: INSERT_STREAM_TASK's values (streams runs)."""
         db = self.db
         db.execute("BEGIN")
         db.execute("INSERT INTO snapshots VALUES (?, ?, ?)", (seq, now, wall))
@@ -59,6 +63,8 @@ class SnapshotWriter:
                            [(now, p, c) for p, c in edges_died])
         if probes:
             db.executemany(INSERT_PROBE, probes)
+        if stream_tasks:
+            db.executemany(INSERT_STREAM_TASK, stream_tasks)
         db.execute("COMMIT")
 
     def meta(self, values: dict[str, str]) -> None:

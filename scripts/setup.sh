@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS=(mininet iperf lighttpd wget iptables iproute2 bridge-utils ethtool iputils-ping procps psmisc
-      gcc make libc6-dev python3-venv python3-dev openssh-server openssh-client chromium tmux)
+      gcc make libc6-dev python3-venv python3-dev openssh-server openssh-client chromium tmux
+      openjdk-17-jdk-headless)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -23,4 +24,14 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/pip install -q --disable-pip-version-check -e ".[test]"
 make -s -C harness/interceptor
+# Streams experiments (docs/streams.md): Apache Flink from PyFlink, in its own venv (its pins, such
+# as pyarrow 16, would fight the project's), and our Flink job built against it.
+if [ ! -x .venv-flink/bin/python ]; then
+  /usr/bin/python3 -m venv .venv-flink
+fi
+if ! cmp -s harness/streams/requirements-flink.txt .venv-flink/installed.txt; then
+  .venv-flink/bin/pip install -q --disable-pip-version-check -r harness/streams/requirements-flink.txt
+  cp harness/streams/requirements-flink.txt .venv-flink/installed.txt
+fi
+./scripts/build-streams-job.sh
 echo "setup: ok ($(.venv/bin/python -c 'import nestlab; print(nestlab.__version__)'))"

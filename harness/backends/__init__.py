@@ -54,5 +54,11 @@ def make_backend(kind: str, topology: Topology, ledger: Ledger | None, spec: Spe
 
 
 def check_runner(kind: str) -> None:
-    """What backend `kind` needs of the runner's machine (e.g. root), before anything is made."""
+    """What backend `kind` needs of the runner's machine (e.g. root), before anything is made.
+    `flink` is a streams experiment's: its runner starts a Flink cluster, no Backend (docs/streams.md)."""
+    if kind == "flink":
+        from harness.streams.cluster import check_runner as check_flink
+
+        check_flink()
+        return
     backend_class(kind).check_runner()
