@@ -18,10 +18,18 @@
 An entry's fields come from the entry, else its spec file, else `defaults`; a mistake is reported at
 the file and line where the field was written. `load_suite` resolves every entry and plans every
 repetition before anything runs, so one bad entry stops the suite before its first run.
+
+Parts of a suite: `--only NAME` (select_only) runs just the named experiments; `--shard K/N`
+(parse_shard, in_shard) runs the runs whose position in the plan (Suite.planned: entry by entry,
+repetition by repetition, from 0) is K-1 modulo N, so N machines given 1/N ... N/N run every run once
+and the split never depends on what ran before (docs/suites.md).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +38,7 @@ from pydantic import Field, field_validator
 
 from harness.spec import MAX_REPETITIONS, Experiment, Spec, _Strict, experiment_from
 from harness.yamlload import MergedDoc, YamlDoc
+from rundir.errors import UserError
 
 # The setup, teardown and per-run analysis around each run's `duration`, measured here for the
 # dumbbell on Mininet (about 5 s); the ETA replaces it with what the suite's own runs took.
@@ -76,6 +85,52 @@ class Suite:
     def planned(self) -> list[tuple[Experiment, int]]:
         """Every run of the suite, in the order they run: entry by entry, repetition by repetition."""
         return [(exp, r) for exp in self.experiments for r in range(exp.spec.repetitions)]
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """'K/N' -> (K, N), 1 <= K <= N; UserError (one line) otherwise."""
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text or "")
+    if not m:
+        raise UserError(f"--shard {text}: expected K/N, shard K of N with 1 <= K <= N (e.g. --shard 1/2)")
+    k, n = int(m.group(1)), int(m.group(2))
+    if not 1 <= k <= n:
+        raise UserError(f"--shard {text}: K must be between 1 and N ({'N must be at least 1' if n < 1 else f'1..{n}'})")
+    return k, n
+
+
+def in_shard(position: int, shard: tuple[int, int] | None) -> bool:
+    """Does the run at `position` of the plan belong to shard (K, N)? Every run without a shard."""
+    return shard is None or position % shard[1] == shard[0] - 1
+
+
+def check_shard(suite: Suite, shard: tuple[int, int] | None) -> None:
+    """A split into more shards than the suite has runs leaves a shard without any: refused."""
+    if shard is not None and shard[1] > len(suite.planned()):
+        raise UserError(f"--shard {shard[0]}/{shard[1]}: suite {suite.name} has {len(suite.planned())} runs, "
+                        f"so at most {len(suite.planned())} shards")
+
+
+def select_only(suite: Suite, names: list[str] | None) -> set[str] | None:
+    """The experiments --only names (None: every one); an unknown name is refused in one line that
+    lists the suite's experiments."""
+    if not names:
+        return None
+    known = [e.spec.name for e in suite.experiments]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise UserError(f"--only {unknown[0]}: suite {suite.name} has no experiment of that name; its "
+                        f"experiments: {', '.join(known)}")
+    return set(names)
+
+
+def plan_digest(suite: Suite) -> str:
+    """What the shards of one split must agree on: every run of the plan in order (experiment,
+    repetition, seed, spec as resolved, but not the topology placing it on machines, which may differ
+    between the machines of a split) and the scale."""
+    blob = [suite.scale] + [[exp.spec.name, r, exp.seed_for(r),
+                             exp.spec.model_dump(mode="json", exclude={"repetitions", "seed", "description", "topology"})]
+                            for exp, r in suite.planned()]
+    return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def is_suite_file(path: Path | str) -> bool:
@@ -156,12 +211,20 @@ def _seeds(doc: YamlDoc, loc: tuple, entry: dict) -> tuple[int, ...]:
     return tuple(seeds)
 
 
-def describe_plan(suite: Suite, kept: set[tuple[str, int]] | None = None) -> tuple[list[str], list[list[str]]]:
-    """The plan as a table (header, rows): one row per experiment; `kept` marks the runs --resume keeps."""
+def describe_plan(suite: Suite, kept: set[tuple[str, int]] | None = None, only: set[str] | None = None,
+                  shard: tuple[int, int] | None = None) -> tuple[list[str], list[list[str]]]:
+    """The plan as a table (header, rows): one row per experiment; `kept` marks the runs --resume keeps;
+    `only` leaves out the experiments --only does not name; with `shard`, a column says which shard
+    of the split runs each of the experiment's repetitions."""
     header = ["#", "experiment", "from", "runs", "seeds", "duration", "workloads", "faults per run"]
+    if shard is not None:
+        header.insert(4, f"shard (of {shard[1]})")
+    positions: dict[tuple[str, int], int] = {(e.spec.name, r): i for i, (e, r) in enumerate(suite.planned())}
     rows = []
     for k, (exp, source) in enumerate(zip(suite.experiments, suite.sources, strict=True)):
         spec = exp.spec
+        if only is not None and spec.name not in only:
+            continue
         reps = spec.repetitions
         seeds = [exp.seed_for(r) for r in range(reps)]
         seed_text = ", ".join(map(str, seeds)) if reps <= 4 else f"{seeds[0]}, ..., {seeds[-1]}"
@@ -174,9 +237,19 @@ def describe_plan(suite: Suite, kept: set[tuple[str, int]] | None = None) -> tup
         for w in windows:
             kinds[spec.faults[w.spec_index].kind] = kinds.get(spec.faults[w.spec_index].kind, 0) + 1
         faults = ", ".join(f"{n} {kind}" for kind, n in kinds.items()) or "none (control)"
-        rows.append([str(k), spec.name, Path(source).name if source != "inline" else "inline", runs, seed_text,
-                     f"{spec.duration:g}s", _workloads_text(spec), faults])
+        row = [str(k), spec.name, Path(source).name if source != "inline" else "inline", runs, seed_text,
+               f"{spec.duration:g}s", _workloads_text(spec), faults]
+        if shard is not None:
+            row.insert(4, _shards_text([positions[(spec.name, r)] % shard[1] + 1 for r in range(reps)]))
+        rows.append(row)
     return header, rows
+
+
+def _shards_text(shards: list[int]) -> str:
+    """Each repetition's shard, in order; more than four: the first three and how many shards in all."""
+    if len(shards) <= 4:
+        return ", ".join(map(str, shards))
+    return f"{', '.join(map(str, shards[:3]))}, ... ({len(set(shards))} shards)"
 
 
 def _workloads_text(spec: Spec) -> str:

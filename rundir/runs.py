@@ -5,7 +5,8 @@
 - a directory tree holding runs at any depth (an experiment's directory, a whole results/ tree),
 - a glob ('results/net_fault/2026*', quoted so the shell leaves it alone),
 - an experiment name: the directory of that name under the results root.
-A suite directory's runs are those its index names (rundir.suite_index).
+A suite directory's runs are those its index names, or the union of its shard indexes' (a suite
+split over machines; rundir.suite_index).
 
 `open_run(path)` checks a run directory and says, in one line each, what is wrong with it: a run
 still recording or whose machine died (status `running`), an interrupted or failed run, a missing
@@ -32,7 +33,7 @@ from rundir.db import FORMAT_VERSION, connect
 from rundir.errors import UserError
 from rundir.manifest import Manifest, ManifestError, Monitor, RunSpec, read_manifest
 from rundir.suite_index import INDEX as SUITE_INDEX
-from rundir.suite_index import is_run_dir, suite_members
+from rundir.suite_index import SHARD_INDEX, is_run_dir, suite_members
 
 REQUIRED_TABLES = ("modules", "snapshots", "counters")
 OPTIONAL_TABLES = ("edges", "processes", "faults", "events")
@@ -74,14 +75,14 @@ class RunInfo:
 # ----------------------------------------------------------------------------- finding runs
 
 
-def _runs_under(root: Path) -> list[Path]:
+def _runs_under(root: Path, notes: list[str] | None = None) -> list[Path]:
     if is_run_dir(root):
         return [root]
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in ("analysis", "logs") and not d.startswith("."))
-        if SUITE_INDEX in filenames:
-            found += suite_members(Path(dirpath)) or []
+        if SUITE_INDEX in filenames or any(SHARD_INDEX.match(f) for f in filenames):
+            found += suite_members(Path(dirpath), notes) or []
             dirnames[:] = []  # a suite's runs are the ones its index names
         elif "run.db" in filenames or "manifest.json" in filenames:
             found.append(Path(dirpath))
@@ -89,8 +90,10 @@ def _runs_under(root: Path) -> list[Path]:
     return found
 
 
-def find_runs(specs: list[str] | tuple[str, ...], results_root: str | Path = "results") -> list[Path]:
-    """Run directories named by `specs` (see the module docstring), in order, without duplicates."""
+def find_runs(specs: list[str] | tuple[str, ...], results_root: str | Path = "results",
+              notes: list[str] | None = None) -> list[Path]:
+    """Run directories named by `specs` (see the module docstring), in order, without duplicates.
+    `notes` gets what the user should know of what was found (a suite's shards that are not there)."""
     if not specs:
         raise UserError("name at least one run: a run directory, a directory of runs, a glob, "
                         "or an experiment name")
@@ -100,18 +103,18 @@ def find_runs(specs: list[str] | tuple[str, ...], results_root: str | Path = "re
         if p.is_file() and p.name in ("run.db", "manifest.json"):
             paths = [p.parent]
         elif p.is_dir():
-            paths = _runs_under(p)
+            paths = _runs_under(p, notes)
             if not paths:
                 raise UserError(f"{spec}: no runs here (no run.db or manifest.json at any depth)")
         elif GLOB_CHARS & set(spec):
             matches = sorted(glob.glob(spec))
             if not matches:
                 raise UserError(f"{spec}: the glob matches nothing")
-            paths = [r for m in matches if Path(m).is_dir() for r in _runs_under(Path(m))]
+            paths = [r for m in matches if Path(m).is_dir() for r in _runs_under(Path(m), notes)]
             if not paths:
                 raise UserError(f"{spec}: the glob matches no run directories")
         elif (Path(results_root) / spec).is_dir() and "/" not in spec:
-            paths = _runs_under(Path(results_root) / spec)
+            paths = _runs_under(Path(results_root) / spec, notes)
             if not paths:
                 raise UserError(f"{spec}: experiment directory {Path(results_root) / spec} holds no runs yet")
         else:

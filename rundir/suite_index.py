@@ -2,61 +2,131 @@
 digest), the run directory that holds it and its status, rewritten after each run by the suite's
 runner (harness.suiterun). Readers take a suite's runs from it, so a run that --resume replaced stays
 on disk and out of the tables (docs/suites.md).
+
+A suite split over machines (`run-experiment SUITE --shard K/N`) writes one index per shard,
+results/<suite>/suite-shard-K-of-N.json, listing that shard's runs with their position in the whole
+plan. A suite directory holding shard indexes (copied back from the machines, next to their runs) is
+read as one suite: the union of its shard indexes, in plan order (union_entries), checked to be
+shards of one split of one plan. A directory never holds both suite.json and shard indexes (the
+runner refuses to make such a mix, and the reader to read one).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 from rundir.errors import UserError
 
 INDEX = "suite.json"
+SHARD_INDEX = re.compile(r"^suite-shard-([1-9][0-9]*)-of-([1-9][0-9]*)\.json$")
+
+
+def index_name(shard: tuple[int, int] | None = None) -> str:
+    """The index file of the whole suite (None) or of shard (K, N)."""
+    return INDEX if shard is None else f"suite-shard-{shard[0]}-of-{shard[1]}.json"
+
+
+def shard_indexes(root: Path) -> dict[tuple[int, int], Path]:
+    """(K, N) -> the shard indexes in the suite directory `root`."""
+    out = {}
+    if root.is_dir():
+        for p in sorted(root.iterdir()):
+            m = SHARD_INDEX.match(p.name)
+            if m and p.is_file():
+                out[(int(m.group(1)), int(m.group(2)))] = p
+    return out
+
+
+def has_index(root: Path) -> bool:
+    """The directory holds a suite index: suite.json or a shard's."""
+    return (root / INDEX).is_file() or bool(shard_indexes(root))
 
 
 def is_run_dir(p: Path) -> bool:
     return (p / "run.db").is_file() or (p / "manifest.json").is_file()
 
 
-def read_index(root: Path) -> dict | None:
-    """The index of the suite directory `root`, None when there is none; UserError when unreadable."""
+def read_index(root: Path, name: str = INDEX) -> dict | None:
+    """The index `name` of the suite directory `root`, None when there is none; UserError when unreadable."""
     try:
-        return json.loads((root / INDEX).read_text())
+        return json.loads((root / name).read_text())
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as e:
-        raise UserError(f"{root / INDEX}: unreadable suite index ({e}); move it away to start the suite "
+        raise UserError(f"{root / name}: unreadable suite index ({e}); move it away to start the suite "
                         "again") from None
 
 
-def write_index(root: Path, data: dict[str, Any]) -> None:
+def write_index(root: Path, data: dict[str, Any], name: str = INDEX) -> None:
     """Write the index (write-then-rename: a reader never sees half of it)."""
     root.mkdir(parents=True, exist_ok=True)
-    tmp = root / (INDEX + ".tmp")
+    tmp = root / (name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, root / INDEX)
+    os.replace(tmp, root / name)
 
 
-def set_aside(root: Path, stamp: str) -> Path:
-    """Keep a finished or abandoned index as suite-<stamp>.json (its runs stay on disk)."""
-    kept = root / f"suite-{stamp}.json"
-    os.replace(root / INDEX, kept)
+def set_aside(root: Path, stamp: str, name: str = INDEX) -> Path:
+    """Keep a finished or abandoned index as <its name>-<stamp>.json, e.g. suite-<stamp>.json (its
+    runs stay on disk; readers no longer see it)."""
+    kept = root / f"{name.removesuffix('.json')}-{stamp}.json"
+    os.replace(root / name, kept)
     return kept
 
 
-def suite_members(root: Path) -> list[Path] | None:
+def suite_members(root: Path, notes: list[str] | None = None) -> list[Path] | None:
     """The runs a suite directory's index names (its current runs, in plan order: a run that
-    --resume replaced is not among them), or None when `root` holds no suite index."""
-    index = root / INDEX
-    if not index.is_file():
+    --resume replaced is not among them), or None when `root` holds no suite index. With shard
+    indexes, the runs of all of them (union_entries); what is missing of the split is said in `notes`."""
+    entries = union_entries(root, notes)
+    if entries is None:
         return None
-    try:
-        data = json.loads(index.read_text())
-    except (OSError, ValueError) as e:
-        raise UserError(f"{index}: unreadable suite index ({e})") from None
-    return [root / run for run in member_runs(index, data) if run and is_run_dir(root / run)]
+    return [root / e["run"] for e in entries if e.get("run") and is_run_dir(root / e["run"])]
+
+
+def union_entries(root: Path, notes: list[str] | None = None) -> list[dict] | None:
+    """The entries (experiment, repetition, seed, digest, run, status, ...) of a suite directory's
+    index, or of all its shard indexes in plan order; None without an index. UserError (one line)
+    for a directory that mixes suite.json with shard indexes, shards of different splits, or shards
+    of different plans (the suite file or --scale differed between the machines)."""
+    shards = shard_indexes(root)
+    if (root / INDEX).is_file():
+        if shards:
+            raise UserError(f"{root}: holds both the whole suite's index ({INDEX}) and shard indexes "
+                            f"({', '.join(p.name for p in shards.values())}); move one or the other away")
+        data = read_index(root)
+        runs = member_runs(root / INDEX, data)
+        return [{**e, "run": run} for e, run in zip(data["runs"], runs, strict=True)]
+    if not shards:
+        return None
+    splits = sorted({n for _, n in shards})
+    if len(splits) > 1:
+        raise UserError(f"{root}: shard indexes of different splits ({', '.join(p.name for p in shards.values())}); "
+                        "keep those of one split (one N) in a suite directory")
+    n = splits[0]
+    entries, plans = [], {}
+    for (k, _), path in sorted(shards.items()):
+        data = read_index(root, path.name)
+        runs = member_runs(path, data)
+        plans.setdefault((data.get("suite"), data.get("scale"), data.get("plan")), []).append(k)
+        for e, run in zip(data["runs"], runs, strict=True):
+            entries.append({**e, "run": run, "shard": k})
+    if len(plans) > 1:
+        what = "; ".join(f"shard{'s' if len(ks) > 1 else ''} {', '.join(map(str, ks))}: suite {s}, scale {sc}, "
+                         f"plan {pl}" for (s, sc, pl), ks in plans.items())
+        raise UserError(f"{root}: the shard indexes are of different plans ({what}): the suite file or --scale "
+                        "differed between the machines; run every shard from the same suite file")
+    missing = [k for k in range(1, n + 1) if (k, n) not in shards]
+    if missing and notes is not None:
+        have = ", ".join(str(k) for k in range(1, n + 1) if (k, n) in shards)
+        notes.append(f"{root}: shard{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of {n} "
+                     f"not here (no {index_name((missing[0], n))}): reading shard{'s' if ',' in have else ''} "
+                     f"{have} only, {len(entries)} of the suite's runs")
+    entries.sort(key=lambda e: (e.get("position") if isinstance(e.get("position"), int) else 1 << 30))
+    return entries
 
 
 def member_runs(index: Path, data: Any) -> list[str | None]:
@@ -78,14 +148,14 @@ def member_runs(index: Path, data: Any) -> list[str | None]:
     return out
 
 
-def resumable_runs(root: Path) -> dict[tuple[str, int, str], Path]:
-    """The complete runs --resume may keep: those the suite's current index names (after --restart,
-    the runs of the index set aside are not brought back), or, without an index, every complete run
-    under the suite directory."""
-    index = read_index(root)
+def resumable_runs(root: Path, name: str = INDEX) -> dict[tuple[str, int, str], Path]:
+    """The complete runs --resume may keep: those the suite's current index `name` names (after
+    --restart, the runs of the index set aside are not brought back), or, without an index, every
+    complete run under the suite directory."""
+    index = read_index(root, name)
     if index is None:
         return complete_runs(root)
-    return complete_runs(root, {(root / run).resolve() for run in member_runs(root / INDEX, index) if run})
+    return complete_runs(root, {(root / run).resolve() for run in member_runs(root / name, index) if run})
 
 
 def complete_runs(root: Path, among: set[Path] | None = None) -> dict[tuple[str, int, str], Path]:

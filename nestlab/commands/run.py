@@ -20,6 +20,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scale", type=int, metavar="N",
                    help="suite: every duration and random fault count times N (15: the thesis's 15-minute "
                         "runs); default: the suite's `scale`")
+    p.add_argument("--shard", metavar="K/N",
+                   help="suite: run shard K of N, the runs at positions K-1, K-1+N, ... of the plan, with its own "
+                        "index (suite-shard-K-of-N.json); N machines given 1/N .. N/N run the suite once between "
+                        "them, and the analysis reads the shards' indexes in one results directory as one suite "
+                        "(docs/suites.md)")
+    p.add_argument("--only", action="append", metavar="NAME",
+                   help="suite: run just this experiment (repeatable); the suite's other experiments keep what "
+                        "its index has of them")
     p.add_argument("--results", default="results", help="results root directory (default: results)")
     p.add_argument("--topology", help="run on this topology file instead of the spec's, e.g. the same shape "
                    "placed on testbed nodes (topologies/dumbbell-ssh.yaml; docs/ssh-backend.md)")
@@ -34,15 +42,17 @@ def _run(args: argparse.Namespace) -> int:
     from rundir.errors import UserError
 
     if is_suite_file(args.spec):
+        from harness.suite import parse_shard
         from harness.suiterun import check_suite, run_suite_file
 
         if args.resume and args.restart:
             raise UserError("--resume and --restart contradict each other: give one")
+        shard = parse_shard(args.shard) if args.shard is not None else None
         if args.check:
-            return check_suite(args.spec, args.results, args.scale, args.resume, args.topology)
+            return check_suite(args.spec, args.results, args.scale, args.resume, args.topology, shard, args.only)
         return run_suite_file(args.spec, args.results, args.scale, args.resume, args.restart, args.topology,
-                              _observers())
-    for flag in ("resume", "restart", "scale"):
+                              _observers(), shard, args.only)
+    for flag in ("resume", "restart", "scale", "shard", "only"):
         if getattr(args, flag) not in (None, False):
             raise UserError(f"{args.spec}: --{flag} applies to suites (a file with `suite:`); this is a spec")
     if args.check:

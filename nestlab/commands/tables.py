@@ -203,7 +203,10 @@ def _evaluate(args, variants, keep=False):
     from rundir.runs import find_runs
 
     parse_policy(args.policy)  # a bad policy fails before any run is read
-    runs = find_runs(args.runs, args.results)
+    notes: list[str] = []
+    runs = find_runs(args.runs, args.results, notes)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr, flush=True)
     jobs = 1 if keep else (getattr(args, "jobs", None) or _cores())
     jobs = min(jobs, len(runs))
     if len(runs) > 1 and jobs > 1:
