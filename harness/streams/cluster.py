@@ -132,10 +132,10 @@ class Rest:
 class FlinkCluster:
     """Start, use and stop the run's cluster. `stop()` is safe on every path, twice."""
 
-    def __init__(self, run_dir: Path, ledger: Ledger, log=lambda text: None):
-        self.dir = run_dir / "flink"
+    def __init__(self, run_dir: Path, ledger: Ledger, on_process=lambda proc: None):
+        self.dir = Path(run_dir).resolve() / "flink"
         self.ledger = ledger
-        self.log = log
+        self.on_process = on_process
         self.home = flink_home()
         self.java = java_home()
         self.procs: list[subprocess.Popen] = []
@@ -174,6 +174,7 @@ class FlinkCluster:
             out.close()
             self.procs.append(proc)
             self.ledger.add_process(proc.pid, f"flink {role}")
+            self.on_process(proc)
 
     def _wait(self, ready, what: str) -> None:
         deadline = time.monotonic() + READY_S

@@ -60,7 +60,7 @@ class StreamsRepetition:
         self.rd = RunDir.create(results_root, self.spec.name, repetition)
         self.run_id = f"{self.spec.name}-{self.rd.path.name}"
         self.record = RunRecorder.create(self.rd.db)
-        self.control = self.rd.path / "control"
+        self.control = self.rd.path.resolve() / "control"   # the JVMs run elsewhere: absolute paths
         self.cluster: FlinkCluster | None = None
         self.collector: StreamsCollector | None = None
         self.ledger: Ledger | None = None
@@ -119,12 +119,9 @@ class StreamsRepetition:
         console.print(Text.assemble((self.spec.name, "bold"), f" r{self.rep}: starting Flink "
                                     f"({len(self.graph.pes)} PEs, {len(self.graph.connections)} connections, "
                                     f"beacon {self.exp.rate_for(self.rep):g} tuples/s)"))
-        self.cluster = FlinkCluster(self.rd.path, self.ledger)
+        self.cluster = FlinkCluster(self.rd.path, self.ledger, on_process=self._on_engine)
         self.cluster.start()
-        self.started = [monotonic() for _ in self.cluster.procs]
-        for p, started in zip(self.cluster.procs, self.started, strict=True):
-            self.record.process_started(p.pid, None, "engine", "localhost", " ".join(map(str, p.args)), started)
-        graph_file = self.rd.path / "graph.txt"
+        graph_file = self.rd.path.resolve() / "graph.txt"
         graph_file.write_text(self.graph.job_text(self.exp.rate_for(self.rep), self.spec.payload, self.control,
                                                   self.spec.aggregate))
         job = self.cluster.submit(graph_file, self.run_id)
@@ -138,6 +135,12 @@ class StreamsRepetition:
             if self.collector.error or monotonic() > deadline:
                 raise RuntimeError(f"the streams collector recorded no snapshot: {self.collector.error or 'timeout'}")
             time.sleep(0.05)
+
+    def _on_engine(self, proc) -> None:
+        """A JVM of the cluster started: its processes row (ended at teardown)."""
+        self.started.append(monotonic())
+        self.record.process_started(proc.pid, None, "engine", "localhost", " ".join(map(str, proc.args)),
+                                    self.started[-1])
 
     def _loop(self) -> None:
         spec = self.spec
@@ -222,6 +225,8 @@ class StreamsRepetition:
 
     # -- the end -------------------------------------------------------------------------------
     def _teardown(self) -> None:
+        """Every step on its own: one that fails is a warning, and the next still runs. The ledger
+        goes only when the cluster's JVMs are gone (else `nestlab cleanup` finds them)."""
         for a in list(self.active):   # a stopped run: leave no PE throttled (the job is cancelled next)
             try:
                 self._end(a)
@@ -232,13 +237,18 @@ class StreamsRepetition:
             self.collector.stop()
             if self.collector.is_alive():
                 self.warnings.append("the streams collector did not stop within 10 s")
+        stopped = True
         if self.cluster is not None:
-            ended = monotonic()
             procs = list(self.cluster.procs)
-            self.cluster.stop()
-            for p, started in zip(procs, self.started, strict=True):
+            try:
+                self.cluster.stop()
+            except Exception as e:  # noqa: BLE001
+                stopped = False
+                self.warnings.append(f"stopping Flink: {type(e).__name__}: {e} (`nestlab cleanup` stops what is left)")
+            ended = monotonic()
+            for p, started in zip(procs, self.started, strict=False):
                 self.record.process_ended(p.pid, started, ended, p.returncode)
-        if self.ledger is not None:
+        if self.ledger is not None and stopped:
             self.ledger.close()
 
     def _finish(self, status: str, reason: str | None) -> None:
