@@ -13,7 +13,19 @@ from functools import cached_property
 
 import numpy as np
 
+from analysis.dense import flat_view
 from analysis.stretches import KINDS, Counters, Stretch
+
+
+def _flat(arrays: list[np.ndarray]) -> np.ndarray:
+    """The arrays flattened into one, in order: a read-only view when they lie back to back in one
+    buffer (analysis.dense.flat_view), else a copy."""
+    view = flat_view(arrays)
+    if view is None:
+        return np.concatenate([a.ravel() for a in arrays])
+    view = view.view()
+    view.flags.writeable = False
+    return view
 
 
 @dataclass
@@ -67,9 +79,9 @@ class Batch:
         """One direction's counters, flattened to cells."""
         if d not in self._cache:
             names = Counters.__dataclass_fields__
-            if self.stretches:
-                self._cache[d] = Counters(*(np.concatenate([getattr(st.counters[d], f).ravel()
-                                                            for st in self.stretches]) for f in names))
+            if self.stretches:   # load_stretches lays them out back to back: then no copy (read-only)
+                self._cache[d] = Counters(*(_flat([getattr(st.counters[d], f) for st in self.stretches])
+                                            for f in names))
             else:  # no cells (a run whose collector saw no module): empty, with the right dtypes
                 self._cache[d] = Counters(*(a.ravel() for a in vars(Counters.empty(0, 0)).values()))
         return self._cache[d]

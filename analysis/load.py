@@ -48,7 +48,9 @@ class RunData:
     info: RunInfo
     run: RunStretches           # analysis.stretches (give it to diagnose_run to avoid reading twice)
     snapshots: pd.DataFrame     # seq (index), mono, start (mono of the previous snapshot)
-    counters: pd.DataFrame      # module, dir, seq, tm, wait, has_wait, queued, has_queue, errors, invalid
+    # module, dir, seq, tm, wait, has_wait, queued, has_queue, errors, invalid: `counters`, made from the
+    # stretches when first asked for (the diagnosis does not need it; so it is not made while it runs)
+    _counters: pd.DataFrame | None
     modules: pd.DataFrame       # id (index), kind, name, key, attrs (dict), born, died, workload,
     #                             wl_kind ('wget'|'iperf'|None), oneway ('upload'|'download'|None), rows
     edges: pd.DataFrame         # parent, child, born, died
@@ -68,6 +70,17 @@ class RunData:
     @property
     def path(self) -> Path:
         return self.info.path
+
+    @property
+    def counters(self) -> pd.DataFrame:
+        """The counter deltas of every stretch as one long frame (counters_frame), made on first use."""
+        if self._counters is None:
+            self._counters = counters_frame(self.run)
+        return self._counters
+
+    @counters.setter
+    def counters(self, frame: pd.DataFrame) -> None:
+        self._counters = frame
 
 
 def counters_frame(run: RunStretches) -> pd.DataFrame:
@@ -175,7 +188,9 @@ def _load(info: RunInfo) -> RunData:
     faults = _resolve_faults(faults, mods, info.monitor, end, warnings, unknown, lost)
     spans = unscored_rows.leave_out_unknown_windows(faults, unknown, mods, edges, t0, warnings)
     spans += unscored_rows.leave_out_lost_targets(faults, lost, t0, warnings)
-    counters = counters_frame(run)
+    counters = None
+    if len(run.seqs[run.unscored]) or spans:   # a damaged run: the rows it leaves out need the frame
+        counters = counters_frame(run)
     unscored = unscored_rows.unscored(counters, snaps, run.seqs[run.unscored], spans, warnings)
     stop = facts.workloads_stopped(ends["mono"].to_numpy(float), info.manifest)
     gap = facts.recording_cut_short(end, stop, info.manifest.snapshot_interval if info.manifest else None)

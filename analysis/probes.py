@@ -177,7 +177,11 @@ def attach(stretches, table: pd.DataFrame, seqs: np.ndarray, mono: np.ndarray, r
     dirs = list(stretches[0].counters) if stretches else []
     sizes = [st.n * st.t for st in stretches]
     offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
-    flat = {w: {d: np.full(int(offsets[-1]), np.nan) for d in dirs} for w in ("since", "until")}
+    if any(code.get(r, -1) >= 0 for r in remotes.values()):
+        flat = {w: {d: np.full(int(offsets[-1]), np.nan) for d in dirs} for w in ("since", "until")}
+    else:   # no connection has a remote with bursts: no silence is written, one read-only NaN serves all
+        nan = np.broadcast_to(np.nan, int(offsets[-1]))
+        flat = {w: dict.fromkeys(dirs, nan) for w in ("since", "until")}
     parts, ids = [], {}
     for k, st in enumerate(stretches):
         at = np.searchsorted(seqs, st.seqs)

@@ -37,7 +37,15 @@ from typing import Any
 import numpy as np
 
 from analysis import probes, tcpstate
-from rundir import read, repair
+from analysis.dense import (
+    cell_places,
+    dense_counter_rows,
+    fill_counters,
+    module_slots,
+    presence,
+    stable_order,
+)
+from rundir import columnar, read, repair
 from rundir.db import connect
 from rundir.errors import UserError
 
@@ -363,42 +371,6 @@ def series_deltas(mod: np.ndarray, vals: np.ndarray, has: np.ndarray, kinds_zero
     return delta, invalid
 
 
-def dense_counter_rows(rows: dict[str, np.ndarray], pos: np.ndarray, lives: tuple[np.ndarray, np.ndarray],
-                       seqs: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Carry stored counter rows forward to every snapshot of the module's lifetime.
-
-    The collector writes a (module, direction) row only when its values change (format 2): a
-    snapshot without a row has the values of the last row before it, until the module dies.
-    pos: each row's snapshot position; lives: (module ids, sorted; the first position after each one's
-    life), so that memory follows the number of modules, not the largest id.
-    Returns the rows, one per (module, direction, position) from the first row to the end, and
-    their positions. Dense input (format 1) comes back unchanged.
-    """
-    n = len(pos)
-    if n == 0:
-        return rows, pos
-    s_count = len(seqs)
-    group = rows["module"] * 2 + rows["out"]
-    order = np.lexsort((pos, group))
-    g, p = group[order], pos[order]
-    first = np.ones(n, dtype=bool)
-    first[1:] = g[1:] != g[:-1]
-    heads = np.flatnonzero(first)
-    last_row = np.append(heads[1:] - 1, n - 1)
-    starts = p[heads]
-    ids, end_pos = lives
-    ends = np.maximum(end_pos[np.searchsorted(ids, g[heads] // 2)], p[last_row] + 1)
-    lengths = ends - starts
-    dense_g = np.repeat(g[heads], lengths)
-    dense_pos = np.repeat(starts, lengths) + np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    src = order[np.searchsorted(g * s_count + p, dense_g * s_count + dense_pos, side="right") - 1]
-    dense = {"seq": seqs[dense_pos], "module": dense_g // 2, "out": (dense_g % 2).astype(bool),
-             "vals": rows["vals"][src], "has": rows["has"][src]}
-    if "bad" in rows:
-        dense["bad"] = rows["bad"][src]
-    return dense, dense_pos
-
-
 def load_stretches(run_dir: str | Path) -> RunStretches:
     """Read a run directory (or a run.db path) into stretches of constant graph. What is wrong with
     run.db (rundir.read) is in `RunStretches.warnings`; sqlite3.Error when the file cannot be read."""
@@ -415,7 +387,7 @@ def load_stretches(run_dir: str | Path) -> RunStretches:
         warnings += w
         edge_rows, w = read.read_edges(conn, mods)
         warnings += w
-        rows, unplaced = read.read_counters(conn, warnings)
+        rows, unplaced = columnar.read_counters(db, conn, warnings)
         tcp_rows = read.read_tcp_state(conn, warnings)
         probe_rows = read.read_probes(conn, warnings)
     finally:
@@ -430,24 +402,22 @@ def load_stretches(run_dir: str | Path) -> RunStretches:
 
     rows, pos = repair.place_rows(rows, seqs, kind, warnings)
     ids = np.array([m[0] for m in mods], dtype=np.int64)   # read_modules orders them by id
-    end_pos = np.full(len(ids), len(seqs), dtype=np.int64)  # alive at the end (or killed)
-    for k, (i, *_, died) in enumerate(mods):
-        if died is not None:
-            end_pos[k] = np.searchsorted(mono, died, side="left")
-        elif i in unknown_death:
-            end_pos[k] = 0   # death unknown: alive until its last row (dense_counter_rows)
-    rows, pos = dense_counter_rows(rows, pos, (ids, end_pos), seqs)
+    died = np.array([np.nan if m[6] is None else m[6] for m in mods], dtype=float)
+    unknown = np.isin(ids, np.fromiter(unknown_death, dtype=np.int64, count=len(unknown_death)))
+    # the first position after each module's life: alive at the end (or killed); death unknown: alive
+    # until its last row (dense_counter_rows)
+    end_pos = np.where(np.isnan(died), np.where(unknown, 0, len(seqs)), np.searchsorted(mono, died, side="left"))
+    rows, pos = dense_counter_rows(rows, pos, (ids, end_pos.astype(np.int64)), seqs, by_direction=True)
     run.modules = repair.fill_lives(mods, unknown_death, rows["module"], pos, mono)
 
-    # Deltas per direction on rows sorted by (module, seq); then re-sorted by snapshot for slicing.
+    # Deltas per direction on rows sorted by (module, seq): each direction one slice of the rows.
     zero_ids = np.fromiter((i for i, k in kind.items() if k in STARTS_AT_ZERO), dtype=np.int64)
+    split = int(np.searchsorted(rows["out"], True))
     per_dir = {}
-    for d, is_out in (("in", False), ("out", True)):
-        sel = np.flatnonzero(rows["out"] == is_out)
-        order = sel[np.lexsort((pos[sel], rows["module"][sel]))]
-        mod = rows["module"][order]
-        vals, has, bad = repair.carry_over_bad(mod, rows["vals"][order], rows["has"][order], rows["bad"][order])
-        delta, invalid = series_deltas(mod, vals, has, np.isin(mod, zero_ids), pos[order] == 0)
+    for d, is_out, sl in (("in", False, slice(0, split)), ("out", True, slice(split, None))):
+        mod = rows["module"][sl]
+        vals, has, bad = repair.carry_over_bad(mod, rows["vals"][sl], rows["has"][sl], rows["bad"][sl])
+        delta, invalid = series_deltas(mod, vals, has, np.isin(mod, zero_ids), pos[sl] == 0)
         if bad.any():  # a bad value, and the delta after it (which spans it), are no measurement
             invalid |= bad
             invalid[1:] |= bad[:-1] & (mod[1:] == mod[:-1])
@@ -455,10 +425,8 @@ def load_stretches(run_dir: str | Path) -> RunStretches:
         if lost:       # a row of this series could not be placed: its carried values are unknown
             invalid |= np.isin(mod, lost)
         if unplaced.from_seq is not None:
-            invalid |= rows["seq"][order] >= unplaced.from_seq
-        by_pos = np.argsort(pos[order], kind="stable")
-        o = order[by_pos]
-        per_dir[d] = (pos[o], mod[by_pos], delta[by_pos], vals[by_pos, _QUEUED], has[by_pos], invalid[by_pos])
+            invalid |= rows["seq"][sl] >= unplaced.from_seq
+        per_dir[d] = (pos[sl], mod, delta, vals[:, _QUEUED], has, invalid)
 
     run.stretches = build_stretches(seqs, mono, kind, per_dir, rows["module"], pos, edge_rows)
     mark_detached(run.stretches, attached_modules(run.stretches), remote_addresses(mods))
@@ -471,73 +439,78 @@ def build_stretches(seqs: np.ndarray, mono: np.ndarray, kind: dict[int, str], pe
                     row_module: np.ndarray, row_pos: np.ndarray, edge_rows: list[tuple]) -> list[Stretch]:
     """Cut snapshots `seqs` (times `mono`) into stretches of constant graph and fill their counters.
 
-    per_dir[d] = (pos, module, delta (R, 3), queued, has (R, 4), invalid), rows sorted by position;
+    per_dir[d] = (pos, module, delta (R, 3), queued, has (R, 4), invalid), rows in any order;
     row_module/row_pos: every dense counters row (either direction), a module being present where it
     has one; edge_rows: (parent, child, born, died) in monotonic time. Positions index `seqs`.
-    `load_run` passes a whole run, analysis.live a window of recent snapshots."""
+    `load_run` passes a whole run, analysis.live a window of recent snapshots.
+
+    The stretches' counters are views of one flat array per field and direction, in the order of
+    analysis.cells (stretch, module, snapshot), so a Batch of them takes it without a copy."""
     s_count = len(seqs)
     if s_count == 0 or len(row_module) == 0:
         return []
-    # Module presence (a counters row in either direction) as unique (module, position) pairs.
-    pairs = np.sort(row_module * s_count + row_pos)
-    pairs = pairs[np.append(True, pairs[1:] != pairs[:-1])]
-    pm, pp = pairs // s_count, pairs % s_count
-    new_run = np.ones(len(pairs), dtype=bool)
+    # Module ids -> dense slots (memory follows the number of modules, not the largest id).
+    ids = np.fromiter(sorted(kind), dtype=np.int64, count=len(kind))
+    slot = module_slots(ids, row_module)
+    if (slot == len(ids)).any():   # a present module of no kind
+        raise KeyError(int(row_module[np.flatnonzero(slot == len(ids))[0]]))
+    # Module presence (a counters row in either direction): unique (slot, position) pairs, in order.
+    pm, pp = presence(slot, row_pos, len(ids), s_count)
+    new_run = np.ones(len(pm), dtype=bool)
     new_run[1:] = (pm[1:] != pm[:-1]) | (pp[1:] != pp[:-1] + 1)
-    end_run = np.ones(len(pairs), dtype=bool)
+    end_run = np.ones(len(pm), dtype=bool)
     end_run[:-1] = new_run[1:]
     change = {0, s_count, *pp[new_run].tolist(), *(pp[end_run] + 1).tolist()}
-    edge_span = []
-    for parent, child, born, died in edge_rows:
-        a = int(np.searchsorted(mono, born, side="left"))
-        b = s_count if died is None else int(np.searchsorted(mono, died, side="left"))
-        if a < b:
-            edge_span.append((parent, child, a, b))
-            change.update((a, b))
-    bounds = sorted(c for c in change if 0 <= c <= s_count)
-    by_pos = np.argsort(pp, kind="stable")
-    pm_sorted, pp_sorted = pm[by_pos], pp[by_pos]
-    # Module ids -> dense slots (memory follows the number of modules, not the largest id); a row of
-    # a module not in `kind` gets no slot.
-    ids = np.fromiter(sorted(kind), dtype=np.int64, count=len(kind))
-    lookup = np.full(len(ids) + 1, -1, dtype=np.int64)
-    slot = {}
+    m = len(ids)
+    e_ps, e_cs, e_a, e_b = (np.zeros(0, dtype=np.int64) for _ in range(4))
+    if edge_rows:
+        par, chi, born, died = zip(*edge_rows, strict=True)
+        e_a = np.searchsorted(mono, np.array(born, dtype=float), side="left")
+        e_b = np.searchsorted(mono, np.array([np.inf if d is None else d for d in died], dtype=float), side="left")
+        live = (e_a < e_b) & (np.array(par) != np.array(chi))
+        change.update(e_a[e_a < e_b].tolist(), e_b[e_a < e_b].tolist())
+
+        def slots(mods):   # slot of each module id, m (no module) where it has none
+            mods = np.array(mods, dtype=np.int64)
+            k = np.minimum(np.searchsorted(ids, mods), max(m - 1, 0))
+            return np.where((ids[k] == mods) if m else False, k, m)
+
+        e_ps, e_cs, e_a, e_b = slots(par)[live], slots(chi)[live], e_a[live], e_b[live]
+    bounds = np.array(sorted(c for c in change if 0 <= c <= s_count), dtype=np.int64)
+    by_pos = stable_order(pp, s_count)
+    pm_sorted, pp_sorted = pm[by_pos], pp[by_pos]   # by position, then slot
+    starts, stops = bounds[:-1], bounds[1:]
+    lo, hi = np.searchsorted(pp_sorted, starts), np.searchsorted(pp_sorted, starts + 1)
+    full = np.flatnonzero(hi > lo)   # an interval where no module is present makes no stretch
+    starts, stops, lo, hi = starts[full], stops[full], lo[full], hi[full]
+    n, t = hi - lo, stops - starts
+    offsets = np.concatenate([[0], np.cumsum(n * t)])
+    # Each row's cell: its stretch, its module's place there, its snapshot's.
+    flat = {}
     for d in DIRS:
-        mod = per_dir[d][1]
-        k = np.searchsorted(ids, mod)
-        known = k < len(ids)
-        known[known] = ids[k[known]] == mod[known]
-        slot[d] = np.where(known, k, len(ids))   # the last lookup entry stays -1
+        p_, mod, delta, queued, has, invalid = per_dir[d]
+        k, place = cell_places(starts, stops, s_count, pm_sorted, lo, hi, ids, mod, p_)
+        if not (place >= 0).all():   # rows of modules not in their stretch's graph: no cell
+            keep = np.flatnonzero(place >= 0)
+            k, place, p_, delta, queued, has, invalid = (a[keep] for a in (k, place, p_, delta, queued, has, invalid))
+        cell = offsets[k] + place * t[k] + (p_ - starts[k])
+        flat[d] = fill_counters(int(offsets[-1]), cell, delta, queued, has, invalid)
+    lookup = np.full(m + 1, -1, dtype=np.int64)
+    fields = list(Counters.__dataclass_fields__)
     stretches = []
-    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-        lo, hi = np.searchsorted(pp_sorted, [a, a + 1])
-        here = sorted(pm_sorted[lo:hi].tolist())
-        if not here:
-            continue
-        idx = {m: i for i, m in enumerate(here)}
-        edges = [(idx[p], idx[c]) for p, c, ea, eb in edge_span
-                 if ea <= a < eb and p in idx and c in idx and p != c]
-        st = Stretch(here, [kind[m] for m in here], edges, seqs[a:b])
-        here_slots = np.searchsorted(ids, here)
+    for j, (a, b) in enumerate(zip(starts.tolist(), stops.tolist(), strict=True)):
+        here_slots = pm_sorted[lo[j]:hi[j]]
+        here = ids[here_slots].tolist()
         lookup[here_slots] = np.arange(len(here))
-        for d in DIRS:
-            p_, mod, delta, queued, has, invalid = per_dir[d]
-            c = Counters.empty(len(here), b - a)
-            c.invalid[:] = True  # no row in this direction = no measurement
-            lo, hi = np.searchsorted(p_, [a, b])
-            r, col = lookup[slot[d][lo:hi]], p_[lo:hi] - a
-            keep = np.flatnonzero(r >= 0)
-            r, col, sel = r[keep], col[keep], lo + keep
-            c.tm[r, col] = delta[sel, 0]
-            c.wait[r, col] = delta[sel, 1]
-            c.has_wait[r, col] = has[sel, 1]
-            c.queued[r, col] = queued[sel]
-            c.has_queue[r, col] = has[sel, 2]
-            c.errors[r, col] = delta[sel, 2]
-            c.has_errors[r, col] = has[sel, 3]
-            c.invalid[r, col] = invalid[sel]
-            st.counters[d] = c
+        on = (e_a <= a) & (a < e_b)
+        lp, lc = lookup[e_ps[on]], lookup[e_cs[on]]
+        both = (lp >= 0) & (lc >= 0)
+        st = Stretch(here, [kind[x] for x in here], list(zip(lp[both].tolist(), lc[both].tolist(), strict=True)),
+                     seqs[a:b])
         lookup[here_slots] = -1
+        o0, o1, shape = offsets[j], offsets[j + 1], (len(here), b - a)
+        for d in DIRS:
+            st.counters[d] = Counters(*(flat[d][f][o0:o1].reshape(shape) for f in fields))
         stretches.append(st)
     return stretches
 

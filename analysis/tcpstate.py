@@ -80,6 +80,10 @@ def attach(stretches, rows, seqs: np.ndarray, mono: np.ndarray) -> None:
         idx = np.searchsorted(key, want, side="right") - 1
         known = idx >= 0
         known[known] = rmod[idx[known]] == np.broadcast_to(ids[:, None], want.shape)[known]
+        if not known.any():   # nothing known here: one read-only NaN for every field, no memory
+            nan = np.broadcast_to(np.nan, (st.n, st.t))
+            st.tcpstate = TcpState(known, mono[at], *(nan for _ in TCP_STATE_COLUMNS))
+            continue
         state = TcpState.unknown(st.n, st.t, mono[at])
         state.known = known
         for i, c in enumerate(TCP_STATE_COLUMNS):

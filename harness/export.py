@@ -38,11 +38,12 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import yaml
-
-from harness.topology import Topology
 from rundir.errors import UserError
+
+if TYPE_CHECKING:   # imported where used: `nestlab` imports this module for its options alone
+    from harness.topology import Topology
 
 FORMATS = ("emulab", "cloudlab", "ssh")
 EMULAB_OS = "UBUNTU22-64-STD"
@@ -332,6 +333,8 @@ def ssh_topology(topo: Topology, domain: str, user: str | None = None, key: str 
             + "".join(f"# {line}\n" for line in _bundle_note(topo)[1:])
             + ("# Each of those links keeps its `path`: that is how nestlab knows them as the bundle.\n"
                if topo.multipath else ""))
+    import yaml
+
     return head + yaml.safe_dump(body, sort_keys=False, default_flow_style=None, width=110)
 
 

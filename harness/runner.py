@@ -464,11 +464,23 @@ class Repetition:
             return
         link_fault_targets(self.db, self.spec.monitor, self.backend.interfaces(self.spec.monitor)[0].name)
 
+    def _columnar_copy(self) -> None:
+        """The analysis's columnar copy of the counters (rundir.columnar), now that run.db is complete:
+        the run's report and every later analysis read it instead of fetching the rows. A copy that
+        cannot be made is no failure (the analysis reads run.db)."""
+        try:
+            from rundir.columnar import write_after_run
+
+            write_after_run(self.rd.path)
+        except Exception as e:  # noqa: BLE001 - a shortcut for the analysis, never the run's outcome
+            console.print(Text.assemble(("warning: ", "yellow"), f"columnar copy of the counters not written: {e}"))
+
     def _finish(self, status: str, reason: str | None) -> None:
         counts = self.record.counts()
         self.record.close()  # commits the rows written since the last commit (process ends, events)
         self._manifest(status, reason=reason, end_wall=time.time(), end_mono=self.now(), counts=counts,
                        warnings=self.progress.warnings)
+        self._columnar_copy()
         colour = {"complete": "green", "interrupted": "yellow", "failed": "red"}[status]
         console.print(Text.assemble((status, colour), f"{': ' + reason if reason else ''} -> {self.rd.path}"))
         console.print(f"  faults injected {counts['faults']} (skipped {self.progress.skipped}), "

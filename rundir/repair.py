@@ -52,8 +52,9 @@ def place_rows(rows: dict[str, np.ndarray], seqs: np.ndarray, kind: dict[int, st
         if n:
             warnings.append(f"counters: {n} row{'s' if n != 1 else ''} {what}")
     keep = known_mod & ~after_end
-    rows = {k: v[keep] for k, v in rows.items()}
-    pos = pos[keep]
+    if not keep.all():
+        rows = {k: v[keep] for k, v in rows.items()}
+        pos = pos[keep]
     if orphan[keep].any():   # one row per (module, direction, position): the latest seq
         group = rows["module"] * 2 + rows["out"]
         order = np.lexsort((rows["seq"], pos, group))

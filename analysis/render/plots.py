@@ -21,21 +21,18 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-# Labels are names from the run (modules, nodes, commands): text, never TeX ('$x$' is not math here).
-matplotlib.rcParams["text.parse_math"] = False
+# matplotlib on first use (Agg; labels are names from the run: text, never TeX): analysis.render.mpl
+from analysis.render.mpl import plt
+from rundir import facts
+from rundir.layout import fresh, output_dir
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.colors import LinearSegmentedColormap, ListedColormap  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
-
-from rundir import facts  # noqa: E402
-from rundir.layout import fresh, output_dir  # noqa: E402
+if TYPE_CHECKING:
+    from matplotlib.patches import Patch
 
 FAULT_COLOURS = {"ip_drop": "#6baed6", "tcp_drop": "#74c476", "app_pause": "#fb6a4a",
                  "path_blackhole": "#9e9ac8", "loss": "#fdae6b", "server_pause": "#c994c7"}
@@ -43,12 +40,24 @@ LABEL_Y = {"STALLED": 1.0, "DONTCARE": 0.0, "BLOCKED": -0.5, "HEALTHY": -1.0}
 # overview strip colours: 0 absent, 1 HEALTHY, 2 DONTCARE, 3 BLOCKED, 4 STALLED, 5 not scored
 STRIP_COLOURS = ["#ffffff", "#74c476", "#c6dbef", "#fed976", "#e31a1c", "#bdbdbd"]
 STRIP_CODE = {"HEALTHY": 1, "DONTCARE": 2, "BLOCKED": 3, "STALLED": 4}
-CMAPS = {
-    "tm": LinearSegmentedColormap.from_list("msgs", ["#ffffff", "#c7e9c0", "#41ab5d", "#00441b", "#000000"]),
-    "wait": LinearSegmentedColormap.from_list(
-        "wait", [(0, "#ffffff"), (0.25, "#ffff33"), (0.5, "#ff9900"), (0.75, "#e31a1c"), (1, "#000000")]),
-    "queued": LinearSegmentedColormap.from_list("queued", ["#ffffff", "#9ecae1", "#08519c", "#000000"]),
-}
+
+
+class _Colormaps(dict):
+    """The heatmaps' colour maps, made on first use (matplotlib)."""
+
+    def __missing__(self, key: str):
+        from matplotlib.colors import LinearSegmentedColormap
+
+        self.update({
+            "tm": LinearSegmentedColormap.from_list("msgs", ["#ffffff", "#c7e9c0", "#41ab5d", "#00441b", "#000000"]),
+            "wait": LinearSegmentedColormap.from_list(
+                "wait", [(0, "#ffffff"), (0.25, "#ffff33"), (0.5, "#ff9900"), (0.75, "#e31a1c"), (1, "#000000")]),
+            "queued": LinearSegmentedColormap.from_list("queued", ["#ffffff", "#9ecae1", "#08519c", "#000000"]),
+        })
+        return dict.__getitem__(self, key)
+
+
+CMAPS = _Colormaps()
 ABSENT = np.array([0.92, 0.92, 0.92, 1.0])
 MAX_SUBGRAPH = 14
 MAX_OVERVIEW = 48
@@ -95,6 +104,8 @@ def _shade(ax, windows, alpha: float = 0.25) -> None:
 
 
 def _fault_legend(windows) -> list[Patch]:
+    from matplotlib.patches import Patch
+
     kinds = sorted({k for k, *_ in windows})
     return [Patch(color=FAULT_COLOURS.get(k, "#cccccc"), alpha=0.5, label=f"{k} fault") for k in kinds]
 
@@ -193,6 +204,9 @@ def diagnosis_overview(data, scored: pd.DataFrame, variant: str, path: Path,
             present = ranked[:MAX_OVERVIEW]
         modules = sorted(present, key=lambda x: (KIND_ORDER.get(kinds.get(x, ""), 9), x))
         diag = diag[diag["module"].isin(modules)]
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
     cf = _is_cf(diag)
     windows = _fault_windows(data)
     n = max(1, len(modules))

@@ -56,8 +56,8 @@ How the algorithm maps onto arrays (docs/diagnosis.md has the long form):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 
 from analysis.cells import Batch
@@ -75,6 +75,9 @@ from analysis.variants.base import (
     positive_int,
     seconds,
 )
+
+if TYPE_CHECKING:   # networkx is imported by the cyclic path alone: most runs' graphs have no cycle
+    import networkx as nx
 from analysis.variants.flowdiagnoser_probe import probe_rule
 from analysis.variants.flowdiagnoser_tcpstate import require as require_tcp_state
 from analysis.variants.flowdiagnoser_tcpstate import tcp_state_rule
@@ -267,6 +270,8 @@ def _dag_diagnose(g: nx.DiGraph, c: Counters, has_queue: np.ndarray, theta: int)
     """Algorithms 3-5 with the Θ rule over an acyclic graph whose nodes are frozensets of modules
     (super-modules); node attribute 'work': a root of the analysis graph that HasWork assumes has
     work (not a detached one)."""
+    import networkx as nx
+
     nodes = list(nx.topological_sort(g))
     pos = {n: i for i, n in enumerate(nodes)}
     t = c.tm.shape[1]
@@ -314,6 +319,8 @@ def _condense(g: nx.DiGraph, removed: list[int], no_work: np.ndarray) -> nx.DiGr
     """Algorithms 1-2: drop the out-edges of `removed`, merge strongly connected components.
 
     no_work: per module, a root without assumed work (no_assumed_work)."""
+    import networkx as nx
+
     w = g.copy()
     w.remove_edges_from([(m, ch) for m in removed for ch in g.successors(m)])
     comps = [frozenset(s) for s in nx.strongly_connected_components(w)]
@@ -331,6 +338,8 @@ def _condense(g: nx.DiGraph, removed: list[int], no_work: np.ndarray) -> nx.DiGr
 
 def diagnose_cyclic(st: Stretch, sh: Shape, d: str, theta: int, queues: bool) -> np.ndarray:
     """Result codes (modules x snapshots) of one direction of a stretch whose graph has cycles."""
+    import networkx as nx
+
     c = st.counters[d]
     has_queue = c.has_queue if (queues and d == "out") else np.zeros_like(c.has_queue)
     g = nx.DiGraph()

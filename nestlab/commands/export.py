@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 from harness.export import EMULAB_OS, FORMATS, export, resolve
-from harness.topology import load_topology
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,6 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from harness.topology import load_topology  # networkx and pydantic: only for this command
+
     topo = load_topology(resolve(args.topology))
     text = export(topo, args.format, args.os_image, args.hardware, args.vm, args.domain, args.user, args.key)
     if args.output:

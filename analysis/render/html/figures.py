@@ -13,18 +13,13 @@ from __future__ import annotations
 import io
 import warnings
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-matplotlib.rcParams["text.parse_math"] = False   # labels are the run's names: text, never TeX
-
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from analysis.health import SILENCE_WARN, loaded_rtt  # noqa: E402
-from analysis.render.html.faults import fault_windows  # noqa: E402
-from analysis.render.plots import FAULT_COLOURS  # noqa: E402
+from analysis.health import SILENCE_WARN, loaded_rtt
+from analysis.render.html.faults import fault_windows
+from analysis.render.mpl import plt  # matplotlib on first use (Agg; labels are the run's names, never TeX)
+from analysis.render.plots import FAULT_COLOURS
 
 DPI = 80
 MAX_QUEUES = 3

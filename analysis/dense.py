@@ -1,0 +1,198 @@
+"""Array steps of load_stretches (analysis.stretches) in linear time: ordering counters rows by series
+and snapshot, carrying them forward to every snapshot of a module's life, and cutting the run into
+stretches with their counters filled in one pass.
+
+The general tools (numpy's lexsort, searchsorted of every row) cost O(R log R) over the run's R
+counters rows; a 15-minute run at 100 ms has about 2 M. Here each step takes what the data already
+give: rows arrive in snapshot order per series (the collector writes them so), series and snapshot
+numbers are small integers (a stable radix sort), and every position of a module's life is known
+(a forward fill instead of a search). Where the data are not so (rows out of order in a damaged
+run), each step falls back to the general tool, with the same result: every function here returns
+exactly what the plain sort or search would.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Above this many module x snapshot cells, the presence of modules is found by sorting, not in a
+# bool matrix of that size (64 MB).
+_MATRIX_CELLS = 1 << 26
+
+
+def stable_order(keys: np.ndarray, bound: int) -> np.ndarray:
+    """np.argsort(keys, kind="stable") for integer keys in [0, bound): a radix sort when they fit in 16
+    bits (numpy sorts those in linear time), else numpy's stable sort."""
+    if bound <= 1 << 16 and len(keys):
+        return np.argsort(keys.astype(np.uint16), kind="stable")
+    return np.argsort(keys, kind="stable")
+
+
+def lex_sorted(major: np.ndarray, minor: np.ndarray) -> bool:
+    """Rows already in (major, minor) order (ties allowed), so a stable lexsort would leave them."""
+    if len(major) < 2:
+        return True
+    step = major[1:] - major[:-1]
+    return bool(((step > 0) | ((step == 0) & (minor[1:] >= minor[:-1]))).all())
+
+
+def module_slots(ids: np.ndarray, mod: np.ndarray) -> np.ndarray:
+    """Each row's module as its index in `ids` (sorted), len(ids) where it is not there; rows that come
+    in runs of one module (as load_stretches has them) are looked up once a run."""
+    m = len(ids)
+    if m == 0 or len(mod) == 0:
+        return np.full(len(mod), m, dtype=np.int64)
+    heads = np.flatnonzero(np.append(True, mod[1:] != mod[:-1]))
+    one = mod[heads]
+    k = np.minimum(np.searchsorted(ids, one), m - 1)
+    slot = np.where(ids[k] == one, k, m)
+    return slot if len(heads) == len(mod) else np.repeat(slot, np.diff(np.append(heads, len(mod))))
+
+
+def series_order(module: np.ndarray, out: np.ndarray, pos: np.ndarray, ids: np.ndarray,
+                 by_direction: bool = False) -> np.ndarray:
+    """The stable order of rows by series, then position: series by (module, direction), or with
+    `by_direction` by (direction, module); ties in their order; None when the rows are in that order
+    already. `ids`: sorted module ids, where every row's module usually is (else the general lexsort)."""
+    slot = module_slots(ids, module)
+    if len(ids) and (slot < len(ids)).all():
+        group = out * len(ids) + slot if by_direction else slot * 2 + out
+        if lex_sorted(group, pos):   # already in order (the columnar copy keeps its rows so)
+            return None
+        order = stable_order(group, 2 * len(ids))
+        if lex_sorted(group[order], pos[order]):
+            return order
+    return np.lexsort((pos, module, out) if by_direction else (pos, module * 2 + out))
+
+
+def dense_counter_rows(rows: dict[str, np.ndarray], pos: np.ndarray, lives: tuple[np.ndarray, np.ndarray],
+                       seqs: np.ndarray, by_direction: bool = False) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Carry stored counter rows forward to every snapshot of the module's lifetime.
+
+    The collector writes a (module, direction) row only when its values change (format 2): a
+    snapshot without a row has the values of the last row before it, until the module dies.
+    pos: each row's snapshot position; lives: (module ids, sorted; the first position after each one's
+    life), so that memory follows the number of modules, not the largest id.
+    Returns the rows, one per (module, direction, position) from the first row to the end, and
+    their positions, by module, direction and position (`by_direction`: by direction, module and
+    position, so each direction's rows are one slice). Of two rows at one position of a series, the
+    later one holds.
+    """
+    n = len(pos)
+    if n == 0:
+        return rows, pos
+    ids, end_pos = lives
+    order = series_order(rows["module"], rows["out"], pos, ids, by_direction)
+    if order is None:   # in order already: the rows themselves, not copies
+        mod, out, p = rows["module"], rows["out"], pos
+    else:
+        mod, out, p = rows["module"][order], rows["out"][order], pos[order]
+    first = np.ones(n, dtype=bool)
+    first[1:] = (mod[1:] != mod[:-1]) | (out[1:] != out[:-1])
+    heads = np.flatnonzero(first)
+    last_row = np.append(heads[1:] - 1, n - 1)
+    starts = p[heads]
+    ends = np.maximum(end_pos[np.searchsorted(ids, mod[heads])], p[last_row] + 1)
+    lengths = ends - starts
+    total = int(lengths.sum())
+    last_of_tie = np.ones(n, dtype=bool)        # the later of two rows at one position holds
+    last_of_tie[:-1] = first[1:] | (p[1:] != p[:-1])
+    if total == n and last_of_tie.all():        # every position has its row already (format 1)
+        dense_pos, src = p, order
+        if src is None:
+            dense = {"seq": rows["seq"], "module": mod, "out": out.astype(bool, copy=False), "vals": rows["vals"],
+                     "has": rows["has"]}
+            if "bad" in rows:
+                dense["bad"] = rows["bad"]
+            return dense, dense_pos
+    else:
+        order = np.arange(n) if order is None else order
+        mod, out = np.repeat(mod[heads], lengths), np.repeat(out[heads], lengths)
+        base = np.cumsum(lengths) - lengths      # first dense row of each series
+        dense_pos = np.repeat(starts - base, lengths) + np.arange(total)
+        series = np.cumsum(first) - 1
+        at = base[series] + (p - starts[series])   # each sorted row's dense row
+        mark = np.full(total, -1, dtype=np.int64)
+        keep = np.flatnonzero(last_of_tie)
+        mark[at[keep]] = keep
+        src = order[np.maximum.accumulate(mark)]   # the last row at or before each dense row
+    dense = {"seq": seqs[dense_pos], "module": mod, "out": out.astype(bool),
+             "vals": rows["vals"][src], "has": rows["has"][src]}
+    if "bad" in rows:
+        dense["bad"] = rows["bad"][src]
+    return dense, dense_pos
+
+
+def presence(slot: np.ndarray, row_pos: np.ndarray, m: int, s_count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every (module slot, position) with a row, once, sorted by slot then position (slots < m)."""
+    if m * s_count <= _MATRIX_CELLS:
+        seen = np.zeros((m, s_count), dtype=bool)
+        seen[slot, row_pos] = True
+        pm, pp = np.nonzero(seen)
+        return pm, pp
+    pairs = np.unique(slot * s_count + row_pos)
+    return pairs // s_count, pairs % s_count
+
+
+def cell_places(starts: np.ndarray, stops: np.ndarray, s_count: int, slots: np.ndarray, lo: np.ndarray,
+                hi: np.ndarray, ids: np.ndarray, mod: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(stretch, place) of each row: the stretch [starts[k], stops[k]) holding its position, and its
+    module's place among that stretch's modules, `slots[lo[k]:hi[k]]` (ascending slots of `ids`);
+    place -1 where the row's module is not among them (or no stretch holds its position)."""
+    m, k_count = len(ids), len(starts)
+    at = np.full(s_count + 1, -1, dtype=np.int64)   # position -> stretch; s_count: none
+    lengths = stops - starts
+    at[np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))] = \
+        np.repeat(np.arange(k_count), lengths)
+    k = at[np.where((pos >= 0) & (pos < s_count), pos, s_count)]
+    slot = module_slots(ids, mod)
+    n = hi - lo
+    stretch_of = np.repeat(np.arange(k_count, dtype=np.int64), n)
+    member = np.concatenate([slots[a:b] for a, b in zip(lo, hi, strict=True)]) if k_count else np.zeros(0, np.int64)
+    local = np.arange(len(member)) - np.repeat(np.cumsum(n) - n, n)
+    if k_count * (m + 1) <= _MATRIX_CELLS:   # a (stretch, slot) -> place table
+        table = np.full(k_count * (m + 1), -1, dtype=np.int64)
+        table[stretch_of * (m + 1) + member] = local
+        place = np.where(k >= 0, table[np.maximum(k, 0) * (m + 1) + slot], -1)
+        return k, place
+    key = stretch_of * (m + 1) + member   # sorted: stretches in order, slots ascending in each
+    want = k * (m + 1) + slot
+    g = np.minimum(np.searchsorted(key, want), max(len(key) - 1, 0))
+    found = (k >= 0) & (len(key) > 0) & (key[g] == want) if len(key) else np.zeros(len(k), dtype=bool)
+    return k, np.where(found, local[g] if len(key) else -1, -1)
+
+
+def fill_counters(n_cells: int, cell: np.ndarray, delta: np.ndarray, queued: np.ndarray, has: np.ndarray,
+                  invalid: np.ndarray) -> dict[str, np.ndarray]:
+    """One direction's counters of every stretch as flat per-cell arrays (analysis.cells' order), with
+    rows of deltas put in their `cell`; a cell without a row has no measurement (invalid)."""
+    out = {f: np.zeros(n_cells) for f in ("tm", "wait", "queued", "errors")}
+    out.update({f: np.zeros(n_cells, dtype=bool) for f in ("has_wait", "has_queue", "has_errors")})
+    out["invalid"] = np.ones(n_cells, dtype=bool)
+    out["tm"][cell] = delta[:, 0]
+    out["wait"][cell] = delta[:, 1]
+    out["has_wait"][cell] = has[:, 1]
+    out["queued"][cell] = queued
+    out["has_queue"][cell] = has[:, 2]
+    out["errors"][cell] = delta[:, 2]
+    out["has_errors"][cell] = has[:, 3]
+    out["invalid"][cell] = invalid
+    return out
+
+
+def flat_view(arrays: list[np.ndarray]) -> np.ndarray | None:
+    """The arrays as one flat array without a copy, when they lie back to back in one buffer in this
+    order (load_stretches makes each stretch's counters so); None otherwise."""
+    if not arrays:
+        return None
+    base = arrays[0].base
+    if base is None or base.ndim != 1 or not base.flags.c_contiguous or any(a.base is not base for a in arrays):
+        return None
+    item = base.itemsize
+    start = (arrays[0].__array_interface__["data"][0] - base.__array_interface__["data"][0]) // item
+    at = start
+    for a in arrays:
+        if not a.flags.c_contiguous or a.__array_interface__["data"][0] != base.__array_interface__["data"][0] + at * item:
+            return None
+        at += a.size
+    return base[start:at]

@@ -1,0 +1,37 @@
+"""matplotlib, imported when a figure is first drawn: the Agg backend, and labels as plain text (names
+from the run: modules, nodes, commands; '$x$' is not math here).
+
+matplotlib costs about 0.4 s to import, most of a short command's start (`nestlab accuracy` draws
+nothing): the modules that draw (analysis.render.plots, analysis.render.html.figures) take `plt` from
+here, which imports pyplot on its first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_pyplot: Any = None
+
+
+def pyplot() -> Any:
+    """matplotlib.pyplot, set up (Agg, no TeX) on the first call."""
+    global _pyplot
+    if _pyplot is None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        matplotlib.rcParams["text.parse_math"] = False
+        import matplotlib.pyplot as plt
+
+        _pyplot = plt
+    return _pyplot
+
+
+class _Pyplot:
+    """Stands for matplotlib.pyplot: any attribute imports it."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(pyplot(), name)
+
+
+plt = _Pyplot()
