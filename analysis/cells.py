@@ -17,15 +17,17 @@ from analysis.dense import flat_view
 from analysis.stretches import KINDS, Counters, Stretch
 
 
+def _readonly(a: np.ndarray) -> np.ndarray:
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
 def _flat(arrays: list[np.ndarray]) -> np.ndarray:
     """The arrays flattened into one, in order: a read-only view when they lie back to back in one
     buffer (analysis.dense.flat_view), else a copy."""
     view = flat_view(arrays)
-    if view is None:
-        return np.concatenate([a.ravel() for a in arrays])
-    view = view.view()
-    view.flags.writeable = False
-    return view
+    return np.concatenate([a.ravel() for a in arrays]) if view is None else _readonly(view)
 
 
 @dataclass
@@ -55,20 +57,26 @@ class Batch:
     def edge_cells(self, edges: list[list[tuple[int, int]]]) -> tuple[np.ndarray, np.ndarray]:
         """Cell edges (parent cells, child cells) for a list of edges per stretch, in order:
         stretch, then edge, then snapshot."""
-        ps, cs = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
-        for st, off, es in zip(self.stretches, self.offsets[:-1], edges, strict=True):
-            if not es:
-                continue
-            e = np.asarray(es, dtype=np.int64)
-            t = np.arange(st.t, dtype=np.int64)
-            ps.append((off + e[:, :1] * st.t + t).ravel())
-            cs.append((off + e[:, 1:] * st.t + t).ravel())
-        return np.concatenate(ps), np.concatenate(cs)
+        arrays = [st.edge_array if es is st.edges else np.asarray(es, dtype=np.int64).reshape(-1, 2)
+                  for st, es in zip(self.stretches, edges, strict=True)]
+        if not arrays or not sum(len(e) for e in arrays):
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        e = np.concatenate(arrays)
+        k = np.repeat(np.arange(len(arrays)), [len(a) for a in arrays])
+        t = np.array([st.t for st in self.stretches], dtype=np.int64)[k]   # each edge's snapshots
+        within = np.arange(int(t.sum()), dtype=np.int64) - np.repeat(np.cumsum(t) - t, t)
+        off = self.offsets[:-1][k]
+        return np.repeat(off + e[:, 0] * t, t) + within, np.repeat(off + e[:, 1] * t, t) + within
 
     @cached_property
     def detached(self) -> np.ndarray:
         """Per cell: the module is detached in its stretch (analysis.stretches.Stretch.detached)."""
         return self.per_module([st.detached for st in self.stretches], dtype=bool)
+
+    @cached_property
+    def n_parents(self) -> np.ndarray:
+        """Per cell: how many parents (upper layers) its module has in its stretch."""
+        return np.bincount(self.edges[1], minlength=self.n_cells)
 
     @cached_property
     def edges(self) -> tuple[np.ndarray, np.ndarray]:
@@ -79,12 +87,28 @@ class Batch:
         """One direction's counters, flattened to cells."""
         if d not in self._cache:
             names = Counters.__dataclass_fields__
-            if self.stretches:   # load_stretches lays them out back to back: then no copy (read-only)
+            shared = self._shared_flat(d)
+            if shared is not None:   # load_stretches lays them out back to back: no copy (read-only)
+                self._cache[d] = Counters(*(_readonly(shared[f]) for f in names))
+            elif self.stretches:
                 self._cache[d] = Counters(*(_flat([getattr(st.counters[d], f) for st in self.stretches])
                                             for f in names))
             else:  # no cells (a run whose collector saw no module): empty, with the right dtypes
                 self._cache[d] = Counters(*(a.ravel() for a in vars(Counters.empty(0, 0)).values()))
         return self._cache[d]
+
+    def _shared_flat(self, d: str) -> dict[str, np.ndarray] | None:
+        """The flat arrays of direction d when the stretches are consecutive pieces of one run's
+        (Stretch.flat, as build_stretches made them and still holding them), else None."""
+        marks = [st.flat for st in self.stretches]
+        if not marks or any(m is None for m in marks):
+            return None
+        buffers, lo, hi = marks[0][0], marks[0][1], marks[-1][2]
+        if any(m[0] is not buffers for m in marks) or any(a[2] != b[1] for a, b in zip(marks, marks[1:], strict=False)):
+            return None
+        if any(st.counters[d].tm.base is not buffers[d]["tm"] for st in self.stretches):
+            return None   # counters replaced since
+        return {f: a[lo:hi] for f, a in buffers[d].items()}
 
     def split(self, flat: np.ndarray) -> list[np.ndarray]:
         """Cut a flat per-cell array back into modules x snapshots arrays, one per stretch."""

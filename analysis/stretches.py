@@ -111,6 +111,9 @@ class Stretch:
     # The collector's probes as this stretch sees them (analysis.probes.StretchProbes); None = none
     # (runs of format <= 4 carry an empty one). flowdiagnoser:probe=on reads it.
     probes: Any = None
+    # (buffers, start, stop) when the counters are views of buffers[d][field][start:stop], one flat
+    # array per direction and field for a whole run (build_stretches): analysis.cells takes those.
+    flat: Any = None
 
     def __post_init__(self):
         self.edges = sorted(set(self.edges))  # one canonical order: every variant relies on it
@@ -127,6 +130,11 @@ class Stretch:
     @property
     def t(self) -> int:
         return len(self.seqs)
+
+    @cached_property
+    def edge_array(self) -> np.ndarray:
+        """`edges` as an (E, 2) array."""
+        return np.asarray(self.edges, dtype=np.int64).reshape(-1, 2)
 
     @cached_property
     def parents(self) -> list[list[int]]:
@@ -511,6 +519,7 @@ def build_stretches(seqs: np.ndarray, mono: np.ndarray, kind: dict[int, str], pe
         o0, o1, shape = offsets[j], offsets[j + 1], (len(here), b - a)
         for d in DIRS:
             st.counters[d] = Counters(*(flat[d][f][o0:o1].reshape(shape) for f in fields))
+        st.flat = (flat, int(o0), int(o1))
         stretches.append(st)
     return stretches
 

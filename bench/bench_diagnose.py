@@ -1,6 +1,6 @@
 """Diagnosis speed: vectorised variants vs the per-snapshot reference, on a synthetic 15-minute run.
 
-    .venv/bin/python bench/bench_diagnose.py [--minutes 15] [--ref-stretches 60] [--fresh]
+    .venv/bin/python bench/bench_diagnose.py [--minutes 15] [--ref-stretches 60] [--fresh] [--repeat 3]
 
 The run has ~100 modules (4 apps x 12 connections: app, socket, tcp, one ipeth) at 100 ms, with
 connection churn (graph changes), faults and counter glitches (tests/support/synthetic.py).
@@ -11,7 +11,9 @@ the run, where both results are also compared.
 Every rule system is measured by default, `flowdiagnoser:shared=on` and `peer` included. The
 synthetic run records no remote addresses, so the bench gives each TCP connection one of three
 (by its number, `Stretch.remote`) for the shared-dependency rule to group; the rate is checked
-against a floor of 1,000,000 module-diagnoses/s (the output says when a variant is below it).
+against a floor of 1,000,000 module-diagnoses/s (the output says when a variant is below it), and
+nest-cf's against its target of 10,000,000 (issue 23; 4.2 M before). Each fast path runs --repeat
+times; the best counts.
 
 `flowdiagnoser:probe=on` needs the collector's probes, which the synthetic run has not: the bench
 gives each connection the remote port 80 of its address and makes bursts to each remote about every
@@ -49,6 +51,7 @@ from tests.support.synthetic import synthetic_run  # noqa: E402
 DEFAULT = ["flowdiagnoser", "flowdiagnoser:shared=on", "flowdiagnoser:tcpstate=on", "flowdiagnoser:confirm_tcp=2",
            "flowdiagnoser:probe=on", "flowdiagnoser:probe=on,tcpstate=on", "peer", "nest-cf"]
 FLOOR = 1_000_000   # module-diagnoses/s every variant's fast path must reach
+TARGETS = {"nest-cf": 10_000_000}   # issue 23, item 4 (4.2 M before)
 PROBE_FLOOR = 5_000_000   # ... and the probe variants'
 BASELINE = "flowdiagnoser:theta=2"
 
@@ -77,6 +80,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ref-stretches", type=int, default=60, help="stretches the reference runs on")
     ap.add_argument("--variant", action="append", help="default: " + ", ".join(DEFAULT))
     ap.add_argument("--fresh", action="store_true", help="regenerate the synthetic run")
+    ap.add_argument("--repeat", type=int, default=3, help="fast-path runs per variant; the best counts (the "
+                    "machine's other load only ever adds time)")
     a = ap.parse_args(argv)
 
     cache = Path(tempfile.gettempdir()) / f"nestlab-bench-run-{a.minutes:g}min"
@@ -111,9 +116,11 @@ def main(argv=None) -> int:
     evidence = {}   # the reference's probe evidence of the sample: silences run across stretches
     for spec in specs:
         v = parse_variant(spec)
-        t0 = time.perf_counter()
-        diagnose_stretches(run, [v])
-        fast_s = time.perf_counter() - t0
+        fast_s = np.inf
+        for _ in range(max(1, a.repeat)):
+            t0 = time.perf_counter()
+            diagnose_stretches(run, [v])
+            fast_s = min(fast_s, time.perf_counter() - t0)
         fast_rate = 2 * cells / fast_s
         rates[v.name] = fast_rate
 
@@ -147,6 +154,10 @@ def main(argv=None) -> int:
         if v.params.get("probe"):
             print(f"{'':32s} beside {BASELINE}: {fast_rate:,.0f} vs {rates.get(BASELINE, float('nan')):,.0f} "
                   f"module-diagnoses/s in this run")
+        if v.name in TARGETS:
+            target = TARGETS[v.name]
+            print(f"{'':32s} target {target:,} module-diagnoses/s: {'met' if fast_rate >= target else 'missed'} "
+                  f"({fast_rate / target:.2f}x)")
         if not same:
             return 1
         if fast_rate < (PROBE_FLOOR if v.params.get("probe") else FLOOR):

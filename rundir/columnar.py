@@ -3,21 +3,23 @@
 Fetching a run's counters rows through Python's sqlite3 costs about 1 us a row (a 15-minute run at
 100 ms with ~100 modules: 1.8 M rows, about 2 s), more than every other step of the analysis put
 together. The copy holds what `rundir.read.read_counters` makes of those rows (seq, module,
-direction, the four values, which are supported, which hold no count; its warnings and the rows
-it could not place) as an Arrow IPC file, uncompressed, which pyarrow maps into memory and hands
-over as numpy arrays without copying (measured: Parquet, and IPC with lz4 or zstd, take 5-20 times
-as long to read, and copy). So the analysis reads the same arrays either way, and every result is
-the same.
+direction, the four values, which are supported, which hold no count; its warnings and the rows it
+could not place) as an Arrow IPC file, uncompressed, which pyarrow maps into memory and hands over
+as numpy arrays without copying (measured on that run: 7 ms; IPC with lz4 36 ms, zstd 43 ms,
+Parquet 190-225 ms, each a copy; docs/run-format.md). Its rows are ordered by direction, module and
+seq, the order load_stretches wants (analysis.dense takes them as they are); run.db gives them in
+the order they were written. Nothing the analysis makes of them depends on that order, so every
+result is the same either way.
 
 run.db stays the record. The copy carries a stamp of the run.db it was made from: the size and
-modification time (ns) of run.db and of run.db-wal, run.db's file change counter, the counters
-table's max(rowid) and the snapshots' count and max(seq) (a count(*) of counters would cost 0.1 s on that run, half the
-read; any write changes the modification time anyway). `read_counters` uses the copy only when
-the stamp matches run.db as it is now; otherwise it reads run.db and writes the copy again for the
-next reader (`write_copy`), when the directory can be written. The runner writes it when a run
-ends (harness/runner.py), so a fresh run is analysed from the copy; an older run gets one the first
-time it is analysed. Never a failure: a copy that cannot be read or written leaves run.db to the
-reader (the copy is only ever a shortcut).
+modification time (ns) of run.db and of run.db-wal (when it holds anything), run.db's file change
+counter, the counters table's max(rowid) and the snapshots' count and max(seq) (a count(*) of the
+counters would cost 0.1 s on that run; any write changes the modification time anyway).
+`read_counters` uses the copy only when the stamp matches run.db as it is now; otherwise it reads
+run.db and writes the copy again for the next reader (`write_copy`), when the directory can be
+written. The runner writes it when a run ends (harness/runner.py), so a fresh run is analysed from
+the copy; an older run gets one the first time it is analysed. Never a failure: a copy that cannot
+be read or written leaves run.db to the reader (the copy is only ever a shortcut).
 
 pyarrow is imported lazily: this module is controller-side (the collector and the agent never import
 it), and a reader whose run has no copy pays nothing for it.

@@ -72,31 +72,25 @@ def from_sum(total: np.ndarray) -> np.ndarray:
 _W = ABSENT + 1
 LSIGMA = {d: tuple(to_sum(t).ravel() for t in SIGMA[d]) for d in DIRS}
 L_ABSOLVE = float(to_sum(np.array(ABSOLVE_CO_PARENT)))
-# The same split for combine_sums: the finite part (0.0 for no update and for ±1) and the sign of ±1.
-_FINITE = {d: tuple(np.where(np.isfinite(t), t, 0.0) for t in LSIGMA[d]) for d in DIRS}
-_SIGN = {d: tuple(np.where(np.isinf(t), np.sign(t), 0).astype(np.int8) for t in LSIGMA[d]) for d in DIRS}
+# The values combine_sums adds: 0.0 for no update (adding 0.0 changes no sum: x + 0.0 is x, and a sum
+# from 0.0 is never -0.0), ±inf for ±1 as on the additive scale.
+_ADD = {d: tuple(np.where(np.isnan(t), 0.0, t) for t in LSIGMA[d]) for d in DIRS}
 
 
 def combine(values: np.ndarray, cells: np.ndarray, n: int) -> np.ndarray:
-    """parallel_combine of every value into its cell (0 where a cell gets nothing)."""
+    """parallel_combine of every value into its cell (0 where a cell gets nothing; NaN: no value)."""
     sums = to_sum(values)
-    finite = np.isfinite(sums)
-    sign = np.where(np.isinf(sums), np.sign(np.where(finite, 0.0, sums)), 0).astype(np.int8)
-    return combine_sums(np.where(finite, sums, 0.0), sign, cells, n)
+    return combine_sums(np.where(np.isnan(sums), 0.0, sums), cells, n)
 
 
-def combine_sums(finite: np.ndarray, sign: np.ndarray, cells: np.ndarray, n: int) -> np.ndarray:
-    """`combine` of values given on the additive scale: their finite part (0.0 for no value, or ±1)
-    and the sign of those that are ±1 (±inf there; 0 for the others). Adding 0.0 changes no sum
-    (x + 0.0 is x, and a sum from 0.0 is never -0.0), so the finite parts are summed as they come."""
-    pos = np.zeros(n, dtype=bool)
-    neg = np.zeros(n, dtype=bool)
-    at = np.flatnonzero(sign)
-    if len(at):
-        pos[cells[at[sign[at] > 0]]] = True
-        neg[cells[at[sign[at] < 0]]] = True
-    total = np.bincount(cells, weights=finite, minlength=n)
-    return np.where(pos & neg, 0.0, np.where(pos, 1.0, np.where(neg, -1.0, from_sum(total))))
+def combine_sums(sums: np.ndarray, cells: np.ndarray, n: int) -> np.ndarray:
+    """`combine` of values given on the additive scale (0.0 for no value; +1 and -1 are ±inf there),
+    summed in the order given. A cell with a +1 sums to +inf, so from_sum makes it 1.0 (-1 likewise);
+    one with both sums to NaN (inf - inf): total conflict, 0. The finite sums of the other cells are
+    those of the finite values alone, to the last bit."""
+    with np.errstate(invalid="ignore"):
+        total = np.bincount(cells, weights=sums, minlength=n)
+        return np.where(np.isnan(total), 0.0, from_sum(total))
 
 
 def _least_fixed_point(n: int, ep: np.ndarray, ec: np.ndarray, seed: np.ndarray, open_: np.ndarray,
@@ -125,14 +119,18 @@ def _least_fixed_point(n: int, ep: np.ndarray, ec: np.ndarray, seed: np.ndarray,
 def states(batch: Batch, d: str, anw: bool = True, ign: bool = True) -> np.ndarray:
     """Activity state code of every cell (paper Table 2)."""
     c = batch.counters(d)
-    st = np.where(c.tm > 0, ACT, np.where(c.has_wait, np.where(c.wait > 0, WAIT, IDLE), NONE)).astype(np.int8)
+    active = c.tm > 0
+    st = np.full(len(active), NONE, dtype=np.int8)
+    st[c.has_wait] = IDLE
+    st[c.has_wait & (c.wait > 0)] = WAIT
+    st[active] = ACT
     ep, ec = batch.edges
-    free = (c.tm == 0) & ~c.has_wait  # the modules whose state comes from their parents
+    free = ~active & ~c.has_wait  # the modules whose state comes from their parents (tm is never negative)
     n = batch.n_cells
     if anw:  # least fixed point: grows from nothing, one layer per round
         st[_least_fixed_point(n, ep, ec, st == WAIT, free)] = ANW
     if ign:
-        n_parents = np.bincount(ec, minlength=n)
+        n_parents = batch.n_parents
         candidate = free & (st == NONE) & ((n_parents > 0) | batch.detached)
         st[_least_fixed_point(n, ep, ec, st == IDLE, candidate, n_parents)] = IGN
     return st
@@ -145,10 +143,11 @@ def observations(batch: Batch, d: str, anw=True, ign=True, queues=True, errors=T
     obs = np.full((3, len(st)), ABSENT, dtype=np.int8)
     obs[0] = st
     if queues:
-        inactive = (st != ACT) & (st != WAIT)
-        obs[1] = np.where(c.has_queue & inactive, np.where(c.queued > 0, QNZ, QZ), ABSENT)
+        seen = c.has_queue & (st != ACT) & (st != WAIT)   # inactive modules' queues
+        obs[1][seen] = QZ
+        obs[1][seen & (c.queued > 0)] = QNZ
     if errors:
-        obs[2] = np.where(c.has_errors & (c.errors > 0), ERR, ABSENT)
+        obs[2][c.has_errors & (c.errors > 0)] = ERR
     return obs
 
 
@@ -162,8 +161,8 @@ def diagnose_direction(batch: Batch, d: str, anw=True, ign=True, queues=True, er
     obs = observations(batch, d, anw, ign, queues, errors)
     ep, ec = batch.edges
     slots = [i for i in range(3) if (obs[i] != ABSENT).any()]
-    at_p = {i: obs[i][ep].astype(np.int16) for i in slots}   # each end's observation on every edge
-    at_c = {j: obs[j][ec].astype(np.int16) for j in slots}
+    at_p = {i: obs[i][ep].astype(np.intp) for i in slots}   # each end's observation on every edge
+    at_c = {j: obs[j][ec].astype(np.intp) for j in slots}
     has_p = {i: at_p[i] != ABSENT for i in slots if i}        # slot 0 (the state) is never ABSENT
     has_c = {j: at_c[j] != ABSENT for j in slots if j}
     pieces = []   # phase one: every pair of observations across every edge (X parent, Y child)
@@ -182,23 +181,18 @@ def diagnose_direction(batch: Batch, d: str, anw=True, ign=True, queues=True, er
     rep = np.repeat(ep, others)
     # Every value in one array, in the fold's order, written in place (no concatenation).
     size = 2 * sum(len(x) for _, x, _ in pieces) + len(rep)
-    finite, sign = np.empty(size), np.empty(size, dtype=np.int8)
-    cells = np.empty(size, dtype=np.intp)
-    (fx, fy), (sx, sy) = _FINITE[d], _SIGN[d]
-    if d == "in":   # Y produces: the child's value from sigma_P, the parent's from sigma_C
-        (fx, fy), (sx, sy) = (fy, fx), (sy, sx)
+    sums, cells = np.empty(size), np.empty(size, dtype=np.intp)
+    fx, fy = _ADD[d] if d == "out" else _ADD[d][::-1]   # "in": Y produces, X's value from sigma_C
     at = 0
     for code, x, y in pieces:
-        for tf, ts, who in ((fx, sx, x), (fy, sy, y)):
+        for table, who in ((fx, x), (fy, y)):
             end = at + len(code)
-            np.take(tf, code, out=finite[at:end])
-            np.take(ts, code, out=sign[at:end])
+            np.take(table, code, out=sums[at:end])
             cells[at:end] = who
             at = end
-    finite[at:] = L_ABSOLVE
-    sign[at:] = 0
+    sums[at:] = L_ABSOLVE
     cells[at:] = rep
-    return combine_sums(finite, sign, cells, batch.n_cells)
+    return combine_sums(sums, cells, batch.n_cells)
 
 
 def diagnose(batch: Batch, anw=True, ign=True, queues=True, errors=True, threshold=0.0):
