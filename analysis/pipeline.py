@@ -9,10 +9,12 @@
         the same for one run, then render (analysis.render: tables as Markdown/CSV/LaTeX, figures,
         the HTML report) into <run>/analysis/.
 
-Many runs at once: evaluate(..., jobs=N) analyses the runs in N worker processes (forked, one run
-per process, which then exits: memory stays bounded by one loaded run per worker). A worker hands
-back what the serial path keeps of a run (its counts, health, warnings), never the loaded run, and
-the results are assembled in the order of the runs, so the Evaluation is the serial one. keep=True
+Many runs at once: evaluate(..., jobs=N) analyses the runs in N worker processes (forked; each
+takes one run at a time and keeps nothing of it once done, so memory stays bounded by one loaded run
+per worker). A worker hands back what the serial path keeps of a run (its counts, health, warnings),
+never the loaded run, and the results are assembled in the order of the runs, so the Evaluation is
+the serial one. (A fresh process per run, maxtasksperchild=1, measured 1.5-2x slower here on
+15-minute runs for the same peak: a process's first run costs more than its next ones.) keep=True
 (figures, reports: they need each run's frames) is always serial.
 
 Scoring without keep counts TP/TN/FP/FN straight from the variants' arrays (_fast_counts: the
@@ -182,13 +184,12 @@ def _quiet_worker() -> None:
 
 
 def _parallel(runs, vs, pol, jobs: int, done) -> list[RunResult]:
-    """The runs in `jobs` forked processes, each analysing one run and exiting (maxtasksperchild=1:
-    a worker's memory is one run's); results in the runs' order, up to the first that failed when
-    done() says stop (the rest are not waited for)."""
+    """The runs in `jobs` forked processes, each analysing one run at a time; results in the runs'
+    order, up to the first that failed when done() says stop (the rest are not waited for)."""
     global _JOB
     _JOB = (runs, vs, pol)
     out: list[RunResult | None] = [None] * len(runs)
-    pool = multiprocessing.get_context("fork").Pool(jobs, initializer=_quiet_worker, maxtasksperchild=1)
+    pool = multiprocessing.get_context("fork").Pool(jobs, initializer=_quiet_worker)
     try:
         for k, (i, res) in enumerate(pool.imap_unordered(_work, range(len(runs))), 1):
             out[i] = res
@@ -249,12 +250,12 @@ def _fast_counts(data, diags, names: list[str], labels: pd.DataFrame) -> pd.Data
     rows (analysis.load.counters_frame) and every variant's arrays are both stretch by stretch,
     direction by direction, module by module, snapshot by snapshot, so labels[i] is the label of
     each variant's i-th cell. None (use the join) when that alignment cannot be shown here: rows
-    that are not the stretches' cells one to one, or a cell that occurs twice."""
+    that are not the stretches' cells one to one, or a cell that occurs twice.
+
+    A segment is one module's snapshots in one stretch and direction (contiguous rows); the counts
+    are one bincount per variant over (direction, module) x (actual, positive) of the rows kept."""
     stretches = [sd.stretch for sd in diags]
-    c = data.counters
-    sizes = [st.n * st.t for st in stretches]
-    total = 2 * sum(sizes)
-    if len(c) != total or len(labels) != total or not stretches:
+    if not stretches:
         return None
     last = -1
     for st in stretches:   # seqs rising across stretches, modules once each: every cell is unique
@@ -263,59 +264,60 @@ def _fast_counts(data, diags, names: list[str], labels: pd.DataFrame) -> pd.Data
         if len(set(st.modules)) != st.n:
             return None
         last = st.seqs[-1] if st.t else last
-    block_mod, block_seq, block_dir, block_k, block_i = [], [], [], [], []
-    for k, st in enumerate(stretches):
-        mods = np.asarray(st.modules, dtype=np.int64)
-        for di in range(len(DIRS)):
-            block_mod.append(np.repeat(mods, st.t))
-            block_seq.append(np.tile(st.seqs, st.n))
-            block_dir.append(np.full(st.n * st.t, di, dtype=np.int8))
-            block_k.append(np.full(st.n * st.t, k, dtype=np.int64))
-            block_i.append(np.repeat(np.arange(st.n, dtype=np.int64), st.t))
-    module = np.concatenate(block_mod)
-    dirs = np.concatenate(block_dir)
-    if not (np.array_equal(module, c["module"].to_numpy(np.int64))
-            and np.array_equal(np.concatenate(block_seq), c["seq"].to_numpy(np.int64))
-            and np.array_equal(dirs, np.asarray(c["dir"].cat.codes if hasattr(c["dir"], "cat")
-                                                else pd.Categorical(c["dir"], categories=list(DIRS)).codes,
-                                                dtype=np.int8))):
+    nd = len(DIRS)
+    seg_mod = np.concatenate([np.asarray(st.modules, dtype=np.int64) for st in stretches for _ in DIRS])
+    seg_len = np.concatenate([np.full(st.n, st.t, dtype=np.int64) for st in stretches for _ in DIRS])
+    seg_dir = np.concatenate([np.full(st.n, di, dtype=np.int64) for st in stretches for di in range(nd)])
+    seg_k = np.concatenate([np.full(st.n, k, dtype=np.int64) for k, st in enumerate(stretches) for _ in DIRS])
+    seg_i = np.concatenate([np.arange(st.n, dtype=np.int64) for st in stretches for _ in DIRS])
+    total = int(seg_len.sum())
+    c = data.counters
+    if len(c) != total or len(labels) != total:
         return None
+    dir_codes = c["dir"].cat.codes if isinstance(c["dir"].dtype, pd.CategoricalDtype) and \
+        list(c["dir"].cat.categories) == list(DIRS) else pd.Categorical(c["dir"], categories=list(DIRS)).codes
+    if not (np.array_equal(np.repeat(seg_mod, seg_len), c["module"].to_numpy(np.int64))
+            and np.array_equal(np.concatenate([np.tile(st.seqs, st.n) for st in stretches for _ in DIRS]),
+                               c["seq"].to_numpy(np.int64))
+            and np.array_equal(np.repeat(seg_dir, seg_len), np.asarray(dir_codes, dtype=np.int64))):
+        return None
+    ids = np.unique(seg_mod)
+    seg_group = seg_dir * len(ids) + np.searchsorted(ids, seg_mod)
+    ngroups = nd * len(ids)
     invalid = np.concatenate([st.counters[d].invalid.ravel() for st in stretches for d in DIRS])
     kept = ~(labels["exclude"].to_numpy(bool) | invalid)
-    actual = labels["actual"].to_numpy(bool)[kept]
-    ids, mod_idx = np.unique(module, return_inverse=True)
-    group = (dirs.astype(np.int64) * len(ids) + mod_idx)[kept]
-    ngroups = len(DIRS) * len(ids)
-    rows = np.flatnonzero(kept)
-    first = np.full(ngroups, total, dtype=np.int64)
-    np.minimum.at(first, group, rows)
-    present = np.flatnonzero(first < total)
+    actual = labels["actual"].to_numpy(bool)
+    starts = np.concatenate([[0], np.cumsum(seg_len)[:-1]])
+    nonempty = seg_len > 0
+    seg_any = np.zeros(len(seg_len), dtype=bool)
+    seg_any[nonempty] = np.logical_or.reduceat(kept, starts[nonempty]) if total else False
+    present, first = np.unique(seg_group[seg_any], return_index=True)   # a group's first segment with a row kept
     if not len(present):
         return module_counts(pd.DataFrame({"variant": pd.Series([], dtype=str), "dir": pd.Series([], dtype=str),
                                            "module": pd.Series([], dtype=np.int64),
                                            "actual": pd.Series([], dtype=bool), "positive": pd.Series([], dtype=bool),
                                            "exclude": pd.Series([], dtype=bool)}))
-    k_first = np.concatenate(block_k)[first[present]]
-    i_first = np.concatenate(block_i)[first[present]]
-    g_dir = present // len(ids)
-    g_mod = ids[present % len(ids)]
-    frames = []
-    for vi, name in enumerate(names):
-        pos = np.concatenate([sd.results[name][d][1].ravel() for sd in diags for d in DIRS]).astype(bool)[kept]
-        out = {}
-        for col, m in (("TP", actual & pos), ("TN", ~actual & ~pos), ("FP", ~actual & pos), ("FN", actual & ~pos)):
-            out[col] = np.bincount(group, weights=m, minlength=ngroups)[present].astype(np.int64)
-        frames.append((vi, out))
+    where = np.flatnonzero(seg_any)[first]
+    row_group = np.repeat(seg_group, seg_len)[kept] * 4 + actual[kept] * 2
+    cols = {"TP": [], "TN": [], "FP": [], "FN": []}
+    for name in names:
+        pos = np.concatenate([sd.results[name][d][1].ravel() for sd in diags for d in DIRS])
+        n = np.bincount(row_group + pos[kept], minlength=ngroups * 4).reshape(ngroups, 4)[present]
+        cols["TN"].append(n[:, 0])   # code: actual * 2 + positive
+        cols["FP"].append(n[:, 1])
+        cols["FN"].append(n[:, 2])
+        cols["TP"].append(n[:, 3])
     # The join's groups come in the order of their first row in diagnose_run's frame: stretch, variant,
-    # direction, module (the module's first kept row, which the counters' order gives).
-    nv = len(names)
-    vi_all = np.repeat(np.arange(nv), len(present))
-    order = np.lexsort((np.tile(i_first, nv), np.tile(g_dir, nv), vi_all, np.tile(k_first, nv)))
+    # direction, module (the module's first segment with a row kept, in the counters' order).
+    nv, ng = len(names), len(present)
+    vi = np.repeat(np.arange(nv), ng)
+    g_dir, g_mod = present // len(ids), ids[present % len(ids)]
+    order = np.lexsort((np.tile(seg_i[where], nv), np.tile(g_dir, nv), vi, np.tile(seg_k[where], nv)))
     frame = pd.DataFrame({
-        "variant": np.asarray(names, dtype=object)[vi_all][order],
+        "variant": np.asarray(names, dtype=object)[vi][order],
         "dir": np.asarray(DIRS, dtype=object)[np.tile(g_dir, nv)][order],
         "module": np.tile(g_mod, nv)[order].astype(np.int64),
-        **{col: np.concatenate([f[col] for _, f in frames])[order] for col in ("TP", "TN", "FP", "FN")}})
+        **{col: np.concatenate(v).astype(np.int64)[order] for col, v in cols.items()}})
     return frame.groupby(["variant", "dir", "module"], sort=False, as_index=False)[["TP", "TN", "FP", "FN"]].sum()
 
 

@@ -424,7 +424,7 @@ def _print_split(suite: Suite, planned: list[tuple[int, object]], shard: tuple[i
     for j in range(1, n + 1):
         runs = [(i, e) for i, e in planned if in_shard(i, (j, n))]
         est = sum(e.spec.duration + RUN_OVERHEAD_S for _, e in runs)
-        names = ", ".join(f"{i}:{e.spec.name}" for i, e in runs[:6]) + (", ..." if len(runs) > 6 else "")
+        names = ", ".join(f"{i}:{e.spec.name}" for i, e in runs[:12]) + (", ..." if len(runs) > 12 else "")
         mark = "  <- this one" if j == k else ""
         print(f"  shard {j}/{n}: {len(runs)} runs, about {_dur(est)}: {names}{mark}", flush=True)
 
