@@ -57,27 +57,39 @@ def quiet_snapshots(data) -> pd.Series:
 
 
 def _silences(data, quiet: pd.Series) -> dict[str, tuple[int, int]]:
-    """Per direction: (busy, silent) TCP module-snapshots in quiet time."""
+    """Per direction: (busy, silent) TCP module-snapshots in quiet time. On the frame's columns as
+    arrays (a 15-minute run has millions of rows: no copies of the frame)."""
     c = data.counters
-    tcp_ids = data.modules.index[data.modules["kind"] == "tcp"]
-    c = c[c["module"].isin(tcp_ids)]
+    tcp_ids = data.modules.index[data.modules["kind"] == "tcp"].to_numpy(np.int64)
+    module = c["module"].to_numpy(np.int64)
+    tcp = np.isin(module, tcp_ids)
+    is_out = (c["dir"] == "out").to_numpy(bool)
+    seq = c["seq"].to_numpy(np.int64)
     out = {}
     for d in ("out", "in"):
-        s = c[(c["dir"] == d)].sort_values(["module", "seq"], kind="stable")
-        mod = s["module"].to_numpy(np.int64)
-        tm = s["tm"].to_numpy(float)
-        first = np.ones(len(s), dtype=bool)
+        sel = np.flatnonzero(tcp & (is_out if d == "out" else ~is_out))
+        if not len(sel):
+            out[d] = (0, 0)
+            continue
+        sel = sel[np.lexsort((seq[sel], module[sel]))]   # by module and seq, stably
+        mod = module[sel]
+        tm = c["tm"].to_numpy(float)[sel]
+        first = np.ones(len(sel), dtype=bool)
         first[1:] = mod[1:] != mod[:-1]
         if d == "out":
-            prev_q = np.roll(s["queued"].to_numpy(float) * s["has_queue"].to_numpy(bool), 1)
+            prev_q = np.roll(c["queued"].to_numpy(float)[sel] * c["has_queue"].to_numpy(bool)[sel], 1)
             busy = ~first & (prev_q > 0)
-        else:
+        else:   # in the middle of a received flow: data before and after it, in the same module
             moved = (tm > 0).astype(np.int64)
-            group = np.cumsum(first)
-            before = pd.Series(moved).groupby(group).cumsum().to_numpy() - moved
-            after = pd.Series(moved[::-1]).groupby(group[::-1]).cumsum().to_numpy()[::-1] - moved
+            total = np.cumsum(moved)
+            heads = np.flatnonzero(first)
+            group = np.cumsum(first) - 1
+            ends = np.append(heads[1:], len(sel)) - 1
+            before = total - moved - (total[heads] - moved[heads])[group]
+            after = total[ends][group] - total
             busy = (before > 0) & (after > 0)
-        ok = busy & ~s["invalid"].to_numpy(bool) & quiet.reindex(s["seq"]).fillna(False).to_numpy(bool)
+        quiet_at = quiet.reindex(seq[sel]).fillna(False).to_numpy(bool)
+        ok = busy & ~c["invalid"].to_numpy(bool)[sel] & quiet_at
         out[d] = (int(ok.sum()), int((ok & (tm == 0)).sum()))
     return out
 
@@ -177,8 +189,9 @@ def network_health(data) -> RunHealth | None:
         _rtts(data, tcp_ids, quiet, h)
     c = data.counters
     qmask = quiet.reindex(c["seq"]).fillna(False).to_numpy(bool)
-    retrans = c[(c["dir"] == "out") & c["module"].isin(tcp_ids) & qmask & ~c["invalid"]]
-    h.retransmissions_quiet = int(retrans["errors"].sum())
+    retrans = ((c["dir"] == "out").to_numpy(bool) & np.isin(c["module"].to_numpy(np.int64), tcp_ids.to_numpy(np.int64))
+               & qmask & ~c["invalid"].to_numpy(bool))   # the rows alone, not a copy of the frame's
+    h.retransmissions_quiet = int(c["errors"].to_numpy(float)[retrans].sum())
     _queues(data, h)
     sil = _silences(data, quiet)
     h.busy_out, h.silent_out = sil["out"]

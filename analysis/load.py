@@ -222,11 +222,10 @@ def _attach_workloads(mods: pd.DataFrame, procs: pd.DataFrame, workloads: list[S
 
     guessed = False
     wl_idx, wl_kind, wl_dir = [], [], []
-    for _mid, row in mods.iterrows():
-        a = row["attrs"]
+    for a, mkind, born in zip(mods["attrs"], mods["kind"], mods["born"], strict=True):   # not iterrows: 1,000s of modules
         idx = kind = direction = None
-        if row["kind"] in ("app", "socket", "tcp"):
-            p = proc_of(a.get("pid"), float(row["born"]))
+        if mkind in ("app", "socket", "tcp"):
+            p = proc_of(a.get("pid"), float(born))
             if p is not None and p[1] is not None and p[1] == p[1]:
                 idx = int(p[1])
                 if 0 <= idx < len(workloads):
@@ -247,16 +246,15 @@ def _attach_workloads(mods: pd.DataFrame, procs: pd.DataFrame, workloads: list[S
 
     # One-way direction (thesis 3.5.2): apps and sockets of upload-only or download-only workloads.
     # Sockets of a two-way (dual) iperf carry one direction each (thesis 3.7 port rule).
-    tcp_by_inode = {r["attrs"].get("inode"): r["attrs"] for _, r in mods[mods["kind"] == "tcp"].iterrows()}
+    tcp_by_inode = {a.get("inode"): a for a, k in zip(mods["attrs"], mods["kind"], strict=True) if k == "tcp"}
     oneway = []
-    for _mid, row in mods.iterrows():
-        d = row["wl_direction"]
-        if row["kind"] not in ("app", "socket") or d is None:
+    for a, mkind, d in zip(mods["attrs"], mods["kind"], mods["wl_direction"], strict=True):
+        if mkind not in ("app", "socket") or d is None:
             oneway.append(None)
         elif d in ("upload", "download"):
             oneway.append(d)
-        elif row["kind"] == "socket":
-            oneway.append(_socket_direction(row["attrs"], tcp_by_inode.get(row["attrs"].get("inode"))))
+        elif mkind == "socket":
+            oneway.append(_socket_direction(a, tcp_by_inode.get(a.get("inode"))))
         else:
             oneway.append(None)
     mods["oneway"] = oneway

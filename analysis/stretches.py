@@ -359,13 +359,17 @@ def series_deltas(mod: np.ndarray, vals: np.ndarray, has: np.ndarray, kinds_zero
     start = np.ones(r, dtype=bool)
     start[1:] = mod[1:] != mod[:-1]
     vals = absorb_wait_jitter(vals, has, start)
-    # Common case, vectorised: difference with the previous row of the same module.
-    ok = has[:, cum].copy()
-    ok[1:] &= has[:-1, cum]
-    delta = np.zeros((r, len(_CUM)))
-    delta[1:] = vals[1:, cum] - vals[:-1, cum]
-    delta = np.where(ok, delta, 0.0)
-    delta[start] = np.where(has[start][:, cum], vals[start][:, cum], 0.0)  # first appearance: from zero
+    # Common case, vectorised: difference with the previous row of the same module (in place: one
+    # copy of the cumulative columns, not four).
+    cv, hc = vals[:, cum], has[:, cum]
+    ok = hc.copy()
+    ok[1:] &= hc[:-1]
+    delta = np.empty((r, len(_CUM)))
+    delta[0] = 0.0
+    np.subtract(cv[1:], cv[:-1], out=delta[1:])
+    delta[~ok] = 0.0
+    delta[start] = np.where(hc[start], cv[start], 0.0)  # first appearance: from zero
+    del cv, hc
     invalid = start & ~kinds_zero
     bad = ((delta < 0) & ok).any(1) & ~start
     if bad.any():
@@ -421,8 +425,11 @@ def load_stretches(run_dir: str | Path) -> RunStretches:
     # Deltas per direction on rows sorted by (module, seq): each direction one slice of the rows.
     zero_ids = np.fromiter((i for i, k in kind.items() if k in STARTS_AT_ZERO), dtype=np.int64)
     split = int(np.searchsorted(rows["out"], True))
-    per_dir = {}
-    for d, is_out, sl in (("in", False, slice(0, split)), ("out", True, slice(split, None))):
+
+    def deltas(d: str) -> tuple:
+        """One direction's rows as build_stretches takes them, made when it asks (one at a time in memory)."""
+        is_out = d == "out"
+        sl = slice(split, None) if is_out else slice(0, split)
         mod = rows["module"][sl]
         vals, has, bad = repair.carry_over_bad(mod, rows["vals"][sl], rows["has"][sl], rows["bad"][sl])
         delta, invalid = series_deltas(mod, vals, has, np.isin(mod, zero_ids), pos[sl] == 0)
@@ -434,13 +441,25 @@ def load_stretches(run_dir: str | Path) -> RunStretches:
             invalid |= np.isin(mod, lost)
         if unplaced.from_seq is not None:
             invalid |= rows["seq"][sl] >= unplaced.from_seq
-        per_dir[d] = (pos[sl], mod, delta, vals[:, _QUEUED], has, invalid)
+        return pos[sl], mod, delta, vals[:, _QUEUED], has, invalid
 
+    per_dir = _Lazy(deltas)
     run.stretches = build_stretches(seqs, mono, kind, per_dir, rows["module"], pos, edge_rows)
     mark_detached(run.stretches, attached_modules(run.stretches), remote_addresses(mods))
     tcpstate.attach(run.stretches, tcp_rows, seqs, mono)
     probes.attach(run.stretches, probes.burst_table(probe_rows), seqs, mono, probes.module_remotes(mods))
     return run
+
+
+class _Lazy(dict):
+    """A mapping whose values are made by `make(key)` each time they are asked for, never kept."""
+
+    def __init__(self, make):
+        super().__init__()
+        self._make = make
+
+    def __missing__(self, key):
+        return self._make(key)
 
 
 def build_stretches(seqs: np.ndarray, mono: np.ndarray, kind: dict[int, str], per_dir: dict[str, tuple],
@@ -487,6 +506,7 @@ def build_stretches(seqs: np.ndarray, mono: np.ndarray, kind: dict[int, str], pe
     bounds = np.array(sorted(c for c in change if 0 <= c <= s_count), dtype=np.int64)
     by_pos = stable_order(pp, s_count)
     pm_sorted, pp_sorted = pm[by_pos], pp[by_pos]   # by position, then slot
+    del pm, pp, by_pos, new_run, end_run
     starts, stops = bounds[:-1], bounds[1:]
     lo, hi = np.searchsorted(pp_sorted, starts), np.searchsorted(pp_sorted, starts + 1)
     full = np.flatnonzero(hi > lo)   # an interval where no module is present makes no stretch
@@ -503,6 +523,7 @@ def build_stretches(seqs: np.ndarray, mono: np.ndarray, kind: dict[int, str], pe
             k, place, p_, delta, queued, has, invalid = (a[keep] for a in (k, place, p_, delta, queued, has, invalid))
         cell = offsets[k] + place * t[k] + (p_ - starts[k])
         flat[d] = fill_counters(int(offsets[-1]), cell, delta, queued, has, invalid)
+        del p_, mod, delta, queued, has, invalid, k, place, cell   # before the next direction's are made
     lookup = np.full(m + 1, -1, dtype=np.int64)
     fields = list(Counters.__dataclass_fields__)
     stretches = []

@@ -161,17 +161,17 @@ def diagnose_direction(batch: Batch, d: str, anw=True, ign=True, queues=True, er
     obs = observations(batch, d, anw, ign, queues, errors)
     ep, ec = batch.edges
     slots = [i for i in range(3) if (obs[i] != ABSENT).any()]
-    at_p = {i: obs[i][ep].astype(np.intp) for i in slots}   # each end's observation on every edge
-    at_c = {j: obs[j][ec].astype(np.intp) for j in slots}
-    has_p = {i: at_p[i] != ABSENT for i in slots if i}        # slot 0 (the state) is never ABSENT
-    has_c = {j: at_c[j] != ABSENT for j in slots if j}
-    pieces = []   # phase one: every pair of observations across every edge (X parent, Y child)
+    # Each end's observation on every edge, scaled as the table's row (producer) or column (consumer).
+    row_p, col_c = (_W, 1) if d == "out" else (1, _W)
+    at_p = {i: obs[i][ep].astype(np.int16) * np.int16(row_p) for i in slots}
+    at_c = {j: obs[j][ec].astype(np.int16) * np.int16(col_c) for j in slots}
+    has_p = {i: obs[i][ep] != ABSENT for i in slots if i}        # slot 0 (the state) is never ABSENT
+    has_c = {j: obs[j][ec] != ABSENT for j in slots if j}
+    pairs = []   # phase one: every pair of observations across every edge (X parent, Y child)
     for i in slots:
         for j in slots:
             both = has_p[i] & has_c[j] if i and j else has_p[i] if i else has_c[j] if j else None
-            k = None if both is None else np.flatnonzero(both)
-            bx, by, x, y = (a if k is None else a[k] for a in (at_p[i], at_c[j], ep, ec))
-            pieces.append((bx * _W + by if d == "out" else by * _W + bx, x, y))
+            pairs.append((i, j, None if both is None else np.flatnonzero(both)))
     # Phase two: absolve blocked co-parents, once per other waiting parent of the common child.
     st = obs[0]
     waiting = (st == WAIT) | (st == ANW) | (st == NONE)
@@ -179,12 +179,17 @@ def diagnose_direction(batch: Batch, d: str, anw=True, ign=True, queues=True, er
     n_waiting = np.bincount(ec[w_edge], minlength=batch.n_cells)
     others = np.where(w_edge & waiting[ec], n_waiting[ec] - 1, 0)
     rep = np.repeat(ep, others)
-    # Every value in one array, in the fold's order, written in place (no concatenation).
-    size = 2 * sum(len(x) for _, x, _ in pieces) + len(rep)
+    # Every value in one array, in the fold's order, written in place (no concatenation); each pair's
+    # table codes made when its values are written (memory for one pair at a time).
+    size = 2 * sum(len(ep) if k is None else len(k) for _, _, k in pairs) + len(rep)
     sums, cells = np.empty(size), np.empty(size, dtype=np.intp)
     fx, fy = _ADD[d] if d == "out" else _ADD[d][::-1]   # "in": Y produces, X's value from sigma_C
     at = 0
-    for code, x, y in pieces:
+    for i, j, k in pairs:
+        if k is None:
+            code, x, y = (at_p[i] + at_c[j]).astype(np.intp), ep, ec
+        else:
+            code, x, y = (at_p[i][k] + at_c[j][k]).astype(np.intp), ep[k], ec[k]
         for table, who in ((fx, x), (fy, y)):
             end = at + len(code)
             np.take(table, code, out=sums[at:end])
