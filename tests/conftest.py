@@ -9,6 +9,7 @@ import pytest
 
 import tests.support.reference_probe  # noqa: F401 - registers the probe=on reference (imports the others first)
 import tests.support.reference_shared_peer  # noqa: F401 - registers the shared and peer references
+import tests.support.reference_streams  # noqa: F401 - registers the streamsdiagnoser and flink-backpressure references
 import tests.support.reference_tcpstate  # noqa: F401 - registers the tcpstate and confirm_tcp reference
 from tests.support.env import leftovers
 

@@ -29,7 +29,7 @@ from analysis.variants import parse_variant
 from rundir.errors import UserError
 from rundir.layout import fresh, output_dir
 
-KINDS = ("accuracy", "ablation")
+KINDS = ("accuracy", "ablation", "streams")   # streams: a row per processing graph (analysis.render.against_streams)
 ACROSS, WILSON = "across runs", "Wilson"
 
 
@@ -92,6 +92,8 @@ def _parse(data: dict, where: str) -> SeedTable:
     kind = data["kind"]
     if kind not in KINDS:
         raise ValueError(f"kind {kind!r} (expected one of {', '.join(KINDS)})")
+    if kind == "streams":
+        return _parse_streams(data, where)
     if kind == "accuracy":
         columns, names = [], list(data["columns"])
         unknown = [c for c in names if c not in COUNTS + RATES]
@@ -119,6 +121,25 @@ def _parse(data: dict, where: str) -> SeedTable:
         precision=float(data.get("precision", 0.0)), path=where, columns=columns,
         metrics=list(data.get("metrics") or []),
         blank_value=math.nan if data.get("blank_value") is None else float(data["blank_value"]), raw=data)
+
+
+def _parse_streams(data: dict, where: str) -> SeedTable:
+    """A streams table (thesis Table 4.3): `rows` {printed row: {experiment, values}}; cells indexed by row."""
+    names = list(data["columns"])
+    unknown = [c for c in names if c not in COUNTS + RATES]
+    if unknown:
+        raise ValueError(f"unknown columns {unknown}")
+    index, values = [], []
+    for row, spec in data["rows"].items():
+        cells = spec["values"]
+        if len(cells) != len(names):
+            raise ValueError(f"{row}: {len(cells)} values for {len(names)} columns")
+        index.append(str(row))
+        values.append([math.nan if v is None else float(v) for v in cells])
+    cells = pd.DataFrame(values, index=pd.Index(index, name="row"), columns=names)
+    return SeedTable(name=data["name"], kind="streams", title=data["title"], variant=parse_variant(data["variant"]).name,
+                     provenance=dict(data["provenance"]), notes=list(data.get("notes") or []), cells=cells,
+                     precision=float(data.get("precision", 0.0)), path=where, raw=data)
 
 
 def ablation_variants(seed: SeedTable) -> list[str]:

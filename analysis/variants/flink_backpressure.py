@@ -27,8 +27,9 @@ instance that is not itself back-pressured while its upstream instances are):
 
 Scored on the same modules and ground truth as streamsdiagnoser. Input: the run directory the batch
 comes from (Batch.source; rundir.streams reads stream_tasks and the connections' ends), or
-`attach(batch, tasks, ends)` for stretches made in memory. A source without stream_tasks rows is a
-UserError (the baseline cannot run on a network run).
+`attach(batch, tasks, ends)` for stretches made in memory (without it they have no task metrics, so
+no root cause). A run without stream_tasks rows, or a source that is not a run directory (JSON
+snapshots), is a UserError: the baseline cannot run on a network run.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from analysis.cells import Batch
 from analysis.stretches import DIRS, KINDS
 from analysis.variants.base import BLOCKED, DONTCARE, HEALTHY, STALLED, Param, RuleSystem, on_off
 from rundir import streams
+from rundir.db import STREAM_TASK_COLUMNS
 from rundir.errors import UserError
 
 _SCONN = KINDS.index("sconn")
@@ -63,14 +65,17 @@ def attach(batch: Batch, tasks: pd.DataFrame, ends: dict) -> None:
 
 
 def _inputs(batch: Batch) -> tuple[pd.DataFrame, dict]:
+    src = batch.source
     if _CACHE not in batch._cache:
-        src = batch.source
-        if src is None or not (Path(src).is_dir() and (Path(src) / "run.db").is_file()):
-            raise UserError(f"{src or 'input'}: flink-backpressure needs a streams run directory (its stream_tasks "
-                            "table); stretches without one cannot be diagnosed by it")
-        attach(batch, streams.stream_tasks(src), streams.connection_ends(src))
+        if src is None:   # stretches made in memory, nothing attached: no task metrics, no root cause
+            attach(batch, pd.DataFrame(columns=STREAM_TASK_COLUMNS), {})
+        elif not (Path(src).is_dir() and (Path(src) / "run.db").is_file()):
+            raise UserError(f"{src}: flink-backpressure needs a streams run directory (its stream_tasks table); "
+                            "stretches without one cannot be diagnosed by it")
+        else:
+            attach(batch, streams.stream_tasks(src), streams.connection_ends(src))
     tasks, ends = batch._cache[_CACHE]
-    if tasks.empty and any(k == "sconn" for st in batch.stretches for k in st.kinds):
+    if src is not None and tasks.empty and any(k == "sconn" for st in batch.stretches for k in st.kinds):
         raise UserError(f"{batch.source or 'input'}: flink-backpressure needs the engine's per-task metrics "
                         "(stream_tasks, run format 6); this run has none")
     return tasks, ends
@@ -105,8 +110,8 @@ def root_causes(tasks: pd.DataFrame, ends: dict, bp: float = 500.0, busy: float 
     ops = sorted(set(r["operator"]) | {o for e in ends.values() for o in e if o is not None})
     bpf = pd.DataFrame({"seq": r["seq"], "op": r["operator"], "v": is_bp}).pivot(index="seq", columns="op", values="v")
     bsf = pd.DataFrame({"seq": r["seq"], "op": r["operator"], "v": is_busy}).pivot(index="seq", columns="op", values="v")
-    bpf = bpf.reindex(columns=ops).fillna(False).astype(bool)
-    bsf = bsf.reindex(columns=ops).fillna(False).astype(bool)
+    bpf = bpf.reindex(columns=ops).astype(float).fillna(0.0).astype(bool)
+    bsf = bsf.reindex(columns=ops).astype(float).fillna(0.0).astype(bool)
     ups: dict[str, set[str]] = {o: set() for o in ops}
     for src, dst in ends.values():
         if src is not None and dst is not None and src != dst:

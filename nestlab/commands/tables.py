@@ -233,8 +233,8 @@ def _seed(name: str | None, kind: str):
     from analysis.render.against import load_seed_table
 
     seed = load_seed_table(name)
-    if seed.kind != kind:
-        use = "nestlab accuracy RUNS --against" if seed.kind == "accuracy" else "nestlab compare RUNS --against"
+    if seed.kind != kind and not (kind == "accuracy" and seed.kind == "streams"):
+        use = "nestlab accuracy RUNS --against" if seed.kind in ("accuracy", "streams") else "nestlab compare RUNS --against"
         raise UserError(f"{seed.name} is an {seed.kind} table, not an {kind} table: use `{use} {name}`")
     return seed
 
@@ -255,6 +255,8 @@ def _accuracy(args) -> int:
     seed = _seed(args.against, "accuracy")
     # Without --variant, the variant the seed table corresponds to; with one, the one asked (warned).
     variants = variants_from(args) if args.variant or seed is None else [seed.variant]
+    if seed is not None and seed.kind == "streams":   # thesis Table 4.3: a row per graph, every variant given
+        return _accuracy_streams(args, seed, variants)
     if seed is not None:   # seed table variant names are canonical (analysis.render.against)
         variant = seed.variant if seed.variant in variants else variants[0]
         if variant != seed.variant:
@@ -269,6 +271,24 @@ def _accuracy(args) -> int:
 
         files += _against(accuracy_vs_seed(ev.counts, variant, seed), seed, ev, out, f"{variant} ({{runs}}) against {seed.name}")
     print(f"\nwritten: {', '.join(str(f) for f in files)}")
+    return 0
+
+
+def _accuracy_streams(args, seed, variants: list[str]) -> int:
+    """--against a streams table (thesis-4.3): the accuracy tables, then ours beside the thesis's, a row per
+    graph (analysis.render.against_streams)."""
+    from analysis.render.against_streams import write_streams_against
+    from analysis.render.tables import runs_title
+    from analysis.render.writers import write_accuracy
+
+    runs, ev = _evaluate(args, variants)
+    out = _out_dir(args, runs)
+    md, files = write_accuracy(ev, out, intervals=args.intervals)
+    print(md)
+    title = f"Ours ({runs_title(ev)}, ground truth {ev.policy}) against {seed.name}"
+    md, more = write_streams_against(ev, seed, variants, out, title)
+    print(f"\n{md}")
+    print(f"\nwritten: {', '.join(str(f) for f in files + more)}")
     return 0
 
 

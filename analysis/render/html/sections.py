@@ -34,6 +34,7 @@ from analysis.render.tables import (
 from analysis.rows import COUNTS, RATES, ROWS, SECTIONS
 
 ACCURACY_SEEDS = ("thesis-3.3", "paper-table-6")
+STREAMS_SEEDS = ("thesis-4.3",)   # a row per processing graph (analysis.render.against_streams)
 ABLATION_SEEDS = ("paper-table-8",)
 AGAINST_RATES = ("TPR", "FPR", "PPV", "NPV")
 
@@ -160,6 +161,23 @@ def _against_accuracy(ev, seed) -> str:
         table(header, rows, raw=True, cap=None, cls="against", attrs={"data-seed": seed.name})])
 
 
+def _against_streams(ev, seed) -> str:
+    from analysis.render.against_streams import graph_rows, streams_vs_seed
+
+    variants = [v for v in ev.variants if v in (seed.variant, "flink-backpressure")]
+    frame = streams_vs_seed(ev, seed, variants)
+    header = ["Graph", "", *seed.cells.columns]
+    parts = [f"<h3>{esc(seed.name)}: {esc(seed.title)} (ours: {esc(', '.join(variants))})</h3>",
+             f'<p class="note">Theirs: {esc(seed.source())}. Ours: the stream connections of the runs of each '
+             "graph's experiment; Totals = the sum of the graph rows. Rates in %; * beyond: their printed value "
+             f"(± {seed.precision:g}) lies outside our interval. Every cell with its interval: "
+             f"<code>nestlab accuracy RUNS --against {esc(seed.name)}</code>.</p>"]
+    for v in variants:
+        parts += [f"<h4>{esc(v)}</h4>", table(header, graph_rows(frame, seed, v), cap=None, cls="against",
+                                               attrs={"data-seed": seed.name, "data-variant": v})]
+    return "\n".join(parts)
+
+
 def _against_ablation(ev, seed) -> str:
     frame = ablation_vs_seed(ev.counts, ev.variants, seed)
     frame = frame[frame["variant"].isin(ev.variants)]
@@ -180,6 +198,10 @@ def against_section(ev) -> str:
         seed = load_seed_table(name)
         if seed.variant in ev.variants:
             parts.append(_against_accuracy(ev, seed))
+    for name in STREAMS_SEEDS:
+        seed = load_seed_table(name)
+        if seed.variant in ev.variants and (ev.counts["kind"] == "sconn").any():
+            parts.append(_against_streams(ev, seed))
     for name in ABLATION_SEEDS:
         seed = load_seed_table(name)
         mapped = {v for _, v in seed.ablations if v}
