@@ -108,7 +108,7 @@ def main(argv=None) -> int:
     print(f"sqlite3 fetch of every row     {fetch_s:6.2f} s   (rounds: {', '.join(f'{f:.2f}' for f, _ in fetches)})")
     print(f"nestlab accuracy {' '.join(VARIANTS)}")
     print(f"  start to files written        {acc_s:6.2f} s   (rounds: {', '.join(f'{s:.2f}' for s, _ in runs)}), "
-          f"peak RSS {peak_mb:.0f} MB")
+          f"peak RSS {peak_mb:.0f} MB (rounds: {', '.join(f'{m:.0f}' for _, m in runs)})")
     print(f"  first analysis, no copy yet   {first_s:6.2f} s   (reads run.db, writes the copy), peak RSS "
           f"{first_mb:.0f} MB")
     print(f"ratio accuracy / fetch: {ratio:.2f} (target <= {RATIO_TARGET}); peak {peak_mb:.0f} MB "
