@@ -65,7 +65,7 @@ CREATE TABLE IF NOT EXISTS counters (
 CREATE TABLE IF NOT EXISTS processes (
     pid INTEGER NOT NULL,
     workload INTEGER,                -- index into the spec's workloads (NULL for servers/helpers)
-    role TEXT NOT NULL,              -- client | server | collector
+    role TEXT NOT NULL,              -- client | server | collector | engine (a streams run's Flink JVMs)
     host TEXT NOT NULL,
     cmdline TEXT NOT NULL,
     started REAL NOT NULL,
