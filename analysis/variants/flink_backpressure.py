@@ -11,7 +11,10 @@ instance that is not itself back-pressured while its upstream instances are):
    From Flink's cumulative counters when the run has them for this and the previous snapshot
    (acc_busy_ms, acc_backpressured_ms, acc_idle_ms): each one's increase over the interval, as a
    share of the three increases together (busy + back-pressured + idle is the task's whole time,
-   so the share needs no clock), times 1000. Otherwise the gauges as sampled at the snapshot
+   so the share needs no clock), times 1000. Flink derives the busy time as the rest (elapsed -
+   back-pressured - idle), so in a run one of them can step back by a few hundred ms while another
+   steps over by as much (measured: a task going back-pressured, busy -138 ms and back-pressured
+   +1,133 ms in one second); each increase is clipped to [0, the interval's total] first. Otherwise the gauges as sampled at the snapshot
    (busy_ms_per_s, backpressured_ms_per_s: Flink's own moving averages). No value: neither.
 2. Back-pressured: back-pressured time >= `bp` ms/s (default 500: Flink's web UI calls more than 50%
    HIGH). Busy: busy time >= `busy` ms/s (default 500, the same level).
@@ -89,10 +92,14 @@ def task_rates(tasks: pd.DataFrame) -> pd.DataFrame:
     total = d["acc_busy_ms"] + d["acc_backpressured_ms"] + d["acc_idle_ms"]
     ok = ((t["seq"] - prev["seq"]) == 1) & total.gt(0)
     for c in ACC:
-        ok &= d[c].notna() & d[c].ge(0)
+        ok &= d[c].notna()
     with np.errstate(invalid="ignore", divide="ignore"):
-        busy = np.where(ok, 1000.0 * d["acc_busy_ms"] / total, t["busy_ms_per_s"])
-        bp = np.where(ok, 1000.0 * d["acc_backpressured_ms"] / total, t["backpressured_ms_per_s"])
+        # Flink derives busy time as the rest (elapsed - back-pressured - idle), so one of the three can
+        # step back a little while another steps over: each share is clipped to [0, the interval].
+        def share(c):
+            return 1000.0 * np.clip(d[c], 0.0, total) / total
+        busy = np.where(ok, share("acc_busy_ms"), t["busy_ms_per_s"])
+        bp = np.where(ok, share("acc_backpressured_ms"), t["backpressured_ms_per_s"])
     return pd.DataFrame({"operator": t["operator"], "seq": t["seq"], "busy": busy, "bp": bp,
                          "from_acc": ok.to_numpy(bool)})
 

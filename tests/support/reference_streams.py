@@ -72,8 +72,9 @@ def _rates(tasks: dict, op: str, seq: int) -> tuple[float | None, float | None]:
     acc = ("acc_busy_ms", "acc_backpressured_ms", "acc_idle_ms")
     if prev is not None and all(row.get(a) is not None and prev.get(a) is not None for a in acc):
         d = [row[a] - prev[a] for a in acc]
-        if all(x >= 0 for x in d) and sum(d) > 0:
-            return 1000.0 * d[0] / sum(d), 1000.0 * d[1] / sum(d)
+        total = sum(d)
+        if total > 0:
+            return (1000.0 * min(max(d[0], 0.0), total) / total, 1000.0 * min(max(d[1], 0.0), total) / total)
     return row.get("busy_ms_per_s"), row.get("backpressured_ms_per_s")
 
 
