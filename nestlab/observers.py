@@ -18,10 +18,25 @@ from rich.console import Console
 from analysis.evaluation import Evaluation
 from analysis.pipeline import evaluate, summarize
 from analysis.render.writers import write_accuracy
+from analysis.variants import DEFAULT_VARIANT
 from harness.observers import Headline, Observers
 from nestlab.live_line import LiveProgress
 from rundir.errors import UserError
 from rundir.layout import RunDir, fresh, output_dir
+from rundir.manifest import read_manifest_quietly
+
+# A streams run (backend flink, docs/streams.md) is scored by the thesis's StreamsDiagnoser beside the
+# engine's own back-pressure reading, and compared with Table 4.3; a network run by NeST (Θ = 2).
+STREAMS_VARIANTS = ("streamsdiagnoser", "flink-backpressure")
+
+
+def _is_streams(run: Path) -> bool:
+    m = read_manifest_quietly(Path(run) / "manifest.json")
+    return m is not None and m.backend == "flink"
+
+
+def _variants(run: Path) -> tuple[str, ...]:
+    return STREAMS_VARIANTS if _is_streams(run) else (DEFAULT_VARIANT,)
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -47,9 +62,9 @@ def report(run: Path, quiet: bool = False) -> Headline | None:
         if quiet:
             with open(fresh(output_dir(run / "logs") / "analysis.log"), "w") as log, \
                     contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-                ev = summarize(run)
+                ev = summarize(run, _variants(run))
         else:
-            ev = summarize(run)
+            ev = summarize(run, _variants(run))
         health = ev.health.get(ev.runs[0])
         if health is not None:
             RunDir.open(run).update_manifest(health=health.as_dict())
@@ -66,7 +81,7 @@ def report(run: Path, quiet: bool = False) -> Headline | None:
 def scores(run: Path) -> Headline | None:
     """A stored run's headline, computed again (nothing written); None when it cannot be analysed."""
     try:
-        return headline(evaluate([run]))
+        return headline(evaluate([run], _variants(run)))
     except Exception:  # noqa: BLE001 - a summary cell left blank, the run's own report says why
         return None
 
@@ -75,14 +90,16 @@ def pooled(runs: list[Path], root: Path) -> None:
     """The suite's accuracy table over its complete runs (the default variant), written to
     <suite>/analysis/ like `nestlab accuracy <suite>`."""
     out = root / "analysis"
+    streams = bool(runs) and all(_is_streams(r) for r in runs)
     try:
-        md, _ = write_accuracy(evaluate(runs, skip_bad=True), out)
+        md, _ = write_accuracy(evaluate(runs, STREAMS_VARIANTS if streams else (DEFAULT_VARIANT,), skip_bad=True), out)
     except Exception as e:  # noqa: BLE001 - the runs are recorded; say how to get the table
         console.print("suite analysis failed: ", style="yellow", end="")
         console.print(f"{type(e).__name__}: {e} (try `nestlab accuracy {root}`)", markup=False)
         return
+    seed = "thesis-4.3" if streams else "thesis-3.3"
     print(f"\n{md}\n\nsuite tables written to {out}; `nestlab accuracy {root} --against "
-          f"thesis-3.3` puts the thesis's beside them", flush=True)
+          f"{seed}` puts the thesis's beside them", flush=True)
 
 
 def observers() -> Observers:

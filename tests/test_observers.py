@@ -51,3 +51,21 @@ def test_headline_of_an_evaluation_without_application_rows(tmp_path):
     run, *_ = make_run(tmp_path / "exp" / "r0")
     head = headline(evaluate([run]))
     assert all(v is None or 0 <= v <= 100 for v in (head.tcp_tpr, head.tcp_fpr, head.tcp_ppv))
+
+
+def test_a_streams_runs_report_scores_streamsdiagnoser_beside_the_engines_baseline(tmp_path):
+    from nestlab.observers import STREAMS_VARIANTS, _variants
+    from tests.support.streams_run import StreamsRun, chain
+
+    g = chain(("beacon", "beacon"), ("t", "throttle"), ("s", "sink"))
+    run = StreamsRun(g).step({c: (5, 5) for c in g.conns}, 3).fault("throttle", "t", 3.0, 5.0) \
+        .step({"beacon:out0>t:in0": (0, 5), "t:out0>s:in0": (0, 0)}, 3)
+    for seq in range(run.n_snapshots):
+        for op in ("beacon", "t", "s"):
+            run.task(seq, op, busy=0.0, backpressured=0.0, idle=1000.0)
+    run = run.write(tmp_path / "streams" / "r0")
+    assert _variants(run) == STREAMS_VARIANTS
+    assert report(run, quiet=True) is not None            # no TCP row: an empty headline, not a failure
+    md = (run / "analysis" / "accuracy.md").read_text()
+    assert "Accuracy of streamsdiagnoser" in md and "Accuracy of flink-backpressure" in md
+    assert _variants(make_run(tmp_path / "net")[0]) == ("flowdiagnoser:theta=2",)
