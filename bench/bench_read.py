@@ -9,7 +9,8 @@ times each (the best of each is compared: the machine's other load only ever add
 
 - baseline: a fresh sqlite3 connection fetching every row of every table of run.db (fetchall);
 - `nestlab accuracy RUN --variant flowdiagnoser:theta=2 --variant nest-cf --out DIR` as a child
-  process: wall time from its start to its exit (imports included) and its peak RSS (os.wait4).
+  process: wall time from its start to its exit (imports included) and its peak RSS (/usr/bin/time's
+  %M; os.wait4's where there is none).
 
 The run's columnar copy (rundir/columnar.py) is written first, as the runner does when a run ends;
 the first analysis of a run without one (an older run: read from run.db, the copy written) is timed
@@ -52,11 +53,20 @@ def fetch_all(db: Path) -> tuple[float, int]:
     return time.perf_counter() - t0, n
 
 
+TIME = Path("/usr/bin/time")
+
+
 def accuracy(run: Path, out: Path) -> tuple[float, float]:
-    """(seconds, peak RSS in MB) of `nestlab accuracy` in a child process, start to exit."""
+    """(seconds, peak RSS in MB) of `nestlab accuracy` in a child process, start to exit. The peak is
+    /usr/bin/time's (%M) where there is one: a child forked from this process counts this process's
+    pages until it execs, so its own rusage (os.wait4) can report this process's size instead."""
     nestlab = Path(sys.executable).parent / "nestlab"
     cmd = [str(nestlab) if nestlab.exists() else sys.executable, *([] if nestlab.exists() else ["-m", "nestlab.cli"]),
            "accuracy", str(run), *(a for v in VARIANTS for a in ("--variant", v)), "--out", str(out)]
+    report = None
+    if TIME.exists():
+        report = Path(out) / "time.txt"
+        cmd = [str(TIME), "-f", "%M", "-o", str(report), *cmd]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -66,7 +76,8 @@ def accuracy(run: Path, out: Path) -> tuple[float, float]:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise SystemExit(f"nestlab accuracy failed ({proc.returncode}):\n{err}")
-    return seconds, usage.ru_maxrss / 1024
+    kb = int(report.read_text().split()[-1]) if report is not None else usage.ru_maxrss
+    return seconds, kb / 1024
 
 
 def main(argv=None) -> int:
