@@ -151,13 +151,15 @@ def observations(batch: Batch, d: str, anw=True, ign=True, queues=True, errors=T
     return obs
 
 
-def diagnose_direction(batch: Batch, d: str, anw=True, ign=True, queues=True, errors=True) -> np.ndarray:
+def diagnose_direction(batch: Batch, d: str, anw=True, ign=True, queues=True, errors=True,
+                       scratch: dict | None = None) -> np.ndarray:
     """Certainty factor of every cell for one direction.
 
     On the additive scale throughout (LSIGMA: to_sum of each table cell, taken once), with the
     values in the order the fold has always had them (slot pairs, then edges), so that each cell's
     sum is the same to the last bit whatever the speed-ups (an element-wise to_sum of every value
-    gives the same numbers, at many times the cost)."""
+    gives the same numbers, at many times the cost). `scratch` keeps the value arrays for the other
+    direction: memory the process has touched once costs no page faults the second time."""
     obs = observations(batch, d, anw, ign, queues, errors)
     ep, ec = batch.edges
     slots = [i for i in range(3) if (obs[i] != ABSENT).any()]
@@ -182,7 +184,10 @@ def diagnose_direction(batch: Batch, d: str, anw=True, ign=True, queues=True, er
     # Every value in one array, in the fold's order, written in place (no concatenation); each pair's
     # table codes made when its values are written (memory for one pair at a time).
     size = 2 * sum(len(ep) if k is None else len(k) for _, _, k in pairs) + len(rep)
-    sums, cells = np.empty(size), np.empty(size, dtype=np.intp)
+    scratch = {} if scratch is None else scratch
+    if len(scratch.get("sums", ())) < size:
+        scratch["sums"], scratch["cells"] = np.empty(size), np.empty(size, dtype=np.intp)
+    sums, cells = scratch["sums"][:size], scratch["cells"][:size]
     fx, fy = _ADD[d] if d == "out" else _ADD[d][::-1]   # "in": Y produces, X's value from sigma_C
     at = 0
     for i, j, k in pairs:
@@ -201,9 +206,9 @@ def diagnose_direction(batch: Batch, d: str, anw=True, ign=True, queues=True, er
 
 
 def diagnose(batch: Batch, anw=True, ign=True, queues=True, errors=True, threshold=0.0):
-    out = {}
+    out, scratch = {}, {}
     for d in DIRS:
-        cf = diagnose_direction(batch, d, anw, ign, queues, errors)
+        cf = diagnose_direction(batch, d, anw, ign, queues, errors, scratch)
         out[d] = (cf, np.round(cf, ROUND) > threshold)
     return out
 
