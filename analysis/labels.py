@@ -361,7 +361,7 @@ class _Policy:
         """Rows that are a fault's positives (targets), and a fault's collateral: `coll_pos` as the
         policy marks it (for collateral=exclude/positive), `cover` for overlap=exclude: every row
         of a neighbour from the fault's start until it is active again, whether or not it carried
-        anything just before (`mark_masking`). A target still backing off from its own fault when
+        anything just before (`mark_masking`), marked on the series that hold a fault's positive. A target still backing off from its own fault when
         another fault silences its neighbourhood is covered by the second fault."""
         n = len(f.module)
         fault_pos = np.zeros(n, dtype=bool)
@@ -371,6 +371,7 @@ class _Policy:
         cover = np.zeros(n, dtype=bool)
         need_coll = self.values.get("collateral", "negative") != "negative"
         need_cover = self.values.get("overlap", "exclude") == "exclude"
+        covering = []   # (neighbours, f0, f1) of each fault, for `cover` once every target's rows are known
         for fid, kind, target, f0, f1 in _active_faults(data):
             targets = fault_targets(data, kind, target, f0, f1)
             groups = [(targets, fault_pos, fault_id, mark)]
@@ -379,7 +380,7 @@ class _Policy:
                 if need_coll:
                     groups.append((neighbours, coll_pos, coll_id, mark))
                 if need_cover:
-                    groups.append((neighbours, cover, None, mark_masking))
+                    covering.append((neighbours, f0, f1))
             for mods, pos, ids, how in groups:
                 for m in mods:
                     for out in (False, True):
@@ -390,6 +391,14 @@ class _Policy:
                         pos[hit] = True
                         if ids is not None:
                             ids[hit] = np.where(ids[hit] < 0, fid, ids[hit])
+        # `cover` counts only where it meets a fault's positive (label: fp & cover), so a neighbour
+        # series with none of those rows is not marked (an ip_drop's neighbours are every connection).
+        for mods, f0, f1 in covering:
+            for m in mods:
+                for out in (False, True):
+                    rows = f.series.get((m, out))
+                    if rows is not None and fault_pos[rows].any():
+                        cover[rows[mark_masking(rows, f0, f1)]] = True
         return fault_pos, fault_id, coll_pos, coll_id, cover
 
     def label(self, data) -> pd.DataFrame:
