@@ -67,6 +67,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import labels_streams
+from analysis.stretches import DIRS
 from analysis.variants.base import Param, on_off, parse_named
 from rundir import facts
 from rundir.db import connect
@@ -111,16 +112,22 @@ class _Frame:
 
     module: np.ndarray
     out: np.ndarray
-    seq: np.ndarray
     t_start: np.ndarray
     t_end: np.ndarray
     idle: np.ndarray
     idle_progress: np.ndarray   # idle, or a TCP module's outbound sent only retransmissions
     invalid: np.ndarray
     series: dict[tuple[int, bool], np.ndarray]  # (module, out?) -> row positions sorted by seq
+    index: Any                  # data.counters.index
 
     @classmethod
     def of(cls, data) -> _Frame:
+        get = getattr(data, "counter_stretches", None)
+        stretches = get() if get is not None else None
+        if stretches:
+            f = cls._of_stretches(data, stretches)
+            if f is not None:
+                return f
         c = data.counters
         module = c["module"].to_numpy(np.int64)
         out = (c["dir"] == "out").to_numpy(bool)
@@ -142,7 +149,75 @@ class _Frame:
         series = {}
         for part in np.split(order, cuts) if len(order) else []:
             series[(int(module[part[0]]), bool(out[part[0]]))] = part
-        return cls(module, out, seq, t_start, t_end, idle, idle_progress, invalid, series)
+        return cls(module, out, t_start, t_end, idle, idle_progress, invalid, series, c.index)
+
+    @classmethod
+    def _of_stretches(cls, data, stretches) -> _Frame | None:
+        """`of` from the stretches' counter arrays, without the long frame: its rows are the stretches'
+        cells, stretch by stretch, direction by direction, module by module, snapshot by snapshot
+        (analysis.load.counters_frame). A series is then a module's block of each stretch in turn, in
+        the order of their seqs when seqs rise across the stretches and a stretch holds a module once
+        (else None: the frame's path sorts them)."""
+        last = None
+        for st in stretches:
+            if st.t and ((last is not None and st.seqs[0] <= last) or np.any(np.diff(st.seqs) <= 0)):
+                return None
+            if len(set(st.modules)) != st.n:
+                return None
+            last = st.seqs[-1] if st.t else last
+        snaps = data.snapshots
+        all_seqs = np.concatenate([np.asarray(st.seqs) for st in stretches])
+        mono = snaps["mono"].reindex(all_seqs).to_numpy(float)
+        start = snaps["start"].reindex(all_seqs).to_numpy(float)
+        tcp_ids = data.modules.index[data.modules["kind"] == "tcp"].to_numpy(np.int64)
+        total = 2 * sum(st.n * st.t for st in stretches)
+        module = np.empty(total, dtype=np.int64)
+        out = np.empty(total, dtype=bool)
+        t_start, t_end = np.empty(total), np.empty(total)
+        idle = np.empty(total, dtype=bool)
+        resent_only = np.zeros(total, dtype=bool)
+        invalid = np.empty(total, dtype=bool)
+        seg_key, seg_start, seg_len = [], [], []   # one segment per module, direction and stretch
+        o = s = 0
+        for st in stretches:
+            n, t = st.n, st.t
+            mods = np.asarray(st.modules, dtype=np.int64)
+            te, ts = mono[s:s + t], start[s:s + t]
+            s += t
+            for d in DIRS:
+                c = st.counters[d]
+                sl = slice(o, o + n * t)
+                module[sl] = np.repeat(mods, t)
+                out[sl] = d == "out"
+                t_end[sl] = np.tile(te, n)
+                t_start[sl] = np.tile(ts, n)
+                tm = np.asarray(c.tm, dtype=float).ravel()
+                # Idle = no messages and no waiting (observations IDLE and NONE, NeST paper 5.2).
+                idle[sl] = (tm == 0) & ~(np.asarray(c.has_wait, dtype=bool).ravel()
+                                         & (np.asarray(c.wait, dtype=float).ravel() > 0))
+                if d == "out":   # TCP's outbound new data = data segments out - retransmissions (as `of`)
+                    tcp = np.repeat(np.isin(mods, tcp_ids), t)
+                    resent_only[sl] = tcp & (tm - np.asarray(c.errors, dtype=float).ravel() <= 0)
+                invalid[sl] = np.asarray(c.invalid, dtype=bool).ravel()
+                seg_key.append(mods * 2 + (d == "out"))
+                seg_start.append(o + np.arange(n, dtype=np.int64) * t)
+                seg_len.append(np.full(n, t, dtype=np.int64))
+                o += n * t
+        idle_progress = idle | resent_only
+        del resent_only
+        keys = np.concatenate(seg_key)
+        order = np.argsort(keys, kind="stable")   # by (module, out), then stretch: by seq
+        keys, starts, lens = keys[order], np.concatenate(seg_start)[order], np.concatenate(seg_len)[order]
+        first = np.cumsum(lens) - lens             # each segment's first place in `rows`
+        rows = np.arange(total, dtype=np.int64) + np.repeat(starts - first, lens)
+        new = np.flatnonzero(np.diff(keys)) + 1
+        series = {}
+        for lo, hi in zip(np.concatenate([[0], new]).tolist(), np.concatenate([new, [len(keys)]]).tolist(),
+                          strict=True):
+            part = rows[first[lo]:first[hi - 1] + lens[hi - 1]]
+            if len(part):
+                series[(int(module[part[0]]), bool(out[part[0]]))] = part
+        return cls(module, out, t_start, t_end, idle, idle_progress, invalid, series, pd.RangeIndex(total))
 
 
 def _active_faults(data) -> list[tuple[int, str, int, float, float]]:
@@ -416,7 +491,7 @@ class _Policy:
         # spec allowed overlap): ambiguous, left out unless overlap=keep.
         masked = fp & cover if self.values.get("overlap", "exclude") == "exclude" else None
         return _result(f, oneway, fp, fi, cp, ci, self.values.get("collateral", "negative"),
-                       data.counters.index, after, masked)
+                       f.index, after, masked)
 
     def _mark(self, f: _Frame, rows: np.ndarray, f0: float, f1: float) -> np.ndarray:
         raise NotImplementedError

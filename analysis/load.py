@@ -82,6 +82,13 @@ class RunData:
     def counters(self, frame: pd.DataFrame) -> None:
         self._counters = frame
 
+    def counter_stretches(self) -> list | None:
+        """The stretches whose counters are `counters`' rows as counters_frame lays them out (stretch by
+        stretch, direction by direction, module by module, snapshot by snapshot), for a reader that
+        wants those arrays without the long frame (analysis.labels); None once the frame is made (it may
+        have been assigned or edited since: the frame is then what counts)."""
+        return self.run.stretches if self._counters is None else None
+
 
 def counters_frame(run: RunStretches) -> pd.DataFrame:
     """The counter deltas of every stretch as one long frame (one row per module, dir, snapshot)."""
