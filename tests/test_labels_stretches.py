@@ -4,10 +4,12 @@ what the frame gives: the same per-row arrays, the same series, the same labels.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from analysis import labels
 from analysis.load import load_run_data
+from analysis.stretches import DIRS
 from tests.support.synthetic import synthetic_run
 
 
@@ -50,3 +52,23 @@ def test_seqs_not_rising_fall_back_to_the_frame(run):
     sts = data.counter_stretches()
     assert len(sts) > 1
     assert labels._Frame._of_stretches(data, sts[::-1]) is None
+
+
+def test_counters_frame_rows_are_the_stretches_cells(run):
+    data = load_run_data(run)
+    frame = data.counters
+    assert frame["dir"].dtype == "category" and frame.index.equals(pd.RangeIndex(len(frame)))
+    o = 0
+    for st in data.run.stretches:
+        for d in DIRS:
+            c = st.counters[d]
+            rows = frame.iloc[o:o + st.n * st.t]
+            assert (rows["dir"] == d).all()
+            assert np.array_equal(rows["module"].to_numpy(), np.repeat(np.asarray(st.modules), st.t))
+            assert np.array_equal(rows["seq"].to_numpy(), np.tile(st.seqs, st.n))
+            for f in ("tm", "wait", "has_wait", "queued", "has_queue", "errors", "invalid"):
+                assert np.array_equal(rows[f].to_numpy(), getattr(c, f).ravel()), f
+            o += st.n * st.t
+    assert o == len(frame)
+    assert [str(t) for t in frame.dtypes] == ["int64", "category", "int64", "float64", "float64", "bool",
+                                              "float64", "bool", "float64", "bool"]
