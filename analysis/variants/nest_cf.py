@@ -185,7 +185,7 @@ def diagnose_direction(batch: Batch, d: str, anw=True, ign=True, queues=True, er
     # table codes made when its values are written (memory for one pair at a time).
     size = 2 * sum(len(ep) if k is None else len(k) for _, _, k in pairs) + len(rep)
     scratch = {} if scratch is None else scratch
-    if len(scratch.get("sums", ())) < size:
+    if "sums" not in scratch or len(scratch["sums"]) < size:   # (size 0: still made, so the views below exist)
         scratch["sums"], scratch["cells"] = np.empty(size), np.empty(size, dtype=np.intp)
     sums, cells = scratch["sums"][:size], scratch["cells"][:size]
     fx, fy = _ADD[d] if d == "out" else _ADD[d][::-1]   # "in": Y produces, X's value from sigma_C
