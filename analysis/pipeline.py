@@ -9,9 +9,11 @@
         the same for one run, then render (analysis.render: tables as Markdown/CSV/LaTeX, figures,
         the HTML report) into <run>/analysis/.
 
-Many runs at once: evaluate(..., jobs=N) analyses the runs in N worker processes (forked; each
-takes one run at a time and keeps nothing of it once done, so memory stays bounded by one loaded run
-per worker). A worker hands back what the serial path keeps of a run (its counts, health, warnings),
+Many runs at once: evaluate(..., jobs=N) analyses the runs in N worker processes (each takes one run
+at a time and keeps nothing of it once done, so memory stays bounded by one loaded run per worker).
+The workers come from a fork server (multiprocessing's forkserver, this module preloaded), never
+from a fork of the calling process: a process that has threads (pyarrow's pool, a caller's) may
+hold a lock at the fork, which a forked child would wait for forever (seen in the test suite). A worker hands back what the serial path keeps of a run (its counts, health, warnings),
 never the loaded run, and the results are assembled in the order of the runs, so the Evaluation is
 the serial one. (A fresh process per run, maxtasksperchild=1, measured 1.5-2x slower here on
 15-minute runs for the same peak: a process's first run costs more than its next ones.) keep=True
@@ -171,27 +173,30 @@ def _serial(runs, vs, pol, keep, done) -> list[RunResult]:
     return out
 
 
-_JOB: tuple = ()   # (runs, variants, policy) of the parallel evaluation going on; forked workers read it
-
-
-def _work(i: int) -> tuple[int, RunResult]:
-    runs, vs, pol = _JOB
-    return i, evaluate_one(runs[i], vs, pol)
+def _work(task: tuple) -> tuple[int, RunResult]:
+    i, run, vs, pol = task
+    return i, evaluate_one(run, vs, pol)
 
 
 def _quiet_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's: it ends the pool
+    # Pool.terminate() ends the workers with SIGTERM: a forked worker must not keep a handler of the
+    # parent's (a runner's or a suite's, which only note the signal) nor a mask that holds it, or
+    # terminate() waits for it forever (seen: a test session hung in Pool.join).
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
 def _parallel(runs, vs, pol, jobs: int, done) -> list[RunResult]:
-    """The runs in `jobs` forked processes, each analysing one run at a time; results in the runs'
+    """The runs in `jobs` worker processes, each analysing one run at a time; results in the runs'
     order, up to the first that failed when done() says stop (the rest are not waited for)."""
-    global _JOB
-    _JOB = (runs, vs, pol)
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["analysis.pipeline"])
     out: list[RunResult | None] = [None] * len(runs)
-    pool = multiprocessing.get_context("fork").Pool(jobs, initializer=_quiet_worker)
+    pool = ctx.Pool(jobs, initializer=_quiet_worker)
     try:
-        for k, (i, res) in enumerate(pool.imap_unordered(_work, range(len(runs))), 1):
+        tasks = [(i, r, vs, pol) for i, r in enumerate(runs)]
+        for k, (i, res) in enumerate(pool.imap_unordered(_work, tasks), 1):
             out[i] = res
             if not done(k, runs[i], res):
                 return [res]   # evaluate raises its error
@@ -199,7 +204,6 @@ def _parallel(runs, vs, pol, jobs: int, done) -> list[RunResult]:
     finally:
         pool.terminate()   # closed: the workers have exited; else (an error, Ctrl-C): end them now
         pool.join()
-        _JOB = ()
     return out   # type: ignore[return-value]
 
 
