@@ -13,11 +13,12 @@ Many runs at once: evaluate(..., jobs=N) analyses the runs in N worker processes
 at a time and keeps nothing of it once done, so memory stays bounded by one loaded run per worker).
 The workers come from a fork server (multiprocessing's forkserver, this module preloaded), never
 from a fork of the calling process: a process that has threads (pyarrow's pool, a caller's) may
-hold a lock at the fork, which a forked child would wait for forever (seen in the test suite). A worker hands back what the serial path keeps of a run (its counts, health, warnings),
-never the loaded run, and the results are assembled in the order of the runs, so the Evaluation is
-the serial one. (A fresh process per run, maxtasksperchild=1, measured 1.5-2x slower here on
-15-minute runs for the same peak: a process's first run costs more than its next ones.) keep=True
-(figures, reports: they need each run's frames) is always serial.
+hold a lock at the fork, which a forked child would wait for forever (seen in the test suite). A
+worker hands back what the serial path keeps of a run (its counts, health, warnings), never the
+loaded run, and the results are assembled in the order of the runs, so the Evaluation is the serial
+one. (A fresh process per run, maxtasksperchild=1, measured 1.5-2x slower here on 15-minute runs
+for the same peak: a process's first run costs more than its next ones.) keep=True (figures,
+reports: they need each run's frames) is always serial.
 
 Scoring without keep counts TP/TN/FP/FN straight from the variants' arrays (_fast_counts: the
 labels are aligned with the counters row for row) instead of joining a long frame of every
