@@ -26,7 +26,6 @@ import contextlib
 import random
 import signal
 import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,11 +42,11 @@ from harness.faults import FaultEnv, FaultKind, Faults, NoTarget, Part
 from harness.ledger import Ledger, signals_held
 from harness.lock import machine_lock
 from harness.observers import NONE, LiveLine, Observers
+from harness.outline import Interrupted, RecordingStopped, guarded_run  # noqa: F401 - used by tests and the suite
 from harness.spec import Experiment, Window, load_spec
 from harness.workloads import Workloads
 from rundir import __version__
 from rundir.db import FORMAT_VERSION, monotonic
-from rundir.errors import UserError
 from rundir.layout import RunDir
 from rundir.recorder import RunRecorder, link_fault_targets
 
@@ -60,25 +59,6 @@ QUEUE_SAMPLE_S = 1.0       # how often the shaped links' queues are read (networ
 COLLECTOR_STALL_S = 10.0
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-class RecordingStopped(Exception):
-    """The collector exited or stopped writing snapshots while the run went on: the run fails, since
-    what it would score from then on was never recorded."""
-
-
-class Interrupted(BaseException):
-    """SIGTERM/SIGHUP, raised wherever the run is. A BaseException, like KeyboardInterrupt, so that no
-    `except Exception` on the way (ending a fault, starting a workload) swallows it."""
-
-    def __init__(self, reason: str, code: int):
-        super().__init__(reason)
-        self.reason, self.code = reason, code
-
-
-def _raise_interrupted(signum, frame):
-    name = signal.Signals(signum).name
-    raise Interrupted(f"received {name}", 128 + signum)
 
 
 @dataclass
@@ -173,32 +153,11 @@ class Repetition:
             congestion_control=spec.congestion_control, snapshot_interval=spec.snapshot_interval,
             planned_faults=[w.__dict__ for w in self.plan], clock="CLOCK_MONOTONIC of the monitored host",
             start_wall=time.time(), start_mono=monotonic(), status="running")
-        old = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
-        status, reason, code, user_error = "complete", None, 0, None
-        try:
-            self._setup()
-            self._main_loop()
-        except Interrupted as e:
-            status, reason, code = "interrupted", e.reason, e.code
-        except KeyboardInterrupt:
-            status, reason, code = "interrupted", "received SIGINT", 130
-        except UserError as e:
-            status, reason, code, user_error = "failed", str(e), 2, e
-        except RecordingStopped as e:
-            status, reason, code = "failed", f"recording stopped: {e}", 1
-        except Exception as e:  # noqa: BLE001 - any failure must still tear down and be recorded
-            status, reason, code = "failed", f"{type(e).__name__}: {e}", 1
-            (self.rd.logs / "runner-traceback.txt").write_text(traceback.format_exc())
-        try:
+        def teardown(status: str, reason: str | None) -> None:
             self._teardown_safely()
             self._finish(status, reason)
-        finally:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            for s, h in old.items():
-                signal.signal(s, h)
-        if user_error is not None:
-            raise user_error
-        return code
+
+        return guarded_run(lambda: (self._setup(), self._main_loop()), teardown, self.rd.logs)
 
     def _setup(self) -> None:
         spec, topo = self.spec, self.exp.topology

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from harness.topology import Topology, load_topology
 from harness.units import Duration, Percent, Size
+from harness.window import Window  # noqa: F401 - a planned fault, here for its users
 from harness.yamlload import YamlDoc
 from rundir.facts import RECOVERY_EXTRA_S, recovery_after
 
@@ -227,26 +228,6 @@ class Spec(_Strict):
         if not 0.01 <= self.snapshot_interval <= 10:
             raise ValueError("snapshot_interval must be between 10ms and 10s")
         return self
-
-
-@dataclass(frozen=True)
-class Window:
-    """A planned fault: spec_index into spec.faults, start and duration in run-relative seconds, and
-    the recovery margin kept free after it on everything it touches."""
-
-    spec_index: int
-    start: float
-    duration: float
-    recovery: float = 0.0
-
-    @property
-    def end(self) -> float:
-        return self.start + self.duration
-
-    @property
-    def reserved_until(self) -> float:
-        """The end of the window's recovery margin (docs/schedules.md)."""
-        return self.end + self.recovery
 
 
 @dataclass

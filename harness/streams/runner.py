@@ -5,9 +5,7 @@ and teardown on every exit path. Same interface as harness.runner.Repetition (su
 from __future__ import annotations
 
 import json
-import signal
 import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,12 +14,13 @@ from rich.text import Text
 
 from harness.ledger import Ledger, signals_held
 from harness.observers import NONE, Observers
+from harness.outline import RecordingStopped, guarded_run
 from harness.streams.cluster import FlinkCluster, flink_home
 from harness.streams.collector import StreamsCollector
-from harness.streams.spec import BACKEND, StreamsExperiment, StreamsWindow
+from harness.streams.spec import BACKEND, StreamsExperiment
+from harness.window import Window
 from rundir import __version__
 from rundir.db import FORMAT_VERSION, monotonic
-from rundir.errors import UserError
 from rundir.layout import RunDir
 from rundir.recorder import RunRecorder
 
@@ -32,19 +31,9 @@ STALL_S = 10.0       # no new snapshot for this long: the recording stopped
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-class Interrupted(BaseException):
-    def __init__(self, reason: str, code: int):
-        super().__init__(reason)
-        self.reason, self.code = reason, code
-
-
-def _raise_interrupted(signum, frame):
-    raise Interrupted(f"received {signal.Signals(signum).name}", 128 + signum)
-
-
 @dataclass
 class Active:
-    window: StreamsWindow
+    window: Window
     rows: list[int]
     seq: int
 
@@ -83,30 +72,11 @@ class StreamsRepetition:
             backend=BACKEND, snapshot_interval=spec.snapshot_interval,
             planned_faults=[w.__dict__ for w in self.plan], clock="CLOCK_MONOTONIC of this machine",
             start_wall=time.time(), start_mono=monotonic())
-        old = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
-        status, reason, code, user_error = "complete", None, 0, None
-        try:
-            self._setup()
-            self._loop()
-        except Interrupted as e:
-            status, reason, code = "interrupted", e.reason, e.code
-        except KeyboardInterrupt:
-            status, reason, code = "interrupted", "received SIGINT", 130
-        except UserError as e:
-            status, reason, code, user_error = "failed", str(e), 2, e
-        except Exception as e:  # noqa: BLE001 - any failure must still tear down and be recorded
-            status, reason, code = "failed", f"{type(e).__name__}: {e}", 1
-            (self.rd.logs / "runner-traceback.txt").write_text(traceback.format_exc())
-        try:
+        def teardown(status: str, reason: str | None) -> None:
             self._teardown()
             self._finish(status, reason)
-        finally:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            for s, h in old.items():
-                signal.signal(s, h)
-        if user_error is not None:
-            raise user_error
-        return code
+
+        return guarded_run(lambda: (self._setup(), self._loop()), teardown, self.rd.logs)
 
     def event(self, kind: str, detail: str = "") -> None:
         self.record.event(monotonic(), kind, None, detail)
@@ -158,9 +128,9 @@ class StreamsRepetition:
             if snaps != last_snaps:
                 last_snaps, last_new = snaps, now
             if self.collector.error or not self.collector.is_alive():
-                raise RuntimeError(f"the streams collector stopped: {self.collector.error or 'exited'}")
+                raise RecordingStopped(f"the streams collector stopped: {self.collector.error or 'exited'}")
             if now - last_new > max(STALL_S, 10 * spec.snapshot_interval):
-                raise RuntimeError(f"no snapshot for {now - last_new:.0f} s: the recording stopped")
+                raise RecordingStopped(f"no snapshot for {now - last_new:.0f} s")
             dead = self.cluster.alive()
             if dead:
                 raise RuntimeError(dead)
@@ -200,7 +170,7 @@ class StreamsRepetition:
             time.sleep(0.005)
         raise RuntimeError(f"{operator} did not acknowledge setting {value!r} within {ACK_S:g} s")
 
-    def _start(self, w: StreamsWindow) -> None:
+    def _start(self, w: Window) -> None:
         f = self.spec.faults[w.spec_index]
         value = (_rate_text(f.rate) if f.kind == "throttle" else "on")
         start = self._set(f.operator, value)

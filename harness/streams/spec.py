@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness.streams.graph import Graph, load_graph
 from harness.units import Duration
+from harness.window import Window
 from harness.yamlload import YamlDoc
 
 BACKEND = "flink"
@@ -72,20 +73,6 @@ class StreamsSpec(BaseModel):
 
 
 @dataclass(frozen=True)
-class StreamsWindow:
-    """A planned setting: spec_index into spec.faults, run-relative start and duration."""
-
-    spec_index: int
-    start: float
-    duration: float
-    recovery: float = 0.0
-
-    @property
-    def end(self) -> float:
-        return self.start + self.duration
-
-
-@dataclass(frozen=True)
 class GraphTopology:
     """What a suite asks of an experiment's topology: its backend."""
 
@@ -109,8 +96,8 @@ class StreamsExperiment:
         rate = self.spec.rate
         return rate[repetition % len(rate)] if isinstance(rate, list) else rate
 
-    def plan(self, repetition: int = 0) -> list[StreamsWindow]:
-        return sorted((StreamsWindow(i, at, f.schedule.duration) for i, f in enumerate(self.spec.faults)
+    def plan(self, repetition: int = 0) -> list[Window]:
+        return sorted((Window(i, at, f.schedule.duration) for i, f in enumerate(self.spec.faults)
                        for at in f.schedule.at), key=lambda w: (w.start, w.spec_index))
 
     def digest(self, repetition: int) -> str:
