@@ -212,7 +212,7 @@ def test_an_unexpected_failure_skips_that_run_not_the_set(base, tmp_path, capsys
         return label(self, data)
 
     monkeypatch.setattr(ImpactPolicy, "label", fails_on_one)
-    code, out, err = _cli(capsys, ["accuracy", str(exp), "--out", str(tmp_path / "set")])
+    code, out, err = _cli(capsys, ["accuracy", str(exp), "--out", str(tmp_path / "set"), "--jobs", "1"])   # the patch lives in this process
     assert code == 0 and "Traceback" not in err
     assert f"warning: {runs['counter_text']}: skipped: cannot be analysed: RuntimeError: something nobody " \
            "expected second line" in err
