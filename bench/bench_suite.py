@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -106,50 +105,54 @@ def make_suite(root: Path, minutes: float, runs: int, jobs: int) -> Path:
     return base
 
 
-def _tree_rss_kb(pid: int) -> tuple[int, int]:
-    """(sum, max) of VmRSS over pid and its descendants, in kB."""
+def _tree(pid: int) -> dict[int, tuple[int, float]]:
+    """pid and its descendants (the command, its fork server and workers): pid -> (VmRSS kB, CPU s)."""
     children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
+    info: dict[int, tuple[int, float]] = {}
+    tick = os.sysconf("SC_CLK_TCK")
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
             with open(f"/proc/{d}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                fields = f.read().rsplit(")", 1)[1].split()
             with open(f"/proc/{d}/status") as f:
                 kb = next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0)
         except (OSError, ValueError, IndexError):
             continue
-        children.setdefault(ppid, []).append(int(d))
-        rss[int(d)] = kb
-    todo, seen = [pid], []
+        children.setdefault(int(fields[1]), []).append(int(d))
+        info[int(d)] = (kb, (int(fields[11]) + int(fields[12])) / tick)   # utime + stime
+    todo, out = [pid], {}
     while todo:
         p = todo.pop()
-        seen.append(p)
+        out[p] = info.get(p, (0, 0.0))
         todo += children.get(p, [])
-    values = [rss.get(p, 0) for p in seen]
-    return sum(values), max(values, default=0)
+    return out
 
 
 def measure(suite: Path, jobs: int, out: Path, variants=VARIANTS,
             command: str = "compare") -> tuple[float, int, int, float]:
     """(wall s, peak RSS of the tree in MB, of the largest process in MB, CPU s of the tree) of one
-    compare. The CPU time (user + system of the command and its workers, which it reaps) divided by
-    the processes is the wall time the side would take on cores of its own: the figure that holds
-    when other work shares the machine."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    compare, sampled every 20 ms from /proc (the workers are the fork server's children, not the
+    command's: their CPU time is the last sample of each). The CPU time divided by the processes is
+    the wall time the side would take on cores of its own: the figure that holds when other work
+    shares the machine."""
     cmd = [str(REPO / ".venv" / "bin" / "nestlab"), command, str(suite), "--jobs", str(jobs), "--out", str(out)]
     for v in variants:
         cmd += ["--variant", v]
     peak = [0, 0]
+    cpu: dict[int, float] = {}
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     done = threading.Event()
 
     def sample():
         while not done.is_set():
-            total, largest = _tree_rss_kb(proc.pid)
-            peak[0], peak[1] = max(peak[0], total), max(peak[1], largest)
+            tree = _tree(proc.pid)
+            peak[0] = max(peak[0], sum(kb for kb, _ in tree.values()))
+            peak[1] = max(peak[1], max((kb for kb, _ in tree.values()), default=0))
+            for p, (_, c) in tree.items():
+                cpu[p] = max(cpu.get(p, 0.0), c)
             time.sleep(0.02)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -160,9 +163,7 @@ def measure(suite: Path, jobs: int, out: Path, variants=VARIANTS,
     sampler.join()
     if proc.returncode != 0:
         raise SystemExit(f"nestlab compare failed ({proc.returncode}): {err.strip()[-2000:]}")
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    return wall, peak[0] // 1024, peak[1] // 1024, cpu
+    return wall, peak[0] // 1024, peak[1] // 1024, sum(cpu.values())
 
 
 def _load() -> str:
