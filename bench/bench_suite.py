@@ -15,10 +15,10 @@ Each side is `nestlab compare SUITE --variant ...` (5 variants) in a process of 
 its start to its files written, after one untimed-for-the-ratio pass over every run (`nestlab accuracy
 --jobs N`, printed as the first read: whatever a reader caches on a run's first read, both sides
 find made). The machine's load average is printed beside the figures (other work on the two cores
-slows the parallel side most), and each side's CPU time (the command and its workers): divided by the
-processes, it is the wall time the side takes on cores of its own. The peak RSS is that of the process tree (the command and its
-workers, sampled every 20 ms from /proc) and of the largest single process; the files of the two
-sides must be the same, byte for byte. Target (issue 23): under 30 s on every core here.
+slows the parallel side most), and each side's CPU time (the command, its fork server and workers):
+divided by the processes, it is the wall time the side takes on cores of its own. The peak RSS is
+that of the process tree (sampled every 20 ms from /proc, like the CPU time) and of the largest
+single process; the files of the two sides must be the same, byte for byte. Target (issue 23): under 30 s on every core here.
 """
 
 from __future__ import annotations
