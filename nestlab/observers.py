@@ -11,6 +11,7 @@ run and a suite. Here, and only here, the harness's runs meet the analysis's pip
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 
 from rich.console import Console
@@ -88,11 +89,13 @@ def scores(run: Path) -> Headline | None:
 
 def pooled(runs: list[Path], root: Path) -> None:
     """The suite's accuracy table over its complete runs (the default variant), written to
-    <suite>/analysis/ like `nestlab accuracy <suite>`."""
+    <suite>/analysis/ like `nestlab accuracy <suite>`, on every core (the files are those of one
+    process, analysis.pipeline)."""
     out = root / "analysis"
     streams = bool(runs) and all(_is_streams(r) for r in runs)
     try:
-        md, _ = write_accuracy(evaluate(runs, STREAMS_VARIANTS if streams else (DEFAULT_VARIANT,), skip_bad=True), out)
+        md, _ = write_accuracy(evaluate(runs, STREAMS_VARIANTS if streams else (DEFAULT_VARIANT,), skip_bad=True,
+                                        jobs=os.cpu_count() or 1), out)
     except Exception as e:  # noqa: BLE001 - the runs are recorded; say how to get the table
         console.print("suite analysis failed: ", style="yellow", end="")
         console.print(f"{type(e).__name__}: {e} (try `nestlab accuracy {root}`)", markup=False)
