@@ -47,8 +47,6 @@ SETTINGS = {
     "taskmanager.network.memory.buffer-debloat.enabled": "false",
     "rest.address": "localhost",
     "rest.bind-address": "localhost",
-    # The REST API's view of the task metrics is refreshed this often (default 10 s).
-    "metrics.fetcher.update-interval": "200",
     "parallelism.default": "1",
     # The collector scrapes the TaskManager's Prometheus endpoint: every task's counters read in one
     # pass, at one moment (the REST API's per-vertex views were seen a second apart: 4.3.2's negative

@@ -91,10 +91,9 @@ class StreamsCollector(threading.Thread):
             first_id, seq = writer.next_ids()
             ids = {c.name: first_id + k for k, c in enumerate(self.graph.connections)}
             kinds = {p.name: p.kind for p in self.graph.pes.values()}
-            births = [(ids[c.name], "sconn", c.name, f"sconn:{c.name}",
-                       json.dumps({"src": c.src, "src_port": c.src_port, "dst": c.dst, "dst_port": c.dst_port,
-                                   "src_kind": kinds[c.src], "dst_kind": kinds[c.dst]}), None)
-                      for c in self.graph.connections]
+            attrs = {c.name: json.dumps({"src": c.src, "src_port": c.src_port, "dst": c.dst, "dst_port": c.dst_port,
+                                         "src_kind": kinds[c.src], "dst_kind": kinds[c.dst]})
+                     for c in self.graph.connections}
             conns = self.graph.connections
             edges = [(ids[conns[p].name], ids[conns[c].name]) for p, c in self.graph.module_edges()]
             last: dict[str, tuple] = {}
@@ -114,10 +113,12 @@ class StreamsCollector(threading.Thread):
                     if last.get(c.name) != values:
                         rows.append((seq, ids[c.name], "out", *values))
                         last[c.name] = values
-                born = [b[:5] + (now,) for b in births] if births else []
-                writer.snapshot(seq, now, wall, born, [], rows, [], edges_born=edges if births else (),
+                first = self.snapshots == 0   # every connection is born at the first snapshot
+                born = [(ids[c.name], "sconn", c.name, f"sconn:{c.name}", attrs[c.name], now)
+                        for c in conns] if first else []
+                writer.snapshot(seq, now, wall, born, [], rows, [], edges_born=edges if first else (),
                                 stream_tasks=[(seq, *t) for t in tasks])
-                births, seq = [], seq + 1
+                seq += 1
                 self.snapshots += 1
                 next_t += self.interval
                 self.stop_event.wait(max(0.0, next_t - monotonic()))

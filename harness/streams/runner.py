@@ -34,8 +34,7 @@ console = Console(stderr=True, highlight=False, soft_wrap=True)
 @dataclass
 class Active:
     window: Window
-    rows: list[int]
-    seq: int
+    rows: list[int]   # its faults rows, one per connection into the PE
 
 
 class StreamsRepetition:
@@ -183,7 +182,7 @@ class StreamsRepetition:
                          f"{f.operator}.ctl {value}"))
         self.record.faults_started(rows)
         self.record.link_stream_fault_targets()
-        self.active.append(Active(w, [r[0] for r in rows], self.ctl_seq))
+        self.active.append(Active(w, [r[0] for r in rows]))
 
     def _end(self, a: Active) -> None:
         f = self.spec.faults[a.window.spec_index]

@@ -77,7 +77,6 @@ class GraphTopology:
     """What a suite asks of an experiment's topology: its backend."""
 
     backend: str = BACKEND
-    graph: Graph | None = None
 
 
 @dataclass
@@ -152,7 +151,7 @@ def streams_experiment_from(doc: YamlDoc, path: Path, scale: int = 1, seeds: tup
                     raise doc.error(loc + ("schedule", "at", k), f"overlaps another setting of {f.operator} "
                                                                  f"({a:g}s-{b:g}s)")
             windows.setdefault(f.operator, []).append((at, end))
-    return StreamsExperiment(spec, graph, Path(path), doc, tuple(seeds), GraphTopology(BACKEND, graph))
+    return StreamsExperiment(spec, graph, Path(path), doc, tuple(seeds))
 
 
 def _of_kind(graph: Graph, kind: str) -> list[str]:
