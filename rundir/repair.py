@@ -40,6 +40,9 @@ def place_rows(rows: dict[str, np.ndarray], seqs: np.ndarray, kind: dict[int, st
     """Rows -> snapshot positions. Rows of modules not in the modules table are left out. A row of a
     snapshot missing from the snapshots table holds the values the module had at the next snapshot
     (a row is written only when values change), so it moves there unless that snapshot has its own."""
+    pos = _exact_positions(rows, seqs, kind)
+    if pos is not None:   # the common case: nothing to leave out or move
+        return rows, pos
     pos = np.searchsorted(seqs, rows["seq"])
     exact = (pos < len(seqs)) & (seqs[np.minimum(pos, len(seqs) - 1)] == rows["seq"])
     known_mod = np.isin(rows["module"], np.fromiter(kind, dtype=np.int64, count=len(kind)))
@@ -66,6 +69,27 @@ def place_rows(rows: dict[str, np.ndarray], seqs: np.ndarray, kind: dict[int, st
         pos = pos[order]
         rows["seq"] = seqs[pos]
     return rows, pos
+
+
+def _exact_positions(rows: dict[str, np.ndarray], seqs: np.ndarray, kind: dict[int, str]) -> np.ndarray | None:
+    """place_rows' positions when every row is of a known module and of a snapshot in `seqs`, found
+    without a search: the snapshots' seqs are consecutive (the collector numbers them so) and rows come
+    in runs of one module (the columnar copy's order); None when it is not so (place_rows searches)."""
+    seq, mod = rows["seq"], rows["module"]
+    n = len(seqs)
+    if n == 0 or len(seq) == 0 or seq.dtype.kind != "i" or int(seqs[-1]) - int(seqs[0]) != n - 1 or not (seqs[1:] > seqs[:-1]).all():
+        return None
+    heads = np.flatnonzero(mod[1:] != mod[:-1]) + 1
+    if len(heads) > len(mod) // 8:   # not in runs of a module: isin is as cheap
+        return None
+    one = np.append(mod[:1], mod[heads])
+    if not np.isin(one, np.fromiter(kind, dtype=np.int64, count=len(kind))).all():
+        return None
+    lo, hi = int(seq.min()), int(seq.max())
+    if lo < seqs[0] or hi > seqs[-1]:
+        return None
+    # seqs[0] == 0: a row's seq is its position (a view: no one writes to it)
+    return seq if seqs[0] == 0 and seq.dtype == np.intp else (seq - seqs[0]).astype(np.intp, copy=False)
 
 
 def carry_over_bad(mod: np.ndarray, vals: np.ndarray, has: np.ndarray,
