@@ -93,6 +93,9 @@ class Shape:
     edges: list[tuple[int, int]]    # analysis graph edges
     level: list[int]                # longest path from a root; -1 for derived applications
     cyclic: bool
+    # Per edge of the stretch (Stretch.edges, in order): in the analysis graph / out of an application.
+    analysis_edge: np.ndarray | None = None
+    app_edge: np.ndarray | None = None
 
 
 def shape(st: Stretch) -> Shape:
@@ -123,7 +126,23 @@ def shape(st: Stretch) -> Shape:
                 if left[c] == 0:
                     nxt.append(c)
         frontier = nxt
-    return Shape(derived, edges, level, done < st.n - len(derived))
+    analysis_edge = np.array([p not in derived and c not in derived for p, c in st.edges], dtype=bool)
+    app_edge = np.array([p in derived for p, _ in st.edges], dtype=bool)
+    return Shape(derived, edges, level, done < st.n - len(derived), analysis_edge, app_edge)
+
+
+def _shapes(stretches: list[Stretch]) -> list[Shape]:
+    """`shape` of every stretch, made once per distinct graph (kinds and edges): a run's stretches
+    mostly repeat a few graphs. The Shapes are shared: read-only."""
+    memo: dict = {}
+    out = []
+    for st in stretches:
+        key = (tuple(st.kinds), st.edge_array.tobytes())
+        sh = memo.get(key)
+        if sh is None:
+            sh = memo[key] = shape(st)
+        out.append(sh)
+    return out
 
 
 def no_assumed_work(st: Stretch) -> np.ndarray:
@@ -150,30 +169,34 @@ class _Cells:
     aec: np.ndarray
     app_p: np.ndarray        # derived application cell edges: app, child
     app_c: np.ndarray
-    derived: np.ndarray      # bool per cell
-    no_work: np.ndarray      # bool per cell: a root without assumed work (no_assumed_work)
-    levels: list[tuple[np.ndarray, np.ndarray, np.ndarray]]  # per level: cells, edge parents, edge children
+    derived: np.ndarray      # indices of the derived applications' cells
+    root_work: np.ndarray    # bool per cell: a root (level 0) with assumed work (not no_assumed_work)
+    levels: list[tuple[np.ndarray, np.ndarray]]  # levels 1, 2, ...: the analysis edges into the level
 
 
 def _cells(batch: Batch) -> _Cells:
     if "flowdiagnoser" not in batch._cache:
-        shapes = [shape(st) for st in batch.stretches]
-        aep, aec = batch.edge_cells([s.edges for s in shapes])
-        app_p, app_c = batch.edge_cells([[(a, c) for a, cs in s.derived.items() for c in cs] for s in shapes])
-        level = batch.per_module([s.level for s in shapes], dtype=np.int64)
+        stretches = batch.stretches
+        shapes = _shapes(stretches)
+        # Both kinds of edge are subsets of the NS graph's, in its order (stretch, edge, snapshot):
+        # select them from Batch.edges by a flag per stretch edge, repeated over its snapshots.
+        ep, ec = batch.edges
+        per_edge = np.repeat(np.array([st.t for st in stretches], dtype=np.int64),
+                             [len(st.edges) for st in stretches])
+        flags = (np.concatenate([sh.analysis_edge for sh in shapes]) if shapes else np.zeros(0, dtype=bool),
+                 np.concatenate([sh.app_edge for sh in shapes]) if shapes else np.zeros(0, dtype=bool))
+        analysis, app = (np.repeat(f, per_edge) for f in flags)
+        aep, aec, app_p, app_c = ep[analysis], ec[analysis], ep[app], ec[app]
+        level = batch.per_module([sh.level for sh in shapes], dtype=np.int64)
         levels = []
         if batch.n_cells:
-            order = np.argsort(level, kind="stable")
-            bounds = np.searchsorted(level[order], np.arange(level.max() + 2))
-            eorder = np.argsort(level[aec], kind="stable")
-            ebounds = np.searchsorted(level[aec][eorder], np.arange(level.max() + 2))
-            for lv in range(level.max() + 1):
-                e = eorder[ebounds[lv]:ebounds[lv + 1]]
-                levels.append((order[bounds[lv]:bounds[lv + 1]], aep[e], aec[e]))
-        derived = batch.per_module([[m in s.derived for m in range(st.n)]
-                                    for s, st in zip(shapes, batch.stretches, strict=True)], dtype=bool)
-        no_work = batch.per_module([no_assumed_work(st) for st in batch.stretches], dtype=bool)
-        batch._cache["flowdiagnoser"] = _Cells(shapes, aep, aec, app_p, app_c, derived, no_work, levels)
+            elevel = level[aec]
+            levels = [(aep[e], aec[e]) for e in (elevel == lv for lv in range(1, int(level.max()) + 1))]
+        derived = np.flatnonzero(batch.per_module([[m in sh.derived for m in range(st.n)]
+                                                   for sh, st in zip(shapes, stretches, strict=True)], dtype=bool))
+        no_work = batch.per_module([no_assumed_work(st) for st in stretches], dtype=bool)
+        batch._cache["flowdiagnoser"] = _Cells(shapes, aep, aec, app_p, app_c, derived, (level == 0) & ~no_work,
+                                               levels)
     return batch._cache["flowdiagnoser"]
 
 
@@ -181,33 +204,45 @@ def _batch_direction(batch: Batch, d: str, theta: int, queues: bool) -> np.ndarr
     s = _cells(batch)
     c = batch.counters(d)
     n = batch.n_cells
-    hq = c.has_queue if (queues and d == "out") else np.zeros(n, dtype=bool)
-    q, hw = c.queued, c.has_wait
     inactive = c.tm == 0
     waited = c.wait > 0
-    haswork = np.zeros(n, dtype=bool)
-    waits = np.zeros(n, dtype=bool)  # inactive, has work, and waited (or cannot tell)
-    parent_waits = np.zeros(n, dtype=bool)
-    for lv, (cells, ep, ec) in enumerate(s.levels):  # HasWork, top down (Algorithm 4)
-        parent_waits[ec[waits[ep]]] = True
-        # Level 0 = the roots: work assumed (thesis 3.6.2) except for detached ones.
-        h = ~s.no_work[cells] if lv == 0 else parent_waits[cells]
-        haswork[cells] = np.where(hq[cells], q[cells] > 0, h)
-        waits[cells] = inactive[cells] & haswork[cells] & (waited[cells] | ~hw[cells])
+    hw = c.has_wait
+    # A module *waits* when inactive, with work, and it waited (or cannot tell). With queues=on a
+    # module with an outbound queue has work when the queue is not empty (`sure`), whatever is above;
+    # every other module when it is a root with assumed work or a parent waits (`h`).
+    could = inactive & (waited | ~hw)
+    hq = q_work = sure = None
+    if queues and d == "out":
+        hq, q_work = c.has_queue, c.queued > 0
+        sure = could & hq & q_work
+        could &= ~hq
+    h = s.root_work.copy()
+    waits = could & h
+    if sure is not None:
+        waits |= sure
+    for ep, ec in s.levels:  # HasWork, top down (Algorithm 4); a level's parents are all above it
+        h[ec[waits[ep]]] = True
+        np.logical_and(could, h, out=waits)
+        if sure is not None:
+            waits |= sure
+    haswork = h if hq is None else np.where(hq, q_work, h)
     # CanPassBlame with Θ: an inactive child with work, under at least Θ waiting parents.
-    n_waiting = np.bincount(s.aec, weights=waits[s.aep], minlength=n)
-    takes_blame = inactive & (~hq | (q > 0)) & (n_waiting >= theta)
+    n_waiting = np.bincount(s.aec[waits[s.aep]], minlength=n)
+    takes_blame = inactive & (n_waiting >= theta)
+    if hq is not None:
+        takes_blame &= ~hq | q_work
     can_pass = np.zeros(n, dtype=bool)
     can_pass[s.aep[takes_blame[s.aec]]] = True
-    blocked = np.where(hw, waited, can_pass)
-    res = np.where(~inactive, HEALTHY, np.where(~haswork, DONTCARE, np.where(blocked, BLOCKED, STALLED)))
-    res = res.astype(np.int8)
+    res = np.where(np.where(hw, waited, can_pass), np.int8(BLOCKED), np.int8(STALLED))
+    res[~haswork] = DONTCARE
+    res[~inactive] = HEALTHY
     # Thesis 3.3.1: an application follows its sockets.
     moved = np.zeros(n, dtype=bool)
     moved[s.app_p[~inactive[s.app_c]]] = True
     app_waited = np.zeros(n, dtype=bool)
     app_waited[s.app_p[hw[s.app_c] & waited[s.app_c]]] = True
-    res[s.derived] = np.where(moved, HEALTHY, np.where(app_waited, BLOCKED, STALLED))[s.derived]
+    k = s.derived
+    res[k] = np.where(moved[k], HEALTHY, np.where(app_waited[k], BLOCKED, STALLED))
     for st, sh, a, b in zip(batch.stretches, s.shapes, batch.offsets[:-1], batch.offsets[1:], strict=True):
         if sh.cyclic:
             res[a:b] = diagnose_cyclic(st, sh, d, theta, queues).ravel()
