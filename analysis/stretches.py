@@ -14,8 +14,8 @@ Two sources:
   series re-baselines on the lower values. `Counters.invalid` marks those module/direction/snapshots
   (and snapshots without a measurement); the diagnosis still runs on them, the labeller drops them.
   A wait_ms decrease of at most 0.05 ms is not an event (a call of the interceptor finishing between
-  the reader's look at the slot and its clock): the previous value carries over. This is the one
-  place the rule lives; the collector stores what it read.
+  the reader's look at the slot and its clock): the previous value carries over. analysis.deltas is
+  the one place the rule lives; the collector stores what it read.
 - `stretch_from_json(obj)`: the `nestlab diagnose --json` format (docs/diagnosis.md), whose values
   are already deltas.
 
@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from analysis import probes, tcpstate
+from analysis.deltas import _QUEUED, WAIT_JITTER_MS, absorb_wait_jitter, series_deltas  # noqa: F401 - this module's API
 from analysis.dense import (
     cell_places,
     dense_counter_rows,
@@ -260,15 +261,6 @@ def stretch_from_json(obj: Any, where: str = "input") -> Stretch:
 
 # ---------------------------------------------------------------- run.db
 
-# Cumulative counters (deltas taken) in the order of the value columns read below; queued is current.
-_CUM = (0, 1, 3)  # total_msgs, wait_ms, errors
-_WAIT = 1
-# The interceptor's wait_ms counts calls in progress up to the reader's clock; a call that ends
-# between the reader's look at its slot and that clock reads a few microseconds high once.
-WAIT_JITTER_MS = 0.05
-_QUEUED = 2
-
-
 @dataclass
 class RunStretches:
     """A run directory read for analysis: its stretches and its module table."""
@@ -283,104 +275,6 @@ class RunStretches:
     modules: list[tuple] = field(default_factory=list)  # (id, kind, name, key, attrs, born, died), as read
     edges: list[tuple] = field(default_factory=list)    # (parent, child, born, died), as read
     warnings: list[str] = field(default_factory=list)   # what was wrong with run.db, what was left out
-
-
-def _rebaseline(vals: np.ndarray, has: np.ndarray, bad: np.ndarray, a: int, end: int,
-                delta: np.ndarray, invalid: np.ndarray) -> int:
-    """Thesis 3.4 row by row, from row `a` (a good value) of one series, in place.
-
-    A decrease is discarded (invalid) and the next value compared with the last good one; when
-    that one is lower too, the last good value was a spurious increase: it is discarded as well and
-    the series re-baselines on the lower values. Stops once the series is back in step (the plain
-    differences are right again) and returns the row where it stopped.
-    """
-    cum = list(_CUM)
-    base, base_row, pending = vals[a, cum].tolist(), a, None
-    i = a + 1
-    while i < end:
-        if pending is None and i > a + 1 and not bad[i]:
-            break
-        v, ok = vals[i, cum].tolist(), (has[i, cum] & has[i - 1, cum]).tolist()
-        lower = any(o and x < b for x, b, o in zip(v, base, ok, strict=True))
-        if lower and pending is not None:  # the third is lower than the first too
-            invalid[base_row] = True
-            base = pending
-            lower = any(o and x < b for x, b, o in zip(v, base, ok, strict=True))
-        if lower:
-            invalid[i] = True
-            delta[i] = 0.0
-            pending = v
-        else:
-            delta[i] = [x - b if o else 0.0 for x, b, o in zip(v, base, ok, strict=True)]
-            invalid[i] = False
-            base, base_row, pending = v, i, None
-        i += 1
-    return i
-
-
-def absorb_wait_jitter(vals: np.ndarray, has: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """vals with every wait_ms that is lower than the one before by at most WAIT_JITTER_MS raised
-    to it (the carried value, so a run of such readings compares with the same one)."""
-    w, hw = vals[:, _WAIT], has[:, _WAIT]
-    cont = np.zeros(len(w), dtype=bool)   # comparable with the row before: same module, both known
-    cont[1:] = hw[1:] & hw[:-1] & ~start[1:]
-    drop = np.zeros(len(w))
-    drop[1:] = w[:-1] - w[1:]
-    small = cont & (drop > 0) & (drop <= WAIT_JITTER_MS)
-    if not small.any():
-        return vals
-    vals = vals.copy()
-    w = vals[:, _WAIT]
-    stop = 0
-    for i in np.flatnonzero(small):
-        if i < stop:
-            continue
-        carried = w[i - 1]
-        j = i
-        while j < len(w) and cont[j] and carried - WAIT_JITTER_MS <= w[j] < carried:
-            w[j] = carried
-            j += 1
-        stop = j
-    return vals
-
-
-def series_deltas(mod: np.ndarray, vals: np.ndarray, has: np.ndarray, kinds_zero: np.ndarray,
-                  first_of_run: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Deltas for rows already sorted by (module, seq) in one direction.
-
-    mod: (R,) module id; vals/has: (R, 4) raw values and supported flags; kinds_zero: (R,) whether
-    the module's counters start at zero; first_of_run: (R,) row is from the run's first snapshot.
-    Returns (delta (R, 3) of total_msgs, wait_ms, errors; invalid (R,)).
-    """
-    r = len(mod)
-    cum = list(_CUM)
-    if r == 0:
-        return np.zeros((0, len(_CUM))), np.zeros(0, dtype=bool)
-    start = np.ones(r, dtype=bool)
-    start[1:] = mod[1:] != mod[:-1]
-    vals = absorb_wait_jitter(vals, has, start)
-    # Common case, vectorised: difference with the previous row of the same module (in place: one
-    # copy of the cumulative columns, not four).
-    cv, hc = vals[:, cum], has[:, cum]
-    ok = hc.copy()
-    ok[1:] &= hc[:-1]
-    delta = np.empty((r, len(_CUM)))
-    delta[0] = 0.0
-    np.subtract(cv[1:], cv[:-1], out=delta[1:])
-    delta[~ok] = 0.0
-    delta[start] = np.where(hc[start], cv[start], 0.0)  # first appearance: from zero
-    del cv, hc
-    invalid = start & ~kinds_zero
-    bad = ((delta < 0) & ok).any(1) & ~start
-    if bad.any():
-        ends = np.append(np.flatnonzero(start)[1:], r)
-        group_end = ends[np.searchsorted(ends, np.arange(r), side="right")]
-        resume = 0
-        for b in np.flatnonzero(bad):
-            if b >= resume:
-                resume = _rebaseline(vals, has, bad, b - 1, group_end[b], delta, invalid)
-    invalid |= first_of_run
-    return delta, invalid
 
 
 def load_stretches(run_dir: str | Path) -> RunStretches:
