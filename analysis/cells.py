@@ -65,8 +65,8 @@ class Batch:
     def edge_cells(self, edges: list[list[tuple[int, int]]]) -> tuple[np.ndarray, np.ndarray]:
         """Cell edges (parent cells, child cells) for a list of edges per stretch, in order:
         stretch, then edge, then snapshot."""
-        arrays = [st.edge_array if es is st.edges else np.asarray(es, dtype=np.int64).reshape(-1, 2)
-                  for st, es in zip(self.stretches, edges, strict=True)]
+        arrays = [a if es is st.edges else np.asarray(es, dtype=np.int64).reshape(-1, 2)
+                  for a, st, es in zip(self.edge_arrays, self.stretches, edges, strict=True)]
         if not arrays or not sum(len(e) for e in arrays):
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         e = np.concatenate(arrays)
@@ -82,6 +82,20 @@ class Batch:
             out += at
             ends.append(out)
         return ends[0], ends[1]
+
+    @cached_property
+    def edge_arrays(self) -> list[np.ndarray]:
+        """Stretch.edge_array of every stretch, each distinct edge list converted once (a run's
+        stretches mostly repeat a few graphs; the conversion costs more than comparing the lists)."""
+        memo: dict[tuple, np.ndarray] = {}
+        out = []
+        for st in self.stretches:
+            key = tuple(st.edges)
+            a = memo.get(key)
+            if a is None:
+                a = memo[key] = st.edge_array
+            out.append(a)
+        return out
 
     @cached_property
     def detached(self) -> np.ndarray:

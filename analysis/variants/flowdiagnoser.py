@@ -137,7 +137,7 @@ def _shapes(stretches: list[Stretch]) -> list[Shape]:
     memo: dict = {}
     out = []
     for st in stretches:
-        key = (tuple(st.kinds), st.edge_array.tobytes())
+        key = (tuple(st.kinds), tuple(st.edges))
         sh = memo.get(key)
         if sh is None:
             sh = memo[key] = shape(st)

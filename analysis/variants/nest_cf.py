@@ -151,6 +151,25 @@ def observations(batch: Batch, d: str, anw=True, ign=True, queues=True, errors=T
     return obs
 
 
+CHUNK = 1 << 17   # cells per piece of the fold (whole stretches): its scratch arrays stay small
+
+
+def _chunks(batch: Batch) -> list[tuple[int, int, int, int]]:
+    """(first cell, end cell, first edge, end edge) of runs of whole stretches of about CHUNK cells, in
+    order. A stretch's cells and its cell edges (Batch.edges) are contiguous, and no edge leaves its
+    stretch, so each run can be folded on its own."""
+    if "nest_cf_chunks" not in batch._cache:
+        cell_end = batch.offsets[1:].tolist()
+        edge_end = np.cumsum([len(st.edges) * st.t for st in batch.stretches]).tolist()
+        out, c0, e0 = [], 0, 0
+        for k, (c1, e1) in enumerate(zip(cell_end, edge_end, strict=True)):
+            if c1 - c0 >= CHUNK or k == len(cell_end) - 1:
+                out.append((c0, c1, e0, e1))
+                c0, e0 = c1, e1
+        batch._cache["nest_cf_chunks"] = out
+    return batch._cache["nest_cf_chunks"]
+
+
 def diagnose_direction(batch: Batch, d: str, anw=True, ign=True, queues=True, errors=True,
                        scratch: dict | None = None) -> np.ndarray:
     """Certainty factor of every cell for one direction.
@@ -158,51 +177,60 @@ def diagnose_direction(batch: Batch, d: str, anw=True, ign=True, queues=True, er
     On the additive scale throughout (LSIGMA: to_sum of each table cell, taken once), with the
     values in the order the fold has always had them (slot pairs, then edges), so that each cell's
     sum is the same to the last bit whatever the speed-ups (an element-wise to_sum of every value
-    gives the same numbers, at many times the cost). `scratch` keeps the value arrays for the other
-    direction: memory the process has touched once costs no page faults the second time."""
+    gives the same numbers, at many times the cost). The fold runs over a few stretches at a time
+    (_chunks): a cell's values all come from its own stretch's edges, in the same order, and the
+    scratch arrays stay the size of a piece. `scratch` keeps them for the next call."""
     obs = observations(batch, d, anw, ign, queues, errors)
     ep, ec = batch.edges
     slots = [i for i in range(3) if (obs[i] != ABSENT).any()]
-    # Each end's observation on every edge, scaled as the table's row (producer) or column (consumer).
+    # Each cell's observation scaled as the table's row (producer) or column (consumer); the sum of
+    # two is an index into the flattened table (at most 99: int8).
     row_p, col_c = (_W, 1) if d == "out" else (1, _W)
-    at_p = {i: obs[i][ep].astype(np.int16) * np.int16(row_p) for i in slots}
-    at_c = {j: obs[j][ec].astype(np.int16) * np.int16(col_c) for j in slots}
-    has_p = {i: obs[i][ep] != ABSENT for i in slots if i}        # slot 0 (the state) is never ABSENT
-    has_c = {j: obs[j][ec] != ABSENT for j in slots if j}
-    pairs = []   # phase one: every pair of observations across every edge (X parent, Y child)
-    for i in slots:
-        for j in slots:
-            both = has_p[i] & has_c[j] if i and j else has_p[i] if i else has_c[j] if j else None
-            pairs.append((i, j, None if both is None else np.flatnonzero(both)))
+    as_p = {i: obs[i] * np.int8(row_p) for i in slots}
+    as_c = {j: obs[j] * np.int8(col_c) for j in slots}
+    seen = {i: obs[i] != ABSENT for i in slots if i}   # slot 0 (the state) is never ABSENT
     # Phase two: absolve blocked co-parents, once per other waiting parent of the common child.
     st = obs[0]
     waiting = (st == WAIT) | (st == ANW) | (st == NONE)
-    w_edge = waiting[ep]
-    n_waiting = np.bincount(ec[w_edge], minlength=batch.n_cells)
-    others = np.where(w_edge & waiting[ec], n_waiting[ec] - 1, 0)
-    rep = np.repeat(ep, others)
-    # Every value in one array, in the fold's order, written in place (no concatenation); each pair's
-    # table codes made when its values are written (memory for one pair at a time).
-    size = 2 * sum(len(ep) if k is None else len(k) for _, _, k in pairs) + len(rep)
+    # The two tables stacked, so one take writes X's values and then Y's ("in": Y produces, X's
+    # value from sigma_C).
+    table = np.stack(_ADD[d] if d == "out" else _ADD[d][::-1])
     scratch = {} if scratch is None else scratch
-    if "sums" not in scratch or len(scratch["sums"]) < size:   # (size 0: still made, so the views below exist)
-        scratch["sums"], scratch["cells"] = np.empty(size), np.empty(size, dtype=np.intp)
-    sums, cells = scratch["sums"][:size], scratch["cells"][:size]
-    fx, fy = _ADD[d] if d == "out" else _ADD[d][::-1]   # "in": Y produces, X's value from sigma_C
-    at = 0
-    for i, j, k in pairs:
-        if k is None:
-            code, x, y = (at_p[i] + at_c[j]).astype(np.intp), ep, ec
-        else:
-            code, x, y = (at_p[i][k] + at_c[j][k]).astype(np.intp), ep[k], ec[k]
-        for table, who in ((fx, x), (fy, y)):
-            end = at + len(code)
-            np.take(table, code, out=sums[at:end])
-            cells[at:end] = who
-            at = end
-    sums[at:] = L_ABSOLVE
-    cells[at:] = rep
-    return combine_sums(sums, cells, batch.n_cells)
+    cf = np.empty(batch.n_cells)
+    for ca, cb, ea, eb in _chunks(batch):
+        x, y = ep[ea:eb] - ca, ec[ea:eb] - ca   # the piece's own cell numbers
+        cut = slice(ca, cb)
+        hx = {i: seen[i][cut][x] for i in seen}
+        hy = {j: seen[j][cut][y] for j in seen}
+        pairs = []   # phase one: every pair of observations across every edge (X parent, Y child)
+        for i in slots:
+            for j in slots:
+                if i or j:
+                    k = hx[i] & hy[j] if i and j else hx[i] if i else hy[j]
+                    xs, ys = x[k], y[k]
+                else:
+                    xs, ys = x, y
+                pairs.append((as_p[i][cut][xs] + as_c[j][cut][ys], xs, ys))
+        w = waiting[cut]
+        w_edge = w[x]
+        n_waiting = np.bincount(y[w_edge], minlength=cb - ca)
+        rep = np.repeat(x, np.where(w_edge & w[y], n_waiting[y] - 1, 0))
+        # Every value in one array, in the fold's order, written in place (no concatenation).
+        size = 2 * sum(len(code) for code, _, _ in pairs) + len(rep)
+        if "sums" not in scratch or len(scratch["sums"]) < size:
+            scratch["sums"], scratch["cells"] = np.empty(size), np.empty(size, dtype=np.intp)
+        sums, cells = scratch["sums"][:size], scratch["cells"][:size]
+        at = 0
+        for code, xs, ys in pairs:
+            m = len(code)
+            np.take(table, code, axis=1, out=sums[at:at + 2 * m].reshape(2, m), mode="clip")
+            cells[at:at + m] = xs
+            cells[at + m:at + 2 * m] = ys
+            at += 2 * m
+        sums[at:] = L_ABSOLVE
+        cells[at:] = rep
+        cf[cut] = combine_sums(sums, cells, cb - ca)
+    return cf
 
 
 def diagnose(batch: Batch, anw=True, ign=True, queues=True, errors=True, threshold=0.0):
