@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.frame_rows import FrameRows
 from analysis.labels_streams import is_streams
 from rundir import facts
 from rundir.manifest import RunHealth
@@ -56,42 +57,69 @@ def quiet_snapshots(data) -> pd.Series:
     return pd.Series(quiet, index=snaps.index)
 
 
-def _silences(data, quiet: pd.Series) -> dict[str, tuple[int, int]]:
-    """Per direction: (busy, silent) TCP module-snapshots in quiet time. On the frame's columns as
-    arrays (a 15-minute run has millions of rows: no copies of the frame)."""
+def _tcp_series(data, tcp_ids: np.ndarray) -> dict[str, dict[str, np.ndarray]] | None:
+    """Per direction, the TCP modules' counters rows by module, then seq: module, seq, tm, queued
+    (0 where not supported), errors, invalid. From the stretches' arrays while the long frame is not
+    made (analysis.frame_rows), else from the frame; None: no counters at all."""
+    stretches = data.counter_stretches()
+    rows = FrameRows(stretches) if stretches else None
+    out = {}
+    if rows is not None and rows.in_series_order:
+        sel = rows.series_cells(tcp_ids)
+        mod, seq = rows.cell_module[sel], rows.seqs[rows.cell_snapshot[sel]]
+        for d in ("in", "out"):
+            c = rows.batch.counters(d)
+            out[d] = {"module": mod, "seq": seq, "tm": c.tm[sel], "queued": c.queued[sel] * c.has_queue[sel],
+                      "errors": c.errors[sel], "invalid": c.invalid[sel]}
+        return out
     c = data.counters
-    tcp_ids = data.modules.index[data.modules["kind"] == "tcp"].to_numpy(np.int64)
     module = c["module"].to_numpy(np.int64)
     tcp = np.isin(module, tcp_ids)
     is_out = (c["dir"] == "out").to_numpy(bool)
     seq = c["seq"].to_numpy(np.int64)
+    for d in ("in", "out"):
+        sel = np.flatnonzero(tcp & (is_out if d == "out" else ~is_out))
+        sel = sel[np.lexsort((seq[sel], module[sel]))]   # by module and seq, stably
+        out[d] = {"module": module[sel], "seq": seq[sel], "tm": c["tm"].to_numpy(float)[sel],
+                  "queued": c["queued"].to_numpy(float)[sel] * c["has_queue"].to_numpy(bool)[sel],
+                  "errors": c["errors"].to_numpy(float)[sel], "invalid": c["invalid"].to_numpy(bool)[sel]}
+    return out
+
+
+def _silences(series: dict[str, dict[str, np.ndarray]], quiet: pd.Series) -> dict[str, tuple[int, int]]:
+    """Per direction: (busy, silent) TCP module-snapshots in quiet time (`_tcp_series`' rows)."""
     out = {}
     for d in ("out", "in"):
-        sel = np.flatnonzero(tcp & (is_out if d == "out" else ~is_out))
-        if not len(sel):
+        s = series[d]
+        mod, tm = s["module"], s["tm"]
+        if not len(mod):
             out[d] = (0, 0)
             continue
-        sel = sel[np.lexsort((seq[sel], module[sel]))]   # by module and seq, stably
-        mod = module[sel]
-        tm = c["tm"].to_numpy(float)[sel]
-        first = np.ones(len(sel), dtype=bool)
+        first = np.ones(len(mod), dtype=bool)
         first[1:] = mod[1:] != mod[:-1]
         if d == "out":
-            prev_q = np.roll(c["queued"].to_numpy(float)[sel] * c["has_queue"].to_numpy(bool)[sel], 1)
-            busy = ~first & (prev_q > 0)
+            busy = ~first & (np.roll(s["queued"], 1) > 0)
         else:   # in the middle of a received flow: data before and after it, in the same module
             moved = (tm > 0).astype(np.int64)
             total = np.cumsum(moved)
             heads = np.flatnonzero(first)
             group = np.cumsum(first) - 1
-            ends = np.append(heads[1:], len(sel)) - 1
+            ends = np.append(heads[1:], len(mod)) - 1
             before = total - moved - (total[heads] - moved[heads])[group]
             after = total[ends][group] - total
             busy = (before > 0) & (after > 0)
-        quiet_at = quiet.reindex(seq[sel]).fillna(False).to_numpy(bool)
-        ok = busy & ~c["invalid"].to_numpy(bool)[sel] & quiet_at
+        ok = busy & ~s["invalid"] & _at(quiet, s["seq"])
         out[d] = (int(ok.sum()), int((ok & (tm == 0)).sum()))
     return out
+
+
+def _at(quiet: pd.Series, seq: np.ndarray) -> np.ndarray:
+    """quiet at each seq (False where it has none); quiet's seqs ascending, as the snapshots'."""
+    seqs, values = quiet.index.to_numpy(np.int64), quiet.to_numpy(bool)
+    if not len(seqs):
+        return np.zeros(len(seq), dtype=bool)
+    k = np.minimum(np.searchsorted(seqs, seq), len(seqs) - 1)
+    return values[k] & (seqs[k] == seq)
 
 
 def _queues(data, h: RunHealth) -> None:
@@ -120,19 +148,22 @@ def _queues(data, h: RunHealth) -> None:
     h.backlog_packets_max = int(busiest.max())
 
 
-def receivers(data, tcp_ids) -> set[int]:
-    """The TCP modules that received more data segments than they sent over the run."""
-    c = data.counters
-    c = c[c["module"].isin(tcp_ids) & ~c["invalid"]]
-    segs = c.groupby(["module", "dir"], observed=True)["tm"].sum().unstack(fill_value=0.0)
-    if segs.empty:
-        return set()
-    inbound = segs["in"] if "in" in segs else 0.0
-    outbound = segs["out"] if "out" in segs else 0.0
-    return set(segs.index[(inbound > outbound).to_numpy(bool)].tolist())
+def receivers(data, tcp_ids, series=None) -> set[int]:
+    """The TCP modules that received more data segments than they sent over the run (`series`:
+    _tcp_series', when made)."""
+    series = series if series is not None else _tcp_series(data, np.asarray(tcp_ids, dtype=np.int64))
+    seen, moved = [], {}
+    for d in ("in", "out"):
+        s = series[d]
+        valid = ~s["invalid"]
+        ids, at = np.unique(s["module"][valid], return_inverse=True)
+        seen.append(ids)
+        moved[d] = dict(zip(ids.tolist(), np.bincount(at, weights=s["tm"][valid], minlength=len(ids)).tolist(),
+                            strict=True))
+    return {m for m in np.union1d(*seen).tolist() if moved["in"].get(m, 0.0) > moved["out"].get(m, 0.0)}
 
 
-def loaded_rtt(data, tcp_ids=None) -> pd.DataFrame | None:
+def loaded_rtt(data, tcp_ids=None, series=None) -> pd.DataFrame | None:
     """The tcp_info rows of TCP modules as (seq, module, rtt_us, receiver): each connection's RTT in
     its loaded direction (module docstring); rtt_us NaN where that is not measured. None: no tcp_info."""
     info = data.tcp_info
@@ -141,7 +172,7 @@ def loaded_rtt(data, tcp_ids=None) -> pd.DataFrame | None:
     if tcp_ids is None:
         tcp_ids = data.modules.index[data.modules["kind"] == "tcp"]
     rows = info[info["module"].isin(tcp_ids)]
-    recv = rows["module"].isin(receivers(data, tcp_ids)).to_numpy(bool)
+    recv = rows["module"].isin(receivers(data, tcp_ids, series)).to_numpy(bool)
     rtt = rows["rtt_us"].to_numpy(float).copy()
     if "rcv_rtt_us" in rows:
         rcv = rows["rcv_rtt_us"].to_numpy(float)
@@ -152,9 +183,9 @@ def loaded_rtt(data, tcp_ids=None) -> pd.DataFrame | None:
                          "receiver": recv})
 
 
-def _rtts(data, tcp_ids, quiet: pd.Series, h: RunHealth) -> None:
+def _rtts(data, tcp_ids, quiet: pd.Series, h: RunHealth, series) -> None:
     """RTT figures in the loaded direction (senders' tcpi_rtt, receivers' tcpi_rcv_rtt) in quiet time."""
-    rows = loaded_rtt(data, tcp_ids)
+    rows = loaded_rtt(data, tcp_ids, series)
     rows = rows[quiet.reindex(rows["seq"]).fillna(False).to_numpy(bool)]
     timed = rows.dropna(subset=["rtt_us"])
     rtt = timed["rtt_us"].to_numpy(float) / 1000.0
@@ -184,16 +215,15 @@ def network_health(data) -> RunHealth | None:
     span = (data.snapshots["mono"] - data.snapshots["start"]).fillna(0.0).to_numpy(float)
     h = RunHealth(quiet_snapshots=int(quiet.sum()), snapshots=len(quiet), quiet_s=float(span[quiet.to_numpy()].sum()))
     tcp_ids = data.modules.index[data.modules["kind"] == "tcp"]
+    series = _tcp_series(data, tcp_ids.to_numpy(np.int64))
     info = data.tcp_info
     if info is not None and not info.empty and "rtt_us" in info:
-        _rtts(data, tcp_ids, quiet, h)
-    c = data.counters
-    qmask = quiet.reindex(c["seq"]).fillna(False).to_numpy(bool)
-    retrans = ((c["dir"] == "out").to_numpy(bool) & np.isin(c["module"].to_numpy(np.int64), tcp_ids.to_numpy(np.int64))
-               & qmask & ~c["invalid"].to_numpy(bool))   # the rows alone, not a copy of the frame's
-    h.retransmissions_quiet = int(c["errors"].to_numpy(float)[retrans].sum())
+        _rtts(data, tcp_ids, quiet, h, series)
+    out = series["out"]
+    retrans = _at(quiet, out["seq"]) & ~out["invalid"]
+    h.retransmissions_quiet = int(out["errors"][retrans].sum())
     _queues(data, h)
-    sil = _silences(data, quiet)
+    sil = _silences(series, quiet)
     h.busy_out, h.silent_out = sil["out"]
     h.busy_in, h.silent_in = sil["in"]
     h.busy, h.silent = h.busy_out + h.busy_in, h.silent_out + h.silent_in

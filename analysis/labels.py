@@ -67,6 +67,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import labels_streams
+from analysis.frame_rows import FrameRows
 from analysis.stretches import DIRS
 from analysis.variants.base import Param, on_off, parse_named
 from rundir import facts
@@ -153,71 +154,32 @@ class _Frame:
 
     @classmethod
     def _of_stretches(cls, data, stretches) -> _Frame | None:
-        """`of` from the stretches' counter arrays, without the long frame: its rows are the stretches'
-        cells, stretch by stretch, direction by direction, module by module, snapshot by snapshot
-        (analysis.load.counters_frame). A series is then a module's block of each stretch in turn, in
-        the order of their seqs when seqs rise across the stretches and a stretch holds a module once
-        (else None: the frame's path sorts them)."""
-        last = None
-        for st in stretches:
-            if st.t and ((last is not None and st.seqs[0] <= last) or np.any(np.diff(st.seqs) <= 0)):
-                return None
-            if len(set(st.modules)) != st.n:
-                return None
-            last = st.seqs[-1] if st.t else last
+        """`of` from the stretches' counter arrays, without the long frame (analysis.frame_rows: its rows
+        are the stretches' cells, stretch by stretch, direction by direction, module by module, snapshot
+        by snapshot). A series is then a module's block of each stretch in turn, in the order of their
+        seqs when seqs rise across the stretches and a stretch holds a module once (else None: the
+        frame's path sorts them)."""
+        rows = FrameRows(stretches)
+        if not rows.in_series_order:
+            return None
         snaps = data.snapshots
-        all_seqs = np.concatenate([np.asarray(st.seqs) for st in stretches])
-        mono = snaps["mono"].reindex(all_seqs).to_numpy(float)
-        start = snaps["start"].reindex(all_seqs).to_numpy(float)
+        at = rows.cell_snapshot
+        mono = snaps["mono"].reindex(rows.seqs).to_numpy(float)
+        start = snaps["start"].reindex(rows.seqs).to_numpy(float)
         tcp_ids = data.modules.index[data.modules["kind"] == "tcp"].to_numpy(np.int64)
-        total = 2 * sum(st.n * st.t for st in stretches)
-        module = np.empty(total, dtype=np.int64)
-        out = np.empty(total, dtype=bool)
-        t_start, t_end = np.empty(total), np.empty(total)
-        idle = np.empty(total, dtype=bool)
-        resent_only = np.zeros(total, dtype=bool)
-        invalid = np.empty(total, dtype=bool)
-        seg_key, seg_start, seg_len = [], [], []   # one segment per module, direction and stretch
-        o = s = 0
-        for st in stretches:
-            n, t = st.n, st.t
-            mods = np.asarray(st.modules, dtype=np.int64)
-            te, ts = mono[s:s + t], start[s:s + t]
-            s += t
-            for d in DIRS:
-                c = st.counters[d]
-                sl = slice(o, o + n * t)
-                module[sl] = np.repeat(mods, t)
-                out[sl] = d == "out"
-                t_end[sl] = np.tile(te, n)
-                t_start[sl] = np.tile(ts, n)
-                tm = np.asarray(c.tm, dtype=float).ravel()
-                # Idle = no messages and no waiting (observations IDLE and NONE, NeST paper 5.2).
-                idle[sl] = (tm == 0) & ~(np.asarray(c.has_wait, dtype=bool).ravel()
-                                         & (np.asarray(c.wait, dtype=float).ravel() > 0))
-                if d == "out":   # TCP's outbound new data = data segments out - retransmissions (as `of`)
-                    tcp = np.repeat(np.isin(mods, tcp_ids), t)
-                    resent_only[sl] = tcp & (tm - np.asarray(c.errors, dtype=float).ravel() <= 0)
-                invalid[sl] = np.asarray(c.invalid, dtype=bool).ravel()
-                seg_key.append(mods * 2 + (d == "out"))
-                seg_start.append(o + np.arange(n, dtype=np.int64) * t)
-                seg_len.append(np.full(n, t, dtype=np.int64))
-                o += n * t
-        idle_progress = idle | resent_only
+        idle, resent_only = {}, {}
+        for d in DIRS:
+            c = rows.batch.counters(d)
+            # Idle = no messages and no waiting (observations IDLE and NONE, NeST paper 5.2).
+            idle[d] = (c.tm == 0) & ~(c.has_wait & (c.wait > 0))
+            # TCP's outbound new data = data segments out - retransmissions (as `of`)
+            resent_only[d] = (np.isin(rows.cell_module, tcp_ids) & (c.tm - c.errors <= 0) if d == "out"
+                              else np.zeros(rows.cells, dtype=bool))
+        idle_progress = rows.spread({d: idle[d] | resent_only[d] for d in DIRS})
         del resent_only
-        keys = np.concatenate(seg_key)
-        order = np.argsort(keys, kind="stable")   # by (module, out), then stretch: by seq
-        keys, starts, lens = keys[order], np.concatenate(seg_start)[order], np.concatenate(seg_len)[order]
-        first = np.cumsum(lens) - lens             # each segment's first place in `rows`
-        rows = np.arange(total, dtype=np.int64) + np.repeat(starts - first, lens)
-        new = np.flatnonzero(np.diff(keys)) + 1
-        series = {}
-        for lo, hi in zip(np.concatenate([[0], new]).tolist(), np.concatenate([new, [len(keys)]]).tolist(),
-                          strict=True):
-            part = rows[first[lo]:first[hi - 1] + lens[hi - 1]]
-            if len(part):
-                series[(int(module[part[0]]), bool(out[part[0]]))] = part
-        return cls(module, out, t_start, t_end, idle, idle_progress, invalid, series, pd.RangeIndex(total))
+        return cls(rows.module(), rows.out(), rows.spread({d: start[at] for d in DIRS}),
+                   rows.spread({d: mono[at] for d in DIRS}), rows.spread(idle), idle_progress,
+                   rows.counter("invalid"), rows.series(), pd.RangeIndex(rows.total))
 
 
 def _active_faults(data) -> list[tuple[int, str, int, float, float]]:
@@ -407,7 +369,7 @@ def _result(f: _Frame, oneway: np.ndarray, fault_pos: np.ndarray, fault_id: np.n
         "actual": actual,
         "exclude": exclude,
         "cause": pd.Categorical.from_codes(cause, list(CAUSES)),
-        "fault": pd.Series(fid, index=index).where(fid >= 0).astype("Int64"),
+        "fault": pd.arrays.IntegerArray(fid, fid < 0),   # Int64, NA where none
     }, index=index)
 
 

@@ -1,5 +1,6 @@
-"""analysis.health's silences on the counters frame's columns as arrays: the same counts as the frame
-version they replace (copies of the frame, sorted), on a synthetic run with random quiet time."""
+"""analysis.health on arrays: its silences the same counts as the frame version they replace (copies of
+the frame, sorted), on a synthetic run with random quiet time; and every figure the same whether it
+reads the stretches' arrays (the frame not made) or the long frame."""
 
 from __future__ import annotations
 
@@ -39,7 +40,6 @@ def frame_silences(data, quiet: pd.Series) -> dict[str, tuple[int, int]]:
     return out
 
 
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("health")
@@ -47,9 +47,31 @@ def runs(tmp_path_factory):
             load_run_data(synthetic_base(base / "small"))]
 
 
+def tcp_ids(data) -> np.ndarray:
+    return data.modules.index[data.modules["kind"] == "tcp"].to_numpy(np.int64)
+
+
 @pytest.mark.parametrize("seed", range(4))
-def test_silences_as_the_frame_version(runs, seed):
+def test_silences_as_the_frame_version(tmp_path, seed):
     rng = np.random.default_rng(seed)
-    for data in runs:
+    for data in (load_run_data(synthetic_run(tmp_path / "syn", seconds=40, apps=2, conns=3, churn_s=8)),
+                 load_run_data(synthetic_base(tmp_path / "small"))):
         quiet = pd.Series(rng.random(len(data.snapshots)) < 0.7, index=data.snapshots.index)
-        assert health._silences(data, quiet) == frame_silences(data, quiet)
+        assert data.counter_stretches() is not None   # the frame is not made: the stretches' arrays
+        from_arrays = health._silences(health._tcp_series(data, tcp_ids(data)), quiet)
+        assert from_arrays == frame_silences(data, quiet)
+        assert data.counter_stretches() is None       # now it is: the frame's columns
+        assert health._silences(health._tcp_series(data, tcp_ids(data)), quiet) == from_arrays
+        assert sum(busy for busy, _ in from_arrays.values()) > 0
+
+
+def test_health_from_arrays_as_from_the_frame(runs):
+    for data in runs:
+        data.counters = None   # back to the stretches' arrays
+        assert data.counter_stretches() is not None
+        series = health._tcp_series(data, tcp_ids(data))
+        got = health.network_health(data).as_dict(), health.receivers(data, tcp_ids(data), series)
+        assert data.counter_stretches() is not None   # health did not make the frame
+        data.counters.head()                            # made: the frame's path
+        assert data.counter_stretches() is None
+        assert (health.network_health(data).as_dict(), health.receivers(data, tcp_ids(data))) == got

@@ -1,0 +1,140 @@
+"""The counters' long frame (analysis.load.counters_frame) as arrays made straight from the stretches,
+for readers that want a few of its columns over millions of rows without the frame itself (the
+labels, the network health).
+
+The frame's rows are stretch by stretch, direction by direction ('in', then 'out'), module by module,
+snapshot by snapshot. A stretch's counters are (modules, snapshots) arrays, and those of a whole run
+lie back to back per direction (analysis.cells.Batch: cell c of stretch k at offsets[k] + m * T_k + t),
+so the frame row of direction d's cell c is c + offsets[k] + d * size_k: each column is one scatter
+of the two directions' flat arrays, whatever the number of stretches.
+"""
+
+from __future__ import annotations
+
+import itertools
+from functools import cached_property
+
+import numpy as np
+
+from analysis.cells import Batch
+from analysis.stretches import DIRS
+
+
+class FrameRows:
+    """Columns of counters_frame(run) for `stretches` (those with cells, in order), made on demand."""
+
+    def __init__(self, stretches: list):
+        self.stretches = [st for st in stretches if st.n * st.t]
+        self.batch = Batch(self.stretches)
+        n = np.array([st.n for st in self.stretches], dtype=np.int64)
+        t = np.array([st.t for st in self.stretches], dtype=np.int64)
+        self.n, self.t, self.size = n, t, n * t
+        self.cells = self.batch.n_cells           # per direction
+        self.total = len(DIRS) * self.cells
+        self._rows: dict[str, np.ndarray] = {}
+
+    @cached_property
+    def in_series_order(self) -> bool:
+        """Whether a module's blocks, stretch after stretch, are its snapshots in order: seqs rise within
+        and across the stretches, and no stretch holds a module twice (always so for load_stretches';
+        `series` and `series_cells` need it)."""
+        last = None
+        for st in self.stretches:
+            if (last is not None and st.seqs[0] <= last) or np.any(np.diff(st.seqs) <= 0):
+                return False
+            if len(set(st.modules)) != st.n:
+                return False
+            last = st.seqs[-1]
+        return True
+
+    # ------------------------------------------------------------------ layout
+
+    @cached_property
+    def _blocks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per (stretch, module) block of cells: its stretch, its first cell, its module id."""
+        k = np.repeat(np.arange(len(self.stretches), dtype=np.int64), self.n)
+        local = np.arange(len(k), dtype=np.int64) - np.repeat(np.cumsum(self.n) - self.n, self.n)
+        first = self.batch.offsets[:-1][k] + local * self.t[k]
+        mods = np.fromiter(itertools.chain.from_iterable(st.modules for st in self.stretches), dtype=np.int64,
+                           count=len(k))
+        return k, first, mods
+
+    def rows_of(self, d: str) -> np.ndarray:
+        """The frame row of each of direction d's cells."""
+        if d not in self._rows:
+            shift = self.batch.offsets[:-1] + (DIRS.index(d) * self.size)
+            self._rows[d] = np.arange(self.cells, dtype=np.int64) + np.repeat(shift, self.size)
+        return self._rows[d]
+
+    @cached_property
+    def cell_module(self) -> np.ndarray:
+        """Per cell (one direction): its module id."""
+        k, _, mods = self._blocks
+        return np.repeat(mods, self.t[k])
+
+    @cached_property
+    def cell_snapshot(self) -> np.ndarray:
+        """Per cell (one direction): its snapshot's place in `seqs` (the stretches' seqs, concatenated)."""
+        k, first, _ = self._blocks
+        lens = self.t[k]
+        base = (np.cumsum(self.t) - self.t)[k]            # the stretch's first place in `seqs`
+        return np.arange(self.cells, dtype=np.int64) + np.repeat(base - first, lens)
+
+    @cached_property
+    def seqs(self) -> np.ndarray:
+        return np.concatenate([np.asarray(st.seqs) for st in self.stretches]) if self.stretches else \
+            np.zeros(0, dtype=np.int64)
+
+    def series_cells(self, modules: np.ndarray) -> np.ndarray:
+        """The cells (of one direction) of the given modules, by module, then snapshot."""
+        k, first, mods = self._blocks
+        pick = np.flatnonzero(np.isin(mods, modules))
+        pick = pick[np.argsort(mods[pick], kind="stable")]   # stretch order kept: by snapshot
+        lens = self.t[k[pick]]
+        start = np.cumsum(lens) - lens
+        return np.arange(int(lens.sum()), dtype=np.int64) + np.repeat(first[pick] - start, lens)
+
+    # ------------------------------------------------------------------ columns, in frame order
+
+    def spread(self, per_dir: dict[str, np.ndarray], dtype=None) -> np.ndarray:
+        """One frame column from a per-cell array of each direction."""
+        first = per_dir[DIRS[0]]
+        out = np.empty(self.total, dtype=dtype or first.dtype)
+        for d in DIRS:
+            out[self.rows_of(d)] = per_dir[d]
+        return out
+
+    def counter(self, name: str) -> np.ndarray:
+        """A counters column (tm, wait, has_wait, queued, has_queue, errors, invalid) in frame order."""
+        return self.spread({d: getattr(self.batch.counters(d), name) for d in DIRS})
+
+    def module(self) -> np.ndarray:
+        return self.spread({d: self.cell_module for d in DIRS})
+
+    def out(self) -> np.ndarray:
+        return self.spread({d: np.full(self.cells, d == "out") for d in DIRS})
+
+    def series(self) -> dict[tuple[int, bool], np.ndarray]:
+        """(module, out?) -> its frame rows, in snapshot order: a module's block of each stretch in turn
+        (the stretches' seqs rise and a stretch holds a module once: the caller checks)."""
+        k, first, mods = self._blocks
+        keys, starts, lens = [], [], []
+        for di in range(len(DIRS)):
+            keys.append(mods * 2 + di)
+            starts.append(first + self.batch.offsets[:-1][k] + di * self.size[k])
+            lens.append(self.t[k])
+        keys, starts, lens = np.concatenate(keys), np.concatenate(starts), np.concatenate(lens)
+        # Stable: blocks of one module and direction stay in stretch order (that is, by seq).
+        order = np.argsort(keys, kind="stable")
+        keys, starts, lens = keys[order], starts[order], lens[order]
+        first_row = np.cumsum(lens) - lens
+        rows = np.arange(int(lens.sum()), dtype=np.int64) + np.repeat(starts - first_row, lens)
+        cut = np.flatnonzero(np.diff(keys)) + 1
+        lo = np.concatenate([[0], cut]).tolist()
+        hi = np.concatenate([cut, [len(keys)]]).tolist()
+        bounds = np.append(first_row, len(rows))
+        out = {}
+        for a, b in zip(lo, hi, strict=True):
+            key = int(keys[a])
+            out[(key >> 1, bool(key & 1))] = rows[bounds[a]:bounds[b]]
+        return out
