@@ -196,3 +196,113 @@ def flat_view(arrays: list[np.ndarray]) -> np.ndarray | None:
             return None
         at += a.size
     return base[start:at]
+
+
+def _runs(mod: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """The first row of each run of rows of one module at consecutive positions."""
+    brk = mod[1:] != mod[:-1]
+    brk |= pos[1:] != pos[:-1] + 1
+    return np.append(0, np.flatnonzero(brk) + 1)
+
+
+def presence_spans(ids: np.ndarray, row_module: np.ndarray, row_pos: np.ndarray,
+                   s_count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where each module is present (has a row), as maximal spans [a, b) of positions: (slot, a, b),
+    by slot then a -- the runs of `presence`'s pairs. Rows that come as runs of one module at
+    consecutive positions (as load_stretches has them) are taken a run at a time; KeyError for a
+    row's module not in `ids` (the first such row's)."""
+    m = len(ids)
+    heads = _runs(row_module, row_pos) if len(row_module) else np.zeros(0, np.int64)
+    if len(heads) <= len(row_module) // 4:
+        slot = module_slots(ids, row_module[heads])
+        if (slot == m).any():
+            raise KeyError(int(row_module[heads[np.flatnonzero(slot == m)[0]]]))
+        a = row_pos[heads]
+        b = row_pos[np.append(heads[1:], len(row_pos)) - 1] + 1
+        order = np.lexsort((a, slot))
+        slot, a, b = slot[order], a[order], b[order]
+        # Merge overlapping or touching spans of one module (its rows in both directions).
+        reach = np.maximum.accumulate(slot * (s_count + 1) + b)   # per slot, the furthest end so far
+        new = np.ones(len(slot), dtype=bool)
+        new[1:] = (slot[1:] != slot[:-1]) | (slot[1:] * (s_count + 1) + a[1:] > reach[:-1])
+        first = np.flatnonzero(new)
+        last = np.append(first[1:], len(slot)) - 1
+        return slot[first], a[first], reach[last] - slot[first] * (s_count + 1)
+    slot = module_slots(ids, row_module)
+    if (slot == m).any():
+        raise KeyError(int(row_module[np.flatnonzero(slot == m)[0]]))
+    pm, pp = presence(slot, row_pos, m, s_count)
+    new_run = np.ones(len(pm), dtype=bool)
+    new_run[1:] = (pm[1:] != pm[:-1]) | (pp[1:] != pp[:-1] + 1)
+    end_run = np.ones(len(pm), dtype=bool)
+    end_run[:-1] = new_run[1:]
+    return pm[new_run], pp[new_run], pp[end_run] + 1
+
+
+def stretch_members(starts: np.ndarray, spans: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The modules present in each stretch [starts[k], starts[k + 1]), whose bounds include every
+    span's ends: (their slots, ascending in each stretch, stretch after stretch; their count per
+    stretch)."""
+    slot, a, b = spans
+    k0, k1 = np.searchsorted(starts, a), np.searchsorted(starts, b)
+    length = k1 - k0
+    total = int(length.sum())
+    k = np.repeat(k0 - np.cumsum(length) + length, length) + np.arange(total)
+    order = stable_order(k, len(starts))   # spans come by slot: slots stay ascending in a stretch
+    return np.repeat(slot, length)[order], np.bincount(k, minlength=len(starts))
+
+
+def gather_index(ids: np.ndarray, mod: np.ndarray, pos: np.ndarray, starts: np.ndarray, t: np.ndarray,
+                 members: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """For one direction's rows, each cell's row (analysis.cells' order: stretch k over positions
+    [starts[k], starts[k] + t[k]), its n[k] modules `members` in order, then snapshot) and the cells
+    without one (their index is 0) -- what cell_places' scatter would fill -- when the rows come in
+    one run of consecutive positions per module, modules ascending (as load_stretches has them);
+    None when they do not (or there are none)."""
+    r = len(mod)
+    if r == 0:
+        return None
+    heads = _runs(mod, pos)
+    run_mod = mod[heads]
+    if not (run_mod[1:] > run_mod[:-1]).all():
+        return None
+    m = len(ids)
+    first, last = pos[heads], pos[np.append(heads[1:], r) - 1]
+    run_of = np.full(m + 1, -1, dtype=np.int64)
+    run_of[module_slots(ids, run_mod)] = np.arange(len(heads))
+    run_of[m] = -1   # rows of modules not in `ids`: no cell
+    k = np.repeat(np.arange(len(starts)), n)   # each block's stretch (a block: one module in one stretch)
+    bt, b0 = t[k], starts[k]
+    run = run_of[members]
+    cell0 = np.cumsum(bt) - bt
+    src0 = heads[run] + (b0 - first[run])
+    whole = (run >= 0) & (first[run] <= b0) & (b0 + bt - 1 <= last[run])
+    n_cells = int(bt.sum())
+    inv = np.repeat(src0 - cell0, bt)
+    inv += np.arange(n_cells)
+    if whole.all():
+        return inv, np.zeros(0, dtype=np.int64)
+    part = np.flatnonzero(~whole)   # blocks the module's rows do not cover (or only in part)
+    pl, pr = bt[part], run[part]
+    cells = np.repeat(cell0[part] - np.cumsum(pl) + pl, pl) + np.arange(int(pl.sum()))
+    at = cells - np.repeat(cell0[part] - b0[part], pl)   # each cell's position
+    rr = np.repeat(pr, pl)
+    held = (rr >= 0) & (first[rr] <= at) & (at <= last[rr])
+    missing = cells[~held]
+    inv[missing] = 0
+    return inv, missing
+
+
+def gather_counters(inv: np.ndarray, missing: np.ndarray, delta: np.ndarray, queued: np.ndarray, has: np.ndarray,
+                    invalid: np.ndarray) -> dict[str, np.ndarray]:
+    """fill_counters by gathering each cell's row (gather_index) instead of scattering rows to cells:
+    the same arrays."""
+    out = {}
+    for f, src, dtype, none in (("tm", delta[:, 0], float, 0.0), ("wait", delta[:, 1], float, 0.0),
+                                ("queued", queued, float, 0.0), ("errors", delta[:, 2], float, 0.0),
+                                ("has_wait", has[:, 1], bool, False), ("has_queue", has[:, 2], bool, False),
+                                ("has_errors", has[:, 3], bool, False), ("invalid", invalid, bool, True)):
+        a = np.take(np.asarray(src, dtype=dtype), inv)
+        a[missing] = none
+        out[f] = a
+    return out

@@ -42,9 +42,10 @@ from analysis.dense import (
     cell_places,
     dense_counter_rows,
     fill_counters,
-    module_slots,
-    presence,
-    stable_order,
+    gather_counters,
+    gather_index,
+    presence_spans,
+    stretch_members,
 )
 from rundir import columnar, read, repair
 from rundir.db import connect
@@ -372,16 +373,10 @@ def build_stretches(seqs: np.ndarray, mono: np.ndarray, kind: dict[int, str], pe
         return []
     # Module ids -> dense slots (memory follows the number of modules, not the largest id).
     ids = np.fromiter(sorted(kind), dtype=np.int64, count=len(kind))
-    slot = module_slots(ids, row_module)
-    if (slot == len(ids)).any():   # a present module of no kind
-        raise KeyError(int(row_module[np.flatnonzero(slot == len(ids))[0]]))
-    # Module presence (a counters row in either direction): unique (slot, position) pairs, in order.
-    pm, pp = presence(slot, row_pos, len(ids), s_count)
-    new_run = np.ones(len(pm), dtype=bool)
-    new_run[1:] = (pm[1:] != pm[:-1]) | (pp[1:] != pp[:-1] + 1)
-    end_run = np.ones(len(pm), dtype=bool)
-    end_run[:-1] = new_run[1:]
-    change = {0, s_count, *pp[new_run].tolist(), *(pp[end_run] + 1).tolist()}
+    # Module presence (a counters row in either direction) as spans of positions; KeyError for a
+    # present module of no kind.
+    spans = presence_spans(ids, row_module, row_pos, s_count)
+    change = {0, s_count, *spans[1].tolist(), *spans[2].tolist()}
     m = len(ids)
     e_ps, e_cs, e_a, e_b = (np.zeros(0, dtype=np.int64) for _ in range(4))
     if edge_rows:
@@ -398,31 +393,35 @@ def build_stretches(seqs: np.ndarray, mono: np.ndarray, kind: dict[int, str], pe
 
         e_ps, e_cs, e_a, e_b = slots(par)[live], slots(chi)[live], e_a[live], e_b[live]
     bounds = np.array(sorted(c for c in change if 0 <= c <= s_count), dtype=np.int64)
-    by_pos = stable_order(pp, s_count)
-    pm_sorted, pp_sorted = pm[by_pos], pp[by_pos]   # by position, then slot
-    del pm, pp, by_pos, new_run, end_run
     starts, stops = bounds[:-1], bounds[1:]
-    lo, hi = np.searchsorted(pp_sorted, starts), np.searchsorted(pp_sorted, starts + 1)
-    full = np.flatnonzero(hi > lo)   # an interval where no module is present makes no stretch
-    starts, stops, lo, hi = starts[full], stops[full], lo[full], hi[full]
-    n, t = hi - lo, stops - starts
+    members, n = stretch_members(starts, spans)   # slots present in each stretch, ascending
+    full = np.flatnonzero(n)   # an interval where no module is present makes no stretch
+    starts, stops, n = starts[full], stops[full], n[full]
+    t = stops - starts
+    hi = np.cumsum(n)
+    lo = hi - n
     offsets = np.concatenate([[0], np.cumsum(n * t)])
-    # Each row's cell: its stretch, its module's place there, its snapshot's.
     flat = {}
     for d in DIRS:
         p_, mod, delta, queued, has, invalid = per_dir[d]
-        k, place = cell_places(starts, stops, s_count, pm_sorted, lo, hi, ids, mod, p_)
+        gather = gather_index(ids, mod, p_, starts, t, members, n)
+        if gather is not None:   # each cell's row, in one pass
+            flat[d] = gather_counters(*gather, delta, queued, has, invalid)
+            del p_, mod, delta, queued, has, invalid, gather   # before the next direction's are made
+            continue
+        # Each row's cell: its stretch, its module's place there, its snapshot's.
+        k, place = cell_places(starts, stops, s_count, members, lo, hi, ids, mod, p_)
         if not (place >= 0).all():   # rows of modules not in their stretch's graph: no cell
             keep = np.flatnonzero(place >= 0)
             k, place, p_, delta, queued, has, invalid = (a[keep] for a in (k, place, p_, delta, queued, has, invalid))
         cell = offsets[k] + place * t[k] + (p_ - starts[k])
         flat[d] = fill_counters(int(offsets[-1]), cell, delta, queued, has, invalid)
-        del p_, mod, delta, queued, has, invalid, k, place, cell   # before the next direction's are made
+        del p_, mod, delta, queued, has, invalid, k, place, cell
     lookup = np.full(m + 1, -1, dtype=np.int64)
     fields = list(Counters.__dataclass_fields__)
     stretches = []
     for j, (a, b) in enumerate(zip(starts.tolist(), stops.tolist(), strict=True)):
-        here_slots = pm_sorted[lo[j]:hi[j]]
+        here_slots = members[lo[j]:hi[j]]
         here = ids[here_slots].tolist()
         lookup[here_slots] = np.arange(len(here))
         on = (e_a <= a) & (a < e_b)

@@ -6,8 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis import deltas
+from analysis import deltas, dense, stretches
+from analysis.stretches import DIRS, build_stretches
 from rundir import repair
+from tests.support.reference_dense import ref_build_stretches
+from tests.test_dense import assert_same_stretches
 
 
 def _rows(seq, module, rng):
@@ -143,3 +146,121 @@ def test_series_deltas_wait_jitter_and_rebaseline_cases():
         assert np.array_equal(g, w)
     assert got[1].any() and (got[0][:, 1] != vals[:, 1] - np.append(0, vals[:-1, 1])).any()
     assert deltas.series_deltas(mod[:0], vals[:0], has[:0], kz[:0], first[:0])[0].shape == (0, 3)
+
+
+# ---------------------------------------------------------------- build_stretches: spans and gathers
+
+def _run_graph(rng, s_count=70, n_mod=10, gaps=False):
+    """Like tests/test_dense.py's random_graph, but each (module, direction) has its rows as one run of
+    consecutive positions (the part of its life after its first row, as load_stretches has them),
+    rows by module then position; `gaps`: some runs broken (the general path)."""
+    ids = np.sort(rng.choice(np.arange(1, 10_000), n_mod, replace=False))
+    kind = {int(m): str(rng.choice(["app", "socket", "tcp", "ipeth"])) for m in ids}
+    born = rng.integers(0, s_count - 5, n_mod)
+    died = np.minimum(born + rng.integers(1, s_count, n_mod), s_count)
+    mono = 100.0 + np.arange(s_count) * 0.1
+    per_dir, pres = {}, []
+    for d in DIRS:
+        mods, poss = [], []
+        for m, a, b in zip(ids, born, died, strict=True):
+            if rng.random() < 0.15:   # no rows in this direction
+                continue
+            a = a + (rng.integers(0, max(1, (b - a) // 2)) if rng.random() < 0.4 else 0)   # first row later
+            p = np.arange(a, b)
+            if gaps and rng.random() < 0.3:
+                p = p[rng.random(len(p)) < 0.8]
+            mods.append(np.full(len(p), m))
+            poss.append(p)
+        mod, pos = np.concatenate(mods), np.concatenate(poss)
+        r = len(pos)
+        delta = rng.random((3, r)).T if rng.random() < 0.5 else rng.random((r, 3))   # columns contiguous or not
+        per_dir[d] = (pos, mod, delta, rng.random(r), rng.random((r, 4)) < 0.7, rng.random(r) < 0.1)
+        pres.append((mod, pos))
+    edges = []
+    for _ in range(15):
+        p, c = rng.choice(ids, 2)
+        a = rng.integers(0, s_count)
+        b = None if rng.random() < 0.3 else mono[min(s_count - 1, a + rng.integers(1, 30))]
+        edges.append((int(p), int(c), float(mono[a]) - 0.01, b))
+    row_module = np.concatenate([m for m, _ in pres])
+    row_pos = np.concatenate([p for _, p in pres])
+    return np.arange(s_count), mono, kind, per_dir, row_module, row_pos, edges
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_build_stretches_gathers_as_the_plain_form(seed, monkeypatch):
+    rng = np.random.default_rng(seed)
+    seqs, mono, kind, per_dir, row_module, row_pos, edges = _run_graph(rng, gaps=seed % 3 == 0)
+    by_pos = {d: tuple(a[np.argsort(x[0], kind="stable")] for a in x) for d, x in per_dir.items()}
+    want = ref_build_stretches(seqs, mono, kind, by_pos, row_module, row_pos, edges)
+    seen = []
+    real = dense.gather_index
+
+    def spy(*a):
+        seen.append(real(*a))
+        return seen[-1]
+
+    monkeypatch.setattr(stretches, "gather_index", spy)
+    got = build_stretches(seqs, mono, kind, per_dir, row_module, row_pos, edges)
+    assert_same_stretches(got, want)
+    if seed % 3:   # one run per module: gathered, some blocks only in part or not at all
+        assert all(g is not None for g in seen)
+    # the general path (cell_places and a scatter) on the same rows
+    monkeypatch.setattr(stretches, "gather_index", lambda *a: None)
+    assert_same_stretches(build_stretches(seqs, mono, kind, per_dir, row_module, row_pos, edges), want)
+
+
+def test_gather_covers_partial_and_absent_blocks():
+    missing = []
+    for seed in range(30):
+        seqs, mono, kind, per_dir, row_module, row_pos, edges = _run_graph(np.random.default_rng(seed))
+        ids = np.fromiter(sorted(kind), dtype=np.int64)
+        spans = dense.presence_spans(ids, row_module, row_pos, len(seqs))
+        bounds = np.unique(np.concatenate([[0, len(seqs)], spans[1], spans[2]]))
+        members, n = dense.stretch_members(bounds[:-1], spans)
+        keep = n > 0
+        g = dense.gather_index(ids, per_dir["out"][1], per_dir["out"][0], bounds[:-1][keep], np.diff(bounds)[keep],
+                               members, n[keep])
+        missing.append(len(g[1]))
+    assert max(missing) > 0   # so the tests above gather cells without a row too
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_presence_spans_as_presence(seed):
+    rng = np.random.default_rng(seed)
+    s_count, ids = 50, np.array([4, 9, 12, 30, 31])
+    if seed % 2:   # runs (both directions, overlapping and touching spans)
+        parts = []
+        for _ in range(12):
+            a = int(rng.integers(0, s_count - 1))
+            b = int(rng.integers(a + 1, s_count + 1))
+            parts.append((np.full(b - a, rng.choice(ids)), np.arange(a, b)))
+        mod, pos = (np.concatenate(x) for x in zip(*parts, strict=True))
+    else:          # single rows in any order, duplicates (presence's matrix)
+        mod, pos = rng.choice(ids, 300), rng.integers(0, s_count, 300)
+    slot = dense.module_slots(ids, mod) if seed % 2 == 0 else np.searchsorted(ids, mod)
+    pm, pp = dense.presence(slot, pos, len(ids), s_count)
+    new_run = np.append(True, (pm[1:] != pm[:-1]) | (pp[1:] != pp[:-1] + 1))
+    end_run = np.append(new_run[1:], True)
+    got = dense.presence_spans(ids, mod, pos, s_count)
+    for g, w in zip(got, (pm[new_run], pp[new_run], pp[end_run] + 1), strict=True):
+        assert np.array_equal(g, w)
+    bad = mod.copy()
+    bad[len(bad) // 2:] = 5   # a module not in ids: KeyError with the first such row's module
+    with pytest.raises(KeyError, match="5"):
+        dense.presence_spans(ids, bad, pos, s_count)
+
+
+def test_gather_counters_as_fill_counters():
+    rng = np.random.default_rng(2)
+    r, n_cells = 30, 40
+    cell = rng.permutation(n_cells)[:r]
+    inv = np.zeros(n_cells, dtype=np.int64)
+    inv[cell] = np.arange(r)
+    missing = np.setdiff1d(np.arange(n_cells), cell)
+    args = (rng.random((r, 3)), rng.random(r), rng.random((r, 4)) < 0.5, rng.random(r) < 0.5)
+    want = dense.fill_counters(n_cells, cell, *args)
+    got = dense.gather_counters(inv, missing, *args)
+    assert want.keys() == got.keys()
+    for f in want:
+        assert want[f].dtype == got[f].dtype and np.array_equal(want[f], got[f]), f
