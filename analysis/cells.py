@@ -155,7 +155,15 @@ class Batch:
     @cached_property
     def has_parent(self) -> np.ndarray:
         """Per cell: the module has a parent (an upper layer) in its stretch."""
-        return self.per_module([[bool(p) for p in st.parents] for st in self.stretches], dtype=bool)
+        memo: dict[tuple[int, int], np.ndarray] = {}   # Batch.edge_arrays shares equal edge lists' arrays
+        flags = []
+        for st, e in zip(self.stretches, self.edge_arrays, strict=True):
+            f = memo.get((id(e), st.n))
+            if f is None:
+                f = memo[(id(e), st.n)] = np.zeros(st.n, dtype=bool)
+                f[e[:, 1]] = True
+            flags.append(f)
+        return self.per_module(flags, dtype=bool)
 
     def cell_groups(self, keys: list[list]) -> tuple[np.ndarray, int]:
         """Group the cells of each snapshot by a key per module: `keys[k][m]` for module m of stretch k

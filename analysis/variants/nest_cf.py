@@ -63,8 +63,13 @@ def to_sum(cf: np.ndarray) -> np.ndarray:
 
 
 def from_sum(total: np.ndarray) -> np.ndarray:
-    """The additive scale -> certainty factor."""
-    return np.where(total >= 0, -np.expm1(-total), np.expm1(total))
+    """The additive scale -> certainty factor: -expm1(-total) where total >= 0, else expm1(total)
+    (one expm1 per element: of -total or total, negated after for the first)."""
+    total = np.asarray(total, dtype=np.float64)
+    up = total >= 0
+    out = np.negative(total, where=up, out=total.copy())
+    np.expm1(out, out=out)
+    return np.negative(out, where=up, out=out)
 
 
 # The tables on the additive scale, flattened: [producer obs * (ABSENT + 1) + consumer obs] (NaN: no
@@ -90,14 +95,18 @@ def combine_sums(sums: np.ndarray, cells: np.ndarray, n: int) -> np.ndarray:
     those of the finite values alone, to the last bit."""
     with np.errstate(invalid="ignore"):
         total = np.bincount(cells, weights=sums, minlength=n)
-        return np.where(np.isnan(total), 0.0, from_sum(total))
+        conflict = np.isnan(total)
+        cf = from_sum(total)
+        cf[conflict] = 0.0
+        return cf
 
 
 def _least_fixed_point(n: int, ep: np.ndarray, ec: np.ndarray, seed: np.ndarray, open_: np.ndarray,
-                       n_parents: np.ndarray | None = None) -> np.ndarray:
-    """The least set S of cells in `open_` such that a cell is in S when one of its parents (n_parents
-    None) or every parent (n_parents given) is in `seed` or in S. It only grows, so a round that adds
-    nothing ends it; only edges into open cells count."""
+                       every: bool = False) -> np.ndarray:
+    """The least set S of cells in `open_` such that a cell is in S when one of its parents (every
+    False) or every parent (every True) is in `seed` or in S. It only grows, so a round that adds
+    nothing ends it; only edges into open cells count. `ep`, `ec` must hold every edge into an open
+    cell (a superset is fine): "every parent" is "no edge into the cell misses"."""
     into = open_[ec]
     ep, ec = ep[into], ec[into]
     fixed = seed[ep]
@@ -105,11 +114,13 @@ def _least_fixed_point(n: int, ep: np.ndarray, ec: np.ndarray, seed: np.ndarray,
     size = -1
     while True:
         hit = fixed | member[ep]
-        if n_parents is None:
+        if every:
+            missed = np.zeros(n, dtype=bool)
+            missed[ec[~hit]] = True
+            new = open_ & ~missed
+        else:
             new = np.zeros(n, dtype=bool)
             new[ec[hit]] = True
-        else:
-            new = open_ & (np.bincount(ec[hit], minlength=n) == n_parents)
         count = int(np.count_nonzero(new))
         if count == size:
             return member
@@ -120,19 +131,20 @@ def states(batch: Batch, d: str, anw: bool = True, ign: bool = True) -> np.ndarr
     """Activity state code of every cell (paper Table 2)."""
     c = batch.counters(d)
     active = c.tm > 0
-    st = np.full(len(active), NONE, dtype=np.int8)
-    st[c.has_wait] = IDLE
-    st[c.has_wait & (c.wait > 0)] = WAIT
+    st = np.where(c.has_wait, np.where(c.wait > 0, np.int8(WAIT), np.int8(IDLE)), np.int8(NONE))
     st[active] = ACT
-    ep, ec = batch.edges
     free = ~active & ~c.has_wait  # the modules whose state comes from their parents (tm is never negative)
+    if not (anw or ign):
+        return st
+    ep, ec = batch.edges
+    into = free[ec]   # both fixed points look only at edges into free cells: select them once
+    ep, ec = ep[into], ec[into]
     n = batch.n_cells
     if anw:  # least fixed point: grows from nothing, one layer per round
         st[_least_fixed_point(n, ep, ec, st == WAIT, free)] = ANW
     if ign:
-        n_parents = batch.n_parents
-        candidate = free & (st == NONE) & ((n_parents > 0) | batch.detached)
-        st[_least_fixed_point(n, ep, ec, st == IDLE, candidate, n_parents)] = IGN
+        candidate = free & (st == NONE) & (batch.has_parent | batch.detached)
+        st[_least_fixed_point(n, ep, ec, st == IDLE, candidate, every=True)] = IGN
     return st
 
 
@@ -198,39 +210,47 @@ def diagnose_direction(batch: Batch, d: str, anw=True, ign=True, queues=True, er
     scratch = {} if scratch is None else scratch
     cf = np.empty(batch.n_cells)
     for ca, cb, ea, eb in _chunks(batch):
-        x, y = ep[ea:eb] - ca, ec[ea:eb] - ca   # the piece's own cell numbers
         cut = slice(ca, cb)
-        hx = {i: seen[i][cut][x] for i in seen}
-        hy = {j: seen[j][cut][y] for j in seen}
-        pairs = []   # phase one: every pair of observations across every edge (X parent, Y child)
-        for i in slots:
-            for j in slots:
-                if i or j:
-                    k = hx[i] & hy[j] if i and j else hx[i] if i else hy[j]
-                    xs, ys = x[k], y[k]
-                else:
-                    xs, ys = x, y
-                pairs.append((as_p[i][cut][xs] + as_c[j][cut][ys], xs, ys))
-        w = waiting[cut]
-        w_edge = w[x]
-        n_waiting = np.bincount(y[w_edge], minlength=cb - ca)
-        rep = np.repeat(x, np.where(w_edge & w[y], n_waiting[y] - 1, 0))
-        # Every value in one array, in the fold's order, written in place (no concatenation).
-        size = 2 * sum(len(code) for code, _, _ in pairs) + len(rep)
-        if "sums" not in scratch or len(scratch["sums"]) < size:
-            scratch["sums"], scratch["cells"] = np.empty(size), np.empty(size, dtype=np.intp)
-        sums, cells = scratch["sums"][:size], scratch["cells"][:size]
-        at = 0
-        for code, xs, ys in pairs:
-            m = len(code)
-            np.take(table, code, axis=1, out=sums[at:at + 2 * m].reshape(2, m), mode="clip")
-            cells[at:at + m] = xs
-            cells[at + m:at + 2 * m] = ys
-            at += 2 * m
-        sums[at:] = L_ABSOLVE
-        cells[at:] = rep
-        cf[cut] = combine_sums(sums, cells, cb - ca)
+        cf[cut] = _fold(ep[ea:eb] - ca, ec[ea:eb] - ca, slots, {i: a[cut] for i, a in as_p.items()},
+                        {j: a[cut] for j, a in as_c.items()}, {i: a[cut] for i, a in seen.items()},
+                        waiting[cut], table, scratch)
     return cf
+
+
+def _fold(x: np.ndarray, y: np.ndarray, slots: list[int], as_p: dict, as_c: dict, seen: dict,
+          waiting: np.ndarray, table: np.ndarray, scratch: dict) -> np.ndarray:
+    """diagnose_direction's fold over one piece: its edges (x parent, y child: the piece's own cell
+    numbers) and its cells' arrays."""
+    hx = {i: seen[i][x] for i in seen}
+    hy = {j: seen[j][y] for j in seen}
+    pairs = []   # phase one: every pair of observations across every edge (X parent, Y child)
+    for i in slots:
+        for j in slots:
+            if i or j:
+                k = hx[i] & hy[j] if i and j else hx[i] if i else hy[j]
+                xs, ys = x[k], y[k]
+            else:
+                xs, ys = x, y
+            pairs.append((as_p[i][xs] + as_c[j][ys], xs, ys))
+    w_edge = waiting[x]
+    n_waiting = np.bincount(y[w_edge], minlength=len(waiting))
+    both = np.flatnonzero(w_edge & waiting[y])   # few edges: the others absolve nothing
+    rep = np.repeat(x[both], n_waiting[y[both]] - 1)
+    # Every value in one array, in the fold's order, written in place (no concatenation).
+    size = 2 * sum(len(code) for code, _, _ in pairs) + len(rep)
+    if "sums" not in scratch or len(scratch["sums"]) < size:   # room to spare: pieces differ in size
+        scratch["sums"], scratch["cells"] = np.empty(size * 5 // 4), np.empty(size * 5 // 4, dtype=np.intp)
+    sums, cells = scratch["sums"][:size], scratch["cells"][:size]
+    at = 0
+    for code, xs, ys in pairs:
+        m = len(code)
+        np.take(table, code, axis=1, out=sums[at:at + 2 * m].reshape(2, m), mode="clip")
+        cells[at:at + m] = xs
+        cells[at + m:at + 2 * m] = ys
+        at += 2 * m
+    sums[at:] = L_ABSOLVE
+    cells[at:] = rep
+    return combine_sums(sums, cells, len(waiting))
 
 
 def diagnose(batch: Batch, anw=True, ign=True, queues=True, errors=True, threshold=0.0):
