@@ -43,8 +43,6 @@ from analysis.evaluation import Evaluation
 from analysis.health import network_health
 from analysis.labels import parse_policy
 from analysis.load import load_run_data
-from analysis.render import html as html_report
-from analysis.render import plots
 from analysis.render.tables import stalled_list
 from analysis.render.writers import stalled_markdown, write_accuracy
 from analysis.stretches import DIRS
@@ -276,16 +274,23 @@ def _fast_counts(data, diags, names: list[str], labels: pd.DataFrame) -> pd.Data
     seg_k = np.concatenate([np.full(st.n, k, dtype=np.int64) for k, st in enumerate(stretches) for _ in DIRS])
     seg_i = np.concatenate([np.arange(st.n, dtype=np.int64) for st in stretches for _ in DIRS])
     total = int(seg_len.sum())
-    c = data.counters
-    if len(c) != total or len(labels) != total:
+    if len(labels) != total:
         return None
-    dir_codes = c["dir"].cat.codes if isinstance(c["dir"].dtype, pd.CategoricalDtype) and \
-        list(c["dir"].cat.categories) == list(DIRS) else pd.Categorical(c["dir"], categories=list(DIRS)).codes
-    if not (np.array_equal(np.repeat(seg_mod, seg_len), c["module"].to_numpy(np.int64))
-            and np.array_equal(np.concatenate([np.tile(st.seqs, st.n) for st in stretches for _ in DIRS]),
-                               c["seq"].to_numpy(np.int64))
-            and np.array_equal(np.repeat(seg_dir, seg_len), np.asarray(dir_codes, dtype=np.int64))):
-        return None
+    own = data.counter_stretches()
+    mine, theirs = ([st for st in x if st.n * st.t] for x in (own or [], stretches))
+    if own is None or len(mine) != len(theirs) or any(a is not b for a, b in zip(mine, theirs, strict=True)):
+        # The counters' rows are a frame given or made apart from these stretches: show the alignment.
+        c = data.counters
+        if len(c) != total:
+            return None
+        dir_codes = c["dir"].cat.codes if isinstance(c["dir"].dtype, pd.CategoricalDtype) and \
+            list(c["dir"].cat.categories) == list(DIRS) else pd.Categorical(c["dir"], categories=list(DIRS)).codes
+        if not (np.array_equal(np.repeat(seg_mod, seg_len), c["module"].to_numpy(np.int64))
+                and np.array_equal(np.concatenate([np.tile(st.seqs, st.n) for st in stretches for _ in DIRS]),
+                                   c["seq"].to_numpy(np.int64))
+                and np.array_equal(np.repeat(seg_dir, seg_len), np.asarray(dir_codes, dtype=np.int64))):
+            return None
+    # else the rows are counters_frame(these stretches), made when first asked for: aligned as made
     ids = np.unique(seg_mod)
     seg_group = seg_dir * len(ids) + np.searchsorted(ids, seg_mod)
     ngroups = nd * len(ids)
@@ -393,6 +398,10 @@ def summarize(run_dir: str | Path, variants: Sequence[str] = (DEFAULT_VARIANT,),
     and returns the evaluation (`variants` only; its `out` attribute is the directory). Raises
     UserError when the run cannot be analysed; a figure or a report that fails is reported as a
     warning line and does not stop the rest."""
+    # The figures and the report (matplotlib, the HTML parts) are imported here: a table needs neither.
+    from analysis.render import html as html_report
+    from analysis.render import plots
+
     run_dir = Path(run_dir)
     # The tables are those of `variants`; the report (the same as `nestlab report RUN`) also has the
     # report's own variants, diagnosed in the same pass (labels and counters are read once).
