@@ -96,12 +96,13 @@ def _column_delta(x: np.ndarray, h: np.ndarray, out: np.ndarray) -> np.ndarray |
 
 
 def series_deltas(mod: np.ndarray, vals: np.ndarray, has: np.ndarray, kinds_zero: np.ndarray,
-                  first_of_run: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                  first_of_run: np.ndarray, buf: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Deltas for rows already sorted by (module, seq) in one direction.
 
     mod: (R,) module id; vals/has: (R, 4) raw values and supported flags; kinds_zero: (R,) whether
     the module's counters start at zero; first_of_run: (R,) row is from the run's first snapshot.
     Returns (delta (R, 3) of total_msgs, wait_ms, errors, each column contiguous; invalid (R,)).
+    buf: a (3, R or more) float array for the deltas (then a view of it), else a new one.
     """
     r = len(mod)
     if r == 0:
@@ -110,7 +111,7 @@ def series_deltas(mod: np.ndarray, vals: np.ndarray, has: np.ndarray, kinds_zero
     start[1:] = mod[1:] != mod[:-1]
     heads = np.flatnonzero(start)
     # One contiguous row per counter: the difference with the previous row of the same module.
-    delta = np.empty((len(_CUM), r))
+    delta = np.empty((len(_CUM), r)) if buf is None else buf[:, :r]
     bad = np.zeros(r, dtype=bool)   # a decrease (thesis 3.4)
     for j in (_CUM.index(_WAIT), *(j for j, c in enumerate(_CUM) if c != _WAIT)):  # wait_ms first
         c = _CUM[j]

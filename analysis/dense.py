@@ -82,6 +82,8 @@ def dense_counter_rows(rows: dict[str, np.ndarray], pos: np.ndarray, lives: tupl
     if n == 0:
         return rows, pos
     ids, end_pos = lives
+    if by_direction and complete_series(rows["module"], rows["out"], pos, lives):
+        return _as_dense(rows, rows["module"], rows["out"]), pos   # as below, found in one pass
     order = series_order(rows["module"], rows["out"], pos, ids, by_direction)
     if order is None:   # in order already: the rows themselves, not copies
         mod, out, p = rows["module"], rows["out"], pos
@@ -100,11 +102,7 @@ def dense_counter_rows(rows: dict[str, np.ndarray], pos: np.ndarray, lives: tupl
     if total == n and last_of_tie.all():        # every position has its row already (format 1)
         dense_pos, src = p, order
         if src is None:
-            dense = {"seq": rows["seq"], "module": mod, "out": out.astype(bool, copy=False), "vals": rows["vals"],
-                     "has": rows["has"]}
-            if "bad" in rows:
-                dense["bad"] = rows["bad"]
-            return dense, dense_pos
+            return _as_dense(rows, mod, out), dense_pos
     else:
         order = np.arange(n) if order is None else order
         mod, out = np.repeat(mod[heads], lengths), np.repeat(out[heads], lengths)
@@ -121,6 +119,15 @@ def dense_counter_rows(rows: dict[str, np.ndarray], pos: np.ndarray, lives: tupl
     if "bad" in rows:
         dense["bad"] = rows["bad"][src]
     return dense, dense_pos
+
+
+def _as_dense(rows: dict[str, np.ndarray], mod: np.ndarray, out: np.ndarray) -> dict[str, np.ndarray]:
+    """dense_counter_rows' answer for rows that are dense and in order already: the rows themselves."""
+    dense = {"seq": rows["seq"], "module": mod, "out": out.astype(bool, copy=False), "vals": rows["vals"],
+             "has": rows["has"]}
+    if "bad" in rows:
+        dense["bad"] = rows["bad"]
+    return dense
 
 
 def presence(slot: np.ndarray, row_pos: np.ndarray, m: int, s_count: int) -> tuple[np.ndarray, np.ndarray]:
@@ -198,11 +205,45 @@ def flat_view(arrays: list[np.ndarray]) -> np.ndarray | None:
     return base[start:at]
 
 
-def _runs(mod: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """The first row of each run of rows of one module at consecutive positions."""
-    brk = mod[1:] != mod[:-1]
-    brk |= pos[1:] != pos[:-1] + 1
-    return np.append(0, np.flatnonzero(brk) + 1)
+_CHUNK = 1 << 15
+
+
+def run_heads(mod: np.ndarray, pos: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """The first row of each run of rows of one module (and direction, `out`) at consecutive
+    positions; a chunk at a time, so that no temporary is as long as the rows."""
+    n = len(mod)
+    brk = np.empty(max(n - 1, 0), dtype=bool)
+    step = np.empty(min(_CHUNK, len(brk)), dtype=np.int64)
+    other = np.empty(len(step), dtype=bool)
+    for a in range(0, len(brk), _CHUNK):
+        b = min(a + _CHUNK, len(brk))
+        k = b - a
+        np.subtract(pos[a + 1:b + 1], pos[a:b], out=step[:k])
+        np.not_equal(step[:k], 1, out=brk[a:b])
+        np.not_equal(mod[a + 1:b + 1], mod[a:b], out=other[:k])
+        brk[a:b] |= other[:k]
+        if out is not None:
+            np.not_equal(out[a + 1:b + 1], out[a:b], out=other[:k])
+            brk[a:b] |= other[:k]
+    heads = np.flatnonzero(brk)
+    heads += 1
+    return np.concatenate([np.zeros(min(n, 1), dtype=heads.dtype), heads])
+
+
+def complete_series(module: np.ndarray, out: np.ndarray, pos: np.ndarray, lives: tuple[np.ndarray, np.ndarray]) -> bool:
+    """Rows already as dense_counter_rows(by_direction=True) makes them: each (direction, module)
+    series one run of consecutive positions from its first row to the end of the module's life (or its
+    last row), series by direction then module; every module in `lives`."""
+    ids, end_pos = lives
+    if len(module) == 0 or len(ids) == 0:
+        return False
+    heads = run_heads(module, pos, out)
+    o, m = out[heads].astype(np.int8), module[heads]
+    if not ((o[1:] > o[:-1]) | ((o[1:] == o[:-1]) & (m[1:] > m[:-1]))).all():
+        return False   # a series in two runs (a gap, a tie) or out of order
+    k = np.minimum(np.searchsorted(ids, m), len(ids) - 1)
+    last = pos[np.append(heads[1:], len(pos)) - 1]
+    return bool((ids[k] == m).all() and (end_pos[k] <= last + 1).all())
 
 
 def presence_spans(ids: np.ndarray, row_module: np.ndarray, row_pos: np.ndarray,
@@ -212,7 +253,7 @@ def presence_spans(ids: np.ndarray, row_module: np.ndarray, row_pos: np.ndarray,
     consecutive positions (as load_stretches has them) are taken a run at a time; KeyError for a
     row's module not in `ids` (the first such row's)."""
     m = len(ids)
-    heads = _runs(row_module, row_pos) if len(row_module) else np.zeros(0, np.int64)
+    heads = run_heads(row_module, row_pos)
     if len(heads) <= len(row_module) // 4:
         slot = module_slots(ids, row_module[heads])
         if (slot == m).any():
@@ -253,16 +294,16 @@ def stretch_members(starts: np.ndarray, spans: tuple[np.ndarray, np.ndarray, np.
 
 
 def gather_index(ids: np.ndarray, mod: np.ndarray, pos: np.ndarray, starts: np.ndarray, t: np.ndarray,
-                 members: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+                 members: np.ndarray, n: np.ndarray, buf: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     """For one direction's rows, each cell's row (analysis.cells' order: stretch k over positions
     [starts[k], starts[k] + t[k]), its n[k] modules `members` in order, then snapshot) and the cells
     without one (their index is 0) -- what cell_places' scatter would fill -- when the rows come in
     one run of consecutive positions per module, modules ascending (as load_stretches has them);
-    None when they do not (or there are none)."""
+    None when they do not (or there are none). `buf`: an int64 array of one per cell to write it to."""
     r = len(mod)
-    if r == 0:
+    if r == 0 or len(members) == 0:
         return None
-    heads = _runs(mod, pos)
+    heads = run_heads(mod, pos)
     run_mod = mod[heads]
     if not (run_mod[1:] > run_mod[:-1]).all():
         return None
@@ -278,8 +319,14 @@ def gather_index(ids: np.ndarray, mod: np.ndarray, pos: np.ndarray, starts: np.n
     src0 = heads[run] + (b0 - first[run])
     whole = (run >= 0) & (first[run] <= b0) & (b0 + bt - 1 <= last[run])
     n_cells = int(bt.sum())
-    inv = np.repeat(src0 - cell0, bt)
-    inv += np.arange(n_cells)
+    # Consecutive cells of a block take consecutive rows: a running sum of steps of 1, each block
+    # starting with the jump to its first row (in place: one array of one per cell).
+    inv = np.ones(n_cells, dtype=np.int64) if buf is None else buf
+    if buf is not None:
+        inv.fill(1)
+    inv[0] = src0[0]
+    inv[cell0[1:]] = src0[1:] - src0[:-1] - bt[:-1] + 1
+    np.cumsum(inv, out=inv)
     if whole.all():
         return inv, np.zeros(0, dtype=np.int64)
     part = np.flatnonzero(~whole)   # blocks the module's rows do not cover (or only in part)

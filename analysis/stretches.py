@@ -321,13 +321,20 @@ def load_stretches(run_dir: str | Path) -> RunStretches:
     zero_ids = np.fromiter((i for i, k in kind.items() if k in STARTS_AT_ZERO), dtype=np.int64)
     split = int(np.searchsorted(rows["out"], True))
 
+    buf = {}
+
     def deltas(d: str) -> tuple:
-        """One direction's rows as build_stretches takes them, made when it asks (one at a time in memory)."""
+        """One direction's rows as build_stretches takes them, made when it asks (one at a time in memory:
+        the second direction's deltas go to the buffer of the first's)."""
         is_out = d == "out"
         sl = slice(split, None) if is_out else slice(0, split)
         mod = rows["module"][sl]
         vals, has, bad = repair.carry_over_bad(mod, rows["vals"][sl], rows["has"][sl], rows["bad"][sl])
-        delta, invalid = series_deltas(mod, vals, has, np.isin(mod, zero_ids), pos[sl] == 0)
+        heads = np.flatnonzero(np.append(len(mod) > 0, mod[1:] != mod[:-1]))   # rows come a module at a time
+        zero = np.repeat(np.isin(mod[heads], zero_ids), np.diff(np.append(heads, len(mod))))
+        if buf.get("delta") is None or buf["delta"].shape[1] < len(mod):
+            buf["delta"] = np.empty((3, len(mod)))
+        delta, invalid = series_deltas(mod, vals, has, zero, pos[sl] == 0, buf["delta"])
         if bad.any():  # a bad value, and the delta after it (which spans it), are no measurement
             invalid |= bad
             invalid[1:] |= bad[:-1] & (mod[1:] == mod[:-1])
@@ -402,9 +409,10 @@ def build_stretches(seqs: np.ndarray, mono: np.ndarray, kind: dict[int, str], pe
     lo = hi - n
     offsets = np.concatenate([[0], np.cumsum(n * t)])
     flat = {}
+    buf = np.empty(int(offsets[-1]), dtype=np.int64)   # each cell's row, one direction after the other
     for d in DIRS:
         p_, mod, delta, queued, has, invalid = per_dir[d]
-        gather = gather_index(ids, mod, p_, starts, t, members, n)
+        gather = gather_index(ids, mod, p_, starts, t, members, n, buf)
         if gather is not None:   # each cell's row, in one pass
             flat[d] = gather_counters(*gather, delta, queued, has, invalid)
             del p_, mod, delta, queued, has, invalid, gather   # before the next direction's are made

@@ -9,7 +9,7 @@ import pytest
 from analysis import deltas, dense, stretches
 from analysis.stretches import DIRS, build_stretches
 from rundir import repair
-from tests.support.reference_dense import ref_build_stretches
+from tests.support.reference_dense import ref_build_stretches, ref_dense_counter_rows
 from tests.test_dense import assert_same_stretches
 
 
@@ -264,3 +264,70 @@ def test_gather_counters_as_fill_counters():
     assert want.keys() == got.keys()
     for f in want:
         assert want[f].dtype == got[f].dtype and np.array_equal(want[f], got[f]), f
+
+
+# ---------------------------------------------------------------- dense_counter_rows: rows complete already
+
+@pytest.mark.parametrize("case", ["complete", "gap", "tie", "lives_on", "out_of_order", "one_series"])
+def test_dense_counter_rows_complete_as_the_general_path(case, monkeypatch):
+    rng = np.random.default_rng(4)
+    s_count, ids = 12, np.array([3, 8, 21])
+    spans = {(False, 3): (0, 12), (False, 8): (2, 9), (False, 21): (5, 12), (True, 3): (1, 12), (True, 21): (5, 12)}
+    if case == "one_series":
+        spans = {(True, 8): (2, 9)}
+    end = np.array([12, 9, 12])
+    out, mod, pos = [], [], []
+    for (o, m), (a, b) in sorted(spans.items()):
+        out += [o] * (b - a)
+        mod += [m] * (b - a)
+        pos += list(range(a, b))
+    out, mod, pos = np.array(out), np.array(mod, dtype=np.int64), np.array(pos, dtype=np.int64)
+    if case == "gap":
+        out, mod, pos = np.delete(out, 4), np.delete(mod, 4), np.delete(pos, 4)
+    elif case == "tie":
+        out, mod, pos = np.insert(out, 4, out[4]), np.insert(mod, 4, mod[4]), np.insert(pos, 4, pos[4])
+    elif case == "lives_on":
+        end = np.array([12, 11, 12])    # module 8 alive after its last row: carried forward
+    elif case == "out_of_order":
+        order = np.lexsort((pos, out, mod))   # by module first
+        out, mod, pos = out[order], mod[order], pos[order]
+    n = len(pos)
+    rows = {"seq": pos + 100, "module": mod, "out": out, "vals": rng.random((n, 4)), "has": rng.random((n, 4)) < 0.8,
+            "bad": rng.random(n) < 0.1}
+    seqs = np.arange(s_count) + 100
+    assert dense.complete_series(mod, out, pos, (ids, end)) == (case in ("complete", "one_series"))
+    got, got_pos = dense.dense_counter_rows(rows, pos, (ids, end), seqs, by_direction=True)
+    monkeypatch.setattr(dense, "complete_series", lambda *a: False)
+    want, want_pos = dense.dense_counter_rows(rows, pos, (ids, end), seqs, by_direction=True)
+    assert np.array_equal(got_pos, want_pos) and got.keys() == want.keys()
+    for k in want:
+        assert got[k].dtype == want[k].dtype and np.array_equal(got[k], want[k]), k
+    ref, ref_pos = ref_dense_counter_rows(rows, pos, (ids, end), seqs)
+    order = np.lexsort((ref_pos, ref["module"], ref["out"]))
+    assert np.array_equal(got_pos, ref_pos[order])
+    for k in ref:
+        assert np.array_equal(got[k], ref[k][order]), k
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 5, dense._CHUNK - 1, dense._CHUNK, dense._CHUNK + 1, 3 * dense._CHUNK + 7])
+def test_run_heads_in_chunks(n):
+    rng = np.random.default_rng(n)
+    mod = np.sort(rng.integers(0, 5, n))
+    pos = np.arange(n) - np.repeat(rng.integers(0, 3, n // 50 + 1), 50)[:n]
+    out = np.arange(n) > n // 2
+    for o in (None, out):
+        brk = (mod[1:] != mod[:-1]) | (pos[1:] != pos[:-1] + 1)
+        if o is not None:
+            brk |= o[1:] != o[:-1]
+        want = np.flatnonzero(np.append(n > 0, brk))
+        assert np.array_equal(dense.run_heads(mod, pos, o), want)
+
+
+def test_series_deltas_into_a_buffer():
+    rng = np.random.default_rng(9)
+    mod, vals, has, kz, first = _random_series(rng)
+    want = deltas.series_deltas(mod, vals, has, kz, first)
+    buf = np.full((3, len(mod) + 5), np.nan)
+    got = deltas.series_deltas(mod, vals, has, kz, first, buf)
+    assert np.shares_memory(got[0], buf)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
