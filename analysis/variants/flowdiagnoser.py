@@ -56,6 +56,7 @@ How the algorithm maps onto arrays (docs/diagnosis.md has the long form):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -93,9 +94,16 @@ class Shape:
     edges: list[tuple[int, int]]    # analysis graph edges
     level: list[int]                # longest path from a root; -1 for derived applications
     cyclic: bool
-    # Per edge of the stretch (Stretch.edges, in order): in the analysis graph / out of an application.
-    analysis_edge: np.ndarray | None = None
-    app_edge: np.ndarray | None = None
+    # As arrays (E, 2), each in the order of Stretch.edges: the analysis edges into level 1, 2, ...
+    # (level_edges[0] is level 1's), those into a module without a level (on or below a cycle), and
+    # the applications' edges (derived: app -> child).
+    level_edges: list[np.ndarray] | None = None
+    cycle_edges: np.ndarray | None = None
+    app_edges: np.ndarray | None = None
+    # Per module: a root of the analysis graph (level 0); a derived application; not a socket.
+    root: np.ndarray | None = None
+    derived_mask: np.ndarray | None = None
+    not_socket: np.ndarray | None = None
 
 
 def shape(st: Stretch) -> Shape:
@@ -126,9 +134,17 @@ def shape(st: Stretch) -> Shape:
                 if left[c] == 0:
                     nxt.append(c)
         frontier = nxt
-    analysis_edge = np.array([p not in derived and c not in derived for p, c in st.edges], dtype=bool)
-    app_edge = np.array([p in derived for p, _ in st.edges], dtype=bool)
-    return Shape(derived, edges, level, done < st.n - len(derived), analysis_edge, app_edge)
+    top = max(level, default=0)
+    return Shape(derived, edges, level, done < st.n - len(derived),
+                 [_edge_array([(p, c) for p, c in edges if level[c] == lv]) for lv in range(1, top + 1)],
+                 _edge_array([(p, c) for p, c in edges if level[c] < 0]),
+                 _edge_array([(p, c) for p, c in st.edges if p in derived]),
+                 np.array(level, dtype=np.int64) == 0, np.array([m in derived for m in range(st.n)], dtype=bool),
+                 np.array([k != "socket" for k in st.kinds], dtype=bool))
+
+
+def _edge_array(edges: list[tuple[int, int]]) -> np.ndarray:
+    return np.array(edges, dtype=np.int64).reshape(-1, 2)
 
 
 def _shapes(stretches: list[Stretch]) -> list[Shape]:
@@ -164,40 +180,42 @@ def no_assumed_work(st: Stretch) -> np.ndarray:
 class _Cells:
     """Per-batch structure, shared by every FlowDiagnoser variant run on the batch."""
 
+    batch: Batch
     shapes: list[Shape]
-    aep: np.ndarray          # analysis cell edges: parents, children
-    aec: np.ndarray
     app_p: np.ndarray        # derived application cell edges: app, child
     app_c: np.ndarray
     derived: np.ndarray      # indices of the derived applications' cells
     root_work: np.ndarray    # bool per cell: a root (level 0) with assumed work (not no_assumed_work)
-    levels: list[tuple[np.ndarray, np.ndarray]]  # levels 1, 2, ...: the analysis edges into the level
+    levels: list[tuple[np.ndarray, np.ndarray]]  # levels 1, 2, ...: the analysis cell edges into the level
+
+    @cached_property
+    def analysis_edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every analysis cell edge (parents, children): the levels' and those into cells without a
+        level, by level."""
+        rest = self.batch.edge_cells([sh.cycle_edges for sh in self.shapes])
+        parts = [*self.levels, rest]
+        return np.concatenate([p for p, _ in parts]), np.concatenate([c for _, c in parts])
 
 
 def _cells(batch: Batch) -> _Cells:
     if "flowdiagnoser" not in batch._cache:
-        stretches = batch.stretches
-        shapes = _shapes(stretches)
-        # Both kinds of edge are subsets of the NS graph's, in its order (stretch, edge, snapshot):
-        # select them from Batch.edges by a flag per stretch edge, repeated over its snapshots.
-        ep, ec = batch.edges
-        per_edge = np.repeat(np.array([st.t for st in stretches], dtype=np.int64),
-                             [len(st.edges) for st in stretches])
-        flags = (np.concatenate([sh.analysis_edge for sh in shapes]) if shapes else np.zeros(0, dtype=bool),
-                 np.concatenate([sh.app_edge for sh in shapes]) if shapes else np.zeros(0, dtype=bool))
-        analysis, app = (np.repeat(f, per_edge) for f in flags)
-        aep, aec, app_p, app_c = ep[analysis], ec[analysis], ep[app], ec[app]
-        level = batch.per_module([sh.level for sh in shapes], dtype=np.int64)
-        levels = []
-        if batch.n_cells:
-            elevel = level[aec]
-            levels = [(aep[e], aec[e]) for e in (elevel == lv for lv in range(1, int(level.max()) + 1))]
-        derived = np.flatnonzero(batch.per_module([[m in sh.derived for m in range(st.n)]
-                                                   for sh, st in zip(shapes, stretches, strict=True)], dtype=bool))
-        no_work = batch.per_module([no_assumed_work(st) for st in stretches], dtype=bool)
-        batch._cache["flowdiagnoser"] = _Cells(shapes, aep, aec, app_p, app_c, derived, (level == 0) & ~no_work,
-                                               levels)
+        batch._cache["flowdiagnoser"] = _make_cells(batch)
     return batch._cache["flowdiagnoser"]
+
+
+def _make_cells(batch: Batch) -> _Cells:
+    stretches = batch.stretches
+    shapes = _shapes(stretches)
+    app_p, app_c = batch.edge_cells([sh.app_edges for sh in shapes])
+    top = max((len(sh.level_edges) for sh in shapes), default=0)
+    none = np.zeros((0, 2), dtype=np.int64)
+    levels = [batch.edge_cells([sh.level_edges[lv] if lv < len(sh.level_edges) else none for sh in shapes])
+              for lv in range(top)]
+    derived = np.flatnonzero(batch.per_module([sh.derived_mask for sh in shapes], dtype=bool))
+    # Roots with assumed work: not no_assumed_work (detached and not a socket).
+    root_work = batch.per_module([sh.root & ~(st.detached & sh.not_socket)
+                                  for sh, st in zip(shapes, stretches, strict=True)], dtype=bool)
+    return _Cells(batch, shapes, app_p, app_c, derived, root_work, levels)
 
 
 def _batch_direction(batch: Batch, d: str, theta: int, queues: bool) -> np.ndarray:
@@ -226,13 +244,16 @@ def _batch_direction(batch: Batch, d: str, theta: int, queues: bool) -> np.ndarr
         if sure is not None:
             waits |= sure
     haswork = h if hq is None else np.where(hq, q_work, h)
-    # CanPassBlame with Θ: an inactive child with work, under at least Θ waiting parents.
-    n_waiting = np.bincount(s.aec[waits[s.aep]], minlength=n)
+    # CanPassBlame with Θ: an inactive child with work, under at least Θ waiting parents. (Only
+    # leveled cells: the others, on or below a cycle, are diagnosed by diagnose_cyclic.)
+    hit = [ec[waits[ep]] for ep, ec in s.levels]
+    n_waiting = np.bincount(np.concatenate(hit) if hit else np.zeros(0, dtype=np.intp), minlength=n)
     takes_blame = inactive & (n_waiting >= theta)
     if hq is not None:
         takes_blame &= ~hq | q_work
     can_pass = np.zeros(n, dtype=bool)
-    can_pass[s.aep[takes_blame[s.aec]]] = True
+    for ep, ec in s.levels:
+        can_pass[ep[takes_blame[ec]]] = True
     res = np.where(np.where(hw, waited, can_pass), np.int8(BLOCKED), np.int8(STALLED))
     res[~haswork] = DONTCARE
     res[~inactive] = HEALTHY
@@ -259,7 +280,7 @@ def diagnose(batch: Batch, theta: int = 2, queues: bool = False, confirm: int = 
         if shared:
             res = shared_paths(batch, d, res, theta)
         if probe:
-            res = probe_rule(batch, d, res, probe_ahead, (_cells(batch).aep, _cells(batch).aec))
+            res = probe_rule(batch, d, res, probe_ahead, _cells(batch).analysis_edges)
         if tcpstate:
             res = tcp_state_rule(batch, res)
         out[d] = (res, res == STALLED)
