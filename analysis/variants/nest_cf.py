@@ -77,7 +77,7 @@ def from_sum(total: np.ndarray) -> np.ndarray:
 _W = ABSENT + 1
 LSIGMA = {d: tuple(to_sum(t).ravel() for t in SIGMA[d]) for d in DIRS}
 L_ABSOLVE = float(to_sum(np.array(ABSOLVE_CO_PARENT)))
-# The values combine_sums adds: 0.0 for no update (adding 0.0 changes no sum: x + 0.0 is x, and a sum
+# The values the fold adds: 0.0 for no update (adding 0.0 changes no sum: x + 0.0 is x, and a sum
 # from 0.0 is never -0.0), ±inf for ±1 as on the additive scale.
 _ADD = {d: tuple(np.where(np.isnan(t), 0.0, t) for t in LSIGMA[d]) for d in DIRS}
 
@@ -93,12 +93,15 @@ def combine_sums(sums: np.ndarray, cells: np.ndarray, n: int) -> np.ndarray:
     summed in the order given. A cell with a +1 sums to +inf, so from_sum makes it 1.0 (-1 likewise);
     one with both sums to NaN (inf - inf): total conflict, 0. The finite sums of the other cells are
     those of the finite values alone, to the last bit."""
+    return _total_cf(np.bincount(cells, weights=sums, minlength=n))
+
+
+def _total_cf(total: np.ndarray) -> np.ndarray:
+    """Certainty factors of per-cell sums on the additive scale; NaN (+inf and -inf: total conflict) -> 0."""
     with np.errstate(invalid="ignore"):
-        total = np.bincount(cells, weights=sums, minlength=n)
-        conflict = np.isnan(total)
         cf = from_sum(total)
-        cf[conflict] = 0.0
-        return cf
+    cf[np.isnan(total)] = 0.0
+    return cf
 
 
 def _least_fixed_point(n: int, ep: np.ndarray, ec: np.ndarray, seed: np.ndarray, open_: np.ndarray,
@@ -163,7 +166,7 @@ def observations(batch: Batch, d: str, anw=True, ign=True, queues=True, errors=T
     return obs
 
 
-CHUNK = 1 << 17   # cells per piece of the fold (whole stretches): its scratch arrays stay small
+CHUNK = 1 << 17   # cells per piece of the fold (whole stretches): its arrays stay small, in cache
 
 
 def _chunks(batch: Batch) -> list[tuple[int, int, int, int]]:
@@ -182,16 +185,14 @@ def _chunks(batch: Batch) -> list[tuple[int, int, int, int]]:
     return batch._cache["nest_cf_chunks"]
 
 
-def diagnose_direction(batch: Batch, d: str, anw=True, ign=True, queues=True, errors=True,
-                       scratch: dict | None = None) -> np.ndarray:
+def diagnose_direction(batch: Batch, d: str, anw=True, ign=True, queues=True, errors=True) -> np.ndarray:
     """Certainty factor of every cell for one direction.
 
     On the additive scale throughout (LSIGMA: to_sum of each table cell, taken once), with the
     values in the order the fold has always had them (slot pairs, then edges), so that each cell's
     sum is the same to the last bit whatever the speed-ups (an element-wise to_sum of every value
     gives the same numbers, at many times the cost). The fold runs over a few stretches at a time
-    (_chunks): a cell's values all come from its own stretch's edges, in the same order, and the
-    scratch arrays stay the size of a piece. `scratch` keeps them for the next call."""
+    (_chunks): a cell's values all come from its own stretch's edges, in the same order."""
     obs = observations(batch, d, anw, ign, queues, errors)
     ep, ec = batch.edges
     slots = [i for i in range(3) if (obs[i] != ABSENT).any()]
@@ -201,62 +202,55 @@ def diagnose_direction(batch: Batch, d: str, anw=True, ign=True, queues=True, er
     as_p = {i: obs[i] * np.int8(row_p) for i in slots}
     as_c = {j: obs[j] * np.int8(col_c) for j in slots}
     seen = {i: obs[i] != ABSENT for i in slots if i}   # slot 0 (the state) is never ABSENT
-    # Phase two: absolve blocked co-parents, once per other waiting parent of the common child.
     st = obs[0]
-    waiting = (st == WAIT) | (st == ANW) | (st == NONE)
-    # The two tables stacked, so one take writes X's values and then Y's ("in": Y produces, X's
-    # value from sigma_C).
-    table = np.stack(_ADD[d] if d == "out" else _ADD[d][::-1])
-    scratch = {} if scratch is None else scratch
+    waiting = (st == WAIT) | (st == ANW) | (st == NONE)   # phase two's
+    tables = _ADD[d] if d == "out" else _ADD[d][::-1]   # "in": Y produces, X's value from sigma_C
     cf = np.empty(batch.n_cells)
     for ca, cb, ea, eb in _chunks(batch):
         cut = slice(ca, cb)
         cf[cut] = _fold(ep[ea:eb] - ca, ec[ea:eb] - ca, slots, {i: a[cut] for i, a in as_p.items()},
                         {j: a[cut] for j, a in as_c.items()}, {i: a[cut] for i, a in seen.items()},
-                        waiting[cut], table, scratch)
+                        waiting[cut], tables)
     return cf
 
 
 def _fold(x: np.ndarray, y: np.ndarray, slots: list[int], as_p: dict, as_c: dict, seen: dict,
-          waiting: np.ndarray, table: np.ndarray, scratch: dict) -> np.ndarray:
+          waiting: np.ndarray, tables: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """diagnose_direction's fold over one piece: its edges (x parent, y child: the piece's own cell
-    numbers) and its cells' arrays."""
-    hx = {i: seen[i][x] for i in seen}
+    numbers) and its cells' arrays. np.add.at adds the values one by one in the order given, as
+    the one bincount over all of them in that order did (its fast path for a 1-d float64 target),
+    so each block of values is added where it is made, with no array of them all."""
+    total = np.zeros(len(waiting))
+    fx, fy = tables
+    # Phase one: every pair of observations across every edge (X parent, Y child). The edges of
+    # the pairs with slot i of X (i > 0) are picked once and then narrowed by Y's slot.
     hy = {j: seen[j][y] for j in seen}
-    pairs = []   # phase one: every pair of observations across every edge (X parent, Y child)
+    of_x = {i: np.flatnonzero(seen[i][x]) for i in seen}
     for i in slots:
+        xi, yi = (x, y) if i == 0 else (x[of_x[i]], y[of_x[i]])
         for j in slots:
-            if i or j:
-                k = hx[i] & hy[j] if i and j else hx[i] if i else hy[j]
-                xs, ys = x[k], y[k]
+            if j == 0:
+                xs, ys = xi, yi
+            elif i == 0:
+                xs, ys = x[hy[j]], y[hy[j]]
             else:
-                xs, ys = x, y
-            pairs.append((as_p[i][xs] + as_c[j][ys], xs, ys))
+                k = seen[j][yi]
+                xs, ys = xi[k], yi[k]
+            code = (as_p[i][xs] + as_c[j][ys]).astype(np.intp)
+            np.add.at(total, xs, fx.take(code))
+            np.add.at(total, ys, fy.take(code))
+    # Phase two: absolve blocked co-parents, once per other waiting parent of the common child.
     w_edge = waiting[x]
     n_waiting = np.bincount(y[w_edge], minlength=len(waiting))
     both = np.flatnonzero(w_edge & waiting[y])   # few edges: the others absolve nothing
-    rep = np.repeat(x[both], n_waiting[y[both]] - 1)
-    # Every value in one array, in the fold's order, written in place (no concatenation).
-    size = 2 * sum(len(code) for code, _, _ in pairs) + len(rep)
-    if "sums" not in scratch or len(scratch["sums"]) < size:   # room to spare: pieces differ in size
-        scratch["sums"], scratch["cells"] = np.empty(size * 5 // 4), np.empty(size * 5 // 4, dtype=np.intp)
-    sums, cells = scratch["sums"][:size], scratch["cells"][:size]
-    at = 0
-    for code, xs, ys in pairs:
-        m = len(code)
-        np.take(table, code, axis=1, out=sums[at:at + 2 * m].reshape(2, m), mode="clip")
-        cells[at:at + m] = xs
-        cells[at + m:at + 2 * m] = ys
-        at += 2 * m
-    sums[at:] = L_ABSOLVE
-    cells[at:] = rep
-    return combine_sums(sums, cells, len(waiting))
+    np.add.at(total, np.repeat(x[both], n_waiting[y[both]] - 1), L_ABSOLVE)
+    return _total_cf(total)
 
 
 def diagnose(batch: Batch, anw=True, ign=True, queues=True, errors=True, threshold=0.0):
-    out, scratch = {}, {}
+    out = {}
     for d in DIRS:
-        cf = diagnose_direction(batch, d, anw, ign, queues, errors, scratch)
+        cf = diagnose_direction(batch, d, anw, ign, queues, errors)
         out[d] = (cf, np.round(cf, ROUND) > threshold)
     return out
 
