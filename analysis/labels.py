@@ -60,20 +60,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
 from analysis import labels_streams
-from analysis.frame_rows import FrameRows
-from analysis.stretches import DIRS
+from analysis.label_rows import ArrayRows, StretchRows, label_rows
 from analysis.variants.base import Param, on_off, parse_named
 from rundir import facts
 from rundir.db import connect
 from rundir.read import counter_history
 
+Rows = ArrayRows | StretchRows   # what a policy reads (analysis.label_rows)
 CAUSES = ("", "oneway", "fault", "collateral", "invalid", "after_end", "overlap", "straddle")
 
 
@@ -105,81 +104,6 @@ def _choice(*options: str) -> Callable[[str], str]:
 
 
 # ----------------------------------------------------------------------------- shared pieces
-
-
-@dataclass
-class _Frame:
-    """The columns the policies need, as arrays aligned with data.counters."""
-
-    module: np.ndarray
-    out: np.ndarray
-    t_start: np.ndarray
-    t_end: np.ndarray
-    idle: np.ndarray
-    idle_progress: np.ndarray   # idle, or a TCP module's outbound sent only retransmissions
-    invalid: np.ndarray
-    series: dict[tuple[int, bool], np.ndarray]  # (module, out?) -> row positions sorted by seq
-    index: Any                  # data.counters.index
-
-    @classmethod
-    def of(cls, data) -> _Frame:
-        get = getattr(data, "counter_stretches", None)
-        stretches = get() if get is not None else None
-        if stretches:
-            f = cls._of_stretches(data, stretches)
-            if f is not None:
-                return f
-        c = data.counters
-        module = c["module"].to_numpy(np.int64)
-        out = (c["dir"] == "out").to_numpy(bool)
-        seq = c["seq"].to_numpy(np.int64)
-        snaps = data.snapshots
-        t_end = snaps["mono"].reindex(seq).to_numpy(float)
-        t_start = snaps["start"].reindex(seq).to_numpy(float)
-        # Idle = no messages and no waiting (observations IDLE and NONE, NeST paper 5.2).
-        idle = (c["tm"].to_numpy(float) == 0) & ~(c["has_wait"].to_numpy(bool) & (c["wait"].to_numpy(float) > 0))
-        # TCP's outbound message counter (data segments out) counts retransmissions, its error
-        # counter counts them alone (harness/collector/sockdiag.py): new data = the difference.
-        tcp = np.isin(module, data.modules.index[data.modules["kind"] == "tcp"].to_numpy(np.int64))
-        resent_only = tcp & out & (c["tm"].to_numpy(float) - c["errors"].to_numpy(float) <= 0)
-        idle_progress = idle | resent_only
-        invalid = c["invalid"].to_numpy(bool)
-        order = np.lexsort((seq, out, module))
-        key = module[order] * 2 + out[order]
-        cuts = np.flatnonzero(np.diff(key)) + 1
-        series = {}
-        for part in np.split(order, cuts) if len(order) else []:
-            series[(int(module[part[0]]), bool(out[part[0]]))] = part
-        return cls(module, out, t_start, t_end, idle, idle_progress, invalid, series, c.index)
-
-    @classmethod
-    def _of_stretches(cls, data, stretches) -> _Frame | None:
-        """`of` from the stretches' counter arrays, without the long frame (analysis.frame_rows: its rows
-        are the stretches' cells, stretch by stretch, direction by direction, module by module, snapshot
-        by snapshot). A series is then a module's block of each stretch in turn, in the order of their
-        seqs when seqs rise across the stretches and a stretch holds a module once (else None: the
-        frame's path sorts them)."""
-        rows = FrameRows(stretches)
-        if not rows.in_series_order:
-            return None
-        snaps = data.snapshots
-        at = rows.cell_snapshot
-        mono = snaps["mono"].reindex(rows.seqs).to_numpy(float)
-        start = snaps["start"].reindex(rows.seqs).to_numpy(float)
-        tcp_ids = data.modules.index[data.modules["kind"] == "tcp"].to_numpy(np.int64)
-        idle, resent_only = {}, {}
-        for d in DIRS:
-            c = rows.batch.counters(d)
-            # Idle = no messages and no waiting (observations IDLE and NONE, NeST paper 5.2).
-            idle[d] = (c.tm == 0) & ~(c.has_wait & (c.wait > 0))
-            # TCP's outbound new data = data segments out - retransmissions (as `of`)
-            resent_only[d] = (np.isin(rows.cell_module, tcp_ids) & (c.tm - c.errors <= 0) if d == "out"
-                              else np.zeros(rows.cells, dtype=bool))
-        idle_progress = rows.spread({d: idle[d] | resent_only[d] for d in DIRS})
-        del resent_only
-        return cls(rows.module(), rows.out(), rows.spread({d: start[at] for d in DIRS}),
-                   rows.spread({d: mono[at] for d in DIRS}), rows.spread(idle), idle_progress,
-                   rows.counter("invalid"), rows.series(), pd.RangeIndex(rows.total))
 
 
 def _active_faults(data) -> list[tuple[int, str, int, float, float]]:
@@ -333,14 +257,12 @@ class DataCarried:
         return (b1 - b0) - overhead >= MIN_DATA_BYTES
 
 
-def _oneway(data, f: _Frame) -> np.ndarray:
+def _oneway(data, f: Rows) -> np.ndarray:
     ow = data.modules["oneway"]
-    up = np.isin(f.module, ow.index[ow == "upload"].to_numpy(np.int64))
-    down = np.isin(f.module, ow.index[ow == "download"].to_numpy(np.int64))
-    return (up & ~f.out) | (down & f.out)
+    return f.oneway(ow.index[ow == "upload"].to_numpy(np.int64), ow.index[ow == "download"].to_numpy(np.int64))
 
 
-def _result(f: _Frame, oneway: np.ndarray, fault_pos: np.ndarray, fault_id: np.ndarray,
+def _result(f: Rows, oneway: np.ndarray, fault_pos: np.ndarray, fault_id: np.ndarray,
             coll_pos: np.ndarray, coll_id: np.ndarray, collateral: str, index,
             after_end: np.ndarray | None = None, masked: np.ndarray | None = None) -> pd.DataFrame:
     if collateral == "negative":
@@ -364,13 +286,16 @@ def _result(f: _Frame, oneway: np.ndarray, fault_pos: np.ndarray, fault_id: np.n
     cause[f.invalid] = 4
     if after_end is not None:
         cause[after_end & ~f.invalid] = 5
-    fid = np.where(fault_pos, fault_id, np.where(cause == 3, coll_id, -1))
+    # The fault of a fault's positive, else of the collateral it is (the ids are id + 1, 0 for none;
+    # a row of cause 3 is no fault's positive).
+    three = cause == 3
+    code = np.where(three, coll_id, fault_id) if three.any() else fault_id
     return pd.DataFrame({
         "actual": actual,
         "exclude": exclude,
         "cause": pd.Categorical.from_codes(cause, list(CAUSES)),
-        "fault": pd.arrays.IntegerArray(fid, fid < 0),   # Int64, NA where none
-    }, index=index)
+        "fault": pd.arrays.IntegerArray(code - 1, code == 0),   # Int64, NA where none
+    }, index=index, copy=False)
 
 
 # ----------------------------------------------------------------------------- policies
@@ -394,17 +319,18 @@ class _Policy:
     def __repr__(self) -> str:
         return f"<label policy {self.name}>"
 
-    def _faults(self, data, f: _Frame, mark: Callable[..., np.ndarray], mark_masking: Callable[..., np.ndarray]):
+    def _faults(self, data, f: Rows, mark: Callable[..., np.ndarray], mark_masking: Callable[..., np.ndarray]):
         """Rows that are a fault's positives (targets), and a fault's collateral: `coll_pos` as the
         policy marks it (for collateral=exclude/positive), `cover` for overlap=exclude: every row
         of a neighbour from the fault's start until it is active again, whether or not it carried
         anything just before (`mark_masking`), marked on the series that hold a fault's positive. A target still backing off from its own fault when
         another fault silences its neighbourhood is covered by the second fault."""
-        n = len(f.module)
+        n = f.n
         fault_pos = np.zeros(n, dtype=bool)
-        fault_id = np.full(n, -1, dtype=np.int64)
+        # The fault of each row as its id + 1 (0: none), so that rows no fault touches are never written.
+        fault_id = np.zeros(n, dtype=np.int64)
         coll_pos = np.zeros(n, dtype=bool)
-        coll_id = np.full(n, -1, dtype=np.int64)
+        coll_id = np.zeros(n, dtype=np.int64)
         cover = np.zeros(n, dtype=bool)
         need_coll = self.values.get("collateral", "negative") != "negative"
         need_cover = self.values.get("overlap", "exclude") == "exclude"
@@ -424,10 +350,10 @@ class _Policy:
                         rows = f.series.get((m, out))
                         if rows is None:
                             continue
-                        hit = rows[how(rows, f0, f1)]
+                        hit = rows[how(rows, f0, f1, (m, out))]
                         pos[hit] = True
                         if ids is not None:
-                            ids[hit] = np.where(ids[hit] < 0, fid, ids[hit])
+                            ids[hit] = np.where(ids[hit] == 0, fid + 1, ids[hit])
         # `cover` counts only where it meets a fault's positive (label: fp & cover), so a neighbour
         # series with none of those rows is not marked (an ip_drop's neighbours are every connection).
         for mods, f0, f1 in covering:
@@ -435,31 +361,31 @@ class _Policy:
                 for out in (False, True):
                     rows = f.series.get((m, out))
                     if rows is not None and fault_pos[rows].any():
-                        cover[rows[mark_masking(rows, f0, f1)]] = True
+                        cover[rows[mark_masking(rows, f0, f1, (m, out))]] = True
         return fault_pos, fault_id, coll_pos, coll_id, cover
 
     def label(self, data) -> pd.DataFrame:
         if labels_streams.is_streams(data):   # stream connections: thesis 4.6.3 (analysis.labels_streams)
             return labels_streams.label(data, self.values, CAUSES)
-        f = _Frame.of(data)
-        oneway = _oneway(data, f) if self.values.get("oneway", True) else np.zeros(len(f.module), dtype=bool)
-        fp, fi, cp, ci, cover = self._faults(data, f, lambda rows, f0, f1: self._mark(f, rows, f0, f1),
-                                             lambda rows, f0, f1: self._mark_masking(f, rows, f0, f1))
+        f = label_rows(data)
+        oneway = _oneway(data, f) if self.values.get("oneway", True) else np.zeros(f.n, dtype=bool)
+        fp, fi, cp, ci, cover = self._faults(data, f, lambda *a: self._mark(f, *a), lambda *a: self._mark_masking(f, *a))
         stop = getattr(data, "stop", None)
         after = None
         if self.values.get("after_end", "exclude") == "exclude" and stop is not None:
-            after = f.t_end > stop
+            after = f.after(stop)
         # A target's impact while another fault's collateral covers it (possible only where the
         # spec allowed overlap): ambiguous, left out unless overlap=keep.
         masked = fp & cover if self.values.get("overlap", "exclude") == "exclude" else None
         return _result(f, oneway, fp, fi, cp, ci, self.values.get("collateral", "negative"),
                        f.index, after, masked)
 
-    def _mark(self, f: _Frame, rows: np.ndarray, f0: float, f1: float) -> np.ndarray:
+    def _mark(self, f: Rows, rows: np.ndarray, f0: float, f1: float, key: tuple[int, bool]) -> np.ndarray:
+        """The rows of series `key` (module, out?) that fault [f0, f1] marks."""
         raise NotImplementedError
 
-    def _mark_masking(self, f: _Frame, rows: np.ndarray, f0: float, f1: float) -> np.ndarray:
-        return self._mark(f, rows, f0, f1)
+    def _mark_masking(self, f: Rows, rows: np.ndarray, f0: float, f1: float, key: tuple[int, bool]) -> np.ndarray:
+        return self._mark(f, rows, f0, f1, key)
 
 
 class ImpactPolicy(_Policy):
@@ -496,19 +422,19 @@ class ImpactPolicy(_Policy):
                 self._carried.close()
             self._carried = None
 
-    def _mark(self, f, rows, f0, f1):
+    def _mark(self, f, rows, f0, f1, key):
         lookback = self.values["lookback"]
         if self._carried is not None and lookback > 0:
-            m, out = int(f.module[rows[0]]), bool(f.out[rows[0]])
-            if not self._carried.carried_data(m, out, f0 - lookback, f1):
+            if not self._carried.carried_data(*key, f0 - lookback, f1):
                 return np.zeros(len(rows), dtype=bool)
-        return impact_mask(f.t_start[rows], f.t_end[rows], self._idle(f)[rows], f.invalid[rows], f0, f1, lookback)
+        return self._impact(f, rows, f0, f1, lookback)
 
-    def _mark_masking(self, f, rows, f0, f1):
-        return impact_mask(f.t_start[rows], f.t_end[rows], self._idle(f)[rows], f.invalid[rows], f0, f1, 0.0)
+    def _mark_masking(self, f, rows, f0, f1, key):
+        return self._impact(f, rows, f0, f1, 0.0)
 
-    def _idle(self, f: _Frame) -> np.ndarray:
-        return f.idle_progress if self.values["retrans"] == "continues" else f.idle
+    def _impact(self, f: Rows, rows: np.ndarray, f0: float, f1: float, lookback: float) -> np.ndarray:
+        idle = f.idle(rows, progress=self.values["retrans"] == "continues")
+        return impact_mask(f.t_start(rows), f.t_end(rows), idle, f.invalid[rows], f0, f1, lookback)
 
 
 class WindowPolicy(_Policy):
@@ -523,9 +449,9 @@ class WindowPolicy(_Policy):
         Param("overlap", "exclude", _choice("exclude", "keep"), "as for impact"),
     )
 
-    def _mark(self, f, rows, f0, f1):
-        ts = f.t_start[rows]
-        return (f.t_end[rows] > f0) & ((ts < f1 + self.values["tail"]) | np.isnan(ts))
+    def _mark(self, f, rows, f0, f1, key):
+        ts = f.t_start(rows)
+        return (f.t_end(rows) > f0) & ((ts < f1 + self.values["tail"]) | np.isnan(ts))
 
 
 # The registry of labelling policies (a dict by name, like every registry; parse_named looks it up).

@@ -152,13 +152,21 @@ def _run_sums(counts: pd.DataFrame, variant: str, runs: Sequence[str] | None = N
     names = [str(r) for r in runs] if runs is not None else list(dict.fromkeys(counts["run"].astype(str)))
     arr = np.zeros((len(names), 2, len(ROWS), 4), dtype=np.int64)
     if not c.empty and names:
-        ex = c[["run", "dir", "rows", "TP", "TN", "FP", "FN"]].explode("rows")
-        ex = ex[ex["rows"].isin(ROWS) & ex["run"].astype(str).isin(names) & ex["dir"].isin(("in", "out"))]
+        # Each module's table rows (a list: ["TCP"], ["app", "wget"], ...) as row indices, one lookup per
+        # distinct list; the modules of other runs or directions dropped.
         at = {n: i for i, n in enumerate(names)}
-        ri = ex["run"].astype(str).map(at).to_numpy(np.int64)
-        di = (ex["dir"] == "out").to_numpy(np.int64)
-        rowi = ex["rows"].map({r: i for i, r in enumerate(ROWS)}).to_numpy(np.int64)
-        np.add.at(arr, (ri, di, rowi), ex[["TP", "TN", "FP", "FN"]].to_numpy(np.int64))
+        ri = np.fromiter((at.get(str(r), -1) for r in c["run"]), dtype=np.int64, count=len(c))
+        di = np.fromiter(({"in": 0, "out": 1}.get(d, -1) for d in c["dir"]), dtype=np.int64, count=len(c))
+        which = {r: i for i, r in enumerate(ROWS)}
+        per_list: dict[tuple, list[int]] = {}
+        lists = [per_list.setdefault(tuple(rs), [which[r] for r in rs if r in which])
+                 if isinstance(rs, list | tuple) else ([which[rs]] if rs in which else []) for rs in c["rows"]]
+        n_rows = np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists))
+        rowi = np.fromiter((i for x in lists for i in x), dtype=np.int64, count=int(n_rows.sum()))
+        src = np.repeat(np.arange(len(c)), n_rows)
+        keep = (ri[src] >= 0) & (di[src] >= 0)
+        src, rowi = src[keep], rowi[keep]
+        np.add.at(arr, (ri[src], di[src], rowi), c[["TP", "TN", "FP", "FN"]].to_numpy(np.int64)[src])
     sections = np.stack([arr[:, [0] if s == "Inbound" else [1] if s == "Outbound" else [0, 1]].sum(axis=1)
                          for s in SECTIONS], axis=1)
     return names, sections

@@ -8,6 +8,8 @@ import pandas as pd
 import pytest
 
 from analysis import labels
+from analysis.frame_rows import FrameRows
+from analysis.label_rows import ArrayRows, StretchRows, label_rows
 from analysis.load import load_run_data
 from analysis.stretches import DIRS
 from tests.support.synthetic import synthetic_run
@@ -21,19 +23,35 @@ def run(tmp_path_factory):
 def test_the_stretches_give_the_frames_rows_and_series(run):
     fast = load_run_data(run)
     assert fast.counter_stretches()
-    a = labels._Frame.of(fast)
+    a = label_rows(fast)
+    assert isinstance(a, StretchRows)
     assert fast._counters is None   # the long frame was not made
     slow = load_run_data(run)
     slow.counters = slow.counters   # made: the frame is what counts
     assert slow.counter_stretches() is None
-    b = labels._Frame.of(slow)
-    for k in ("module", "out", "t_start", "t_end", "idle", "idle_progress", "invalid"):
-        x, y = getattr(a, k), getattr(b, k)
-        assert x.dtype == y.dtype and np.array_equal(x, y, equal_nan=True), k
+    b = label_rows(slow)
+    assert isinstance(b, ArrayRows)
+    assert a.n == b.n and a.index.equals(b.index)
+    assert a.invalid.dtype == b.invalid.dtype and np.array_equal(a.invalid, b.invalid)
     assert list(a.series) == list(b.series)
     for k, rows in b.series.items():
         assert np.array_equal(a.series[k], rows), k
-    assert a.index.equals(b.index)
+        for f in ("t_start", "t_end"):
+            assert np.array_equal(getattr(a, f)(rows), getattr(b, f)(rows), equal_nan=True), (k, f)
+        for progress in (False, True):
+            assert np.array_equal(a.idle(rows, progress), b.idle(rows, progress)), (k, progress)
+    rng = np.random.default_rng(1)
+    rows = rng.choice(b.n, 500)   # any rows, in any order, both directions
+    for f in ("t_start", "t_end"):
+        assert np.array_equal(getattr(a, f)(rows), getattr(b, f)(rows), equal_nan=True), f
+    assert np.array_equal(a.idle(rows, True), b.idle(rows, True))
+    assert b.idle(np.arange(b.n), True).sum() >= b.idle(np.arange(b.n)).sum() > 0
+    mods = np.array(sorted(fast.modules.index))
+    up, down = rng.choice(mods, 5, replace=False), rng.choice(mods, 5, replace=False)
+    assert np.array_equal(a.oneway(up, down), b.oneway(up, down)) and a.oneway(up, down).any()
+    t = fast.snapshots["mono"].to_numpy()
+    for stop in (t[0] - 1, t[len(t) // 2], t[-1]):
+        assert np.array_equal(a.after(stop), b.after(stop))
 
 
 @pytest.mark.parametrize("policy", ["impact", "impact:retrans=continues,collateral=exclude", "window:tail=1"])
@@ -51,7 +69,9 @@ def test_seqs_not_rising_fall_back_to_the_frame(run):
     data = load_run_data(run)
     sts = data.counter_stretches()
     assert len(sts) > 1
-    assert labels._Frame._of_stretches(data, sts[::-1]) is None
+    assert not FrameRows(sts[::-1]).in_series_order   # label_rows then reads the frame
+    data.run.stretches = sts[::-1]
+    assert isinstance(label_rows(data), ArrayRows)
 
 
 def test_counters_frame_rows_are_the_stretches_cells(run):
