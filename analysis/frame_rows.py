@@ -37,7 +37,7 @@ class FrameRows:
     def in_series_order(self) -> bool:
         """Whether a module's blocks, stretch after stretch, are its snapshots in order: seqs rise within
         and across the stretches, and no stretch holds a module twice (always so for load_stretches';
-        `series` and `series_cells` need it)."""
+        series_cells and analysis.label_rows need it)."""
         last = None
         for st in self.stretches:
             if (last is not None and st.seqs[0] <= last) or np.any(np.diff(st.seqs) <= 0):
@@ -107,34 +107,3 @@ class FrameRows:
     def counter(self, name: str) -> np.ndarray:
         """A counters column (tm, wait, has_wait, queued, has_queue, errors, invalid) in frame order."""
         return self.spread({d: getattr(self.batch.counters(d), name) for d in DIRS})
-
-    def module(self) -> np.ndarray:
-        return self.spread({d: self.cell_module for d in DIRS})
-
-    def out(self) -> np.ndarray:
-        return self.spread({d: np.full(self.cells, d == "out") for d in DIRS})
-
-    def series(self) -> dict[tuple[int, bool], np.ndarray]:
-        """(module, out?) -> its frame rows, in snapshot order: a module's block of each stretch in turn
-        (the stretches' seqs rise and a stretch holds a module once: the caller checks)."""
-        k, first, mods = self._blocks
-        keys, starts, lens = [], [], []
-        for di in range(len(DIRS)):
-            keys.append(mods * 2 + di)
-            starts.append(first + self.batch.offsets[:-1][k] + di * self.size[k])
-            lens.append(self.t[k])
-        keys, starts, lens = np.concatenate(keys), np.concatenate(starts), np.concatenate(lens)
-        # Stable: blocks of one module and direction stay in stretch order (that is, by seq).
-        order = np.argsort(keys, kind="stable")
-        keys, starts, lens = keys[order], starts[order], lens[order]
-        first_row = np.cumsum(lens) - lens
-        rows = np.arange(int(lens.sum()), dtype=np.int64) + np.repeat(starts - first_row, lens)
-        cut = np.flatnonzero(np.diff(keys)) + 1
-        lo = np.concatenate([[0], cut]).tolist()
-        hi = np.concatenate([cut, [len(keys)]]).tolist()
-        bounds = np.append(first_row, len(rows))
-        out = {}
-        for a, b in zip(lo, hi, strict=True):
-            key = int(keys[a])
-            out[(key >> 1, bool(key & 1))] = rows[bounds[a]:bounds[b]]
-        return out
