@@ -206,6 +206,7 @@ def flat_view(arrays: list[np.ndarray]) -> np.ndarray | None:
 
 
 _CHUNK = 1 << 15
+_KEY_LIMIT = 1 << 62
 
 
 def run_heads(mod: np.ndarray, pos: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -353,3 +354,42 @@ def gather_counters(inv: np.ndarray, missing: np.ndarray, delta: np.ndarray, que
         a[missing] = none
         out[f] = a
     return out
+
+
+def stretch_edges(starts: np.ndarray, members: np.ndarray, n: np.ndarray, m: int, e_ps: np.ndarray, e_cs: np.ndarray,
+                  e_a: np.ndarray, e_b: np.ndarray) -> tuple[list[tuple[int, int]], np.ndarray]:
+    """Each stretch's edges as Stretch keeps them: (parent place, child place) among its `members`
+    (n[k] slots < m per stretch k, ascending), sorted, once each. An edge (slots e_ps, e_cs; m = no
+    module) lives in the stretches that start in [e_a, e_b); it counts where both ends are present.
+    Returns (the edges of every stretch, one after the other; where each stretch's begin, and the end)."""
+    k_count = len(starts)
+    k0, k1 = np.searchsorted(starts, e_a), np.searchsorted(starts, e_b)
+    length = np.maximum(k1 - k0, 0)
+    total = int(length.sum())
+    k = np.repeat(k0 - np.cumsum(length) + length, length) + np.arange(total)
+    edge = np.repeat(np.arange(len(e_a)), length)
+    # A module's place in a stretch: where (stretch, slot) is among the members' (stretch, slot).
+    stride = m + 1
+    key = np.repeat(np.arange(k_count, dtype=np.int64), n) * stride + members
+    first = np.cumsum(n) - n
+
+    def place(slots):
+        want = k * stride + slots
+        g = np.minimum(np.searchsorted(key, want), max(len(key) - 1, 0))
+        return np.where(key[g] == want, g - first[k], -1) if len(key) else np.full(len(want), -1)
+
+    lp, lc = place(e_ps[edge]), place(e_cs[edge])
+    both = (lp >= 0) & (lc >= 0)
+    k, code = k[both], lp[both] * stride + lc[both]   # (parent, child) in their order
+    if stride * stride * max(k_count, 1) < _KEY_LIMIT:   # (stretch, edge) fits in one int64 key
+        whole = np.unique(k * (stride * stride) + code)
+        k, code = whole // (stride * stride), whole % (stride * stride)
+    else:
+        order = np.lexsort((code, k))
+        k, code = k[order], code[order]
+        once = np.append(True, (k[1:] != k[:-1]) | (code[1:] != code[:-1]))
+        k, code = k[once], code[once]
+    # One tuple per distinct edge, shared by the stretches that have it (fewer objects to collect).
+    distinct, which = np.unique(code, return_inverse=True)
+    pairs = [(p, c) for p, c in zip((distinct // stride).tolist(), (distinct % stride).tolist(), strict=True)]
+    return list(map(pairs.__getitem__, which.tolist())), np.searchsorted(k, np.arange(k_count + 1))

@@ -186,7 +186,8 @@ def attach(stretches, table: pd.DataFrame, seqs: np.ndarray, mono: np.ndarray, r
     for k, st in enumerate(stretches):
         at = np.searchsorted(seqs, st.seqs)
         rem = np.array([code.get(remotes.get(m), -1) if kind == "tcp" else -1
-                        for m, kind in zip(st.modules, st.kinds, strict=True)], dtype=np.int64)
+                        for m, kind in zip(st.modules, st.kinds, strict=True)], dtype=np.int64) if code else \
+            np.full(st.n, -1, dtype=np.int64)   # no bursts: no module has a remote with any
         a, b = offsets[k], offsets[k + 1]
         st.probes = StretchProbes(bursts, mono[at].astype(float), prev_all[at], rem,
                                   {d: flat["since"][d][a:b].reshape(st.n, st.t) for d in dirs},

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ from analysis.dense import (
     gather_counters,
     gather_index,
     presence_spans,
+    stretch_edges,
     stretch_members,
 )
 from rundir import columnar, read, repair
@@ -425,23 +427,19 @@ def build_stretches(seqs: np.ndarray, mono: np.ndarray, kind: dict[int, str], pe
         cell = offsets[k] + place * t[k] + (p_ - starts[k])
         flat[d] = fill_counters(int(offsets[-1]), cell, delta, queued, has, invalid)
         del p_, mod, delta, queued, has, invalid, k, place, cell
-    lookup = np.full(m + 1, -1, dtype=np.int64)
+    edges, at = stretch_edges(starts, members, n, m, e_ps, e_cs, e_a, e_b)
+    here = ids[members].tolist()
+    kinds = list(map(kind.__getitem__, here))
     fields = list(Counters.__dataclass_fields__)
     stretches = []
-    for j, (a, b) in enumerate(zip(starts.tolist(), stops.tolist(), strict=True)):
-        here_slots = members[lo[j]:hi[j]]
-        here = ids[here_slots].tolist()
-        lookup[here_slots] = np.arange(len(here))
-        on = (e_a <= a) & (a < e_b)
-        lp, lc = lookup[e_ps[on]], lookup[e_cs[on]]
-        both = (lp >= 0) & (lc >= 0)
-        st = Stretch(here, [kind[x] for x in here], list(zip(lp[both].tolist(), lc[both].tolist(), strict=True)),
-                     seqs[a:b])
-        lookup[here_slots] = -1
-        o0, o1, shape = offsets[j], offsets[j + 1], (len(here), b - a)
+    for j, (a, b, i0, i1, o0, o1) in enumerate(zip(starts.tolist(), stops.tolist(), lo.tolist(), hi.tolist(),
+                                                 offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)):
+        st = Stretch(here[i0:i1], kinds[i0:i1], [], seqs[a:b])
+        st.edges = edges[at[j]:at[j + 1]]   # in Stretch's order already
+        shape = (i1 - i0, b - a)
         for d in DIRS:
             st.counters[d] = Counters(*(flat[d][f][o0:o1].reshape(shape) for f in fields))
-        st.flat = (flat, int(o0), int(o1))
+        st.flat = (flat, o0, o1)
         stretches.append(st)
     return stretches
 
@@ -465,7 +463,8 @@ def remote_addresses(mods: list[tuple]) -> dict[int, str | None]:
 def mark_detached(stretches: list[Stretch], attached: set, remote: dict) -> None:
     """Set `Stretch.detached` (see Stretch: a module attached somewhere, in `attached`, but without a
     parent edge in this stretch) and `Stretch.remote`."""
-    for st in stretches:
-        st.detached = np.array([m in attached for m in st.modules], dtype=bool)
-        st.detached[[c for _, c in st.edges]] = False
-        st.remote = [remote.get(m) for m in st.modules]
+    known, child = attached.__contains__, itemgetter(1)
+    for st in stretches:   # maps rather than comprehensions: ~100 modules a stretch, hundreds of stretches
+        st.detached = np.fromiter(map(known, st.modules), dtype=bool, count=len(st.modules))
+        st.detached[np.fromiter(map(child, st.edges), dtype=np.intp, count=len(st.edges))] = False
+        st.remote = list(map(remote.get, st.modules))

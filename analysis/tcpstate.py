@@ -73,6 +73,12 @@ def attach(stretches, rows, seqs: np.ndarray, mono: np.ndarray) -> None:
     key = mod[ok].astype(np.int64) * s_count + pos[ok]
     order = np.argsort(key, kind="stable")
     key, vals, rmod = key[order], vals[order], mod[ok].astype(np.int64)[order]
+    if len(key) == 0:   # no row (a run without tcp_info rows): nothing known anywhere, as below
+        for st in stretches:
+            nan = np.broadcast_to(np.nan, (st.n, st.t))
+            st.tcpstate = TcpState(np.zeros((st.n, st.t), dtype=bool), mono[np.searchsorted(seqs, st.seqs)],
+                                   *(nan for _ in TCP_STATE_COLUMNS))
+        return
     for st in stretches:
         ids = np.asarray(st.modules, dtype=np.int64)
         at = np.searchsorted(seqs, st.seqs)

@@ -331,3 +331,66 @@ def test_series_deltas_into_a_buffer():
     got = deltas.series_deltas(mod, vals, has, kz, first, buf)
     assert np.shares_memory(got[0], buf)
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_stretch_edges_without_one_key(seed, monkeypatch):
+    """A run with so many modules that (stretch, edge) does not fit one int64: sorted the other way."""
+    rng = np.random.default_rng(seed)
+    args = _run_graph(rng)
+    want = build_stretches(*args)
+    monkeypatch.setattr(dense, "_KEY_LIMIT", 0)
+    assert_same_stretches(build_stretches(*args), want)
+    assert all(a.edges == b.edges for a, b in zip(build_stretches(*args), want, strict=True))
+    assert any(st.edges for st in want)
+
+
+# ---------------------------------------------------------------- tcpstate / probes attach without rows
+
+def _small_stretches():
+    seqs, mono, kind, per_dir, row_module, row_pos, edges = _run_graph(np.random.default_rng(5))
+    kind = {m: "tcp" if i % 2 else k for i, (m, k) in enumerate(sorted(kind.items()))}
+    return build_stretches(seqs, mono, kind, per_dir, row_module, row_pos, edges), seqs, mono, kind
+
+
+def test_tcpstate_attach_without_rows_as_with_rows_of_no_stretch():
+    import pandas as pd
+
+    from analysis import tcpstate
+    from rundir.db import TCP_STATE_COLUMNS
+
+    cols = ["seq", "module", *TCP_STATE_COLUMNS]
+    sts, seqs, mono, _ = _small_stretches()
+    tcpstate.attach(sts, pd.DataFrame({c: pd.Series(dtype=float) for c in cols}), seqs, mono)
+    got = [st.tcpstate for st in sts]
+    # a row of a module no stretch has: the general path, which knows nothing either
+    tcpstate.attach(sts, pd.DataFrame([[float(seqs[3]), 1e9, *range(len(TCP_STATE_COLUMNS))]], columns=cols), seqs, mono)
+    for g, st in zip(got, sts, strict=True):
+        w = st.tcpstate
+        for f in vars(w):
+            a, b = getattr(g, f), getattr(w, f)
+            assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b, equal_nan=True), f
+
+
+def test_probes_attach_without_bursts_as_with_bursts_of_no_module():
+    import pandas as pd
+
+    from analysis import probes
+
+    sts, seqs, mono, kind = _small_stretches()
+    remotes = {m: f"10.0.0.{i}:80" for i, m in enumerate(kind) if kind[m] == "tcp"}
+    empty = probes.burst_table(None)
+    probes.attach(sts, empty, seqs, mono, remotes)
+    got = [st.probes for st in sts]
+    other = pd.DataFrame({"burst": [1.0], "remote": ["10.9.9.9:80"], "sent": [float(mono[2])],
+                          "done": [float(mono[2]) + 0.01], "answer": [np.inf]})
+    probes.attach(sts, other, seqs, mono, remotes)   # bursts, but to no module's remote: the general path
+    for g, st in zip(got, sts, strict=True):
+        w = st.probes
+        assert np.array_equal(g.remote, w.remote) and g.remote.dtype == w.remote.dtype
+        assert (g.remote == -1).all()
+        for f in ("mono", "prev"):
+            assert np.array_equal(getattr(g, f), getattr(w, f))
+        for f in ("since", "until"):
+            for d in DIRS:
+                assert np.array_equal(getattr(g, f)[d], getattr(w, f)[d], equal_nan=True)
