@@ -254,14 +254,15 @@ def _batch_direction(batch: Batch, d: str, theta: int, queues: bool) -> np.ndarr
     can_pass = np.zeros(n, dtype=bool)
     for ep, ec in s.levels:
         can_pass[ep[takes_blame[ec]]] = True
+    active = ~inactive
     res = np.where(np.where(hw, waited, can_pass), np.int8(BLOCKED), np.int8(STALLED))
-    res[~haswork] = DONTCARE
-    res[~inactive] = HEALTHY
+    np.copyto(res, np.int8(DONTCARE), where=~haswork)
+    np.copyto(res, np.int8(HEALTHY), where=active)
     # Thesis 3.3.1: an application follows its sockets.
     moved = np.zeros(n, dtype=bool)
-    moved[s.app_p[~inactive[s.app_c]]] = True
+    moved[s.app_p[active[s.app_c]]] = True
     app_waited = np.zeros(n, dtype=bool)
-    app_waited[s.app_p[hw[s.app_c] & waited[s.app_c]]] = True
+    app_waited[s.app_p[(hw & waited)[s.app_c]]] = True
     k = s.derived
     res[k] = np.where(moved[k], HEALTHY, np.where(app_waited[k], BLOCKED, STALLED))
     for st, sh, a, b in zip(batch.stretches, s.shapes, batch.offsets[:-1], batch.offsets[1:], strict=True):
