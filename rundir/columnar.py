@@ -71,12 +71,13 @@ def stamp(db: Path, conn: sqlite3.Connection) -> dict:
     return out
 
 
-def read_counters(db: Path, conn: sqlite3.Connection, warnings: list[str]) -> tuple[dict[str, np.ndarray], Unplaced]:
+def read_counters(db: Path, conn: sqlite3.Connection, warnings: list[str],
+                  now: dict | None = None) -> tuple[dict[str, np.ndarray], Unplaced]:
     """`rundir.read.read_counters(conn, warnings)`, from the copy when it is current (the same rows,
     warnings and unplaced rows; the rows by direction, module and seq, the order in which
     analysis.dense takes them, where run.db gives them in the order they were written), else from
-    run.db, writing the copy for the next reader."""
-    now = stamp(db, conn)
+    run.db, writing the copy for the next reader. `now`: stamp(db, conn), when the caller has it."""
+    now = stamp(db, conn) if now is None else now
     got = _load(db.parent, now) if now else None
     if got is not None:
         rows, unplaced, said = got
@@ -118,7 +119,6 @@ def write_copy(run_dir: Path, rows: dict[str, np.ndarray], unplaced: Unplaced, w
     directory cannot be written."""
     try:
         import pyarrow as pa
-        import pyarrow.ipc as ipc
     except ImportError:   # pragma: no cover - pinned; a bare install reads run.db
         return None
     # By direction, module and seq (stably: of two rows at one seq the later stays later), the order
@@ -143,11 +143,18 @@ def write_copy(run_dir: Path, rows: dict[str, np.ndarray], unplaced: Unplaced, w
     table = pa.Table.from_arrays(arrays, names=["seq", "module", "out", "bad", "vals", "has"],
                                  metadata={_KEY: json.dumps(meta).encode()})
     assert table.num_rows == n
-    target = copy_path(run_dir)
+    return _write_table(copy_path(run_dir), table)
+
+
+def _write_table(target: Path, table) -> Path | None:
+    """Write an Arrow table as an IPC file atomically (a temporary file renamed); None when the
+    directory cannot be written."""
+    import pyarrow.ipc as ipc
+
     tmp = None
     try:
         target.parent.mkdir(exist_ok=True)
-        tmp = target.parent / f".{COUNTERS}.{os.getpid()}.tmp"
+        tmp = target.parent / f".{target.name}.{os.getpid()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)   # the umask's mode, as run.db's
         with os.fdopen(fd, "wb") as f, ipc.new_file(f, table.schema) as w:
             w.write_table(table)
@@ -195,4 +202,60 @@ def _load(run_dir: Path, now: dict) -> tuple[dict[str, np.ndarray], Unplaced, li
         unplaced = Unplaced({(int(m), bool(o)) for m, o in u.get("series", [])}, u.get("from_seq"))
         return rows, unplaced, list(meta.get("warnings", []))
     except Exception:  # noqa: BLE001 - a damaged or foreign copy: run.db is the record
+        return None
+
+
+# ----------------------------------------------------------------------------- the analysis's own copies
+
+STRETCHES = "stretches.arrow"
+
+
+def write_arrays(run_dir: str | Path, name: str, key: dict, columns: dict[str, np.ndarray], meta: dict) -> Path | None:
+    """Keep equal-length 1-D arrays (numbers or bools) and a JSON-able `meta` as `<run>/columnar/<name>`,
+    under `key` (read_arrays hands them back only for the same key). For the analysis's copies of
+    what it makes of a run (analysis.stretches: STRETCHES), which it keys by run.db's stamp and by its
+    own code. None when it cannot be written (no pyarrow, a read-only directory)."""
+    try:
+        import pyarrow as pa
+    except ImportError:   # pragma: no cover - pinned
+        return None
+    arrays = [pa.array(np.ascontiguousarray(a).view(np.uint8) if a.dtype == bool else np.ascontiguousarray(a))
+              for a in columns.values()]
+    bools = [k for k, a in columns.items() if a.dtype == bool]
+    head = json.dumps({"key": key, "bools": bools, "meta": meta}).encode()
+    table = pa.Table.from_arrays(arrays, names=list(columns), metadata={_KEY: head})
+    return _write_table(Path(run_dir) / DIR / name, table)
+
+
+def read_arrays(run_dir: str | Path, name: str, key: dict) -> tuple[dict[str, np.ndarray], dict] | None:
+    """(columns, meta) that write_arrays kept under `key`, the arrays read-only views of the file mapped
+    into memory (no copy); None when there is none, it was kept under another key, or it cannot be read."""
+    path = Path(run_dir) / DIR / name
+    if not path.is_file():
+        return None
+    try:
+        import pyarrow as pa
+        import pyarrow.ipc as ipc
+
+        reader = ipc.open_file(pa.memory_map(str(path), "r"))
+        head = json.loads((reader.schema.metadata or {}).get(_KEY, b"{}"))
+        if head.get("key") != key:
+            return None
+        table = reader.read_all()
+        bools = set(head.get("bools", []))
+        columns = {}
+        for col in table.column_names:
+            chunks = table.column(col).chunks
+            arr = chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
+            dtype = np.dtype(bool) if col in bools else arr.type.to_pandas_dtype()
+            if arr.null_count == 0 and np.dtype(dtype).kind in "biuf":
+                # Straight on the mapped buffer: an array whose own views (a stretch's slice) have it as
+                # their base, as arrays made in memory do (analysis.cells checks views by their base).
+                columns[col] = np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr),
+                                             offset=arr.offset * np.dtype(dtype).itemsize)
+            else:
+                a = arr.to_numpy(zero_copy_only=False)
+                columns[col] = a.view(bool) if col in bools else a
+        return columns, head.get("meta", {})
+    except Exception:  # noqa: BLE001 - a damaged or foreign copy: the caller makes it again from run.db
         return None

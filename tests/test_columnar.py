@@ -165,3 +165,18 @@ def test_load_stretches_the_same_with_and_without_the_copy(tmp_path, damage):
         for d in a[4]:
             for f in a[4][d]:
                 assert np.array_equal(a[4][d][f], b[4][d][f]), (d, f)
+
+
+def test_arrays_kept_under_a_key(tmp_path):
+    cols = {"x": np.linspace(0, 1, 1000), "flag": np.arange(1000) % 3 == 0, "n": np.arange(1000, dtype=np.int64)}
+    assert columnar.write_arrays(tmp_path, "t.arrow", {"k": 1}, cols, {"note": [1, "a"]}) is not None
+    got, meta = columnar.read_arrays(tmp_path, "t.arrow", {"k": 1})
+    assert meta == {"note": [1, "a"]}
+    for name, a in cols.items():
+        assert got[name].dtype == a.dtype and np.array_equal(got[name], a), name
+        assert not got[name].flags.writeable                 # the mapped file, read-only
+        assert got[name][10:20].base is got[name]            # a view of it has it as its base (analysis.cells)
+    assert columnar.read_arrays(tmp_path, "t.arrow", {"k": 2}) is None        # another key
+    assert columnar.read_arrays(tmp_path, "none.arrow", {"k": 1}) is None     # none
+    (tmp_path / columnar.DIR / "t.arrow").write_bytes(b"not arrow")
+    assert columnar.read_arrays(tmp_path, "t.arrow", {"k": 1}) is None        # damaged: made again
