@@ -206,7 +206,8 @@ def flat_view(arrays: list[np.ndarray]) -> np.ndarray | None:
 
 
 _CHUNK = 1 << 15
-_KEY_LIMIT = 1 << 62
+# Largest table of (parent place, child place) pairs stretch_edges marks distinct edges in.
+_TABLE_CELLS = 1 << 22
 
 
 def run_heads(mod: np.ndarray, pos: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -363,11 +364,16 @@ def stretch_edges(starts: np.ndarray, members: np.ndarray, n: np.ndarray, m: int
     module) lives in the stretches that start in [e_a, e_b); it counts where both ends are present.
     Returns (the edges of every stretch, one after the other; where each stretch's begin, and the end)."""
     k_count = len(starts)
+    # A stretch's places keep the order of slots: edges by slots are by places in every stretch.
+    by_slots = np.lexsort((e_cs, e_ps))
+    e_ps, e_cs, e_a, e_b = e_ps[by_slots], e_cs[by_slots], e_a[by_slots], e_b[by_slots]
     k0, k1 = np.searchsorted(starts, e_a), np.searchsorted(starts, e_b)
     length = np.maximum(k1 - k0, 0)
     total = int(length.sum())
     k = np.repeat(k0 - np.cumsum(length) + length, length) + np.arange(total)
     edge = np.repeat(np.arange(len(e_a)), length)
+    by_stretch = stable_order(k, k_count)   # stretch after stretch, edges still by slots
+    k, edge = k[by_stretch], edge[by_stretch]
     # A module's place in a stretch: where (stretch, slot) is among the members' (stretch, slot).
     stride = m + 1
     key = np.repeat(np.arange(k_count, dtype=np.int64), n) * stride + members
@@ -379,17 +385,19 @@ def stretch_edges(starts: np.ndarray, members: np.ndarray, n: np.ndarray, m: int
         return np.where(key[g] == want, g - first[k], -1) if len(key) else np.full(len(want), -1)
 
     lp, lc = place(e_ps[edge]), place(e_cs[edge])
-    both = (lp >= 0) & (lc >= 0)
-    k, code = k[both], lp[both] * stride + lc[both]   # (parent, child) in their order
-    if stride * stride * max(k_count, 1) < _KEY_LIMIT:   # (stretch, edge) fits in one int64 key
-        whole = np.unique(k * (stride * stride) + code)
-        k, code = whole // (stride * stride), whole % (stride * stride)
-    else:
-        order = np.lexsort((code, k))
-        k, code = k[order], code[order]
-        once = np.append(True, (k[1:] != k[:-1]) | (code[1:] != code[:-1]))
-        k, code = k[once], code[once]
+    keep = (lp >= 0) & (lc >= 0)
+    keep[1:] &= (k[1:] != k[:-1]) | (lp[1:] != lp[:-1]) | (lc[1:] != lc[:-1])   # an edge twice: once
+    k, lp, lc = k[keep], lp[keep], lc[keep]
     # One tuple per distinct edge, shared by the stretches that have it (fewer objects to collect).
-    distinct, which = np.unique(code, return_inverse=True)
-    pairs = [(p, c) for p, c in zip((distinct // stride).tolist(), (distinct % stride).tolist(), strict=True)]
+    width = int(n.max()) if len(n) else 0
+    code = lp * width + lc
+    if width * width <= _TABLE_CELLS:
+        seen = np.zeros(width * width, dtype=bool)
+        seen[code] = True
+        distinct = np.flatnonzero(seen)
+    else:
+        distinct = np.unique(code)
+    which = np.searchsorted(distinct, code)
+    pairs = [(p, c) for p, c in zip((distinct // width).tolist(), (distinct % width).tolist(), strict=True)] \
+        if width else []
     return list(map(pairs.__getitem__, which.tolist())), np.searchsorted(k, np.arange(k_count + 1))

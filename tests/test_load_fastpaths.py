@@ -334,12 +334,12 @@ def test_series_deltas_into_a_buffer():
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_stretch_edges_without_one_key(seed, monkeypatch):
-    """A run with so many modules that (stretch, edge) does not fit one int64: sorted the other way."""
+def test_stretch_edges_without_a_table(seed, monkeypatch):
+    """Stretches with so many modules that stretch_edges finds the distinct edges by sorting."""
     rng = np.random.default_rng(seed)
     args = _run_graph(rng)
     want = build_stretches(*args)
-    monkeypatch.setattr(dense, "_KEY_LIMIT", 0)
+    monkeypatch.setattr(dense, "_TABLE_CELLS", 0)
     assert_same_stretches(build_stretches(*args), want)
     assert all(a.edges == b.edges for a, b in zip(build_stretches(*args), want, strict=True))
     assert any(st.edges for st in want)
