@@ -30,6 +30,25 @@ def _flat(arrays: list[np.ndarray]) -> np.ndarray:
     return np.concatenate([a.ravel() for a in arrays]) if view is None else _readonly(view)
 
 
+def _cell_edges(arrays: list[np.ndarray], ts: list[int], starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cell edges of stretches with these (E, 2) edge arrays, snapshot counts and first cells."""
+    lens = [len(a) for a in arrays]
+    if not sum(lens):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    e = np.concatenate(arrays)
+    t = np.repeat(np.asarray(ts, dtype=np.int64), lens)   # each edge's snapshots
+    # Cell edge i of stretch edge j is (first cell of j's module) + (i - first cell edge of j): the
+    # constant part per stretch edge, repeated, plus one shared arange (fewer passes).
+    base = np.repeat(np.asarray(starts, dtype=np.int64), lens) - (np.cumsum(t) - t)
+    at = np.arange(int(t.sum()), dtype=np.int64)
+    ends = []
+    for col in (0, 1):
+        out = np.repeat(base + e[:, col] * t, t)
+        out += at
+        ends.append(out)
+    return ends[0], ends[1]
+
+
 @dataclass
 class Batch:
     stretches: list[Stretch]
@@ -67,21 +86,13 @@ class Batch:
         stretch, then edge, then snapshot."""
         arrays = [a if es is st.edges else np.asarray(es, dtype=np.int64).reshape(-1, 2)
                   for a, st, es in zip(self.edge_arrays, self.stretches, edges, strict=True)]
-        if not arrays or not sum(len(e) for e in arrays):
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        e = np.concatenate(arrays)
-        k = np.repeat(np.arange(len(arrays)), [len(a) for a in arrays])
-        t = np.array([st.t for st in self.stretches], dtype=np.int64)[k]   # each edge's snapshots
-        # Cell edge i of stretch edge j is (first cell of j's module) + (i - first cell edge of j):
-        # the constant part per stretch edge, repeated, plus one shared arange (fewer passes).
-        base = self.offsets[:-1][k] - (np.cumsum(t) - t)
-        at = np.arange(int(t.sum()), dtype=np.int64)
-        ends = []
-        for col in (0, 1):
-            out = np.repeat(base + e[:, col] * t, t)
-            out += at
-            ends.append(out)
-        return ends[0], ends[1]
+        return _cell_edges(arrays, [st.t for st in self.stretches], self.offsets[:-1])
+
+    def piece_edges(self, k0: int, k1: int) -> tuple[np.ndarray, np.ndarray]:
+        """The cell edges of stretches k0..k1-1 (a slice of `edges`), numbered from their first cell
+        (offsets[k0]): for work on a few stretches at a time, without the whole run's edges."""
+        return _cell_edges(self.edge_arrays[k0:k1], [st.t for st in self.stretches[k0:k1]],
+                           self.offsets[k0:k1] - self.offsets[k0])
 
     @cached_property
     def edge_arrays(self) -> list[np.ndarray]:

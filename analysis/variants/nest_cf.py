@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.cells import Batch
-from analysis.stretches import DIRS
+from analysis.stretches import DIRS, Counters
 from analysis.variants.base import Param, RuleSystem, certainty, on_off
 from analysis.variants.nest_cf_tables import (
     ABSENT,
@@ -132,29 +132,42 @@ def _least_fixed_point(n: int, ep: np.ndarray, ec: np.ndarray, seed: np.ndarray,
 
 def states(batch: Batch, d: str, anw: bool = True, ign: bool = True) -> np.ndarray:
     """Activity state code of every cell (paper Table 2)."""
-    c = batch.counters(d)
+    ep, ec = batch.edges
+    return _states(batch.counters(d), ep, ec, _rooted(batch) if ign else None, anw, ign)
+
+
+def _rooted(batch: Batch) -> np.ndarray:
+    """Per cell: the module has a parent or is detached (IGN needs one or the other)."""
+    return batch.has_parent | batch.detached
+
+
+def _states(c: Counters, ep: np.ndarray, ec: np.ndarray, rooted: np.ndarray | None, anw: bool,
+            ign: bool) -> np.ndarray:
+    """`states` of some cells: their counters, the edges between them (every edge into them), and
+    `rooted` (_rooted; needed with ign)."""
     active = c.tm > 0
     st = np.where(c.has_wait, np.where(c.wait > 0, np.int8(WAIT), np.int8(IDLE)), np.int8(NONE))
     st[active] = ACT
     free = ~active & ~c.has_wait  # the modules whose state comes from their parents (tm is never negative)
     if not (anw or ign):
         return st
-    ep, ec = batch.edges
     into = free[ec]   # both fixed points look only at edges into free cells: select them once
     ep, ec = ep[into], ec[into]
-    n = batch.n_cells
+    n = len(st)
     if anw:  # least fixed point: grows from nothing, one layer per round
         st[_least_fixed_point(n, ep, ec, st == WAIT, free)] = ANW
     if ign:
-        candidate = free & (st == NONE) & (batch.has_parent | batch.detached)
+        candidate = free & (st == NONE) & rooted
         st[_least_fixed_point(n, ep, ec, st == IDLE, candidate, every=True)] = IGN
     return st
 
 
 def observations(batch: Batch, d: str, anw=True, ign=True, queues=True, errors=True) -> np.ndarray:
     """(3, cells): slot 0 the activity state, slot 1 QZ/QNZ, slot 2 ERR; ABSENT where none."""
-    c = batch.counters(d)
-    st = states(batch, d, anw, ign)
+    return _observations(batch.counters(d), states(batch, d, anw, ign), queues, errors)
+
+
+def _observations(c: Counters, st: np.ndarray, queues: bool, errors: bool) -> np.ndarray:
     obs = np.full((3, len(st)), ABSENT, dtype=np.int8)
     obs[0] = st
     if queues:
@@ -166,35 +179,53 @@ def observations(batch: Batch, d: str, anw=True, ign=True, queues=True, errors=T
     return obs
 
 
-CHUNK = 1 << 17   # cells per piece of the fold (whole stretches): its arrays stay small, in cache
+CHUNK = 1 << 17   # cells per piece (whole stretches): its arrays stay small, in cache
 
 
-def _chunks(batch: Batch) -> list[tuple[int, int, int, int]]:
-    """(first cell, end cell, first edge, end edge) of runs of whole stretches of about CHUNK cells, in
-    order. A stretch's cells and its cell edges (Batch.edges) are contiguous, and no edge leaves its
-    stretch, so each run can be folded on its own."""
-    if "nest_cf_chunks" not in batch._cache:
-        cell_end = batch.offsets[1:].tolist()
-        edge_end = np.cumsum([len(st.edges) * st.t for st in batch.stretches]).tolist()
-        out, c0, e0 = [], 0, 0
-        for k, (c1, e1) in enumerate(zip(cell_end, edge_end, strict=True)):
-            if c1 - c0 >= CHUNK or k == len(cell_end) - 1:
-                out.append((c0, c1, e0, e1))
-                c0, e0 = c1, e1
-        batch._cache["nest_cf_chunks"] = out
-    return batch._cache["nest_cf_chunks"]
+def _pieces(batch: Batch) -> list[tuple[int, int, int, int]]:
+    """(first stretch, end stretch, first cell, end cell) of runs of whole stretches of about CHUNK
+    cells, in order. No edge leaves its stretch, so each run can be diagnosed on its own."""
+    if "nest_cf_pieces" not in batch._cache:
+        ends = batch.offsets[1:].tolist()
+        out, k0, c0 = [], 0, 0
+        for k, c1 in enumerate(ends):
+            if c1 - c0 >= CHUNK or k == len(ends) - 1:
+                out.append((k0, k + 1, c0, c1))
+                k0, c0 = k + 1, c1
+        batch._cache["nest_cf_pieces"] = out
+    return batch._cache["nest_cf_pieces"]
 
 
-def diagnose_direction(batch: Batch, d: str, anw=True, ign=True, queues=True, errors=True) -> np.ndarray:
-    """Certainty factor of every cell for one direction.
+def diagnose(batch: Batch, anw=True, ign=True, queues=True, errors=True, threshold=0.0):
+    """Certainty factors, a few stretches at a time (_pieces): a piece's states, observations and
+    fold need only its own cells and edges (made for the piece: Batch.piece_edges), so the arrays
+    stay the size of a piece and the run's edges are never made at once."""
+    cf = {d: np.empty(batch.n_cells) for d in DIRS}
+    counters = {d: batch.counters(d) for d in DIRS}
+    rooted = _rooted(batch) if ign else None
+    for k0, k1, ca, cb in _pieces(batch):
+        x, y = batch.piece_edges(k0, k1)
+        cut = slice(ca, cb)
+        for d in DIRS:
+            c = Counters(*(getattr(counters[d], f)[cut] for f in Counters.__dataclass_fields__))
+            st = _states(c, x, y, None if rooted is None else rooted[cut], anw, ign)
+            cf[d][cut] = _fold(x, y, _observations(c, st, queues, errors), d)
+    return {d: (cf[d], np.round(cf[d], ROUND) > threshold) for d in DIRS}
+
+
+def _fold(x: np.ndarray, y: np.ndarray, obs: np.ndarray, d: str) -> np.ndarray:
+    """Certainty factor of one direction of some cells: their observations and the edges between
+    them (x parent, y child; every edge touching them).
 
     On the additive scale throughout (LSIGMA: to_sum of each table cell, taken once), with the
     values in the order the fold has always had them (slot pairs, then edges), so that each cell's
     sum is the same to the last bit whatever the speed-ups (an element-wise to_sum of every value
-    gives the same numbers, at many times the cost). The fold runs over a few stretches at a time
-    (_chunks): a cell's values all come from its own stretch's edges, in the same order."""
-    obs = observations(batch, d, anw, ign, queues, errors)
-    ep, ec = batch.edges
+    gives the same numbers, at many times the cost). np.add.at adds the values one by one in the
+    order given, as one bincount over all of them in that order would, so each block of values is
+    added where it is made. A piece of whole stretches (diagnose) gives each of its cells the
+    values, in the same order, that the whole run does: they all come from its own stretch."""
+    n = obs.shape[1]
+    total = np.zeros(n)
     slots = [i for i in range(3) if (obs[i] != ABSENT).any()]
     # Each cell's observation scaled as the table's row (producer) or column (consumer); the sum of
     # two is an index into the flattened table (at most 99: int8).
@@ -202,26 +233,7 @@ def diagnose_direction(batch: Batch, d: str, anw=True, ign=True, queues=True, er
     as_p = {i: obs[i] * np.int8(row_p) for i in slots}
     as_c = {j: obs[j] * np.int8(col_c) for j in slots}
     seen = {i: obs[i] != ABSENT for i in slots if i}   # slot 0 (the state) is never ABSENT
-    st = obs[0]
-    waiting = (st == WAIT) | (st == ANW) | (st == NONE)   # phase two's
-    tables = _ADD[d] if d == "out" else _ADD[d][::-1]   # "in": Y produces, X's value from sigma_C
-    cf = np.empty(batch.n_cells)
-    for ca, cb, ea, eb in _chunks(batch):
-        cut = slice(ca, cb)
-        cf[cut] = _fold(ep[ea:eb] - ca, ec[ea:eb] - ca, slots, {i: a[cut] for i, a in as_p.items()},
-                        {j: a[cut] for j, a in as_c.items()}, {i: a[cut] for i, a in seen.items()},
-                        waiting[cut], tables)
-    return cf
-
-
-def _fold(x: np.ndarray, y: np.ndarray, slots: list[int], as_p: dict, as_c: dict, seen: dict,
-          waiting: np.ndarray, tables: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """diagnose_direction's fold over one piece: its edges (x parent, y child: the piece's own cell
-    numbers) and its cells' arrays. np.add.at adds the values one by one in the order given, as
-    the one bincount over all of them in that order did (its fast path for a 1-d float64 target),
-    so each block of values is added where it is made, with no array of them all."""
-    total = np.zeros(len(waiting))
-    fx, fy = tables
+    fx, fy = _ADD[d] if d == "out" else _ADD[d][::-1]   # "in": Y produces, X's value from sigma_C
     # Phase one: every pair of observations across every edge (X parent, Y child). The edges of
     # the pairs with slot i of X (i > 0) are picked once and then narrowed by Y's slot.
     hy = {j: seen[j][y] for j in seen}
@@ -240,19 +252,13 @@ def _fold(x: np.ndarray, y: np.ndarray, slots: list[int], as_p: dict, as_c: dict
             np.add.at(total, xs, fx.take(code))
             np.add.at(total, ys, fy.take(code))
     # Phase two: absolve blocked co-parents, once per other waiting parent of the common child.
+    st = obs[0]
+    waiting = (st == WAIT) | (st == ANW) | (st == NONE)
     w_edge = waiting[x]
-    n_waiting = np.bincount(y[w_edge], minlength=len(waiting))
+    n_waiting = np.bincount(y[w_edge], minlength=n)
     both = np.flatnonzero(w_edge & waiting[y])   # few edges: the others absolve nothing
     np.add.at(total, np.repeat(x[both], n_waiting[y[both]] - 1), L_ABSOLVE)
     return _total_cf(total)
-
-
-def diagnose(batch: Batch, anw=True, ign=True, queues=True, errors=True, threshold=0.0):
-    out = {}
-    for d in DIRS:
-        cf = diagnose_direction(batch, d, anw, ign, queues, errors)
-        out[d] = (cf, np.round(cf, ROUND) > threshold)
-    return out
 
 
 SYSTEM = RuleSystem(
