@@ -155,8 +155,9 @@ def _run_sums(counts: pd.DataFrame, variant: str, runs: Sequence[str] | None = N
         # Each module's table rows (a list: ["TCP"], ["app", "wget"], ...) as row indices, one lookup per
         # distinct list; the modules of other runs or directions dropped.
         at = {n: i for i, n in enumerate(names)}
-        ri = np.fromiter((at.get(str(r), -1) for r in c["run"]), dtype=np.int64, count=len(c))
-        di = np.fromiter(({"in": 0, "out": 1}.get(d, -1) for d in c["dir"]), dtype=np.int64, count=len(c))
+        ri = np.fromiter((at.get(str(r), -1) for r in c["run"].to_numpy(object)), dtype=np.int64, count=len(c))
+        di = np.fromiter(({"in": 0, "out": 1}.get(d, -1) for d in c["dir"].to_numpy(object)), dtype=np.int64,
+                         count=len(c))
         which = {r: i for i, r in enumerate(ROWS)}
         per_list: dict[tuple, list[int]] = {}
         lists = [per_list.setdefault(tuple(rs), [which[r] for r in rs if r in which])
