@@ -29,12 +29,25 @@ def _rebaseline(vals: np.ndarray, has: np.ndarray, bad: np.ndarray, a: int, end:
     differences are right again) and returns the row where it stopped.
     """
     cum = list(_CUM)
-    base, base_row, pending = vals[a, cum].tolist(), a, None
+    # The rows as lists, a few at a time (it mostly stops after two or three rows).
+    v_rows: list = []
+    h_rows: list = []
+
+    def fetch(i: int) -> None:
+        b = min(end, max(i + 1, a + len(v_rows) + 8))
+        v_rows.extend(vals[a + len(v_rows):b][:, cum].tolist())
+        h_rows.extend(has[a + len(h_rows):b][:, cum].tolist())
+
+    fetch(a)
+    base, base_row, pending = v_rows[0], a, None
     i = a + 1
     while i < end:
         if pending is None and i > a + 1 and not bad[i]:
             break
-        v, ok = vals[i, cum].tolist(), (has[i, cum] & has[i - 1, cum]).tolist()
+        if i - a >= len(v_rows):
+            fetch(i)
+        v = v_rows[i - a]
+        ok = [x and y for x, y in zip(h_rows[i - a], h_rows[i - a - 1], strict=True)]
         lower = any(o and x < b for x, b, o in zip(v, base, ok, strict=True))
         if lower and pending is not None:  # the third is lower than the first too
             invalid[base_row] = True

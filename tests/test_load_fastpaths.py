@@ -69,6 +69,33 @@ def test_place_rows_fast_path_as_the_search(case, monkeypatch):
 
 # ---------------------------------------------------------------- series_deltas
 
+def _old_rebaseline(vals: np.ndarray, has: np.ndarray, bad: np.ndarray, a: int, end: int,
+                delta: np.ndarray, invalid: np.ndarray) -> int:
+    """deltas._rebaseline as it was (a row at a time from the arrays)."""
+    cum = list(deltas._CUM)
+    base, base_row, pending = vals[a, cum].tolist(), a, None
+    i = a + 1
+    while i < end:
+        if pending is None and i > a + 1 and not bad[i]:
+            break
+        v, ok = vals[i, cum].tolist(), (has[i, cum] & has[i - 1, cum]).tolist()
+        lower = any(o and x < b for x, b, o in zip(v, base, ok, strict=True))
+        if lower and pending is not None:  # the third is lower than the first too
+            invalid[base_row] = True
+            base = pending
+            lower = any(o and x < b for x, b, o in zip(v, base, ok, strict=True))
+        if lower:
+            invalid[i] = True
+            delta[i] = 0.0
+            pending = v
+        else:
+            delta[i] = [x - b if o else 0.0 for x, b, o in zip(v, base, ok, strict=True)]
+            invalid[i] = False
+            base, base_row, pending = v, i, None
+        i += 1
+    return i
+
+
 def _old_series_deltas(mod, vals, has, kinds_zero, first_of_run):
     """series_deltas as it was before it went column by column (2-D masks and copies)."""
     r = len(mod)
@@ -94,7 +121,7 @@ def _old_series_deltas(mod, vals, has, kinds_zero, first_of_run):
         resume = 0
         for b in np.flatnonzero(bad):
             if b >= resume:
-                resume = deltas._rebaseline(vals, has, bad, b - 1, group_end[b], delta, invalid)
+                resume = _old_rebaseline(vals, has, bad, b - 1, group_end[b], delta, invalid)
     invalid |= first_of_run
     return delta, invalid
 
@@ -394,3 +421,23 @@ def test_probes_attach_without_bursts_as_with_bursts_of_no_module():
         for f in ("since", "until"):
             for d in DIRS:
                 assert np.array_equal(getattr(g, f)[d], getattr(w, f)[d], equal_nan=True)
+
+
+@pytest.mark.parametrize("pattern", ["falling", "saw", "falling_then_flat"])
+def test_series_deltas_long_rebaselines(pattern):
+    """Rebaselines that go on for more rows than _rebaseline fetches at once."""
+    n = 40
+    x = {"falling": 100.0 - np.arange(n), "saw": 100.0 + np.where(np.arange(n) % 2, -1.0, 1.0) * np.arange(n),
+         "falling_then_flat": np.concatenate([100.0 - np.arange(n // 2), np.full(n - n // 2, 60.0)])}[pattern]
+    mod = np.repeat([1, 2], n)
+    vals = np.zeros((2 * n, 4))
+    vals[:n, 0] = x
+    vals[n:, 3] = x[::-1]
+    vals[:, 1] = np.tile(x, 2)
+    has = np.ones((2 * n, 4), dtype=bool)
+    has[n + 5, 1] = False
+    kz, first = np.ones(2 * n, dtype=bool), np.zeros(2 * n, dtype=bool)
+    want = _old_series_deltas(mod, vals.copy(), has, kz, first)
+    got = deltas.series_deltas(mod, vals.copy(), has, kz, first)
+    for g, w in zip(got, want, strict=True):
+        assert np.ascontiguousarray(g).tobytes() == np.ascontiguousarray(w).tobytes()
