@@ -9,6 +9,12 @@ numbers are small integers (a stable radix sort), and every position of a module
 (a forward fill instead of a search). Where the data are not so (rows out of order in a damaged
 run), each step falls back to the general tool, with the same result: every function here returns
 exactly what the plain sort or search would.
+
+Rows usually come as runs of one module at consecutive positions (run_heads): presence is then a
+span per run (presence_spans), rows already complete need no carrying forward (complete_series), and
+each cell of a stretch takes its row by a gather (gather_index) rather than each row being scattered
+to its cell. Memory touched for the first time costs here about as much as the arithmetic, so
+temporaries as long as the rows are avoided (chunks, one buffer reused).
 """
 
 from __future__ import annotations
