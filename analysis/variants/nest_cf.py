@@ -1,4 +1,4 @@
-"""NeST certainty factors (paper section 3), vectorised over every cell of a run at once.
+"""NeST certainty factors (paper section 3), vectorised over the cells of a run, some 100,000 at a time.
 
 1. Activity state per module (Table 2): ACT (messages), WAIT / IDLE (wait counter grew / did not),
    and for modules without a wait counter ANW (a parent is WAIT or ANW), IGN (every parent is IDLE
@@ -65,7 +65,9 @@ def to_sum(cf: np.ndarray) -> np.ndarray:
 def from_sum(total: np.ndarray) -> np.ndarray:
     """The additive scale -> certainty factor: -expm1(-total) where total >= 0, else expm1(total)
     (one expm1 per element: of -total or total, negated after for the first)."""
-    total = np.asarray(total, dtype=np.float64)
+    total = np.asarray(total)
+    if total.dtype.kind != "f":   # (integers: the plain formula; -0 is 0 there)
+        return np.where(total >= 0, -np.expm1(-total), np.expm1(total))
     up = total >= 0
     out = np.negative(total, where=up, out=total.copy())
     np.expm1(out, out=out)
