@@ -250,6 +250,8 @@ def _fold(x: np.ndarray, y: np.ndarray, obs: np.ndarray, d: str) -> np.ndarray:
             else:
                 k = seen[j][yi]
                 xs, ys = xi[k], yi[k]
+            if not len(xs):
+                continue
             code = (as_p[i][xs] + as_c[j][ys]).astype(np.intp)
             np.add.at(total, xs, fx.take(code))
             np.add.at(total, ys, fy.take(code))
