@@ -118,7 +118,10 @@ def _at(quiet: pd.Series, seq: np.ndarray) -> np.ndarray:
     seqs, values = quiet.index.to_numpy(np.int64), quiet.to_numpy(bool)
     if not len(seqs):
         return np.zeros(len(seq), dtype=bool)
-    k = np.minimum(np.searchsorted(seqs, seq), len(seqs) - 1)
+    if seqs[-1] - seqs[0] == len(seqs) - 1:   # consecutive seqs (a run without gaps): a seq is its place
+        k = np.clip(seq - seqs[0], 0, len(seqs) - 1)
+    else:
+        k = np.minimum(np.searchsorted(seqs, seq), len(seqs) - 1)
     return values[k] & (seqs[k] == seq)
 
 

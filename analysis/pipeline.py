@@ -255,8 +255,9 @@ def _fast_counts(data, diags, names: list[str], labels: pd.DataFrame) -> pd.Data
     each variant's i-th cell. None (use the join) when that alignment cannot be shown here: rows
     that are not the stretches' cells one to one, or a cell that occurs twice.
 
-    A segment is one module's snapshots in one stretch and direction (contiguous rows); the counts
-    are one bincount per variant over (direction, module) x (actual, positive) of the rows kept."""
+    A segment is one module's snapshots in one stretch and direction (contiguous rows); a group is a
+    direction and module. Per group, the rows kept (a sum per segment), and per variant its positives
+    and the actual positives among the rows kept, counted at those rows alone; TN is the rest."""
     stretches = [sd.stretch for sd in diags]
     if not stretches:
         return None
@@ -308,15 +309,28 @@ def _fast_counts(data, diags, names: list[str], labels: pd.DataFrame) -> pd.Data
                                            "actual": pd.Series([], dtype=bool), "positive": pd.Series([], dtype=bool),
                                            "exclude": pd.Series([], dtype=bool)}))
     where = np.flatnonzero(seg_any)[first]
-    row_group = np.repeat(seg_group, seg_len)[kept] * 4 + actual[kept] * 2
+    # Per group: the rows kept, and among them the positives and the actual positives, counted where they
+    # are; TN is what remains. Each row's group (segments are consecutive rows) in 32 bits.
+    row_group = np.repeat(seg_group.astype(np.int32), seg_len)
+
+    def per_group(rows: np.ndarray | None, weights=None) -> np.ndarray:
+        """The rows (or a count per nonempty segment, `weights`) summed into the groups present."""
+        at = row_group[rows] if weights is None else seg_group[nonempty]
+        return np.bincount(at, weights=weights, minlength=ngroups).astype(np.int64)[present]
+
+    kept_n = per_group(None, np.add.reduceat(kept, starts[nonempty], dtype=np.int64) if total else np.zeros(0))
+    act = actual & kept
     cols = {"TP": [], "TN": [], "FP": [], "FN": []}
     for name in names:
-        pos = np.concatenate([sd.results[name][d][1].ravel() for sd in diags for d in DIRS])
-        n = np.bincount(row_group + pos[kept], minlength=ngroups * 4).reshape(ngroups, 4)[present]
-        cols["TN"].append(n[:, 0])   # code: actual * 2 + positive
-        cols["FP"].append(n[:, 1])
-        cols["FN"].append(n[:, 2])
-        cols["TP"].append(n[:, 3])
+        pos = np.concatenate([sd.results[name][d][1].ravel() for sd in diags for d in DIRS]) & kept
+        hit = np.flatnonzero(pos)
+        yes = actual[hit]
+        tp, fp = per_group(hit[yes]), per_group(hit[~yes])
+        fn = per_group(np.flatnonzero(act & ~pos))
+        cols["TP"].append(tp)
+        cols["FP"].append(fp)
+        cols["FN"].append(fn)
+        cols["TN"].append(kept_n - tp - fp - fn)
     # The join's groups come in the order of their first row in diagnose_run's frame: stretch, variant,
     # direction, module (the module's first segment with a row kept, in the counters' order).
     nv, ng = len(names), len(present)
@@ -328,7 +342,7 @@ def _fast_counts(data, diags, names: list[str], labels: pd.DataFrame) -> pd.Data
         "dir": np.asarray(DIRS, dtype=object)[np.tile(g_dir, nv)][order],
         "module": np.tile(g_mod, nv)[order].astype(np.int64),
         **{col: np.concatenate(v).astype(np.int64)[order] for col, v in cols.items()}})
-    return frame.groupby(["variant", "dir", "module"], sort=False, as_index=False)[["TP", "TN", "FP", "FN"]].sum()
+    return frame   # one row per variant, direction and module (`present` holds each group once)
 
 
 def _empty_diagnosis() -> pd.DataFrame:
