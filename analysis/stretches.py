@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from analysis import probes, tcpstate
+from analysis import probes, stretch_copy, tcpstate
 from analysis.deltas import _QUEUED, WAIT_JITTER_MS, absorb_wait_jitter, series_deltas  # noqa: F401 - this module's API
 from analysis.dense import (
     cell_places,
@@ -296,7 +296,15 @@ def load_stretches(run_dir: str | Path) -> RunStretches:
         warnings += w
         edge_rows, w = read.read_edges(conn, mods)
         warnings += w
-        rows, unplaced = columnar.read_counters(db, conn, warnings)
+        now = columnar.stamp(db, conn)
+        key = stretch_copy.key(now) if db.parent == path else None   # a run directory's own run.db
+        copy = stretch_copy.read(path, key)
+        said = len(warnings)
+        if copy is None:
+            rows, unplaced = columnar.read_counters(db, conn, warnings, now)
+        else:
+            warnings += copy.warnings[0]
+        read_said = warnings[said:]
         tcp_rows = read.read_tcp_state(conn, warnings)
         probe_rows = read.read_probes(conn, warnings)
     finally:
@@ -304,11 +312,57 @@ def load_stretches(run_dir: str | Path) -> RunStretches:
     kind = {i: k for i, k, *_ in mods}
     name = {i: n for i, _, n, *_ in mods}
     run = RunStretches(path, [], kind, name, seqs, mono, unscored, mods, edge_rows, warnings)
-    if len(seqs) == 0 or len(rows["seq"]) == 0 or not kind:
-        if len(seqs):
-            run.modules = repair.fill_lives(mods, unknown_death, np.zeros(0, np.int64), np.zeros(0, np.int64), mono)
-        return run
+    if copy is not None:
+        _from_copy(run, copy)
+    elif len(seqs) and len(rows["seq"]) and kind:
+        said = len(warnings)
+        _from_rows(run, rows, unplaced, unknown_death)
+        stretch_copy.write(path, key, _copy_of(run, mods, (read_said, warnings[said:])))
+    elif len(seqs):
+        run.modules = repair.fill_lives(mods, unknown_death, np.zeros(0, np.int64), np.zeros(0, np.int64), mono)
+    if run.stretches:
+        mark_detached(run.stretches, attached_modules(run.stretches), remote_addresses(mods))
+        tcpstate.attach(run.stretches, tcp_rows, seqs, mono)
+        probes.attach(run.stretches, probes.burst_table(probe_rows), seqs, mono, probes.module_remotes(mods))
+    return run
 
+
+def _from_copy(run: RunStretches, copy: stretch_copy.Parts) -> None:
+    """The stretches and the modules' lives kept in the stretches' copy (load_stretches, from run.db's
+    small tables read again)."""
+    distinct = list(map(tuple, copy.edges.tolist()))
+    at = np.concatenate([[0], np.cumsum(copy.edge_counts)])
+    starts, stops = copy.bounds[:, 0], copy.bounds[:, 1]
+    edges = [distinct[i] for i in copy.edge_index.tolist()]
+    run.stretches = make_stretches(run.seqs, run.module_kind, starts, stops, copy.members.tolist(), copy.sizes,
+                                   edges, at, copy.cells)
+    run.modules = [m if m[0] not in copy.lives else (*m[:5], *copy.lives[m[0]]) for m in run.modules]
+    run.warnings += copy.warnings[1]
+
+
+def _copy_of(run: RunStretches, mods: list[tuple], warnings: tuple[list[str], list[str]]) -> stretch_copy.Parts | None:
+    """What the stretches' copy keeps of a run just cut into stretches (None: stretches made otherwise,
+    not one run's flat arrays)."""
+    sts = run.stretches
+    flats = [st.flat for st in sts]
+    if not sts or any(f is None or f[0] is not flats[0][0] for f in flats):
+        return None
+    buffers, lo, hi = flats[0][0], flats[0][1], flats[-1][2]
+    starts = np.searchsorted(run.seqs, np.array([st.seqs[0] for st in sts]))
+    distinct: dict[tuple[int, int], int] = {}
+    index = [distinct.setdefault(e, len(distinct)) for st in sts for e in st.edges]
+    lives = {m[0]: (f[5], f[6]) for m, f in zip(mods, run.modules, strict=True) if m[5:] != f[5:]}
+    return stretch_copy.Parts(np.stack([starts, starts + np.array([st.t for st in sts])], axis=1),
+                              np.fromiter((m for st in sts for m in st.modules), dtype=np.int64),
+                              np.array([st.n for st in sts], dtype=np.int64),
+                              np.array(list(distinct), dtype=np.int64).reshape(-1, 2), np.array(index, dtype=np.int64),
+                              np.array([len(st.edges) for st in sts], dtype=np.int64),
+                              {d: {f: a[lo:hi] for f, a in buffers[d].items()} for d in DIRS}, lives, warnings)
+
+
+def _from_rows(run: RunStretches, rows: dict, unplaced, unknown_death: set[int]) -> None:
+    """Cut a run into stretches from its counters rows (load_stretches without a copy)."""
+    seqs, mono, kind, mods, warnings = run.seqs, run.mono, run.module_kind, run.modules, run.warnings
     rows, pos = repair.place_rows(rows, seqs, kind, warnings)
     ids = np.array([m[0] for m in mods], dtype=np.int64)   # read_modules orders them by id
     died = np.array([np.nan if m[6] is None else m[6] for m in mods], dtype=float)
@@ -348,11 +402,7 @@ def load_stretches(run_dir: str | Path) -> RunStretches:
         return pos[sl], mod, delta, vals[:, _QUEUED], has, invalid
 
     per_dir = _Lazy(deltas)
-    run.stretches = build_stretches(seqs, mono, kind, per_dir, rows["module"], pos, edge_rows)
-    mark_detached(run.stretches, attached_modules(run.stretches), remote_addresses(mods))
-    tcpstate.attach(run.stretches, tcp_rows, seqs, mono)
-    probes.attach(run.stretches, probes.burst_table(probe_rows), seqs, mono, probes.module_remotes(mods))
-    return run
+    run.stretches = build_stretches(seqs, mono, kind, per_dir, rows["module"], pos, run.edges)
 
 
 class _Lazy(dict):
@@ -428,11 +478,22 @@ def build_stretches(seqs: np.ndarray, mono: np.ndarray, kind: dict[int, str], pe
         flat[d] = fill_counters(int(offsets[-1]), cell, delta, queued, has, invalid)
         del p_, mod, delta, queued, has, invalid, k, place, cell
     edges, at = stretch_edges(starts, members, n, m, e_ps, e_cs, e_a, e_b)
-    here = ids[members].tolist()
+    return make_stretches(seqs, kind, starts, stops, ids[members].tolist(), n, edges, at, flat)
+
+
+def make_stretches(seqs: np.ndarray, kind: dict[int, str], starts: np.ndarray, stops: np.ndarray, here: list[int],
+                   n: np.ndarray, edges: list[tuple[int, int]], at: np.ndarray,
+                   flat: dict[str, dict[str, np.ndarray]]) -> list[Stretch]:
+    """Stretches [starts[j], stops[j]) of `seqs`, the j-th with the next n[j] modules of `here` and the
+    edges edges[at[j]:at[j + 1]] (sorted, once each), their counters views of the flat per-cell arrays
+    `flat[d][field]` (analysis.cells' order) -- build_stretches' last step, and the stretches' copy's."""
     kinds = list(map(kind.__getitem__, here))
     fields = list(Counters.__dataclass_fields__)
+    t = stops - starts
+    hi = np.cumsum(n)
+    offsets = np.concatenate([[0], np.cumsum(n * t)])
     stretches = []
-    for j, (a, b, i0, i1, o0, o1) in enumerate(zip(starts.tolist(), stops.tolist(), lo.tolist(), hi.tolist(),
+    for j, (a, b, i0, i1, o0, o1) in enumerate(zip(starts.tolist(), stops.tolist(), (hi - n).tolist(), hi.tolist(),
                                                  offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)):
         st = Stretch(here[i0:i1], kinds[i0:i1], [], seqs[a:b])
         st.edges = edges[at[j]:at[j + 1]]   # in Stretch's order already
