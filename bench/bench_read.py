@@ -12,9 +12,12 @@ times each (the best of each is compared: the machine's other load only ever add
   process: wall time from its start to its exit (imports included) and its peak RSS (/usr/bin/time's
   %M; os.wait4's where there is none).
 
-The run's columnar copy (rundir/columnar.py) is written first, as the runner does when a run ends;
-the first analysis of a run without one (an older run: read from run.db, the copy written) is timed
-once as well. Targets: accuracy at most half the fetch, under 400 MB.
+A run as run-experiment leaves it has two copies (rundir/columnar.py): the counters' (the runner's, when
+the run ends) and the stretches' (analysis/stretch_copy.py, written by the run's report). The rounds
+time accuracy with both (the figure compared), and with the counters' alone (the stretches made from
+it, as after a change to the code that makes them); the first analysis of a run with neither (an
+older run: read from run.db, both copies written) is timed once. Targets: accuracy at most half the
+fetch, under 400 MB.
 """
 
 from __future__ import annotations
@@ -95,32 +98,40 @@ def main(argv=None) -> int:
         print(f"generated synthetic run in {time.perf_counter() - t0:.1f} s: {run}")
     db = run / "run.db"
     out = Path(tempfile.mkdtemp(prefix="nestlab-bench-read-out-"))
+    stretches_copy = run / columnar.DIR / columnar.STRETCHES
     try:
-        # An older run: no copy yet; the first analysis reads run.db and writes the copy.
+        # An older run: no copy yet; the first analysis reads run.db and writes both copies.
         shutil.rmtree(run / columnar.DIR, ignore_errors=True)
         first_s, first_mb = accuracy(run, out)
-        # As the runner leaves a run (the same copy, written again).
+        # As the runner leaves a run: its counters copy (written again here, timed).
         t0 = time.perf_counter()
         columnar.write_after_run(run)
         write_s = time.perf_counter() - t0
         size_mb = columnar.copy_path(run).stat().st_size / 2**20
-        fetches, runs = [], []
+        # With the counters copy alone (the stretches made from it; as after a change to the code that
+        # makes them), then with both (as run-experiment leaves a run: its report wrote the stretches').
+        fetches, runs, counters_only = [], [], []
         for _ in range(a.rounds):
             fetches.append(fetch_all(db))
+            stretches_copy.unlink(missing_ok=True)
+            counters_only.append(accuracy(run, out))
             runs.append(accuracy(run, out))
+        stretches_mb = stretches_copy.stat().st_size / 2**20 if stretches_copy.exists() else float("nan")
     finally:
         shutil.rmtree(out, ignore_errors=True)
     fetch_s, rows = min(f for f, _ in fetches), fetches[0][1]
     acc_s = min(s for s, _ in runs)
     peak_mb = max(m for _, m in runs)
     ratio = acc_s / fetch_s
-    print(f"run: {db} ({db.stat().st_size / 2**20:.0f} MB, {rows:,} rows); columnar copy {size_mb:.0f} MB, "
-          f"written in {write_s:.2f} s")
+    print(f"run: {db} ({db.stat().st_size / 2**20:.0f} MB, {rows:,} rows); counters copy {size_mb:.0f} MB, "
+          f"written in {write_s:.2f} s; stretches copy {stretches_mb:.0f} MB")
     print(f"sqlite3 fetch of every row     {fetch_s:6.2f} s   (rounds: {', '.join(f'{f:.2f}' for f, _ in fetches)})")
     print(f"nestlab accuracy {' '.join(VARIANTS)}")
     print(f"  start to files written        {acc_s:6.2f} s   (rounds: {', '.join(f'{s:.2f}' for s, _ in runs)}), "
           f"peak RSS {peak_mb:.0f} MB (rounds: {', '.join(f'{m:.0f}' for _, m in runs)})")
-    print(f"  first analysis, no copy yet   {first_s:6.2f} s   (reads run.db, writes the copy), peak RSS "
+    print(f"  counters copy only            {min(s for s, _ in counters_only):6.2f} s   (makes the stretches, "
+          f"writes their copy), peak RSS {max(m for _, m in counters_only):.0f} MB")
+    print(f"  first analysis, no copy yet   {first_s:6.2f} s   (reads run.db, writes both copies), peak RSS "
           f"{first_mb:.0f} MB")
     print(f"ratio accuracy / fetch: {ratio:.2f} (target <= {RATIO_TARGET}); peak {peak_mb:.0f} MB "
           f"(target < {RSS_TARGET_MB} MB)")
