@@ -361,7 +361,7 @@ def join_labels(diag: pd.DataFrame, labels: pd.DataFrame) -> pd.DataFrame:
 
     def key(frame):
         return ((frame["module"].to_numpy(np.int64) * seq_span + frame["seq"].to_numpy(np.int64)) * 2
-                + (frame["dir"] == "out").to_numpy(np.int64))
+                + _is_out(frame["dir"]))
 
     lk = key(labels)
     order = np.argsort(lk, kind="stable")
@@ -370,14 +370,39 @@ def join_labels(diag: pd.DataFrame, labels: pd.DataFrame) -> pd.DataFrame:
     pos = np.minimum(pos, len(order) - 1) if len(order) else pos
     found = (lk[order][pos] == dk) if len(order) else np.zeros(len(dk), dtype=bool)
     at = order[pos] if len(order) else pos
-    out = diag.copy()
+    out = diag.copy(deep=False)   # copy on write: the new columns never reach diag
     actual = labels["actual"].to_numpy(bool)
     exclude = labels["exclude"].to_numpy(bool)
     out["actual"] = np.where(found, actual[at] if len(order) else False, False)
     out["exclude"] = np.where(found, exclude[at] if len(order) else True, True) | diag["invalid"].to_numpy(bool)
     if "cause" in labels:
-        out["cause"] = pd.Categorical(np.where(found, labels["cause"].astype(str).to_numpy()[at], "invalid"))
+        out["cause"] = _cause(labels["cause"], at, found) if len(order) else \
+            pd.Categorical(np.where(found, labels["cause"].astype(str).to_numpy()[at], "invalid"))
     return out
+
+
+def _is_out(d: pd.Series) -> np.ndarray:
+    """1 where a direction is "out", else 0 (by codes when it is the usual categorical)."""
+    if isinstance(d.dtype, pd.CategoricalDtype) and "out" in d.cat.categories:
+        return (d.cat.codes.to_numpy() == d.cat.categories.get_loc("out")).astype(np.int64)
+    return (d == "out").to_numpy(np.int64)
+
+
+def _cause(cause: pd.Series, at: np.ndarray, found: np.ndarray) -> pd.Categorical:
+    """pd.Categorical(np.where(found, cause.astype(str).to_numpy()[at], "invalid")) by codes: the
+    strings are made for cause's distinct values only, and the categories (those seen, sorted) by
+    the same constructor from one of each."""
+    codes, uniq = pd.factorize(cause, use_na_sentinel=False)
+    k = len(uniq)
+    strs = pd.Series(uniq, dtype=cause.dtype).astype(str).to_numpy()
+    # each distinct value, then "invalid", made as the per-row np.where would make them
+    values = np.where(np.arange(k + 1) < k, np.concatenate([strs, strs[:1]]), "invalid")
+    idx = np.where(found, codes[at], k)
+    seen = np.flatnonzero(np.bincount(idx, minlength=k + 1))
+    small = pd.Categorical(values[seen])
+    remap = np.full(k + 1, -1, dtype=np.int64)
+    remap[seen] = small.categories.get_indexer(values[seen])
+    return pd.Categorical.from_codes(remap[idx], dtype=small.dtype)
 
 
 def module_counts(scored: pd.DataFrame) -> pd.DataFrame:
