@@ -80,12 +80,14 @@ def _numeric(text: str) -> bool:
 
 def table(header: Sequence[str], rows: Iterable[Sequence[str]], *, cls: str = "", cap: int | None = MAX_ROWS,
           rest: str = "", row_attrs: Sequence[dict] | None = None, raw: bool = False, sep_col: int | None = 0,
-          attrs: dict | None = None) -> str:
+          attrs: dict | None = None, total: int | None = None) -> str:
     """A table of strings. Numbers are right-aligned. `raw`: cells are HTML already (else Markdown
     cells, see inline). `sep_col`: a non-empty cell in that column starts a group (a thicker line).
-    More rows than `cap`: the first `cap`, then a line saying how many more and `rest` (where they are)."""
+    More rows than `cap`: the first `cap`, then a line saying how many more and `rest` (where they are).
+    `total`: how many rows the table has when `rows` holds only its first ones."""
     rows = list(rows)
     shown = rows if cap is None else rows[:cap]
+    total = len(rows) if total is None else total
     a = "".join(f' {k}="{esc(v)}"' for k, v in ({"class": cls} if cls else {}).items())
     a += "".join(f' {k}="{esc(v)}"' for k, v in (attrs or {}).items())
     out = [f'<div class="scroll"><table{a}>',
@@ -100,9 +102,9 @@ def table(header: Sequence[str], rows: Iterable[Sequence[str]], *, cls: str = ""
             cells.append(f"<td{cls_c}>{body}</td>")
         out.append(f"<tr{sep}{extra}>" + "".join(cells) + "</tr>")
     out.append("</tbody></table></div>")
-    if len(shown) < len(rows):
-        out.append(f'<p class="note">{len(rows) - len(shown)} more rows not shown (first {len(shown)} of '
-                   f"{len(rows)}){': ' + esc(rest) if rest else ''}.</p>")
+    if len(shown) < total:
+        out.append(f'<p class="note">{total - len(shown)} more rows not shown (first {len(shown)} of '
+                   f"{total}){': ' + esc(rest) if rest else ''}.</p>")
     return "\n".join(out)
 
 
