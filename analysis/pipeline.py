@@ -353,56 +353,80 @@ def _empty_diagnosis() -> pd.DataFrame:
                          "invalid": pd.Series([], dtype=bool)})
 
 
+JOIN_CHUNK = 1 << 18   # diag's rows looked up at a time: the temporaries stay small (a report's has millions)
+
+
 def join_labels(diag: pd.DataFrame, labels: pd.DataFrame) -> pd.DataFrame:
-    """diagnose_run's frame with the labels (actual, exclude, cause, fault) of its rows added."""
+    """diagnose_run's frame with the labels (actual, exclude, cause, fault) of its rows added: each
+    row takes the first labels row of its module, snapshot and direction (none: not actual,
+    excluded, cause "invalid")."""
     if diag.empty:
         return diag.assign(actual=pd.Series(dtype=bool), exclude=pd.Series(dtype=bool))
     seq_span = int(max(diag["seq"].max(), labels["seq"].max() if len(labels) else 0)) + 1
 
-    def key(frame):
-        return ((frame["module"].to_numpy(np.int64) * seq_span + frame["seq"].to_numpy(np.int64)) * 2
-                + _is_out(frame["dir"]))
+    def key(module, seq, out):
+        return (module * seq_span + seq) * 2 + out
 
-    lk = key(labels)
-    order = np.argsort(lk, kind="stable")
-    dk = key(diag)
-    pos = np.searchsorted(lk[order], dk)
-    pos = np.minimum(pos, len(order) - 1) if len(order) else pos
-    found = (lk[order][pos] == dk) if len(order) else np.zeros(len(dk), dtype=bool)
-    at = order[pos] if len(order) else pos
     out = diag.copy(deep=False)   # copy on write: the new columns never reach diag
-    actual = labels["actual"].to_numpy(bool)
-    exclude = labels["exclude"].to_numpy(bool)
-    out["actual"] = np.where(found, actual[at] if len(order) else False, False)
-    out["exclude"] = np.where(found, exclude[at] if len(order) else True, True) | diag["invalid"].to_numpy(bool)
+    if not len(labels):
+        out["actual"] = False
+        out["exclude"] = True
+        if "cause" in labels:   # as the general case would (an empty labels' value taken: IndexError)
+            out["cause"] = pd.Categorical(labels["cause"].astype(str).to_numpy()[np.zeros(len(diag), np.intp)])
+        return out
+    lk0 = key(labels["module"].to_numpy(np.int64), labels["seq"].to_numpy(np.int64), _is_out(labels["dir"]))
+    order = np.argsort(lk0)
+    lk = lk0[order]
+    if np.any(lk[1:] == lk[:-1]):   # a key twice: its first row, as a stable sort orders them
+        order = np.argsort(lk0, kind="stable")
+        lk = lk0[order]
+    actual_s = labels["actual"].to_numpy(bool)[order]
+    exclude_s = labels["exclude"].to_numpy(bool)[order]
+    cause = None
     if "cause" in labels:
-        out["cause"] = _cause(labels["cause"], at, found) if len(order) else \
-            pd.Categorical(np.where(found, labels["cause"].astype(str).to_numpy()[at], "invalid"))
+        codes, uniq = pd.factorize(labels["cause"], use_na_sentinel=False)
+        codes = codes.astype(np.int8 if len(uniq) < 127 else np.int32)[order]
+        cause = np.empty(len(diag), dtype=codes.dtype)
+    n, last = len(diag), len(lk) - 1
+    mod, seq = diag["module"].to_numpy(np.int64), diag["seq"].to_numpy(np.int64)
+    dout, invalid = _is_out(diag["dir"]), diag["invalid"].to_numpy(bool)
+    actual, exclude = np.empty(n, dtype=bool), np.empty(n, dtype=bool)
+    for a in range(0, n, JOIN_CHUNK):
+        b = min(n, a + JOIN_CHUNK)
+        dk = key(mod[a:b], seq[a:b], dout[a:b])
+        pos = np.minimum(np.searchsorted(lk, dk), last)
+        found = lk[pos] == dk
+        actual[a:b] = found & actual_s[pos]
+        exclude[a:b] = ~found | exclude_s[pos] | invalid[a:b]
+        if cause is not None:
+            cause[a:b] = np.where(found, codes[pos], len(uniq))
+    out["actual"] = actual
+    out["exclude"] = exclude
+    if cause is not None:
+        out["cause"] = _cause(labels["cause"], uniq, cause)
     return out
 
 
 def _is_out(d: pd.Series) -> np.ndarray:
-    """1 where a direction is "out", else 0 (by codes when it is the usual categorical)."""
+    """True where a direction is "out" (by codes when it is the usual categorical)."""
     if isinstance(d.dtype, pd.CategoricalDtype) and "out" in d.cat.categories:
-        return (d.cat.codes.to_numpy() == d.cat.categories.get_loc("out")).astype(np.int64)
-    return (d == "out").to_numpy(np.int64)
+        return d.cat.codes.to_numpy() == d.cat.categories.get_loc("out")
+    return (d == "out").to_numpy(bool)
 
 
-def _cause(cause: pd.Series, at: np.ndarray, found: np.ndarray) -> pd.Categorical:
-    """pd.Categorical(np.where(found, cause.astype(str).to_numpy()[at], "invalid")) by codes: the
-    strings are made for cause's distinct values only, and the categories (those seen, sorted) by
-    the same constructor from one of each."""
-    codes, uniq = pd.factorize(cause, use_na_sentinel=False)
+def _cause(cause: pd.Series, uniq, idx: np.ndarray) -> pd.Categorical:
+    """pd.Categorical of the rows' causes as strings (cause.astype(str)), idx: each row's index into
+    `uniq` (cause's distinct values), len(uniq) for "invalid". The strings are made for the distinct
+    values only, and the categories (those seen, sorted) by the same constructor from one of each."""
     k = len(uniq)
     strs = pd.Series(uniq, dtype=cause.dtype).astype(str).to_numpy()
-    # each distinct value, then "invalid", made as the per-row np.where would make them
+    # each distinct value, then "invalid", made as a per-row np.where(found, strings, "invalid") would
     values = np.where(np.arange(k + 1) < k, np.concatenate([strs, strs[:1]]), "invalid")
-    idx = np.where(found, codes[at], k)
     seen = np.flatnonzero(np.bincount(idx, minlength=k + 1))
     small = pd.Categorical(values[seen])
-    remap = np.full(k + 1, -1, dtype=np.int64)
+    remap = np.full(k + 1, -1, dtype=idx.dtype)
     remap[seen] = small.categories.get_indexer(values[seen])
-    return pd.Categorical.from_codes(remap[idx], dtype=small.dtype)
+    return pd.Categorical.from_codes(remap[idx], dtype=small.dtype, validate=False)
 
 
 def module_counts(scored: pd.DataFrame) -> pd.DataFrame:
