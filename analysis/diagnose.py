@@ -116,20 +116,25 @@ def diagnose_run(run_dir: str | Path | RunStretches, variants=None) -> pd.DataFr
     run = run_dir if isinstance(run_dir, RunStretches) else load_stretches(run_dir)
     vs = as_variants(variants)
     diags = diagnose_stretches(run, vs)
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in
-                                         ("variant", "dir", "module", "seq", "code", "cf", "positive", "invalid")}
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("module", "kind", "seq", "code", "cf", "positive", "invalid")}
+    blocks: list[tuple[int, int, int]] = []   # (variant, direction, rows) of each block of rows
     names = [v.name for v in vs]
+    kinds = sorted(set(run.module_kind.values()))
+    ids = np.fromiter(sorted(run.module_kind), dtype=np.int64, count=len(run.module_kind))
+    codes = np.array([kinds.index(run.module_kind[m]) for m in ids.tolist()], dtype=np.int16)
     for sd in diags:
         st = sd.stretch
-        mod = np.repeat(np.asarray(st.modules, dtype=np.int64), st.t)
+        mods = np.asarray(st.modules, dtype=np.int64)
+        mod = np.repeat(mods, st.t)
+        kind = np.repeat(codes[np.searchsorted(ids, mods)], st.t)   # by module, not id
         seq = np.tile(st.seqs, st.n)
         for vi, v in enumerate(vs):
             for di, d in enumerate(DIRS):
                 res, pos = sd.results[v.name][d]
                 size = res.size
-                cols["variant"].append(np.full(size, vi, dtype=np.int16))
-                cols["dir"].append(np.full(size, di, dtype=np.int8))
+                blocks.append((vi, di, size))
                 cols["module"].append(mod)
+                cols["kind"].append(kind)
                 cols["seq"].append(seq)
                 if v.kind == "label":
                     cols["code"].append(res.ravel().astype(np.int8))
@@ -143,14 +148,12 @@ def diagnose_run(run_dir: str | Path | RunStretches, variants=None) -> pd.DataFr
         return pd.DataFrame({k: [] for k in
                              ("variant", "dir", "module", "kind", "seq", "label", "cf", "positive", "invalid")})
     flat = {k: np.concatenate(v) for k, v in cols.items()}
-    kinds = sorted(set(run.module_kind.values()))
-    ids = np.fromiter(sorted(run.module_kind), dtype=np.int64, count=len(run.module_kind))
-    codes = np.array([kinds.index(run.module_kind[m]) for m in ids.tolist()], dtype=np.int16)
+    vi, di, size = (np.array(x) for x in zip(*blocks, strict=True))
     return pd.DataFrame({
-        "variant": pd.Categorical.from_codes(flat["variant"], names),
-        "dir": pd.Categorical.from_codes(flat["dir"], list(DIRS)),
+        "variant": pd.Categorical.from_codes(np.repeat(vi.astype(np.int16), size), names),
+        "dir": pd.Categorical.from_codes(np.repeat(di.astype(np.int8), size), list(DIRS)),
         "module": flat["module"],
-        "kind": pd.Categorical.from_codes(codes[np.searchsorted(ids, flat["module"])], kinds),   # by module, not id
+        "kind": pd.Categorical.from_codes(flat["kind"], kinds),
         "seq": flat["seq"],
         "label": pd.Categorical.from_codes(flat["code"], list(LABELS)),
         "cf": flat["cf"],
