@@ -156,8 +156,12 @@ def subgraph(data, m: int, limit: int = MAX_SUBGRAPH) -> list[int]:
     return ordered
 
 
-def _diag_of(scored: pd.DataFrame, variant: str) -> pd.DataFrame:
-    return scored[scored["variant"] == variant]
+def _diag_of(scored: pd.DataFrame, variant: str, modules=None) -> pd.DataFrame:
+    """The rows of one variant (and of `modules`), one boolean mask: a report's frame has millions."""
+    keep = (scored["variant"] == variant).to_numpy(bool)
+    if modules is not None:
+        keep = keep & np.isin(scored["module"].to_numpy(), list(modules))
+    return scored[keep]
 
 
 def _is_cf(diag: pd.DataFrame) -> bool:
@@ -166,14 +170,29 @@ def _is_cf(diag: pd.DataFrame) -> bool:
 
 def _matrix(frame: pd.DataFrame, value: str, modules: list[int], seqs: np.ndarray, fill=np.nan) -> np.ndarray:
     """modules x snapshots matrix of one column of a (module, seq) frame."""
-    out = np.full((len(modules), len(seqs)), fill, dtype=float)
     if frame.empty:
-        return out
-    row = pd.Series(np.arange(len(modules)), index=modules).reindex(frame["module"].to_numpy())
-    col = np.searchsorted(seqs, frame["seq"].to_numpy())
-    ok = row.notna().to_numpy() & (col < len(seqs))
-    out[row.to_numpy()[ok].astype(int), col[ok]] = frame[value].to_numpy(float)[ok]
+        return np.full((len(modules), len(seqs)), fill, dtype=float)
+    return _grid(frame["module"].to_numpy(), frame["seq"].to_numpy(), frame[value].to_numpy(float),
+                 modules, seqs, fill)
+
+
+def _grid(mod: np.ndarray, seq: np.ndarray, values: np.ndarray, modules: list[int], seqs: np.ndarray,
+          fill=np.nan) -> np.ndarray:
+    """modules x snapshots matrix of values given per (module, seq); other modules left out."""
+    out = np.full((len(modules), len(seqs)), fill, dtype=float)
+    row = pd.Index(modules).get_indexer(mod)
+    col = np.searchsorted(seqs, seq)
+    ok = (row >= 0) & (col < len(seqs))
+    out[row[ok], col[ok]] = values[ok]
     return out
+
+
+def _strip_codes(label: pd.Series) -> np.ndarray:
+    """Each row's overview colour (STRIP_CODE; 0 for anything else), by categories when it has them."""
+    if isinstance(label.dtype, pd.CategoricalDtype):
+        lut = pd.Series(label.cat.categories).astype(str).map(STRIP_CODE).fillna(0).to_numpy(float)
+        return np.append(lut, 0.0)[label.cat.codes.to_numpy()]   # code -1 (no label): the 0 appended
+    return label.astype(str).map(STRIP_CODE).fillna(0).to_numpy(float)
 
 
 def _extent(t: np.ndarray) -> tuple[float, float]:
@@ -189,21 +208,27 @@ def _extent(t: np.ndarray) -> tuple[float, float]:
 def diagnosis_overview(data, scored: pd.DataFrame, variant: str, path: Path,
                        modules: list[int] | None = None, dpi: int = DPI) -> Path:
     """Every module's diagnosis over time, inbound and outbound, with faults and ground truth."""
-    diag = _diag_of(scored, variant)
     seqs, t = _times(data)
     kinds = data.modules["kind"]
     hidden = 0
-    if modules is None:
-        present = diag["module"].unique().tolist()
+    if modules is None:   # the variant's rows as arrays: the frame of the modules drawn only is made
+        mine = (scored["variant"] == variant).to_numpy(bool)
+        mod = scored["module"].to_numpy()[mine]
+        present = pd.unique(mod).tolist()
         if len(present) > MAX_OVERVIEW:
             # the fault targets first, then the modules with most positives (diagnosed or actual)
             targets = set(data.faults["target_module"].dropna().astype(int).tolist())
-            score = (diag["positive"] | (diag["actual"] & ~diag["exclude"])).groupby(diag["module"]).sum()
+            hit = scored["positive"].to_numpy(bool)[mine] | (scored["actual"].to_numpy(bool)[mine]
+                                                              & ~scored["exclude"].to_numpy(bool)[mine])
+            group, ids = pd.factorize(mod)
+            score = dict(zip(ids.tolist(), np.bincount(group, weights=hit, minlength=len(ids)).tolist(), strict=True))
             ranked = sorted(present, key=lambda m: (m not in targets, -int(score.get(m, 0)), m))
             hidden = len(present) - MAX_OVERVIEW
             present = ranked[:MAX_OVERVIEW]
         modules = sorted(present, key=lambda x: (KIND_ORDER.get(kinds.get(x, ""), 9), x))
-        diag = diag[diag["module"].isin(modules)]
+        diag = _diag_of(scored, variant, modules)
+    else:
+        diag = _diag_of(scored, variant)
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
@@ -213,21 +238,22 @@ def diagnosis_overview(data, scored: pd.DataFrame, variant: str, path: Path,
     fig, axes = plt.subplots(2, 1, figsize=(13, 1.6 + 0.24 * n * 2), sharex=True, squeeze=False)
     x0, x1 = _extent(t)
     for ax, d, title in ((axes[0, 0], "in", "Inbound"), (axes[1, 0], "out", "Outbound")):
-        dd = diag[diag["dir"] == d]
+        dd = diag[(diag["dir"] == d).to_numpy(bool)]
+        mod, seq = dd["module"].to_numpy(), dd["seq"].to_numpy()
         if cf:
-            val = _matrix(dd, "cf", modules, seqs)
+            val = _grid(mod, seq, dd["cf"].to_numpy(float), modules, seqs)
             cmap = plt.get_cmap("RdBu_r").with_extremes(bad="#ffffff")
             img = ax.imshow(np.ma.masked_invalid(val), aspect="auto", interpolation="nearest", cmap=cmap,
                             vmin=-1, vmax=1, extent=(x0, x1, n - 0.5, -0.5))
             fig.colorbar(img, ax=ax, pad=0.01, fraction=0.02, label="certainty")
         else:
-            codes = dd["label"].astype(str).map(STRIP_CODE).fillna(0).to_numpy(float)
-            codes = np.where(dd["exclude"].to_numpy(bool), 5, codes)
-            val = _matrix(dd.assign(code=codes), "code", modules, seqs, fill=0)
+            codes = np.where(dd["exclude"].to_numpy(bool), 5, _strip_codes(dd["label"]))
+            val = _grid(mod, seq, codes, modules, seqs, fill=0)
             ax.imshow(val, aspect="auto", interpolation="nearest", cmap=ListedColormap(STRIP_COLOURS),
                       vmin=-0.5, vmax=5.5, extent=(x0, x1, n - 0.5, -0.5))
         # ground truth: a black bar in the lower part of each strip where the answer is positive
-        gt = _matrix(dd[~dd["exclude"]].assign(a=dd["actual"].astype(float)), "a", modules, seqs, fill=0)
+        kept = ~dd["exclude"].to_numpy(bool)
+        gt = _grid(mod[kept], seq[kept], dd["actual"].to_numpy(float)[kept], modules, seqs, fill=0)
         step = (x1 - x0) / max(1, len(seqs))
         for i in range(n):
             on = gt[i] > 0
@@ -303,8 +329,7 @@ def subgraph_figure(data, scored: pd.DataFrame, variant: str, module: int, path:
     mods = subgraph(data, module)
     seqs, t = _times(data)
     rows = _heat_rows(data, mods)
-    diag = _diag_of(scored, variant)
-    diag = diag[diag["module"].isin(mods)]
+    diag = _diag_of(scored, variant, mods)
     cf = _is_cf(diag)
     # the faults that target a module of this subgraph (an app_pause targets the app's sockets too)
     inside = set(mods)
