@@ -35,3 +35,12 @@ class _Pyplot:
 
 
 plt = _Pyplot()
+
+
+def no_layout_engine(fig) -> None:
+    """After fig.tight_layout: take away the placeholder layout engine it leaves, for which savefig
+    draws the whole figure once more before drawing it (a third of a large figure's save; the
+    layout is done and the drawing the same). Kept when rcParams would make a new engine."""
+    rc = pyplot().rcParams
+    if not (rc["figure.autolayout"] or rc["figure.constrained_layout.use"]):
+        fig.set_layout_engine(None)

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 # matplotlib on first use (Agg; labels are names from the run: text, never TeX): analysis.render.mpl
-from analysis.render.mpl import plt
+from analysis.render.mpl import no_layout_engine, plt
 from rundir import facts
 from rundir.layout import fresh, output_dir
 
@@ -71,6 +71,7 @@ def _tight(fig, **kw) -> None:
     with warnings.catch_warnings():  # very short runs: matplotlib cannot always fit the margins
         warnings.simplefilter("ignore", UserWarning)
         fig.tight_layout(**kw)
+    no_layout_engine(fig)
 
 
 
