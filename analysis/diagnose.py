@@ -159,7 +159,7 @@ def diagnose_run(run_dir: str | Path | RunStretches, variants=None) -> pd.DataFr
         "cf": flat["cf"],
         "positive": flat["positive"],
         "invalid": flat["invalid"],
-    })
+    }, copy=False)   # the arrays are this function's own: no second copy of a long frame
 
 
 def diagnose_json(obj, variants=None, where: str = "input") -> dict:
