@@ -206,13 +206,14 @@ def _extent(t: np.ndarray) -> tuple[float, float]:
 # ----------------------------------------------------------------------------- figures
 
 
-def diagnosis_overview(data, scored: pd.DataFrame, variant: str, path: Path,
-                       modules: list[int] | None = None, dpi: int = DPI) -> Path:
-    """Every module's diagnosis over time, inbound and outbound, with faults and ground truth."""
-    seqs, t = _times(data)
+def _overview_rows(data, scored: pd.DataFrame, variant: str, modules: list[int] | None
+                   ) -> tuple[list[int], int, pd.DataFrame]:
+    """(the modules drawn, how many are left out, the variant's rows): by default the fault targets
+    and the most often positive (at most MAX_OVERVIEW), ranked from the variant's arrays, and the
+    rows of those modules only."""
     kinds = data.modules["kind"]
     hidden = 0
-    if modules is None:   # the variant's rows as arrays: the frame of the modules drawn only is made
+    if modules is None:
         mine = (scored["variant"] == variant).to_numpy(bool)
         mod = scored["module"].to_numpy()[mine]
         present = pd.unique(mod).tolist()
@@ -227,34 +228,49 @@ def diagnosis_overview(data, scored: pd.DataFrame, variant: str, path: Path,
             hidden = len(present) - MAX_OVERVIEW
             present = ranked[:MAX_OVERVIEW]
         modules = sorted(present, key=lambda x: (KIND_ORDER.get(kinds.get(x, ""), 9), x))
-        diag = _diag_of(scored, variant, modules)
+        return modules, hidden, _diag_of(scored, variant, modules)
+    return modules, hidden, _diag_of(scored, variant)
+
+
+def _strips(dd: pd.DataFrame, modules: list[int], seqs: np.ndarray, cf: bool) -> tuple[np.ndarray, np.ndarray]:
+    """One direction's overview: (the diagnosis, the ground truth) as modules x snapshots matrices."""
+    mod, seq = dd["module"].to_numpy(), dd["seq"].to_numpy()
+    if cf:
+        val = _grid(mod, seq, dd["cf"].to_numpy(float), modules, seqs)
     else:
-        diag = _diag_of(scored, variant)
+        codes = np.where(dd["exclude"].to_numpy(bool), 5, _strip_codes(dd["label"]))
+        val = _grid(mod, seq, codes, modules, seqs, fill=0)
+    kept = ~dd["exclude"].to_numpy(bool)
+    return val, _grid(mod[kept], seq[kept], dd["actual"].to_numpy(float)[kept], modules, seqs, fill=0)
+
+
+def diagnosis_overview(data, scored: pd.DataFrame, variant: str, path: Path,
+                       modules: list[int] | None = None, dpi: int = DPI) -> Path:
+    """Every module's diagnosis over time, inbound and outbound, with faults and ground truth."""
+    seqs, t = _times(data)
+    modules, hidden, diag = _overview_rows(data, scored, variant, modules)
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
     cf = _is_cf(diag)
+    # the matrices first, and the rows let go before drawing (drawing the images takes the most memory)
+    grids = {d: _strips(diag[(diag["dir"] == d).to_numpy(bool)], modules, seqs, cf) for d in ("in", "out")}
+    del diag
     windows = _fault_windows(data)
     n = max(1, len(modules))
     fig, axes = plt.subplots(2, 1, figsize=(13, 1.6 + 0.24 * n * 2), sharex=True, squeeze=False)
     x0, x1 = _extent(t)
     for ax, d, title in ((axes[0, 0], "in", "Inbound"), (axes[1, 0], "out", "Outbound")):
-        dd = diag[(diag["dir"] == d).to_numpy(bool)]
-        mod, seq = dd["module"].to_numpy(), dd["seq"].to_numpy()
+        val, gt = grids[d]
         if cf:
-            val = _grid(mod, seq, dd["cf"].to_numpy(float), modules, seqs)
             cmap = plt.get_cmap("RdBu_r").with_extremes(bad="#ffffff")
             img = ax.imshow(np.ma.masked_invalid(val), aspect="auto", interpolation="nearest", cmap=cmap,
                             vmin=-1, vmax=1, extent=(x0, x1, n - 0.5, -0.5))
             fig.colorbar(img, ax=ax, pad=0.01, fraction=0.02, label="certainty")
         else:
-            codes = np.where(dd["exclude"].to_numpy(bool), 5, _strip_codes(dd["label"]))
-            val = _grid(mod, seq, codes, modules, seqs, fill=0)
             ax.imshow(val, aspect="auto", interpolation="nearest", cmap=ListedColormap(STRIP_COLOURS),
                       vmin=-0.5, vmax=5.5, extent=(x0, x1, n - 0.5, -0.5))
         # ground truth: a black bar in the lower part of each strip where the answer is positive
-        kept = ~dd["exclude"].to_numpy(bool)
-        gt = _grid(mod[kept], seq[kept], dd["actual"].to_numpy(float)[kept], modules, seqs, fill=0)
         step = (x1 - x0) / max(1, len(seqs))
         for i in range(n):
             on = gt[i] > 0

@@ -122,10 +122,18 @@ def stalled_top(data, scored: pd.DataFrame, variant: str, cap: int) -> tuple[pd.
     say otherwise (a variant whose rows are partly without a label)."""
     from analysis.render.tables import stalled_list
 
+    rows, total = _stalled_rows(scored, variant, cap)   # its arrays let go before stalled_list runs
+    return stalled_list(data, scored if rows is None else scored.iloc[rows], variant).iloc[:cap], total
+
+
+def _stalled_rows(scored: pd.DataFrame, variant: str, cap: int) -> tuple[np.ndarray | None, int]:
+    """(the rows of the module-directions stalled_top shows, or None for all; their number)."""
     keep = (scored["variant"] == variant).to_numpy(bool) & ~scored["exclude"].to_numpy(bool)
     pos = keep & scored["positive"].to_numpy(bool)
     mod = scored["module"].to_numpy(np.int64)
-    dirs, _ = pd.factorize(scored["dir"], use_na_sentinel=False)
+    d = scored["dir"]   # its codes (NaN: -1), or made
+    dirs = d.cat.codes.to_numpy() if isinstance(d.dtype, pd.CategoricalDtype) else \
+        pd.factorize(d, use_na_sentinel=False)[0]
     pm, pd_ = mod[pos], dirs[pos]
     o = np.lexsort((pd_, pm))
     pm, pd_ = pm[o], pd_[o]
@@ -133,18 +141,22 @@ def stalled_top(data, scored: pd.DataFrame, variant: str, cap: int) -> tuple[pd.
     total = len(first)   # module-directions ever positive: stalled_list's rows
     na = scored["label"].isna().to_numpy(bool)[keep] if "label" in scored else np.ones(1, bool)
     if total <= cap or (na.any() and not na.all()):
-        return stalled_list(data, scored, variant).iloc[:cap], total
+        return None, total
     mods, ds = pm[first], pd_[first]
     count = np.diff(np.r_[first, len(pm)])
     rank = np.lexsort((mods, -count))
     c, m = count[rank[cap - 1]], mods[rank[cap - 1]]
     take = (count > c) | ((count == c) & (mods <= m))
     shown = np.unique(mods[take])
-    cand = np.flatnonzero(keep & np.isin(mod, shown))
-    nd = int(dirs.max()) + 1
-    at = np.searchsorted(shown, mod[cand]) * nd + dirs[cand]
-    rows = cand[np.isin(at, np.searchsorted(shown, mods[take]) * nd + ds[take])]
-    return stalled_list(data, scored.iloc[rows], variant).iloc[:cap], total
+    if len(mod) and mod.min() >= 0 and mod.max() < 1 << 24:   # ids as a lookup table: no copy of the column
+        table = np.zeros(int(mod.max()) + 1, dtype=bool)
+        table[shown] = True
+        cand = np.flatnonzero(keep & table[mod])
+    else:
+        cand = np.flatnonzero(keep & np.isin(mod, shown))
+    nd = int(dirs.max()) + 2
+    at = np.searchsorted(shown, mod[cand]) * nd + dirs[cand] + 1
+    return cand[np.isin(at, np.searchsorted(shown, mods[take]) * nd + ds[take] + 1)], total
 
 
 def _cell(x) -> str:
