@@ -430,27 +430,30 @@ def _cause(cause: pd.Series, uniq, idx: np.ndarray) -> pd.Categorical:
 
 def module_counts(scored: pd.DataFrame) -> pd.DataFrame:
     """TP, TN, FP, FN per variant, direction and module, from join_labels' frame (excluded rows out):
-    the groups in the order of their first row, as a groupby that keeps order gives them. By codes
-    (a report's frame has millions of rows per variant: no strings per row)."""
-    s = scored[~scored["exclude"].to_numpy(bool)]
-    a = s["actual"].to_numpy(bool)
-    p = s["positive"].to_numpy(bool)
+    the groups in the order of their first row, as a groupby that keeps order gives them. By codes on
+    the columns' arrays (a report's frame has millions of rows per variant: no strings per row, no
+    copy of the frame)."""
+    keep = ~scored["exclude"].to_numpy(bool)
+    a = scored["actual"].to_numpy(bool)[keep]
+    p = scored["positive"].to_numpy(bool)[keep]
     codes, names = [], []
     for col in ("variant", "dir", "module"):
-        c, u = pd.factorize(s[col], sort=False)
-        codes.append(c.astype(np.int64))
+        c, u = pd.factorize(scored[col], sort=False)
+        codes.append(c[keep].astype(np.int64))
         names.append(u)
     key = (codes[0] * len(names[1]) + codes[1]) * len(names[2]) + codes[2]
-    group, keys = pd.factorize(key, sort=False)   # groups by their first row
+    del codes
+    group, keys = pd.factorize(key, sort=False)   # groups by their first row kept
+    del key
     keys = np.asarray(keys, dtype=np.int64)
     n = len(keys)
-    count = {name: np.bincount(group, weights=w, minlength=n).astype(np.int64)
-             for name, w in (("TP", a & p), ("TN", ~a & ~p), ("FP", ~a & p), ("FN", a & ~p))}
+    c4 = np.bincount(group * 4 + (a * 2 + p), minlength=4 * n).reshape(n, 4)   # actual * 2 + positive
     mod = keys % len(names[2])
     vd = keys // len(names[2])
     return pd.DataFrame({"variant": np.array([str(x) for x in names[0]], dtype=object)[vd // len(names[1])],
                          "dir": np.array([str(x) for x in names[1]], dtype=object)[vd % len(names[1])],
-                         "module": np.asarray(names[2], dtype=np.int64)[mod], **count})
+                         "module": np.asarray(names[2], dtype=np.int64)[mod],
+                         **{k: c4[:, i].astype(np.int64) for k, i in (("TP", 3), ("TN", 0), ("FP", 1), ("FN", 2))}})
 
 
 # ----------------------------------------------------------------------------- render
