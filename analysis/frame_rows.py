@@ -20,6 +20,22 @@ from analysis.cells import Batch
 from analysis.stretches import DIRS
 
 
+def in_series_order(stretches: list) -> bool:
+    """Whether a module's cells, stretch after stretch, are its snapshots in order: seqs rise within and
+    across the stretches (those with snapshots), and no stretch holds a module twice (always so for
+    load_stretches'). Then a row of the frame is one module, direction and snapshot, once."""
+    last = None
+    for st in stretches:
+        if not st.t:
+            continue
+        if (last is not None and st.seqs[0] <= last) or np.any(np.diff(st.seqs) <= 0):
+            return False
+        if len(set(st.modules)) != st.n:
+            return False
+        last = st.seqs[-1]
+    return True
+
+
 class FrameRows:
     """Columns of counters_frame(run) for `stretches` (those with cells, in order), made on demand."""
 
@@ -35,22 +51,13 @@ class FrameRows:
 
     @cached_property
     def in_series_order(self) -> bool:
-        """Whether a module's blocks, stretch after stretch, are its snapshots in order: seqs rise within
-        and across the stretches, and no stretch holds a module twice (always so for load_stretches';
-        series_cells and analysis.label_rows need it)."""
-        last = None
-        for st in self.stretches:
-            if (last is not None and st.seqs[0] <= last) or np.any(np.diff(st.seqs) <= 0):
-                return False
-            if len(set(st.modules)) != st.n:
-                return False
-            last = st.seqs[-1]
-        return True
+        """in_series_order(the stretches): series_cells and analysis.label_rows need it."""
+        return in_series_order(self.stretches)
 
     # ------------------------------------------------------------------ layout
 
     @cached_property
-    def _blocks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def blocks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per (stretch, module) block of cells: its stretch, its first cell, its module id."""
         k = np.repeat(np.arange(len(self.stretches), dtype=np.int64), self.n)
         local = np.arange(len(k), dtype=np.int64) - np.repeat(np.cumsum(self.n) - self.n, self.n)
@@ -69,13 +76,13 @@ class FrameRows:
     @cached_property
     def cell_module(self) -> np.ndarray:
         """Per cell (one direction): its module id."""
-        k, _, mods = self._blocks
+        k, _, mods = self.blocks
         return np.repeat(mods, self.t[k])
 
     @cached_property
     def cell_snapshot(self) -> np.ndarray:
         """Per cell (one direction): its snapshot's place in `seqs` (the stretches' seqs, concatenated)."""
-        k, first, _ = self._blocks
+        k, first, _ = self.blocks
         lens = self.t[k]
         base = (np.cumsum(self.t) - self.t)[k]            # the stretch's first place in `seqs`
         return np.arange(self.cells, dtype=np.int64) + np.repeat(base - first, lens)
@@ -87,7 +94,7 @@ class FrameRows:
 
     def series_cells(self, modules: np.ndarray) -> np.ndarray:
         """The cells (of one direction) of the given modules, by module, then snapshot."""
-        k, first, mods = self._blocks
+        k, first, mods = self.blocks
         pick = np.flatnonzero(np.isin(mods, modules))
         pick = pick[np.argsort(mods[pick], kind="stable")]   # stretch order kept: by snapshot
         lens = self.t[k[pick]]
@@ -96,10 +103,9 @@ class FrameRows:
 
     # ------------------------------------------------------------------ columns, in frame order
 
-    def spread(self, per_dir: dict[str, np.ndarray], dtype=None) -> np.ndarray:
+    def spread(self, per_dir: dict[str, np.ndarray]) -> np.ndarray:
         """One frame column from a per-cell array of each direction."""
-        first = per_dir[DIRS[0]]
-        out = np.empty(self.total, dtype=dtype or first.dtype)
+        out = np.empty(self.total, dtype=per_dir[DIRS[0]].dtype)
         for d in DIRS:
             out[self.rows_of(d)] = per_dir[d]
         return out

@@ -125,7 +125,7 @@ class StretchRows:
         self._start = snaps["start"].reindex(rows.seqs).to_numpy(float)
         self._tcp = data.modules.index[data.modules["kind"] == "tcp"].to_numpy(np.int64)
         self.invalid = rows.counter("invalid")
-        k, first, mods = rows._blocks
+        k, first, mods = rows.blocks
         self._block_k, self._block_first, self._block_mod = k, first, mods
         offsets = rows.batch.offsets[:-1]
         # Each block in frame rows: stretch k's rows are its 'in' cells, then its 'out' cells.

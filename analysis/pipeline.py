@@ -40,6 +40,7 @@ import pandas as pd
 
 from analysis.diagnose import as_variants, diagnose_run, diagnose_stretches
 from analysis.evaluation import Evaluation
+from analysis.frame_rows import in_series_order
 from analysis.health import network_health
 from analysis.labels import parse_policy
 from analysis.load import load_run_data
@@ -261,13 +262,8 @@ def _fast_counts(data, diags, names: list[str], labels: pd.DataFrame) -> pd.Data
     stretches = [sd.stretch for sd in diags]
     if not stretches:
         return None
-    last = -1
-    for st in stretches:   # seqs rising across stretches, modules once each: every cell is unique
-        if st.t and (st.seqs[0] <= last or np.any(np.diff(st.seqs) <= 0)):
-            return None
-        if len(set(st.modules)) != st.n:
-            return None
-        last = st.seqs[-1] if st.t else last
+    if not in_series_order(stretches):   # else a cell could occur twice
+        return None
     nd = len(DIRS)
     seg_mod = np.concatenate([np.asarray(st.modules, dtype=np.int64) for st in stretches for _ in DIRS])
     seg_len = np.concatenate([np.full(st.n, st.t, dtype=np.int64) for st in stretches for _ in DIRS])
@@ -313,12 +309,12 @@ def _fast_counts(data, diags, names: list[str], labels: pd.DataFrame) -> pd.Data
     # are; TN is what remains. Each row's group (segments are consecutive rows) in 32 bits.
     row_group = np.repeat(seg_group.astype(np.int32), seg_len)
 
-    def per_group(rows: np.ndarray | None, weights=None) -> np.ndarray:
-        """The rows (or a count per nonempty segment, `weights`) summed into the groups present."""
-        at = row_group[rows] if weights is None else seg_group[nonempty]
-        return np.bincount(at, weights=weights, minlength=ngroups).astype(np.int64)[present]
+    def per_group(rows: np.ndarray) -> np.ndarray:
+        """How many of `rows` each group present has."""
+        return np.bincount(row_group[rows], minlength=ngroups)[present]
 
-    kept_n = per_group(None, np.add.reduceat(kept, starts[nonempty], dtype=np.int64) if total else np.zeros(0))
+    kept_per_seg = np.add.reduceat(kept, starts[nonempty], dtype=np.int64) if total else np.zeros(0, np.int64)
+    kept_n = np.bincount(seg_group[nonempty], weights=kept_per_seg, minlength=ngroups).astype(np.int64)[present]
     act = actual & kept
     cols = {"TP": [], "TN": [], "FP": [], "FN": []}
     for name in names:

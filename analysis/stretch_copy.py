@@ -28,12 +28,10 @@ import numpy as np
 from rundir import columnar
 
 FILE = columnar.STRETCHES
-VERSION = 1
+VERSION = 2   # 2: the cells' fields named in the head
 # The modules whose code decides what the stretches' arrays hold: a change to any makes new copies.
 CODE = ("analysis.stretches", "analysis.dense", "analysis.deltas", "rundir.read", "rundir.repair", "rundir.columnar",
         "analysis.stretch_copy")
-FIELDS = ("tm", "wait", "has_wait", "queued", "has_queue", "errors", "has_errors", "invalid")   # analysis.stretches.Counters
-DIRS = ("in", "out")
 
 
 @cache
@@ -75,8 +73,9 @@ def write(run_dir: str | Path, k: dict | None, parts: Parts | None) -> Path | No
             "edges": parts.edges.reshape(-1).tolist(), "edge_index": parts.edge_index.tolist(),
             "edge_counts": parts.edge_counts.tolist(),
             "lives": [[m, b, d] for m, (b, d) in sorted(parts.lives.items())],
-            "warnings": [list(parts.warnings[0]), list(parts.warnings[1])]}
-    cols = {f"{d}_{f}": parts.cells[d][f] for d in DIRS for f in FIELDS}
+            "warnings": [list(parts.warnings[0]), list(parts.warnings[1])],
+            "cells": {d: list(fields) for d, fields in parts.cells.items()}}   # Counters' fields, per direction
+    cols = {f"{d}_{f}": a for d, fields in parts.cells.items() for f, a in fields.items()}
     return columnar.write_arrays(run_dir, FILE, k, cols, meta)
 
 
@@ -88,7 +87,7 @@ def read(run_dir: str | Path, k: dict | None) -> Parts | None:
         return None
     cols, meta = got
     try:
-        cells = {d: {f: cols[f"{d}_{f}"] for f in FIELDS} for d in DIRS}
+        cells = {d: {f: cols[f"{d}_{f}"] for f in fields} for d, fields in meta["cells"].items()}
         return Parts(np.asarray(meta["bounds"], dtype=np.int64).reshape(-1, 2),
                      np.asarray(meta["members"], dtype=np.int64), np.asarray(meta["sizes"], dtype=np.int64),
                      np.asarray(meta["edges"], dtype=np.int64).reshape(-1, 2),
