@@ -114,11 +114,6 @@ class Batch:
         return self.per_module([st.detached for st in self.stretches], dtype=bool)
 
     @cached_property
-    def n_parents(self) -> np.ndarray:
-        """Per cell: how many parents (upper layers) its module has in its stretch."""
-        return np.bincount(self.edges[1], minlength=self.n_cells)
-
-    @cached_property
     def edges(self) -> tuple[np.ndarray, np.ndarray]:
         """Every edge of the NS graph, as cell edges."""
         return self.edge_cells([st.edges for st in self.stretches])

@@ -142,3 +142,20 @@ def test_nest_cf_fold_bit_for_bit(seed):
     cells = rng.integers(0, 300, 5000)
     got = nest_cf.combine(values, cells, 300)
     assert np.array_equal(got, old_combine(values, cells, 300))   # not approximately: the same bits
+
+
+@pytest.mark.parametrize("chunk", [1, 500])
+def test_nest_cf_in_pieces_bit_for_bit(tmp_path, monkeypatch, chunk):
+    """nest-cf folds a piece of whole stretches at a time (nest_cf.CHUNK cells, more than any test run
+    has): pieces of one stretch, or of a few, give the same bits as the whole run in one piece."""
+    from analysis.stretches import load_stretches
+    from tests.support.synthetic import synthetic_run
+
+    run = load_stretches(synthetic_run(tmp_path / "run", seconds=30, apps=2, conns=3, churn_s=5))
+    assert len(run.stretches) > 3 and sum(st.n * st.t for st in run.stretches) > 2 * chunk
+    whole = nest_cf.diagnose(Batch(run.stretches))
+    monkeypatch.setattr(nest_cf, "CHUNK", chunk)
+    pieces = nest_cf.diagnose(Batch(run.stretches))
+    for d in DIRS:
+        assert np.array_equal(pieces[d][0], whole[d][0]) and np.array_equal(pieces[d][1], whole[d][1]), d
+    assert any(whole[d][1].any() for d in DIRS)   # positives to get wrong

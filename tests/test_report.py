@@ -11,7 +11,7 @@ import pytest
 
 from analysis.load import load_run_data
 from analysis.pipeline import evaluate, summarize_run
-from analysis.render.tables import stalled_list
+from analysis.render.tables import stalled_list, stalled_top
 from analysis.render.writers import accuracy_latex, accuracy_markdown, compare_markdown
 from analysis.rows import ROWS, SECTIONS
 from analysis.score import accuracy_table, compare_table
@@ -110,6 +110,22 @@ def test_stalled_list(run):
         assert r.FP == int((g["positive"] & ~g["actual"]).sum())
     wget_tcp = st[(st["module"] == mods["wget"][2]) & (st["dir"] == "in")].iloc[0]
     assert wget_tcp["queued_max"] == 500 and wget_tcp["longest"] >= 5
+
+
+@pytest.mark.parametrize("variant", ["flowdiagnoser:theta=2", "nest-cf", "flowdiagnoser:theta=1"])
+def test_stalled_top_is_the_head_of_stalled_list(tmp_path, variant):
+    """The report's list, made of the modules it shows only: stalled_list's first rows and its length."""
+    from tests.support.synthetic import synthetic_run
+
+    path = synthetic_run(tmp_path / "run", seconds=30, apps=2, conns=4, churn_s=6)
+    ev = evaluate([path], [variant], keep=True)
+    data, scored = ev.data[ev.runs[0]], ev.scored[ev.runs[0]]
+    whole = stalled_list(data, scored, ev.variants[0])
+    assert len(whole) > 5
+    for cap in (1, 2, 3, 5, len(whole) - 1, len(whole), len(whole) + 3):
+        top, total = stalled_top(data, scored, ev.variants[0], cap)
+        assert total == len(whole)
+        pd.testing.assert_frame_equal(top.reset_index(drop=True), whole.iloc[:cap].reset_index(drop=True))
 
 
 # ----------------------------------------------------------------------------- commands

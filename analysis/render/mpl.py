@@ -8,6 +8,7 @@ here, which imports pyplot on its first use.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 _pyplot: Any = None
@@ -37,10 +38,14 @@ class _Pyplot:
 plt = _Pyplot()
 
 
-def no_layout_engine(fig) -> None:
-    """After fig.tight_layout: take away the placeholder layout engine it leaves, for which savefig
-    draws the whole figure once more before drawing it (a third of a large figure's save; the
-    layout is done and the drawing the same). Kept when rcParams would make a new engine."""
+def tight(fig, **kw) -> None:
+    """fig.tight_layout(**kw) (quietly: for very short runs matplotlib cannot always fit the margins),
+    then without the placeholder layout engine it leaves, for which savefig draws the whole figure
+    once more before drawing it (a third of a large figure's save; the layout is done and the drawing
+    the same). The engine is kept when rcParams would make a new one."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        fig.tight_layout(**kw)
     rc = pyplot().rcParams
     if not (rc["figure.autolayout"] or rc["figure.constrained_layout.use"]):
         fig.set_layout_engine(None)

@@ -19,7 +19,6 @@
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 # matplotlib on first use (Agg; labels are names from the run: text, never TeX): analysis.render.mpl
-from analysis.render.mpl import no_layout_engine, plt
+from analysis.render.mpl import plt, tight
 from rundir import facts
 from rundir.layout import fresh, output_dir
 
@@ -65,13 +64,6 @@ DPI = 110
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def _tight(fig, **kw) -> None:
-    with warnings.catch_warnings():  # very short runs: matplotlib cannot always fit the margins
-        warnings.simplefilter("ignore", UserWarning)
-        fig.tight_layout(**kw)
-    no_layout_engine(fig)
 
 
 
@@ -294,7 +286,7 @@ def diagnosis_overview(data, scored: pd.DataFrame, variant: str, path: Path,
     handles += [plt.Line2D([], [], color="black", lw=1.6, label="ground truth positive")]
     handles += _fault_legend(windows)
     fig.legend(handles=handles, loc="lower center", ncol=min(8, len(handles)), fontsize=7, frameon=False)
-    _tight(fig, rect=(0, 0.04, 1, 1))
+    tight(fig, rect=(0, 0.04, 1, 1))
     fig.savefig(fresh(path), dpi=dpi)
     plt.close(fig)
     return path
@@ -405,7 +397,7 @@ def subgraph_figure(data, scored: pd.DataFrame, variant: str, module: int, path:
                       fontsize=6.5, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     axes[2, 0].set_xlabel("time since workload start (s)")
     axes[2, 0].set_xlim(*(window or (x0, x1)))
-    _tight(fig)
+    tight(fig)
     fig.savefig(fresh(path), dpi=DPI)
     plt.close(fig)
     return path
@@ -512,7 +504,7 @@ def module_timeline(data, path: Path, workload: int | None = None, max_apps: int
     axes[1, 0].set_xlim(min(0.0, float(data.snapshots["mono"].iloc[0]) - data.t0), end)
     if windows:
         fig.legend(handles=_fault_legend(windows), fontsize=7, loc="upper right", frameon=False, ncol=3)
-    _tight(fig, rect=(0, 0, 1, 0.97))
+    tight(fig, rect=(0, 0, 1, 0.97))
     fig.savefig(fresh(path), dpi=DPI)
     plt.close(fig)
     return path

@@ -161,16 +161,19 @@ def _shapes(stretches: list[Stretch]) -> list[Shape]:
     return out
 
 
-def no_assumed_work(st: Stretch) -> np.ndarray:
+def no_assumed_work(st: Stretch, not_socket: np.ndarray | None = None) -> np.ndarray:
     """Per module: a root of the analysis graph that HasWork must *not* assume has work.
 
     These are the detached modules (their upper layer is known elsewhere in the run, not here): a
     TCP connection whose socket is not reported yet, or is closed already, has no known demand
     above it, so an inactive one is not blamed as a stalled root. Sockets are excluded: the
     analysis graph leaves out the application's out-edges, so a socket is a root with assumed work
-    whether its application is known or not (thesis 3.6.2).
+    whether its application is known or not (thesis 3.6.2). `not_socket`: that per module, when
+    made already (Shape.not_socket).
     """
-    return st.detached & np.array([k != "socket" for k in st.kinds], dtype=bool)
+    if not_socket is None:
+        not_socket = np.array([k != "socket" for k in st.kinds], dtype=bool)
+    return st.detached & not_socket
 
 
 # ---------------------------------------------------------------- all acyclic stretches at once
@@ -212,8 +215,7 @@ def _make_cells(batch: Batch) -> _Cells:
     levels = [batch.edge_cells([sh.level_edges[lv] if lv < len(sh.level_edges) else none for sh in shapes])
               for lv in range(top)]
     derived = np.flatnonzero(batch.per_module([sh.derived_mask for sh in shapes], dtype=bool))
-    # Roots with assumed work: not no_assumed_work (detached and not a socket).
-    root_work = batch.per_module([sh.root & ~(st.detached & sh.not_socket)
+    root_work = batch.per_module([sh.root & ~no_assumed_work(st, sh.not_socket)
                                   for sh, st in zip(shapes, stretches, strict=True)], dtype=bool)
     return _Cells(batch, shapes, app_p, app_c, derived, root_work, levels)
 

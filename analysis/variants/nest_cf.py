@@ -85,17 +85,13 @@ _ADD = {d: tuple(np.where(np.isnan(t), 0.0, t) for t in LSIGMA[d]) for d in DIRS
 
 
 def combine(values: np.ndarray, cells: np.ndarray, n: int) -> np.ndarray:
-    """parallel_combine of every value into its cell (0 where a cell gets nothing; NaN: no value)."""
+    """parallel_combine of every value into its cell (0 where a cell gets nothing; NaN: no value), as
+    a sum on the additive scale in the order given (the fold of the module docstring; diagnose's _fold
+    does the same a piece at a time). A cell with a +1 sums to +inf, so from_sum makes it 1.0 (-1
+    likewise); one with both sums to NaN (inf - inf): total conflict, 0. The finite sums of the other
+    cells are those of the finite values alone, to the last bit."""
     sums = to_sum(values)
-    return combine_sums(np.where(np.isnan(sums), 0.0, sums), cells, n)
-
-
-def combine_sums(sums: np.ndarray, cells: np.ndarray, n: int) -> np.ndarray:
-    """`combine` of values given on the additive scale (0.0 for no value; +1 and -1 are ±inf there),
-    summed in the order given. A cell with a +1 sums to +inf, so from_sum makes it 1.0 (-1 likewise);
-    one with both sums to NaN (inf - inf): total conflict, 0. The finite sums of the other cells are
-    those of the finite values alone, to the last bit."""
-    return _total_cf(np.bincount(cells, weights=sums, minlength=n))
+    return _total_cf(np.bincount(cells, weights=np.where(np.isnan(sums), 0.0, sums), minlength=n))
 
 
 def _total_cf(total: np.ndarray) -> np.ndarray:

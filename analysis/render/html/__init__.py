@@ -22,7 +22,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from analysis.evaluation import Evaluation
@@ -30,6 +29,7 @@ from analysis.labels_streams import is_streams
 from analysis.render.html import figures, sections
 from analysis.render.html.faults import faults_part
 from analysis.render.html.html import details, esc, note, page, png, section, table
+from analysis.render.tables import stalled_top
 from analysis.variants import DEFAULT_VARIANT
 from rundir.layout import fresh, output_dir
 
@@ -112,51 +112,6 @@ def _figures_of_run(ev, run: Path, files: list[Path] | None, tmp: Path) -> str:
         parts.append(table(cols, rows, cap=MAX_STALLED, total=total, sep_col=None,
                            rest="all of them: stalled.csv (nestlab plots RUN)"))
     return "\n".join(parts)
-
-
-def stalled_top(data, scored: pd.DataFrame, variant: str, cap: int) -> tuple[pd.DataFrame, int]:
-    """(the first `cap` rows of analysis.render.tables.stalled_list, how many rows it has), the list
-    made of the modules shown only: it costs about a second per thousand module-directions ever
-    positive, and the report shows twenty. Ranked as stalled_list sorts (most positives, then module;
-    both directions of the last module taken), then sorted by it. Its whole list when a subset could
-    say otherwise (a variant whose rows are partly without a label)."""
-    from analysis.render.tables import stalled_list
-
-    rows, total = _stalled_rows(scored, variant, cap)   # its arrays let go before stalled_list runs
-    return stalled_list(data, scored if rows is None else scored.iloc[rows], variant).iloc[:cap], total
-
-
-def _stalled_rows(scored: pd.DataFrame, variant: str, cap: int) -> tuple[np.ndarray | None, int]:
-    """(the rows of the module-directions stalled_top shows, or None for all; their number)."""
-    keep = (scored["variant"] == variant).to_numpy(bool) & ~scored["exclude"].to_numpy(bool)
-    pos = keep & scored["positive"].to_numpy(bool)
-    mod = scored["module"].to_numpy(np.int64)
-    d = scored["dir"]   # its codes (NaN: -1), or made
-    dirs = d.cat.codes.to_numpy() if isinstance(d.dtype, pd.CategoricalDtype) else \
-        pd.factorize(d, use_na_sentinel=False)[0]
-    pm, pd_ = mod[pos], dirs[pos]
-    o = np.lexsort((pd_, pm))
-    pm, pd_ = pm[o], pd_[o]
-    first = np.flatnonzero(np.r_[True, (pm[1:] != pm[:-1]) | (pd_[1:] != pd_[:-1])]) if len(pm) else o
-    total = len(first)   # module-directions ever positive: stalled_list's rows
-    na = scored["label"].isna().to_numpy(bool)[keep] if "label" in scored else np.ones(1, bool)
-    if total <= cap or (na.any() and not na.all()):
-        return None, total
-    mods, ds = pm[first], pd_[first]
-    count = np.diff(np.r_[first, len(pm)])
-    rank = np.lexsort((mods, -count))
-    c, m = count[rank[cap - 1]], mods[rank[cap - 1]]
-    take = (count > c) | ((count == c) & (mods <= m))
-    shown = np.unique(mods[take])
-    if len(mod) and mod.min() >= 0 and mod.max() < 1 << 24:   # ids as a lookup table: no copy of the column
-        table = np.zeros(int(mod.max()) + 1, dtype=bool)
-        table[shown] = True
-        cand = np.flatnonzero(keep & table[mod])
-    else:
-        cand = np.flatnonzero(keep & np.isin(mod, shown))
-    nd = int(dirs.max()) + 2
-    at = np.searchsorted(shown, mod[cand]) * nd + dirs[cand] + 1
-    return cand[np.isin(at, np.searchsorted(shown, mods[take]) * nd + ds[take] + 1)], total
 
 
 def _cell(x) -> str:

@@ -18,7 +18,7 @@ import pandas as pd
 
 from analysis.health import SILENCE_WARN, loaded_rtt
 from analysis.render.html.faults import fault_windows
-from analysis.render.mpl import no_layout_engine, plt  # matplotlib on first use (Agg; names never TeX)
+from analysis.render.mpl import plt, tight  # matplotlib on first use (Agg; names never TeX)
 from analysis.render.plots import FAULT_COLOURS
 
 DPI = 80
@@ -110,8 +110,7 @@ def health_figure(data, health=None) -> bytes:
     if health is not None and health.silence_rate is not None:
         fig.suptitle(f"silence rate {100 * health.silence_rate:.2f}% of {health.busy} busy TCP module-snapshots "
                      f"in quiet time (warning above {100 * SILENCE_WARN:g}%)", fontsize=9, x=0.01, ha="left")
-    fig.tight_layout()
-    no_layout_engine(fig)
+    tight(fig)
     return _png(fig)
 
 
@@ -149,6 +148,5 @@ def health_runs_figure(names: list[str], healths: list) -> bytes:
     for ax in axes[0]:
         ax.tick_params(labelsize=7)
         ax.grid(axis="x", lw=0.3, alpha=0.5)
-    fig.tight_layout()
-    no_layout_engine(fig)
+    tight(fig)
     return _png(fig)
