@@ -7,7 +7,7 @@ a `LiveView`: the modules at the newest *settled* snapshot with their state, how
 STALLED, their recent rates, and the faults in force.
 
 Where the offline diagnosis of snapshot t depends on later snapshots, and what the engine does:
-- Counter deltas (analysis.stretches.series_deltas) are causal: a delta is decided by the rows up to
+- Counter deltas (analysis.deltas.series_deltas) are causal: a delta is decided by the rows up to
   its own. Thesis 3.4's retroactive discard (a good value followed by two lower ones) only changes
   `invalid`, which no rule reads. The engine carries each series' state across refreshes as an
   *anchor*: its last row that was not lower than the row before it (after that row the series is
@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import probes
+from analysis import deltas, probes
 from analysis import stretches as sx
 from analysis.diagnose import as_variants, diagnose_stretches
 from analysis.load import workload_from_cmdline
@@ -308,11 +308,11 @@ class LiveEngine:
         head = np.maximum.accumulate(np.where(start, idx, 0))     # each row's series' first row
         # An anchor's own delta is thrown away: never invalid for being a series' first row.
         kinds_zero = (mark[head] == 0) | self.zero[mod]
-        delta, invalid = sx.series_deltas(mod, vals, has, kinds_zero, (pos == 0) & (mark == 2))
+        delta, invalid = deltas.series_deltas(mod, vals, has, kinds_zero, (pos == 0) & (mark == 2))
         fresh = mark == 2
         self.buf[d].append({"pos": pos[fresh], "mod": mod[fresh], "delta": delta[fresh], "queued": vals[fresh, 2],
                             "has": has[fresh], "invalid": invalid[fresh]})
-        adj = sx.absorb_wait_jitter(vals, has, start)
+        adj = deltas.absorb_wait_jitter(vals, has, start)
         ok = has[:, _CUM].copy()
         ok[1:] &= has[:-1, _CUM]
         lower = np.zeros(r, dtype=bool)

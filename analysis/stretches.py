@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from analysis import probes, stretch_copy, tcpstate
-from analysis.deltas import _QUEUED, WAIT_JITTER_MS, absorb_wait_jitter, series_deltas  # noqa: F401 - this module's API
+from analysis.deltas import _QUEUED, series_deltas
 from analysis.dense import (
     cell_places,
     dense_counter_rows,
