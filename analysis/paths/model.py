@@ -1,0 +1,134 @@
+"""The trace model every black-box algorithm reads and writes, and the canonical form of a causal
+path pattern by which inferred paths are compared with the true ones.
+
+A trace is a frame of logical messages (one row per message, after reconciliation of the per-process
+send and receive events, WAP5 section 4), sorted by `t_send`:
+
+    column   dtype     meaning
+    t_send   float64   when the sender sent it (s, the sender host's clock as recorded)
+    t_recv   float64   when the receiver received it (s, the receiver host's clock; NaN: not seen)
+    src      category  sending node (a host or tier name: what the algorithms call a node)
+    dst      category  receiving node
+    kind     category  "call" | "return" | "" (unknown: convolution and linking need no tags)
+    msg      int64     the message id for pairing a call with its return (-1: none); never a request id
+
+What an algorithm never sees is kept beside it, in `Truth` (same row order): which request each
+message belongs to and which earlier message caused it. Truth comes from the generator (Maketrace),
+from a service run's `requests` table, or from a Jaeger export's parent links.
+
+A causal path is a tree of messages: a message's children are the messages its receiver sent because
+of it (WAP5's "caused by", Project5's nesting: a call's nested calls and its return). The *pattern*
+of a path is that tree with times dropped, written canonically so that equal shapes are equal
+strings: `src>dst` for a message, its children in parentheses, siblings sorted, e.g.
+`client>web(web>app1(app1>cache(cache>app1(app1>web(web>client)))))`. Algorithms that infer call
+nesting rather than message causality convert to this form (`pattern_of`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+COLUMNS = {"t_send": "float64", "t_recv": "float64", "src": "category", "dst": "category",
+           "kind": "category", "msg": "int64"}
+KINDS = ("call", "return", "")
+
+
+def empty_messages() -> pd.DataFrame:
+    return as_messages(pd.DataFrame({c: [] for c in COLUMNS}))
+
+
+def as_messages(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame with the model's columns and dtypes, sorted by t_send (stable), index 0..n-1.
+    Missing optional columns are filled: t_recv NaN, kind "", msg -1."""
+    f = frame.copy()
+    if "t_recv" not in f:
+        f["t_recv"] = np.nan
+    if "kind" not in f:
+        f["kind"] = ""
+    if "msg" not in f:
+        f["msg"] = -1
+    f = f[list(COLUMNS)]
+    f["kind"] = f["kind"].fillna("").astype(str)
+    f = f.astype(COLUMNS)
+    return f.sort_values("t_send", kind="stable").reset_index(drop=True)
+
+
+@dataclass
+class Truth:
+    """What really happened, row-aligned with the trace's messages: `request` (int64, -1: noise, no
+    request) and `cause` (int64, the row of the message that caused this one, -1: a path's root)."""
+
+    request: np.ndarray
+    cause: np.ndarray
+    request_type: dict[int, str] = field(default_factory=dict)   # request id -> its type, where known
+
+
+@dataclass
+class Trace:
+    messages: pd.DataFrame              # as_messages(...)
+    truth: Truth | None = None
+    warnings: list[str] = field(default_factory=list)
+    source: str = ""                    # where it came from, for messages and reports
+
+
+@dataclass
+class PathPattern:
+    """One inferred (or true) path pattern: its canonical string, how many paths have it (an expected
+    count where the algorithm weighs alternatives), and the mean delay each of its nodes added
+    (node -> s: from receiving a message to sending the next message it caused, summed over the
+    node's visits in the path)."""
+
+    pattern: str
+    count: float
+    node_delays: dict[str, float] = field(default_factory=dict)
+    edge_latencies: dict[str, float] = field(default_factory=dict)   # "src>dst" -> mean s in flight
+
+
+@dataclass
+class PathsResult:
+    """What every algorithm returns."""
+
+    algorithm: str
+    patterns: list[PathPattern]               # most frequent first
+    node_delays: pd.DataFrame                 # node, mean_s, count, and hist_* bin columns
+    edge_latencies: pd.DataFrame              # src, dst, mean_s, count
+    params: dict[str, object] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def pattern_of(src: Sequence[str], dst: Sequence[str], parent: Sequence[int], root: int) -> str:
+    """The canonical pattern of the tree of messages rooted at `root`: message i is src[i]>dst[i],
+    parent[i] the message that caused it (-1 for none). Only messages under `root` are read."""
+    children: dict[int, list[int]] = {}
+    for i, p in enumerate(parent):
+        if p >= 0:
+            children.setdefault(int(p), []).append(i)
+
+    def text(i: int) -> str:
+        kids = sorted(text(c) for c in children.get(i, ()))
+        return f"{src[i]}>{dst[i]}" + (f"({','.join(kids)})" if kids else "")
+
+    import sys
+    limit = sys.getrecursionlimit()
+    try:
+        sys.setrecursionlimit(max(limit, 10_000))
+        return text(root)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def true_patterns(trace: Trace) -> pd.DataFrame:
+    """Per request of the truth: request, pattern, type (the generator's or the run's)."""
+    if trace.truth is None:
+        raise ValueError(f"{trace.source or 'trace'}: no true paths to compare with")
+    t, m = trace.truth, trace.messages
+    src, dst = m["src"].astype(str).to_numpy(), m["dst"].astype(str).to_numpy()
+    roots = np.flatnonzero((t.cause < 0) & (t.request >= 0))
+    rows = [(int(t.request[r]), pattern_of(src, dst, t.cause, int(r))) for r in roots]
+    out = pd.DataFrame(rows, columns=["request", "pattern"])
+    out["type"] = out["request"].map(t.request_type).fillna("")
+    return out
