@@ -40,6 +40,7 @@ import pandas as pd
 from analysis.paths.model import Trace, Truth, as_messages
 from analysis.paths.reconcile import ReconcileError, reconcile
 from rundir.errors import UserError
+from rundir.traces import read_trace_tables
 
 ALIASES = {
     "t_send": ("time", "timestamp", "ts", "t_send", "send_time"),
@@ -169,6 +170,37 @@ def write_trace(trace: Trace, path: str | Path) -> None:
         out.astype({"sender": str, "receiver": str, "kind": str}).to_parquet(path, index=False)
     else:
         out.to_csv(path, index=False, float_format="%.9f")
+
+
+def read_faults_file(path: str | Path) -> pd.DataFrame:
+    """Fault windows for a plain trace (CSV or Parquet): node (or target), start, stop (or end), in the
+    trace's seconds; optionally extra_s and kind. What Trace.faults holds."""
+    path = Path(path)
+    warnings: list[str] = []
+    raw = _read_table(path, warnings)
+    lower = {str(c).strip().lower(): c for c in raw.columns}
+    node = lower.get("node", lower.get("target"))
+    start, stop = lower.get("start"), lower.get("stop", lower.get("end"))
+    if node is None or start is None or stop is None:
+        raise UserError(f"{path}: fault windows need the columns node, start and stop; found "
+                        f"{', '.join(map(str, raw.columns))}")
+    f = pd.DataFrame({"node": raw[node].astype(str).str.strip(),
+                      "start": pd.to_numeric(raw[start], errors="coerce"),
+                      "stop": pd.to_numeric(raw[stop], errors="coerce"),
+                      "extra_s": pd.to_numeric(raw[lower["extra_s"]], errors="coerce")
+                      if "extra_s" in lower else np.nan,
+                      "kind": raw[lower["kind"]].astype(str) if "kind" in lower else ""})
+    bad = f["start"].isna() | f["stop"].isna() | (f["stop"] <= f["start"]) | (f["node"] == "")
+    if bad.any():
+        first = int(np.flatnonzero(bad.to_numpy())[0]) + 2
+        raise UserError(f"{path}: line {first}: a fault window needs a node and numbers start < stop")
+    return f.reset_index(drop=True)
+
+
+def write_faults(trace: Trace, path: str | Path) -> None:
+    """Trace.faults as CSV, for read_faults_file (`nestlab paths --trace FILE --faults FAULTS`)."""
+    if trace.faults is not None:
+        trace.faults.to_csv(path, index=False)
 
 
 # ----------------------------------------------------------------------------- causality convention
@@ -325,3 +357,71 @@ def trace_from_events(events: pd.DataFrame, source: str, nodes: dict[str, str] |
         raise UserError(f"{source}: no messages after reconciliation (no usable send or receive events)")
     return Trace(messages=messages.drop(columns=["src_endpoint", "dst_endpoint", "bytes"]),
                  warnings=warnings, source=source)
+
+
+MATCH_S = 0.005   # a hop's logged start (end) within this of a call's arrival (a return's departure)
+
+
+def truth_from_requests(messages: pd.DataFrame, requests: pd.DataFrame,
+                        warnings: list[str]) -> Truth | None:
+    """The true request of each message from a service run's `requests` (one row per hop: request,
+    type, tier, host, pid, start, end on the host's clock): a call belongs to the request whose hop
+    at its receiver started nearest its arrival, a return (or an untagged message) to the one whose
+    hop at its sender ended nearest its departure, within MATCH_S; causes by the latest-received
+    convention. None without requests."""
+    if requests is None or requests.empty:
+        return None
+    hops = requests.dropna(subset=["start", "end"]).copy()
+    hops["host"] = hops["host"].astype(str)
+    n = len(messages)
+    rows = pd.DataFrame({"row": np.arange(n), "src": messages["src"].astype(str).to_numpy(),
+                         "dst": messages["dst"].astype(str).to_numpy(),
+                         "t_arr": messages["t_recv"].fillna(messages["t_send"]).to_numpy(),
+                         "t_dep": messages["t_send"].to_numpy(),
+                         "call": (messages["kind"].astype(str) == "call").to_numpy()})
+
+    def nearest(on_msg: str, host_col: str, on_hop: str) -> pd.Series:
+        left = rows.sort_values(on_msg)[["row", host_col, on_msg]].rename(columns={host_col: "host",
+                                                                                   on_msg: "t"})
+        right = hops.sort_values(on_hop)[["host", on_hop, "request"]].rename(columns={on_hop: "t"})
+        hit = pd.merge_asof(left, right, on="t", by="host", direction="nearest", tolerance=MATCH_S)
+        return hit.set_index("row")["request"].reindex(np.arange(n))
+
+    by_start = nearest("t_arr", "dst", "start")
+    by_end = nearest("t_dep", "src", "end")
+    req = np.where(rows["call"], by_start.fillna(by_end), by_end.fillna(by_start))
+    req = pd.to_numeric(pd.Series(req), errors="coerce")
+    codes, uniques = pd.factorize(req)
+    request = np.where(req.notna(), codes, -1).astype(np.int64)
+    missing = int((request < 0).sum())
+    if missing:
+        warnings.append(f"requests: {_plural(missing, 'message')} matched no request's hop within "
+                        f"{MATCH_S * 1000:g} ms; taken as noise in the truth")
+    types = hops.drop_duplicates("request").set_index("request")["type"].astype(str)
+    request_type = {i: types.get(u, "") for i, u in enumerate(uniques)}
+    return Truth(request=request, cause=latest_received_causes(messages, request), request_type=request_type)
+
+
+def faults_of_run(faults: pd.DataFrame) -> pd.DataFrame | None:
+    """Trace.faults from a run's faults table: the node is where the fault was injected (at_node)."""
+    if faults is None or faults.empty:
+        return None
+    f = faults.copy()
+    f["start"] = pd.to_numeric(f["start"], errors="coerce")
+    f["stop"] = pd.to_numeric(f["end"], errors="coerce")
+    f = f.dropna(subset=["start", "stop"])
+    if f.empty:
+        return None
+    return pd.DataFrame({"node": f["at_node"].astype(str), "start": f["start"], "stop": f["stop"],
+                         "extra_s": np.nan, "kind": f["kind"].astype(str)}).reset_index(drop=True)
+
+
+def read_run(run: str | Path) -> Trace:
+    """A run directory's trace: its `messages` reconciled (nodes: hosts), the truth from its
+    `requests` where it has them, the fault windows from its faults table."""
+    warnings: list[str] = []
+    events, requests, faults = read_trace_tables(run, warnings)
+    trace = trace_from_events(events, str(run), warnings=warnings)
+    trace.truth = truth_from_requests(trace.messages, requests, trace.warnings)
+    trace.faults = faults_of_run(faults)
+    return trace
