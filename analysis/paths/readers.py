@@ -115,16 +115,13 @@ def read_trace_file(path: str | Path) -> Trace:
     if missing:
         raise UserError(f"{path}: no column for {', '.join(missing)}; found {', '.join(map(str, raw.columns))}")
     f = pd.DataFrame({"t_send": _times(raw[cols["t_send"]]),
-                      "src": raw[cols["src"]].astype(str).str.strip(),
-                      "dst": raw[cols["dst"]].astype(str).str.strip()})
+                      "src": raw[cols["src"]].fillna("").astype(str).str.strip(),
+                      "dst": raw[cols["dst"]].fillna("").astype(str).str.strip()})
     f["t_recv"] = _times(raw[cols["t_recv"]]) if cols["t_recv"] else np.nan
     if cols["kind"]:
-        words = raw[cols["kind"]].astype(str).str.strip().str.lower()
-        kind = words.map(KIND_WORDS)
-        if kind.isna().any():
-            warnings.append(f"{path.name}: {_plural(int(kind.isna().sum()), 'row')} whose {cols['kind']} is "
-                            f"neither call nor return (first: {words[kind.isna()].iloc[0]!r}); untagged")
-        f["kind"] = kind.fillna("")
+        words = raw[cols["kind"]].fillna("").astype(str).str.strip().str.lower()
+        f["kind"] = words.map(KIND_WORDS)
+        f["word"] = words
     if cols["msg"]:
         ids = pd.to_numeric(raw[cols["msg"]], errors="coerce")
         f["msg"] = (ids.fillna(-1).astype("int64") if ids.notna().all()
@@ -143,6 +140,13 @@ def read_trace_file(path: str | Path) -> Trace:
         f = f[~bad]
     if f.empty:
         raise UserError(f"{path}: no usable message rows")
+    if "word" in f:
+        odd = f["kind"].isna()
+        if odd.any():
+            warnings.append(f"{path.name}: {_plural(int(odd.sum()), 'row')} whose {cols['kind']} is neither "
+                            f"call nor return (first: {f['word'][odd].iloc[0]!r}); untagged")
+        f["kind"] = f["kind"].fillna("")
+        f = f.drop(columns="word")
     back = int((np.diff(f["t_send"].to_numpy()) < 0).sum())
     if back:
         warnings.append(f"{path.name}: {_plural(back, 'row')} earlier than the row before (times out of order); "
