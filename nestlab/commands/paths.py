@@ -12,6 +12,7 @@ culprit_top3, ...). Warnings about the input (damaged rows, unpaired messages) g
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -85,25 +86,25 @@ def _paths(args: argparse.Namespace) -> int:
         if known and key not in known:
             raise UserError(f"--param {key}: no such parameter of {', '.join(names)} "
                             f"(known: {', '.join(sorted(known))})")
+    params = {name: parse_params(args.param, defaults, name) for name, _, defaults in chosen}
     sources, out = _traces(args)
     windows = read_faults_file(args.faults) if args.faults else None
     if windows is not None and args.runs:
         raise UserError("--faults goes with --trace or --jaeger (a run's faults come from its faults table)")
     console = Console(highlight=False)
-    err = Console(stderr=True, highlight=False)
     path_rows, score_rows = [], []
     for label, load in sources:
         trace: Trace = load()
         if windows is not None:
             trace.faults = windows
+        where = f"{label}: " if args.runs else ""     # a file's warnings name the file already
         for w in trace.warnings:
-            err.print(f"warning: {label}: {w}", markup=False)
-        for name, infer, defaults in chosen:
-            params = parse_params(args.param, defaults, name)
-            run = partial(infer, **params)
+            print(f"warning: {where}{w}", file=sys.stderr)
+        for name, infer, _ in chosen:
+            run = partial(infer, **params[name])
             result = run(trace.messages)
             for w in result.warnings:
-                err.print(f"warning: {label}: {name}: {w}", markup=False)
+                print(f"warning: {where}{name}: {w}", file=sys.stderr)
             _show(console, label, name, result, args.top, len(trace.messages))
             path_rows.append(paths_frame(result, label))
             if trace.truth is not None and not args.no_score:
