@@ -68,7 +68,7 @@ class Workload(_Strict):
 
 # The spec's fault: every registered kind's fields, each fault checked by its kind's rules
 # (harness.faults.spec.fault_model; docs/faults.md, "Adding a fault kind").
-Fault = fault_model(KINDS)
+Fault = fault_model(KINDS, __name__)
 
 
 class Isolation(_Strict):

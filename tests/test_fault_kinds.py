@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -169,3 +170,23 @@ def test_the_streams_runner_records_the_kinds_its_spec_uses(tmp_path, monkeypatc
     run = harness.streams.runner.StreamsRepetition(load_spec(spec), 0, tmp_path / "results")
     assert run.execute() == 0
     assert read_manifest(run.rd.path).fault_kinds == {"throttle": STREAMS_KINDS["throttle"].info}
+
+
+def test_the_worked_example_of_docs_faults_is_a_kind(tmp_path, monkeypatch):
+    """docs/faults.md's example module, as written there, registers and validates like any kind."""
+    import importlib.util
+
+    doc = (REPO / "docs" / "faults.md").read_text().split("### A worked example", 1)[1]
+    source = doc.split("```python\n", 1)[1].split("```", 1)[0]
+    path = write(tmp_path, "client_stop.py", source)
+    module_spec = importlib.util.spec_from_file_location("client_stop_example", path)
+    module = importlib.util.module_from_spec(module_spec)
+    monkeypatch.setitem(sys.modules, module_spec.name, module)   # imported as a module is (its annotations resolve)
+    module_spec.loader.exec_module(module)
+    kinds = {**KINDS, "client_stop": module.ClientStop}
+    text = SPEC.replace("kind: nudge, target: {workload: 0}, strength: 3,", "kind: client_stop, target: {workload: 0},")
+    doc_, spec = _parse(tmp_path, text, spec_model(kinds))
+    assert spec.faults[0].group is None and footprint(spec, spec.faults[0]).workloads == {(0, None)}
+    assert kinds_used(spec.faults, kinds)["client_stop"] == module.INFO.as_json()
+    with pytest.raises(SpecError, match=r"faults\[1\]: 'group' applies to client_stop only"):
+        _parse(tmp_path, text.replace("at: x1,", "at: x1, group: false,"), spec_model(kinds))

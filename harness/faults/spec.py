@@ -96,7 +96,7 @@ class SpecView(Protocol):
 
 
 class FaultSpec(Strict):
-    """A kind's own fields (each optional, None when not given: a missing one is `check`'s to report)
+    """A kind's own fields (each defaulting to None: a missing one is `check`'s to report)
     and its rules. The rules are called with the spec's fault (fault_model's model), which has every
     kind's fields: read a field this kind does not declare only through getattr(self, name, None).
     The defaults suit a kind whose faults act on a `target` workload."""
@@ -169,19 +169,23 @@ class AnyFault(FaultSpec):
         return self.rules.node(self, spec)
 
 
-def fault_model(kinds: Mapping[str, Any]) -> type[AnyFault]:
+def fault_model(kinds: Mapping[str, Any], module: str = __name__) -> type[AnyFault]:
     """The spec's Fault for the registered kinds (name -> a class whose `spec` is its FaultSpec): their
-    fields in the order the registry first names them, a field of the same name the same in each."""
+    fields in the order the registry first names them, a field of the same name the same in each.
+    `module`: where the model is found by its name `Fault` (pickle)."""
     specs = {name: cls.spec for name, cls in kinds.items()}
     fields: dict[str, Any] = {"kind": (Literal[tuple(specs)], ...)}
     for name, spec in specs.items():
         for field, info in spec.model_fields.items():
+            if info.is_required() or info.get_default() is not None:
+                raise TypeError(f"fault kind {name}: field {field!r} must default to None (faults of the other "
+                                "kinds have it too); apply a default where the kind reads it")
             if field in fields and fields[field][0] != info.annotation:
                 raise TypeError(f"fault kind {name}: field {field!r} is {info.annotation}, another kind's is "
                                 f"{fields[field][0]}; a field of the same name must be the same")
             fields.setdefault(field, (info.annotation, info))
     fields["schedule"] = (Schedule, ...)
-    model = create_model("Fault", __base__=AnyFault, __doc__="A fault of the spec (docs/faults.md): its kind, "
-                         "where and on what it acts, and when.", **fields)
+    model = create_model("Fault", __base__=AnyFault, __module__=module, __doc__="A fault of the spec "
+                         "(docs/faults.md): its kind, where and on what it acts, and when.", **fields)
     model.kinds = specs
     return model
