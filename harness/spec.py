@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import Field, create_model, field_validator, model_validator
 
 from harness.faults import KINDS
-from harness.faults.spec import (  # noqa: F401 - FaultTarget, RandomSchedule, Footprint: here for their users
+from harness.faults.spec import (  # noqa: F401 - the spec's parts, here for their users
     AnyFault,
     FaultTarget,
     Footprint,
@@ -221,7 +221,7 @@ def plan_faults(spec: Spec, doc: YamlDoc, seed: int) -> list[Window]:
     def clash(i: int, w: Window) -> Window | None:
         for other in planned:
             if iso.overlap:
-                hit = _same_action(spec.faults[other.spec_index], spec.faults[i]) and \
+                hit = spec.faults[other.spec_index].same_action(spec.faults[i]) and \
                     w.start < other.end and other.start < w.end
             else:
                 hit = prints[i].touches(prints[other.spec_index]) and \
@@ -251,7 +251,7 @@ def plan_faults(spec: Spec, doc: YamlDoc, seed: int) -> list[Window]:
                 w = Window(i, at, s.duration, margin(s.duration))
                 other = clash(i, w)
                 if other is not None:
-                    same = _same_action(spec.faults[other.spec_index], spec.faults[i])
+                    same = spec.faults[other.spec_index].same_action(spec.faults[i])
                     hint = ("they act on the same target" if same else
                             "one would mask the other; move it, or allow it with 'isolation: {overlap: true}'")
                     raise doc.error(loc, f"window {at:g}s+{s.duration:g}s clashes with {describe(other)}: {hint}")
@@ -274,10 +274,6 @@ def plan_faults(spec: Spec, doc: YamlDoc, seed: int) -> list[Window]:
             planned.append(w)
             t = w.end
     return sorted(planned, key=lambda w: (w.start, w.spec_index))
-
-
-def _same_action(a: AnyFault, b: AnyFault) -> bool:
-    return a.same_action(b)
 
 
 def _resolve_topology(spec: Spec, doc: YamlDoc, spec_path: Path) -> Path:
