@@ -277,6 +277,9 @@ def maketrace(templates: Sequence[Template], duration: float = 50.0, *, rate: fl
 def _patterns(s: _Slots, cause_t: np.ndarray) -> pd.DataFrame:
     """Per instance (row of cause_t, slot causes), its canonical pattern: one pattern_of per
     distinct cause vector (they differ only where parallel children race)."""
+    if all(len(t) <= 1 for t in s.triggers):      # no race: every instance has the same shape
+        text = pattern_of(s.src, s.dst, cause_t[0].tolist(), 0)
+        return pd.DataFrame({"request": np.arange(len(cause_t)), "pattern": text})
     uniq, inverse = np.unique(cause_t, axis=0, return_inverse=True)
     texts = np.array([pattern_of(s.src, s.dst, row.tolist(), 0) for row in uniq], dtype=object)
     return pd.DataFrame({"request": np.arange(len(cause_t)), "pattern": texts[inverse.ravel()]})

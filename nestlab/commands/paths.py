@@ -91,7 +91,7 @@ def _paths(args: argparse.Namespace) -> int:
     windows = read_faults_file(args.faults) if args.faults else None
     if windows is not None and args.runs:
         raise UserError("--faults goes with --trace or --jaeger (a run's faults come from its faults table)")
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)   # long patterns and score lines stay whole
     path_rows, score_rows = [], []
     for label, load in sources:
         trace: Trace = load()
