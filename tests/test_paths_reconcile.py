@@ -112,3 +112,18 @@ def test_many_requests_on_one_connection_pair_in_order():
 def test_missing_columns_is_one_error():
     with pytest.raises(ReconcileError, match="no column bytes"):
         reconcile(events().drop(columns="bytes"))
+
+
+def test_maketrace_through_socket_events_and_back():
+    """What a tracer would record of a Maketrace trace (one connection per call, replies read in
+    chunks) reconciles to the same messages, kinds and call/return pairs."""
+    from analysis.paths.maketrace import maketrace, socket_events, web_service
+    tr = maketrace(web_service(), duration=10, parallelism=4, seed=3)
+    m, warnings = reconcile(socket_events(tr, chunk=300, seed=1))
+    a = tr.messages
+    assert warnings == [] and len(m) == len(a)
+    assert np.allclose(m["t_send"], a["t_send"]) and np.allclose(m["t_recv"], a["t_recv"])
+    for c in ("src", "dst", "kind"):
+        assert (m[c].astype(str).to_numpy() == a[c].astype(str).to_numpy()).all()
+    # the same pairs (ids differ): each reconciled id maps to exactly one generated id
+    assert pd.crosstab(m["msg"], a["msg"]).gt(0).sum(axis=1).eq(1).all()

@@ -374,3 +374,41 @@ def web_service(net_ms: float = 0.5) -> list[Template]:
                  call("web1", 3, call("app2", 9, c(), db(), c(), wait_ms=1)), 0.004),
     ]
     return tpl
+
+
+def socket_events(trace: Trace, chunk: int = 0, seed: int = 0) -> pd.DataFrame:
+    """The per-process send and receive events a tracer like LibSockCap would record for a tagged
+    trace (reconcile's input): one connection per call (the caller's ephemeral port to the callee's
+    port 80), every message `bytes` long (100-1000, random), sent in one call and, when `chunk` > 0,
+    received in reads of at most `chunk` bytes (the last read at t_recv). Host times as in the trace.
+    For testing and benching reconciliation."""
+    m = trace.messages
+    if (m["msg"] < 0).any():
+        raise ValueError("socket_events: needs a tagged trace (every message with its call id)")
+    rng = np.random.default_rng(seed)
+    n = len(m)
+    call = (m["kind"] == "call").to_numpy()
+    caller = np.where(call, m["src"].astype(str), m["dst"].astype(str))
+    callee = np.where(call, m["dst"].astype(str), m["src"].astype(str))
+    port = 1024 + m["msg"].to_numpy() % 60000
+    client_ep = pd.Series(caller).str.cat(port.astype(str), sep=":").to_numpy()
+    server_ep = pd.Series(callee).str.cat(["80"] * n, sep=":").to_numpy()
+    # the ephemeral ports repeat beyond 60,000 calls: a per-call address keeps connections apart
+    client_ep = client_ep + np.where(m["msg"].to_numpy() >= 60000, "." + (m["msg"] // 60000).astype(str), "")
+    size = rng.integers(100, 1001, n)
+    src_ep = np.where(call, client_ep, server_ep)
+    dst_ep = np.where(call, server_ep, client_ep)
+    sends = pd.DataFrame({"mono": m["t_send"].to_numpy(), "host": m["src"].astype(str).to_numpy(),
+                          "call": "send", "bytes": size, "local": src_ep, "remote": dst_ep})
+    parts = [sends]
+    reads = np.maximum(1, -(-size // chunk)) if chunk > 0 else np.ones(n, dtype=int)
+    idx = np.repeat(np.arange(n), reads)
+    k = np.arange(len(idx)) - np.repeat(np.cumsum(reads) - reads, reads)      # read number within the message
+    last = k == reads[idx] - 1
+    got = np.where(last, size[idx] - (reads[idx] - 1) * max(chunk, 1), chunk if chunk > 0 else size[idx])
+    t = m["t_recv"].to_numpy()[idx] - (reads[idx] - 1 - k) * 1e-6
+    parts.append(pd.DataFrame({"mono": t, "host": m["dst"].astype(str).to_numpy()[idx], "call": "recv",
+                               "bytes": got, "local": dst_ep[idx], "remote": src_ep[idx]}))
+    ev = pd.concat(parts, ignore_index=True)
+    ev["pid"] = 1
+    return ev.sort_values("mono", kind="stable").reset_index(drop=True)
