@@ -195,3 +195,11 @@ def test_run_directory_with_messages_and_requests(tmp_path):
 def test_run_directory_without_messages_says_how_to_record(tmp_path):
     with pytest.raises(UserError, match="no messages table.*`trace: messages`"):
         read_run(make_run(tmp_path, with_messages=False))
+
+
+def test_date_times_and_numeric_node_names(tmp_path):
+    path = tmp_path / "dt.csv"
+    path.write_text("ts,from,to\n2026-01-01T00:00:00Z,1,2\n2026-01-01T00:00:00.5Z,2,1\n")
+    m = read_trace_file(path).messages
+    assert list(m["src"].astype(str)) == ["1", "2"]
+    assert m["t_send"].iloc[1] - m["t_send"].iloc[0] == pytest.approx(0.5)

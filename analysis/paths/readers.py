@@ -75,14 +75,14 @@ def _read_table(path: Path, warnings: list[str]) -> pd.DataFrame:
         except Exception as e:   # noqa: BLE001 - pyarrow raises many kinds for a damaged file
             raise UserError(f"{path}: cannot be read as Parquet: {' '.join(str(e).split())[:160]}") from None
     try:
-        return pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
+        return pd.read_csv(path, keep_default_na=False, skipinitialspace=True, low_memory=False)
     except pd.errors.EmptyDataError:
         raise UserError(f"{path}: empty (no header, no rows)") from None
     except UnicodeDecodeError:
         raise UserError(f"{path}: not a text (CSV) file; give a .csv or .parquet trace") from None
     except pd.errors.ParserError:
         bad: list[list[str]] = []
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True, engine="python",
+        frame = pd.read_csv(path, keep_default_na=False, skipinitialspace=True, engine="python",
                             on_bad_lines=lambda line: bad.append(line) and None)
         warnings.append(f"{path.name}: {_plural(len(bad), 'line')} with the wrong number of fields "
                         f"(first: {','.join(bad[0])[:60]!r}); left out")
