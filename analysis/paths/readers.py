@@ -101,7 +101,9 @@ def _times(values: pd.Series) -> pd.Series:
     num = pd.to_numeric(values, errors="coerce")
     if num.notna().any() or values.empty:
         return num.astype("float64")
-    dt = pd.to_datetime(values, errors="coerce", utc=True)
+    dt = pd.to_datetime(values, errors="coerce", utc=True, format="ISO8601")
+    if dt.isna().all():
+        dt = pd.to_datetime(values, errors="coerce", utc=True, format="mixed")
     return (dt - pd.Timestamp(0, tz="UTC")).dt.total_seconds()
 
 
