@@ -115,6 +115,19 @@ def by_truth(trace):
     return infer
 
 
+def test_node_delay_error_per_link(trace):
+    from analysis.paths.score import node_delay_scores, true_link_delays
+    true = true_link_delays(trace)
+    nd = pd.DataFrame({"node": true.index, "mean_s": true["mean"].to_numpy() * 1.2, "count": true["count"]})
+    s = node_delay_scores(result([], nd), trace)
+    assert s["node_delay_error_pct"] == pytest.approx(20)
+    assert s["node_delay_error_ms"] == pytest.approx(np.average(true["mean"] * 200, weights=true["count"]))
+    # web's links: the call it serves -> its db call (wait 0) and db's return -> its return (5 ms)
+    assert true.loc["web", "mean"] == pytest.approx((0.6 * 0.005 + 0.395 * 0.002 + 0.005 * 0.003)
+                                                    / (2 * 0.6 + 0.395 + 2 * 0.005), rel=0.05)
+    assert node_delay_scores(result([], nd[nd["node"] != "db"]), trace)["node_delay_error_pct"] > 20
+
+
 def test_culprit_found_in_its_window(trace):
     ranking = culprit_ranking(trace, by_truth(trace))
     assert ranking["node"].tolist() == ["db"] and ranking["ranking"][0][0] == "db"

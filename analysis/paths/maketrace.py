@@ -351,11 +351,10 @@ def _sorted(cols: dict) -> dict:
     return out
 
 
-def web_service(net_ms: float = 0.5) -> list[Template]:
+def web_service() -> list[Template]:
     """The slides' web-server simulation, as a multi-tier service: a client, two web servers (the
     slides' WS1, WS2), two application servers, a cache and a database; nine common patterns
     and two rare ones (under 1% of paths each). Times in ms: web 2-5, app 8-10, cache 1, db 15-20."""
-    del net_ms   # the network is maketrace's net_mean/net_sd
     c, db = (lambda: call("cache", 1)), (lambda ms=20: call("db", ms))
     tpl = []
     for w, a in (("web1", "app1"), ("web2", "app2")):
