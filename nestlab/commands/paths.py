@@ -6,7 +6,8 @@ writes paths.csv (source, algorithm, rank, pattern, count, share, <node>_ms per 
 trace carries its truth (Maketrace, a Jaeger export, a run with `requests`), paths-score.csv (source
 and analysis.paths.score.SCORE_COLUMNS: algorithm, pattern_recall, pattern_precision, rare_recall,
 rare_precision, request_recall, count_error_pct, delay_error_ms, delay_error_pct,
-node_delay_error_ms, node_delay_error_pct, culprit_top1, culprit_top3, ...). Warnings about the input (damaged rows, unpaired messages) go to stderr.
+node_delay_error_ms, node_delay_error_pct, culprit_top1, culprit_top3, ...). Warnings about the input
+(damaged rows, unpaired messages) go to stderr.
 """
 
 from __future__ import annotations
