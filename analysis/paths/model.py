@@ -95,6 +95,7 @@ class PathPattern:
     count: float
     node_delays: dict[str, float] = field(default_factory=dict)
     edge_latencies: dict[str, float] = field(default_factory=dict)   # "src>dst" -> mean s in flight
+    raw_count: float | None = None      # instances built, where `count` is an expected count (linking)
 
 
 @dataclass

@@ -79,13 +79,16 @@ def call_tree(p: PathPattern, total: float) -> Tree:
 
 
 def paths_frame(result: PathsResult, source: str = "") -> pd.DataFrame:
-    """paths.csv rows: source, algorithm, rank, pattern, count, share, then one column per node:
-    <node>_ms, its delay in the pattern (empty where the node is not in it)."""
+    """paths.csv rows: source, algorithm, rank, pattern, count, share (raw_count where the algorithm
+    gives expected counts), then one column per node: <node>_ms, its delay in the pattern (empty
+    where the node is not in it)."""
     total = sum(p.count for p in result.patterns) or 1.0
     rows = []
     for rank, p in enumerate(result.patterns, 1):
         row = {"source": source, "algorithm": result.algorithm, "rank": rank, "pattern": p.pattern,
                "count": p.count, "share": p.count / total}
+        if p.raw_count is not None:
+            row["raw_count"] = p.raw_count
         row.update({f"{n}_ms": 1000 * d for n, d in sorted(p.node_delays.items())})
         rows.append(row)
     return pd.DataFrame(rows, columns=["source", "algorithm", "rank", "pattern", "count", "share"]
