@@ -96,3 +96,14 @@ def test_a_run_with_messages(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "web → app" in r.stdout.replace("[cyan]", "")
     assert (tmp_path / "out" / "paths-score.csv").exists()
+
+
+def test_a_recorded_run_scored_end_to_end(tmp_path):
+    from tests.test_paths_readers import write_maketrace_run
+    tr = maketrace(web_service(), duration=3000, parallelism=0.004, seed=4, faults=[Fault("app2", 0.2, 1000, 2000)])
+    run = write_maketrace_run(tmp_path, tr)
+    r = nestlab("paths", str(run), "-a", "oracle", "--param", "x=0.5", "--top", "1")
+    assert r.returncode == 0, r.stderr
+    score = pd.read_csv(run / "analysis" / "paths-score.csv").iloc[0]   # one run: its own analysis/
+    assert score["source"] == str(run.resolve())
+    assert score["pattern_recall"] == 1 and score["culprit_top1"] == 1

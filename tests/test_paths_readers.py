@@ -203,3 +203,37 @@ def test_date_times_and_numeric_node_names(tmp_path):
     m = read_trace_file(path).messages
     assert list(m["src"].astype(str)) == ["1", "2"]
     assert m["t_send"].iloc[1] - m["t_send"].iloc[0] == pytest.approx(0.5)
+
+
+def write_maketrace_run(tmp_path, trace):
+    """A run directory as the service lab would record `trace` (its socket events, its requests,
+    its fault windows), for read_run and `nestlab paths RUN`."""
+    from analysis.paths.maketrace import requests_table, socket_events
+    run = tmp_path / "mkrun"
+    run.mkdir()
+    conn = sqlite3.connect(run / "run.db")
+    ev = socket_events(trace, chunk=500)
+    conn.execute("CREATE TABLE messages (mono, host, pid, tid, fd, call, bytes, local, remote)")
+    conn.executemany("INSERT INTO messages VALUES (?, ?, ?, 0, 3, ?, ?, ?, ?)",
+                     ev[["mono", "host", "pid", "call", "bytes", "local", "remote"]].itertuples(index=False))
+    conn.execute('CREATE TABLE requests (request, type, tier, host, pid, start, "end")')
+    conn.executemany("INSERT INTO requests VALUES (?, ?, ?, ?, ?, ?, ?)", requests_table(trace).itertuples(index=False))
+    conn.execute("CREATE TABLE faults (id, spec_index, kind, at_node, target_module, target, planned_start, "
+                 "planned_duration, start, end, rule)")
+    for i, f in enumerate((trace.faults if trace.faults is not None else pd.DataFrame()).itertuples()):
+        conn.execute("INSERT INTO faults VALUES (?, ?, 'delay', ?, NULL, '{}', ?, ?, ?, ?, '')",
+                     (i, i, f.node, f.start, f.stop - f.start, f.start, f.stop))
+    conn.commit()
+    conn.close()
+    return run
+
+
+def test_a_run_recorded_from_maketrace_gives_back_its_paths(tmp_path):
+    tr = maketrace(web_service(), duration=10, parallelism=4, seed=3, faults=[Fault("app1", 0.2, 2, 4)])
+    t = read_run(write_maketrace_run(tmp_path, tr))
+    assert t.warnings == []
+    assert len(t.messages) == len(tr.messages)
+    a = true_patterns(t)["pattern"].value_counts()
+    b = true_patterns(tr)["pattern"].value_counts()
+    assert a.to_dict() == b.to_dict()
+    assert t.faults[["node", "start", "stop"]].values.tolist() == [["app1", 2, 4]]

@@ -411,3 +411,20 @@ def socket_events(trace: Trace, chunk: int = 0, seed: int = 0) -> pd.DataFrame:
     ev = pd.concat(parts, ignore_index=True)
     ev["pid"] = 1
     return ev.sort_values("mono", kind="stable").reset_index(drop=True)
+
+
+def requests_table(trace: Trace) -> pd.DataFrame:
+    """The true request paths as the service lab's `requests` table records them (issue 33 item 4):
+    one row per hop, request, type, tier, host, pid, start, end: each call's callee from the call's
+    arrival to its return's departure (host times as in the trace). For testing readers.read_run's
+    matching of messages to requests."""
+    m, t = trace.messages, trace.truth
+    if t is None or (m["msg"] < 0).any():
+        raise ValueError("requests_table: needs a tagged trace with its truth")
+    mask = (m["kind"] == "call").to_numpy() & (t.request >= 0)
+    calls = m[mask][["msg", "dst", "t_recv"]].assign(request=t.request[mask])
+    rets = m[m["kind"] == "return"][["msg", "t_send"]].rename(columns={"t_send": "end"})
+    hops = calls.merge(rets, on="msg", how="inner")
+    host = hops["dst"].astype(str)
+    return pd.DataFrame({"request": hops["request"], "type": hops["request"].map(t.request_type).fillna(""),
+                         "tier": host, "host": host, "pid": 1, "start": hops["t_recv"], "end": hops["end"]})
