@@ -31,6 +31,7 @@ received for that request before sending it (the convention the algorithms use).
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -80,12 +81,18 @@ def _read_table(path: Path, warnings: list[str]) -> pd.DataFrame:
         raise UserError(f"{path}: empty (no header, no rows)") from None
     except UnicodeDecodeError:
         raise UserError(f"{path}: not a text (CSV) file; give a .csv or .parquet trace") from None
-    except pd.errors.ParserError:
+    except pd.errors.ParserError as first_error:
+        # rows with the wrong number of fields: read again, leaving them out (counted)
         bad: list[list[str]] = []
-        frame = pd.read_csv(path, keep_default_na=False, skipinitialspace=True, engine="python",
-                            on_bad_lines=lambda line: bad.append(line) and None)
-        warnings.append(f"{path.name}: {_plural(len(bad), 'line')} with the wrong number of fields "
-                        f"(first: {','.join(bad[0])[:60]!r}); left out")
+        try:
+            frame = pd.read_csv(path, keep_default_na=False, skipinitialspace=True, engine="python",
+                                on_bad_lines=lambda line: bad.append(line) and None)
+        except (pd.errors.ParserError, csv.Error, ValueError) as e:
+            text = " ".join(str(e or first_error).split())[:160]
+            raise UserError(f"{path}: not a readable CSV trace: {text}") from None
+        shown = f" (first: {','.join(bad[0])[:60]!r})" if bad else ""
+        warnings.append(f"{path.name}: {_plural(len(bad), 'line')} with the wrong number of fields{shown}; "
+                        "left out")
         return frame
 
 
@@ -95,6 +102,13 @@ def _pick(frame: pd.DataFrame, field: str) -> str | None:
         if alias in lower:
             return lower[alias]
     return None
+
+
+def _ints(values: pd.Series) -> pd.Series:
+    """Whole numbers as int64; anything else (text, fractions, inf, beyond int64) -1."""
+    num = pd.to_numeric(values, errors="coerce").astype("float64")
+    ok = np.isfinite(num) & (num == np.round(num)) & (num.abs() < 2**62)
+    return pd.Series(np.where(ok, num.fillna(-1), -1).astype("int64"), index=values.index)
 
 
 def _times(values: pd.Series) -> pd.Series:
@@ -126,12 +140,13 @@ def read_trace_file(path: str | Path) -> Trace:
         f["word"] = words
     if cols["msg"]:
         ids = pd.to_numeric(raw[cols["msg"]], errors="coerce")
-        f["msg"] = (ids.fillna(-1).astype("int64") if ids.notna().all()
-                    else pd.Series(pd.factorize(raw[cols["msg"]].replace("", None))[0], index=raw.index))
+        f["msg"] = (_ints(raw[cols["msg"]]) if ids.notna().all()
+                    else pd.Series(pd.factorize(raw[cols["msg"]].astype(str).replace("", None))[0],
+                                   index=raw.index))
     truth_cols = cols["request"] is not None and cols["cause"] is not None
     if truth_cols:
-        f["request"] = pd.to_numeric(raw[cols["request"]], errors="coerce").fillna(-1).astype("int64")
-        f["cause"] = pd.to_numeric(raw[cols["cause"]], errors="coerce").fillna(-1).astype("int64")
+        f["request"] = _ints(raw[cols["request"]])
+        f["cause"] = _ints(raw[cols["cause"]])
     f["row"] = np.arange(len(f))
     bad = f["t_send"].isna() | ~np.isfinite(f["t_send"].fillna(0)) | f["src"].isin(["", "nan"]) \
         | f["dst"].isin(["", "nan"])
@@ -259,11 +274,39 @@ def _traces_of(doc: object) -> list[dict]:
     return [t for t in doc if isinstance(t, dict) and isinstance(t.get("spans"), list)]
 
 
+def _listed(value: object) -> list:
+    return value if isinstance(value, list) else []
+
+
 def _kind_of(span: dict) -> str:
-    for tag in span.get("tags") or ():
+    for tag in _listed(span.get("tags")):
         if isinstance(tag, dict) and tag.get("key") == "span.kind":
             return str(tag.get("value", ""))
     return ""
+
+
+def _span(s: object, procs: dict) -> tuple[str, tuple] | None:
+    """(spanID, (start, end, service, parent spanID or None, span.kind, operation)) of one span, times
+    in s; None when it lacks what a message needs (an id, finite times, a service)."""
+    if not isinstance(s, dict):
+        return None
+    try:
+        sid = str(s["spanID"])
+        start, dur = float(s["startTime"]) / 1e6, float(s["duration"]) / 1e6
+    except (KeyError, TypeError, ValueError):
+        return None
+    process = s.get("process")
+    pid = s.get("processID")
+    service = procs.get(pid) if isinstance(pid, str) else None
+    if service is None and isinstance(process, dict):
+        service = process.get("serviceName")
+    if service is None and isinstance(pid, str):
+        service = pid
+    if not isinstance(service, str) or not service or not np.isfinite(start) or not np.isfinite(dur) or dur < 0:
+        return None
+    parent = next((str(r.get("spanID")) for r in _listed(s.get("references"))
+                   if isinstance(r, dict) and r.get("refType", "CHILD_OF") == "CHILD_OF"), None)
+    return sid, (start, start + dur, service, parent, _kind_of(s), str(s.get("operationName", "")))
 
 
 def read_jaeger(path: str | Path) -> Trace:
@@ -288,25 +331,16 @@ def read_jaeger(path: str | Path) -> Trace:
             continue
         read_any = True
         for tr in traces:
-            procs = {k: (v or {}).get("serviceName", k) for k, v in (tr.get("processes") or {}).items()
-                     if isinstance(v, dict)}
+            raw_procs = tr.get("processes")
+            procs = {k: v.get("serviceName") for k, v in (raw_procs.items() if isinstance(raw_procs, dict) else ())
+                     if isinstance(k, str) and isinstance(v, dict) and isinstance(v.get("serviceName"), str)}
             spans = {}
             for s in tr["spans"]:
-                try:
-                    sid = str(s["spanID"])
-                    start, dur = float(s["startTime"]) / 1e6, float(s["duration"]) / 1e6
-                    service = procs.get(s.get("processID"), s.get("processID") or s.get("process", {}).get(
-                        "serviceName"))
-                except (KeyError, TypeError, ValueError, AttributeError):
+                got = _span(s, procs)
+                if got is None:
                     bad_spans += 1
-                    continue
-                if service is None or not np.isfinite(start) or not np.isfinite(dur) or dur < 0:
-                    bad_spans += 1
-                    continue
-                parent = next((str(r.get("spanID")) for r in s.get("references") or ()
-                               if isinstance(r, dict) and r.get("refType", "CHILD_OF") == "CHILD_OF"), None)
-                spans[sid] = (start, start + dur, str(service), parent, _kind_of(s),
-                              str(s.get("operationName", "")))
+                else:
+                    spans[got[0]] = got[1]
             if not spans:
                 continue
             req = n_req

@@ -63,9 +63,9 @@ def _traces(args: argparse.Namespace) -> tuple[list[tuple[str, Callable[[], Trac
     if sum(given) != 1:
         raise UserError("name the trace to analyse: RUNS, or --trace FILE, or --jaeger PATH (one of them)")
     if args.trace is not None:
-        return [(args.trace, partial(read_trace_file, args.trace))], Path(args.out or ".")
+        return [(args.trace, partial(guarded, args.trace, read_trace_file, args.trace))], Path(args.out or ".")
     if args.jaeger is not None:
-        return [(args.jaeger, partial(read_jaeger, args.jaeger))], Path(args.out or ".")
+        return [(args.jaeger, partial(guarded, args.jaeger, read_jaeger, args.jaeger))], Path(args.out or ".")
     runs = find_runs(args.runs, args.results)
     out = Path(args.out) if args.out else common_root(runs) / "analysis"
     return [(str(r), partial(guarded, r, read_run, r)) for r in runs], out
@@ -103,13 +103,14 @@ def _paths(args: argparse.Namespace) -> int:
             print(f"warning: {where}{w}", file=sys.stderr)
         for name, infer, _ in chosen:
             run = partial(infer, **params[name])
-            result = run(trace.messages)
+            # whatever an algorithm did not expect of a damaged trace is one line, not a traceback
+            result = guarded(label, run, trace.messages)
             for w in result.warnings:
                 print(f"warning: {where}{name}: {w}", file=sys.stderr)
             _show(console, label, name, result, args.top, len(trace.messages))
             path_rows.append(paths_frame(result, label))
             if trace.truth is not None and not args.no_score:
-                row = score(result, trace, run)
+                row = guarded(label, score, result, trace, run)
                 score_rows.append({"source": label, **row})
     out.mkdir(parents=True, exist_ok=True)
     frames = [f for f in path_rows if not f.empty]
