@@ -237,3 +237,25 @@ def test_a_run_recorded_from_maketrace_gives_back_its_paths(tmp_path):
     b = true_patterns(tr)["pattern"].value_counts()
     assert a.to_dict() == b.to_dict()
     assert t.faults[["node", "start", "stop"]].values.tolist() == [["app1", 2, 4]]
+
+
+@pytest.mark.parametrize("content", [bytes(range(256)) * 3, b'time,sender\n"1,a\n2,b,c,d\n', b"\x00\x01,\n\xff"])
+def test_garbage_files_are_user_errors_or_warnings(tmp_path, content):
+    path = tmp_path / "g.csv"
+    path.write_bytes(content)
+    try:
+        read_trace_file(path)
+    except UserError as e:
+        assert str(e).startswith(str(path))
+
+
+def test_jaeger_fields_of_the_wrong_type(tmp_path):
+    doc = jaeger_doc(1)
+    spans = doc["data"][0]["spans"]
+    spans[0]["references"], spans[0]["tags"] = 5, "x"            # taken as none
+    spans.append({"spanID": "q", "startTime": "soon", "duration": 1, "processID": "p1"})
+    spans.append({"spanID": "r", "startTime": 1, "duration": 1, "processID": ["p1"]})
+    doc["data"][0]["processes"]["p9"] = "not a dict"
+    (tmp_path / "e.json").write_text(json.dumps(doc))
+    t = read_jaeger(tmp_path / "e.json")
+    assert len(t.messages) == 6 and "2 spans without spanID" in " ".join(t.warnings)
