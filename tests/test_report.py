@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from analysis.load import load_run_data
-from analysis.pipeline import evaluate, summarize_run
+from analysis.pipeline import evaluate
+from analysis.render.summary import summarize_run
 from analysis.render.tables import stalled_list, stalled_top
 from analysis.render.writers import accuracy_latex, accuracy_markdown, compare_markdown
 from analysis.score.accuracy import accuracy_table, compare_table

@@ -1,6 +1,6 @@
 """Rendering the scores as files: Markdown (terminal), CSV and LaTeX, and the stalled-modules list
-(analysis.pipeline.summarize_run writes them at the end of `run-experiment`). The rows and cells these
-tables share with the seed comparisons and the HTML report are made in analysis.render.tables.
+(analysis.render.summary.summarize_run writes them at the end of `run-experiment`). The rows and cells
+these tables share with the seed comparisons and the HTML report are made in analysis.render.tables.
 
 Rates print as percentages with one decimal; an undefined rate (zero denominator) prints blank,
 never 0 or NaN. The `±` column is the largest half-width, in percentage points, of the row's
