@@ -66,9 +66,9 @@ import numpy as np
 import pandas as pd
 
 from analysis import labels_streams
+from analysis.fault_reach import active_faults, collateral_modules, fault_targets
 from analysis.model.label_input import ArrayRows, StretchRows, label_rows
 from analysis.variants.base import Param, on_off, parse_named
-from rundir import facts
 from rundir.db import connect
 from rundir.read import counter_history
 
@@ -104,57 +104,6 @@ def _choice(*options: str) -> Callable[[str], str]:
 
 
 # ----------------------------------------------------------------------------- shared pieces
-
-
-def _active_faults(data) -> list[tuple[int, str, int, float, float]]:
-    """(id, kind, target module, start, end) of the faults that took effect and have a target."""
-    out = []
-    for f in facts.took_effect(data.faults).itertuples(index=False):
-        if f.target_module is pd.NA or pd.isna(f.target_module):
-            continue
-        out.append((int(f.id), str(f.kind), int(f.target_module), float(f.start), float(f.end)))
-    return out
-
-
-def _edges_during(data, t0: float, t1: float) -> list[tuple[int, int]]:
-    e = data.edges
-    if e.empty:
-        return []
-    died = e["died"].astype(float).fillna(np.inf).to_numpy()
-    born = e["born"].astype(float).to_numpy()
-    live = (born <= t1) & (died > t0)
-    return list(zip(e["parent"].to_numpy()[live].tolist(), e["child"].to_numpy()[live].tolist(), strict=True))
-
-
-def fault_targets(data, kind: str, target: int, t0: float, t1: float) -> set[int]:
-    """The modules a fault targets: app_pause -> the app and its sockets; otherwise the target."""
-    out = {target}
-    if kind == "app_pause":
-        kinds = data.modules["kind"]
-        out |= {c for p, c in _edges_during(data, t0, t1) if p == target and kinds.get(c) == "socket"}
-    return out
-
-
-def collateral_modules(data, targets: set[int], t0: float, t1: float) -> set[int]:
-    """Ancestors and descendants of the targets in the graph while the fault was active."""
-    edges = _edges_during(data, t0, t1)
-    down: dict[int, set[int]] = {}
-    up: dict[int, set[int]] = {}
-    for p, c in edges:
-        down.setdefault(p, set()).add(c)
-        up.setdefault(c, set()).add(p)
-    found: set[int] = set()
-    for nbrs in (down, up):
-        todo = list(targets)
-        seen = set(targets)
-        while todo:
-            m = todo.pop()
-            for n in nbrs.get(m, ()):
-                if n not in seen:
-                    seen.add(n)
-                    todo.append(n)
-        found |= seen
-    return found - targets
 
 
 def impact_mask(t_start: np.ndarray, t_end: np.ndarray, idle: np.ndarray, invalid: np.ndarray,
@@ -335,7 +284,7 @@ class _Policy:
         need_coll = self.values.get("collateral", "negative") != "negative"
         need_cover = self.values.get("overlap", "exclude") == "exclude"
         covering = []   # (neighbours, f0, f1) of each fault, for `cover` once every target's rows are known
-        for fid, kind, target, f0, f1 in _active_faults(data):
+        for fid, kind, target, f0, f1 in active_faults(data):
             targets = fault_targets(data, kind, target, f0, f1)
             groups = [(targets, fault_pos, fault_id, mark)]
             if need_coll or need_cover:
