@@ -99,7 +99,9 @@ def diagnose_stretches(source: RunStretches | Iterable[Stretch], variants=None, 
     stretches = source.stretches if isinstance(source, RunStretches) else list(source)
     if where is None and isinstance(source, RunStretches):
         where = str(source.path)
-    batch = Batch(stretches, source=where)  # every cell of every stretch at once; shared by the variants
+    # every cell of every stretch at once, shared by the variants, with what they read of the run
+    engine = source.engine_metrics if isinstance(source, RunStretches) else None
+    batch = Batch(stretches, source=where, engine_metrics=engine)
     diags = [StretchDiagnosis(st, {}) for st in stretches]
     for v in vs:
         flat = v.diagnose(batch)

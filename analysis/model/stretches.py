@@ -49,6 +49,7 @@ from analysis.model.dense import (
     stretch_edges,
     stretch_members,
 )
+from analysis.model.engine_metrics import EngineMetrics, read_engine_metrics
 from rundir import columnar, read, repair
 from rundir.db import connect
 from rundir.errors import UserError
@@ -278,6 +279,7 @@ class RunStretches:
     modules: list[tuple] = field(default_factory=list)  # (id, kind, name, key, attrs, born, died), as read
     edges: list[tuple] = field(default_factory=list)    # (parent, child, born, died), as read
     warnings: list[str] = field(default_factory=list)   # what was wrong with run.db, what was left out
+    engine_metrics: EngineMetrics = field(default_factory=EngineMetrics)   # a streams run's (flink-backpressure)
 
 
 def load_stretches(run_dir: str | Path) -> RunStretches:
@@ -307,11 +309,12 @@ def load_stretches(run_dir: str | Path) -> RunStretches:
         read_said = warnings[said:]
         tcp_rows = read.read_tcp_state(conn, warnings)
         probe_rows = read.read_probes(conn, warnings)
+        engine = read_engine_metrics(conn, (k for _, k, *_ in mods))
     finally:
         conn.close()
     kind = {i: k for i, k, *_ in mods}
     name = {i: n for i, _, n, *_ in mods}
-    run = RunStretches(path, [], kind, name, seqs, mono, unscored, mods, edge_rows, warnings)
+    run = RunStretches(path, [], kind, name, seqs, mono, unscored, mods, edge_rows, warnings, engine)
     if copy is not None:
         _from_copy(run, copy)
     elif len(seqs) and len(rows["seq"]) and kind:

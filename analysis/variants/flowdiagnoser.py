@@ -201,9 +201,7 @@ class _Cells:
 
 
 def _cells(batch: Batch) -> _Cells:
-    if "flowdiagnoser" not in batch._cache:
-        batch._cache["flowdiagnoser"] = _make_cells(batch)
-    return batch._cache["flowdiagnoser"]
+    return batch.shared("flowdiagnoser", lambda: _make_cells(batch))
 
 
 def _make_cells(batch: Batch) -> _Cells:

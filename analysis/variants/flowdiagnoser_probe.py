@@ -52,15 +52,15 @@ _LOWER = [KINDS.index(k) for k in ("ipeth", "ip", "eth")]
 
 def _edges(batch: Batch, edges: tuple[np.ndarray, np.ndarray]):
     """(connection -> lower layer, lower layer -> lower layer) cell edges, each a (parents, children) pair."""
-    if "probe_edges" not in batch._cache:
+    def make():
         ep, ec = edges
         kind = batch.kind_codes
         lower = np.isin(kind, _LOWER)
         into = lower[ec]
         tcp = into & (kind[ep] == _TCP)
         down = into & lower[ep]
-        batch._cache["probe_edges"] = ((ep[tcp], ec[tcp]), (ep[down], ec[down]))
-    return batch._cache["probe_edges"]
+        return (ep[tcp], ec[tcp]), (ep[down], ec[down])
+    return batch.shared("probe_edges", make)
 
 
 def probe_rule(batch: Batch, d: str, res: np.ndarray, ahead: float,

@@ -183,15 +183,15 @@ CHUNK = 1 << 17   # cells per piece (whole stretches): its arrays stay small, in
 def _pieces(batch: Batch) -> list[tuple[int, int, int, int]]:
     """(first stretch, end stretch, first cell, end cell) of runs of whole stretches of about CHUNK
     cells, in order. No edge leaves its stretch, so each run can be diagnosed on its own."""
-    if "nest_cf_pieces" not in batch._cache:
+    def make() -> list[tuple[int, int, int, int]]:
         ends = batch.offsets[1:].tolist()
         out, k0, c0 = [], 0, 0
         for k, c1 in enumerate(ends):
             if c1 - c0 >= CHUNK or k == len(ends) - 1:
                 out.append((k0, k + 1, c0, c1))
                 k0, c0 = k + 1, c1
-        batch._cache["nest_cf_pieces"] = out
-    return batch._cache["nest_cf_pieces"]
+        return out
+    return batch.shared("nest_cf_pieces", make)
 
 
 def diagnose(batch: Batch, anw=True, ign=True, queues=True, errors=True, threshold=0.0):
