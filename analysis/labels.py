@@ -69,8 +69,6 @@ from analysis import labels_streams
 from analysis.fault_reach import active_faults, collateral_modules, fault_targets
 from analysis.model.label_input import ArrayRows, StretchRows, label_rows
 from analysis.variants.base import Param, on_off, parse_named
-from rundir.db import connect
-from rundir.read import counter_history
 
 Rows = ArrayRows | StretchRows   # what a policy reads (analysis.label_rows)
 CAUSES = ("", "oneway", "fault", "collateral", "invalid", "after_end", "overlap", "straddle")
@@ -157,31 +155,27 @@ PACKET_OVERHEAD_BYTES = 100
 
 
 class DataCarried:
-    """Cumulative bytes and messages of a run's module directions, read from run.db on demand (the
-    analysis frames carry message deltas only). Rows are written on change and carried forward."""
+    """Whether a module direction carried data over a span, from the run's cumulative bytes and
+    messages (the loaded run's `histories`, analysis.load.CounterHistories: rows written on change and
+    carried forward; a run without them: unknown)."""
 
     def __init__(self, data):
         self.data = data
         self.mono = data.snapshots["mono"]
+        self.histories = getattr(data, "histories", None)
         self.cache: dict[tuple[int, bool], tuple[np.ndarray, np.ndarray, np.ndarray] | None] = {}
-        path = getattr(data, "path", None)
-        db = path / "run.db" if path is not None else None
-        self.conn = connect(db, readonly=True) if db is not None and db.exists() else None
 
     def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
+        if self.histories is not None:
+            self.histories.close()
 
     def _series(self, module: int, out: bool):
         key = (module, out)
         if key not in self.cache:
-            rows = [] if self.conn is None else counter_history(self.conn, module, out)
-            rows = [r for r in rows if r[2] is not None and r[1] is not None]
-            if rows:
-                seq = np.array([r[0] for r in rows], dtype=np.int64)
-                t = self.mono.reindex(seq).to_numpy(float)
-                self.cache[key] = (t, np.array([r[1] for r in rows], float), np.array([r[2] for r in rows], float))
+            rows = self.histories.get(module, out) if self.histories is not None else None
+            if rows is not None:
+                seq, msgs, nbytes = rows
+                self.cache[key] = (self.mono.reindex(seq).to_numpy(float), msgs, nbytes)
             else:
                 self.cache[key] = None
         return self.cache[key]

@@ -66,6 +66,8 @@ class RunData:
     uncertain: list[tuple[float, float]] = field(default_factory=list)  # spans of faults whose window or
     #                             target is unknown (a damaged run): not quiet time (analysis.health)
     unscored: np.ndarray | None = None   # bool per counters row: left out of the scores (analysis.unscored)
+    # cumulative messages and bytes per module direction, as recorded (labels' direction=data reads them)
+    histories: CounterHistories | None = None
 
     @property
     def path(self) -> Path:
@@ -88,6 +90,36 @@ class RunData:
         wants those arrays without the long frame (analysis.labels); None once the frame is made (it may
         have been assigned or edited since: the frame is then what counts)."""
         return self.run.stretches if self._counters is None else None
+
+
+class CounterHistories:
+    """Per module direction, its cumulative messages and bytes as recorded (run.db's counters rows: a
+    row when they change), which the frames do not hold (message deltas only): a labelling policy asks
+    for a few series (a fault's targets), so each is read when first asked for, through one read-only
+    connection that `close` releases (a later ask opens it again)."""
+
+    def __init__(self, db: Path | None):
+        self.db = db if db is not None and db.is_file() else None
+        self.conn: sqlite3.Connection | None = None
+        self.cache: dict[tuple[int, bool], tuple[np.ndarray, np.ndarray, np.ndarray] | None] = {}
+
+    def get(self, module: int, out: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(seq, total messages, bytes) of the rows of module's direction (out: outbound) that hold both
+        values, in seq order; None when there is none (or no run.db)."""
+        key = (module, out)
+        if key not in self.cache:
+            if self.conn is None and self.db is not None:
+                self.conn = connect(self.db, readonly=True)
+            rows = [] if self.conn is None else read.counter_history(self.conn, module, out)
+            rows = [r for r in rows if r[2] is not None and r[1] is not None]
+            self.cache[key] = (np.array([r[0] for r in rows], dtype=np.int64), np.array([r[1] for r in rows], float),
+                               np.array([r[2] for r in rows], float)) if rows else None
+        return self.cache[key]
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
 
 
 def counters_frame(run: RunStretches) -> pd.DataFrame:
@@ -210,7 +242,7 @@ def _load(info: RunInfo) -> RunData:
                         "the run is not in the tables")
     return RunData(info, run, snaps, counters, mods, edges, procs, faults, workloads, t0, stop,
                    warnings, health["tcp_info"], health["queue_stats"], [(lo, hi) for _, lo, hi, _ in spans],
-                   unscored)
+                   unscored, CounterHistories(info.path / "run.db"))
 
 
 def _attach_workloads(mods: pd.DataFrame, procs: pd.DataFrame, workloads: list[SpecWorkload],
