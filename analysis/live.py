@@ -48,6 +48,7 @@ from analysis.variants import DEFAULT_VARIANT, LABELS
 from rundir import facts
 from rundir.db import TCP_STATE_COLUMNS
 from rundir.errors import UserError
+from rundir.layout import run_db
 from rundir.live_reader import News, RunReader
 from rundir.manifest import Manifest, Monitor, read_manifest_quietly
 from rundir.repair import as_dict
@@ -134,7 +135,7 @@ class LiveEngine:
                  history: bool = False):
         path = Path(run)
         self.path = path.parent if path.is_file() else path
-        db = path if path.is_file() else path / "run.db"
+        db = run_db(path)
         if not db.is_file():
             raise UserError(f"{path}: no run.db here (expected a run directory)")
         (self.variant,) = as_variants([variant or DEFAULT_VARIANT])

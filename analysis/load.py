@@ -27,6 +27,7 @@ from analysis.score.table_layout import module_rows
 from rundir import facts, read, repair
 from rundir.db import connect
 from rundir.errors import UserError
+from rundir.layout import RunDir
 from rundir.manifest import Monitor, SpecWorkload
 from rundir.runs import HEALTH_TABLES, RunInfo, guarded, open_run
 from rundir.targets import resolve_fault_targets
@@ -198,7 +199,7 @@ def _load(info: RunInfo) -> RunData:
     warnings = list(info.warnings)
     run = load_stretches(info.path)
     warnings += run.warnings
-    conn = connect(info.path / "run.db", readonly=True)
+    conn = connect(RunDir(info.path).db, readonly=True)
     try:
         procs = read.read_processes(conn, warnings)
         ends = read.read_run_ends(conn, warnings)
@@ -242,7 +243,7 @@ def _load(info: RunInfo) -> RunData:
                         "the run is not in the tables")
     return RunData(info, run, snaps, counters, mods, edges, procs, faults, workloads, t0, stop,
                    warnings, health["tcp_info"], health["queue_stats"], [(lo, hi) for _, lo, hi, _ in spans],
-                   unscored, CounterHistories(info.path / "run.db"))
+                   unscored, CounterHistories(RunDir(info.path).db))
 
 
 def _attach_workloads(mods: pd.DataFrame, procs: pd.DataFrame, workloads: list[SpecWorkload],

@@ -53,6 +53,7 @@ from analysis.model.engine_metrics import EngineMetrics, read_engine_metrics
 from rundir import columnar, read, repair
 from rundir.db import connect
 from rundir.errors import UserError
+from rundir.layout import run_db
 
 DIRS = ("in", "out")
 KINDS = ("app", "socket", "tcp", "ipeth", "ip", "eth", "sconn")
@@ -286,7 +287,7 @@ def load_stretches(run_dir: str | Path) -> RunStretches:
     """Read a run directory (or a run.db path) into stretches of constant graph. What is wrong with
     run.db (rundir.read) is in `RunStretches.warnings`; sqlite3.Error when the file cannot be read."""
     path = Path(run_dir)
-    db = path if path.is_file() else path / "run.db"
+    db = run_db(path)
     if not db.is_file():
         raise UserError(f"{path}: no run.db here (expected a run directory)")
     warnings: list[str] = []

@@ -16,7 +16,7 @@ from analysis.pipeline import evaluate
 from analysis.render.tables import stalled_list
 from analysis.render.writers import stalled_markdown, write_accuracy
 from analysis.variants import DEFAULT_VARIANT
-from rundir.layout import fresh
+from rundir.layout import RunDir, fresh
 
 
 def say(text: str, file=None) -> None:
@@ -53,7 +53,7 @@ def summarize(run_dir: str | Path, variants: Sequence[str] = (DEFAULT_VARIANT,),
     ev = dataclasses.replace(full, variants=base)
     for w in ev.warnings:
         say(f"warning: {w}", sys.stderr)
-    out = Path(out) if out is not None else run_dir / "analysis"
+    out = Path(out) if out is not None else RunDir(run_dir).analysis
     md, _ = write_accuracy(ev, out)
     say("")
     say(md)
