@@ -70,7 +70,7 @@ from analysis.fault_reach import active_faults, collateral_modules, fault_target
 from analysis.model.label_input import ArrayRows, StretchRows, label_rows
 from analysis.variants.base import Param, on_off, parse_named
 
-Rows = ArrayRows | StretchRows   # what a policy reads (analysis.label_rows)
+Rows = ArrayRows | StretchRows   # what a policy reads (analysis.model.label_input)
 CAUSES = ("", "oneway", "fault", "collateral", "invalid", "after_end", "overlap", "straddle")
 
 

@@ -1,7 +1,7 @@
 """Loading a run for the analysis: the first step of the pipeline (analysis.pipeline).
 
 `load_run_data(info)` reads one run for labelling, scoring and plotting: the diagnosis engine's
-stretches (analysis.stretches.load_stretches: stretches of constant graph, counter deltas and the
+stretches (analysis.model.stretches.load_stretches: stretches of constant graph, counter deltas and the
 invalid mask), the same counters as one long frame, and the modules (with their workload, one-way
 direction and table rows), edges, processes, faults and workloads. Damage inside run.db (values that
 are not numbers, times that go back, faults whose window or target is unknown) leaves rows out of the
@@ -47,7 +47,7 @@ class RunData:
     """One run read for the analysis. Frames use run.db module ids and snapshot seqs."""
 
     info: RunInfo
-    run: RunStretches           # analysis.stretches (give it to diagnose_run to avoid reading twice)
+    run: RunStretches           # analysis.model.stretches (give it to diagnose_run to avoid reading twice)
     snapshots: pd.DataFrame     # seq (index), mono, start (mono of the previous snapshot)
     # module, dir, seq, tm, wait, has_wait, queued, has_queue, errors, invalid: `counters`, made from the
     # stretches when first asked for (the diagnosis does not need it; so it is not made while it runs)
@@ -314,7 +314,7 @@ def _resolve_faults(faults: pd.DataFrame, mods: pd.DataFrame, monitor: Monitor, 
                     lost: list[tuple[int, int]] | None = None) -> pd.DataFrame:
     """Fill in target modules the runner could not resolve (or that are not in the modules table),
     ends of faults still active at the end; `monitor` is the manifest's (host and interface of the
-    monitored host). Faults in `unknown_window` (see analysis.repair.fault_rows) are already reported.
+    monitored host). Faults in `unknown_window` (see rundir.repair.fault_rows) are already reported.
     Faults whose recorded target module does not exist and whose target does not resolve go into
     `lost` as (id, recorded module) (analysis.unscored_rows.leave_out_lost_targets reports them)."""
     modules = [(int(mid), key, float(born)) for mid, key, born in zip(mods.index, mods["key"], mods["born"], strict=True)]

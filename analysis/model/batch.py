@@ -30,7 +30,7 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 
 def _flat(arrays: list[np.ndarray]) -> np.ndarray:
     """The arrays flattened into one, in order: a read-only view when they lie back to back in one
-    buffer (analysis.dense.flat_view), else a copy."""
+    buffer (analysis.model.dense.flat_view), else a copy."""
     view = flat_view(arrays)
     return np.concatenate([a.ravel() for a in arrays]) if view is None else _readonly(view)
 
@@ -129,7 +129,7 @@ class Batch:
 
     @cached_property
     def detached(self) -> np.ndarray:
-        """Per cell: the module is detached in its stretch (analysis.stretches.Stretch.detached)."""
+        """Per cell: the module is detached in its stretch (analysis.model.stretches.Stretch.detached)."""
         return self.per_module([st.detached for st in self.stretches], dtype=bool)
 
     @cached_property
@@ -173,7 +173,7 @@ class Batch:
 
     @cached_property
     def kind_codes(self) -> np.ndarray:
-        """Per cell: the module's kind as an index into analysis.stretches.KINDS (-1 if unknown)."""
+        """Per cell: the module's kind as an index into analysis.model.stretches.KINDS (-1 if unknown)."""
         code = {k: i for i, k in enumerate(KINDS)}
         return self.per_module([[code.get(k, -1) for k in st.kinds] for st in self.stretches], dtype=np.int8)
 
@@ -214,7 +214,7 @@ class Batch:
 
     @cached_property
     def tcpstate(self) -> dict[str, np.ndarray] | None:
-        """Per cell, the optional `Stretch.tcpstate` (analysis.tcpstate.TcpState) flattened: "known" and
+        """Per cell, the optional `Stretch.tcpstate` (analysis.model.tcpstate.TcpState) flattened: "known" and
         every state field, plus "mono" (the snapshot's time); a stretch without it is unknown
         everywhere (known False, fields NaN). None when no stretch has it."""
         if all(st.tcpstate is None for st in self.stretches):

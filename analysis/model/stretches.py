@@ -14,7 +14,7 @@ Two sources:
   series re-baselines on the lower values. `Counters.invalid` marks those module/direction/snapshots
   (and snapshots without a measurement); the diagnosis still runs on them, the labeller drops them.
   A wait_ms decrease of at most 0.05 ms is not an event (a call of the interceptor finishing between
-  the reader's look at the slot and its clock): the previous value carries over. analysis.deltas is
+  the reader's look at the slot and its clock): the previous value carries over. analysis.model.deltas is
   the one place the rule lives; the collector stores what it read.
 - `stretch_from_json(obj)`: the `nestlab diagnose --json` format (docs/diagnosis.md), whose values
   are already deltas.
@@ -110,15 +110,15 @@ class Stretch:
     # Per module, the remote peer it depends on (a TCP connection's remote address, attrs "dst";
     # JSON "remote"), None where unknown; None = unknown for all. flowdiagnoser:shared=on groups by it.
     remote: list[str | None] | None = None
-    # Per module and snapshot, the connection's TCP state (analysis.tcpstate.TcpState: tcp_info's
+    # Per module and snapshot, the connection's TCP state (analysis.model.tcpstate.TcpState: tcp_info's
     # backoff, ca_state, retransmits, probes, rto and last send/receive times, carried forward);
     # None = not recorded (run format <= 3, JSON). flowdiagnoser:tcpstate=on reads it.
     tcpstate: Any = None
-    # The collector's probes as this stretch sees them (analysis.probes.StretchProbes); None = none
+    # The collector's probes as this stretch sees them (analysis.model.probes.StretchProbes); None = none
     # (runs of format <= 4 carry an empty one). flowdiagnoser:probe=on reads it.
     probes: Any = None
     # (buffers, start, stop) when the counters are views of buffers[d][field][start:stop], one flat
-    # array per direction and field for a whole run (build_stretches): analysis.cells takes those.
+    # array per direction and field for a whole run (build_stretches): analysis.model.batch takes those.
     flat: Any = None
 
     def __post_init__(self):
@@ -430,7 +430,7 @@ def build_stretches(seqs: np.ndarray, mono: np.ndarray, kind: dict[int, str], pe
     `load_run` passes a whole run, analysis.live a window of recent snapshots.
 
     The stretches' counters are views of one flat array per field and direction, in the order of
-    analysis.cells (stretch, module, snapshot), so a Batch of them takes it without a copy."""
+    analysis.model.batch (stretch, module, snapshot), so a Batch of them takes it without a copy."""
     s_count = len(seqs)
     if s_count == 0 or len(row_module) == 0:
         return []
@@ -490,7 +490,7 @@ def make_stretches(seqs: np.ndarray, kind: dict[int, str], starts: np.ndarray, s
                    flat: dict[str, dict[str, np.ndarray]]) -> list[Stretch]:
     """Stretches [starts[j], stops[j]) of `seqs`, the j-th with the next n[j] modules of `here` and the
     edges edges[at[j]:at[j + 1]] (sorted, once each), their counters views of the flat per-cell arrays
-    `flat[d][field]` (analysis.cells' order) -- build_stretches' last step, and the stretches' copy's."""
+    `flat[d][field]` (analysis.model.batch's order) -- build_stretches' last step, and the stretches' copy's."""
     kinds = list(map(kind.__getitem__, here))
     fields = list(Counters.__dataclass_fields__)
     t = stops - starts

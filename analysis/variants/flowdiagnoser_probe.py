@@ -6,7 +6,7 @@ dead or the connection is (thesis 3.3.2, 3.5.2.3: "hard (if not impossible)"). T
 fewer than Θ waiting connections -> connection and interface both STALLED; at least Θ -> the
 interface alone. A burst of probes to the connection's remote from fresh source ports (another
 5-tuple) tells them apart: answered, the path through this host's stack works and the connection is
-at fault; not answered, the path (or the interface) is dead. analysis.probes turns bursts into
+at fault; not answered, the path (or the interface) is dead. analysis.model.probes turns bursts into
 evidence per connection, direction and snapshot (ANSWERED, UNANSWERED, NONE). The rule, per
 direction and snapshot, on the results of the rule it extends (Θ, then shared=on):
 

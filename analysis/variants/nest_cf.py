@@ -5,7 +5,7 @@
    or IGN; a module with no parent is never IGN) or NONE. ANW and IGN propagate from parents, to
    their least fixed point (on a graph with cycles too).
    "Never IGN without a parent" is this system's form of FlowDiagnoser's "roots have work": a
-   root is not taken as quiet. A *detached* module (analysis.stretches.Stretch: its upper layer is
+   root is not taken as quiet. A *detached* module (analysis.model.stretches.Stretch: its upper layer is
    known elsewhere in the run, not here -- a TCP connection before the interceptor has reported
    its socket, or after close() while it lingers) is not a true root: with no known upper layer
    there is no demand on it, and "every parent is IDLE or IGN" holds (vacuously), so it is IGN
