@@ -324,7 +324,7 @@ def _resolve_faults(faults: pd.DataFrame, mods: pd.DataFrame, monitor: Monitor, 
     ends of faults still active at the end; `monitor` is the manifest's (host and interface of the
     monitored host). Faults in `unknown_window` (see rundir.repair.fault_rows) are already reported.
     Faults whose recorded target module does not exist and whose target does not resolve go into
-    `lost` as (id, recorded module) (analysis.unscored_rows.leave_out_lost_targets reports them)."""
+    `lost` as (id, recorded module) (analysis.unscored.leave_out_lost_targets reports them)."""
     modules = [(int(mid), key, float(born)) for mid, key, born in zip(mods.index, mods["key"], mods["born"], strict=True)]
     known = {m for m, _, _ in modules}
     rows = list(faults.itertuples(index=False))
