@@ -146,7 +146,7 @@ class Batch:
                 self._flat_counters[d] = Counters(*(_readonly(shared[f]) for f in names))
             elif self.stretches:
                 self._flat_counters[d] = Counters(*(_flat([getattr(st.counters[d], f) for st in self.stretches])
-                                            for f in names))
+                                                    for f in names))
             else:  # no cells (a run whose collector saw no module): empty, with the right dtypes
                 self._flat_counters[d] = Counters(*(a.ravel() for a in vars(Counters.empty(0, 0)).values()))
         return self._flat_counters[d]
