@@ -68,8 +68,8 @@ def test_teardown_finishes_when_an_error_text_looks_like_markup(tmp_path, capsys
 
     run = Repetition(load_spec(NET_FAULT), 0, tmp_path)
     run.rd.update_manifest(format_version=FORMAT_VERSION, status="running")
-    run.backend, run.workloads = Backend(), Workloads()
-    run.faults = SimpleNamespace(teardown=lambda: done.append("chains"))
+    run.lab.backend, run.lab.workloads = Backend(), Workloads()
+    run.lab.faults = SimpleNamespace(teardown=lambda: done.append("chains"))
     run._teardown_safely()
     run._finish("failed", MARKUP)
     assert done == ["servers", "chains", "topology", "files"]
@@ -85,9 +85,9 @@ def test_teardown_finishes_when_an_error_text_looks_like_markup(tmp_path, capsys
 
 def _collector_stub(tmp_path, code):
     run = Repetition(load_spec(NET_FAULT), 0, tmp_path)
-    run.collector = SimpleNamespace(poll=lambda: code)
-    (run.rd.logs / "collector.log").write_text("Traceback ...\nsqlite3.OperationalError: database or disk is full\n")
-    return run
+    run.lab.collector = SimpleNamespace(poll=lambda: code)
+    run.rd.collector_log.write_text("Traceback ...\nsqlite3.OperationalError: database or disk is full\n")
+    return run.lab
 
 
 def test_the_runner_sees_a_collector_that_exits_or_stops_recording(tmp_path):
