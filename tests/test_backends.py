@@ -208,7 +208,7 @@ def test_the_recorder_writes_the_runners_rows(recorder):
 
 # -- the runner's distance from the backends' insides ---------------------------------------------
 def runner_reaches_inside(source: str) -> list[str]:
-    """What in `source` shows a runner looking inside a backend or the store: an attribute `remote`,
+    """What in `source` shows a runner looking inside a backend or run.db: an attribute `remote`,
     a backend kind as a string, SQL in a string, a call on a database connection (`db.execute`)."""
     def is_db(node) -> bool:
         return (isinstance(node, ast.Name) and node.id in ("db", "conn")

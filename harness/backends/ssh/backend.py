@@ -173,8 +173,8 @@ class SshBackend:
 
     # -- the collector's run.db on the node ------------------------------------------------------
     def collector_db(self, name: str, run_db: RunRecorder | None = None) -> str:
-        """run.db for the collector on the node, with the run-store schema (merged into the run's
-        `run_db` by bring_back())."""
+        """A run.db for the collector on the node (rundir.db's schema), merged into the run's `run_db`
+        by bring_back()."""
         db = f"{self.nodes[name].workdir}/run.db"
         self.agent(name, "initdb", db)
         self.remote_db = db
