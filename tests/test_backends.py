@@ -65,6 +65,7 @@ def _imported_after(code: str) -> list[str]:
 def test_importing_the_registry_or_the_runner_imports_neither_paramiko_nor_mininet():
     assert _imported_after("import harness.backends") == []
     assert _imported_after("import harness.runner") == []
+    assert _imported_after("import harness.lab.network") == []
     # The check sees an import when there is one: asking for the SSH backend loads paramiko.
     assert _imported_after("import harness.backends as b\nb.backend_class('ssh')") == ["paramiko"]
 
