@@ -99,10 +99,10 @@ def main(argv=None) -> int:
         print(f"generated synthetic run in {time.perf_counter() - t0:.1f} s: {run}")
     db = RunDir(run).db
     out = Path(tempfile.mkdtemp(prefix="nestlab-bench-read-out-"))
-    stretches_copy = run / columnar.DIR / columnar.STRETCHES
+    stretches_copy = RunDir(run).columnar / columnar.STRETCHES
     try:
         # An older run: no copy yet; the first analysis reads run.db and writes both copies.
-        shutil.rmtree(run / columnar.DIR, ignore_errors=True)
+        shutil.rmtree(RunDir(run).columnar, ignore_errors=True)
         first_s, first_mb = accuracy(run, out)
         # As the runner leaves a run: its counters copy (written again here, timed).
         t0 = time.perf_counter()

@@ -35,9 +35,9 @@ from pathlib import Path
 import numpy as np
 
 from rundir import read
+from rundir.layout import COLUMNAR as DIR
 from rundir.read import Unplaced
 
-DIR = "columnar"
 COUNTERS = "counters.arrow"
 VERSION = 2   # 2: rows by direction, module and seq
 _KEY = b"nestlab"
