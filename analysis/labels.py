@@ -107,10 +107,14 @@ def _choice(*options: str) -> Callable[[str], str]:
 
 
 def _active_faults(data) -> list[tuple[int, str, int, float, float]]:
-    """(id, kind, target module, start, end) of the faults that took effect and have a target."""
+    """(id, kind, target module, start, end) of the faults that took effect, have a target and stall it
+    (their kind's `stalls`, rundir.faultkinds: every network kind's faults do)."""
     out = []
+    kinds = data.fault_kinds
     for f in facts.took_effect(data.faults).itertuples(index=False):
         if f.target_module is pd.NA or pd.isna(f.target_module):
+            continue
+        if f.kind in kinds and not kinds[f.kind].culprit(f.target):
             continue
         out.append((int(f.id), str(f.kind), int(f.target_module), float(f.start), float(f.end)))
     return out
@@ -127,11 +131,13 @@ def _edges_during(data, t0: float, t1: float) -> list[tuple[int, int]]:
 
 
 def fault_targets(data, kind: str, target: int, t0: float, t1: float) -> set[int]:
-    """The modules a fault targets: app_pause -> the app and its sockets; otherwise the target."""
+    """The modules a fault targets: the target, and its children of the module kind its fault kind
+    names (data.fault_kinds, rundir.faultkinds: app_pause -> the app and its sockets)."""
     out = {target}
-    if kind == "app_pause":
+    info = data.fault_kinds.get(kind)
+    if info is not None and info.children:
         kinds = data.modules["kind"]
-        out |= {c for p, c in _edges_during(data, t0, t1) if p == target and kinds.get(c) == "socket"}
+        out |= {c for p, c in _edges_during(data, t0, t1) if p == target and kinds.get(c) == info.children}
     return out
 
 

@@ -27,6 +27,7 @@ from analysis.score.table_layout import module_rows
 from rundir import facts, read, repair
 from rundir.db import connect
 from rundir.errors import UserError
+from rundir.faultkinds import FaultKindInfo, kinds_of
 from rundir.manifest import Monitor, SpecWorkload
 from rundir.runs import HEALTH_TABLES, RunInfo, guarded, open_run
 from rundir.targets import resolve_fault_targets
@@ -70,6 +71,11 @@ class RunData:
     @property
     def path(self) -> Path:
         return self.info.path
+
+    @property
+    def fault_kinds(self) -> dict[str, FaultKindInfo]:
+        """The fault kinds the run may hold, as its manifest records them (rundir.faultkinds)."""
+        return kinds_of(self.info.manifest)
 
     @property
     def counters(self) -> pd.DataFrame:
@@ -193,10 +199,11 @@ def _load(info: RunInfo) -> RunData:
     mods = _attach_workloads(mods, procs, workloads, warnings)
     edges = pd.DataFrame(run.edges, columns=["parent", "child", "born", "died"])
 
-    faults, unknown = repair.fault_rows(faults, manifest_t0, warnings)
+    kinds = kinds_of(info.manifest)
+    faults, unknown = repair.fault_rows(faults, manifest_t0, warnings, kinds)
     lost: list[tuple[int, int]] = []
-    faults = _resolve_faults(faults, mods, info.monitor, end, warnings, unknown, lost)
-    spans = unscored_rows.leave_out_unknown_windows(faults, unknown, mods, edges, t0, warnings)
+    faults = _resolve_faults(faults, mods, info.monitor, end, warnings, unknown, lost, kinds)
+    spans = unscored_rows.leave_out_unknown_windows(faults, unknown, mods, edges, t0, warnings, kinds)
     spans += unscored_rows.leave_out_lost_targets(faults, lost, t0, warnings)
     counters = None
     if len(run.seqs[run.unscored]) or spans:   # a damaged run: the rows it leaves out need the frame
@@ -278,7 +285,8 @@ def _missing(v: Any) -> bool:
 
 def _resolve_faults(faults: pd.DataFrame, mods: pd.DataFrame, monitor: Monitor, end: float,
                     warnings: list[str], unknown_window: Iterable[int] = (),
-                    lost: list[tuple[int, int]] | None = None) -> pd.DataFrame:
+                    lost: list[tuple[int, int]] | None = None,
+                    kinds: dict[str, FaultKindInfo] | None = None) -> pd.DataFrame:
     """Fill in target modules the runner could not resolve (or that are not in the modules table),
     ends of faults still active at the end; `monitor` is the manifest's (host and interface of the
     monitored host). Faults in `unknown_window` (see analysis.repair.fault_rows) are already reported.
@@ -289,7 +297,7 @@ def _resolve_faults(faults: pd.DataFrame, mods: pd.DataFrame, monitor: Monitor, 
     rows = list(faults.itertuples(index=False))
     todo = [i for i, row in enumerate(rows) if _missing(row.target_module) or int(row.target_module) not in known]
     found = resolve_fault_targets([(rows[i].kind, rows[i].target, rows[i].start) for i in todo], modules,
-                                  monitor.host, monitor.interface, missing_start=end)
+                                  monitor.host, monitor.interface, missing_start=end, kinds=kinds or kinds_of(None))
     resolved = dict(zip(todo, found, strict=True))
     targets, ends, descr = [], [], []
     lost = lost if lost is not None else []

@@ -38,7 +38,7 @@ PRINT_S = 10.0             # how often progress is printed when it is not a live
 # The manifest's first write, in this order (keys a lab adds that are not here come before start_wall).
 START_ORDER = ("format_version", "run_id", "experiment", "spec_file", "spec", "topology", "backend", "repetition",
                "seed", "spec_digest", "suite", "monitor", "congestion_control", "snapshot_interval",
-               "planned_faults", "clock")
+               "planned_faults", "clock", "fault_kinds")
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 

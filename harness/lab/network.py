@@ -33,7 +33,7 @@ from harness.backends.base import Clocks, Proc
 from harness.collector.appsockets import warnings_from_log
 from harness.collector.main import command as collector_command
 from harness.collector.probe import ProbeSettings
-from harness.faults import FaultEnv, Faults, NoTarget
+from harness.faults import FaultEnv, Faults, NoTarget, kinds_used
 from harness.lab.base import FaultRow, FaultSkipped, Injection, Lab, Run
 from harness.ledger import signals_held
 from harness.outline import RecordingStopped
@@ -97,7 +97,8 @@ class NetworkLab(Lab):
                       "addresses": {n: [i.__dict__ for i in intfs] for n, intfs in topo.interfaces.items()}},
             backend=topo.backend,
             monitor={"host": spec.monitor, "address": monitor_if.address, "interface": monitor_if.name},
-            congestion_control=spec.congestion_control, clock="CLOCK_MONOTONIC of the monitored host")
+            congestion_control=spec.congestion_control, clock="CLOCK_MONOTONIC of the monitored host",
+            fault_kinds=kinds_used(spec.faults))
 
     def setup(self) -> None:
         spec, topo, rd = self.spec, self.exp.topology, self.rd

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import time
 
+from harness.faults import kinds_used
 from harness.lab.base import FaultRow, Injection, Lab, Run
 from harness.outline import RecordingStopped
 from harness.streams.cluster import FlinkCluster, flink_home
 from harness.streams.collector import StreamsCollector
-from harness.streams.spec import BACKEND
+from harness.streams.spec import BACKEND, KINDS
 from harness.window import Window
 from rundir import __version__
 from rundir.db import monotonic
@@ -42,7 +43,8 @@ class StreamsLab(Lab):
     # -- the start -----------------------------------------------------------------------------
     def manifest_start(self) -> dict:
         return dict(spec={**self.spec.model_dump(mode="json"), "graph_file": str(self.graph.path), "rate": self.rate},
-                    backend=BACKEND, clock="CLOCK_MONOTONIC of this machine")
+                    backend=BACKEND, clock="CLOCK_MONOTONIC of this machine",
+                    fault_kinds=kinds_used(self.spec.faults, KINDS))
 
     def setup(self) -> None:
         self.control.mkdir()
@@ -109,9 +111,10 @@ class StreamsLab(Lab):
 
     def inject(self, w: Window, first_id: int) -> Injection:
         f = self.spec.faults[w.spec_index]
-        value = (_rate_text(f.rate) if f.kind == "throttle" else "on")
+        kind = KINDS[f.kind]
+        value = kind.on(f)
         start = self._set(f.operator, value)
-        target = {"operator": f.operator, "rate": f.rate} if f.kind == "throttle" else {"operator": f.operator, "on": True}
+        target = kind.target(f)
         t0 = self.run.t0
         rows = [FaultRow(f.kind, f.operator, json.dumps({**target, "connection": c.name}), t0 + w.start, start,
                          f"{f.operator}.ctl {value}") for c in self.graph.into(f.operator)]
@@ -122,7 +125,7 @@ class StreamsLab(Lab):
 
     def heal(self, injection: Injection) -> list[float]:
         f = self.spec.faults[injection.window.spec_index]
-        end = self._set(f.operator, "inf" if f.kind == "throttle" else "off")
+        end = self._set(f.operator, KINDS[f.kind].off)
         return [end] * len(injection.rows)
 
     # -- the end -------------------------------------------------------------------------------
@@ -156,10 +159,6 @@ class StreamsLab(Lab):
     def summary(self, counts: dict[str, int]) -> str:
         return (f"settings applied {counts['faults']}, snapshots {counts['snapshots']}, "
                 f"connections {counts['modules']}")
-
-
-def _rate_text(rate: float | None) -> str:
-    return "inf" if rate is None else f"{rate:g}"
 
 
 def _flink_version() -> str:
