@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
-from analysis.labels import collateral_modules, fault_targets
+from analysis.fault_reach import collateral_modules, fault_targets
 from rundir.faultkinds import kinds_of
 
 

@@ -27,6 +27,7 @@ from analysis.paths.readers import read_faults_file, read_jaeger, read_run, read
 from analysis.paths.render import call_tree, paths_frame
 from analysis.paths.score import SCORE_COLUMNS, score
 from rundir.errors import UserError
+from rundir.layout import RunDir
 from rundir.runs import common_root, find_runs, guarded
 
 
@@ -67,7 +68,7 @@ def _traces(args: argparse.Namespace) -> tuple[list[tuple[str, Callable[[], Trac
     if args.jaeger is not None:
         return [(args.jaeger, partial(guarded, args.jaeger, read_jaeger, args.jaeger))], Path(args.out or ".")
     runs = find_runs(args.runs, args.results)
-    out = Path(args.out) if args.out else common_root(runs) / "analysis"
+    out = Path(args.out) if args.out else RunDir(common_root(runs)).analysis
     return [(str(r), partial(guarded, r, read_run, r)) for r in runs], out
 
 
