@@ -259,3 +259,13 @@ def test_jaeger_fields_of_the_wrong_type(tmp_path):
     (tmp_path / "e.json").write_text(json.dumps(doc))
     t = read_jaeger(tmp_path / "e.json")
     assert len(t.messages) == 6 and "2 spans without spanID" in " ".join(t.warnings)
+
+
+def test_parquet_with_categorical_and_missing_values(tmp_path):
+    f = pd.DataFrame({"time": [1.0, 2.0, 3.0], "sender": pd.Categorical(["a", None, "b"]),
+                      "receiver": pd.Categorical(["b", "a", "a"]), "kind": pd.Categorical(["call", "call", None]),
+                      "msg": ["x", "y", None]})
+    f.to_parquet(tmp_path / "c.parquet")
+    t = read_trace_file(tmp_path / "c.parquet")
+    assert list(t.messages["src"].astype(str)) == ["a", "b"] and list(t.messages["kind"]) == ["call", ""]
+    assert t.messages["msg"].iloc[1] == -1 and "1 row with a time" in t.warnings[0]

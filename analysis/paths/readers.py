@@ -111,6 +111,12 @@ def _ints(values: pd.Series) -> pd.Series:
     return pd.Series(np.where(ok, num.fillna(-1), -1).astype("int64"), index=values.index)
 
 
+def _text(values: pd.Series) -> pd.Series:
+    """Stripped text whatever the column's type (categorical, numbers, missing values: "")."""
+    obj = values.astype(object)
+    return obj.where(obj.notna(), "").astype(str).str.strip()
+
+
 def _times(values: pd.Series) -> pd.Series:
     num = pd.to_numeric(values, errors="coerce")
     if num.notna().any() or values.empty:
@@ -131,17 +137,16 @@ def read_trace_file(path: str | Path) -> Trace:
     if missing:
         raise UserError(f"{path}: no column for {', '.join(missing)}; found {', '.join(map(str, raw.columns))}")
     f = pd.DataFrame({"t_send": _times(raw[cols["t_send"]]),
-                      "src": raw[cols["src"]].fillna("").astype(str).str.strip(),
-                      "dst": raw[cols["dst"]].fillna("").astype(str).str.strip()})
+                      "src": _text(raw[cols["src"]]), "dst": _text(raw[cols["dst"]])})
     f["t_recv"] = _times(raw[cols["t_recv"]]) if cols["t_recv"] else np.nan
     if cols["kind"]:
-        words = raw[cols["kind"]].fillna("").astype(str).str.strip().str.lower()
+        words = _text(raw[cols["kind"]]).str.lower()
         f["kind"] = words.map(KIND_WORDS)
         f["word"] = words
     if cols["msg"]:
         ids = pd.to_numeric(raw[cols["msg"]], errors="coerce")
         f["msg"] = (_ints(raw[cols["msg"]]) if ids.notna().all()
-                    else pd.Series(pd.factorize(raw[cols["msg"]].astype(str).replace("", None))[0],
+                    else pd.Series(pd.factorize(_text(raw[cols["msg"]]).replace("", None))[0],
                                    index=raw.index))
     truth_cols = cols["request"] is not None and cols["cause"] is not None
     if truth_cols:
