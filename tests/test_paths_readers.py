@@ -269,3 +269,9 @@ def test_parquet_with_categorical_and_missing_values(tmp_path):
     t = read_trace_file(tmp_path / "c.parquet")
     assert list(t.messages["src"].astype(str)) == ["a", "b"] and list(t.messages["kind"]) == ["call", ""]
     assert t.messages["msg"].iloc[1] == -1 and "1 row with a time" in t.warnings[0]
+
+
+def test_process_granularity(tmp_path):
+    t = read_run(make_run(tmp_path), granularity="process")
+    assert list(t.messages["src"].astype(str)) == ["web/2", "app/3"]
+    assert t.truth.request.tolist() == [0, 0]

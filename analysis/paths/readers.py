@@ -390,11 +390,11 @@ def read_jaeger(path: str | Path) -> Trace:
 
 
 def trace_from_events(events: pd.DataFrame, source: str, nodes: dict[str, str] | None = None,
-                      warnings: list[str] | None = None) -> Trace:
+                      warnings: list[str] | None = None, granularity: str = "host") -> Trace:
     """A trace of reconciled per-process events (reconcile's input frame), no truth."""
     warnings = list(warnings or [])
     try:
-        messages, more = reconcile(events, nodes=nodes)
+        messages, more = reconcile(events, nodes=nodes, granularity=granularity)
     except ReconcileError as e:
         raise UserError(f"{source}: {e}") from None
     warnings += more
@@ -408,7 +408,7 @@ MATCH_S = 0.005   # a hop's logged start (end) within this of a call's arrival (
 
 
 def truth_from_requests(messages: pd.DataFrame, requests: pd.DataFrame,
-                        warnings: list[str]) -> Truth | None:
+                        warnings: list[str], granularity: str = "host") -> Truth | None:
     """The true request of each message from a service run's `requests` (one row per hop: request,
     type, tier, host, pid, start, end on the host's clock): a call belongs to the request whose hop
     at its receiver started nearest its arrival, a return (or an untagged message) to the one whose
@@ -418,6 +418,8 @@ def truth_from_requests(messages: pd.DataFrame, requests: pd.DataFrame,
         return None
     hops = requests.dropna(subset=["start", "end"]).copy()
     hops["host"] = hops["host"].astype(str)
+    if granularity == "process":     # the messages' nodes are host/pid
+        hops["host"] = hops["host"] + "/" + hops["pid"].astype(str)
     n = len(messages)
     rows = pd.DataFrame({"row": np.arange(n), "src": messages["src"].astype(str).to_numpy(),
                          "dst": messages["dst"].astype(str).to_numpy(),
@@ -461,12 +463,13 @@ def faults_of_run(faults: pd.DataFrame) -> pd.DataFrame | None:
                          "extra_s": np.nan, "kind": f["kind"].astype(str)}).reset_index(drop=True)
 
 
-def read_run(run: str | Path) -> Trace:
+def read_run(run: str | Path, granularity: str = "host") -> Trace:
     """A run directory's trace: its `messages` reconciled (nodes: hosts), the truth from its
-    `requests` where it has them, the fault windows from its faults table."""
+    `requests` where it has them, the fault windows from its faults table. granularity "process":
+    a node per host/pid (WAP5 2.5's choice)."""
     warnings: list[str] = []
     events, requests, faults = read_trace_tables(run, warnings)
-    trace = trace_from_events(events, str(run), warnings=warnings)
-    trace.truth = truth_from_requests(trace.messages, requests, trace.warnings)
+    trace = trace_from_events(events, str(run), warnings=warnings, granularity=granularity)
+    trace.truth = truth_from_requests(trace.messages, requests, trace.warnings, granularity)
     trace.faults = faults_of_run(faults)
     return trace

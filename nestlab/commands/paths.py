@@ -50,6 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"one or more of {', '.join(ALGORITHMS)} (default nesting)")
     p.add_argument("--param", action="append", metavar="NAME=VALUE",
                    help="an algorithm parameter, named as the seeds name it (repeatable)")
+    p.add_argument("--granularity", choices=("host", "process"), default="host",
+                   help="runs: a node per host (default) or per process (host/pid), WAP5 2.5")
     p.add_argument("--top", type=int, default=5, metavar="N", help="call trees to print per trace (5)")
     p.add_argument("--no-score", action="store_true", help="do not score against the truth (faster)")
     p.add_argument("--results", default="results", metavar="DIR", help="results root for experiment names")
@@ -69,7 +71,7 @@ def _traces(args: argparse.Namespace) -> tuple[list[tuple[str, Callable[[], Trac
         return [(args.jaeger, partial(guarded, args.jaeger, read_jaeger, args.jaeger))], Path(args.out or ".")
     runs = find_runs(args.runs, args.results)
     out = Path(args.out) if args.out else RunDir(common_root(runs)).analysis
-    return [(str(r), partial(guarded, r, read_run, r)) for r in runs], out
+    return [(str(r), partial(guarded, r, read_run, r, args.granularity)) for r in runs], out
 
 
 def _paths(args: argparse.Namespace) -> int:
