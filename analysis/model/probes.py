@@ -53,7 +53,7 @@ import pandas as pd
 from rundir.db import PROBE_ANSWERED
 from rundir.repair import as_dict
 
-NONE, ANSWERED, UNANSWERED = 0, 1, 2
+NONE, ANSWERED, UNANSWERED, RECOVERING = 0, 1, 2, 3
 # Look-ahead: a silence's first burst goes `after` (0.3 s) into it and a timeout is known `timeout`
 # (1 s) later, so its outcome is known about 1.3 s after the silence's first snapshot, plus a snapshot
 # or two of the collector's timing: 1.5 s lets the silence's first snapshots have it. With 1.0 the
@@ -267,34 +267,78 @@ def cell_evidence(batch, d: str, cells: np.ndarray, ahead: float = AHEAD_S) -> n
         local = cells[a:b] - batch.offsets[k]
         row, col = local // st.t, local % st.t
         parts.setdefault(id(sp.bursts), [sp.bursts, []])[1].append(
-            (np.arange(a, b), sp.remote[row], sp.mono[col], sp.since[d][row, col], sp.until[d][row, col]))
+            (np.arange(a, b), sp.remote[row], sp.mono[col], sp.since[d][row, col], sp.until[d][row, col],
+             sp.prev[col]))
     for bursts, chunks in parts.values():
-        where, key, mono, since, until = (np.concatenate(x) for x in zip(*chunks, strict=True))
+        where, key, mono, since, until, prev = (np.concatenate(x) for x in zip(*chunks, strict=True))
         keep = (key >= 0) & ~np.isnan(since)
-        out[where[keep]] = _evidence(bursts, key[keep], mono[keep], since[keep], until[keep], ahead)
+        out[where[keep]] = _evidence(bursts, key[keep], mono[keep], since[keep], until[keep], ahead, prev[keep])
     return out
 
 
 def _evidence(b: Bursts, k: np.ndarray, m: np.ndarray, since: np.ndarray, until: np.ndarray,
-              ahead: float) -> np.ndarray:
-    """Evidence of silent cells with remotes k, times m and silence windows (since, until]: the earliest
-    burst of key k sent in (since, min(until, m + ahead)] and known by m + ahead."""
+              ahead: float, prev: np.ndarray | None = None) -> np.ndarray:
+    """Evidence of silent cells with remotes k, times m, intervals (prev, m] and silence windows
+    (since, until]: the module docstring's rule (the burst whose scope covers the snapshot, else the
+    next one known, else the last one; RECOVERING for an answer that follows an unanswered burst of the
+    silence within the back-off bound)."""
+    n = len(k)
     horizon = m + ahead
     hi = np.minimum(until, horizon)
-    chosen = np.full(len(k), -1, dtype=np.int64)
-    pend = np.arange(len(k))
-    j = _count_le(b.key, b.sent, k, since)        # the first burst after the silence began (if of key k)
-    while len(pend):
-        ok = j < len(b.key)
-        ok[ok] &= (b.key[j[ok]] == k[pend[ok]]) & (b.sent[j[ok]] <= hi[pend[ok]])
-        known = ok.copy()
-        known[ok] &= b.done[j[ok]] <= horizon[pend[ok]]
-        chosen[pend[known]] = j[known]
-        more = ok & ~known
-        pend, j = pend[more], j[more] + 1
-    has = chosen >= 0
-    ev = np.zeros(len(k), dtype=np.int8)
-    ev[has] = np.where(b.answer[chosen[has]] <= horizon[has], ANSWERED, UNANSWERED)
+    p = m if prev is None else prev
+    j0 = _count_le(b.key, b.sent, k, since)       # the first burst sent after the silence began (if of key k)
+    jm = _count_le(b.key, b.sent, k, m)            # ... after the last one sent by the snapshot (m <= hi)
+    jh = _count_le(b.key, b.sent, k, hi)           # ... after the last one sent within the silence and look-ahead
+
+    def known(j, rows):
+        return b.done[j] <= horizon[rows]
+
+    # cur: the last burst known by T sent in (since, min(m, hi)]
+    cur = np.full(n, -1, dtype=np.int64)
+    rows, j = np.arange(n), jm - 1
+    while len(rows):
+        ok = j >= j0[rows]
+        rows, j = rows[ok], j[ok]
+        hit = known(j, rows)
+        cur[rows[hit]] = j[hit]
+        rows, j = rows[~hit], j[~hit] - 1
+    # nxt: the first burst known by T sent in (m, hi]
+    nxt = np.full(n, -1, dtype=np.int64)
+    rows, j = np.arange(n), jm.copy()
+    while len(rows):
+        ok = j < jh[rows]
+        rows, j = rows[ok], j[ok]
+        hit = known(j, rows)
+        nxt[rows[hit]] = j[hit]
+        rows, j = rows[~hit], j[~hit] + 1
+    covers = cur >= 0
+    covers[covers] = b.done[cur[covers]] > p[covers]
+    speak = np.where(covers | (nxt < 0), cur, nxt)
+    has = speak >= 0
+    ev = np.zeros(n, dtype=np.int8)
+    ans = np.zeros(n, dtype=bool)
+    ans[has] = b.answer[speak[has]] <= horizon[has]
+    ev[has] = np.where(ans[has], ANSWERED, UNANSWERED)
+    # RECOVERING: walk back from an answered speaking burst over the known bursts of the silence; an
+    # unanswered one found -> w, the answer of the first answered one after it.
+    rows = np.flatnonzero(ans)
+    w = b.answer[speak[rows]].copy() if len(rows) else np.zeros(0)
+    j = speak[rows] - 1
+    found = np.zeros(n, dtype=bool)
+    wall = np.full(n, np.nan)
+    while len(rows):
+        ok = j >= j0[rows]
+        rows, j, w = rows[ok], j[ok], w[ok]
+        kn = known(j, rows)
+        una = kn & (b.answer[j] > horizon[rows])
+        found[rows[una]] = True
+        wall[rows[una]] = w[una]
+        go = ~una
+        upd = go & kn
+        w = np.where(upd, b.answer[j], w)
+        rows, j, w = rows[go], j[go] - 1, w[go]
+    rec = found & (m - wall <= wall - since)
+    ev[rec] = RECOVERING
     return ev
 
 

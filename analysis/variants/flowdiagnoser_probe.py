@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.model.batch import Batch
-from analysis.model.probes import ANSWERED, UNANSWERED, cell_evidence
+from analysis.model.probes import ANSWERED, RECOVERING, UNANSWERED, cell_evidence
 from analysis.model.stretches import KINDS
 from analysis.variants.base import BLOCKED, STALLED
 
@@ -83,7 +83,7 @@ def probe_rule(batch: Batch, d: str, res: np.ndarray, ahead: float,
     stack = np.unique(tp[wait & inactive[tc]])        # of those, over a lower layer silent this way
     ev = cell_evidence(batch, d, waiting, ahead)
     res = res.copy()
-    res[waiting[ev == UNANSWERED]] = BLOCKED
+    res[waiting[(ev == UNANSWERED) | (ev == RECOVERING)]] = BLOCKED   # RECOVERING: blocked by the past outage
     answered = waiting[(ev == ANSWERED) & np.isin(waiting, stack)]
     if len(answered):
         res[answered] = STALLED
