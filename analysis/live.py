@@ -143,7 +143,9 @@ class LiveEngine:
         self.probe = bool(params.get("probe"))
         self.ahead = float(params.get("probe_ahead", probes.AHEAD_S))
         self.probe_carry: dict = {}   # silences going on at the window's start (analysis.model.probes.ongoing)
-        self.reader = RunReader(db, tcp_state=bool(params.get("tcpstate")), probes=self.probe)
+        # probe=on reads tcp_info too where recorded (backoff and the last data sent tell a connection
+        # recovering from a past outage: analysis.model.probes), as the offline analysis does
+        self.reader = RunReader(db, tcp_state=bool(params.get("tcpstate")) or self.probe, probes=self.probe)
         self.bursts = probes.burst_table(None)   # the probes read so far, per burst (probes.burst_table)
         self.endpoints: dict[int, str | None] = {}   # TCP module -> its remote 'ADDR:PORT' (probes)
         self.manifest = read_manifest_quietly(self.path)   # None: none yet, or unreadable

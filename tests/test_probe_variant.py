@@ -361,6 +361,15 @@ def with_probes(draw, graphs):
             after = GRID * draw(st.sampled_from([0, 1, 4, 8, 12, 24]))
             rows.append((len(rows) + 1, b, 0, remote, None, "syn", 0, sent, sent + after, outcome, None))
     before = draw(st.sampled_from([-math.inf, 10.0 - step, 10.0 - 40 * step]))
+    if draw(st.booleans()):   # tcp_info state: backoff and the last data sent decide RECOVERING where known
+        s.tcpstate = TcpState.unknown(s.n, s.t, mono)
+        for i, k in enumerate(s.kinds):
+            if k == "tcp":
+                for c in range(s.t):
+                    s.tcpstate.known[i, c] = draw(st.booleans())
+                    s.tcpstate.backoff[i, c] = draw(st.sampled_from([math.nan, 0, 1, 3])) if s.tcpstate.known[i, c] \
+                        else math.nan
+                    s.tcpstate.data_sent_at[i, c] = 10.0 + GRID * draw(st.integers(-4, 4 * s.t + 8))
     probes.attach([s], probes.burst_table(pd.DataFrame(rows, columns=PROBE_COLUMNS)), s.seqs, mono, remotes, before)
     return s
 

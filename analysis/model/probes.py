@@ -266,18 +266,25 @@ def cell_evidence(batch, d: str, cells: np.ndarray, ahead: float = AHEAD_S) -> n
             continue
         local = cells[a:b] - batch.offsets[k]
         row, col = local // st.t, local % st.t
+        ts = getattr(st, "tcpstate", None)
+        if ts is None:
+            backoff = sent_at = np.full(len(row), np.nan)
+        else:   # unknown (no tcp_info row yet): NaN, which no comparison holds for
+            backoff, sent_at = ts.backoff[row, col], ts.data_sent_at[row, col]
         parts.setdefault(id(sp.bursts), [sp.bursts, []])[1].append(
             (np.arange(a, b), sp.remote[row], sp.mono[col], sp.since[d][row, col], sp.until[d][row, col],
-             sp.prev[col]))
+             sp.prev[col], backoff, sent_at))
     for bursts, chunks in parts.values():
-        where, key, mono, since, until, prev = (np.concatenate(x) for x in zip(*chunks, strict=True))
+        where, key, mono, since, until, prev, backoff, sent_at = (np.concatenate(x) for x in zip(*chunks, strict=True))
         keep = (key >= 0) & ~np.isnan(since)
-        out[where[keep]] = _evidence(bursts, key[keep], mono[keep], since[keep], until[keep], ahead, prev[keep])
+        out[where[keep]] = _evidence(bursts, key[keep], mono[keep], since[keep], until[keep], ahead, prev[keep],
+                                     backoff[keep], sent_at[keep])
     return out
 
 
 def _evidence(b: Bursts, k: np.ndarray, m: np.ndarray, since: np.ndarray, until: np.ndarray,
-              ahead: float, prev: np.ndarray | None = None) -> np.ndarray:
+              ahead: float, prev: np.ndarray | None = None, backoff: np.ndarray | None = None,
+              sent_at: np.ndarray | None = None) -> np.ndarray:
     """Evidence of silent cells with remotes k, times m, intervals (prev, m] and silence windows
     (since, until]: the module docstring's rule (the burst whose scope covers the snapshot, else the
     next one known, else the last one; RECOVERING for an answer that follows an unanswered burst of the
@@ -337,7 +344,14 @@ def _evidence(b: Bursts, k: np.ndarray, m: np.ndarray, since: np.ndarray, until:
         upd = go & kn
         w = np.where(upd, b.answer[j], w)
         rows, j, w = rows[go], j[go] - 1, w[go]
-    rec = found & (m - wall <= wall - since)
+    # The connection's own timer where tcp_info says it is backed off (backoff >= 1): recovering while it
+    # has sent nothing since the path was seen working; else the doubling bound (a receiver cannot see
+    # the sender's timer; a run without tcp_info).
+    bound = m - wall <= wall - since
+    if backoff is not None:
+        timer = backoff >= 1
+        bound = np.where(timer, sent_at <= wall, bound)
+    rec = found & bound
     ev[rec] = RECOVERING
     return ev
 

@@ -76,15 +76,16 @@ def probe_rule(batch: Batch, d: str, res: np.ndarray, ahead: float,
     inactive = c.tm == 0
     deaf = batch.counters("in" if d == "out" else "out").tm == 0   # nothing moved the other way
     r = res[tp]
-    wait = inactive[tp] & ~c.has_wait[tp] & ((r == BLOCKED) | (r == STALLED)) & (inactive[tc] | deaf[tc])
-    waiting = np.unique(tp[wait])        # waiting connections over a lower layer silent one way or both
+    wait = inactive[tp] & ~c.has_wait[tp] & ((r == BLOCKED) | (r == STALLED))
+    waiting = np.unique(tp[wait])        # waiting connections (over any lower layer: RECOVERING speaks there)
     if not len(waiting):
         return res
-    stack = np.unique(tp[wait & inactive[tc]])        # of those, over a lower layer silent this way
+    unclear = np.isin(waiting, tp[wait & (inactive[tc] | deaf[tc])])   # over a lower layer silent one way or both
+    stack = np.isin(waiting, tp[wait & inactive[tc]])                  # ... silent this way
     ev = cell_evidence(batch, d, waiting, ahead)
     res = res.copy()
-    res[waiting[(ev == UNANSWERED) | (ev == RECOVERING)]] = BLOCKED   # RECOVERING: blocked by the past outage
-    answered = waiting[(ev == ANSWERED) & np.isin(waiting, stack)]
+    res[waiting[((ev == UNANSWERED) & unclear) | (ev == RECOVERING)]] = BLOCKED   # RECOVERING: by the past outage
+    answered = waiting[(ev == ANSWERED) & stack]
     if len(answered):
         res[answered] = STALLED
         flag = np.zeros(batch.n_cells, dtype=bool)
