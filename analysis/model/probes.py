@@ -1,6 +1,7 @@
 """Probe evidence (run format 5's `probes` table): for each TCP connection, direction and snapshot,
-whether a burst of the collector's probes to the connection's remote was answered during the
-connection's silence (ANSWERED), was not (UNANSWERED), or no burst speaks for it (NONE).
+whether the burst of the collector's probes to the connection's remote that speaks for the snapshot
+was answered (ANSWERED), was not (UNANSWERED), was answered after an unanswered one while the
+connection still backs off from that outage (RECOVERING), or no burst speaks for it (NONE).
 `flowdiagnoser:probe=on` (analysis.variants.flowdiagnoser_probe) reads it; docs/diagnosis.md has the
 rule with a worked example.
 
@@ -18,23 +19,30 @@ module's attrs `dst` and `dport`, else its name `tcp SRC:SPORT>DST:DPORT`) is th
 connections to one remote address and port share a burst. Addresses compare as addresses
 (`ipaddress`: an IPv4-mapped IPv6 address is the IPv4 one).
 
-**Evidence of a snapshot: the silence's first burst.** A *silence* of connection C in direction d
-is a maximal run of snapshots of C with consecutive seq numbers in which C moved no data in d
-(Δtotal_msgs = 0; outbound, also a snapshot whose data segments were all retransmissions,
-Δtotal_msgs <= Δerrors: a retransmission timeout's resend is no progress). Its window begins at `a`, the time of the run's snapshot before its first one (the
-interval in which C last moved, or was not there yet; -inf at the run's start), and ends at `b`, the
-time of its last snapshot. For snapshot t of a silence, at time m, with T = m + ahead: the earliest
-burst to C's remote sent in (a, min(b, T)] and known at T; ANSWERED if it is answered at T,
-UNANSWERED if not; NONE when there is none (a burst goes about 0.3 s into a silence and a timeout is
-known 1 s later, so the first snapshots of a silence may have none yet), and in every snapshot in
-which C moved data in d.
+**Evidence of a snapshot: the burst that speaks for its time.** A *silence* of connection C in
+direction d is a maximal run of snapshots of C with consecutive seq numbers in which C moved no data
+in d (Δtotal_msgs = 0; outbound, also a snapshot whose data segments were all retransmissions,
+Δtotal_msgs <= Δerrors: a retransmission timeout's resend is no progress). Its window begins at `a`,
+the time of the run's snapshot before its first one (the interval in which C last moved, or was not
+there yet; -inf at the run's start), and ends at `b`, the time of its last snapshot. For snapshot t
+of a silence, interval (p, m], with T = m + ahead, the candidates are the bursts to C's remote sent
+in (a, min(b, T)] and known at T. A burst speaks for its scope, [sent, done] (issue 35): the last
+candidate sent by m if done > p; else the first candidate sent after m (a later burst takes over
+where the earlier one's scope ended; the silence's first snapshots take its first burst); else the
+last one sent by m. ANSWERED if that burst is answered at T, UNANSWERED if not; NONE when there is no
+candidate (a burst goes about 0.3 s into a silence and a timeout is known 1 s later, so the first
+snapshots of a silence may have none yet), and in every snapshot in which C moved data in d.
 
-Why the first burst and not the latest: a burst is evidence about the silence that triggered it,
-and the silence has one cause, the one at its start. Once the path works again, a connection that
-lost packets waits for its next retransmission (backed off: seconds after a long outage), still
-silent; later bursts are answered then, and would blame the connection for the path's outage (on the
-stored net_fault runs with probes, 222 TCP false positives in the tails of ip_drops). The collector
-sends one burst at a time per remote, so the first burst's outcome is known before a second exists.
+**RECOVERING** replaces ANSWERED where an earlier candidate of the silence is unanswered (the path
+was dead during this silence and works now) and C may still be waiting for the retransmission timer
+the outage backed off: with w the answer of the first answered candidate after the last unanswered
+one, where C's tcp_info (Stretch.tcpstate) says it is backed off (backoff >= 1), while it has sent
+no data since (data_sent_at <= w); elsewhere (a receiver cannot see its sender's timer; no tcp_info)
+while m - w <= w - a (a backed-off RTO doubles: the next retransmission comes within about as long
+as the connection has already waited). Once the path works again, a connection that lost packets
+waits for its next retransmission, still silent; the bursts then are answered, and taken as they
+come would blame the connection for the path's outage (on the stored net_fault runs with probes, 222
+TCP false positives in the tails of ip_drops; on thesis-3.3, 46 of the 52 left).
 
 Everything a snapshot's evidence depends on is known `ahead` seconds after it (the burst's probes
 done by T, the silence's snapshots up to T), and its silence's start: the live engine settles a

@@ -7,7 +7,7 @@ fewer than Θ waiting connections -> connection and interface both STALLED; at l
 interface alone. A burst of probes to the connection's remote from fresh source ports (another
 5-tuple) tells them apart: answered, the path through this host's stack works and the connection is
 at fault; not answered, the path (or the interface) is dead. analysis.model.probes turns bursts into
-evidence per connection, direction and snapshot (ANSWERED, UNANSWERED, NONE). The rule, per
+evidence per connection, direction and snapshot (ANSWERED, UNANSWERED, RECOVERING, NONE). The rule, per
 direction and snapshot, on the results of the rule it extends (Θ, then shared=on):
 
 - **Where it applies**: a TCP connection without a wait counter that *waits* (inactive, BLOCKED or
@@ -30,6 +30,11 @@ direction and snapshot, on the results of the rule it extends (Θ, then shared=o
   the remote, which has no row, is at fault. Where another connection's burst was answered at the
   same snapshot, that clears the interface, and this connection's BLOCKED stands for "the path to
   its remote" (as with shared=on).
+- **RECOVERING** (an answer after an unanswered burst of the silence while TCP backs off: an
+  after-effect of an outage that has ended, issue 35): the connection is BLOCKED, by the past outage,
+  over any lower layer (over an interface that moves both ways too: the other connections recovered
+  first); the lower layer keeps the extended rule's result, as for UNANSWERED. Not STALLED: it has
+  work and no fault of its own (Table 2.2 (c)); the interface, silent, is still the outage's target.
 - **NONE**: the connection keeps its result; a lower-layer module keeps it unless an answered
   connection above it clears it. So with no probe in a snapshot, every result is the extended rule's.
 - Applications and sockets never change. With tcpstate=on, the tcpstate rule runs after this one
