@@ -244,13 +244,44 @@ def write_accuracy(ev: Evaluation, out: Path, intervals: bool = False) -> tuple[
     return md, files
 
 
+def breakdown_markdown(b: pd.DataFrame) -> str:
+    """analysis.score.breakdown's rows: per group of runs and row, each variant's pooled TPR and PPV
+    with their 95% interval across runs."""
+    def cell(r, rate):
+        v = r[rate]
+        if v != v:
+            return ""
+        lo, hi = r[f"{rate}_xlo"], r[f"{rate}_xhi"]
+        return f"{100 * v:.1f}" + (f" [{100 * lo:.1f}, {100 * hi:.1f}]" if lo == lo else "")
+    header = ["Runs", "Row", "Variant", "TP", "FP", "FN", "TPR", "PPV"]
+    rows, last = [], None
+    for r in b.to_dict("records"):
+        first = (r["group"], r["row"]) != last
+        rows.append([f"{r['group']} ({r['runs']})" if first else "", r["row"] if first else "", r["variant"],
+                     str(r["TP"]), str(r["FP"]), str(r["FN"]), cell(r, "TPR"), cell(r, "PPV")])
+        last = (r["group"], r["row"])
+    return "\n".join([_md_table(header, rows, ["l", "l", "l"] + ["r"] * 5), "",
+                      "Total section; TPR, PPV in %: pooled [95% interval across runs] (none with fewer than 2 "
+                      "runs). Runs grouped by the kinds of fault they hold when there is more than one set: "
+                      "compare-breakdown.csv."])
+
+
 def write_compare(ev: Evaluation, out: Path) -> tuple[str, list[Path]]:
     output_dir(out)
     c = ev.compare()
-    md, written = _with_notes(f"### Variant comparison, ground truth {ev.policy}, {runs_title(ev)}\n\n"
-                              + compare_markdown(c, ev.variants), ev)
+    parts = [f"### Variant comparison, ground truth {ev.policy}, {runs_title(ev)}\n\n" + compare_markdown(c, ev.variants)]
+    b = None
+    if len(ev.runs) >= 2:   # each variant's interval across runs beside the pooled figure (issue 35)
+        from analysis.score.breakdown import breakdown
+
+        b = breakdown(ev.counts, ev.variants, [str(p) for p in ev.runs])
+        parts.append("### Across runs and by the runs' fault kinds\n\n" + breakdown_markdown(b))
+    md, written = _with_notes("\n\n".join(parts), ev)
     files = [out / "compare.md", out / "compare.csv"]
     fresh(files[0]).write_text(written + "\n")
     compare_csv_frame(c, ev.policy).to_csv(fresh(files[1]), index=False, na_rep="")
+    if b is not None:
+        files.append(out / "compare-breakdown.csv")
+        b.assign(policy=ev.policy).to_csv(fresh(files[-1]), index=False, na_rep="")
     return md, files
 
