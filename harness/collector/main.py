@@ -57,6 +57,9 @@ class ModuleTracker:
         for ob in observations:
             key = ob.key
             mid = ids.get(key)
+            if ob.same and mid is not None:   # its rows are those written when it last changed
+                seen[key] = mid
+                continue
             if mid is None:
                 mid = self.next_id
                 self.next_id += 1
@@ -180,7 +183,7 @@ def _info_row(now: float, info: tuple, last: tuple | None) -> tuple | None:
 
 def make_sources(interceptor_dir: str | None, ignore_interfaces=()) -> tuple[list[Source], InterfaceSource]:
     iface = InterfaceSource(set(ignore_interfaces))
-    sources: list[Source] = [iface, TcpSource(iface.ifkey_of, socket_owners, iface.ignored)]
+    sources: list[Source] = [iface, TcpSource(iface.ifkey_of, socket_owners, iface.ignored, skip_unchanged=True)]
     if interceptor_dir:
         from harness.collector.appsockets import InterceptorSource
 
