@@ -94,7 +94,14 @@ def cpu_ticks(pid: int) -> int:
 def cpu_seconds(pid: int) -> float:
     """CPU time of a process's threads so far, in seconds, to the ns (/proc/PID/schedstat), where
     clock ticks (10 ms) would be too coarse for a collector using 1% of a core."""
-    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+    return sched(pid)[0]
+
+
+def sched(pid: int) -> tuple[float, float]:
+    """(seconds on a CPU, seconds runnable but waiting for one) of a process so far (schedstat):
+    the second tells a machine too busy to run it from a process that has too much to do."""
+    run, wait = Path(f"/proc/{pid}/schedstat").read_text().split()[:2]
+    return int(run) / 1e9, int(wait) / 1e9
 
 
 class Connections:
@@ -139,11 +146,12 @@ class Connections:
             if p.stdout.readline().strip() != "up":
                 raise RuntimeError(f"bench endpoint in {ns} did not come up (exit {p.poll()})")
 
-    def start_collector(self, db: Path, interval: float, probe: str | None = None) -> subprocess.Popen:
+    def start_collector(self, db: Path, interval: float, probe: str | None = None, nice: int = 0) -> subprocess.Popen:
         """The real collector writing `db` (made with rundir.db.create_db), once it is ready; `probe`:
-        its --probe settings (JSON), None for none."""
+        its --probe settings (JSON), None for none; `nice`: its scheduling niceness (exec'd by nice)."""
         extra = ["--probe", probe] if probe is not None else []
-        coll = subprocess.Popen(["ip", "netns", "exec", self.ns_client, sys.executable, "-m", "harness.collector.main",
+        prefix = ["nice", "-n", str(nice)] if nice else []
+        coll = subprocess.Popen(["ip", "netns", "exec", self.ns_client, *prefix, sys.executable, "-m", "harness.collector.main",
                                  "--db", str(db), "--interval", str(interval), *extra], stdout=subprocess.PIPE,
                                 text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
         self.procs.append(coll)

@@ -209,10 +209,10 @@ def run(db_path: str, interval: float, interceptor_dir: str | None = None,
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    start, cpu_start = monotonic(), _cpu_seconds()
+    print("collector: ready", flush=True)
+    start, cpu_start = monotonic(), _cpu_seconds()   # the first snapshot's deadline: its `now` a moment later
     next_refresh = start + ADDRESS_REFRESH_S
     k = 0
-    print("collector: ready", flush=True)
     try:
         while not stop:
             now = monotonic()
