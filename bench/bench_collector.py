@@ -1,8 +1,8 @@
 """The collector under load: 100, 1,000 and 10,000 open TCP connections at 50 and 100 ms snapshots.
 
 The real collector process runs in a network namespace holding N established connections (a
-trickle of traffic: one byte on each every second, so about 1/20 of them move between two 50 ms
-snapshots), made as the Mininet backend makes its hosts (a private TCP hash). Per point it reports:
+trickle of traffic: one byte on each every `--period` seconds, 1 by default, so about 1/20 of them
+send between two 50 ms snapshots, and each byte changes its connection twice: sent, then acked), made as the Mininet backend makes its hosts (a private TCP hash). Per point it reports:
 
 - CPU: % of one core over the steady state, and ms of CPU per snapshot (/proc/PID/schedstat);
 - lateness of each snapshot behind its deadline (start + k * interval): p50, p99, max;
@@ -173,18 +173,21 @@ def main() -> None:
     p.add_argument("--counts", default="100,1000,10000")
     p.add_argument("--probe", action="store_true", help="also measure each point with the prober on")
     p.add_argument("--verbose", action="store_true", help="print every round")
+    p.add_argument("--period", type=float, default=1.0,
+                   help="seconds between two bytes on one connection (the trickle; 1: every connection moves every second)")
     p.add_argument("--nice", type=int, default=0,
                    help="run the collector at this niceness (e.g. -10: its own cadence, apart from the neighbours')")
     a = p.parse_args()
     intervals = [float(x) for x in a.intervals.split(",")]
     probe = json.dumps(dataclasses.asdict(ProbeSettings()))
     print(f"collector under load: {a.seconds:g} s steady state per round, best of {a.rounds} rounds (least time waiting for a CPU); "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start; collector niceness {a.nice}")
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start; collector niceness {a.nice}; "
+          f"a byte on every connection every {a.period:g} s")
     head = (f"{'conns':>6} {'ms':>4} {'tcp mods':>8} {'CPU %':>7} {'CPU/snap':>9} {'late p50':>9} {'p99':>7} "
             f"{'max':>7} {'lost':>5} {'snaps':>6} {'no CPU':>7} | {'worst p99':>9} {'lost':>5} | {'ss -tin':>8} {'ss/coll':>7}")
     results = []
     for n in (int(x) for x in a.counts.split(",")):
-        with Connections(n, private_hash=True) as net:
+        with Connections(n, private_hash=True, period=a.period) as net:
             time.sleep(1.0)
             ss_ms, ss_n = ss_baseline(net, 5 if n > 1000 else 20)
             st = stages(net, 7, intervals[0])

@@ -9,10 +9,11 @@ send buffer; the server never reads), so every connection wants a probe every se
   and the probes sent against what the budget allows over the run;
 - cadence: the collector's CPU, snapshot lateness (p50, p99, max) and lost snapshots, against the
   same collector over the same connections with the prober off (the baseline, in the same run);
-- flood: a process in the server's namespace watches for the probes' SYNs and floods each probe's
-  port (for as long as the probe can wait for its answer) with ACKs that claim to come from the
-  probed address and port, which the probe's kernel filter must let through (`spoofed`), or from
-  another port, which it drops in the kernel (`other port`). The collector must keep its cadence.
+- flood: the server's namespace then drops SYNs (an iptables rule in it), so every probe waits its
+  whole timeout (`remote silent`), and a process there watches for the probes' SYNs and floods each
+  probe's port for that second with ACKs that claim to come from the probed address and port,
+  which the probe's kernel filter must let through (`spoofed`), or from another port, which it
+  drops in the kernel (`other port`). The collector must keep its cadence.
 
 The machine is shared: each variant is measured `--rounds` times, the round the machine's other
 work held up least (the least time waiting for a CPU) is shown. Load stays between the bench's own namespaces and ends with them (and the flood with its
@@ -37,7 +38,7 @@ from connections import CLIENT_ADDRESS, PORT, Connections
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.collector.probe import ProbeSettings  # noqa: E402
 
-# In the server's namespace: read every TCP segment coming in (a raw socket gets a copy), and for each
+# In the server's namespace: read every IP packet on its interface, and for each
 # probe SYN (SYN without ACK to the server's port) send ACKs with a wrong acknowledgement to the
 # probe's port, from the probed address, from the server's port (argv[1] = 1) or the next one (0),
 # until `timeout` after the SYN. Precomputed packets: the flood runs at the speed of sendto.
@@ -56,7 +57,8 @@ def ack(src, dst, sport, dport):
     pseudo = socket.inet_aton(src) + socket.inet_aton(dst) + struct.pack("!BBH", 0, 6, len(head))
     return struct.pack("!HHIIBBHHH", sport, dport, 1, 12345, 5 << 4, 0x10, 1024, checksum(pseudo + head), 0)
 
-sniff = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)
+# A packet socket sees the SYNs before netfilter drops them (a raw IP socket would not).
+sniff = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(0x0800))
 sniff.setblocking(False)
 senders, targets, sent, syns = {}, {}, 0, 0
 end = time.monotonic() + seconds
@@ -64,10 +66,12 @@ print("up", flush=True)
 while time.monotonic() < end:
     while True:
         try:
-            pkt, (src, _) = sniff.recvfrom(65535)
+            pkt = sniff.recv(65535)
         except BlockingIOError:
             break
-        ihl = (pkt[0] & 0x0F) * 4
+        if len(pkt) < 40 or pkt[9] != 6:
+            continue
+        src, ihl = socket.inet_ntoa(pkt[12:16]), (pkt[0] & 0x0F) * 4
         sport, dport, _, _, _, flags = struct.unpack_from("!HHIIBB", pkt, ihl)
         if src == client and dport == port and flags & 0x12 == 0x02:
             dst = socket.inet_ntoa(pkt[16:20])
@@ -140,17 +144,21 @@ def main() -> None:
     print(f"probes at their limits: {a.connections} silent busy connections to {a.remotes} addresses, collector at "
           f"50 ms (niceness {a.nice}), {a.seconds:g} s per round, best of {a.rounds} (least time waiting for a CPU); budget {settings.host_rate:g}/s for the host, "
           f"{settings.remote_rate:g}/s a remote, bursts of {settings.count}")
-    print(f"{'variant':>22} {'CPU %':>7} {'CPU/snap':>9} {'late p50':>9} {'p99':>7} {'max':>7} {'lost':>5} "
+    print(f"{'variant':>24} {'CPU %':>7} {'CPU/snap':>9} {'late p50':>9} {'p99':>7} {'max':>7} {'lost':>5} "
           f"{'probes':>7} {'busiest 1 s':>11} {'flood pkts/s':>12}  outcomes")
     with Connections(a.connections, silent=True, remotes=a.remotes) as net:
         time.sleep(1.0)
         base = None
         for name, prb, flood in (("prober off (baseline)", None, None), ("prober on", probe, None),
-                                 ("on, flood other port", probe, "other port"), ("on, flood spoofed", probe, "spoofed")):
+                                 ("on, remote silent", probe, None), ("silent, flood other port", probe, "other port"),
+                                 ("silent, flood spoofed", probe, "spoofed")):
+            if name == "on, remote silent":   # from now on the server drops SYNs: every probe waits its timeout
+                subprocess.run(["ip", "netns", "exec", net.ns_server, "iptables", "-w", "-A", "INPUT", "-p", "tcp",
+                                "--dport", str(PORT), "--syn", "-j", "DROP"], check=True)
             best = min((run(net, a.seconds, prb, flood, nice=a.nice) for _ in range(a.rounds)), key=lambda r: r["runnable"])
             base = base or best
             pps = f"{best['flood'][1] / (a.seconds + 5):12.0f}" if "flood" in best else f"{'':12}"   # its whole life
-            print(f"{name:>22} {best['cpu']:6.2f}% {best['cpu_ms']:6.2f} ms {best['p50_ms']:6.2f} ms "
+            print(f"{name:>24} {best['cpu']:6.2f}% {best['cpu_ms']:6.2f} ms {best['p50_ms']:6.2f} ms "
                   f"{best['p99_ms']:6.2f} {best['max_ms']:7.2f} {best['lost']:5d} {best['in_window']:7d} "
                   f"{best['busiest']:11d} {pps}  {best['outcomes'] or '-'}", flush=True)
     allowed = settings.host_rate * a.seconds
