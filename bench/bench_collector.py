@@ -47,6 +47,7 @@ from connections import Connections, sched
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.collector.probe import ProbeSettings  # noqa: E402
 from rundir.db import create_db  # noqa: E402
+from rundir.layout import RunDir  # noqa: E402
 
 TARGETS_50MS = {100: 2.0, 1000: 10.0}
 
@@ -71,7 +72,7 @@ def measure(net: Connections, seconds: float, interval: float, probe: str | None
             warmup: float = 3.0, nice: int = 0) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="nestlab-bench-"))
     try:
-        db_path = tmp / "run.db"
+        db_path = RunDir(tmp).db
         create_db(db_path).close()
         coll = net.start_collector(db_path, interval, probe, nice)
         try:
