@@ -498,3 +498,30 @@ def test_a_flood_at_the_probes_port_does_not_hold_the_collector():
     finally:
         for c in (*held, full):
             c.close()
+
+
+@pytest.mark.root   # raw sockets (CAP_NET_RAW)
+def test_connections_given_as_unchanged_are_probed_as_if_given_in_full(listener):
+    """The collector gives the prober only the connections that changed, and the ids of the others:
+    a silent sender given once and then as unchanged gets the bursts it gets when given in full
+    every snapshot; an idle connection given as unchanged gets none; a connection gone is forgotten."""
+    port = listener.getsockname()[1]
+    remote = (socket.AF_INET, "127.0.0.1", port)
+    runs = []
+    for full in (True, False):
+        p = Prober(ProbeSettings(after=0.1, every=0.3, count=1, remote_rate=100, timeout=0.5))
+        t0 = monotonic()
+        for k in range(20):   # module 1: silent with data queued; module 2: idle
+            conns = [(1, remote, 5, 9, 0, 4000, None), (2, remote, 3, 3, 0, 0, None)]
+            if full or k == 0:
+                p.observe(monotonic(), k, conns)
+            else:
+                p.observe(monotonic(), k, [], [1, 2])
+            p.wait(t0 + (k + 1) * 0.05)
+        p.observe(monotonic(), 20, [], [2])   # module 1 ended
+        assert set(p.watches) == {2} and p.armed == set()
+        p.close()
+        runs.append([(r[2], r[7] - t0) for r in p.take()])
+    assert len(runs[0]) == len(runs[1]) == 3 and {m for run in runs for m, _ in run} == {1}, runs
+    for (_, a), (_, b) in zip(*runs, strict=True):   # at the same snapshots, give or take one
+        assert a == pytest.approx(b, abs=0.07), runs

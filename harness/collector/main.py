@@ -133,20 +133,23 @@ class ProbeFeed:
                 ob.counters[d][field] = self.last[(ob.key, d, field)] = value
 
     def feed(self, now: float, seq: int, observations: list[Observation], ids: dict[str, int]) -> None:
-        conns = []
+        conns, same = [], []
         for ob in observations:
             if ob.kind != "tcp":
                 continue
             mid = ids[ob.key]
+            if ob.same:   # the values the prober was given last snapshot
+                same.append(mid)
+                continue
             remote = self.remotes.get(mid)
             if remote is None:
                 remote = self.remotes[mid] = _remote(ob)
             c_in, c_out = ob.counters["in"], ob.counters["out"]
             conns.append((mid, remote, c_in[0], c_out[0], c_in[2], c_out[2], ob.tcp_info[4] if ob.tcp_info else None))
-        if len(self.remotes) > 2 * len(conns) + 1000:   # forget connections long gone
-            live = {c[0] for c in conns}
+        if len(self.remotes) > 2 * (len(conns) + len(same)) + 1000:   # forget connections long gone
+            live = {c[0] for c in conns}.union(same)
             self.remotes = {m: r for m, r in self.remotes.items() if m in live}
-        self.prober.observe(now, seq, conns)
+        self.prober.observe(now, seq, conns, same)
 
 
 def _remote(ob: Observation) -> tuple[int, str, int]:

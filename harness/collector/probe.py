@@ -94,6 +94,7 @@ class _Watch:
     first: float                        # when the prober first saw it
     progress: float | None = None       # when the segments last moved (None: not since first seen)
     next_burst: float = 0.0
+    queues: tuple = (0, 0, None)        # (receive queue, send queue, rto_us) last seen
 
 
 @dataclass
@@ -116,6 +117,9 @@ class Prober:
     next_id: int = 1
     next_burst: int = 1
     watches: dict[int, _Watch] = field(default_factory=dict)   # TCP module id -> its watch
+    # Watches that may want a probe while nothing changes (data queued, or received and not held):
+    # only these are looked at again for a connection unchanged since the last snapshot.
+    armed: set[int] = field(default_factory=set)
     inflight: list[_Probe] = field(default_factory=list)
     done: list[tuple] = field(default_factory=list)    # probes rows not yet written
     remotes: dict[tuple[int, str], _Window] = field(default_factory=dict)   # (family, address) -> window
@@ -124,33 +128,53 @@ class Prober:
     # that the interface's counters can leave them out (ProbeFeed.discount).
     traffic: dict[str, list[int]] = field(default_factory=dict)
 
-    def observe(self, now: float, seq: int, connections) -> None:
+    def observe(self, now: float, seq: int, connections, unchanged=()) -> None:
         """connections: (module id, remote (family, address, port), data segments in, out, receive
-        queue, send queue, rto_us or None) of every live TCP module in the snapshot just taken."""
-        s = self.settings
-        live = set()
+        queue, send queue, rto_us or None) of the live TCP modules in the snapshot just taken;
+        unchanged: the module ids of the other live ones, whose values are those last given (only
+        those that may want a probe are looked at: the cost follows what moves, not the host's size)."""
+        watches, armed = self.watches, self.armed
         for mid, remote, segs_in, segs_out, rqueue, wqueue, rto_us in connections:
-            live.add(mid)
-            w = self.watches.get(mid)
+            w = watches.get(mid)
             if w is None:
-                self.watches[mid] = _Watch(plain_remote(remote), (segs_in, segs_out), now)
+                w = watches[mid] = _Watch(plain_remote(remote), (segs_in, segs_out), now)
+                w.queues = (rqueue, wqueue, rto_us)
+                if wqueue:
+                    armed.add(mid)
                 continue
+            w.queues = (rqueue, wqueue, rto_us)
+            if wqueue or (w.progress is not None and not rqueue) or (segs_in, segs_out) != w.segs:
+                armed.add(mid)
+            else:
+                armed.discard(mid)
             if (segs_in, segs_out) != w.segs:
                 w.segs, w.progress = (segs_in, segs_out), now
                 continue
-            sending = bool(wqueue)
-            receiving = w.progress is not None and now - w.progress <= s.hold and not rqueue
-            if not (sending or receiving):
-                continue
-            since = now - (w.progress if w.progress is not None else w.first)
-            wait = min(s.after, rto_us / 1e6) if rto_us else s.after
-            if since >= wait and now >= w.next_burst and (windows := self._budget(now, w.remote)):
-                self._burst(seq, mid, w.remote, windows)
-                w.next_burst = now + s.every
-        for mid in [m for m in self.watches if m not in live]:
-            del self.watches[mid]
+            self._consider(now, seq, mid, w)
+        for mid in unchanged:
+            if mid in armed:
+                self._consider(now, seq, mid, watches[mid])
+        if len(watches) > len(connections) + len(unchanged):   # some ended: forget them
+            live = {c[0] for c in connections}.union(unchanged)
+            self.watches = {m: w for m, w in watches.items() if m in live}
+            self.armed = armed & live
         if len(self.remotes) > 64:   # forget remotes whose window is empty (a host talks to many)
             self.remotes = {k: r for k, r in self.remotes.items() if r.room(now, 0) and r.sent}
+
+    def _consider(self, now: float, seq: int, mid: int, w: _Watch) -> None:
+        """A burst for a connection whose segments did not move, if it is busy, silent long enough,
+        due, and the budget has room."""
+        s = self.settings
+        rqueue, wqueue, rto_us = w.queues
+        sending = bool(wqueue)
+        receiving = w.progress is not None and now - w.progress <= s.hold and not rqueue
+        if not (sending or receiving):
+            return
+        since = now - (w.progress if w.progress is not None else w.first)
+        wait = min(s.after, rto_us / 1e6) if rto_us else s.after
+        if since >= wait and now >= w.next_burst and (windows := self._budget(now, w.remote)):
+            self._burst(seq, mid, w.remote, windows)
+            w.next_burst = now + s.every
 
     def _budget(self, now: float, remote) -> tuple[_Window, _Window] | None:
         """The host's and the remote's windows when both have room for a burst. `now` is the
