@@ -1,13 +1,16 @@
 """Rule variants: a rule system plus parameters, written `name:key=value,key=value`.
 
-SYSTEMS is the registry of rule systems by name, as every registry of the project is (backends,
-fault kinds, labelling policies): a dict built from its members, looked up with rundir.errors.named.
-Adding a system: a module with `SYSTEM = RuleSystem(...)` (analysis.variants.base) and its entry here.
+SYSTEMS is the registry of rule systems by name (a mapping, looked up with rundir.errors.named like
+every registry of the project): the entry points of the group `nestlab.variants` and the plug-in
+files (analysis.plugins). The built-ins are the project's own entry points (pyproject.toml), so a
+built-in is loaded the way a plug-in is. Adding a system: a module with `SYSTEM = RuleSystem(...)`
+(analysis.variants.base) and its entry point in pyproject.toml (and BUILTINS, for an older install);
+from outside the package: docs/plugins.md.
 """
 
 from __future__ import annotations
 
-from analysis.variants import flink_backpressure, flowdiagnoser, nest_cf, peer, streamsdiagnoser
+from analysis.plugins import Registry, check_contract, check_name
 from analysis.variants.base import (
     BLOCKED,
     DONTCARE,
@@ -20,12 +23,42 @@ from analysis.variants.base import (
     parse_named,
 )
 
-SYSTEMS: dict[str, RuleSystem] = {s.name: s for s in (flowdiagnoser.SYSTEM, nest_cf.SYSTEM, peer.SYSTEM,
-                                                      streamsdiagnoser.SYSTEM, flink_backpressure.SYSTEM)}
+# The project's own entry points (pyproject.toml [project.entry-points] group nestlab.variants), for an
+# install older than them (tests/test_plugins.py keeps the two the same).
+BUILTINS = (
+    ("flowdiagnoser", "analysis.variants.flowdiagnoser:SYSTEM"),
+    ("nest-cf", "analysis.variants.nest_cf:SYSTEM"),
+    ("peer", "analysis.variants.peer:SYSTEM"),
+    ("streamsdiagnoser", "analysis.variants.streamsdiagnoser:SYSTEM"),
+    ("flink-backpressure", "analysis.variants.flink_backpressure:SYSTEM"),
+)
 
 
-def systems() -> dict[str, RuleSystem]:
-    """Every rule system, by name."""
+def check_system(obj, builtin: bool) -> str | None:
+    """What is wrong with a rule system's definition, or None."""
+    if not isinstance(obj, RuleSystem):
+        return f"not a RuleSystem but {type(obj).__name__}"
+    problem = check_name(obj.name) or check_contract(obj, builtin)
+    if problem:
+        return problem
+    if obj.kind not in ("label", "cf"):
+        return f"kind {obj.kind!r} is neither 'label' nor 'cf'"
+    if not callable(obj.diagnose):
+        return "its diagnose is not callable"
+    if not all(isinstance(p, Param) for p in obj.params):
+        return "its params are not all Param objects"
+    names = [p.name for p in obj.params]
+    if len(set(names)) != len(names):
+        return "two params have the same name"
+    return None
+
+
+SYSTEMS: Registry = Registry("variant", "variants", check_system, lambda s: s.name,
+                             lambda: list(BUILTINS))
+
+
+def systems() -> Registry:
+    """Every rule system, by name (a mapping; SYSTEMS.origin(name) says where one came from)."""
     return SYSTEMS
 
 
@@ -41,5 +74,5 @@ DEFAULT_VARIANTS = ("flowdiagnoser", "nest-cf")
 DEFAULT_VARIANT = "flowdiagnoser:theta=2"
 
 
-__all__ = ["BLOCKED", "DEFAULT_VARIANT", "DEFAULT_VARIANTS", "DONTCARE", "HEALTHY", "LABELS", "STALLED", "SYSTEMS",
+__all__ = ["BLOCKED", "BUILTINS", "DEFAULT_VARIANT", "DEFAULT_VARIANTS", "DONTCARE", "HEALTHY", "LABELS", "STALLED", "SYSTEMS",
            "Param", "RuleSystem", "Variant", "parse_named", "parse_variant", "systems"]

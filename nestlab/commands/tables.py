@@ -398,8 +398,11 @@ def _policies(args) -> int:
     from analysis.labels import DEFAULT_POLICY, POLICIES
 
     for name, cls in POLICIES.items():
-        print(f"{name}{'  (default)' if name == DEFAULT_POLICY else ''}  {cls.summary}")
+        print(f"{name}{'  (default)' if name == DEFAULT_POLICY else ''}  ({POLICIES.origin(name)})  "
+              f"{getattr(cls, 'summary', '')}")
         for p in cls.params:
             print(f"    {p.name + '=' + p.text(p.default):<22} {p.help}")
         print()
+    for line in POLICIES.problems:
+        print(f"left out: {line}")
     return 0
