@@ -98,11 +98,11 @@ def _load_file(path: Path) -> Any:
                 _modules[path] = module
             except Exception as e:  # noqa: BLE001 - a broken plug-in is one line, the built-ins go on
                 sys.modules.pop(name, None)
-                _modules[path] = f"plug-in file {path}: cannot load: {_problem(e)}"
+                _modules[path] = f"plug-in file {path}: cannot load: {problem(e)}"
     return _modules[path]
 
 
-def _problem(e: BaseException) -> str:
+def problem(e: BaseException) -> str:
     where = ""
     tb = e.__traceback__
     while tb is not None:   # the innermost frame in a plug-in's own code, not importlib's
@@ -195,7 +195,7 @@ class Registry(Mapping):
         try:
             eps = list(importlib.metadata.entry_points(group=self.group))
         except Exception as e:  # noqa: BLE001 - broken metadata elsewhere must not stop the built-ins
-            say(f"cannot read the installed entry points of {self.group}: {_problem(e)}")
+            say(f"cannot read the installed entry points of {self.group}: {problem(e)}")
             eps = []
         own = [ep for ep in eps if _dist(ep) == PROJECT]
         others = [ep for ep in eps if _dist(ep) != PROJECT]
@@ -210,7 +210,7 @@ class Registry(Mapping):
             try:
                 obj = ep.load()
             except Exception as e:  # noqa: BLE001 - a broken plug-in is one line, the others go on
-                self._refuse(ep.name, f"{self.what} plug-in {ep.name!r} ({origin}): cannot import: {_problem(e)}; left out")
+                self._refuse(ep.name, f"{self.what} plug-in {ep.name!r} ({origin}): cannot import: {problem(e)}; left out")
                 continue
             self._add(ep.name, obj, origin, builtin)
 
