@@ -196,7 +196,9 @@ def _travels(thing) -> bool:
     if _named(thing) is not thing:
         return True
     fn = thing.system.diagnose if isinstance(thing, Variant) else type(thing)
-    return getattr(fn, "__module__", "__main__") not in ("__main__", "__mp_main__")
+    fn = getattr(fn, "rule", fn)   # a rule on the simple interface (analysis.variants.simple)
+    module = getattr(fn, "__module__", None) or getattr(type(fn), "__module__", "__main__")
+    return module not in ("__main__", "__mp_main__") and "<lambda>" not in getattr(fn, "__qualname__", "")
 
 
 @contextlib.contextmanager

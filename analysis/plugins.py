@@ -66,6 +66,7 @@ def env_files() -> list[Path]:
 
 def add_files(paths) -> None:
     """Plug-in files to load (`--plugin`); also put into the environment for child processes."""
+    files()   # the environment's first
     for p in paths:
         p = Path(p).expanduser().resolve()
         if p not in _files:
@@ -127,6 +128,12 @@ class Registry(Mapping):
         self._refused: dict[str, str] = {}
         self._files_done: set[Path] = set()
         self.problems: list[str] = []
+
+    def reload(self) -> None:
+        """Look again at the entry points and files (a package installed since; tests)."""
+        self._entries = None
+        self._origins, self._builtin, self._refused, self._files_done = {}, set(), {}, set()
+        self.problems = []
 
     # ----------------------------------------------------------------------- Mapping
     def __getitem__(self, name: str) -> Any:
