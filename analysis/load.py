@@ -119,7 +119,8 @@ class CounterHistories:
                 self.conn = connect(self.db, readonly=True)
             rows = [] if self.conn is None else read.counter_history(self.conn, module, out)
             rows = [r for r in rows if r[2] is not None and r[1] is not None]
-            self.cache[key] = (np.array([r[0] for r in rows], dtype=np.int64), np.array([r[1] for r in rows], float),
+            self.cache[key] = (np.array([r[0] for r in rows], dtype=np.int64),
+                               np.array([r[1] for r in rows], float),
                                np.array([r[2] for r in rows], float)) if rows else None
         return self.cache[key]
 
