@@ -157,6 +157,15 @@ def _contract_problem(v: Variant, out, n: int) -> str | None:
     return None
 
 
+def empty_diagnosis() -> pd.DataFrame:
+    """diagnose_run's frame with no rows (a run with snapshots but no counters: nothing to diagnose)."""
+    return pd.DataFrame({"variant": pd.Categorical([]), "dir": pd.Categorical([], categories=["in", "out"]),
+                         "module": pd.Series([], dtype=np.int64), "kind": pd.Categorical([]),
+                         "seq": pd.Series([], dtype=np.int64), "label": pd.Categorical([]),
+                         "cf": pd.Series([], dtype=float), "positive": pd.Series([], dtype=bool),
+                         "invalid": pd.Series([], dtype=bool)})
+
+
 def diagnose_run(run_dir: str | Path | RunStretches, variants=None) -> pd.DataFrame:
     """Every snapshot of a run with every variant, as one long frame (module docstring)."""
     run = run_dir if isinstance(run_dir, RunStretches) else load_stretches(run_dir)

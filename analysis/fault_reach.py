@@ -3,7 +3,9 @@ while they are impacted), and its *collateral*, the modules around them that its
 (docs/analysis.md, "Ground truth"). Load (analysis.unscored: the modules a damaged fault leaves out of
 the scores) and the labelling policies (analysis.labels) both take them here.
 
-- targets: the fault's target module; app_pause: the application and its sockets (they stall with it);
+- targets: the fault's target module and, for a kind that names them (rundir.faultkinds.FaultKindInfo
+  `children`), its children of that module kind (app_pause: the application's sockets stall with it);
+  the faults that have targets (`active_faults`) took effect and, by their kind's `stalls`, stall them;
 - collateral: the targets' ancestors and descendants in the module graph while the fault was active.
 """
 
@@ -16,10 +18,14 @@ from rundir import facts
 
 
 def active_faults(data) -> list[tuple[int, str, int, float, float]]:
-    """(id, kind, target module, start, end) of the faults that took effect and have a target."""
+    """(id, kind, target module, start, end) of the faults that took effect, have a target and stall it
+    (their kind's `stalls`, rundir.faultkinds: every network kind's faults do)."""
     out = []
+    kinds = data.fault_kinds
     for f in facts.took_effect(data.faults).itertuples(index=False):
         if f.target_module is pd.NA or pd.isna(f.target_module):
+            continue
+        if f.kind in kinds and not kinds[f.kind].culprit(f.target):
             continue
         out.append((int(f.id), str(f.kind), int(f.target_module), float(f.start), float(f.end)))
     return out
@@ -37,11 +43,13 @@ def edges_during(data, t0: float, t1: float) -> list[tuple[int, int]]:
 
 
 def fault_targets(data, kind: str, target: int, t0: float, t1: float) -> set[int]:
-    """The modules a fault targets: app_pause -> the app and its sockets; otherwise the target."""
+    """The modules a fault targets: the target, and its children of the module kind its fault kind
+    names (data.fault_kinds, rundir.faultkinds: app_pause -> the app and its sockets)."""
     out = {target}
-    if kind == "app_pause":
+    info = data.fault_kinds.get(kind)
+    if info is not None and info.children:
         kinds = data.modules["kind"]
-        out |= {c for p, c in edges_during(data, t0, t1) if p == target and kinds.get(c) == "socket"}
+        out |= {c for p, c in edges_during(data, t0, t1) if p == target and kinds.get(c) == info.children}
     return out
 
 

@@ -27,14 +27,12 @@ from analysis.score.table_layout import module_rows
 from rundir import facts, read, repair
 from rundir.db import connect
 from rundir.errors import UserError
+from rundir.facts import IPERF_PORT
+from rundir.faultkinds import FaultKindInfo, kinds_of
 from rundir.layout import RunDir
 from rundir.manifest import Monitor, SpecWorkload
 from rundir.runs import HEALTH_TABLES, RunInfo, guarded, open_run
 from rundir.targets import resolve_fault_targets
-
-# Ports the seeds' workloads use: iperf writes to remote port 5001 and reads on local port 5001
-# (thesis 3.7); a web client reads from remote port 80.
-IPERF_PORT = 5001
 
 
 def read_run(path: str | Path) -> RunData:
@@ -75,6 +73,11 @@ class RunData:
         return self.info.path
 
     @property
+    def fault_kinds(self) -> dict[str, FaultKindInfo]:
+        """The fault kinds the run may hold, as its manifest records them (rundir.faultkinds)."""
+        return kinds_of(self.info.manifest)
+
+    @property
     def counters(self) -> pd.DataFrame:
         """The counter deltas of every stretch as one long frame (counters_frame), made on first use."""
         if self._counters is None:
@@ -113,7 +116,8 @@ class CounterHistories:
                 self.conn = connect(self.db, readonly=True)
             rows = [] if self.conn is None else read.counter_history(self.conn, module, out)
             rows = [r for r in rows if r[2] is not None and r[1] is not None]
-            self.cache[key] = (np.array([r[0] for r in rows], dtype=np.int64), np.array([r[1] for r in rows], float),
+            self.cache[key] = (np.array([r[0] for r in rows], dtype=np.int64),
+                               np.array([r[1] for r in rows], float),
                                np.array([r[2] for r in rows], float)) if rows else None
         return self.cache[key]
 
@@ -226,10 +230,11 @@ def _load(info: RunInfo) -> RunData:
     mods = _attach_workloads(mods, procs, workloads, warnings)
     edges = pd.DataFrame(run.edges, columns=["parent", "child", "born", "died"])
 
-    faults, unknown = repair.fault_rows(faults, manifest_t0, warnings)
+    kinds = kinds_of(info.manifest)
+    faults, unknown = repair.fault_rows(faults, manifest_t0, warnings, kinds)
     lost: list[tuple[int, int]] = []
-    faults = _resolve_faults(faults, mods, info.monitor, end, warnings, unknown, lost)
-    spans = unscored_rows.leave_out_unknown_windows(faults, unknown, mods, edges, t0, warnings)
+    faults = _resolve_faults(faults, mods, info.monitor, end, warnings, unknown, lost, kinds)
+    spans = unscored_rows.leave_out_unknown_windows(faults, unknown, mods, edges, t0, warnings, kinds)
     spans += unscored_rows.leave_out_lost_targets(faults, lost, t0, warnings)
     counters = None
     if len(run.seqs[run.unscored]) or spans:   # a damaged run: the rows it leaves out need the frame
@@ -311,18 +316,19 @@ def _missing(v: Any) -> bool:
 
 def _resolve_faults(faults: pd.DataFrame, mods: pd.DataFrame, monitor: Monitor, end: float,
                     warnings: list[str], unknown_window: Iterable[int] = (),
-                    lost: list[tuple[int, int]] | None = None) -> pd.DataFrame:
+                    lost: list[tuple[int, int]] | None = None,
+                    kinds: dict[str, FaultKindInfo] | None = None) -> pd.DataFrame:
     """Fill in target modules the runner could not resolve (or that are not in the modules table),
     ends of faults still active at the end; `monitor` is the manifest's (host and interface of the
     monitored host). Faults in `unknown_window` (see rundir.repair.fault_rows) are already reported.
     Faults whose recorded target module does not exist and whose target does not resolve go into
-    `lost` as (id, recorded module) (analysis.unscored_rows.leave_out_lost_targets reports them)."""
+    `lost` as (id, recorded module) (analysis.unscored.leave_out_lost_targets reports them)."""
     modules = [(int(mid), key, float(born)) for mid, key, born in zip(mods.index, mods["key"], mods["born"], strict=True)]
     known = {m for m, _, _ in modules}
     rows = list(faults.itertuples(index=False))
     todo = [i for i, row in enumerate(rows) if _missing(row.target_module) or int(row.target_module) not in known]
     found = resolve_fault_targets([(rows[i].kind, rows[i].target, rows[i].start) for i in todo], modules,
-                                  monitor.host, monitor.interface, missing_start=end)
+                                  monitor.host, monitor.interface, missing_start=end, kinds=kinds or kinds_of(None))
     resolved = dict(zip(todo, found, strict=True))
     targets, ends, descr = [], [], []
     lost = lost if lost is not None else []

@@ -35,11 +35,10 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from analysis import plugins
-from analysis.diagnose import as_variants, diagnose_run, diagnose_stretches
+from analysis.diagnose import as_variants, diagnose_run, diagnose_stretches, empty_diagnosis
 from analysis.evaluation import Evaluation
 from analysis.health import network_health
 from analysis.labels import POLICIES, parse_policy
@@ -265,7 +264,7 @@ def diagnose_label_score(data, vs, pol, warn, keep: bool = True):
         else:
             diags = diagnose_stretches(data.run, vs)
     else:  # snapshots but no counters: nothing to diagnose (the engine needs at least one stretch)
-        diag = _empty_diagnosis()
+        diag = empty_diagnosis()
         warn(name, "no module counters recorded; every count is 0")
     # label
     labels = pol.label(data)
@@ -293,11 +292,3 @@ def diagnose_label_score(data, vs, pol, warn, keep: bool = True):
     counts["kind"] = mods["kind"].reindex(counts["module"]).to_numpy()
     counts["rows"] = mods["rows"].reindex(counts["module"]).to_numpy()
     return counts, (scored if keep else None), overlap, health
-
-
-def _empty_diagnosis() -> pd.DataFrame:
-    return pd.DataFrame({"variant": pd.Categorical([]), "dir": pd.Categorical([], categories=["in", "out"]),
-                         "module": pd.Series([], dtype=np.int64), "kind": pd.Categorical([]),
-                         "seq": pd.Series([], dtype=np.int64), "label": pd.Categorical([]),
-                         "cf": pd.Series([], dtype=float), "positive": pd.Series([], dtype=bool),
-                         "invalid": pd.Series([], dtype=bool)})

@@ -65,7 +65,7 @@ class Batch:
     # from no run (JSON snapshots; in memory, none given).
     engine_metrics: EngineMetrics | None = None
     offsets: np.ndarray = field(init=False)  # (K + 1,) first cell of each stretch
-    _counters: dict[str, Counters] = field(default_factory=dict, init=False, repr=False)
+    _flat_counters: dict[str, Counters] = field(default_factory=dict, init=False, repr=False)
     _shared: dict[str, object] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self):
@@ -139,17 +139,17 @@ class Batch:
 
     def counters(self, d: str) -> Counters:
         """One direction's counters, flattened to cells."""
-        if d not in self._counters:
+        if d not in self._flat_counters:
             names = Counters.__dataclass_fields__
             shared = self._shared_flat(d)
             if shared is not None:   # load_stretches lays them out back to back: no copy (read-only)
-                self._counters[d] = Counters(*(_readonly(shared[f]) for f in names))
+                self._flat_counters[d] = Counters(*(_readonly(shared[f]) for f in names))
             elif self.stretches:
-                self._counters[d] = Counters(*(_flat([getattr(st.counters[d], f) for st in self.stretches])
-                                            for f in names))
+                self._flat_counters[d] = Counters(*(_flat([getattr(st.counters[d], f) for st in self.stretches])
+                                                    for f in names))
             else:  # no cells (a run whose collector saw no module): empty, with the right dtypes
-                self._counters[d] = Counters(*(a.ravel() for a in vars(Counters.empty(0, 0)).values()))
-        return self._counters[d]
+                self._flat_counters[d] = Counters(*(a.ravel() for a in vars(Counters.empty(0, 0)).values()))
+        return self._flat_counters[d]
 
     def _shared_flat(self, d: str) -> dict[str, np.ndarray] | None:
         """The flat arrays of direction d when the stretches are consecutive pieces of one run's

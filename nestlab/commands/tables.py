@@ -14,6 +14,7 @@ from pathlib import Path
 
 from analysis.variants import DEFAULT_VARIANT, expand_values, expand_variant  # noqa: F401 - the CLI's names for them
 from rundir.errors import UserError
+from rundir.layout import RunDir
 
 
 def register(subparsers) -> None:
@@ -181,7 +182,7 @@ def _evaluate(args, variants, keep=False):
 def _out_dir(args, runs: list[Path]) -> Path:
     from rundir.runs import common_root
 
-    return Path(args.out) if args.out else common_root(runs) / "analysis"
+    return Path(args.out) if args.out else RunDir(common_root(runs)).analysis
 
 
 def _seed(name: str | None, kind: str):
@@ -309,7 +310,7 @@ def _plots(args) -> int:
     drawn = 0
     for run in ev.runs:
         data, scored = ev.data[run], ev.scored[run]
-        out = Path(args.out) if args.out else run / "analysis"
+        out = Path(args.out) if args.out else RunDir(run).analysis
         modules = [_module_id(data, m) for m in args.module] if args.module else None
 
         def draw(data=data, scored=scored, out=out, modules=modules):

@@ -9,12 +9,16 @@ deltas, edges, processes, faults, events) and a small manifest, written by the r
 
 from __future__ import annotations
 
+import sqlite3
+from pathlib import Path
+
 from analysis.labels import label_run
 from analysis.load import load_run_data
 from rundir.handmade import DT, IPERF_DOWN, IPERF_DUAL, IPERF_UP, T0, WGET, RunBuilder, make_run
+from rundir.layout import RunDir
 from rundir.runs import open_run
 
-__all__ = ["DT", "IPERF_DOWN", "IPERF_DUAL", "IPERF_UP", "T0", "WGET", "RunBuilder", "labelled", "make_run",
+__all__ = ["DT", "IPERF_DOWN", "IPERF_DUAL", "IPERF_UP", "T0", "WGET", "RunBuilder", "edit_db", "labelled", "make_run",
            "positives", "spans"]
 
 
@@ -39,3 +43,12 @@ def spans(seqs: list[int]) -> list[tuple[int, int]]:
     return out
 
 
+def edit_db(run: Path, *statements: str) -> list[int]:
+    """Run SQL statements on a run's run.db (a test's damage); the rows each changed."""
+    db = sqlite3.connect(RunDir(run).db)
+    try:
+        changed = [db.execute(sql).rowcount for sql in statements]
+        db.commit()
+    finally:
+        db.close()
+    return changed
