@@ -19,7 +19,7 @@ PASSDOWN = Param("passdown", True, on_off, "BLOCKED when a child is stuck too (o
 # ------------------------------------------------------------------ the simple interface: one cell at a time
 
 def stuck(c) -> bool:
-    """No progress while there was work (c: a Counts)."""
+    """No progress while there was work: it waited, or something sat in its queue."""
     return not c.tm > 0 and ((c.wait or 0) > 0 or (c.queued or 0) > 0)
 
 
