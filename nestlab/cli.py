@@ -36,6 +36,12 @@ def _build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMAND_MODULES:
         module.register(sub)
+    # `nestlab COMMAND --help` opens with what the command does: its one-line help where it has no
+    # longer description
+    helps = {a.dest: a.help for a in sub._choices_actions}
+    for name, command in sub.choices.items():
+        if not command.description and helps.get(name):
+            command.description = helps[name][0].upper() + helps[name][1:] + "."
     return parser
 
 

@@ -150,8 +150,11 @@ def variant_specs(variants) -> list[tuple[str, Variant]]:
 DEFAULT_VARIANTS = ("flowdiagnoser", "nest-cf")
 # The variant accuracy tables, comparisons and run summaries use when none is named: the thesis's NeST.
 DEFAULT_VARIANT = "flowdiagnoser:theta=2"
+# The lab's own best variant, for runs recorded with the collector's probes (docs/probes.md): shown beside
+# the seeds' in the end-of-run summary and the report of such a run.
+PROBE_VARIANT = "flowdiagnoser:probe=on"
 
 
-__all__ = ["BLOCKED", "BUILTINS", "DEFAULT_VARIANT", "DEFAULT_VARIANTS", "DONTCARE", "HEALTHY", "LABELS", "STALLED", "SYSTEMS",
+__all__ = ["BLOCKED", "BUILTINS", "DEFAULT_VARIANT", "DEFAULT_VARIANTS", "DONTCARE", "PROBE_VARIANT", "HEALTHY", "LABELS", "STALLED", "SYSTEMS",
            "Param", "RuleSystem", "Variant", "expand_values", "expand_variant", "parse_named", "parse_variant", "systems",
            "variant_specs"]

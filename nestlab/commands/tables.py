@@ -96,7 +96,8 @@ def register(subparsers) -> None:
                    help="the HTML file (default: <run>/analysis/report.html for one run, <the runs' common "
                         "directory>/analysis/report.html for more)")
     p.add_argument("--variant", action="append", metavar="V",
-                   help="rule variant (repeatable; ranges expand; default flowdiagnoser:theta=2 and nest-cf)")
+                   help="rule variant (repeatable; ranges expand; default flowdiagnoser:theta=2 and nest-cf, the seeds' "
+                        "two systems, and flowdiagnoser:probe=on when the runs recorded probes)")
     p.set_defaults(func=_report)
 
     p = subparsers.add_parser("policies", help="list ground-truth labelling policies and their parameters")
@@ -340,7 +341,15 @@ def _report(args) -> int:
 
     if args.out and Path(args.out).is_dir():
         raise UserError(f"{args.out}: is a directory; -o names the HTML file to write")
-    variants = variants_from(args) if args.variant else variants_from(argparse_ns(variant=list(REPORT_VARIANTS)))
+    if args.variant:
+        variants = variants_from(args)
+    else:   # the seeds' two systems; with probes recorded, the lab's probe variant beside them
+        from analysis.variants import PROBE_VARIANT
+        from nestlab.observers import records_probes
+        from rundir.runs import find_runs
+
+        probes = any(records_probes(r) for r in find_runs(args.runs, args.results))
+        variants = variants_from(argparse_ns(variant=[*REPORT_VARIANTS, *([PROBE_VARIANT] if probes else [])]))
     runs, ev = _evaluate(args, variants, keep=True)
     out = Path(args.out) if args.out else default_output(ev.runs)
     print(build_report(ev, out))
