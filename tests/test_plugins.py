@@ -237,3 +237,39 @@ def test_new_variant_writes_a_package_whose_own_test_passes_once_installed(tmp_p
     assert [e.split(": ", 2)[-1][:40] for e in err] == ["the name is a built-in rule system's; ch",
                                                         "a name is lower-case letters, digits, '_",
                                                         f"{pkg} exists and is not an empty directory"[:40]]
+
+
+POLICY_FILE = '''
+from dataclasses import replace
+
+from analysis.labels import WindowPolicy
+
+
+class Wide(WindowPolicy):
+    """The window policy with a 2-second tail by default."""
+    system = "wide"
+    summary = "window, tail 2 s"
+    contract = 1
+    params = tuple(replace(p, default=2.0) if p.name == "tail" else p for p in WindowPolicy.params)
+
+
+class NoContract(WindowPolicy):
+    system = "nocontract"
+
+
+policies = [Wide, NoContract]
+'''
+
+
+def test_a_policy_plugin_from_a_file(tmp_path, fresh_registries):
+    f = tmp_path / "wide.py"
+    f.write_text(POLICY_FILE)
+    run, *_ = make_run(tmp_path / "exp" / "r0")
+    r = cli("--plugin", str(f), "policies")
+    assert r.returncode == 0 and f"wide  (file {f})  window, tail 2 s" in r.stdout
+    assert "left out: label policy plug-in 'nocontract'" in r.stdout and "states no contract version" in r.stderr
+    plugins.add_files([f])
+    wide = nestlab.open_run(run).accuracy("flowdiagnoser:theta=2", policy="wide")
+    window = nestlab.open_run(run).accuracy("flowdiagnoser:theta=2", policy="window:tail=2")
+    assert set(wide["policy"]) == {"wide"}
+    pd.testing.assert_frame_equal(wide.drop(columns="policy"), window.drop(columns="policy"))
