@@ -81,7 +81,9 @@ def test_dump_writes_the_apis_frames_for_other_tools(tmp_path, capsys, fmt):
     assert capsys.readouterr().out.strip() == f"hand/r0: {out / 'exp' / 'r0'}"
     read = pd.read_parquet if fmt == "parquet" else pd.read_csv
     got = {p.stem: read(p) for p in (out / "exp" / "r0").iterdir()}
-    assert set(got) == {"modules", "snapshots", "counters", "faults", "edges", "processes", "diagnosis", "labels"}
+    assert set(got) == {"modules", "snapshots", "counters", "faults", "edges", "processes", "diagnosis", "labels",
+                        "tcp_info", "probes"}
+    assert all(list(f.columns)[0] == "run" and set(f["run"]) <= {"hand/r0"} for f in got.values())
     stored = nestlab.open_run(run)
     assert len(got["counters"]) == len(stored.counters) and len(got["diagnosis"]) == 2 * len(stored.counters)
     assert got["snapshots"]["seq"].tolist() == stored.snapshots.index.tolist()
@@ -168,3 +170,32 @@ def test_the_evidence_tables_are_frames(tmp_path):
     assert len(p) == 1 and p["outcome"].iloc[0] == "answered" and p["module"].dtype == "int64"
     assert p["seq"].dtype == "int64" and p["rtt_ms"].iloc[0] == 50.0
     assert run.tcp_info[["seq", "module", "rtt_us"]].values.tolist() == [[5, 3, 1200]]
+
+
+def test_dumped_tables_have_one_dtype_per_column_whatever_the_run_holds(tmp_path, capsys):
+    """A network run with probes and tcp_info rows and a streams run with neither: each table's Parquet
+    schema is the same, so that the runs' tables concatenate (DuckDB's read_parquet('*/*/x.parquet'))."""
+    import pyarrow.parquet as pq
+
+    from rundir.db import connect
+    from rundir.handmade_streams import StreamsRun, chain
+    from rundir.layout import RunDir
+
+    net = make_run(tmp_path / "exp" / "net")[0]
+    conn = connect(RunDir(net).db)
+    conn.execute("INSERT INTO probes (burst, module, remote, sport, kind, seq, sent, done, outcome, rtt_ms) "
+                 "VALUES (1, 3, '10.0.2.1:80', NULL, 'syn', 21, 1002.2, 1002.25, 'timeout', NULL)")
+    conn.execute("INSERT INTO tcp_info (seq, module, rtt_us, rttvar_us) VALUES (5, 3, 1200, 300)")
+    conn.commit()
+    conn.close()
+    g = chain(("src", "beacon"), ("t", "throttle"), ("snk", "sink"))
+    StreamsRun(g).step({c: (5, 5) for c in g.conns}, 4).fault("throttle", "t", 1.0, 2.0).write(tmp_path / "exp" / "st")
+    out = tmp_path / "dump"
+    assert nestlab_main(["dump", str(tmp_path / "exp"), "-o", str(out), "--variant", "flowdiagnoser:theta=2"]) == 0
+    capsys.readouterr()
+    for table in ("modules", "snapshots", "counters", "faults", "edges", "processes", "diagnosis", "labels",
+                  "tcp_info", "probes"):
+        a, b = (pq.read_schema(out / "exp" / r / f"{table}.parquet").remove_metadata() for r in ("net", "st"))
+        assert a == b, f"{table}: {a} != {b}"
+    both = pd.concat([pd.read_parquet(out / "exp" / r / "probes.parquet") for r in ("net", "st")])
+    assert both["run"].tolist() == ["hand/net"] and str(both["module"].dtype) == "Int64"
