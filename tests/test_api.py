@@ -199,3 +199,12 @@ def test_dumped_tables_have_one_dtype_per_column_whatever_the_run_holds(tmp_path
         assert a == b, f"{table}: {a} != {b}"
     both = pd.concat([pd.read_parquet(out / "exp" / r / "probes.parquet") for r in ("net", "st")])
     assert both["run"].tolist() == ["hand/net"] and str(both["module"].dtype) == "Int64"
+
+
+def test_open_runs_says_which_results_root_it_looked_in(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match=re.escape(f"[results root: {tmp_path / 'results'}, from the working "
+                                                  f"directory {tmp_path}; pass results=... or a run's path]")):
+        nestlab.open_runs("net_fault")
+    make_run(tmp_path / "elsewhere" / "net_fault" / "r0")
+    assert [r.name for r in nestlab.open_runs("net_fault", results=tmp_path / "elsewhere")] == ["hand/r0"]
