@@ -16,13 +16,13 @@ import sys
 # the collector is on again for the command.
 gc.disable()
 from analysis import plugins  # noqa: E402
-from nestlab.commands import diagnose, dump, export, new_variant, run, tables, top  # noqa: E402
+from nestlab.commands import diagnose, dump, export, new_variant, paths, run, tables, top  # noqa: E402
 from rundir.errors import UserError  # noqa: E402
 
 gc.freeze()
 gc.enable()
 
-COMMAND_MODULES = (run, export, diagnose, tables, top, dump, new_variant)
+COMMAND_MODULES = (run, export, diagnose, tables, top, dump, paths, new_variant)
 
 
 def _build_parser() -> argparse.ArgumentParser:
