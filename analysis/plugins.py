@@ -23,6 +23,7 @@ find the entry points themselves).
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
@@ -90,7 +91,8 @@ def _load_file(path: Path) -> Any:
         else:
             # A stable module name, so that its objects pickle by reference to a worker that loaded
             # the same file.
-            name = "nestlab_plugin_" + re.sub(r"\W", "_", path.stem) + f"_{abs(hash(str(path))) % 10**8}"
+            digest = hashlib.sha1(str(path).encode()).hexdigest()[:8]   # str hashes differ between processes
+            name = "nestlab_plugin_" + re.sub(r"\W", "_", path.stem) + "_" + digest
             try:
                 spec = importlib.util.spec_from_file_location(name, path)
                 module = importlib.util.module_from_spec(spec)
