@@ -81,4 +81,6 @@ def _variants(args) -> int:
         print()
     for line in registry.problems:
         print(f"left out: {line}")
+    from analysis.plugins import CONTRACT
+    print(f"Your own: nestlab new-variant NAME, or --plugin FILE.py (plug-in contract {CONTRACT}, docs/plugins.md)")
     return 0
