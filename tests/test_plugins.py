@@ -107,6 +107,12 @@ def test_an_installed_package_is_found_listed_and_scored(tmp_path, fresh_registr
     r = cli("variants", pythonpath=[site])
     assert r.returncode == 0, r.stderr
     assert "tcpquiet  [label]  (entry point tcpquiet_rule:SYSTEM of nestlab-tcpquiet 0.3)" in r.stdout
+    # and in worker processes, which find it themselves
+    make_run(tmp_path / "exp" / "r1")
+    r = cli("compare", str(tmp_path / "exp"), "--variant", "tcpquiet", "--variant", "flowdiagnoser:theta=2", "-j", "2",
+            "--out", str(tmp_path / "cmp"), pythonpath=[site])
+    assert r.returncode == 0 and "2 runs in 2 processes" in r.stderr, r.stderr
+    assert set(pd.read_csv(tmp_path / "cmp" / "compare.csv")["variant"]) == {"tcpquiet", "flowdiagnoser:theta=2"}
 
 
 def test_broken_plugins_are_one_line_each_and_the_built_ins_still_work(tmp_path, fresh_registries, monkeypatch):
