@@ -142,7 +142,8 @@ class LiveEngine:
         params = self.variant.params
         self.probe = bool(params.get("probe"))
         self.ahead = float(params.get("probe_ahead", probes.AHEAD_S))
-        self.probe_carry: dict = {}   # silences going on at the window's start (analysis.model.probes.ongoing)
+        # silences going on at the window's start (analysis.model.probes.ongoing)
+        self.probe_carry: dict = {}
         # probe=on reads tcp_info too where recorded (backoff and the last data sent tell a connection
         # recovering from a past outage: analysis.model.probes), as the offline analysis does
         self.reader = RunReader(db, tcp_state=bool(params.get("tcpstate")) or self.probe, probes=self.probe)
