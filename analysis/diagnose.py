@@ -36,8 +36,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.cells import Batch
-from analysis.stretches import DIRS, KINDS, RunStretches, Stretch, load_stretches, stretch_from_json
+from analysis.model.batch import Batch
+from analysis.model.stretches import DIRS, KINDS, RunStretches, Stretch, load_stretches, stretch_from_json
 from analysis.variants import DEFAULT_VARIANTS, LABELS, Variant, parse_variant
 
 CF_DECIMALS = 4  # certainty factors in JSON output

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.score import accuracy_table, across_runs, compare_table, per_run_table
+from analysis.score.accuracy import accuracy_table, across_runs, compare_table, per_run_table
 
 
 @dataclass

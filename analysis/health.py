@@ -30,8 +30,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.frame_rows import FrameRows
 from analysis.labels_streams import is_streams
+from analysis.model.long_frame import FrameRows
 from rundir import facts
 from rundir.manifest import RunHealth
 

@@ -66,7 +66,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import labels_streams
-from analysis.label_rows import ArrayRows, StretchRows, label_rows
+from analysis.model.label_input import ArrayRows, StretchRows, label_rows
 from analysis.variants.base import Param, on_off, parse_named
 from rundir import facts
 from rundir.db import connect

@@ -38,12 +38,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import deltas, probes
-from analysis import stretches as sx
 from analysis.diagnose import as_variants, diagnose_stretches
 from analysis.load import workload_from_cmdline
-from analysis.stretches import DIRS, KINDS, STARTS_AT_ZERO
-from analysis.tcpstate import attach as attach_tcpstate
+from analysis.model import deltas, probes
+from analysis.model import stretches as sx
+from analysis.model.stretches import DIRS, KINDS, STARTS_AT_ZERO
+from analysis.model.tcpstate import attach as attach_tcpstate
 from analysis.variants import DEFAULT_VARIANT, LABELS
 from rundir import facts
 from rundir.db import TCP_STATE_COLUMNS

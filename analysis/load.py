@@ -22,8 +22,8 @@ import numpy as np
 import pandas as pd
 
 from analysis import unscored as unscored_rows
-from analysis.rows import module_rows
-from analysis.stretches import DIRS, RunStretches, load_stretches
+from analysis.model.stretches import DIRS, RunStretches, load_stretches
+from analysis.score.table_layout import module_rows
 from rundir import facts, read, repair
 from rundir.db import connect
 from rundir.errors import UserError

@@ -40,13 +40,13 @@ import pandas as pd
 
 from analysis.diagnose import as_variants, diagnose_run, diagnose_stretches
 from analysis.evaluation import Evaluation
-from analysis.frame_rows import in_series_order
 from analysis.health import network_health
 from analysis.labels import parse_policy
 from analysis.load import load_run_data
+from analysis.model.long_frame import in_series_order
+from analysis.model.stretches import DIRS
 from analysis.render.tables import stalled_list
 from analysis.render.writers import stalled_markdown, write_accuracy
-from analysis.stretches import DIRS
 from analysis.variants import DEFAULT_VARIANT
 from rundir.errors import UserError
 from rundir.layout import fresh

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from analysis.stretches import load_stretches
+from analysis.model.stretches import load_stretches
 from harness.collector.appsockets import InterceptorSource
 from harness.collector.iface import InterfaceSource
 from harness.collector.main import ModuleTracker

@@ -140,7 +140,7 @@ def test_a_read_only_run_directory_is_read_from_run_db(tmp_path):
 
 
 def stretches_of(run: Path):
-    from analysis.stretches import load_stretches
+    from analysis.model.stretches import load_stretches
 
     r = load_stretches(run)
     return r.warnings, r.modules, [(st.modules, st.kinds, st.edges, st.seqs.tolist(),

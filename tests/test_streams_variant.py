@@ -8,9 +8,9 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.cells import Batch
 from analysis.diagnose import diagnose_stretches
-from analysis.stretches import DIRS, Counters, Stretch
+from analysis.model.batch import Batch
+from analysis.model.stretches import DIRS, Counters, Stretch
 from analysis.variants import BLOCKED, DONTCARE, HEALTHY, LABELS, STALLED, Variant, parse_variant, systems
 from analysis.variants.flink_backpressure import attach, root_causes
 from analysis.variants.flink_backpressure import diagnose as fb_diagnose

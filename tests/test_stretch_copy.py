@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis import stretch_copy
-from analysis.cells import Batch
-from analysis.stretches import load_stretches
+from analysis.model import stretch_copy
+from analysis.model.batch import Batch
+from analysis.model.stretches import load_stretches
 from rundir import columnar
 from rundir.db import connect
 from tests.support.damaged import DAMAGES, FATAL, synthetic_base

@@ -27,8 +27,8 @@ import pandas as pd
 
 from analysis.render.against import ACROSS, WILSON, SeedTable
 from analysis.render.tables import md_table, slug, tex
-from analysis.rows import COUNTS, RATE_DEF, RATES
-from analysis.score import bootstrap_pooled, rates
+from analysis.score.accuracy import bootstrap_pooled, rates
+from analysis.score.table_layout import COUNTS, RATE_DEF, RATES
 from rundir.layout import fresh, output_dir
 from rundir.manifest import read_manifest_quietly
 

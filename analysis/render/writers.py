@@ -42,8 +42,8 @@ from analysis.render.tables import (
 )
 from analysis.render.tables import accuracy_cells as _cells
 from analysis.render.tables import md_table as _md_table
-from analysis.rows import COUNTS, RATES, ROWS
-from analysis.score import INTERVAL
+from analysis.score.accuracy import INTERVAL
+from analysis.score.table_layout import COUNTS, RATES, ROWS
 from rundir.layout import fresh, output_dir
 
 # ----------------------------------------------------------------------------- formatting

@@ -42,8 +42,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.cells import Batch
-from analysis.stretches import DIRS, KINDS
+from analysis.model.batch import Batch
+from analysis.model.stretches import DIRS, KINDS
 from analysis.variants.base import BLOCKED, DONTCARE, HEALTHY, STALLED, Param, RuleSystem, on_off
 from rundir import streams
 from rundir.db import STREAM_TASK_COLUMNS

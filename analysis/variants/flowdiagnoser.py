@@ -61,9 +61,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analysis.cells import Batch
-from analysis.probes import AHEAD_S
-from analysis.stretches import DIRS, KINDS, Counters, Stretch
+from analysis.model.batch import Batch
+from analysis.model.probes import AHEAD_S
+from analysis.model.stretches import DIRS, KINDS, Counters, Stretch
 from analysis.variants.base import (
     BLOCKED,
     DONTCARE,

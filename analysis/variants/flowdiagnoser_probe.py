@@ -41,9 +41,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.cells import Batch
-from analysis.probes import ANSWERED, UNANSWERED, cell_evidence
-from analysis.stretches import KINDS
+from analysis.model.batch import Batch
+from analysis.model.probes import ANSWERED, UNANSWERED, cell_evidence
+from analysis.model.stretches import KINDS
 from analysis.variants.base import BLOCKED, STALLED
 
 _TCP = KINDS.index("tcp")

@@ -44,9 +44,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.cells import Batch
-from analysis.stretches import KINDS
-from analysis.tcpstate import CA_LOSS
+from analysis.model.batch import Batch
+from analysis.model.stretches import KINDS
+from analysis.model.tcpstate import CA_LOSS
 from analysis.variants.base import BLOCKED, STALLED
 from rundir.errors import UserError
 

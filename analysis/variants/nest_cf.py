@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.cells import Batch
-from analysis.stretches import DIRS, Counters
+from analysis.model.batch import Batch
+from analysis.model.stretches import DIRS, Counters
 from analysis.variants.base import Param, RuleSystem, certainty, on_off
 from analysis.variants.nest_cf_tables import (
     ABSENT,

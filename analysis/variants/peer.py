@@ -45,8 +45,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.cells import Batch
-from analysis.stretches import DIRS, KINDS
+from analysis.model.batch import Batch
+from analysis.model.stretches import DIRS, KINDS
 from analysis.variants import flowdiagnoser
 from analysis.variants.base import (
     BLOCKED,

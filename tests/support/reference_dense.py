@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.stretches import DIRS, Counters, Stretch
+from analysis.model.stretches import DIRS, Counters, Stretch
 
 
 def ref_dense_counter_rows(rows: dict[str, np.ndarray], pos: np.ndarray, lives: tuple[np.ndarray, np.ndarray],

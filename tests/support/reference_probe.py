@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 import tests.support.reference_tcpstate as _tcpstate
-from analysis.stretches import DIRS, Stretch
+from analysis.model.stretches import DIRS, Stretch
 from analysis.variants import BLOCKED, STALLED
 from tests.support import reference as _reference
 from tests.support.reference_shared_peer import ref_flowdiagnoser_shared

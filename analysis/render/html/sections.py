@@ -31,7 +31,7 @@ from analysis.render.tables import (
     pct,
     runs_title,
 )
-from analysis.rows import COUNTS, RATES, ROWS, SECTIONS
+from analysis.score.table_layout import COUNTS, RATES, ROWS, SECTIONS
 
 ACCURACY_SEEDS = ("thesis-3.3", "paper-table-6")
 STREAMS_SEEDS = ("thesis-4.3",)   # a row per processing graph (analysis.render.against_streams)

@@ -37,9 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from analysis import probes, stretch_copy, tcpstate
-from analysis.deltas import _QUEUED, series_deltas
-from analysis.dense import (
+from analysis.model import probes, stretch_copy, tcpstate
+from analysis.model.deltas import _QUEUED, series_deltas
+from analysis.model.dense import (
     cell_places,
     dense_counter_rows,
     fill_counters,

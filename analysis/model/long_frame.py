@@ -16,8 +16,8 @@ from functools import cached_property
 
 import numpy as np
 
-from analysis.cells import Batch
-from analysis.stretches import DIRS
+from analysis.model.batch import Batch
+from analysis.model.stretches import DIRS
 
 
 def in_series_order(stretches: list) -> bool:

@@ -30,8 +30,8 @@ from rundir import columnar
 FILE = columnar.STRETCHES
 VERSION = 2   # 2: the cells' fields named in the head
 # The modules whose code decides what the stretches' arrays hold: a change to any makes new copies.
-CODE = ("analysis.stretches", "analysis.dense", "analysis.deltas", "rundir.read", "rundir.repair", "rundir.columnar",
-        "analysis.stretch_copy")
+CODE = ("analysis.model.stretches", "analysis.model.dense", "analysis.model.deltas", "rundir.read", "rundir.repair", "rundir.columnar",
+        "analysis.model.stretch_copy")
 
 
 @cache

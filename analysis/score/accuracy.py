@@ -37,7 +37,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from analysis.rows import COUNTS, RATE_DEF, RATES, ROWS, SECTION_DIR, SECTIONS
+from analysis.score.table_layout import COUNTS, RATE_DEF, RATES, ROWS, SECTION_DIR, SECTIONS
 
 CONFIDENCE = 0.95
 Z = 1.959963984540054  # two-sided 95% normal quantile

@@ -13,8 +13,8 @@ from functools import cached_property
 
 import numpy as np
 
-from analysis.dense import flat_view
-from analysis.stretches import KINDS, Counters, Stretch
+from analysis.model.dense import flat_view
+from analysis.model.stretches import KINDS, Counters, Stretch
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
@@ -200,7 +200,7 @@ class Batch:
         everywhere (known False, fields NaN). None when no stretch has it."""
         if all(st.tcpstate is None for st in self.stretches):
             return None
-        from analysis.tcpstate import TcpState
+        from analysis.model.tcpstate import TcpState
         from rundir.db import TCP_STATE_COLUMNS
         states = [st.tcpstate if st.tcpstate is not None else TcpState.unknown(st.n, st.t) for st in self.stretches]
         out = {f: np.concatenate([getattr(s, f).ravel() for s in states]) for f in ("known", *TCP_STATE_COLUMNS)}

@@ -18,8 +18,8 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 import pandas as pd
 
-from analysis.frame_rows import FrameRows
-from analysis.stretches import DIRS
+from analysis.model.long_frame import FrameRows
+from analysis.model.stretches import DIRS
 
 
 def _idle(tm: np.ndarray, has_wait: np.ndarray, wait: np.ndarray) -> np.ndarray:
