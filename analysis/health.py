@@ -60,7 +60,7 @@ def quiet_snapshots(data) -> pd.Series:
 def _tcp_series(data, tcp_ids: np.ndarray) -> dict[str, dict[str, np.ndarray]]:
     """Per direction, the TCP modules' counters rows by module, then seq: module, seq, tm, queued
     (0 where not supported), errors, invalid. From the stretches' arrays while the long frame is not
-    made (analysis.frame_rows), else from the frame."""
+    made (analysis.model.long_frame), else from the frame."""
     stretches = data.counter_stretches()
     rows = FrameRows(stretches) if stretches else None
     out = {}

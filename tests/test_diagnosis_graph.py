@@ -1,4 +1,4 @@
-"""Stretches and counter deltas (analysis.stretches): run.db (stretches, deltas, thesis 3.4 invalid mask) and JSON."""
+"""Stretches and counter deltas (analysis.model.stretches): run.db (stretches, deltas, thesis 3.4 invalid mask) and JSON."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The stretches' copy (analysis/stretch_copy.py): load_stretches from it gives what cutting the counters
+"""The stretches' copy (analysis/model/stretch_copy.py): load_stretches from it gives what cutting the counters
 gives, on sound and damaged runs (every array, the modules' lives, the warnings in their order, the
 detached modules, TCP state and probes made again); it is used only under its key (run.db as it is,
 this code), so a run that changed or code that changed makes it again; a copy that cannot be written

@@ -3,11 +3,11 @@
 The seeds' tables are data files in analysis/seeds/ (thesis-3.3, paper-table-6, paper-table-8), values
 as printed, with provenance and recovery notes. Two kinds:
 
-- accuracy (thesis Table 3.3, paper Table 6): against analysis.score.accuracy_table. One output row
+- accuracy (thesis Table 3.3, paper Table 6): against analysis.score.accuracy.accuracy_table. One output row
   per printed cell: section, row, metric, unit, ours, theirs, diff (ours - theirs; percentage points
   for rates), lo/hi (our interval for a rate, in %), interval ("across runs" or "Wilson"), beyond
   (their value, widened by its print precision, lies outside our interval).
-- ablation (paper Table 8): against analysis.score.compare_table. One output row per printed cell:
+- ablation (paper Table 8): against analysis.score.accuracy.compare_table. One output row per printed cell:
   section, row, feature, variant, metric (dTP% / dFP%), ours, theirs, diff, theirs_as ("printed" or
   "blank = ·", a blank read as no change), sign (whether our change goes the same way).
 """
@@ -159,7 +159,7 @@ def _nan(v) -> bool:
 
 
 def across_runs_or_none(counts: pd.DataFrame, variant: str) -> pd.DataFrame | None:
-    """analysis.score.across_runs(counts, variant) when that function exists (it may not yet)."""
+    """analysis.score.accuracy.across_runs(counts, variant) when that function exists (it may not yet)."""
     from analysis.score import accuracy as score
 
     fn = getattr(score, "across_runs", None)
@@ -240,7 +240,7 @@ def against_ablation(ours: pd.DataFrame, seed: SeedTable) -> pd.DataFrame:
 
 def accuracy_vs_seed(counts: pd.DataFrame, variant: str, seed: SeedTable) -> pd.DataFrame:
     """Our accuracy table of `variant` from per-module counts (Evaluation.counts) against the seed's,
-    with across-run intervals where analysis.score.across_runs gives them."""
+    with across-run intervals where analysis.score.accuracy.across_runs gives them."""
     from analysis.score.accuracy import accuracy_table
 
     return against_accuracy(accuracy_table(counts, variant), seed, across_runs_or_none(counts, variant))

@@ -8,7 +8,7 @@ experiments/streams-4.3.yaml; a run's experiment is its manifest's, else its par
 name); Totals is the sum of the graph rows, as in the thesis. Runs of other experiments are counted
 nowhere and named in a note.
 
-Each rate has our interval: across runs (analysis.score.bootstrap_pooled, whole runs resampled) when
+Each rate has our interval: across runs (analysis.score.accuracy.bootstrap_pooled, whole runs resampled) when
 at least two runs of the row define it, else Wilson's per snapshot; `beyond` says their printed
 value, give or take its print precision, lies outside it.
 

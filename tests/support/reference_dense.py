@@ -1,4 +1,4 @@
-"""The plain forms of load_stretches' array steps, as they were before analysis.dense (lexsort,
+"""The plain forms of load_stretches' array steps, as they were before analysis.model.dense (lexsort,
 searchsorted, a stretch at a time): tests/test_dense.py checks the fast forms against them."""
 
 from __future__ import annotations

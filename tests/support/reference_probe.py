@@ -1,5 +1,5 @@
 """Plain per-snapshot reference for `flowdiagnoser:probe=on` (issue 21), written from docs/diagnosis.md
-one module and one snapshot at a time, with lists and dicts; it shares no code with analysis.probes or
+one module and one snapshot at a time, with lists and dicts; it shares no code with analysis.model.probes or
 analysis.variants (it reads a stretch's probe data: the per-burst table `Stretch.probes.bursts.table`,
 the snapshot times, each module's remote and the snapshots' counters, and finds the silences itself).
 

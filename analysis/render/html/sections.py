@@ -104,7 +104,7 @@ def health_section(ev) -> str:
 
 
 def accuracy_section(ev) -> str:
-    """Thesis Table 3.3 per variant (analysis.score.accuracy_table), and with 2 or more runs the
+    """Thesis Table 3.3 per variant (analysis.score.accuracy.accuracy_table), and with 2 or more runs the
     across-runs table; each <table> carries data-variant, each row data-section and data-row."""
     parts = []
     attrs = [{"data-section": s, "data-row": r} for s in SECTIONS for r in ROWS]
