@@ -41,7 +41,7 @@ DIR = copies.DIR
 COUNTERS = "counters.arrow"
 VERSION = 2   # 2: rows by direction, module and seq
 _KEY = b"nestlab"
-_SUM = b"sha256"   # of the head and every column's values (rundir.copies.digest)
+_SUM = b"checksum"   # of the head and every column's values (rundir.copies.digest)
 _BOOLS = ("out", "bad")
 _COUNTER_TYPES = {"seq": "int64", "module": "int64", "out": "uint8", "bad": "uint8",
                   "vals": "fixed_size_list<item: double>[4]", "has": "fixed_size_list<item: uint8>[4]"}

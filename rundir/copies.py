@@ -24,6 +24,7 @@ import mmap
 import os
 import secrets
 import stat
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -198,9 +199,13 @@ def mapped_files(run_dir: str | Path, name: str) -> Iterator[tuple[str, mmap.mma
 
 
 def digest(parts: list) -> str:
-    """The checksum a copy carries of what the analysis reads of it: SHA-256 (SHA-NI: ~2 GB/s here)
-    over each array's bytes and each text, in order."""
-    h = hashlib.sha256()
+    """The checksum a copy carries of what the analysis reads of it: CRC-32 over each array's bytes and
+    each text in order, with their total length (zlib's: ~3 GB/s here, half SHA-256's time; a check
+    against damage and edits, not a signature: a copy made to lie under a fresh checksum is what the
+    readers' checks of what it says are for)."""
+    crc, size = 0, 0
     for p in parts:
-        h.update(p if isinstance(p, bytes | memoryview) else memoryview(p).cast("B"))
-    return h.hexdigest()
+        view = p if isinstance(p, bytes | memoryview) else memoryview(p).cast("B")
+        crc = zlib.crc32(view, crc)
+        size += len(view)
+    return f"crc32:{crc:08x}:{size}"
