@@ -181,6 +181,8 @@ def read_json(path: str | Path) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise UserError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    except RecursionError:
+        raise UserError(f"{path}: invalid JSON: nested deeper than snapshots can be") from None
 
 
 def _number(where: str, v: Any) -> float | None:

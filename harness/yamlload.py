@@ -39,6 +39,8 @@ class YamlDoc:
         try:
             self.node = yaml.compose(text, Loader=yaml.SafeLoader)
             self.data: Any = yaml.safe_load(text)
+        except RecursionError:
+            raise SpecError(self.path, None, "", "invalid YAML: nested deeper than a spec can be") from None
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
             problem = getattr(e, "problem", None) or str(e).splitlines()[0]

@@ -183,7 +183,8 @@ def mapped_files(run_dir: str | Path, name: str) -> Iterator[tuple[str, mmap.mma
     with _places(run_dir, create=False) as places:
         for where, d in places:
             try:
-                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=d)
+                # O_NONBLOCK: a FIFO planted at the name must not block the open (it is not a regular file)
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=d)
             except OSError:
                 continue
             try:

@@ -57,7 +57,8 @@ def read_index(root: Path, name: str = INDEX) -> dict | None:
         return json.loads((root / name).read_text())
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
+        e = e if not isinstance(e, RecursionError) else "nested deeper than an index can be"
         raise UserError(f"{root / name}: unreadable suite index ({e}); move it away to start the suite "
                         "again") from None
 
