@@ -35,10 +35,10 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
-from analysis import probes  # noqa: E402
 from analysis.diagnose import diagnose_stretches  # noqa: E402
-from analysis.stretches import load_stretches  # noqa: E402
-from analysis.tcpstate import TcpState  # noqa: E402
+from analysis.model import probes  # noqa: E402
+from analysis.model.stretches import load_stretches  # noqa: E402
+from analysis.model.tcpstate import TcpState  # noqa: E402
 from analysis.variants import parse_variant  # noqa: E402
 from rundir.read import clean_probes  # noqa: E402
 from tests.support.probes import synthetic_probe_rows  # noqa: E402

@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 
 from analysis.diagnose import diagnose_stretches  # noqa: E402
 from analysis.live import LiveEngine  # noqa: E402
-from analysis.stretches import load_stretches  # noqa: E402
+from analysis.model.stretches import load_stretches  # noqa: E402
 from tests.support.grow import Grower  # noqa: E402
 from tests.support.synthetic import synthetic_run  # noqa: E402
 

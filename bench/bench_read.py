@@ -13,7 +13,7 @@ times each (the best of each is compared: the machine's other load only ever add
   %M; os.wait4's where there is none).
 
 A run as run-experiment leaves it has two copies (rundir/columnar.py): the counters' (the runner's, when
-the run ends) and the stretches' (analysis/stretch_copy.py, written by the run's report). A reader's
+the run ends) and the stretches' (analysis/model/stretch_copy.py, written by the run's report). A reader's
 copies live in its per-user cache (rundir/copies.py; here a temporary one), each checked on load
 (Arrow validation, a CRC-32 of what the analysis reads): the figures include those checks. The rounds
 time accuracy with both (the figure compared), and with the counters' alone (the stretches made from

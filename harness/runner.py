@@ -38,7 +38,7 @@ from harness.clean import refuse_on_leftovers
 from harness.collector.appsockets import warnings_from_log
 from harness.collector.main import command as collector_command
 from harness.collector.probe import ProbeSettings
-from harness.faults import FaultEnv, FaultKind, Faults, NoTarget, Part
+from harness.faults import FaultEnv, FaultKind, Faults, NoTarget, Part, kinds_used
 from harness.ledger import Ledger, signals_held
 from harness.lock import machine_lock
 from harness.observers import NONE, LiveLine, Observers
@@ -152,6 +152,7 @@ class Repetition:
             monitor={"host": spec.monitor, "address": monitor_if.address, "interface": monitor_if.name},
             congestion_control=spec.congestion_control, snapshot_interval=spec.snapshot_interval,
             planned_faults=[w.__dict__ for w in self.plan], clock="CLOCK_MONOTONIC of the monitored host",
+            fault_kinds=kinds_used(spec.faults),
             start_wall=time.time(), start_mono=monotonic(), status="running")
         def teardown(status: str, reason: str | None) -> None:
             self._teardown_safely()

@@ -2,7 +2,7 @@
 run and a suite. Here, and only here, the harness's runs meet the analysis's pipeline.
 
 - live: the progress view's second line, the modules STALLED now (nestlab.live_line);
-- report: at the end of a run, its tables, figures and HTML report (analysis.pipeline.summarize_run)
+- report: at the end of a run, its tables, figures and HTML report (analysis.render.summary.summarize_run)
   and its network health into its manifest; returns the run's headline scores, as values;
 - scores: the headline of a stored run (a suite's runs kept by --resume);
 - pooled: a suite's accuracy table over its complete runs, in <suite>/analysis/.
@@ -17,7 +17,8 @@ from pathlib import Path
 from rich.console import Console
 
 from analysis.evaluation import Evaluation
-from analysis.pipeline import evaluate, summarize
+from analysis.pipeline import evaluate
+from analysis.render.summary import summarize
 from analysis.render.writers import write_accuracy
 from analysis.variants import DEFAULT_VARIANT
 from harness.observers import Headline, Observers

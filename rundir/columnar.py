@@ -259,7 +259,7 @@ STRETCHES = "stretches.arrow"
 def write_arrays(run_dir: str | Path, name: str, key: dict, columns: dict[str, np.ndarray], meta: dict) -> Path | None:
     """Keep equal-length 1-D arrays (numbers or bools) and a JSON-able `meta` as the copy `name` of the
     run (rundir.copies), under `key` (read_arrays hands them back only for the same key) and with a
-    checksum of both. For the analysis's copies of what it makes of a run (analysis.stretches:
+    checksum of both. For the analysis's copies of what it makes of a run (analysis.model.stretches:
     STRETCHES), which it keys by run.db's stamp and by its own code. None when it cannot be written."""
     try:
         import pyarrow as pa
@@ -286,7 +286,7 @@ def _columns(table, bools) -> dict[str, np.ndarray]:
         dtype = np.dtype(arr.type.to_pandas_dtype())
         dtype = np.dtype(bool) if col in bools and dtype == np.uint8 else dtype
         # Straight on the mapped buffer: an array whose own views (a stretch's slice) have it as their
-        # base, as arrays made in memory do (analysis.cells checks views by their base).
+        # base, as arrays made in memory do (analysis.model.batch checks views by their base).
         columns[col] = np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * dtype.itemsize)
     return columns
 

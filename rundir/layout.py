@@ -117,3 +117,10 @@ def fresh(path: Path | str) -> Path:
     if path.is_symlink():
         path.unlink()
     return path
+
+
+def run_db(path: Path | str) -> Path:
+    """The run.db a reader was given: `path` itself when it is a file (a run.db path), else the run
+    directory's (RunDir.db)."""
+    path = Path(path)
+    return path if path.is_file() else RunDir(path).db

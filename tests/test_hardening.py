@@ -315,7 +315,7 @@ def test_iptables_rules_take_only_addresses_and_ports(what, change, value):
 def test_a_connection_the_monitored_host_reports_is_checked_before_a_tcp_drop_uses_it(conn):
     """tcp_drop picks one of the connections the node agent reports on the workload's host: a
     malformed one is refused with one line naming that host, before any rule is made."""
-    from harness.faults.iptables import TcpDrop
+    from harness.faults.tcp_drop import TcpDrop
 
     proc = SimpleNamespace(pid=4242)
     w = SimpleNamespace(host="site1n1", server="site2n1")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from analysis.live import LiveEngine
-from analysis.stretches import DIRS, load_stretches
+from analysis.model.stretches import DIRS, load_stretches
 from nestlab.cli import nestlab_main
 from nestlab.commands.top import frame
 from nestlab.live_line import LiveProgress

@@ -249,7 +249,7 @@ def test_a_huge_module_id_costs_no_memory_and_changes_no_score(tmp_path):
 def test_the_report_draws_a_window_of_hours_and_dollar_signs_in_names(tmp_path, capsys):
     """A fault window longer than two hours (the counters figure's ticks) and a `$...$` in a name
     (matplotlib would read TeX) are data like any other: the figures and the report are made."""
-    from analysis.pipeline import summarize_run
+    from analysis.render.summary import summarize_run
 
     run, *_ = make_run(tmp_path / "exp" / "r0")
     assert _edit_db(run, "UPDATE faults SET end = start + 3 * 3600 WHERE id = 1",

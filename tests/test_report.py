@@ -10,11 +10,12 @@ import pandas as pd
 import pytest
 
 from analysis.load import load_run_data
-from analysis.pipeline import evaluate, summarize_run
+from analysis.pipeline import evaluate
+from analysis.render.summary import summarize_run
 from analysis.render.tables import stalled_list, stalled_top
 from analysis.render.writers import accuracy_latex, accuracy_markdown, compare_markdown
-from analysis.rows import ROWS, SECTIONS
-from analysis.score import accuracy_table, compare_table
+from analysis.score.accuracy import accuracy_table, compare_table
+from analysis.score.table_layout import ROWS, SECTIONS
 from nestlab.cli import nestlab_main
 from nestlab.commands.tables import expand_values, expand_variant
 from rundir.errors import UserError

@@ -12,12 +12,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
+from harness.faults import kinds_used
 from harness.ledger import Ledger, signals_held
 from harness.observers import NONE, Observers
 from harness.outline import RecordingStopped, guarded_run
 from harness.streams.cluster import FlinkCluster, flink_home
 from harness.streams.collector import StreamsCollector
-from harness.streams.spec import BACKEND, StreamsExperiment
+from harness.streams.spec import BACKEND, KINDS, StreamsExperiment
 from harness.window import Window
 from rundir import __version__
 from rundir.db import FORMAT_VERSION, monotonic
@@ -70,6 +71,7 @@ class StreamsRepetition:
                   "rate": self.exp.rate_for(self.rep)},
             backend=BACKEND, snapshot_interval=spec.snapshot_interval,
             planned_faults=[w.__dict__ for w in self.plan], clock="CLOCK_MONOTONIC of this machine",
+            fault_kinds=kinds_used(spec.faults, KINDS),
             start_wall=time.time(), start_mono=monotonic())
         def teardown(status: str, reason: str | None) -> None:
             self._teardown()
@@ -171,9 +173,10 @@ class StreamsRepetition:
 
     def _start(self, w: Window) -> None:
         f = self.spec.faults[w.spec_index]
-        value = (_rate_text(f.rate) if f.kind == "throttle" else "on")
+        kind = KINDS[f.kind]
+        value = kind.on(f)
         start = self._set(f.operator, value)
-        target = {"operator": f.operator, "rate": f.rate} if f.kind == "throttle" else {"operator": f.operator, "on": True}
+        target = kind.target(f)
         rows = []
         for c in self.graph.into(f.operator):
             self.fault_ids += 1
@@ -186,7 +189,7 @@ class StreamsRepetition:
 
     def _end(self, a: Active) -> None:
         f = self.spec.faults[a.window.spec_index]
-        end = self._set(f.operator, "inf" if f.kind == "throttle" else "off")
+        end = self._set(f.operator, KINDS[f.kind].off)
         for fid in a.rows:
             self.record.fault_ended(fid, end)
         self.record.commit()
@@ -229,10 +232,6 @@ class StreamsRepetition:
         console.print(Text.assemble((status, colour), f"{': ' + reason if reason else ''} -> {self.rd.path}"))
         console.print(f"  settings applied {counts['faults']}, snapshots {counts['snapshots']}, "
                       f"connections {counts['modules']}", markup=False)
-
-
-def _rate_text(rate: float | None) -> str:
-    return "inf" if rate is None else f"{rate:g}"
 
 
 def _flink_version() -> str:

@@ -384,7 +384,7 @@ def _copies(run: Path, stretches: bool) -> None:
     (run / "run.db-shm").unlink(missing_ok=True)
     assert columnar.write_after_run(run)
     if stretches:
-        from analysis.stretches import load_stretches
+        from analysis.model.stretches import load_stretches
 
         copies.claim(run)   # as the runner does: its report writes the stretches' copy into the run
         load_stretches(run)

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from harness.backends.base import ClockOffset, Clocks
+from harness.faults import kinds_used
 from harness.spec import load_spec
 from rundir import __version__
 from rundir.db import FORMAT_VERSION
@@ -71,6 +72,7 @@ def runner_manifests(spec: str | Path = REPO / "experiments" / "net_fault.yaml",
         "monitor": {"host": spec_.monitor, "address": monitor_if.address, "interface": monitor_if.name},
         "congestion_control": spec_.congestion_control, "snapshot_interval": spec_.snapshot_interval,
         "planned_faults": [w.__dict__ for w in exp.plan(repetition)], "clock": "CLOCK_MONOTONIC of the monitored host",
+        "fault_kinds": kinds_used(spec_.faults),
         "start_wall": 1767268800.25, "start_mono": 3586.957461307, "status": "running",
     }
     yield "start", copy.deepcopy(m)
