@@ -412,13 +412,14 @@ def export_dump_formula(ws, where):
     return ["dump", str(run), "-o", str(where / "out"), "--format", "csv"], (where / "out",)
 
 
-@case("report -o a planted link (replaced)", "ok", check=lambda ws, where: None
+@case("accuracy --out with planted links at its files (replaced)", "ok", check=lambda ws, where: None
       if (ws.outside / "victim").read_text() == "keep me\n" else "the victim changed")
-def export_report_symlink(ws, where):
+def export_accuracy_file_symlinks(ws, where):
     run = ws.run(where)
     (where / "out").mkdir()
-    (where / "out" / "report.html").symlink_to(ws.outside / "victim")
-    return ["report", str(run), "-o", str(where / "out" / "report.html")], (where / "out",)
+    for name in ("accuracy.md", "accuracy.csv", "accuracy.tex"):
+        (where / "out" / name).symlink_to(ws.outside / "victim")
+    return ["accuracy", str(run), "--out", str(where / "out")], (where / "out",)
 
 
 @case("export a topology whose node name is Tcl", "exit2", "name")

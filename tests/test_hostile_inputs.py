@@ -21,7 +21,7 @@ DEEP = "[" * 100_000 + "]" * 100_000
 
 def test_a_spec_nested_too_deep_is_one_line(tmp_path):
     (tmp_path / "s.yaml").write_text(DEEP)
-    with pytest.raises(UserError, match="nested deeper than a spec can be"):
+    with pytest.raises(UserError, match="nested deeper than"):
         YamlDoc(tmp_path / "s.yaml")
 
 
