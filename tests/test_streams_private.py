@@ -132,3 +132,27 @@ def test_a_started_cluster_takes_no_jar_and_listens_on_loopback_only(tmp_path: P
     finally:
         c.stop()
         time.sleep(0.5)
+
+
+def test_a_start_whose_port_was_taken_is_tried_again_with_other_ports(tmp_path, monkeypatch):
+    c = cluster.FlinkCluster.__new__(cluster.FlinkCluster)
+    c.dir, c.procs, c.job_id = tmp_path / "flink", [], None
+    c._ports()
+    monkeypatch.setattr(cluster, "JOB_JAR", tmp_path / "job.jar")
+    (tmp_path / "job.jar").write_bytes(b"")
+    tried, stopped = [], []
+
+    def once():
+        tried.append((c.rest.port, c.metrics_ports))
+        if len(tried) < 3:
+            raise cluster.PortTaken("taken")
+
+    monkeypatch.setattr(c, "_start_once", once)
+    monkeypatch.setattr(c, "stop", lambda: stopped.append(1))
+    c.start()
+    assert len(tried) == 3 and len(stopped) == 2 and len(set(tried)) == 3   # new ports each time
+    tried.clear()
+    monkeypatch.setattr(c, "_start_once", lambda: tried.append(1) or (_ for _ in ()).throw(cluster.PortTaken("x")))
+    with pytest.raises(cluster.PortTaken):
+        c.start()
+    assert len(tried) == cluster.START_ATTEMPTS
