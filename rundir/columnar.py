@@ -15,11 +15,14 @@ run.db stays the record. The copy carries a stamp of the run.db it was made from
 modification time (ns) of run.db and of run.db-wal (when it holds anything), run.db's file change
 counter, the counters table's max(rowid) and the snapshots' count and max(seq) (a count(*) of the
 counters would cost 0.1 s on that run; any write changes the modification time anyway).
-`read_counters` uses the copy only when the stamp matches run.db as it is now; otherwise it reads
-run.db and writes the copy again for the next reader (`write_copy`), when the directory can be
-written. The runner writes it when a run ends (harness/runner.py), so a fresh run is analysed from
-the copy; an older run gets one the first time it is analysed. Never a failure: a copy that cannot
-be read or written leaves run.db to the reader (the copy is only ever a shortcut).
+`read_counters` uses the copy only when the stamp matches run.db as it is now and the copy proves to
+hold what it was made with (Arrow's full validation, then a checksum of its head and columns:
+rundir.copies.digest); otherwise it reads run.db (a copy that failed a check is one warning) and
+writes the copy again for the next reader (`write_copy`). Where copies live (rundir.copies): the
+runner writes the run's own into `<run>/columnar/` when a run ends (harness/runner.py), so a fresh
+run is analysed from it; a reader writes its own into a private per-user cache, never into the run.
+Never a failure: a copy that cannot be read or written leaves run.db to the reader (the copy is only
+ever a shortcut). docs/run-format.md, "Where copies live" and "How a copy proves it matches run.db".
 
 pyarrow is imported lazily: this module is controller-side (the collector and the agent never import
 it), and a reader whose run has no copy pays nothing for it.

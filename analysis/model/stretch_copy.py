@@ -9,6 +9,9 @@ What it holds is the part of load_stretches that reads the counters. The rest is
 from run.db's small tables, as for a run without a copy: snapshots, modules, edges, which modules are
 detached, remote addresses, TCP state, probes.
 
+Where it lives and how it is checked on load (Arrow validation, checksum) is rundir.copies' and
+rundir.columnar's; `mismatch` checks what it says against the run (bounds, ids, edges, cell counts),
+since a checksum anyone can recompute proves no more than that nobody edited it by hand.
 The copy is used only under the key it was written with: run.db's stamp (rundir.columnar.stamp: its
 size, modification time and change counter, ...) and a digest of the source of the code that makes
 stretches (CODE), so a run that changed or code that changed makes it again. run.db stays the record;
