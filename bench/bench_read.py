@@ -38,6 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from rundir import columnar, copies  # noqa: E402
+from rundir.layout import RunDir  # noqa: E402
 from tests.support.synthetic import synthetic_run  # noqa: E402
 
 RATIO_TARGET = 0.5
@@ -93,19 +94,19 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
 
     run = Path(tempfile.gettempdir()) / f"nestlab-bench-read-{a.minutes:g}min"
-    if a.fresh or not (run / "run.db").exists():
+    if a.fresh or not RunDir(run).db.exists():
         shutil.rmtree(run, ignore_errors=True)
         t0 = time.perf_counter()
         synthetic_run(run, seconds=a.minutes * 60)
         print(f"generated synthetic run in {time.perf_counter() - t0:.1f} s: {run}")
-    db = run / "run.db"
+    db = RunDir(run).db
     out = Path(tempfile.mkdtemp(prefix="nestlab-bench-read-out-"))
     cache = Path(tempfile.mkdtemp(prefix="nestlab-bench-read-cache-"))
     os.environ[copies.CACHE_ENV] = str(cache / "nestlab")   # the children's per-user cache
     stretches_copy = copies.cached_path(run, columnar.STRETCHES)
     try:
         # An older run: no copy yet; the first analysis reads run.db and writes both copies (its cache).
-        shutil.rmtree(run / columnar.DIR, ignore_errors=True)
+        shutil.rmtree(RunDir(run).columnar, ignore_errors=True)
         first_s, first_mb = accuracy(run, out)
         # As the runner leaves a run: its counters copy (written again here, timed).
         t0 = time.perf_counter()

@@ -19,7 +19,7 @@ counters would cost 0.1 s on that run; any write changes the modification time a
 hold what it was made with (Arrow's full validation, then a checksum of its head and columns:
 rundir.copies.digest); otherwise it reads run.db (a copy that failed a check is one warning) and
 writes the copy again for the next reader (`write_copy`). Where copies live (rundir.copies): the
-runner writes the run's own into `<run>/columnar/` when a run ends (harness/runner.py), so a fresh
+runner writes the run's own into `<run>/columnar/` when a run ends (harness/lab/network.py), so a fresh
 run is analysed from it; a reader writes its own into a private per-user cache, never into the run.
 Never a failure: a copy that cannot be read or written leaves run.db to the reader (the copy is only
 ever a shortcut). docs/run-format.md, "Where copies live" and "How a copy proves it matches run.db".
@@ -38,9 +38,9 @@ import numpy as np
 
 from rundir import copies, read
 from rundir.db import connect
+from rundir.layout import COLUMNAR as DIR
 from rundir.read import Unplaced
 
-DIR = copies.DIR
 COUNTERS = "counters.arrow"
 VERSION = 2   # 2: rows by direction, module and seq
 _KEY = b"nestlab"

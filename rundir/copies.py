@@ -29,7 +29,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-DIR = "columnar"
+from rundir.layout import COLUMNAR
+
+DIR = COLUMNAR
 CACHE_ENV = "NESTLAB_CACHE"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _claimed: set[str] = set()

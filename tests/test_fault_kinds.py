@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 import harness.runner
-import harness.streams.runner
 from analysis.labels import fault_targets, label_run
 from analysis.load import load_run_data
 from analysis.render.plots import _fault_legend, _fault_windows, default_subgraphs, fault_colour
@@ -164,10 +163,10 @@ def test_the_network_runner_records_the_kinds_its_spec_uses(tmp_path, monkeypatc
 
 
 def test_the_streams_runner_records_the_kinds_its_spec_uses(tmp_path, monkeypatch):
-    monkeypatch.setattr(harness.streams.runner, "guarded_run", _no_run)
+    monkeypatch.setattr(harness.runner, "guarded_run", _no_run)   # the one run loop, on the streams lab
     spec = write(tmp_path, "s.yaml", f"name: s\ngraph: {REPO / 'graphs' / 'mergetree.yaml'}\nduration: 60s\nfaults:\n"
                  "  - {kind: throttle, operator: n10, rate: 0, schedule: {at: [10s], duration: 5s}}\n")
-    run = harness.streams.runner.StreamsRepetition(load_spec(spec), 0, tmp_path / "results")
+    run = harness.runner.Repetition(load_spec(spec), 0, tmp_path / "results")
     assert run.execute() == 0
     assert read_manifest(run.rd.path).fault_kinds == {"throttle": STREAMS_KINDS["throttle"].info}
 
