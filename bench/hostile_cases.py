@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from rundir.layout import RunDir  # noqa: E402
 from tests.support import damaged  # noqa: E402
 from tests.support.damaged import synthetic_base  # noqa: E402
 
@@ -110,23 +111,23 @@ for _name, _what, _expect, _words in (
 @case("run.db a link to a file outside", "exit2", "cannot be read")
 def run_db_symlink_outside(ws, where):
     run = ws.run(where)
-    (run / "run.db").unlink()
-    (run / "run.db").symlink_to(ws.outside / "victim")
+    RunDir(run).db.unlink()
+    RunDir(run).db.symlink_to(ws.outside / "victim")
     return accuracy(run, where)
 
 
 @case("run.db a FIFO (a read would block)", "exit2", "no run")
 def run_db_fifo(ws, where):
     run = ws.run(where)
-    (run / "run.db").unlink()
-    os.mkfifo(run / "run.db")
+    RunDir(run).db.unlink()
+    os.mkfifo(RunDir(run).db)
     return accuracy(run, where)
 
 
 @case("run.db's header claims 2^31 pages", "exit2", "truncated")
 def run_db_header_lies(ws, where):
     run = ws.run(where)
-    with (run / "run.db").open("r+b") as f:
+    with RunDir(run).db.open("r+b") as f:
         head = bytearray(f.read(100))
         head[28:32] = (2**31 - 1).to_bytes(4, "big")   # the page count ...
         head[92:96] = head[24:28]                       # ... made valid (version-valid-for = change counter)
@@ -138,25 +139,25 @@ def run_db_header_lies(ws, where):
 @case("a view named like no table of ours (kept)", "ok")
 def run_db_extra_view(ws, where):
     run = ws.run(where)
-    conn = sqlite3.connect(run / "run.db")
+    conn = sqlite3.connect(RunDir(run).db)
     conn.execute("CREATE VIEW mine AS WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT x FROM n")
     conn.commit()
     conn.close()
     return accuracy(run, where)
 
 
-@case("manifest.json a link to outside", "warn", "manifest.json")
+@case("manifest.json a link to outside", "warn", "manifest.json unreadable")
 def run_manifest_symlink(ws, where):
     run = ws.run(where)
-    (run / "manifest.json").unlink()
-    (run / "manifest.json").symlink_to(ws.outside / "victim")
+    RunDir(run).manifest_path.unlink()
+    RunDir(run).manifest_path.symlink_to(ws.outside / "victim")
     return accuracy(run, where)
 
 
 @case("analysis/ a link to outside (plots write there)", "exit2", "symbolic link")
 def run_analysis_symlink(ws, where):
     run = ws.run(where)
-    (run / "analysis").symlink_to(ws.outside, target_is_directory=True)
+    RunDir(run).analysis.symlink_to(ws.outside, target_is_directory=True)
     return ["plots", str(run)], (run,)
 
 
@@ -164,9 +165,9 @@ def run_analysis_symlink(ws, where):
       if (ws.outside / "victim").read_text() == "keep me\n" else "the victim changed")
 def run_analysis_file_symlink(ws, where):
     run = ws.run(where)
-    (run / "analysis").mkdir()
-    (run / "analysis" / "stalled.csv").symlink_to(ws.outside / "victim")
-    return ["plots", str(run)], (run / "analysis",)
+    RunDir(run).analysis.mkdir()
+    (RunDir(run).analysis / "stalled.csv").symlink_to(ws.outside / "victim")
+    return ["plots", str(run)], (RunDir(run).analysis,)
 
 
 # ----------------------------------------------------------------------------- derived copies
@@ -179,33 +180,33 @@ def _made_copies(ws: Workspace, run: Path) -> None:
 @case("columnar/ a link to outside (reader)", "ok")
 def copy_dir_symlink(ws, where):
     run = ws.run(where)
-    (run / "columnar").symlink_to(ws.outside, target_is_directory=True)
+    RunDir(run).columnar.symlink_to(ws.outside, target_is_directory=True)
     return accuracy(run, where)
 
 
 @case("planted links at the copy's temporary names", "ok")
 def copy_tmp_names_planted(ws, where):
     run = ws.run(where)
-    (run / "columnar").mkdir()
+    RunDir(run).columnar.mkdir()
     for pid in range(1, 400):
-        (run / "columnar" / f".counters.arrow.{pid}.tmp").symlink_to(ws.outside / "victim")
+        (RunDir(run).columnar / f".counters.arrow.{pid}.tmp").symlink_to(ws.outside / "victim")
     return accuracy(run, where)
 
 
 @case("counters.arrow garbage bytes", "ok")
 def copy_garbage(ws, where):
     run = ws.run(where)
-    (run / "columnar").mkdir()
-    (run / "columnar" / "counters.arrow").write_bytes(os.urandom(4096))
+    RunDir(run).columnar.mkdir()
+    (RunDir(run).columnar / "counters.arrow").write_bytes(os.urandom(4096))
     return accuracy(run, where)
 
 
 @case("counters.arrow a FIFO (an open would block)", "ok")
 def copy_fifo(ws, where):
     run = ws.run(where)
-    (run / "columnar").mkdir()
-    os.mkfifo(run / "columnar" / "counters.arrow")
-    os.mkfifo(run / "columnar" / "stretches.arrow")
+    RunDir(run).columnar.mkdir()
+    os.mkfifo(RunDir(run).columnar / "counters.arrow")
+    os.mkfifo(RunDir(run).columnar / "stretches.arrow")
     return accuracy(run, where)
 
 
@@ -213,8 +214,8 @@ def copy_fifo(ws, where):
 def copy_symlink(ws, where):
     run = ws.run(where)
     _made_copies(ws, run)
-    shutil.move(run / "columnar" / "counters.arrow", ws.root / "cases" / where.name / "elsewhere.arrow")
-    (run / "columnar" / "counters.arrow").symlink_to(where / "elsewhere.arrow")
+    shutil.move(RunDir(run).columnar / "counters.arrow", ws.root / "cases" / where.name / "elsewhere.arrow")
+    (RunDir(run).columnar / "counters.arrow").symlink_to(where / "elsewhere.arrow")
     return accuracy(run, where)
 
 
@@ -222,7 +223,7 @@ def copy_symlink(ws, where):
 def copy_truncated(ws, where):
     run = ws.run(where)
     _made_copies(ws, run)
-    p = run / "columnar" / "counters.arrow"
+    p = RunDir(run).columnar / "counters.arrow"
     p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
     return accuracy(run, where)
 
@@ -231,7 +232,7 @@ def copy_truncated(ws, where):
 def copy_world_writable(ws, where):
     run = ws.run(where)
     _made_copies(ws, run)
-    (run / "columnar" / "counters.arrow").chmod(0o666)
+    (RunDir(run).columnar / "counters.arrow").chmod(0o666)
     return accuracy(run, where)
 
 
@@ -403,7 +404,7 @@ def _escaped(ws: Workspace, where: Path) -> str | None:
 @case("dump CSV of a module named =HYPERLINK(...)", "ok", check=_escaped)
 def export_dump_formula(ws, where):
     run = ws.run(where)
-    conn = sqlite3.connect(run / "run.db")
+    conn = sqlite3.connect(RunDir(run).db)
     conn.execute("UPDATE modules SET name = ? WHERE id = (SELECT min(id) FROM modules)",
                  ('=HYPERLINK("http://example.invalid","x")',))
     conn.execute("UPDATE modules SET name = '@SUM(1)' WHERE id = (SELECT max(id) FROM modules)")
