@@ -1,0 +1,318 @@
+"""From inferred causal links to a `PathsResult`: what nesting, linking and convolution share once
+they have decided which message caused which.
+
+An algorithm hands over a *forest*: `parent[i]` is the row of the message that caused message i (-1:
+a root, or a message in no path), which rows are path roots, and optionally a weight per tree (the
+probability of that path instance, for linking's expected counts). This module then
+
+- names every tree's pattern in linear time: each message gets a 64-bit hash of its subtree (its
+  `src>dst` label mixed with the order-independent sum of its children's hashes, computed level by
+  level from the deepest up, all in numpy); trees with equal hashes have equal canonical patterns
+  (model.pattern_of), and the canonical text is built once per distinct pattern from one
+  representative tree;
+- sums per pattern the node delays (t_send of a message minus t_recv of its parent, both on the
+  sending node's clock, summed over the node's messages in one path, averaged over the paths) and
+  the edge latencies (t_recv - t_send), weighted by the tree weights;
+- builds the overall `node_delays` frame (mean, count and a histogram per node, over every link in
+  the forest) and `edge_latencies` (over every message with both timestamps).
+
+Path instances that an algorithm enumerates one by one (linking's try-both alternatives) are added
+through `PatternTable.add_instance` with the same bookkeeping.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from analysis.paths.model import PathPattern, PathsResult
+
+# Histogram bin edges for node delays, s (log-spaced: delays of interest span 0.1 ms to seconds).
+HIST_EDGES_S = (0.0, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, np.inf)
+MAX_PATTERNS = 2000        # patterns kept in a result, most frequent first (the rest are counted)
+
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_GOLD = np.uint64(0x9E3779B97F4A7C15)
+
+
+def mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, elementwise on uint64 (wrapping arithmetic is the point)."""
+    x = np.asarray(x, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * _M1
+        x = (x ^ (x >> np.uint64(27))) * _M2
+        return x ^ (x >> np.uint64(31))
+
+
+@dataclass
+class Nodes:
+    """Integer codes for the trace's nodes (the union of senders and receivers)."""
+
+    names: np.ndarray          # code -> node name (str)
+    src: np.ndarray            # int64 per message
+    dst: np.ndarray            # int64 per message
+
+    @property
+    def n(self) -> int:
+        return len(self.names)
+
+
+def node_codes(messages: pd.DataFrame) -> Nodes:
+    src = messages["src"].astype(str).to_numpy()
+    dst = messages["dst"].astype(str).to_numpy()
+    codes, names = pd.factorize(np.concatenate([src, dst]))
+    n = len(src)
+    return Nodes(np.asarray(names, dtype=object), codes[:n].astype(np.int64), codes[n:].astype(np.int64))
+
+
+def clocks(messages: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(t_out, t_in) per message: when its sender sent it (sender's clock) and when its receiver got
+    it (receiver's clock; the send time where the receiver's record is missing)."""
+    t_out = messages["t_send"].to_numpy(dtype=np.float64)
+    t_in = messages["t_recv"].to_numpy(dtype=np.float64)
+    return t_out, np.where(np.isnan(t_in), t_out, t_in)
+
+
+def forest_depth(parent: np.ndarray, max_depth: int = 10_000) -> tuple[np.ndarray, np.ndarray]:
+    """(depth, parent) per message; links that close a cycle (possible only with clock skew larger
+    than the delays) are cut, so the returned parent is a forest."""
+    parent = parent.astype(np.int64, copy=True)
+    depth = np.zeros(len(parent), dtype=np.int64)
+    anc = parent.copy()
+    active = np.flatnonzero(anc >= 0)
+    steps = 0
+    while active.size:
+        depth[active] += 1
+        anc[active] = parent[anc[active]]
+        active = active[anc[active] >= 0]
+        steps += 1
+        if steps > max_depth:           # what is still climbing is on a cycle: cut it there
+            parent[active] = -1
+            return forest_depth(parent, max_depth)
+    return depth, parent
+
+
+def forest_roots(parent: np.ndarray) -> np.ndarray:
+    """The root of every message's tree (pointer jumping: log(depth) numpy passes)."""
+    idx = np.arange(len(parent))
+    root = np.where(parent >= 0, parent, idx)
+    while True:
+        nxt = root[root]
+        if np.array_equal(nxt, root):
+            return root
+        root = nxt
+
+
+def subtree_hashes(nodes: Nodes, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """A hash per message of its subtree's canonical pattern (equal patterns, equal hashes)."""
+    label = mix(nodes.src.astype(np.uint64) * np.uint64(1_000_003) + nodes.dst.astype(np.uint64)
+                + np.uint64(1))
+    h = np.zeros(len(parent), dtype=np.uint64)
+    childsum = np.zeros(len(parent), dtype=np.uint64)
+    order = np.argsort(-depth, kind="stable")
+    bounds = np.flatnonzero(np.diff(depth[order])) + 1
+    for level in np.split(order, bounds):
+        with np.errstate(over="ignore"):
+            h[level] = mix(label[level] ^ mix(childsum[level] + _GOLD))
+        p = parent[level]
+        has = p >= 0
+        np.add.at(childsum, p[has], mix(h[level][has] ^ _M2))
+    return h
+
+
+class PatternTable:
+    """Patterns accumulated by canonical text: weighted count, raw count, weighted node-delay and
+    edge-latency sums."""
+
+    def __init__(self, names: np.ndarray):
+        self.names = names
+        self.count: dict[str, float] = {}
+        self.raw: dict[str, int] = {}
+        self.delay: dict[str, dict[str, float]] = {}
+        self.lat: dict[str, dict[str, list[float]]] = {}
+
+    def _slot(self, text: str) -> None:
+        if text not in self.count:
+            self.count[text], self.raw[text] = 0.0, 0
+            self.delay[text], self.lat[text] = {}, {}
+
+    def add_bulk(self, text: str, count: float, raw: int, delay_sums: dict[str, float],
+                 lat_sums: dict[str, tuple[float, float]]) -> None:
+        """delay_sums: node -> weighted sum of its per-path delay; lat_sums: edge -> (weighted sum,
+        weight)."""
+        self._slot(text)
+        self.count[text] += count
+        self.raw[text] += raw
+        d = self.delay[text]
+        for k, v in delay_sums.items():
+            d[k] = d.get(k, 0.0) + v
+        lat = self.lat[text]
+        for k, (s, w) in lat_sums.items():
+            acc = lat.setdefault(k, [0.0, 0.0])
+            acc[0] += s
+            acc[1] += w
+
+    def add_instance(self, text: str, weight: float, node_delay: dict[str, float],
+                     edge_lat: dict[str, list[float]]) -> None:
+        """One path instance: its per-node delay (summed over visits) and its edges' latencies."""
+        self.add_bulk(text, weight, 1, {k: v * weight for k, v in node_delay.items()},
+                      {k: (sum(v) * weight, len(v) * weight) for k, v in edge_lat.items()})
+
+    def patterns(self, max_patterns: int = MAX_PATTERNS) -> tuple[list[PathPattern], int]:
+        ranked = sorted(self.count, key=lambda t: (-self.count[t], t))
+        out = []
+        for text in ranked[:max_patterns]:
+            c = self.count[text]
+            if c <= 0:
+                continue
+            out.append(PathPattern(
+                text, c, {k: v / c for k, v in sorted(self.delay[text].items())},
+                {k: s / w for k, (s, w) in sorted(self.lat[text].items()) if w > 0}))
+        return out, max(0, len(ranked) - max_patterns)
+
+
+def canonical_text(nodes: Nodes, children: dict[int, list[int]], root: int) -> str:
+    def text(i: int) -> str:
+        kids = sorted(text(c) for c in children.get(i, ()))
+        label = f"{nodes.names[nodes.src[i]]}>{nodes.names[nodes.dst[i]]}"
+        return label + (f"({','.join(kids)})" if kids else "")
+
+    limit = sys.getrecursionlimit()
+    try:
+        sys.setrecursionlimit(max(limit, 20_000))
+        return text(root)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def _children_of_trees(parent: np.ndarray, root_of: np.ndarray,
+                       roots: np.ndarray) -> dict[int, dict[int, list[int]]]:
+    """root -> (message -> its children), for the given roots only (one pass over their members)."""
+    is_rep = np.zeros(len(parent), dtype=bool)
+    is_rep[roots] = True
+    members = np.flatnonzero(is_rep[root_of] & (parent >= 0))
+    out: dict[int, dict[int, list[int]]] = {int(r): {} for r in roots}
+    for i, p, r in zip(members.tolist(), parent[members].tolist(), root_of[members].tolist(),
+                       strict=True):
+        out[r].setdefault(p, []).append(i)
+    return out
+
+
+def add_forest(table: PatternTable, nodes: Nodes, messages: pd.DataFrame, parent: np.ndarray,
+               is_root: np.ndarray, tree_weight: np.ndarray | None = None) -> np.ndarray:
+    """Add every tree of the forest whose root is marked in `is_root` to the table (trees under other
+    roots are ignored). tree_weight: per message, read at the roots (default 1). Returns the root row
+    of every message (-1 for messages in no kept tree)."""
+    n = len(parent)
+    if n == 0:
+        return np.full(0, -1, dtype=np.int64)
+    depth, parent = forest_depth(parent)
+    root_of = forest_roots(parent)
+    kept = is_root[root_of]
+    h = subtree_hashes(nodes, parent, depth)
+    roots = np.flatnonzero(is_root & (parent < 0))
+    w_root = np.ones(n) if tree_weight is None else np.asarray(tree_weight, dtype=np.float64)
+    pid_root, uniq = pd.factorize(h[roots])
+    n_pat = len(uniq)
+    pid = np.full(n, -1, dtype=np.int64)
+    pid[roots] = pid_root
+    msg_pid = np.where(kept, pid[root_of], -1)
+    w_msg = w_root[root_of]
+    count = np.bincount(pid_root, weights=w_root[roots], minlength=n_pat)
+    raw = np.bincount(pid_root, minlength=n_pat)
+
+    t_out, t_in = clocks(messages)
+    linked = np.flatnonzero((msg_pid >= 0) & (parent >= 0))
+    delay = t_out[linked] - t_in[parent[linked]]
+    dkey, dkeys = pd.factorize(msg_pid[linked] * nodes.n + nodes.src[linked])
+    dsum = np.bincount(dkey, weights=delay * w_msg[linked], minlength=len(dkeys))
+    lat = messages["t_recv"].to_numpy(dtype=np.float64) - t_out
+    seen = np.flatnonzero((msg_pid >= 0) & ~np.isnan(lat))
+    edge = nodes.src[seen] * nodes.n + nodes.dst[seen]
+    lkey, lkeys = pd.factorize(msg_pid[seen] * nodes.n * nodes.n + edge)
+    lsum = np.bincount(lkey, weights=lat[seen] * w_msg[seen], minlength=len(lkeys))
+    lw = np.bincount(lkey, weights=w_msg[seen], minlength=len(lkeys))
+
+    delays: list[dict[str, float]] = [{} for _ in range(n_pat)]
+    for k, s in zip(np.asarray(dkeys), dsum, strict=True):
+        delays[int(k) // nodes.n][str(nodes.names[int(k) % nodes.n])] = float(s)
+    lats: list[dict[str, tuple[float, float]]] = [{} for _ in range(n_pat)]
+    nn = nodes.n * nodes.n
+    for k, s, w in zip(np.asarray(lkeys), lsum, lw, strict=True):
+        e = int(k) % nn
+        lats[int(k) // nn][f"{nodes.names[e // nodes.n]}>{nodes.names[e % nodes.n]}"] = (float(s), float(w))
+    first_root = roots[np.unique(pid_root, return_index=True)[1]]
+    kids = _children_of_trees(parent, root_of, first_root)
+    for p, r in enumerate(first_root):
+        text = canonical_text(nodes, kids[int(r)], int(r))
+        table.add_bulk(text, float(count[p]), int(raw[p]), delays[p], lats[p])
+    return np.where(kept, root_of, -1)
+
+
+def node_delay_frame(nodes: Nodes, node: np.ndarray, delay: np.ndarray,
+                     weight: np.ndarray | None = None) -> pd.DataFrame:
+    """node, mean_s, count, hist_<lo>_<hi>ms (weighted counts per bin) from per-link delays."""
+    w = np.ones(len(delay)) if weight is None else weight
+    edges = np.asarray(HIST_EDGES_S)
+    names = [f"hist_{_ms(lo)}_{_ms(hi)}ms" for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
+    rows = []
+    for code in np.unique(node):
+        sel = node == code
+        ws, ds = w[sel], delay[sel]
+        total = ws.sum()
+        hist = np.histogram(np.clip(ds, 0, None), bins=edges, weights=ws)[0]
+        rows.append([str(nodes.names[code]), float((ds * ws).sum() / total) if total else np.nan,
+                     int(sel.sum()), *hist])
+    return pd.DataFrame(rows, columns=["node", "mean_s", "count", *names]).sort_values(
+        "node", ignore_index=True)
+
+
+def _ms(s: float) -> str:
+    return "inf" if not np.isfinite(s) else f"{s * 1000:g}"
+
+
+def edge_latency_frame(nodes: Nodes, messages: pd.DataFrame) -> pd.DataFrame:
+    """src, dst, mean_s, count: time in flight per edge (receiver clock minus sender clock: includes
+    any clock offset, as WAP5 5.2 notes)."""
+    lat = (messages["t_recv"] - messages["t_send"]).to_numpy(dtype=np.float64)
+    ok = ~np.isnan(lat)
+    key = nodes.src[ok] * nodes.n + nodes.dst[ok]
+    uniq, inv = np.unique(key, return_inverse=True)
+    s = np.bincount(inv, weights=lat[ok], minlength=len(uniq))
+    c = np.bincount(inv, minlength=len(uniq))
+    return pd.DataFrame({"src": [str(nodes.names[k // nodes.n]) for k in uniq],
+                         "dst": [str(nodes.names[k % nodes.n]) for k in uniq],
+                         "mean_s": s / np.maximum(c, 1), "count": c.astype(np.int64)})
+
+
+@dataclass
+class Forest:
+    """An algorithm's decision: parent per message, which rows are path roots, tree weights."""
+
+    parent: np.ndarray
+    is_root: np.ndarray
+    tree_weight: np.ndarray | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def result_from_forest(algorithm: str, messages: pd.DataFrame, nodes: Nodes, forest: Forest,
+                       params: dict, table: PatternTable | None = None,
+                       max_patterns: int = MAX_PATTERNS) -> PathsResult:
+    """The PathsResult of a forest (plus any instances already in `table`)."""
+    table = table if table is not None else PatternTable(nodes.names)
+    root_of = add_forest(table, nodes, messages, forest.parent, forest.is_root, forest.tree_weight)
+    patterns, left = table.patterns(max_patterns)
+    warnings = list(forest.warnings)
+    if left:
+        warnings.append(f"{left} rarer patterns left out (max_patterns={max_patterns})")
+    t_out, t_in = clocks(messages)
+    linked = np.flatnonzero((root_of >= 0) & (forest.parent >= 0))
+    w = None if forest.tree_weight is None else forest.tree_weight[root_of[linked]]
+    delays = node_delay_frame(nodes, nodes.src[linked], t_out[linked] - t_in[forest.parent[linked]], w)
+    params = dict(params)
+    params["raw_counts"] = {p.pattern: table.raw[p.pattern] for p in patterns}
+    return PathsResult(algorithm, patterns, delays, edge_latency_frame(nodes, messages), params, warnings)

@@ -1,0 +1,300 @@
+"""WAP5's message-linking algorithm (wap5-paper.txt, section 5.1): causal paths from a reconciled
+trace with a send and a receive time per message and no call/return tags.
+
+Step 1, the causal delay per node pair: for each message B>C, the latest message into B received
+before it was sent (both times on B's clock); if that is within `x` seconds, the gap is a sample of
+`d[B>C]`, else the message counts as spontaneous and adds no sample. `d[B>C]` is the mean of the
+samples and `lambda[B>C] = 1/d[B>C]` (an exponential delay model). One merged sort of every node's
+arrivals and departures, then a forward fill: linear after the sort.
+
+Step 2, possible parents: every message X>B received within `x` before B>C was sent is a possible
+parent, weighted `exp(-lambda[B>C] * gap)`; spontaneity is weighted as a link of delay `y * d[B>C]`,
+i.e. `exp(-y)`; the weights are normalised to sum to 1 (the link probabilities). Found with the same
+merged sort and a short vectorised walk back over earlier arrivals, which stops at `x`, at
+`max_parents` candidates, or where a link's probability would fall below `p_min` whatever the other
+candidates (`exp(-gap/d) < p_min * exp(-y)`): such links are "probably false" and could never be
+kept or tried both ways.
+
+Step 3, path instances: a message whose most likely option is spontaneity is a root; every other
+message hangs under its most likely parent (the "probably-true" links, and the most likely cause
+below 0.5, which WAP5 makes try-both). A link is *try-both* if its probability is within
+`ambiguity` of 0.5, or if it is a message's most likely cause with probability below 0.5. A tree
+without try-both links is one instance; a tree with some has its first `k` try-both decisions (in
+time order) tried both ways, so up to `2**k` instances; further ones keep their likely choice. An
+instance's probability is the product of `p` over the links it includes and `1 - p` over the
+possible links from its messages that it leaves out (WAP5's p1/p2 example). Patterns are aggregated
+with the expected count (sum of instance probabilities) as `count` and the raw instance count in
+`params["raw_counts"]`; node delays are weighted by instance probability (WAP5 5.2).
+
+Choices where the paper is unclear: `k` (the paper names the limit but not its value): default 4;
+`ambiguity` ("close to 0.5"): 0.1; `p_min`: 0.01; `untraced`: WAP5's traces did not include the
+clients (their requests come from outside, so they are spontaneous); a synthetic or lab trace records
+the client too, and a single client's next request would otherwise link to its last reply, chaining
+every request into one tree. "auto" treats the nodes that send calls and never receive one as such
+untraced clients (the trace's call/return tags are read for this and nothing else); roots are the messages whose likeliest option is
+spontaneity (the paper builds trees "from the root down" without saying which messages are roots).
+Trees are built from the linear-time forest of likeliest links; only trees with try-both decisions
+are enumerated in Python. Messages without a receive time (an untraced receiver) cannot be parents
+(WAP5's A>B>A rule for them is not implemented; they are counted in the warnings).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from analysis.paths.assemble import (
+    Forest,
+    Nodes,
+    PatternTable,
+    canonical_text,
+    clocks,
+    forest_depth,
+    forest_roots,
+    node_codes,
+    result_from_forest,
+)
+from analysis.paths.model import PathsResult, as_messages
+
+DEFAULTS: dict[str, object] = {
+    "x": 2.0,               # s, longest real causal delay (WAP5: 2 s for CoDeeN/Coral, 0.1 s Slurpee)
+    "y": 4.0,               # spontaneity weighs like a link of delay y*d
+    "k": 4,                 # try-both decisions per tree (2**k instances at most)
+    "ambiguity": 0.1,       # a link with |p - 0.5| <= ambiguity is tried both ways
+    "p_min": 0.01,          # links that cannot reach this probability are not considered
+    "max_parents": 32,      # possible parents kept per message
+    "untraced": "auto",     # nodes treated as untraced clients: names, or "auto" (see docstring)
+}
+
+
+def untraced_nodes(messages: pd.DataFrame, spec: object) -> set[str]:
+    """The nodes whose messages WAP5 would see from one side only (its clients were not traced):
+    "auto" takes the nodes that send calls and never receive one (needs call/return tags; none
+    without them); else the names given."""
+    if spec != "auto":
+        return {str(s) for s in (spec or ())}
+    kind = messages["kind"].astype(str)
+    callers = set(messages.loc[kind == "call", "src"].astype(str))
+    called = set(messages.loc[kind == "call", "dst"].astype(str))
+    return callers - called
+
+
+def _arrivals_and_departures(nodes: Nodes, t_out: np.ndarray, t_in: np.ndarray):
+    """Arrivals (messages with a receive time) in (receiver, time) order, and per message the number
+    of arrivals at its sender up to its send time (its position among them) and the first position
+    of its sender's arrivals."""
+    n = len(t_out)
+    arr = np.flatnonzero(~np.isnan(t_in))
+    arr = arr[np.lexsort((t_in[arr], nodes.dst[arr]))]
+    node = np.concatenate([nodes.dst[arr], nodes.src])
+    time = np.concatenate([t_in[arr], t_out])
+    is_dep = np.concatenate([np.zeros(len(arr), np.int8), np.ones(n, np.int8)])
+    merged = np.lexsort((is_dep, time, node))
+    upto = np.cumsum(is_dep[merged] == 0)
+    pos = np.empty(n, dtype=np.int64)
+    deps = is_dep[merged] == 1
+    pos[merged[deps] - len(arr)] = upto[deps]
+    first = np.searchsorted(nodes.dst[arr], nodes.src, side="left")
+    return arr, pos, first
+
+
+def causal_delays(nodes: Nodes, t_out: np.ndarray, t_in: np.ndarray, arr: np.ndarray,
+                  pos: np.ndarray, first: np.ndarray, x: float) -> np.ndarray:
+    """Step 1: d per message's (src, dst) pair (s; x where the pair has no sample)."""
+    has = pos > first
+    gap = np.full(len(t_out), np.inf)
+    gap[has] = t_out[has] - t_in[arr[pos[has] - 1]]
+    sample = gap <= x
+    pair = nodes.src * nodes.n + nodes.dst
+    s = np.bincount(pair[sample], weights=gap[sample], minlength=nodes.n * nodes.n)
+    c = np.bincount(pair[sample], minlength=nodes.n * nodes.n)
+    d = np.where(c > 0, s / np.maximum(c, 1), x)
+    return np.maximum(d, 1e-9)[pair]
+
+
+def possible_parents(t_out: np.ndarray, t_in: np.ndarray, arr: np.ndarray, pos: np.ndarray,
+                     first: np.ndarray, d: np.ndarray, x: float, y: float, p_min: float,
+                     max_parents: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Step 2: (child, parent, probability) per possible link, and each message's probability of
+    being spontaneous."""
+    n = len(t_out)
+    cutoff = np.minimum(x, d * (y + math.log(1 / p_min)))
+    child, parent, weight = [], [], []
+    q = np.arange(n)
+    j = pos - 1
+    for _ in range(max_parents):
+        live = j >= first[q]
+        q, j = q[live], j[live]
+        if q.size == 0:
+            break
+        par = arr[j]
+        gap = t_out[q] - t_in[par]
+        live = gap <= cutoff[q]
+        q, j, par, gap = q[live], j[live], par[live], gap[live]
+        ok = par != q
+        child.append(q[ok])
+        parent.append(par[ok])
+        weight.append(np.exp(-np.clip(gap[ok], 0, None) / d[q[ok]]))
+        j = j - 1
+    def cat(parts, dt):
+        return np.concatenate(parts) if parts else np.zeros(0, dt)
+
+    child, parent, weight = cat(child, np.int64), cat(parent, np.int64), cat(weight, float)
+    total = np.bincount(child, weights=weight, minlength=n) + math.exp(-y)
+    return child, parent, weight / total[child], math.exp(-y) / total
+
+
+def _likeliest(child: np.ndarray, prob: np.ndarray, p_spont: np.ndarray, n: int) -> np.ndarray:
+    """Per message, the position (in the link arrays) of its likeliest parent link, -1 where
+    spontaneity is likelier than every link."""
+    best = np.full(n, -1, dtype=np.int64)
+    if child.size:
+        order = np.lexsort((-prob, child))
+        first = np.ones(order.size, dtype=bool)
+        first[1:] = child[order][1:] != child[order][:-1]
+        top = order[first]
+        keep = prob[top] > p_spont[child[top]]
+        best[child[top][keep]] = top[keep]
+    return best
+
+
+class _Instances:
+    """Enumerates the try-both alternatives of one tree (WAP5 figure 4) and adds them to a table."""
+
+    def __init__(self, nodes: Nodes, t_out, t_in, t_recv, kids_of, links_of, map_parent):
+        self.nodes, self.t_out, self.t_in, self.t_recv = nodes, t_out, t_in, t_recv
+        self.kids_of = kids_of          # message -> [(child, prob, link position)] possible links
+        self.links_of = links_of
+        self.map_parent = map_parent    # message -> its likeliest parent (-1: root)
+
+    def run(self, table: PatternTable, root: int, try_both: list[tuple[int, int, float]]) -> None:
+        """try_both: (parent, child, p) decisions, first k in time order."""
+        for mask in range(1 << len(try_both)):
+            flips = {(pa, ch): bool(mask >> b & 1) for b, (pa, ch, _) in enumerate(try_both)}
+            self._one(table, root, flips)
+
+    def _one(self, table: PatternTable, root: int, flips: dict[tuple[int, int], bool]) -> None:
+        # included(parent, child): the likeliest links, with the try-both ones flipped per the mask
+        children: dict[int, list[int]] = {}
+        logp = 0.0
+        stack, seen = [root], {root}
+        while stack:
+            m = stack.pop()
+            for c, p, _ in self.kids_of.get(m, ()):
+                take = self.map_parent.get(c, -1) == m
+                if (m, c) in flips:
+                    take = not take if flips[(m, c)] else take
+                if take and c not in seen:
+                    seen.add(c)
+                    children.setdefault(m, []).append(c)
+                    stack.append(c)
+                    logp += math.log(max(p, 1e-300))
+                else:
+                    logp += math.log(max(1 - p, 1e-300))
+        weight = math.exp(logp)
+        if weight <= 0:
+            return
+        names, src, dst = self.nodes.names, self.nodes.src, self.nodes.dst
+        delays: dict[str, float] = {}
+        lat: dict[str, list[float]] = {}
+        for m in seen:
+            e = f"{names[src[m]]}>{names[dst[m]]}"
+            if not math.isnan(self.t_recv[m]):
+                lat.setdefault(e, []).append(self.t_recv[m] - self.t_out[m])
+        for m, cs in children.items():
+            for c in cs:
+                node = str(names[src[c]])
+                delays[node] = delays.get(node, 0.0) + self.t_out[c] - self.t_in[m]
+        table.add_instance(canonical_text(self.nodes, children, root), weight, delays, lat)
+
+
+def infer(messages: pd.DataFrame, **params) -> PathsResult:
+    """Path patterns (expected counts), node delays and edge latencies by WAP5's message linking (see
+    the module docstring for x, y, k, ambiguity, p_min, max_parents)."""
+    unknown = set(params) - set(DEFAULTS)
+    if unknown:
+        raise ValueError(f"linking: unknown parameters {sorted(unknown)} (known: {sorted(DEFAULTS)})")
+    p = {**DEFAULTS, **params}
+    x, y, k = float(p["x"]), float(p["y"]), int(p["k"])
+    m = as_messages(messages)
+    nodes = node_codes(m)
+    n = len(m)
+    t_out, _ = clocks(m)
+    t_recv = m["t_recv"].to_numpy(dtype=np.float64)
+    t_in = t_recv.copy()                   # NaN: not seen by its receiver, never a parent
+    clients = untraced_nodes(m, p["untraced"])
+    if clients:
+        # WAP5 section 5.1: an untraced node's messages have no causes there, so messages into it
+        # are nobody's parent and messages from it are spontaneous (path roots)
+        into = np.isin(nodes.names[nodes.dst], sorted(clients))
+        t_in[into] = np.nan
+    p["untraced"] = sorted(clients)
+    warnings = []
+    unseen = int(np.isnan(t_recv).sum())
+    if unseen:
+        warnings.append(f"linking: {unseen} messages without a receive time cannot be parents")
+    arr, pos, first = _arrivals_and_departures(nodes, t_out, t_in)
+    d = causal_delays(nodes, t_out, t_in, arr, pos, first, x)
+    child, parent, prob, p_spont = possible_parents(t_out, t_in, arr, pos, first, d, x, y,
+                                                    float(p["p_min"]), int(p["max_parents"]))
+    best = _likeliest(child, prob, p_spont, n)
+    map_parent = np.where(best >= 0, parent[np.maximum(best, 0)], -1)
+    _, map_parent = forest_depth(map_parent)            # cut any cycle (clock skew)
+    root_of = forest_roots(map_parent)
+    is_root = map_parent < 0
+
+    # per tree: log-probability of its likeliest instance (links in: p, possible links left out: 1-p)
+    included = map_parent[child] == parent
+    tree = root_of[parent]
+    logp = np.bincount(tree, weights=np.log(np.where(included, prob, np.clip(1 - prob, 1e-300, None))),
+                       minlength=n)
+    amb = np.abs(prob - 0.5) <= float(p["ambiguity"])
+    amb |= included & (prob < 0.5)
+    ambiguous_tree = np.zeros(n, dtype=bool)
+    ambiguous_tree[tree[amb]] = True
+    ambiguous_tree &= is_root
+    if k <= 0:
+        ambiguous_tree[:] = False
+
+    table = PatternTable(nodes.names)
+    if ambiguous_tree.any():
+        _enumerate(table, nodes, t_out, t_in, t_recv, child, parent, prob, amb, map_parent, root_of,
+                   ambiguous_tree, k)
+    plain_roots = is_root & ~ambiguous_tree
+    forest = Forest(map_parent, plain_roots, np.exp(logp), warnings)
+    p["trees_enumerated"] = int(ambiguous_tree.sum())
+    p["trees"] = int(is_root.sum())
+    return result_from_forest("linking", m, nodes, forest, p, table)
+
+
+def _enumerate(table: PatternTable, nodes: Nodes, t_out, t_in, t_recv, child, parent, prob, amb,
+               map_parent, root_of, ambiguous_tree, k: int) -> None:
+    """The try-both instances of the trees marked ambiguous (their links, then WAP5's enumeration)."""
+    in_tree = ambiguous_tree[root_of]
+    # the links from members of those trees (a flipped-on link may bring in a message of another tree)
+    sel = np.flatnonzero(in_tree[parent])
+    kids_of: dict[int, list[tuple[int, float, int]]] = {}
+    for c, pa, pr, i in zip(child[sel].tolist(), parent[sel].tolist(), prob[sel].tolist(),
+                            sel.tolist(), strict=True):
+        kids_of.setdefault(pa, []).append((c, pr, i))
+    # children of messages brought in from other trees: their likeliest links (one level of reach)
+    reach = np.unique(child[sel][~in_tree[child[sel]]])
+    if reach.size:
+        more = np.flatnonzero(np.isin(parent, reach) & (map_parent[child] == parent))
+        for c, pa, pr, i in zip(child[more].tolist(), parent[more].tolist(), prob[more].tolist(),
+                                more.tolist(), strict=True):
+            kids_of.setdefault(pa, []).append((c, pr, i))
+    members = np.flatnonzero(in_tree | np.isin(np.arange(len(map_parent)), reach))
+    mp = {int(i): int(v) for i, v in zip(members, map_parent[members], strict=True)}
+    inst = _Instances(nodes, t_out, t_in, t_recv, kids_of, None, mp)
+    amb_sel = sel[amb[sel]]
+    order = amb_sel[np.lexsort((t_out[child[amb_sel]], root_of[parent[amb_sel]]))]
+    roots = root_of[parent[order]]
+    starts = np.flatnonzero(np.r_[True, roots[1:] != roots[:-1]])
+    ends = np.r_[starts[1:], len(order)]
+    for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+        links = order[s:min(e, s + k)]
+        decisions = [(int(parent[i]), int(child[i]), float(prob[i])) for i in links]
+        inst.run(table, int(roots[s]), decisions)
