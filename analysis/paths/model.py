@@ -65,6 +65,12 @@ class Truth:
     request: np.ndarray
     cause: np.ndarray
     request_type: dict[int, str] = field(default_factory=dict)   # request id -> its type, where known
+    # Optional, where the source knows them (Maketrace, Jaeger): per row, the time (s) the sender
+    # really spent from receiving its cause to sending this message (NaN: a root or noise), on true
+    # clocks; and per request the pattern it really took (request, pattern, type) before any message
+    # was dropped from the trace. `true_patterns` prefers `patterns` to rebuilding from `cause`.
+    node_delay: np.ndarray | None = None
+    patterns: pd.DataFrame | None = None
 
 
 @dataclass
@@ -73,6 +79,9 @@ class Trace:
     truth: Truth | None = None
     warnings: list[str] = field(default_factory=list)
     source: str = ""                    # where it came from, for messages and reports
+    # Fault windows where known (Maketrace's faults, a run's faults table): node, start, stop (s, the
+    # trace's clock), extra_s (the delay added, NaN: unknown), kind.
+    faults: pd.DataFrame | None = None
 
 
 @dataclass
@@ -125,6 +134,8 @@ def true_patterns(trace: Trace) -> pd.DataFrame:
     """Per request of the truth: request, pattern, type (the generator's or the run's)."""
     if trace.truth is None:
         raise ValueError(f"{trace.source or 'trace'}: no true paths to compare with")
+    if trace.truth.patterns is not None:
+        return trace.truth.patterns[["request", "pattern", "type"]].reset_index(drop=True)
     t, m = trace.truth, trace.messages
     src, dst = m["src"].astype(str).to_numpy(), m["dst"].astype(str).to_numpy()
     roots = np.flatnonzero((t.cause < 0) & (t.request >= 0))
