@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analysis.paths.model import PathPattern, PathsResult
+from analysis.paths.model import COLUMNS, PathPattern, PathsResult, as_messages
 
 # Histogram bin edges for node delays, s (log-spaced: delays of interest span 0.1 ms to seconds).
 HIST_EDGES_S = (0.0, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, np.inf)
-MAX_PATTERNS = 2000        # patterns kept in a result, most frequent first (the rest are counted)
+MAX_PATTERNS = 500        # patterns kept in a result, most frequent first (the rest are counted)
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -61,12 +61,40 @@ class Nodes:
         return len(self.names)
 
 
+def ensure_messages(messages: pd.DataFrame) -> pd.DataFrame:
+    """The frame itself when it already has the model's columns, dtypes, order and index (no copy),
+    else model.as_messages of it."""
+    ok = (list(messages.columns) == list(COLUMNS)
+          and all(str(messages[c].dtype) == d for c, d in COLUMNS.items())
+          and isinstance(messages.index, pd.RangeIndex) and messages.index.start == 0
+          and messages.index.step == 1
+          and bool((np.diff(messages["t_send"].to_numpy()) >= 0).all()))
+    return messages if ok else as_messages(messages)
+
+
+def _codes(series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, names) of a column, cheaply when it is categorical (the model's dtype)."""
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        names = np.asarray(series.cat.categories.astype(str), dtype=object)
+        return series.cat.codes.to_numpy(dtype=np.int64), names
+    codes, names = pd.factorize(series.astype(str).to_numpy())
+    return codes.astype(np.int64), np.asarray(names, dtype=object)
+
+
 def node_codes(messages: pd.DataFrame) -> Nodes:
-    src = messages["src"].astype(str).to_numpy()
-    dst = messages["dst"].astype(str).to_numpy()
-    codes, names = pd.factorize(np.concatenate([src, dst]))
-    n = len(src)
-    return Nodes(np.asarray(names, dtype=object), codes[:n].astype(np.int64), codes[n:].astype(np.int64))
+    s_codes, s_names = _codes(messages["src"])
+    d_codes, d_names = _codes(messages["dst"])
+    names = pd.Index(s_names).append(pd.Index(d_names)).unique()
+    s_map = names.get_indexer(s_names).astype(np.int64)
+    d_map = names.get_indexer(d_names).astype(np.int64)
+    return Nodes(np.asarray(names, dtype=object), s_map[s_codes], d_map[d_codes])
+
+
+def kind_codes(messages: pd.DataFrame) -> np.ndarray:
+    """0 untagged, 1 call, 2 return, per message."""
+    codes, names = _codes(messages["kind"])
+    table = np.array([{"call": 1, "return": 2}.get(str(k), 0) for k in names] + [0], dtype=np.int8)
+    return table[codes]          # code -1 (missing) reads the trailing 0
 
 
 def clocks(messages: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -75,6 +103,16 @@ def clocks(messages: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     t_out = messages["t_send"].to_numpy(dtype=np.float64)
     t_in = messages["t_recv"].to_numpy(dtype=np.float64)
     return t_out, np.where(np.isnan(t_in), t_out, t_in)
+
+
+def order_by(group: np.ndarray, time: np.ndarray) -> np.ndarray:
+    """The stable order by (group, time): a float sort, then a stable sort by group (a radix sort
+    when the groups fit in 16 bits, as node codes do). Equal (group, time) keep their input order."""
+    o = np.argsort(time, kind="stable")
+    g = group[o]
+    if len(g) and g.min() >= 0 and g.max() < 32767:
+        g = g.astype(np.int16)
+    return o[np.argsort(g, kind="stable")]
 
 
 def forest_depth(parent: np.ndarray, max_depth: int = 10_000) -> tuple[np.ndarray, np.ndarray]:
@@ -134,6 +172,7 @@ class PatternTable:
         self.raw: dict[str, int] = {}
         self.delay: dict[str, dict[str, float]] = {}
         self.lat: dict[str, dict[str, list[float]]] = {}
+        self.left_out = 0                # distinct patterns not named (beyond max_patterns)
 
     def _slot(self, text: str) -> None:
         if text not in self.count:
@@ -172,7 +211,7 @@ class PatternTable:
             out.append(PathPattern(
                 text, c, {k: v / c for k, v in sorted(self.delay[text].items())},
                 {k: s / w for k, (s, w) in sorted(self.lat[text].items()) if w > 0}))
-        return out, max(0, len(ranked) - max_patterns)
+        return out, max(0, len(ranked) - max_patterns) + self.left_out
 
 
 def canonical_text(nodes: Nodes, children: dict[int, list[int]], root: int) -> str:
@@ -203,13 +242,16 @@ def _children_of_trees(parent: np.ndarray, root_of: np.ndarray,
 
 
 def add_forest(table: PatternTable, nodes: Nodes, messages: pd.DataFrame, parent: np.ndarray,
-               is_root: np.ndarray, tree_weight: np.ndarray | None = None) -> np.ndarray:
-    """Add every tree of the forest whose root is marked in `is_root` to the table (trees under other
-    roots are ignored). tree_weight: per message, read at the roots (default 1). Returns the root row
+               is_root: np.ndarray, tree_weight: np.ndarray | None = None,
+               max_patterns: int = MAX_PATTERNS) -> np.ndarray:
+    """Add the trees of the forest whose root is marked in `is_root` to the table (trees under other
+    roots are ignored; of the distinct patterns, the `max_patterns` most frequent, the rest counted in
+    `table.left_out`). tree_weight: per message, read at the roots (default 1). Returns the root row
     of every message (-1 for messages in no kept tree)."""
     n = len(parent)
     if n == 0:
         return np.full(0, -1, dtype=np.int64)
+    nn = nodes.n
     depth, parent = forest_depth(parent)
     root_of = forest_roots(parent)
     kept = is_root[root_of]
@@ -217,39 +259,46 @@ def add_forest(table: PatternTable, nodes: Nodes, messages: pd.DataFrame, parent
     roots = np.flatnonzero(is_root & (parent < 0))
     w_root = np.ones(n) if tree_weight is None else np.asarray(tree_weight, dtype=np.float64)
     pid_root, uniq = pd.factorize(h[roots])
-    n_pat = len(uniq)
+    count = np.bincount(pid_root, weights=w_root[roots], minlength=len(uniq))
+    raw = np.bincount(pid_root, minlength=len(uniq))
+    # only the most frequent patterns are named (naming is the Python part, per distinct pattern)
+    top = np.argsort(-count, kind="stable")[:max_patterns]
+    table.left_out += len(uniq) - len(top)
+    rank = np.full(len(uniq), -1, dtype=np.int64)
+    rank[top] = np.arange(len(top))
     pid = np.full(n, -1, dtype=np.int64)
-    pid[roots] = pid_root
+    pid[roots] = rank[pid_root]
     msg_pid = np.where(kept, pid[root_of], -1)
     w_msg = w_root[root_of]
-    count = np.bincount(pid_root, weights=w_root[roots], minlength=n_pat)
-    raw = np.bincount(pid_root, minlength=n_pat)
+    n_pat = len(top)
 
     t_out, t_in = clocks(messages)
     linked = np.flatnonzero((msg_pid >= 0) & (parent >= 0))
     delay = t_out[linked] - t_in[parent[linked]]
-    dkey, dkeys = pd.factorize(msg_pid[linked] * nodes.n + nodes.src[linked])
+    dkey, dkeys = pd.factorize(msg_pid[linked] * nn + nodes.src[linked])
     dsum = np.bincount(dkey, weights=delay * w_msg[linked], minlength=len(dkeys))
     lat = messages["t_recv"].to_numpy(dtype=np.float64) - t_out
     seen = np.flatnonzero((msg_pid >= 0) & ~np.isnan(lat))
-    edge = nodes.src[seen] * nodes.n + nodes.dst[seen]
-    lkey, lkeys = pd.factorize(msg_pid[seen] * nodes.n * nodes.n + edge)
+    edge = nodes.src[seen] * nn + nodes.dst[seen]
+    lkey, lkeys = pd.factorize(msg_pid[seen] * nn * nn + edge)
     lsum = np.bincount(lkey, weights=lat[seen] * w_msg[seen], minlength=len(lkeys))
     lw = np.bincount(lkey, weights=w_msg[seen], minlength=len(lkeys))
 
+    names = [str(x) for x in nodes.names]
     delays: list[dict[str, float]] = [{} for _ in range(n_pat)]
-    for k, s in zip(np.asarray(dkeys), dsum, strict=True):
-        delays[int(k) // nodes.n][str(nodes.names[int(k) % nodes.n])] = float(s)
+    for k, s in zip(np.asarray(dkeys).tolist(), dsum.tolist(), strict=True):
+        delays[k // nn][names[k % nn]] = s
     lats: list[dict[str, tuple[float, float]]] = [{} for _ in range(n_pat)]
-    nn = nodes.n * nodes.n
-    for k, s, w in zip(np.asarray(lkeys), lsum, lw, strict=True):
-        e = int(k) % nn
-        lats[int(k) // nn][f"{nodes.names[e // nodes.n]}>{nodes.names[e % nodes.n]}"] = (float(s), float(w))
-    first_root = roots[np.unique(pid_root, return_index=True)[1]]
+    for k, s, w in zip(np.asarray(lkeys).tolist(), lsum.tolist(), lw.tolist(), strict=True):
+        e = k % (nn * nn)
+        lats[k // (nn * nn)][f"{names[e // nn]}>{names[e % nn]}"] = (s, w)
+    first_of = np.full(len(uniq), -1, dtype=np.int64)
+    first_of[pid_root[::-1]] = roots[::-1]              # the first root of each pattern
+    first_root = first_of[top]
     kids = _children_of_trees(parent, root_of, first_root)
-    for p, r in enumerate(first_root):
-        text = canonical_text(nodes, kids[int(r)], int(r))
-        table.add_bulk(text, float(count[p]), int(raw[p]), delays[p], lats[p])
+    for p, r in enumerate(first_root.tolist()):
+        text = canonical_text(nodes, kids[r], r)
+        table.add_bulk(text, float(count[top[p]]), int(raw[top[p]]), delays[p], lats[p])
     return np.where(kept, root_of, -1)
 
 
@@ -304,7 +353,8 @@ def result_from_forest(algorithm: str, messages: pd.DataFrame, nodes: Nodes, for
                        max_patterns: int = MAX_PATTERNS) -> PathsResult:
     """The PathsResult of a forest (plus any instances already in `table`)."""
     table = table if table is not None else PatternTable(nodes.names)
-    root_of = add_forest(table, nodes, messages, forest.parent, forest.is_root, forest.tree_weight)
+    root_of = add_forest(table, nodes, messages, forest.parent, forest.is_root, forest.tree_weight,
+                         max_patterns)
     patterns, left = table.patterns(max_patterns)
     warnings = list(forest.warnings)
     if left:

@@ -43,8 +43,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.paths.assemble import HIST_EDGES_S, MAX_PATTERNS, edge_latency_frame, node_codes
-from analysis.paths.model import PathPattern, PathsResult, as_messages
+from analysis.paths.assemble import (
+    HIST_EDGES_S,
+    MAX_PATTERNS,
+    edge_latency_frame,
+    ensure_messages,
+    node_codes,
+)
+from analysis.paths.model import PathPattern, PathsResult
 
 DEFAULTS: dict[str, object] = {
     "step": 0.020,          # s, the time step of the signals (slides: 20 ms)
@@ -232,7 +238,7 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
     if unknown:
         raise ValueError(f"convolution: unknown parameters {sorted(unknown)} (known: {sorted(DEFAULTS)})")
     p = {**DEFAULTS, **params}
-    m = as_messages(messages)
+    m = ensure_messages(messages)
     links, edges, warnings = find_links(m, p)
     patterns = _patterns(links, edges, p) if len(links) else []
     hist_edges = np.asarray(HIST_EDGES_S)

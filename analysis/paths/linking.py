@@ -31,7 +31,8 @@ Choices where the paper is unclear: `k` (the paper names the limit but not its v
 clients (their requests come from outside, so they are spontaneous); a synthetic or lab trace records
 the client too, and a single client's next request would otherwise link to its last reply, chaining
 every request into one tree. "auto" treats the nodes that send calls and never receive one as such
-untraced clients (the trace's call/return tags are read for this and nothing else); roots are the messages whose likeliest option is
+untraced clients (the trace's call/return tags are read for this and nothing else; without tags
+none, with a warning: pass the names); roots are the messages whose likeliest option is
 spontaneity (the paper builds trees "from the root down" without saying which messages are roots).
 Trees are built from the linear-time forest of likeliest links; only trees with try-both decisions
 are enumerated in Python. Messages without a receive time (an untraced receiver) cannot be parents
@@ -51,12 +52,15 @@ from analysis.paths.assemble import (
     PatternTable,
     canonical_text,
     clocks,
+    ensure_messages,
+    kind_codes,
     forest_depth,
     forest_roots,
     node_codes,
+    order_by,
     result_from_forest,
 )
-from analysis.paths.model import PathsResult, as_messages
+from analysis.paths.model import PathsResult
 
 DEFAULTS: dict[str, object] = {
     "x": 2.0,               # s, longest real causal delay (WAP5: 2 s for CoDeeN/Coral, 0.1 s Slurpee)
@@ -69,16 +73,16 @@ DEFAULTS: dict[str, object] = {
 }
 
 
-def untraced_nodes(messages: pd.DataFrame, spec: object) -> set[str]:
+def untraced_nodes(messages: pd.DataFrame, nodes: Nodes, spec: object) -> set[str]:
     """The nodes whose messages WAP5 would see from one side only (its clients were not traced):
     "auto" takes the nodes that send calls and never receive one (needs call/return tags; none
     without them); else the names given."""
     if spec != "auto":
-        return {str(s) for s in (spec or ())}
-    kind = messages["kind"].astype(str)
-    callers = set(messages.loc[kind == "call", "src"].astype(str))
-    called = set(messages.loc[kind == "call", "dst"].astype(str))
-    return callers - called
+        return {spec} if isinstance(spec, str) else {str(s) for s in (spec or ())}
+    calls = kind_codes(messages) == 1
+    callers = np.unique(nodes.src[calls])
+    called = np.unique(nodes.dst[calls])
+    return {str(nodes.names[c]) for c in np.setdiff1d(callers, called)}
 
 
 def _arrivals_and_departures(nodes: Nodes, t_out: np.ndarray, t_in: np.ndarray):
@@ -87,11 +91,11 @@ def _arrivals_and_departures(nodes: Nodes, t_out: np.ndarray, t_in: np.ndarray):
     of its sender's arrivals."""
     n = len(t_out)
     arr = np.flatnonzero(~np.isnan(t_in))
-    arr = arr[np.lexsort((t_in[arr], nodes.dst[arr]))]
+    arr = arr[order_by(nodes.dst[arr], t_in[arr])]
     node = np.concatenate([nodes.dst[arr], nodes.src])
     time = np.concatenate([t_in[arr], t_out])
     is_dep = np.concatenate([np.zeros(len(arr), np.int8), np.ones(n, np.int8)])
-    merged = np.lexsort((is_dep, time, node))
+    merged = order_by(node, time)             # arrivals first at equal times (stable)
     upto = np.cumsum(is_dep[merged] == 0)
     pos = np.empty(n, dtype=np.int64)
     deps = is_dep[merged] == 1
@@ -116,14 +120,18 @@ def causal_delays(nodes: Nodes, t_out: np.ndarray, t_in: np.ndarray, arr: np.nda
 
 def possible_parents(t_out: np.ndarray, t_in: np.ndarray, arr: np.ndarray, pos: np.ndarray,
                      first: np.ndarray, d: np.ndarray, x: float, y: float, p_min: float,
-                     max_parents: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Step 2: (child, parent, probability) per possible link, and each message's probability of
-    being spontaneous."""
+                     max_parents: int):
+    """Step 2: (child, parent, probability) per possible link, each message's probability of being
+    spontaneous, and per message the link position of its likeliest parent (-1: spontaneity is
+    likelier than every link)."""
     n = len(t_out)
     cutoff = np.minimum(x, d * (y + math.log(1 / p_min)))
     child, parent, weight = [], [], []
+    best_w = np.full(n, math.exp(-y))          # spontaneity's weight: a link must beat it
+    best_at = np.full(n, -1, dtype=np.int64)
     q = np.arange(n)
     j = pos - 1
+    offset = 0
     for _ in range(max_parents):
         live = j >= first[q]
         q, j = q[live], j[live]
@@ -131,33 +139,25 @@ def possible_parents(t_out: np.ndarray, t_in: np.ndarray, arr: np.ndarray, pos: 
             break
         par = arr[j]
         gap = t_out[q] - t_in[par]
-        live = gap <= cutoff[q]
+        live = (gap <= cutoff[q]) & (par != q)
         q, j, par, gap = q[live], j[live], par[live], gap[live]
-        ok = par != q
-        child.append(q[ok])
-        parent.append(par[ok])
-        weight.append(np.exp(-np.clip(gap[ok], 0, None) / d[q[ok]]))
+        w = np.exp(-np.clip(gap, 0, None) / d[q])
+        child.append(q)
+        parent.append(par)
+        weight.append(w)
+        # the walk goes back in time, so a tie keeps the later (already seen) arrival
+        better = w > best_w[q]
+        best_w[q[better]] = w[better]
+        best_at[q[better]] = offset + np.flatnonzero(better)
+        offset += q.size
         j = j - 1
+
     def cat(parts, dt):
         return np.concatenate(parts) if parts else np.zeros(0, dt)
 
     child, parent, weight = cat(child, np.int64), cat(parent, np.int64), cat(weight, float)
     total = np.bincount(child, weights=weight, minlength=n) + math.exp(-y)
-    return child, parent, weight / total[child], math.exp(-y) / total
-
-
-def _likeliest(child: np.ndarray, prob: np.ndarray, p_spont: np.ndarray, n: int) -> np.ndarray:
-    """Per message, the position (in the link arrays) of its likeliest parent link, -1 where
-    spontaneity is likelier than every link."""
-    best = np.full(n, -1, dtype=np.int64)
-    if child.size:
-        order = np.lexsort((-prob, child))
-        first = np.ones(order.size, dtype=bool)
-        first[1:] = child[order][1:] != child[order][:-1]
-        top = order[first]
-        keep = prob[top] > p_spont[child[top]]
-        best[child[top][keep]] = top[keep]
-    return best
+    return child, parent, weight / total[child], math.exp(-y) / total, best_at
 
 
 class _Instances:
@@ -218,28 +218,31 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
         raise ValueError(f"linking: unknown parameters {sorted(unknown)} (known: {sorted(DEFAULTS)})")
     p = {**DEFAULTS, **params}
     x, y, k = float(p["x"]), float(p["y"]), int(p["k"])
-    m = as_messages(messages)
+    m = ensure_messages(messages)
     nodes = node_codes(m)
     n = len(m)
     t_out, _ = clocks(m)
     t_recv = m["t_recv"].to_numpy(dtype=np.float64)
     t_in = t_recv.copy()                   # NaN: not seen by its receiver, never a parent
-    clients = untraced_nodes(m, p["untraced"])
+    warnings = []
+    clients = untraced_nodes(m, nodes, p["untraced"])
     if clients:
         # WAP5 section 5.1: an untraced node's messages have no causes there, so messages into it
         # are nobody's parent and messages from it are spontaneous (path roots)
         into = np.isin(nodes.names[nodes.dst], sorted(clients))
         t_in[into] = np.nan
+    elif p["untraced"] == "auto":
+        warnings.append("linking: no call/return tags to tell the clients by; if one client sends "
+                        "many requests, pass untraced=NAME (WAP5's clients were untraced) or its "
+                        "requests chain into one another")
     p["untraced"] = sorted(clients)
-    warnings = []
     unseen = int(np.isnan(t_recv).sum())
     if unseen:
         warnings.append(f"linking: {unseen} messages without a receive time cannot be parents")
     arr, pos, first = _arrivals_and_departures(nodes, t_out, t_in)
     d = causal_delays(nodes, t_out, t_in, arr, pos, first, x)
-    child, parent, prob, p_spont = possible_parents(t_out, t_in, arr, pos, first, d, x, y,
-                                                    float(p["p_min"]), int(p["max_parents"]))
-    best = _likeliest(child, prob, p_spont, n)
+    child, parent, prob, p_spont, best = possible_parents(t_out, t_in, arr, pos, first, d, x, y,
+                                                          float(p["p_min"]), int(p["max_parents"]))
     map_parent = np.where(best >= 0, parent[np.maximum(best, 0)], -1)
     _, map_parent = forest_depth(map_parent)            # cut any cycle (clock skew)
     root_of = forest_roots(map_parent)

@@ -43,8 +43,16 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.paths.assemble import Forest, clocks, node_codes, result_from_forest
-from analysis.paths.model import PathsResult, as_messages
+from analysis.paths.assemble import (
+    Forest,
+    clocks,
+    ensure_messages,
+    kind_codes,
+    node_codes,
+    order_by,
+    result_from_forest,
+)
+from analysis.paths.model import PathsResult
 
 DEFAULTS: dict[str, object] = {
     "bin": 0.001,            # s, width of the scoreboard's delay bins
@@ -63,10 +71,11 @@ def pair_calls(kind: np.ndarray, msg: np.ndarray, caller: np.ndarray, callee: np
     receiver; its time is when the caller got it)."""
     cand = np.flatnonzero(((kind == 1) | (kind == 2)) & (msg >= 0))
     is_ret = (kind[cand] == 2).astype(np.int8)
-    key = pd.factorize(pd.MultiIndex.from_arrays([msg[cand], caller[cand], callee[cand]]))[0]
-    order = np.lexsort((is_ret, t_caller[cand], key))
-    rows, k, r = cand[order], key[order], is_ret[order]
-    ok = (r[:-1] == 0) & (r[1:] == 1) & (k[:-1] == k[1:])
+    order = np.lexsort((is_ret, t_caller[cand], callee[cand], caller[cand], msg[cand]))
+    rows, r = cand[order], is_ret[order]
+    same = ((msg[rows][:-1] == msg[rows][1:]) & (caller[rows][:-1] == caller[rows][1:])
+            & (callee[rows][:-1] == callee[rows][1:]))
+    ok = (r[:-1] == 0) & (r[1:] == 1) & same
     calls, rets = rows[:-1][ok], rows[1:][ok]
     return calls, rets, int((kind[cand] == 1).sum()) - len(calls), int((kind[cand] == 2).sum()) - len(rets)
 
@@ -79,11 +88,11 @@ def candidate_parents(node_in: np.ndarray, in_start: np.ndarray, in_end: np.ndar
     rank 0 is the latest-started candidate."""
     n = len(node_in)
     # incoming starts, in (node, time) order, merged with the outgoing starts as queries
-    inc = np.lexsort((in_start, node_in))
+    inc = order_by(node_in, in_start)
     nodes = np.concatenate([node_in[inc], node_out])
     times = np.concatenate([in_start[inc], out_start])
     is_query = np.concatenate([np.zeros(n, np.int8), np.ones(n, np.int8)])
-    merged = np.lexsort((is_query, times, nodes))
+    merged = order_by(nodes, times)           # incoming first at equal times (stable)
     before = np.cumsum(is_query[merged] == 0)          # incoming starts up to each position
     qpos = np.empty(n, dtype=np.int64)
     qpos[merged[is_query[merged] == 1] - n] = before[is_query[merged] == 1]
@@ -141,8 +150,10 @@ def best_parents(child: np.ndarray, parent: np.ndarray, rank: np.ndarray, triple
     if child.size == 0:
         return chosen
     n_cand = np.bincount(child, minlength=n_pairs)
-    keys = [pd.factorize(pd.MultiIndex.from_arrays(
-        [triple, np.floor(np.clip(d, 0, None) / bin_s).astype(np.int64)]))[0] for d in delays]
+    # (A, B, C, delay bin) as one int64: bins are capped far beyond any real delay
+    keys = [pd.factorize(triple * (1 << 24) + np.minimum(np.floor(np.clip(d, 0, None) / bin_s),
+                                                         (1 << 24) - 1).astype(np.int64))[0]
+            for d in delays]
     weight = 1.0 / n_cand[child]
     for _ in range(max(1, rounds)):
         best = _first_per_child(child, rank, _board_scores(keys, weight) * np.power(penalty, rank))
@@ -167,7 +178,7 @@ def message_forest(n: int, calls: np.ndarray, rets: np.ndarray, chosen: np.ndarr
                            t_at_callee_out])
     kind = np.concatenate([np.zeros(len(pairs) + len(kids), np.int8), np.ones(len(kids) + len(pairs), np.int8)])
     row = np.concatenate([calls, rets[kids], calls[kids], rets])
-    order = np.lexsort((kind, time, group))
+    order = order_by(group, time)              # inputs first at equal times (stable)
     k, r = kind[order], row[order]
     pos = np.where(k == 0, np.arange(order.size), 0)
     last_input = r[np.maximum.accumulate(pos)]
@@ -188,13 +199,13 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
     p = {**DEFAULTS, **params}
     if p["timestamps"] not in ("local", "send"):
         raise ValueError(f"nesting: timestamps must be 'local' or 'send', not {p['timestamps']!r}")
-    m = messages if list(messages.columns) == list(as_messages(messages.head(0)).columns) else as_messages(messages)
+    m = ensure_messages(messages)
     nodes = node_codes(m)
     n = len(m)
     t_out, t_in = clocks(m)
     if p["timestamps"] == "send":
         t_in = t_out
-    kind = pd.Categorical(m["kind"].astype(str), categories=["", "call", "return"]).codes.astype(np.int8)
+    kind = kind_codes(m)
     msg = m["msg"].to_numpy(dtype=np.int64)
     is_ret = kind == 2
     caller = np.where(is_ret, nodes.dst, nodes.src)
