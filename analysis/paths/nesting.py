@@ -47,6 +47,7 @@ from analysis.paths.assemble import (
     Forest,
     clocks,
     ensure_messages,
+    int_order,
     kind_codes,
     node_codes,
     order_by,
@@ -70,9 +71,10 @@ def pair_calls(kind: np.ndarray, msg: np.ndarray, caller: np.ndarray, callee: np
     and `t_caller` are per message, already turned round for returns (a return's caller is its
     receiver; its time is when the caller got it)."""
     cand = np.flatnonzero(((kind == 1) | (kind == 2)) & (msg >= 0))
-    is_ret = (kind[cand] == 2).astype(np.int8)
-    order = np.lexsort((is_ret, t_caller[cand], callee[cand], caller[cand], msg[cand]))
-    rows, r = cand[order], is_ret[order]
+    # by id, then by time on the caller's clock (a call's send, a return's receipt: one clock, so
+    # a call comes before its return whatever the callee's clock says, also where an id repeats)
+    rows = cand[int_order(msg[cand], np.argsort(t_caller[cand], kind="stable"))]
+    r = (kind[rows] == 2).astype(np.int8)
     same = ((msg[rows][:-1] == msg[rows][1:]) & (caller[rows][:-1] == caller[rows][1:])
             & (callee[rows][:-1] == callee[rows][1:]))
     ok = (r[:-1] == 0) & (r[1:] == 1) & same
@@ -133,12 +135,17 @@ def _board_scores(keys: list[np.ndarray], weight: np.ndarray) -> np.ndarray:
     return score
 
 
-def _first_per_child(child: np.ndarray, rank: np.ndarray, score: np.ndarray) -> np.ndarray:
-    """Positions of each child's best candidate (highest score, ties to the lowest rank)."""
-    order = np.lexsort((rank, -score, child))
-    first = np.ones(order.size, dtype=bool)
-    first[1:] = child[order][1:] != child[order][:-1]
-    return order[first]
+def _first_per_child(child: np.ndarray, rank: np.ndarray, score: np.ndarray,
+                     by_child: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Positions of each child's best candidate (highest score, ties to the lowest rank).
+    by_child: the candidates in (child, rank) order; starts: where each child's run begins."""
+    sc = score[by_child]
+    top = np.maximum.reduceat(sc, starts)
+    run = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(sc))))
+    hit = np.flatnonzero(sc == top[run])
+    first = np.ones(hit.size, dtype=bool)
+    first[1:] = run[hit][1:] != run[hit][:-1]
+    return by_child[hit[first]]
 
 
 def best_parents(child: np.ndarray, parent: np.ndarray, rank: np.ndarray, triple: np.ndarray,
@@ -155,8 +162,14 @@ def best_parents(child: np.ndarray, parent: np.ndarray, rank: np.ndarray, triple
                                                          (1 << 24) - 1).astype(np.int64))[0]
             for d in delays]
     weight = 1.0 / n_cand[child]
+    # candidates come out of the walk in rank order, so a stable sort by child gives (child, rank)
+    by_child = int_order(child)
+    starts = np.flatnonzero(np.r_[True, child[by_child][1:] != child[by_child][:-1]])
     for _ in range(max(1, rounds)):
-        best = _first_per_child(child, rank, _board_scores(keys, weight) * np.power(penalty, rank))
+        score = _board_scores(keys, weight)
+        if penalty != 1.0:
+            score = score * np.power(penalty, rank)
+        best = _first_per_child(child, rank, score, by_child, starts)
         # the next round's scoreboard counts only the chosen nestings
         weight = np.zeros(len(child))
         weight[best] = 1.0
