@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -30,7 +31,9 @@ from analysis.paths import convolution, linking, nesting  # noqa: E402
 from analysis.paths.maketrace import Fault, maketrace, web_service  # noqa: E402
 from analysis.paths.score import culprit_ranking, score  # noqa: E402
 
-ALGORITHMS = {"nesting": (nesting.infer, True), "linking": (linking.infer, False),
+# linking reads no tags; Maketrace's one client is named as untraced, as WAP5's clients were
+ALGORITHMS = {"nesting": (nesting.infer, True),
+              "linking": (partial(linking.infer, untraced="client"), False),
               "convolution": (convolution.infer, False)}
 
 

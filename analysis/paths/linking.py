@@ -55,6 +55,7 @@ from analysis.paths.assemble import (
     ensure_messages,
     forest_depth,
     forest_roots,
+    int_order,
     kind_codes,
     node_codes,
     order_by,
@@ -161,31 +162,45 @@ def possible_parents(t_out: np.ndarray, t_in: np.ndarray, arr: np.ndarray, pos: 
 
 
 class _Instances:
-    """Enumerates the try-both alternatives of one tree (WAP5 figure 4) and adds them to a table."""
+    """Enumerates the try-both alternatives of one tree (WAP5 figure 4) and adds them to a table.
+    The possible links are held as numpy arrays grouped by parent (CSR), not Python objects, so
+    memory stays linear in the trace."""
 
-    def __init__(self, nodes: Nodes, t_out, t_in, t_recv, kids_of, links_of, map_parent):
+    def __init__(self, nodes: Nodes, t_out, t_in, t_recv, child, parent, prob, map_parent):
         self.nodes, self.t_out, self.t_in, self.t_recv = nodes, t_out, t_in, t_recv
-        self.kids_of = kids_of          # message -> [(child, prob, link position)] possible links
-        self.links_of = links_of
-        self.map_parent = map_parent    # message -> its likeliest parent (-1: root)
+        order = int_order(parent)
+        self.child, self.prob = child[order], prob[order]
+        self.ptr = np.concatenate([[0], np.cumsum(np.bincount(parent, minlength=len(t_out)))])
+        self.map_parent = map_parent
+        self.names = [str(x) for x in nodes.names]
 
     def run(self, table: PatternTable, root: int, try_both: list[tuple[int, int, float]]) -> None:
-        """try_both: (parent, child, p) decisions, first k in time order."""
+        """try_both: (parent, child, p) decisions, the first k in time order."""
+        links: dict[int, list[tuple[int, float, bool]]] = {}     # this tree's links, read once
         for mask in range(1 << len(try_both)):
-            flips = {(pa, ch): bool(mask >> b & 1) for b, (pa, ch, _) in enumerate(try_both)}
-            self._one(table, root, flips)
+            flips = {(pa, ch) for b, (pa, ch, _) in enumerate(try_both) if mask >> b & 1}
+            self._one(table, root, flips, links)
 
-    def _one(self, table: PatternTable, root: int, flips: dict[tuple[int, int], bool]) -> None:
-        # included(parent, child): the likeliest links, with the try-both ones flipped per the mask
+    def _links(self, m: int) -> list[tuple[int, float, bool]]:
+        """(child, p, likeliest) for every possible link out of message m."""
+        lo, hi = int(self.ptr[m]), int(self.ptr[m + 1])
+        kids = self.child[lo:hi]
+        return list(zip(kids.tolist(), self.prob[lo:hi].tolist(), (self.map_parent[kids] == m).tolist(),
+                        strict=True))
+
+    def _one(self, table: PatternTable, root: int, flips: set[tuple[int, int]],
+             links: dict[int, list[tuple[int, float, bool]]]) -> None:
+        # the likeliest links, with the try-both ones in `flips` decided the other way
         children: dict[int, list[int]] = {}
         logp = 0.0
         stack, seen = [root], {root}
         while stack:
             m = stack.pop()
-            for c, p, _ in self.kids_of.get(m, ()):
-                take = self.map_parent.get(c, -1) == m
-                if (m, c) in flips:
-                    take = not take if flips[(m, c)] else take
+            out = links.get(m)
+            if out is None:
+                out = links[m] = self._links(m)
+            for c, p, likeliest in out:
+                take = likeliest != ((m, c) in flips)
                 if take and c not in seen:
                     seen.add(c)
                     children.setdefault(m, []).append(c)
@@ -196,16 +211,15 @@ class _Instances:
         weight = math.exp(logp)
         if weight <= 0:
             return
-        names, src, dst = self.nodes.names, self.nodes.src, self.nodes.dst
+        names, src, dst = self.names, self.nodes.src, self.nodes.dst
         delays: dict[str, float] = {}
         lat: dict[str, list[float]] = {}
         for m in seen:
-            e = f"{names[src[m]]}>{names[dst[m]]}"
             if not math.isnan(self.t_recv[m]):
-                lat.setdefault(e, []).append(self.t_recv[m] - self.t_out[m])
+                lat.setdefault(f"{names[src[m]]}>{names[dst[m]]}", []).append(self.t_recv[m] - self.t_out[m])
         for m, cs in children.items():
             for c in cs:
-                node = str(names[src[c]])
+                node = names[src[c]]
                 delays[node] = delays.get(node, 0.0) + self.t_out[c] - self.t_in[m]
         table.add_instance(canonical_text(self.nodes, children, root), weight, delays, lat)
 
@@ -274,25 +288,10 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
 
 def _enumerate(table: PatternTable, nodes: Nodes, t_out, t_in, t_recv, child, parent, prob, amb,
                map_parent, root_of, ambiguous_tree, k: int) -> None:
-    """The try-both instances of the trees marked ambiguous (their links, then WAP5's enumeration)."""
-    in_tree = ambiguous_tree[root_of]
-    # the links from members of those trees (a flipped-on link may bring in a message of another tree)
-    sel = np.flatnonzero(in_tree[parent])
-    kids_of: dict[int, list[tuple[int, float, int]]] = {}
-    for c, pa, pr, i in zip(child[sel].tolist(), parent[sel].tolist(), prob[sel].tolist(),
-                            sel.tolist(), strict=True):
-        kids_of.setdefault(pa, []).append((c, pr, i))
-    # children of messages brought in from other trees: their likeliest links (one level of reach)
-    reach = np.unique(child[sel][~in_tree[child[sel]]])
-    if reach.size:
-        more = np.flatnonzero(np.isin(parent, reach) & (map_parent[child] == parent))
-        for c, pa, pr, i in zip(child[more].tolist(), parent[more].tolist(), prob[more].tolist(),
-                                more.tolist(), strict=True):
-            kids_of.setdefault(pa, []).append((c, pr, i))
-    members = np.flatnonzero(in_tree | np.isin(np.arange(len(map_parent)), reach))
-    mp = {int(i): int(v) for i, v in zip(members, map_parent[members], strict=True)}
-    inst = _Instances(nodes, t_out, t_in, t_recv, kids_of, None, mp)
-    amb_sel = sel[amb[sel]]
+    """The try-both instances of the trees marked ambiguous: their first k try-both decisions in
+    time order, each tried both ways."""
+    inst = _Instances(nodes, t_out, t_in, t_recv, child, parent, prob, map_parent)
+    amb_sel = np.flatnonzero(amb & ambiguous_tree[root_of[parent]])
     order = amb_sel[np.lexsort((t_out[child[amb_sel]], root_of[parent[amb_sel]]))]
     roots = root_of[parent[order]]
     starts = np.flatnonzero(np.r_[True, roots[1:] != roots[:-1]])
