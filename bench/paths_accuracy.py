@@ -9,7 +9,8 @@
 2. Slide 29, accuracy against parallelism (paths in flight at once: 1, 2, 4, 8, 16).
 3. Slide 30, the other results: clock skew (each node's clock off by up to 0.1-20 ms), drop rate
    (1%, 5%), delay variance (10%, 30%), noise (5%, 15% extra unrelated call/return messages between
-   the same nodes). Nesting is shown with both of its timestamp choices under skew.
+   the same nodes). Nesting is shown with both of its timestamp choices under skew, and with
+   orphan call trees left out (orphans="drop") under drops and noise.
 
 Accuracy is analysis/paths/score.py's: recall and precision of the common patterns (>= 1% of the
 requests), recall of the rare ones, and the count-weighted error of the per-node delays in the found
@@ -120,6 +121,9 @@ def others(duration: float, seed: int, algorithms: tuple[str, ...]) -> str:
         if "clock skew" in label and "nesting" in algorithms:
             s = _scores("nesting", seed, duration, parallelism=2, params={"timestamps": "send"}, **kw)
             rows.append(_row(label, "nesting (send times)", s))
+        if ("drop" in label or "noise" in label) and "nesting" in algorithms:
+            s = _scores("nesting", seed, duration, parallelism=2, params={"orphans": "drop"}, **kw)
+            rows.append(_row(label, "nesting (orphans dropped)", s))
     return table(rows, HEAD)
 
 

@@ -34,6 +34,9 @@ every request into one tree. "auto" treats the nodes that send calls and never r
 untraced clients (the trace's call/return tags are read for this and nothing else; without tags
 none, with a warning: pass the names); roots are the messages whose likeliest option is
 spontaneity (the paper builds trees "from the root down" without saying which messages are roots).
+`orphans`: "keep" (default) makes every likely-spontaneous message a root, as WAP5 does; "drop"
+keeps only the trees rooted at an untraced client's message (a spontaneous message from a server is
+then a fragment of a path whose link was lost: dropped from the trace or taken by a nearer message).
 Trees are built from the linear-time forest of likeliest links; only trees with try-both decisions
 are enumerated in Python. Messages without a receive time (an untraced receiver) cannot be parents
 (WAP5's A>B>A rule for them is not implemented; they are counted in the warnings).
@@ -71,6 +74,7 @@ DEFAULTS: dict[str, object] = {
     "p_min": 0.01,          # links that cannot reach this probability are not considered
     "max_parents": 32,      # possible parents kept per message
     "untraced": "auto",     # nodes treated as untraced clients: names, or "auto" (see docstring)
+    "orphans": "keep",      # "drop": only trees rooted at an untraced client's message are kept
 }
 
 
@@ -261,6 +265,12 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
     _, map_parent = forest_depth(map_parent)            # cut any cycle (clock skew)
     root_of = forest_roots(map_parent)
     is_root = map_parent < 0
+    if p["orphans"] == "drop" and clients:
+        from_client = np.isin(nodes.names[nodes.src], sorted(clients))
+        orphan = is_root & ~from_client
+        warnings.append(f"linking: {int(orphan.sum())} trees rooted at a traced node's spontaneous "
+                        f"message left out (orphans='drop')")
+        is_root &= ~orphan
 
     # per tree: log-probability of its likeliest instance (links in: p, possible links left out: 1-p)
     included = map_parent[child] == parent

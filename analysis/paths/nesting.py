@@ -34,6 +34,10 @@ Choices where the slides are unclear (written down here because they change resu
   has both timestamps.
 - `penalty`: the pseudo-code multiplies the score by an unspecified penalty; here it is
   `penalty ** (rank of the candidate by start, 0 = latest-started)`, default 1.0 (no penalty).
+- `orphans`: the slides make every call pair without a parent the root of a path. A call pair whose
+  caller is itself called by others (a server) and that has no parent is usually a fragment: its
+  parent's call or return was dropped from the trace, or it is noise between servers. `"drop"`
+  leaves such trees out of the patterns (counted in the warnings); `"keep"` (default) is the slides'.
 - The pseudo-code's `parents` test `t3 < t2` is read as "the parent call started before the child
   call and is still open when the child returns" (enclosure).
 """
@@ -62,6 +66,8 @@ DEFAULTS: dict[str, object] = {
     "timestamps": "local",   # "local" (each node's own clock) or "send" (the sender's time only)
     "score": "pre",          # "pre": the slides' t2-t1 scoreboard; "pre+post": also t4-t3
     "rounds": 1,             # scoring rounds; later rounds count only the previous round's choices
+    "orphans": "keep",       # "keep": every parentless call pair roots a path (the slides);
+                             # "drop": only those whose caller is never called (see docstring)
 }
 
 
@@ -245,5 +251,13 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
     chosen = best_parents(child, parent, rank, triple, delays, len(calls), float(p["bin"]),
                           float(p["penalty"]), int(p["rounds"]))
     par, is_root = message_forest(n, calls, rets, chosen, in_start, in_end, out_start, out_end)
+    if p["orphans"] == "drop":
+        servers = np.zeros(nodes.n, dtype=bool)
+        servers[b] = True                       # nodes that receive calls
+        orphan = is_root & servers[nodes.src]
+        if orphan.any():
+            warnings.append(f"nesting: {int(orphan.sum())} parentless call trees rooted at a called "
+                            f"node left out (orphans='drop')")
+        is_root &= ~orphan
     forest = Forest(par, is_root, None, warnings)
     return result_from_forest("nesting", m, nodes, forest, p)
