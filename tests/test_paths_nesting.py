@@ -148,3 +148,14 @@ def test_single_pattern_without_overlap_is_recovered_exactly(tpl, seed):
     assert {p.pattern: p.count for p in r.patterns} == {k: float(v) for k, v in want.items()}
     s = score(r, tr)
     assert s["delay_error_pct"] == pytest.approx(0.0, abs=1e-6) or np.isnan(s["delay_error_pct"])
+
+
+def test_orphans_dropped_leave_out_parentless_trees_at_called_nodes():
+    rows = request(0.0, (1, 2, 3)) + request(1.0, (4, 5, 6))
+    rows += [(2.0, 2.0005, "app", "db", "call", 7), (2.01, 2.0105, "db", "app", "return", 7)]  # noise
+    rows = [r for r in rows if r[5] != 5]        # second request: web>app call and return lost
+    kept = {p.pattern: p.count for p in nesting.infer(trace(rows)).patterns}
+    assert kept == {CHAIN: 1.0, "client>web(web>client)": 1.0, "app>db(db>app)": 2.0}
+    r = nesting.infer(trace(rows), orphans="drop")
+    assert {p.pattern: p.count for p in r.patterns} == {CHAIN: 1.0, "client>web(web>client)": 1.0}
+    assert any("2 parentless call trees" in w for w in r.warnings)
