@@ -36,8 +36,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.cells import Batch
-from analysis.stretches import DIRS, KINDS, RunStretches, Stretch, load_stretches, stretch_from_json
+from analysis.model.batch import Batch
+from analysis.model.stretches import DIRS, KINDS, RunStretches, Stretch, load_stretches, stretch_from_json
 from analysis.variants import DEFAULT_VARIANTS, LABELS, Variant, parse_variant
 
 CF_DECIMALS = 4  # certainty factors in JSON output
@@ -99,7 +99,9 @@ def diagnose_stretches(source: RunStretches | Iterable[Stretch], variants=None, 
     stretches = source.stretches if isinstance(source, RunStretches) else list(source)
     if where is None and isinstance(source, RunStretches):
         where = str(source.path)
-    batch = Batch(stretches, source=where)  # every cell of every stretch at once; shared by the variants
+    # every cell of every stretch at once, shared by the variants, with what they read of the run
+    engine = source.engine_metrics if isinstance(source, RunStretches) else None
+    batch = Batch(stretches, source=where, engine_metrics=engine)
     diags = [StretchDiagnosis(st, {}) for st in stretches]
     for v in vs:
         flat = v.diagnose(batch)
@@ -109,6 +111,15 @@ def diagnose_stretches(source: RunStretches | Iterable[Stretch], variants=None, 
     for v in vs:
         _over_time(v, diags)
     return diags
+
+
+def empty_diagnosis() -> pd.DataFrame:
+    """diagnose_run's frame with no rows (a run with snapshots but no counters: nothing to diagnose)."""
+    return pd.DataFrame({"variant": pd.Categorical([]), "dir": pd.Categorical([], categories=["in", "out"]),
+                         "module": pd.Series([], dtype=np.int64), "kind": pd.Categorical([]),
+                         "seq": pd.Series([], dtype=np.int64), "label": pd.Categorical([]),
+                         "cf": pd.Series([], dtype=float), "positive": pd.Series([], dtype=bool),
+                         "invalid": pd.Series([], dtype=bool)})
 
 
 def diagnose_run(run_dir: str | Path | RunStretches, variants=None) -> pd.DataFrame:

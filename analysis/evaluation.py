@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.score import accuracy_table, across_runs, compare_table, per_run_table
+from analysis.score.accuracy import accuracy_table, across_runs, compare_table, per_run_table
 
 
 @dataclass
@@ -23,7 +23,7 @@ class Evaluation:
     warnings: list[str] = field(default_factory=list)
     data: dict = field(default_factory=dict)     # run path -> RunData, when kept
     scored: dict = field(default_factory=dict)   # run path -> join_labels frame, when kept
-    health: dict = field(default_factory=dict)   # run path -> analysis.health.Health
+    health: dict = field(default_factory=dict)   # run path -> rundir.manifest.RunHealth (analysis.health)
     overlap_rows: int = 0   # module-snapshots left out: a target under another fault's collateral
     straddle_rows: int = 0  # module-snapshots left out: a streams interval across a fault's start or end
     skipped: list = field(default_factory=list)       # (run path, why) of runs that could not be analysed

@@ -30,8 +30,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.frame_rows import FrameRows
 from analysis.labels_streams import is_streams
+from analysis.model.long_frame import FrameRows
 from rundir import facts
 from rundir.manifest import RunHealth
 
@@ -60,7 +60,7 @@ def quiet_snapshots(data) -> pd.Series:
 def _tcp_series(data, tcp_ids: np.ndarray) -> dict[str, dict[str, np.ndarray]]:
     """Per direction, the TCP modules' counters rows by module, then seq: module, seq, tm, queued
     (0 where not supported), errors, invalid. From the stretches' arrays while the long frame is not
-    made (analysis.frame_rows), else from the frame."""
+    made (analysis.model.long_frame), else from the frame."""
     stretches = data.counter_stretches()
     rows = FrameRows(stretches) if stretches else None
     out = {}

@@ -66,13 +66,11 @@ import numpy as np
 import pandas as pd
 
 from analysis import labels_streams
-from analysis.label_rows import ArrayRows, StretchRows, label_rows
+from analysis.fault_reach import active_faults, collateral_modules, fault_targets
+from analysis.model.label_input import ArrayRows, StretchRows, label_rows
 from analysis.variants.base import Param, on_off, parse_named
-from rundir import facts
-from rundir.db import connect
-from rundir.read import counter_history
 
-Rows = ArrayRows | StretchRows   # what a policy reads (analysis.label_rows)
+Rows = ArrayRows | StretchRows   # what a policy reads (analysis.model.label_input)
 CAUSES = ("", "oneway", "fault", "collateral", "invalid", "after_end", "overlap", "straddle")
 
 
@@ -104,57 +102,6 @@ def _choice(*options: str) -> Callable[[str], str]:
 
 
 # ----------------------------------------------------------------------------- shared pieces
-
-
-def _active_faults(data) -> list[tuple[int, str, int, float, float]]:
-    """(id, kind, target module, start, end) of the faults that took effect and have a target."""
-    out = []
-    for f in facts.took_effect(data.faults).itertuples(index=False):
-        if f.target_module is pd.NA or pd.isna(f.target_module):
-            continue
-        out.append((int(f.id), str(f.kind), int(f.target_module), float(f.start), float(f.end)))
-    return out
-
-
-def _edges_during(data, t0: float, t1: float) -> list[tuple[int, int]]:
-    e = data.edges
-    if e.empty:
-        return []
-    died = e["died"].astype(float).fillna(np.inf).to_numpy()
-    born = e["born"].astype(float).to_numpy()
-    live = (born <= t1) & (died > t0)
-    return list(zip(e["parent"].to_numpy()[live].tolist(), e["child"].to_numpy()[live].tolist(), strict=True))
-
-
-def fault_targets(data, kind: str, target: int, t0: float, t1: float) -> set[int]:
-    """The modules a fault targets: app_pause -> the app and its sockets; otherwise the target."""
-    out = {target}
-    if kind == "app_pause":
-        kinds = data.modules["kind"]
-        out |= {c for p, c in _edges_during(data, t0, t1) if p == target and kinds.get(c) == "socket"}
-    return out
-
-
-def collateral_modules(data, targets: set[int], t0: float, t1: float) -> set[int]:
-    """Ancestors and descendants of the targets in the graph while the fault was active."""
-    edges = _edges_during(data, t0, t1)
-    down: dict[int, set[int]] = {}
-    up: dict[int, set[int]] = {}
-    for p, c in edges:
-        down.setdefault(p, set()).add(c)
-        up.setdefault(c, set()).add(p)
-    found: set[int] = set()
-    for nbrs in (down, up):
-        todo = list(targets)
-        seen = set(targets)
-        while todo:
-            m = todo.pop()
-            for n in nbrs.get(m, ()):
-                if n not in seen:
-                    seen.add(n)
-                    todo.append(n)
-        found |= seen
-    return found - targets
 
 
 def impact_mask(t_start: np.ndarray, t_end: np.ndarray, idle: np.ndarray, invalid: np.ndarray,
@@ -208,31 +155,27 @@ PACKET_OVERHEAD_BYTES = 100
 
 
 class DataCarried:
-    """Cumulative bytes and messages of a run's module directions, read from run.db on demand (the
-    analysis frames carry message deltas only). Rows are written on change and carried forward."""
+    """Whether a module direction carried data over a span, from the run's cumulative bytes and
+    messages (the loaded run's `histories`, analysis.load.CounterHistories: rows written on change and
+    carried forward; a run without them: unknown)."""
 
     def __init__(self, data):
         self.data = data
         self.mono = data.snapshots["mono"]
+        self.histories = getattr(data, "histories", None)
         self.cache: dict[tuple[int, bool], tuple[np.ndarray, np.ndarray, np.ndarray] | None] = {}
-        path = getattr(data, "path", None)
-        db = path / "run.db" if path is not None else None
-        self.conn = connect(db, readonly=True) if db is not None and db.exists() else None
 
     def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
+        if self.histories is not None:
+            self.histories.close()
 
     def _series(self, module: int, out: bool):
         key = (module, out)
         if key not in self.cache:
-            rows = [] if self.conn is None else counter_history(self.conn, module, out)
-            rows = [r for r in rows if r[2] is not None and r[1] is not None]
-            if rows:
-                seq = np.array([r[0] for r in rows], dtype=np.int64)
-                t = self.mono.reindex(seq).to_numpy(float)
-                self.cache[key] = (t, np.array([r[1] for r in rows], float), np.array([r[2] for r in rows], float))
+            rows = self.histories.get(module, out) if self.histories is not None else None
+            if rows is not None:
+                seq, msgs, nbytes = rows
+                self.cache[key] = (self.mono.reindex(seq).to_numpy(float), msgs, nbytes)
             else:
                 self.cache[key] = None
         return self.cache[key]
@@ -335,7 +278,7 @@ class _Policy:
         need_coll = self.values.get("collateral", "negative") != "negative"
         need_cover = self.values.get("overlap", "exclude") == "exclude"
         covering = []   # (neighbours, f0, f1) of each fault, for `cover` once every target's rows are known
-        for fid, kind, target, f0, f1 in _active_faults(data):
+        for fid, kind, target, f0, f1 in active_faults(data):
             targets = fault_targets(data, kind, target, f0, f1)
             groups = [(targets, fault_pos, fault_id, mark)]
             if need_coll or need_cover:

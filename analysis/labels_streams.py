@@ -48,13 +48,14 @@ def is_streams(data) -> bool:
 
 
 def stall_faults(data) -> list[tuple[int, int, float, float]]:
-    """(fault id, target module, start, end) of the throttles at rate 0 that took effect and have a target."""
+    """(fault id, target module, start, end) of the faults that stall their target (their kind's
+    `stalls`, rundir.faultkinds: the throttles at rate 0), took effect and have a target."""
     out = []
+    kinds = data.fault_kinds
     for f in facts.took_effect(data.faults).itertuples(index=False):
-        if f.kind != "throttle" or f.target_module is pd.NA or pd.isna(f.target_module) or pd.isna(f.end):
+        if f.target_module is pd.NA or pd.isna(f.target_module) or pd.isna(f.end):
             continue
-        rate = f.target.get("rate") if isinstance(f.target, dict) else None
-        if isinstance(rate, int | float) and not isinstance(rate, bool) and rate == 0:
+        if f.kind in kinds and kinds[f.kind].culprit(f.target):
             out.append((int(f.id), int(f.target_module), float(f.start), float(f.end)))
     return out
 

@@ -2,26 +2,26 @@
 
 `LiveEngine(run).refresh()` reads what the collector wrote since the last refresh (rundir.live_reader,
 read-only), turns it into counter deltas with the offline rules and diagnoses a window of recent
-snapshots with the offline code (analysis.stretches.build_stretches, analysis.diagnose), and returns
+snapshots with the offline code (analysis.model.stretches.build_stretches, analysis.diagnose), and returns
 a `LiveView`: the modules at the newest *settled* snapshot with their state, how long each has been
 STALLED, their recent rates, and the faults in force.
 
 Where the offline diagnosis of snapshot t depends on later snapshots, and what the engine does:
-- Counter deltas (analysis.deltas.series_deltas) are causal: a delta is decided by the rows up to
+- Counter deltas (analysis.model.deltas.series_deltas) are causal: a delta is decided by the rows up to
   its own. Thesis 3.4's retroactive discard (a good value followed by two lower ones) only changes
   `invalid`, which no rule reads. The engine carries each series' state across refreshes as an
   *anchor*: its last row that was not lower than the row before it (after that row the series is
   in step: the next delta is a plain difference), with its wait_ms as the jitter absorption left it.
   Each refresh feeds series_deltas the anchor, any rows after it, and the new rows; the result for
   the new rows is the offline one (a proof sketch in docs/live.md; tests check it).
-- Detached modules (analysis.stretches.Stretch) look ahead without bound: a module with no parent yet
+- Detached modules (analysis.model.stretches.Stretch) look ahead without bound: a module with no parent yet
   is detached offline if it gets one later in the run, a root with assumed work if it never does.
   The engine knows the parents seen so far, so it diagnoses snapshot t once `lag` later snapshots
   are in (LAG_S, 1 s): the result then equals the offline one unless a module present at t without a
   parent gets its first parent more than `lag` snapshots after t. When the run has ended the future is
   known and every snapshot is settled.
 - `confirm=N` looks back N-1 snapshots: the window keeps them.
-- `probe=on` (analysis.probes): a snapshot's probe evidence needs the probes done and the snapshots
+- `probe=on` (analysis.model.probes): a snapshot's probe evidence needs the probes done and the snapshots
   taken up to `probe_ahead` seconds after it, and the start of its connection's silence. The engine
   settles t only once it has read a snapshot at least `probe_ahead` after t (the collector writes a
   probe's row with the first snapshot after its outcome), and carries the start of every silence
@@ -38,16 +38,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import deltas, probes
-from analysis import stretches as sx
 from analysis.diagnose import as_variants, diagnose_stretches
 from analysis.load import workload_from_cmdline
-from analysis.stretches import DIRS, KINDS, STARTS_AT_ZERO
-from analysis.tcpstate import attach as attach_tcpstate
+from analysis.model import deltas, probes
+from analysis.model import stretches as sx
+from analysis.model.stretches import DIRS, KINDS, STARTS_AT_ZERO
+from analysis.model.tcpstate import attach as attach_tcpstate
 from analysis.variants import DEFAULT_VARIANT, LABELS
 from rundir import facts
 from rundir.db import TCP_STATE_COLUMNS
 from rundir.errors import UserError
+from rundir.layout import run_db
 from rundir.live_reader import News, RunReader
 from rundir.manifest import Manifest, Monitor, read_manifest_quietly
 from rundir.repair import as_dict
@@ -134,14 +135,14 @@ class LiveEngine:
                  history: bool = False):
         path = Path(run)
         self.path = path.parent if path.is_file() else path
-        db = path if path.is_file() else path / "run.db"
+        db = run_db(path)
         if not db.is_file():
             raise UserError(f"{path}: no run.db here (expected a run directory)")
         (self.variant,) = as_variants([variant or DEFAULT_VARIANT])
         params = self.variant.params
         self.probe = bool(params.get("probe"))
         self.ahead = float(params.get("probe_ahead", probes.AHEAD_S))
-        self.probe_carry: dict = {}   # silences going on at the window's start (analysis.probes.ongoing)
+        self.probe_carry: dict = {}   # silences going on at the window's start (analysis.model.probes.ongoing)
         self.reader = RunReader(db, tcp_state=bool(params.get("tcpstate")), probes=self.probe)
         self.bursts = probes.burst_table(None)   # the probes read so far, per burst (probes.burst_table)
         self.endpoints: dict[int, str | None] = {}   # TCP module -> its remote 'ADDR:PORT' (probes)
@@ -381,7 +382,7 @@ class LiveEngine:
                                edges)
 
     def _tcpstate(self, stretches: list, w0: int, n: int) -> None:
-        """Stretch.tcpstate: each connection's last tcp_info row carried forward (analysis.tcpstate)."""
+        """Stretch.tcpstate: each connection's last tcp_info row carried forward (analysis.model.tcpstate)."""
         buf = self.tcp_buf
         before = np.concatenate([np.array(list(self.tcp_last.values())).reshape(-1, buf.shape[1]), buf[buf[:, 0] < w0]])
         carry = {int(r[1]): r for r in before}      # the latest row of each module before the window

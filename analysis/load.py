@@ -1,7 +1,7 @@
 """Loading a run for the analysis: the first step of the pipeline (analysis.pipeline).
 
 `load_run_data(info)` reads one run for labelling, scoring and plotting: the diagnosis engine's
-stretches (analysis.stretches.load_stretches: stretches of constant graph, counter deltas and the
+stretches (analysis.model.stretches.load_stretches: stretches of constant graph, counter deltas and the
 invalid mask), the same counters as one long frame, and the modules (with their workload, one-way
 direction and table rows), edges, processes, faults and workloads. Damage inside run.db (values that
 are not numbers, times that go back, faults whose window or target is unknown) leaves rows out of the
@@ -22,11 +22,13 @@ import numpy as np
 import pandas as pd
 
 from analysis import unscored as unscored_rows
-from analysis.rows import module_rows
-from analysis.stretches import DIRS, RunStretches, load_stretches
+from analysis.model.stretches import DIRS, RunStretches, load_stretches
+from analysis.score.table_layout import module_rows
 from rundir import facts, read, repair
 from rundir.db import connect
 from rundir.errors import UserError
+from rundir.faultkinds import FaultKindInfo, kinds_of
+from rundir.layout import RunDir
 from rundir.manifest import Monitor, SpecWorkload
 from rundir.runs import HEALTH_TABLES, RunInfo, guarded, open_run
 from rundir.targets import resolve_fault_targets
@@ -46,7 +48,7 @@ class RunData:
     """One run read for the analysis. Frames use run.db module ids and snapshot seqs."""
 
     info: RunInfo
-    run: RunStretches           # analysis.stretches (give it to diagnose_run to avoid reading twice)
+    run: RunStretches           # analysis.model.stretches (give it to diagnose_run to avoid reading twice)
     snapshots: pd.DataFrame     # seq (index), mono, start (mono of the previous snapshot)
     # module, dir, seq, tm, wait, has_wait, queued, has_queue, errors, invalid: `counters`, made from the
     # stretches when first asked for (the diagnosis does not need it; so it is not made while it runs)
@@ -66,10 +68,17 @@ class RunData:
     uncertain: list[tuple[float, float]] = field(default_factory=list)  # spans of faults whose window or
     #                             target is unknown (a damaged run): not quiet time (analysis.health)
     unscored: np.ndarray | None = None   # bool per counters row: left out of the scores (analysis.unscored)
+    # cumulative messages and bytes per module direction, as recorded (labels' direction=data reads them)
+    histories: CounterHistories | None = None
 
     @property
     def path(self) -> Path:
         return self.info.path
+
+    @property
+    def fault_kinds(self) -> dict[str, FaultKindInfo]:
+        """The fault kinds the run may hold, as its manifest records them (rundir.faultkinds)."""
+        return kinds_of(self.info.manifest)
 
     @property
     def counters(self) -> pd.DataFrame:
@@ -88,6 +97,36 @@ class RunData:
         wants those arrays without the long frame (analysis.labels); None once the frame is made (it may
         have been assigned or edited since: the frame is then what counts)."""
         return self.run.stretches if self._counters is None else None
+
+
+class CounterHistories:
+    """Per module direction, its cumulative messages and bytes as recorded (run.db's counters rows: a
+    row when they change), which the frames do not hold (message deltas only): a labelling policy asks
+    for a few series (a fault's targets), so each is read when first asked for, through one read-only
+    connection that `close` releases (a later ask opens it again)."""
+
+    def __init__(self, db: Path | None):
+        self.db = db if db is not None and db.is_file() else None
+        self.conn: sqlite3.Connection | None = None
+        self.cache: dict[tuple[int, bool], tuple[np.ndarray, np.ndarray, np.ndarray] | None] = {}
+
+    def get(self, module: int, out: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(seq, total messages, bytes) of the rows of module's direction (out: outbound) that hold both
+        values, in seq order; None when there is none (or no run.db)."""
+        key = (module, out)
+        if key not in self.cache:
+            if self.conn is None and self.db is not None:
+                self.conn = connect(self.db, readonly=True)
+            rows = [] if self.conn is None else read.counter_history(self.conn, module, out)
+            rows = [r for r in rows if r[2] is not None and r[1] is not None]
+            self.cache[key] = (np.array([r[0] for r in rows], dtype=np.int64), np.array([r[1] for r in rows], float),
+                               np.array([r[2] for r in rows], float)) if rows else None
+        return self.cache[key]
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
 
 
 def counters_frame(run: RunStretches) -> pd.DataFrame:
@@ -166,7 +205,7 @@ def _load(info: RunInfo) -> RunData:
     warnings = list(info.warnings)
     run = load_stretches(info.path)
     warnings += run.warnings
-    conn = connect(info.path / "run.db", readonly=True)
+    conn = connect(RunDir(info.path).db, readonly=True)
     try:
         procs = read.read_processes(conn, warnings)
         ends = read.read_run_ends(conn, warnings)
@@ -193,10 +232,11 @@ def _load(info: RunInfo) -> RunData:
     mods = _attach_workloads(mods, procs, workloads, warnings)
     edges = pd.DataFrame(run.edges, columns=["parent", "child", "born", "died"])
 
-    faults, unknown = repair.fault_rows(faults, manifest_t0, warnings)
+    kinds = kinds_of(info.manifest)
+    faults, unknown = repair.fault_rows(faults, manifest_t0, warnings, kinds)
     lost: list[tuple[int, int]] = []
-    faults = _resolve_faults(faults, mods, info.monitor, end, warnings, unknown, lost)
-    spans = unscored_rows.leave_out_unknown_windows(faults, unknown, mods, edges, t0, warnings)
+    faults = _resolve_faults(faults, mods, info.monitor, end, warnings, unknown, lost, kinds)
+    spans = unscored_rows.leave_out_unknown_windows(faults, unknown, mods, edges, t0, warnings, kinds)
     spans += unscored_rows.leave_out_lost_targets(faults, lost, t0, warnings)
     counters = None
     if len(run.seqs[run.unscored]) or spans:   # a damaged run: the rows it leaves out need the frame
@@ -210,7 +250,7 @@ def _load(info: RunInfo) -> RunData:
                         "the run is not in the tables")
     return RunData(info, run, snaps, counters, mods, edges, procs, faults, workloads, t0, stop,
                    warnings, health["tcp_info"], health["queue_stats"], [(lo, hi) for _, lo, hi, _ in spans],
-                   unscored)
+                   unscored, CounterHistories(RunDir(info.path).db))
 
 
 def _attach_workloads(mods: pd.DataFrame, procs: pd.DataFrame, workloads: list[SpecWorkload],
@@ -278,18 +318,19 @@ def _missing(v: Any) -> bool:
 
 def _resolve_faults(faults: pd.DataFrame, mods: pd.DataFrame, monitor: Monitor, end: float,
                     warnings: list[str], unknown_window: Iterable[int] = (),
-                    lost: list[tuple[int, int]] | None = None) -> pd.DataFrame:
+                    lost: list[tuple[int, int]] | None = None,
+                    kinds: dict[str, FaultKindInfo] | None = None) -> pd.DataFrame:
     """Fill in target modules the runner could not resolve (or that are not in the modules table),
     ends of faults still active at the end; `monitor` is the manifest's (host and interface of the
-    monitored host). Faults in `unknown_window` (see analysis.repair.fault_rows) are already reported.
+    monitored host). Faults in `unknown_window` (see rundir.repair.fault_rows) are already reported.
     Faults whose recorded target module does not exist and whose target does not resolve go into
-    `lost` as (id, recorded module) (analysis.unscored_rows.leave_out_lost_targets reports them)."""
+    `lost` as (id, recorded module) (analysis.unscored.leave_out_lost_targets reports them)."""
     modules = [(int(mid), key, float(born)) for mid, key, born in zip(mods.index, mods["key"], mods["born"], strict=True)]
     known = {m for m, _, _ in modules}
     rows = list(faults.itertuples(index=False))
     todo = [i for i, row in enumerate(rows) if _missing(row.target_module) or int(row.target_module) not in known]
     found = resolve_fault_targets([(rows[i].kind, rows[i].target, rows[i].start) for i in todo], modules,
-                                  monitor.host, monitor.interface, missing_start=end)
+                                  monitor.host, monitor.interface, missing_start=end, kinds=kinds or kinds_of(None))
     resolved = dict(zip(todo, found, strict=True))
     targets, ends, descr = [], [], []
     lost = lost if lost is not None else []

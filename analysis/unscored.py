@@ -10,16 +10,19 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
-from analysis.labels import collateral_modules, fault_targets
+from analysis.fault_reach import collateral_modules, fault_targets
+from rundir.faultkinds import kinds_of
 
 
 def leave_out_unknown_windows(faults: pd.DataFrame, unknown: dict, mods: pd.DataFrame, edges: pd.DataFrame,
-                              t0: float, warnings: list[str]) -> list[tuple[set[int] | None, float, float, str]]:
+                              t0: float, warnings: list[str], kinds: dict | None = None,
+                              ) -> list[tuple[set[int] | None, float, float, str]]:
     """A fault whose window (or kind) is unknown labels nothing; its targets and their graph neighbours (the
     modules whose ground truth it decides) are not scored over the span it may have covered (the
-    whole run when nothing is known). Returns those (modules, lo, hi, warning) for `unscored`."""
+    whole run when nothing is known). Returns those (modules, lo, hi, warning) for `unscored`; `kinds`:
+    the run's fault kinds (rundir.faultkinds.kinds_of)."""
     out = []
-    view = SimpleNamespace(modules=mods, edges=edges)
+    view = SimpleNamespace(modules=mods, edges=edges, fault_kinds=kinds if kinds is not None else kinds_of(None))
     for fid, (lo, hi, why) in unknown.items():
         row = faults[faults["id"] == fid].iloc[0]
         lo_, hi_ = (-np.inf, np.inf) if lo is None else (lo, hi)

@@ -30,12 +30,13 @@ from connections import Connections, cpu_ticks
 
 from harness.collector.probe import ProbeSettings
 from rundir.db import create_db
+from rundir.layout import RunDir
 
 
 def measure(net: Connections, seconds: float, interval: float, probe: str | None = None) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="nestlab-bench-"))
     try:
-        db_path = tmp / "run.db"
+        db_path = RunDir(tmp).db
         create_db(db_path).close()
         coll = net.start_collector(db_path, interval, probe)
         time.sleep(2.0)  # past the first snapshot's births and owner scan: measure the steady state

@@ -35,11 +35,12 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
-from analysis import probes  # noqa: E402
 from analysis.diagnose import diagnose_stretches  # noqa: E402
-from analysis.stretches import load_stretches  # noqa: E402
-from analysis.tcpstate import TcpState  # noqa: E402
+from analysis.model import probes  # noqa: E402
+from analysis.model.stretches import load_stretches  # noqa: E402
+from analysis.model.tcpstate import TcpState  # noqa: E402
 from analysis.variants import parse_variant  # noqa: E402
+from rundir.layout import RunDir  # noqa: E402
 from rundir.read import clean_probes  # noqa: E402
 from tests.support.probes import synthetic_probe_rows  # noqa: E402
 from tests.support.reference import assert_same, reference  # noqa: E402
@@ -86,7 +87,7 @@ def main(argv=None) -> int:
 
     cache = Path(tempfile.gettempdir()) / f"nestlab-bench-run-{a.minutes:g}min"
     t0 = time.perf_counter()
-    if a.fresh or not (cache / "run.db").exists():
+    if a.fresh or not RunDir(cache).db.exists():
         synthetic_run(cache, seconds=a.minutes * 60)
         print(f"generated synthetic run in {time.perf_counter() - t0:.1f} s: {cache}")
     t0 = time.perf_counter()

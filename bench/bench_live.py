@@ -33,7 +33,8 @@ import numpy as np  # noqa: E402
 
 from analysis.diagnose import diagnose_stretches  # noqa: E402
 from analysis.live import LiveEngine  # noqa: E402
-from analysis.stretches import load_stretches  # noqa: E402
+from analysis.model.stretches import load_stretches  # noqa: E402
+from rundir.layout import RunDir  # noqa: E402
 from tests.support.grow import Grower  # noqa: E402
 from tests.support.synthetic import synthetic_run  # noqa: E402
 
@@ -58,7 +59,7 @@ def bench_refresh(minutes: float, count: int) -> int:
     try:
         t = time.perf_counter()
         src = synthetic_run(tmp / "src", seconds=minutes * 60)
-        (src / "manifest.json").write_text('{"format_version": 1, "status": "complete", "snapshot_interval": 0.1}\n')
+        RunDir(src).manifest_path.write_text('{"format_version": 1, "status": "complete", "snapshot_interval": 0.1}\n')
         print(f"synthetic run: {minutes:g} min, made in {time.perf_counter() - t:.1f} s")
         grower = Grower(src, tmp / "live")
         grower.grow(999)
@@ -103,9 +104,10 @@ def bench_collector(seconds: float, n: int) -> int:
     try:
         # 100 bytes on every connection every 50 ms: counters move every snapshot
         with Connections(n, private_hash=True, size=100, period=0.05) as net:
-            (tmp / "manifest.json").write_text('{"format_version": 4, "status": "running", "snapshot_interval": 0.1}\n')
-            create_db(tmp / "run.db").close()
-            coll = net.start_collector(tmp / "run.db", 0.1)
+            rd = RunDir(tmp)
+            rd.manifest_path.write_text('{"format_version": 4, "status": "running", "snapshot_interval": 0.1}\n')
+            create_db(rd.db).close()
+            coll = net.start_collector(rd.db, 0.1)
             time.sleep(2.0)
             engine = LiveEngine(tmp)
             engine.refresh()
@@ -128,7 +130,7 @@ def bench_collector(seconds: float, n: int) -> int:
                 results[phase].append((100 * (c1 - c0) / os.sysconf("SC_CLK_TCK") / (t1 - t0), s0, engine.reader.seq,
                                        costs))
             engine.close()
-            db = connect(tmp / "run.db", readonly=True)
+            db = connect(rd.db, readonly=True)
             mono = np.array([m for (m,) in db.execute("SELECT mono FROM snapshots ORDER BY seq")])
             tcp = db.execute("SELECT count(*) FROM modules WHERE kind = 'tcp'").fetchone()[0]
             db.close()

@@ -13,7 +13,7 @@ times each (the best of each is compared: the machine's other load only ever add
   %M; os.wait4's where there is none).
 
 A run as run-experiment leaves it has two copies (rundir/columnar.py): the counters' (the runner's, when
-the run ends) and the stretches' (analysis/stretch_copy.py, written by the run's report). The rounds
+the run ends) and the stretches' (analysis/model/stretch_copy.py, written by the run's report). The rounds
 time accuracy with both (the figure compared), and with the counters' alone (the stretches made from
 it, as after a change to the code that makes them); the first analysis of a run with neither (an
 older run: read from run.db, both copies written) is timed once. Targets: accuracy at most half the
@@ -36,6 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from rundir import columnar  # noqa: E402
+from rundir.layout import RunDir  # noqa: E402
 from tests.support.synthetic import synthetic_run  # noqa: E402
 
 RATIO_TARGET = 0.5
@@ -91,17 +92,17 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
 
     run = Path(tempfile.gettempdir()) / f"nestlab-bench-read-{a.minutes:g}min"
-    if a.fresh or not (run / "run.db").exists():
+    if a.fresh or not RunDir(run).db.exists():
         shutil.rmtree(run, ignore_errors=True)
         t0 = time.perf_counter()
         synthetic_run(run, seconds=a.minutes * 60)
         print(f"generated synthetic run in {time.perf_counter() - t0:.1f} s: {run}")
-    db = run / "run.db"
+    db = RunDir(run).db
     out = Path(tempfile.mkdtemp(prefix="nestlab-bench-read-out-"))
-    stretches_copy = run / columnar.DIR / columnar.STRETCHES
+    stretches_copy = RunDir(run).columnar / columnar.STRETCHES
     try:
         # An older run: no copy yet; the first analysis reads run.db and writes both copies.
-        shutil.rmtree(run / columnar.DIR, ignore_errors=True)
+        shutil.rmtree(RunDir(run).columnar, ignore_errors=True)
         first_s, first_mb = accuracy(run, out)
         # As the runner leaves a run: its counters copy (written again here, timed).
         t0 = time.perf_counter()

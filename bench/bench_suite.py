@@ -41,6 +41,7 @@ import numpy as np  # noqa: E402
 
 from harness.suite import load_suite  # noqa: E402
 from rundir.db import connect, ensure_indexes  # noqa: E402
+from rundir.layout import RunDir  # noqa: E402
 from tests.support.synthetic import _periods, synthetic_run  # noqa: E402
 
 VARIANTS = ["flowdiagnoser:theta=2", "flowdiagnoser:theta=1", "flowdiagnoser:theta=3", "nest-cf", "nest-cf:anw=off"]
@@ -75,7 +76,8 @@ def make_run(args: tuple[Path, str, int, float]) -> Path:
     windows = _fault_windows(seed, s, int(60 / INTERVAL)).get(group, [])
     kind, target, key = {"ip": ("ip_drop", 1, "ipeth:1"), "app": ("app_pause", 2, "app:2"),
                          "tcp": ("tcp_drop", 4, "tcp:4")}.get(group, (None, None, None))
-    conn = connect(path / "run.db")
+    rd = RunDir.open(path)
+    conn = connect(rd.db)
     conn.executemany("INSERT INTO faults (spec_index, kind, at_node, target_module, target, planned_start, "
                      "planned_duration, start, \"end\", rule) VALUES (0, ?, 'x1', ?, ?, ?, ?, ?, ?, 'synthetic')",
                      [(kind, target, json.dumps({"module_key": key}), a * INTERVAL, (b - a) * INTERVAL,
@@ -83,9 +85,8 @@ def make_run(args: tuple[Path, str, int, float]) -> Path:
     ensure_indexes(conn)   # as the runner does when the recording ends
     conn.commit()
     conn.close()
-    manifest = json.loads((path / "manifest.json").read_text())
-    manifest.update(experiment=name, repetition=0, seed=seed)
-    (path / "manifest.json").write_text(json.dumps(manifest) + "\n")
+    rd.manifest.update(experiment=name, repetition=0, seed=seed)
+    rd.manifest_path.write_text(json.dumps(rd.manifest) + "\n")
     return path
 
 

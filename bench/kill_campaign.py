@@ -13,7 +13,6 @@ Prints one line per run and a summary; exit status 1 when any run left a trace o
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import shutil
 import signal
@@ -30,6 +29,7 @@ sys.path.insert(0, str(REPO))
 
 from analysis.load import load_run_data  # noqa: E402
 from rundir.errors import UserError  # noqa: E402
+from rundir.layout import RunDir  # noqa: E402
 from rundir.runs import open_run  # noqa: E402
 from tests.support.env import leftovers  # noqa: E402
 
@@ -54,7 +54,7 @@ KILL_WINDOW_S = (0.2, DURATION_S + 6.0)
 
 def check_db(run: Path) -> str:
     """'ok', or what is wrong with the run's run.db."""
-    db = run / "run.db"
+    db = RunDir(run).db
     if not db.is_file():
         return "no run.db"
     try:
@@ -104,8 +104,8 @@ def one(k: int, rng: random.Random, spec: Path, results: Path) -> dict:
     made = sorted(set(results.glob("kill_campaign/*-r0")) - existing)   # none: killed before it made one
     run = made[-1] if made else None
     status = "-"
-    if run is not None and (run / "manifest.json").is_file():
-        status = json.loads((run / "manifest.json").read_text()).get("status", "?")
+    if run is not None and RunDir(run).manifest_path.is_file():
+        status = RunDir.open(run).status or "?"
     return {"k": k, "signal": sig.name if killed else "none", "at": at, "code": proc.returncode,
             "wall": time.monotonic() - started, "status": status, "db": check_db(run) if run else "no run directory",
             "traces": traces, "cleanup": cleanup.returncode, "err": (err or "").strip().splitlines()[-1:]}

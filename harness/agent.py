@@ -3,7 +3,7 @@
     python3 -m harness.agent conns PID              established TCP connections of PID (JSON list)
     python3 -m harness.agent pause SHM_DIR PID      interceptor pause handshake (JSON PauseState)
     python3 -m harness.agent resume SHM_DIR PID     interceptor resume handshake (JSON PauseState)
-    python3 -m harness.agent initdb DB              create run.db with the run-store schema
+    python3 -m harness.agent initdb DB              create run.db with its schema (rundir.db)
     python3 -m harness.agent count DB               snapshots recorded so far (JSON int)
     python3 -m harness.agent checkpoint DB          fold the WAL into DB (after the collector stopped)
 

@@ -1,6 +1,7 @@
-"""A run's outline, shared by network runs (harness.runner) and streams runs (harness.streams.runner):
-the signals that interrupt it, the failure that ends a recording, and guarded_run, which turns
-whatever happens into a status (complete, interrupted, failed), tears down and records it."""
+"""A run's outline, used by the run loop (harness.runner) for every lab kind (harness.lab): the
+signals that interrupt it, the failure that ends a recording (a lab's check raises it), and
+guarded_run, which turns whatever happens into a status (complete, interrupted, failed), tears down
+and records it."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def _raise_interrupted(signum, frame):
 
 
 def guarded_run(body, teardown, logs: Path) -> int:
-    """A run's outline, the same for network and streams runs: body() with SIGTERM and SIGHUP raising
+    """A run's outline, the same for every lab kind: body() with SIGTERM and SIGHUP raising
     Interrupted; then, whatever happened, teardown(status, reason) (complete, interrupted or failed,
     with why), the handlers put back, and a UserError raised again for its one-line message. Returns
     the exit code (128 + signal when interrupted)."""

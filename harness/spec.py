@@ -9,24 +9,31 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, create_model, field_validator, model_validator
 
+from harness.faults import KINDS
+from harness.faults.spec import (  # noqa: F401 - the spec's parts, here for their users
+    AnyFault,
+    FaultTarget,
+    Footprint,
+    RandomSchedule,
+    Schedule,
+    fault_model,
+)
+from harness.faults.spec import Strict as _Strict
 from harness.topology import Topology, load_topology
-from harness.units import Duration, Percent, Size
+from harness.units import Duration, Size
 from harness.window import Window  # noqa: F401 - a planned fault, here for its users
 from harness.yamlload import YamlDoc
 from rundir.facts import RECOVERY_EXTRA_S, recovery_after
 
 # Faults are kept this far from the start (workloads ramp up) and the end (so the recovery is seen).
 FAULT_MARGIN_S = 2.0
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class Workload(_Strict):
@@ -59,83 +66,9 @@ class Workload(_Strict):
         return self
 
 
-class RandomSchedule(_Strict):
-    count: int = Field(ge=1)
-    duration: tuple[Duration, Duration]
-    gap: tuple[Duration, Duration]
-
-    @model_validator(mode="after")
-    def _ranges(self):
-        for name in ("duration", "gap"):
-            lo, hi = getattr(self, name)
-            if lo > hi:
-                raise ValueError(f"{name}: [min, max] with min <= max")
-        if self.duration[0] <= 0:
-            raise ValueError("duration: faults must last more than 0 s")
-        return self
-
-
-class Schedule(_Strict):
-    at: list[Duration] | None = None
-    duration: Duration | None = None
-    random: RandomSchedule | None = None
-
-    @model_validator(mode="after")
-    def _one_kind(self):
-        if (self.random is None) == (self.at is None):
-            raise ValueError("give either 'random: {count, duration, gap}' or 'at: [...]' with 'duration'")
-        if self.at is not None and not self.duration:
-            raise ValueError("'at' needs a 'duration' greater than 0")
-        return self
-
-
-class FaultTarget(_Strict):
-    workload: int = Field(ge=0)
-    instance: int | None = Field(default=None, ge=0, description="which instance; default: chosen by the seed")
-
-
-class Fault(_Strict):
-    """A fault of the spec (docs/faults.md): kind, where and on what it acts, and when."""
-
-    kind: Literal["ip_drop", "tcp_drop", "app_pause", "path_blackhole", "loss", "server_pause"]
-    at: str | None = Field(default=None, description="router that drops (network faults)")
-    host: str | None = Field(default=None, description="ip_drop, loss: whose traffic (default: the monitor)")
-    target: FaultTarget | None = None
-    path: int | None = Field(default=None, ge=0, description="path_blackhole: which link of `at`'s bundle (0, 1, ...)")
-    rate: Percent | None = Field(default=None, description="loss: the share of packets dropped, e.g. '5%'")
-    schedule: Schedule
-
-    @model_validator(mode="after")
-    def _by_kind(self):
-        k = self.kind
-        if k in ("ip_drop", "tcp_drop", "path_blackhole", "loss") and self.at is None:
-            raise ValueError(f"{k} needs 'at': the router that drops the packets")
-        if k in ("tcp_drop", "app_pause", "server_pause") and self.target is None:
-            raise ValueError(f"{k} needs 'target: {{workload: N}}'")
-        if k not in ("ip_drop", "loss") and self.host is not None:
-            raise ValueError("'host' applies to ip_drop and loss only")
-        if k == "loss" and self.host is not None and self.target is not None:
-            raise ValueError("loss drops either a host's traffic ('host') or one connection ('target'), not both")
-        if (k == "path_blackhole") != (self.path is not None):
-            raise ValueError("path_blackhole needs 'path: K' (which parallel link)" if k == "path_blackhole"
-                             else "'path' applies to path_blackhole only")
-        if k == "path_blackhole" and self.target is not None:
-            raise ValueError("path_blackhole has no 'target': its targets are the connections routed over the path")
-        if (k == "loss") != (self.rate is not None):
-            raise ValueError("loss needs 'rate', e.g. '5%'" if k == "loss" else "'rate' applies to loss only")
-        if k == "loss" and not 0 < self.rate < 100:
-            raise ValueError("loss rate must be above 0% and below 100% (100%: use ip_drop or tcp_drop)")
-        if k == "server_pause" and self.at is not None:
-            raise ValueError("server_pause stops the target workload's server; it has no 'at'")
-        return self
-
-    def node(self, spec: Spec) -> str:
-        """Where the fault acts: its router, the paused server's host, or the monitored host."""
-        if self.at is not None:
-            return self.at
-        if self.kind == "server_pause":
-            return spec.workloads[self.target.workload].server
-        return spec.monitor
+# The spec's fault: every registered kind's fields, each fault checked by its kind's rules
+# (harness.faults.spec.fault_model; docs/faults.md, "Adding a fault kind").
+Fault = fault_model(KINDS, __name__)
 
 
 class Isolation(_Strict):
@@ -230,6 +163,12 @@ class Spec(_Strict):
         return self
 
 
+def spec_model(kinds: Mapping[str, Any]) -> type[Spec]:
+    """The spec's model with the faults of another registry of kinds than KINDS (a test's kind, a
+    lab's own): harness.faults.spec.fault_model of those."""
+    return create_model("Spec", __base__=Spec, faults=(list[fault_model(kinds)], []))
+
+
 @dataclass
 class Experiment:
     spec: Spec
@@ -257,37 +196,10 @@ class Experiment:
         return plan_faults(self.spec, self.doc, self.seed_for(repetition))
 
 
-@dataclass(frozen=True)
-class Footprint:
-    """What a fault touches beyond its own target: hosts whose whole IP traffic it drops, and the
-    workloads (instance, or None for every instance) whose connections or processes it stalls."""
-
-    hosts: frozenset[str]
-    workloads: frozenset[tuple[int, int | None]]
-
-    def touches(self, other: Footprint) -> bool:
-        if self.hosts & other.hosts:
-            return True
-        return any(w == w2 and (i is None or i2 is None or i == i2)
-                   for w, i in self.workloads for w2, i2 in other.workloads)
-
-
-def footprint(spec: Spec, fault: Fault) -> Footprint:
-    """An ip_drop (or a host's loss) of host H stalls every workload that runs on H or is served by H;
-    a path_blackhole may stall any workload (which ones the routers' hash decides); a server_pause
-    stalls every workload its server serves; a tcp_drop, a connection's loss or an app_pause stalls
-    its target workload (instance)."""
-    if fault.kind in ("ip_drop", "loss") and fault.target is None:
-        host = fault.host or spec.monitor
-        return Footprint(frozenset({host}), frozenset((i, None) for i, w in enumerate(spec.workloads)
-                                                      if host in (w.host, w.server)))
-    if fault.kind == "path_blackhole":
-        return Footprint(frozenset(), frozenset((i, None) for i in range(len(spec.workloads))))
-    if fault.kind == "server_pause":
-        w = spec.workloads[fault.target.workload]
-        return Footprint(frozenset(), frozenset((i, None) for i, o in enumerate(spec.workloads)
-                                                if (o.server, o.kind) == (w.server, w.kind)))
-    return Footprint(frozenset(), frozenset({(fault.target.workload, fault.target.instance)}))
+def footprint(spec: Spec, fault: AnyFault) -> Footprint:
+    """What a fault stalls beyond its target, as its kind says (e.g. an ip_drop of host H every
+    workload that runs on H or is served by H; a tcp_drop its target workload instance)."""
+    return fault.footprint(spec)
 
 
 def plan_faults(spec: Spec, doc: YamlDoc, seed: int) -> list[Window]:
@@ -309,7 +221,7 @@ def plan_faults(spec: Spec, doc: YamlDoc, seed: int) -> list[Window]:
     def clash(i: int, w: Window) -> Window | None:
         for other in planned:
             if iso.overlap:
-                hit = _same_action(spec.faults[other.spec_index], spec.faults[i]) and \
+                hit = spec.faults[other.spec_index].same_action(spec.faults[i]) and \
                     w.start < other.end and other.start < w.end
             else:
                 hit = prints[i].touches(prints[other.spec_index]) and \
@@ -339,7 +251,7 @@ def plan_faults(spec: Spec, doc: YamlDoc, seed: int) -> list[Window]:
                 w = Window(i, at, s.duration, margin(s.duration))
                 other = clash(i, w)
                 if other is not None:
-                    same = _same_action(spec.faults[other.spec_index], spec.faults[i])
+                    same = spec.faults[other.spec_index].same_action(spec.faults[i])
                     hint = ("they act on the same target" if same else
                             "one would mask the other; move it, or allow it with 'isolation: {overlap: true}'")
                     raise doc.error(loc, f"window {at:g}s+{s.duration:g}s clashes with {describe(other)}: {hint}")
@@ -362,16 +274,6 @@ def plan_faults(spec: Spec, doc: YamlDoc, seed: int) -> list[Window]:
             planned.append(w)
             t = w.end
     return sorted(planned, key=lambda w: (w.start, w.spec_index))
-
-
-def _same_action(a: Fault, b: Fault) -> bool:
-    if a.kind != b.kind:
-        return False
-    if a.kind == "path_blackhole":
-        return a.at == b.at and a.path == b.path
-    if a.target is None or b.target is None:   # ip_drop, a host's loss
-        return a.at == b.at and a.host == b.host and a.target is b.target
-    return a.target.workload == b.target.workload
 
 
 def _resolve_topology(spec: Spec, doc: YamlDoc, spec_path: Path) -> Path:
@@ -406,31 +308,25 @@ def _check_against_topology(spec: Spec, doc: YamlDoc, topo: Topology) -> None:
         if w.host == w.server:
             raise doc.error(("workloads", i, "server"), "server must be another host than the client")
     for i, f in enumerate(spec.faults):
-        if f.kind == "path_blackhole" and f.at in topo.spec.nodes:
-            bundle = topo.bundle(f.at) if topo.is_router(f.at) else []
-            if not bundle:
-                raise doc.error(("faults", i, "at"), f"{f.at!r} has no parallel links (a bundle, 'paths: N' in "
-                                                     f"the topology) for path_blackhole; try topology ecmp")
-            if f.path >= len(bundle):
-                raise doc.error(("faults", i, "path"), f"{f.at!r} has {len(bundle)} parallel links: path is "
-                                                       f"0 to {len(bundle) - 1}")
-        if f.kind == "app_pause" and not spec.interceptor:
-            raise doc.error(("faults", i, "kind"), "app_pause needs the interceptor (interceptor: true)")
-        if f.at is not None:
-            host(("faults", i, "at"), f.at, router_only=True)
-        if f.host is not None:
-            host(("faults", i, "host"), f.host)
-        if f.target is not None:
-            if f.target.workload >= len(spec.workloads):
+        problem = f.check_against(spec, topo)   # the kind's own checks first
+        if problem is not None:
+            raise doc.error(("faults", i, *problem[0]), problem[1])
+        at, on_host, target = (getattr(f, name, None) for name in ("at", "host", "target"))
+        if at is not None:
+            host(("faults", i, "at"), at, router_only=True)
+        if on_host is not None:
+            host(("faults", i, "host"), on_host)
+        if target is not None:
+            if target.workload >= len(spec.workloads):
                 raise doc.error(("faults", i, "target", "workload"),
-                                f"no workload {f.target.workload} (the spec has {len(spec.workloads)})")
-            w = spec.workloads[f.target.workload]
-            if f.target.instance is not None and f.target.instance >= w.instances:
+                                f"no workload {target.workload} (the spec has {len(spec.workloads)})")
+            w = spec.workloads[target.workload]
+            if target.instance is not None and target.instance >= w.instances:
                 raise doc.error(("faults", i, "target", "instance"),
-                                f"workload {f.target.workload} has {w.instances} instance(s)")
-            if f.kind in ("tcp_drop", "app_pause", "loss") and w.host != spec.monitor:
+                                f"workload {target.workload} has {w.instances} instance(s)")
+            if f.rules.target_on_monitor and w.host != spec.monitor:
                 raise doc.error(("faults", i, "target", "workload"),
-                                f"workload {f.target.workload} runs on {w.host}, not on the monitored host "
+                                f"workload {target.workload} runs on {w.host}, not on the monitored host "
                                 f"{spec.monitor}; its modules would not be observed")
 
 

@@ -218,7 +218,7 @@ class SuiteRun:
             return self._execute()
 
     def _execute(self) -> int:
-        from harness.runner import repetition_class
+        from harness.runner import Repetition
 
         suite = self.suite
         self.decide()
@@ -240,7 +240,7 @@ class SuiteRun:
                 m = self.members[i]
                 exp = self.experiments[m.experiment]
                 console.print(Text.assemble((f"[{k}/{len(todo)}]", "bold"), f" {m.experiment} r{m.repetition} (seed {m.seed})"))
-                run = repetition_class(exp)(exp, m.repetition, self.root, suite=suite.name,
+                run = Repetition(exp, m.repetition, self.root, suite=suite.name,
                                  status_prefix=self._prefix(k, len(todo), i), observers=self.observers)
                 m.run, m.status = str(run.rd.path.relative_to(self.root)), "running"
                 self.write_index()
@@ -255,7 +255,7 @@ class SuiteRun:
                     fig = self._figures(m)
                     console.print(f"  TCP TPR {fig.get('TCP TPR') or '-'} FPR {fig.get('TCP FPR') or '-'} "
                                   f"PPV {fig.get('TCP PPV') or '-'}, silence {fig.get('silence') or '-'} "
-                                  f"(analysis: {run.rd.path / 'analysis'})", markup=False)
+                                  f"(analysis: {run.rd.analysis})", markup=False)
                 self.write_index()
                 if m.status == "interrupted":
                     code = run_code

@@ -21,10 +21,10 @@ from harness.backends.base import Node, Proc
 from harness.ledger import signals_held
 from harness.spec import Spec, Workload
 from rundir.errors import UserError
+from rundir.facts import IPERF_PORT
 
 HTTP_PORT = 80
 FAST_FAILURE_S = 1.0
-IPERF_PORT = 5001
 CLIENT_BINARIES = {"wget": "wget", "iperf": "iperf"}
 SERVER_BINARIES = {"wget": "lighttpd", "iperf": "iperf"}
 

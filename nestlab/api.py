@@ -26,6 +26,7 @@ from analysis.labels import label_run
 from analysis.load import RunData, load_run_data
 from analysis.pipeline import evaluate
 from analysis.render.writers import accuracy_csv_frame
+from analysis.variants import DEFAULT_VARIANT
 from rundir.manifest import Manifest
 from rundir.runs import RunInfo, find_runs, guarded
 from rundir.runs import open_run as check_run
@@ -79,21 +80,21 @@ class StoredRun:
         return self.data.faults
 
     def diagnose(self, *variants: str) -> pd.DataFrame:
-        """Every variant's result per direction, module and snapshot (default: flowdiagnoser:theta=2)."""
-        return guarded(self.path, diagnose_run, self.data.run, list(variants) or ["flowdiagnoser:theta=2"])
+        """Every variant's result per direction, module and snapshot (default: analysis.variants.DEFAULT_VARIANT)."""
+        return guarded(self.path, diagnose_run, self.data.run, list(variants) or [DEFAULT_VARIANT])
 
     def labels(self, policy: str | None = None) -> pd.DataFrame:
         """The counters with the ground truth of a labelling policy joined on: actual, exclude, cause,
         fault (default policy: impact, the seeds' criteria)."""
         return guarded(self.path, label_run, self.data, policy)
 
-    def accuracy(self, variants: Sequence[str] | str = ("flowdiagnoser:theta=2",), policy: str | None = None,
+    def accuracy(self, variants: Sequence[str] | str = (DEFAULT_VARIANT,), policy: str | None = None,
                  ) -> pd.DataFrame:
         """Thesis Table 3.3 for each variant, the rows and columns of `nestlab accuracy`'s accuracy.csv."""
         return accuracy_of([self], variants, policy)
 
 
-def accuracy_of(runs: Sequence[StoredRun], variants: Sequence[str] | str = ("flowdiagnoser:theta=2",),
+def accuracy_of(runs: Sequence[StoredRun], variants: Sequence[str] | str = (DEFAULT_VARIANT,),
                 policy: str | None = None) -> pd.DataFrame:
     """accuracy.csv's rows for a set of runs (with 2 or more, the across-run intervals too)."""
     variants = [variants] if isinstance(variants, str) else list(variants)

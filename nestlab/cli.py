@@ -15,13 +15,13 @@ import sys
 # command's start). Off while they load; then they are frozen (left out of every later collection) and
 # the collector is on again for the command.
 gc.disable()
-from nestlab.commands import diagnose, dump, export, run, tables, top  # noqa: E402
+from nestlab.commands import diagnose, dump, export, paths, run, tables, top  # noqa: E402
 from rundir.errors import UserError  # noqa: E402
 
 gc.freeze()
 gc.enable()
 
-COMMAND_MODULES = (run, export, diagnose, tables, top, dump)
+COMMAND_MODULES = (run, export, diagnose, tables, top, dump, paths)
 
 
 def _build_parser() -> argparse.ArgumentParser:

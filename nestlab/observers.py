@@ -2,7 +2,7 @@
 run and a suite. Here, and only here, the harness's runs meet the analysis's pipeline.
 
 - live: the progress view's second line, the modules STALLED now (nestlab.live_line);
-- report: at the end of a run, its tables, figures and HTML report (analysis.pipeline.summarize_run)
+- report: at the end of a run, its tables, figures and HTML report (analysis.render.summary.summarize_run)
   and its network health into its manifest; returns the run's headline scores, as values;
 - scores: the headline of a stored run (a suite's runs kept by --resume);
 - pooled: a suite's accuracy table over its complete runs, in <suite>/analysis/.
@@ -17,7 +17,8 @@ from pathlib import Path
 from rich.console import Console
 
 from analysis.evaluation import Evaluation
-from analysis.pipeline import evaluate, summarize
+from analysis.pipeline import evaluate
+from analysis.render.summary import summarize
 from analysis.render.writers import write_accuracy
 from analysis.variants import DEFAULT_VARIANT
 from harness.observers import Headline, Observers
@@ -32,7 +33,7 @@ STREAMS_VARIANTS = ("streamsdiagnoser", "flink-backpressure")
 
 
 def _is_streams(run: Path) -> bool:
-    m = read_manifest_quietly(Path(run) / "manifest.json")
+    m = read_manifest_quietly(RunDir(Path(run)).manifest_path)
     return m is not None and m.backend == "flink"
 
 
@@ -61,7 +62,8 @@ def report(run: Path, quiet: bool = False) -> Headline | None:
     A run that cannot be analysed is one warning line: the run is recorded whatever happens here."""
     try:
         if quiet:
-            with open(fresh(output_dir(run / "logs") / "analysis.log"), "w") as log, \
+            output_dir(RunDir(run).logs)   # refused when it is a symbolic link
+            with open(fresh(RunDir(run).analysis_log), "w") as log, \
                     contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
                 ev = summarize(run, _variants(run))
         else:
@@ -91,7 +93,7 @@ def pooled(runs: list[Path], root: Path) -> None:
     """The suite's accuracy table over its complete runs (the default variant), written to
     <suite>/analysis/ like `nestlab accuracy <suite>`, on every core (the files are those of one
     process, analysis.pipeline)."""
-    out = root / "analysis"
+    out = RunDir(root).analysis
     streams = bool(runs) and all(_is_streams(r) for r in runs)
     try:
         md, _ = write_accuracy(evaluate(runs, STREAMS_VARIANTS if streams else (DEFAULT_VARIANT,), skip_bad=True,

@@ -17,7 +17,7 @@ counter, the counters table's max(rowid) and the snapshots' count and max(seq) (
 counters would cost 0.1 s on that run; any write changes the modification time anyway).
 `read_counters` uses the copy only when the stamp matches run.db as it is now; otherwise it reads
 run.db and writes the copy again for the next reader (`write_copy`), when the directory can be
-written. The runner writes it when a run ends (harness/runner.py), so a fresh run is analysed from
+written. The network lab writes it when a run ends (harness/lab/network.py), so a fresh run is analysed from
 the copy; an older run gets one the first time it is analysed. Never a failure: a copy that cannot
 be read or written leaves run.db to the reader (the copy is only ever a shortcut).
 
@@ -35,9 +35,9 @@ from pathlib import Path
 import numpy as np
 
 from rundir import read
+from rundir.layout import COLUMNAR as DIR
 from rundir.read import Unplaced
 
-DIR = "columnar"
 COUNTERS = "counters.arrow"
 VERSION = 2   # 2: rows by direction, module and seq
 _KEY = b"nestlab"

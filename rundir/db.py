@@ -10,6 +10,8 @@ import sqlite3
 import time
 from pathlib import Path
 
+from rundir.faultkinds import LEGACY
+
 # 2: counter rows only when values change (1: a row every snapshot).
 # 3: tcp_info (each connection's smoothed RTT) and queue_stats (the shaped links' queues); the
 #    manifest's link_model, isolation and health. Version 2 runs read as before, without health data.
@@ -167,8 +169,10 @@ COUNTER_FIELDS = ("total_msgs", "wait_ms", "queued", "errors", "bytes")
 # tcp_info's TCP state columns, format 4 on (older runs have rtt_us and rttvar_us only).
 TCP_STATE_COLUMNS = ("backoff", "ca_state", "retransmits", "probes", "rto_us",
                      "data_sent_at", "data_recv_at", "ack_recv_at")
-# The fault kinds this format records (faults.kind); a reader leaves a fault of another kind out.
-FAULT_KINDS = ("ip_drop", "tcp_drop", "app_pause", "path_blackhole", "loss", "server_pause", "throttle", "dropper")
+# The fault kinds of runs recorded before the manifest named its kinds (rundir.faultkinds.LEGACY); a
+# reader knows these and those the run's manifest records (`fault_kinds`), and leaves a fault of
+# another kind out.
+FAULT_KINDS = tuple(LEGACY)
 STREAM_TASK_COLUMNS = ["seq", "operator", "busy_ms_per_s", "backpressured_ms_per_s", "idle_ms_per_s",
                        "acc_busy_ms", "acc_backpressured_ms", "acc_idle_ms", "records_in", "records_out"]
 # A probe's outcomes (probes.outcome): the first two mean the remote answered over the network.

@@ -13,6 +13,10 @@ from typing import Any
 
 from rundir.repair import is_number
 
+# The port the iperf servers listen on (thesis 3.7): the harness starts them on it, and the analysis
+# tells an iperf connection's direction by it (iperf writes to remote port 5001, reads on local 5001).
+IPERF_PORT = 5001
+
 # The automatic recovery margin after a fault window: its duration plus this (see recovery_after).
 RECOVERY_EXTRA_S = 1.0
 

@@ -1,5 +1,8 @@
 """The run directory: manifest.json, run.db and logs/, and where a new one goes.
 
+Only this module spells the run directory's names (tests/test_layout.py checks it): everything else
+takes its paths from RunDir (`RunDir(path).db`, `.logs`, ...; `RunDir.open(path)` reads the manifest too).
+
 The manifest is written here only, as a rundir.manifest.Manifest validated on every write; pydantic
 is imported when a manifest is written, so that run.db's writers (rundir.db) stay standard-library
 only on testbed nodes.
@@ -15,6 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from rundir.errors import UserError
+
+DB = "run.db"
+MANIFEST = "manifest.json"
+LOGS = "logs"
+ANALYSIS = "analysis"        # what the analysis derives (a run's, or a suite's tables)
+COLUMNAR = "columnar"        # the analysis's columnar copies (rundir.columnar)
+NAMES = (DB, MANIFEST, LOGS, ANALYSIS, COLUMNAR)
 
 
 def _json(value: Any) -> Any:
@@ -38,19 +48,33 @@ class RunDir:
 
     @property
     def db(self) -> Path:
-        return self.path / "run.db"
+        return self.path / DB
 
     @property
     def logs(self) -> Path:
-        return self.path / "logs"
+        return self.path / LOGS
 
     @property
     def analysis(self) -> Path:
-        return self.path / "analysis"
+        """The analysis's output of this run (or of the suite whose directory this is)."""
+        return self.path / ANALYSIS
+
+    @property
+    def columnar(self) -> Path:
+        return self.path / COLUMNAR
 
     @property
     def manifest_path(self) -> Path:
-        return self.path / "manifest.json"
+        return self.path / MANIFEST
+
+    @property
+    def collector_log(self) -> Path:
+        return self.logs / "collector.log"
+
+    @property
+    def analysis_log(self) -> Path:
+        """A suite's run's analysis output (its tables), written instead of the terminal."""
+        return self.logs / f"{ANALYSIS}.log"
 
     @property
     def status(self) -> str | None:
@@ -87,16 +111,18 @@ class RunDir:
             n += 1
             path = base / f"{stamp}-{n}-r{repetition}"
         path.mkdir(parents=True)
-        (path / "logs").mkdir()
-        return cls(path)
+        rd = cls(path)
+        rd.logs.mkdir()
+        return rd
 
     @classmethod
     def open(cls, path: Path | str) -> RunDir:
         """An existing run directory, its manifest as stored (not validated: a reader says what is
         wrong with it, rundir.manifest.read_manifest)."""
         path = Path(path)
-        manifest = json.loads((path / "manifest.json").read_text())
-        return cls(path, manifest)
+        rd = cls(path)
+        rd.manifest = json.loads(rd.manifest_path.read_text())
+        return rd
 
 
 def output_dir(path: Path | str) -> Path:
@@ -117,3 +143,10 @@ def fresh(path: Path | str) -> Path:
     if path.is_symlink():
         path.unlink()
     return path
+
+
+def run_db(path: Path | str) -> Path:
+    """The run.db a reader was given: `path` itself when it is a file (a run.db path), else the run
+    directory's (RunDir.db)."""
+    path = Path(path)
+    return path if path.is_file() else RunDir(path).db

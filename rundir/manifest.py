@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from rundir.errors import UserError
+from rundir.faultkinds import FaultKindInfo
 
 
 class ManifestError(UserError):
@@ -65,7 +66,7 @@ class SpecFaultTarget(_Record):
 class SpecFault(_Record):
     """A fault of the resolved spec (harness.spec.Fault)."""
 
-    kind: str | None = None                  # rundir.db.FAULT_KINDS
+    kind: str | None = None                  # a fault kind (Manifest.fault_kinds, rundir.faultkinds)
     at: str | None = None
     host: str | None = None
     target: SpecFaultTarget | None = None
@@ -266,6 +267,9 @@ class Manifest(_Record):
     congestion_control: str | None = None
     snapshot_interval: float | None = None
     planned_faults: list[PlannedFault] = []
+    # The fault kinds the spec uses, by name, as their modules declare them (rundir.faultkinds; None:
+    # a run recorded before kinds were recorded, read with rundir.faultkinds.LEGACY).
+    fault_kinds: dict[str, FaultKindInfo] | None = None
     link_model: list[LinkModel] | None = None
     routing: dict[str, Any] | None = None    # Mininet, multipath topologies: per router the verified ECMP routes
     health: RunHealth | None = None

@@ -29,7 +29,7 @@ class RunRecorder:
 
     @classmethod
     def create(cls, path: Path) -> RunRecorder:
-        """A new run.db at `path` with the run-store schema."""
+        """A new run.db at `path` with its schema (rundir.db)."""
         return cls(create_db(path), path)
 
     def commit(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
@@ -153,12 +154,14 @@ def _time(v: Any) -> float | None | str:
     return float(v) if is_number(v) else "bad"
 
 
-def fault_rows(faults: pd.DataFrame, t0: float | None, warnings: list[str]) -> tuple[pd.DataFrame, dict]:
+def fault_rows(faults: pd.DataFrame, t0: float | None, warnings: list[str],
+               known: Collection[str] = FAULT_KINDS) -> tuple[pd.DataFrame, dict]:
     """The faults with numbers where numbers belong: a target_module that is not an integer is unknown
     (resolved from the target); planned times that are not numbers are unknown. Returns the faults and,
     for each fault whose window is unknown (a start or end that is not a time, an end before the
     start) or whose kind is unknown (it cannot be labelled), the span (lo, hi) it may have covered,
-    from what is known of its times and plan (None: nothing is known) and why."""
+    from what is known of its times and plan (None: nothing is known) and why. `known`: the kinds the run
+    may hold (rundir.faultkinds.kinds_of its manifest)."""
     rows, unknown = [], {}
     for r in faults.itertuples(index=False):
         start, end = _time(r.start), _time(r.end)
@@ -176,7 +179,7 @@ def fault_rows(faults: pd.DataFrame, t0: float | None, warnings: list[str]) -> t
         elif start is not None and end is not None and end < start:
             why = (f"it ends ({end - (t0 or 0):.3f} s) before it starts ({start - (t0 or 0):.3f} s); its window is "
                    "unknown")
-        elif str(r.kind) not in FAULT_KINDS and start is not None:
+        elif str(r.kind) not in known and start is not None:
             why = f"its kind {shown(r.kind)} is not one this nestlab knows (a newer run?)"
         if why is not None:
             known = [v for v in (start, end) if isinstance(v, float)]

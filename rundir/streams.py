@@ -50,15 +50,20 @@ def stream_tasks(run_dir: str | Path, warnings: list[str] | None = None) -> pd.D
 
 
 def connection_ends(run_dir: str | Path) -> dict[int, tuple[str | None, str | None]]:
-    """Per sconn module id, its (upstream PE, downstream PE) from the module's attributes (`src`,
-    `dst`), else from its name 'SRC:outI>DST:inJ'; None where neither says."""
+    """read_connection_ends of a run directory (or run.db path)."""
     path = Path(run_dir)
     db = path if path.is_file() else path / "run.db"
     conn = connect(db, readonly=True)
     try:
-        rows = conn.execute("SELECT id, name, attrs FROM modules WHERE kind = 'sconn'").fetchall()
+        return read_connection_ends(conn)
     finally:
         conn.close()
+
+
+def read_connection_ends(conn: sqlite3.Connection) -> dict[int, tuple[str | None, str | None]]:
+    """Per sconn module id, its (upstream PE, downstream PE) from the module's attributes (`src`,
+    `dst`), else from its name 'SRC:outI>DST:inJ'; None where neither says."""
+    rows = conn.execute("SELECT id, name, attrs FROM modules WHERE kind = 'sconn'").fetchall()
     out: dict[int, tuple[str | None, str | None]] = {}
     for mid, name, attrs in rows:
         if not isinstance(mid, int):

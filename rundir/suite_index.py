@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rundir.errors import UserError
+from rundir.layout import RunDir
 
 INDEX = "suite.json"
 SHARD_INDEX = re.compile(r"^suite-shard-([1-9][0-9]*)-of-([1-9][0-9]*)\.json$")
@@ -41,13 +42,9 @@ def shard_indexes(root: Path) -> dict[tuple[int, int], Path]:
     return out
 
 
-def has_index(root: Path) -> bool:
-    """The directory holds a suite index: suite.json or a shard's."""
-    return (root / INDEX).is_file() or bool(shard_indexes(root))
-
-
 def is_run_dir(p: Path) -> bool:
-    return (p / "run.db").is_file() or (p / "manifest.json").is_file()
+    rd = RunDir(p)
+    return rd.db.is_file() or rd.manifest_path.is_file()
 
 
 def read_index(root: Path, name: str = INDEX) -> dict | None:

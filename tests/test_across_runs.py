@@ -11,8 +11,7 @@ from scipy import stats
 
 from analysis.pipeline import evaluate
 from analysis.render.writers import write_accuracy
-from analysis.rows import RATES, ROWS, SECTIONS
-from analysis.score import (
+from analysis.score.accuracy import (
     ACROSS_RESAMPLES,
     ACROSS_SEED,
     accuracy_table,
@@ -20,6 +19,7 @@ from analysis.score import (
     bootstrap_pooled,
     per_run_table,
 )
+from analysis.score.table_layout import RATES, ROWS, SECTIONS
 from nestlab.cli import nestlab_main
 from tests.support.runs import make_run
 

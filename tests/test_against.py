@@ -14,7 +14,6 @@ import pandas as pd
 import pytest
 import yaml
 
-from analysis import score
 from analysis.pipeline import evaluate
 from analysis.render.against import (
     ablation_variants,
@@ -25,8 +24,9 @@ from analysis.render.against import (
     seed_tables,
     write_against,
 )
-from analysis.rows import RATE_DEF, RATES, ROWS, SECTIONS
-from analysis.score import accuracy_table, compare_table
+from analysis.score import accuracy as score
+from analysis.score.accuracy import accuracy_table, compare_table
+from analysis.score.table_layout import RATE_DEF, RATES, ROWS, SECTIONS
 from analysis.seeds import text as seed_text
 from nestlab.cli import nestlab_main
 from rundir.errors import UserError

@@ -13,7 +13,7 @@ import pytest
 
 from analysis.render.against import load_seed_table
 from analysis.render.against_streams import against_streams, row_experiments, streams_table
-from analysis.rows import RATE_DEF
+from analysis.score.table_layout import RATE_DEF
 
 SEEDS_DIR = Path(os.environ.get("NESTLAB_SEEDS", "/work/shared/seeds"))
 GRAPHS = ["COMPLEXTREE", "COMPLEXTREEMUX", "MERGETREE", "MERGETREEMUX", "MERGETREEBARRIER", "MERGETREEBARRIERMUX"]

@@ -25,7 +25,9 @@ from rundir.errors import UserError
 from rundir.recorder import RunRecorder
 from tests.support.env import REPO, write
 
+# The run loop and the network lab it composes (the lab kind that uses backends).
 RUNNER = REPO / "harness" / "runner.py"
+NETWORK_LAB = REPO / "harness" / "lab" / "network.py"
 DB_CALLS = ("execute", "executemany", "executescript", "commit", "close", "cursor")
 SPEC = """\
 name: reg
@@ -63,6 +65,7 @@ def _imported_after(code: str) -> list[str]:
 def test_importing_the_registry_or_the_runner_imports_neither_paramiko_nor_mininet():
     assert _imported_after("import harness.backends") == []
     assert _imported_after("import harness.runner") == []
+    assert _imported_after("import harness.lab.network") == []
     # The check sees an import when there is one: asking for the SSH backend loads paramiko.
     assert _imported_after("import harness.backends as b\nb.backend_class('ssh')") == ["paramiko"]
 
@@ -138,9 +141,9 @@ def test_the_collectors_command_line():
 
 
 def test_the_runner_starts_the_collector_the_backend_describes(tmp_path, recorder):
-    """Run._start_collector with a stand-in backend: the argv, and the progress asked for once the
-    first snapshot is in."""
-    from harness.runner import Repetition
+    """The network lab's _start_collector with a stand-in backend: the argv, and the progress asked
+    for once the first snapshot is in."""
+    from harness.lab.network import NetworkLab
 
     started, calls = [], []
 
@@ -173,9 +176,9 @@ def test_the_runner_starts_the_collector_the_backend_describes(tmp_path, recorde
     probe = Probe(after=0.2)
     run = SimpleNamespace(backend=FakeBackend(), spec=SimpleNamespace(monitor="site1n1", snapshot_interval=0.1,
                                                                       probe=probe),
-                          record=recorder, shm_dir="/dev/shm/s", rd=SimpleNamespace(logs=tmp_path),
+                          record=recorder, shm_dir="/dev/shm/s", rd=SimpleNamespace(collector_log=tmp_path / "c.log"),
                           _on_process=lambda *a: processes.append(a))
-    Repetition._start_collector(run)
+    NetworkLab._start_collector(run)
     assert started == [command(["python3"], "/node/run.db", 0.1, "/dev/shm/s", ["ctl0"],
                                ProbeSettings(**probe.model_dump()))]
     assert '"after": 0.2' in started[0][started[0].index("--probe") + 1]
@@ -206,7 +209,7 @@ def test_the_recorder_writes_the_runners_rows(recorder):
 
 # -- the runner's distance from the backends' insides ---------------------------------------------
 def runner_reaches_inside(source: str) -> list[str]:
-    """What in `source` shows a runner looking inside a backend or the store: an attribute `remote`,
+    """What in `source` shows a runner looking inside a backend or run.db: an attribute `remote`,
     a backend kind as a string, SQL in a string, a call on a database connection (`db.execute`)."""
     def is_db(node) -> bool:
         return (isinstance(node, ast.Name) and node.id in ("db", "conn")
@@ -244,15 +247,16 @@ if exp.topology.backend == "mininet":
 
 
 def test_the_runner_has_no_remote_branch_no_backend_kind_and_no_sql():
-    assert runner_reaches_inside(RUNNER.read_text()) == []
+    for source in (RUNNER, NETWORK_LAB):
+        assert runner_reaches_inside(source.read_text()) == [], source
 
 
 def test_the_runner_takes_its_backend_from_the_registry():
-    tree = ast.parse(RUNNER.read_text())
-    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
-    assert {"make_backend", "check_runner"} <= imported
-    assert not {"MininetBackend", "SshBackend"} & imported
-    assert not [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "make_backend"]
+    trees = [ast.parse(p.read_text()) for p in (RUNNER, NETWORK_LAB)]
+    imported = [{a.name for n in ast.walk(t) if isinstance(n, ast.ImportFrom) for a in n.names} for t in trees]
+    assert "check_runner" in imported[0] and "make_backend" in imported[1]
+    assert not {"MininetBackend", "SshBackend"} & (imported[0] | imported[1])
+    assert not [n for t in trees for n in ast.walk(t) if isinstance(n, ast.FunctionDef) and n.name == "make_backend"]
 
 
 def test_clocks_of_a_shared_clock_leave_runner_times_as_read():

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from analysis.stretches import load_stretches
+from analysis.model.stretches import load_stretches
 from harness.collector.appsockets import InterceptorSource
 from harness.collector.iface import InterfaceSource
 from harness.collector.main import ModuleTracker
@@ -179,7 +179,7 @@ class CounterFile:
 
 def test_interceptor_counters_are_stored_raw_and_the_analysis_applies_thesis_3_4(tmp_path):
     """A counter that goes backwards reaches run.db as read; the analysis alone applies the rule
-    (analysis/stretches.py): the lower snapshot is invalid, and when the next one is lower too the
+    (analysis/model/stretches.py): the lower snapshot is invalid, and when the next one is lower too the
     higher value before them was the spurious one. A wait_ms reading a few microseconds low (a call
     ending between the reader's look and its clock) is not an event."""
     shm_dir = tmp_path / "shm"

@@ -140,7 +140,7 @@ def test_a_read_only_run_directory_is_read_from_run_db(tmp_path):
 
 
 def stretches_of(run: Path):
-    from analysis.stretches import load_stretches
+    from analysis.model.stretches import load_stretches
 
     r = load_stretches(run)
     return r.warnings, r.modules, [(st.modules, st.kinds, st.edges, st.seqs.tolist(),
@@ -175,7 +175,7 @@ def test_arrays_kept_under_a_key(tmp_path):
     for name, a in cols.items():
         assert got[name].dtype == a.dtype and np.array_equal(got[name], a), name
         assert not got[name].flags.writeable                 # the mapped file, read-only
-        assert got[name][10:20].base is got[name]            # a view of it has it as its base (analysis.cells)
+        assert got[name][10:20].base is got[name]            # a view of it has it as its base (analysis.model.batch)
     assert columnar.read_arrays(tmp_path, "t.arrow", {"k": 2}) is None        # another key
     assert columnar.read_arrays(tmp_path, "none.arrow", {"k": 1}) is None     # none
     (tmp_path / columnar.DIR / "t.arrow").write_bytes(b"not arrow")

@@ -19,10 +19,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from analysis.load import load_run_data
 from analysis.pipeline import evaluate
 from nestlab.cli import nestlab_main
 from rundir.runs import open_run
 from tests.support.damaged import DAMAGES, FATAL, copy_run, stored_run, synthetic_base
+from tests.support.runs import WGET, RunBuilder, edit_db, make_run
 
 VARIANT = "flowdiagnoser:theta=2"
 ANALYSED = [name for name in DAMAGES if name not in FATAL]
@@ -245,3 +247,44 @@ def test_a_figure_that_fails_skips_that_run_not_the_others(base, tmp_path, capsy
     *warned, last = err.splitlines()
     assert code == 2 and last.startswith("error: ") and "ValueError: Axis limits" in last
     assert all(line.startswith("warning: ") for line in warned)
+
+
+# ----------------------------------------------------------------------------- a recording that stopped, crafted ids
+
+def test_a_recording_that_stopped_early_is_a_warning_of_the_analysis(tmp_path):
+    b = RunBuilder(tmp_path / "r0", 50, workloads=[WGET])
+    b.counters(b.module("app", "app:100", {"pid": 100}), "in", 10)
+    b.event("run_end", 30.0)      # the workloads ran 30 s; the 50 snapshots cover 5 s of them
+    info = open_run(b.write())
+    data = load_run_data(info)
+    (warning,) = [w for w in data.warnings if "snapshots stop" in w]
+    assert warning.startswith("snapshots stop 25.1 s before the workloads did")
+    assert "the recording ended early (did the collector die?)" in warning
+    b2 = RunBuilder(tmp_path / "r1", 50, workloads=[WGET])
+    b2.counters(b2.module("app", "app:100", {"pid": 100}), "in", 10)
+    b2.event("run_end", 4.9)      # the collector outlives the workloads, as it should
+    assert not [w for w in load_run_data(open_run(b2.write())).warnings if "snapshots stop" in w]
+
+
+def test_a_huge_module_id_costs_no_memory_and_changes_no_score(tmp_path):
+    """Module ids are the collector's, but a crafted (or very long) run may hold any: memory follows
+    the number of modules, not the largest id (an id of 10^8 took 1.6 GB), and the tables are those
+    of the same run with small ids."""
+    import tracemalloc
+
+    from analysis.pipeline import evaluate
+
+    small, *_ = make_run(tmp_path / "small" / "r0")
+    big, *_ = make_run(tmp_path / "big" / "r0")
+    last = "(SELECT max(id) FROM modules WHERE id < 100000000)"   # the last module gets id 10^8
+    edit_db(big, *(f"UPDATE {table} SET {col} = 100000000 WHERE {col} = {last}"
+                    for table, col in (("counters", "module"), ("edges", "parent"), ("edges", "child"),
+                                       ("faults", "target_module"), ("modules", "id"))))
+    tracemalloc.start()
+    try:
+        table = evaluate([big], ["flowdiagnoser:theta=2", "nest-cf"]).table()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 200e6, f"{peak / 1e6:.0f} MB"
+    assert table.equals(evaluate([small], ["flowdiagnoser:theta=2", "nest-cf"]).table())

@@ -1,4 +1,4 @@
-"""analysis.dense and the stretches load_stretches builds with it: the same as the plain forms
+"""analysis.model.dense and the stretches load_stretches builds with it: the same as the plain forms
 (tests/support/reference_dense.py) on random rows (sparse, out of order, two at one position,
 modules with no rows), and nest-cf's fold on the additive scale bit for bit as it was."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis import dense
-from analysis.cells import Batch
-from analysis.stretches import DIRS, build_stretches
+from analysis.model import dense
+from analysis.model.batch import Batch
+from analysis.model.stretches import DIRS, build_stretches
 from analysis.variants import nest_cf
 from tests.support.reference_dense import ref_build_stretches, ref_dense_counter_rows
 
@@ -148,7 +148,7 @@ def test_nest_cf_fold_bit_for_bit(seed):
 def test_nest_cf_in_pieces_bit_for_bit(tmp_path, monkeypatch, chunk):
     """nest-cf folds a piece of whole stretches at a time (nest_cf.CHUNK cells, more than any test run
     has): pieces of one stretch, or of a few, give the same bits as the whole run in one piece."""
-    from analysis.stretches import load_stretches
+    from analysis.model.stretches import load_stretches
     from tests.support.synthetic import synthetic_run
 
     run = load_stretches(synthetic_run(tmp_path / "run", seconds=30, apps=2, conns=3, churn_s=5))

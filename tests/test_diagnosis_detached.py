@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from analysis.diagnose import diagnose_run, diagnose_stretches
-from analysis.stretches import DIRS, Counters, Stretch, load_stretches
+from analysis.model.stretches import DIRS, Counters, Stretch, load_stretches
 from analysis.variants import LABELS, parse_variant
 from analysis.variants.flowdiagnoser import shape
 from tests.support.reference import assert_same, reference

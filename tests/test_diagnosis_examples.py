@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.cells import Batch
 from analysis.diagnose import diagnose_json, diagnose_stretches
-from analysis.stretches import stretch_from_json
+from analysis.model.batch import Batch
+from analysis.model.stretches import stretch_from_json
 from analysis.variants import LABELS, parse_variant
 from analysis.variants.nest_cf import observations as batch_observations
 from analysis.variants.nest_cf_tables import OBS

@@ -1,4 +1,4 @@
-"""Stretches and counter deltas (analysis.stretches): run.db (stretches, deltas, thesis 3.4 invalid mask) and JSON."""
+"""Stretches and counter deltas (analysis.model.stretches): run.db (stretches, deltas, thesis 3.4 invalid mask) and JSON."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from analysis.deltas import series_deltas
 from analysis.diagnose import diagnose_run
-from analysis.stretches import load_stretches, read_json, stretch_from_json
+from analysis.model.deltas import series_deltas
+from analysis.model.stretches import load_stretches, read_json, stretch_from_json
 from rundir.errors import UserError
 from tests.support.rundb import write_run
 

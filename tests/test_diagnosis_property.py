@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from analysis.diagnose import diagnose_stretches
-from analysis.stretches import DIRS, KINDS, Counters, Stretch
+from analysis.model.stretches import DIRS, KINDS, Counters, Stretch
 from analysis.variants import Variant, systems
 from analysis.variants.nest_cf import combine
 from tests.support.reference import assert_same, parallel_combine, ref_flowdiagnoser, reference

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.diagnose import diagnose_stretches
-from analysis.stretches import DIRS, load_stretches
+from analysis.model.stretches import DIRS, load_stretches
 from analysis.variants import parse_variant
 from tests.support.reference import assert_same, reference
 from tests.support.synthetic import synthetic_run

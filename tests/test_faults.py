@@ -397,13 +397,13 @@ def _db(rows):
 
 def test_runner_and_analysis_resolve_alike():
     from analysis.load import _resolve_faults
-    from harness.runner import Repetition
+    from harness.lab.network import NetworkLab
     from rundir.manifest import Monitor
 
     db = _db(FAULT_ROWS)
     backend = SimpleNamespace(interfaces=lambda name: [SimpleNamespace(name=f"{name}-eth0")])
     run = SimpleNamespace(backend=backend, clocks=object(), db=db, spec=SimpleNamespace(monitor="site1n1"))
-    Repetition._resolve_targets(run)
+    NetworkLab._resolve_targets(run)
     by_runner = [m for (m,) in db.execute("SELECT target_module FROM faults ORDER BY id")]
     assert by_runner == EXPECTED
 

@@ -13,9 +13,10 @@ import pandas as pd
 import pytest
 
 import analysis.render.html as html_report
-from analysis.pipeline import evaluate, summarize_run
+from analysis.pipeline import evaluate
 from analysis.render.html import build_report
-from analysis.rows import COUNTS, RATES, ROWS, SECTIONS
+from analysis.render.summary import summarize_run
+from analysis.score.table_layout import COUNTS, RATES, ROWS, SECTIONS
 from nestlab.cli import nestlab_main
 from tests.support import chromium
 from tests.support.report_page import accuracy_cells_compared, outside_refs, tables

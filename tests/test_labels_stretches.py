@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 
 from analysis import labels
-from analysis.frame_rows import FrameRows
-from analysis.label_rows import ArrayRows, StretchRows, label_rows
 from analysis.load import load_run_data
-from analysis.stretches import DIRS
+from analysis.model.label_input import ArrayRows, StretchRows, label_rows
+from analysis.model.long_frame import FrameRows
+from analysis.model.stretches import DIRS
 from tests.support.synthetic import synthetic_run
 
 

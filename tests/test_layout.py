@@ -1,7 +1,8 @@
 """The shape of the code: the lab (harness/) and the analysis (analysis/) never import each other and
 meet only in the run directory's package (rundir/, which imports neither) and the composition layer
-on top (nestlab/, which nothing imports); SQL only under rundir/; no import cycle among the
-project's modules; no module over 600 lines.
+on top (nestlab/, which nothing imports); SQL only under rundir/; the run directory's paths built
+only by rundir/ (rundir.layout.RunDir); no import cycle among the project's modules; no module over
+600 lines.
 
 The import graph is read from the source with `ast`: every import counts, at module level or inside a
 function (a lazy import is still a dependency, and hiding a cycle inside a function is how cycles are
@@ -193,3 +194,38 @@ def test_what_runs_on_testbed_nodes_needs_only_the_standard_library_and_pyroute2
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def run_paths_outside_rundir(root: Path, packages=(*PACKAGES, "bench")) -> list[str]:
+    """`file:line: 'name'` for each string constant that is one of the run directory's names
+    (rundir.layout.NAMES: run.db, manifest.json, logs/, analysis/, columnar/) in a module outside
+    rundir/: those paths come from rundir.layout.RunDir. A dict key or a subscript (`x["logs"]`) is
+    a field's name, not a path, and is left alone."""
+    from rundir.layout import NAMES
+
+    found = []
+    for path in sorted(p for package in packages for p in (root / package).rglob("*.py")):
+        if path.relative_to(root).parts[0] == "rundir":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        fields = {id(k) for n in ast.walk(tree) if isinstance(n, ast.Dict) for k in n.keys if k is not None}
+        fields |= {id(n.slice) for n in ast.walk(tree) if isinstance(n, ast.Subscript)}
+        found += [f"{path.relative_to(root)}:{n.lineno}: {n.value!r}" for n in ast.walk(tree)
+                  if isinstance(n, ast.Constant) and n.value in NAMES and id(n) not in fields]
+    return sorted(found, key=lambda s: (s.split(":")[0], int(s.split(":")[1])))
+
+
+def test_only_rundir_spells_the_run_directorys_names():
+    found = run_paths_outside_rundir(REPO)
+    assert not found, ("run directory names outside rundir/ (take the path from rundir.layout.RunDir):\n"
+                       + "\n".join(found))
+
+
+def test_the_run_path_check_can_fail(tmp_path):
+    write = functools.partial(_write, tmp_path)
+    write("harness/a.py", 'from pathlib import Path\n\n\ndef f(run):\n    return Path(run) / "run.db"\n')
+    write("nestlab/b.py", 'OUT = ("x", "analysis")\nsalvage = {"logs": 1}\nsalvage["logs"]\n')
+    write("bench/c.py", 'open("manifest.json")\nprint("logs are kept")\n')
+    write("rundir/layout.py", 'DB = "run.db"\n')
+    assert run_paths_outside_rundir(tmp_path) == ["bench/c.py:1: 'manifest.json'", "harness/a.py:5: 'run.db'",
+                                                  "nestlab/b.py:1: 'analysis'"]

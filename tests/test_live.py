@@ -5,19 +5,21 @@ settled compared with the offline diagnosis of the finished run, cell by cell.""
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from analysis.live import LiveEngine
-from analysis.stretches import DIRS, load_stretches
+from analysis.model.stretches import DIRS, load_stretches
 from nestlab.cli import nestlab_main
 from nestlab.commands.top import frame
 from nestlab.live_line import LiveProgress
 from tests.support.grow import Grower
 from tests.support.live import differences, grow_and_watch, lag_exceptions, offline, outside_the_rule
-from tests.support.runs import T0, RunBuilder, make_run
+from tests.support.runs import T0, RunBuilder, edit_db, make_run
 from tests.support.synthetic import synthetic_run
 
 
@@ -288,3 +290,80 @@ def test_stalls_by_design_are_hidden_unless_asked_for(tmp_path, capsys):
         progress.engine = LiveEngine(src, at_seq=25)
         progress.refresh()
         assert progress.line(500).endswith(f"(+{len(expected)} by design)")
+
+
+# ----------------------------------------------------------------------------- reading a long run, damaged runs, hostile names
+
+class _Counting:
+    """A connection that counts the tcp_info rows it hands over."""
+
+    def __init__(self, conn):
+        self.conn, self.tcp_rows = conn, 0
+
+    def execute(self, sql, args=()):
+        cur = self.conn.execute(sql, args)
+        if "FROM tcp_info" in sql:
+            rows = cur.fetchall()
+            self.tcp_rows += len(rows)
+            return SimpleNamespace(fetchall=lambda: rows, fetchone=lambda: rows[0] if rows else None)
+        return cur
+
+    def close(self):
+        self.conn.close()
+
+
+def test_the_live_reader_reads_tcp_info_incrementally(tmp_path):
+    """Catching up on a long run in many reads hands over each tcp_info row about once, not every
+    later row on every read (quadratic on long runs)."""
+    from rundir.db import TCP_STATE_COLUMNS, create_db
+    from rundir.live_reader import RunReader
+
+    n = 2000
+    conn = create_db(tmp_path / "run.db")
+    conn.executemany("INSERT INTO snapshots VALUES (?, ?, ?)", [(s, 100 + s / 10, 0) for s in range(n)])
+    conn.execute("INSERT INTO modules (id, kind, name, key, born) VALUES (1, 'tcp', 'tcp', 'tcp:1', 100)")
+    conn.executemany("INSERT INTO counters VALUES (?, 1, 'out', ?, NULL, 0, 0, NULL)", [(s, s) for s in range(n)])
+    cols = ", ".join(TCP_STATE_COLUMNS)
+    conn.executemany(f"INSERT INTO tcp_info (seq, module, {cols}) VALUES (?, 1{', ?' * len(TCP_STATE_COLUMNS)})",
+                     [(s, *([s % 5] * len(TCP_STATE_COLUMNS))) for s in range(n)])
+    conn.commit()
+    conn.close()
+    reader = RunReader(tmp_path / "run.db", tcp_state=True)
+    reader.tcp_step = 64
+    reader.conn = _Counting(reader.conn)
+    got = []
+    for upto in range(9, n, 10):                         # 200 reads of 10 snapshots each
+        got.append(reader.read(upto).tcp_rows)
+    reader.close()
+    rows = np.concatenate(got)
+    assert rows[:, 0].tolist() == list(range(n))         # every row once, in order
+    assert reader.conn.tcp_rows < 2 * n + 200 * 64, reader.conn.tcp_rows
+
+
+def test_top_on_a_damaged_run_is_one_line_never_a_traceback(tmp_path, capsys):
+    run, *_ = make_run(tmp_path / "exp" / "r0")
+    edit_db(run, "UPDATE counters SET total_msgs = 'lots' WHERE rowid = 40")
+    assert nestlab_main(["top", str(run), "-b", "-n", "1"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: {run}: cannot be analysed: ValueError: ")
+
+
+def test_top_and_the_progress_line_neutralise_escape_sequences(tmp_path, capsys):
+    from analysis.live import LiveEngine
+    from nestlab.commands.top import frame
+    from nestlab.live_line import LiveProgress
+
+    run, *_ = make_run(tmp_path / "exp" / "r0")
+    edit_db(run, "UPDATE modules SET name = 'conn \x1b[2J\x1b]0;pwned\x07 1' WHERE kind IN ('app', 'tcp')")
+    manifest = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps({**manifest, "run_id": "r0\x1b[31m", "experiment": "e\nx"}))
+    with LiveEngine(run) as engine:
+        lines = frame(engine.refresh(), 500)
+    text = "\n".join(lines)
+    assert "\x1b" not in text and "\x07" not in text and len(lines) == len(text.splitlines())
+    assert "conn \\x1b[2J\\x1b]0;pwned\\x07 1" in text and "r0\\x1b[31m (e\\x0ax)" in text
+    with LiveProgress(run, lambda message: None) as progress:
+        progress.engine = LiveEngine(run, at_seq=25)    # during the connection fault: its TCP STALLED
+        progress.refresh()
+        line = progress.line(500)
+    assert "\x1b" not in line and "\\x1b[2J" in line

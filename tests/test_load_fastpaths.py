@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis import deltas, dense, stretches
-from analysis.stretches import DIRS, build_stretches
+from analysis.model import deltas, dense, stretches
+from analysis.model.stretches import DIRS, build_stretches
 from rundir import repair
 from tests.support.reference_dense import ref_build_stretches, ref_dense_counter_rows
 from tests.test_dense import assert_same_stretches
@@ -383,7 +383,7 @@ def _small_stretches():
 def test_tcpstate_attach_without_rows_as_with_rows_of_no_stretch():
     import pandas as pd
 
-    from analysis import tcpstate
+    from analysis.model import tcpstate
     from rundir.db import TCP_STATE_COLUMNS
 
     cols = ["seq", "module", *TCP_STATE_COLUMNS]
@@ -402,7 +402,7 @@ def test_tcpstate_attach_without_rows_as_with_rows_of_no_stretch():
 def test_probes_attach_without_bursts_as_with_bursts_of_no_module():
     import pandas as pd
 
-    from analysis import probes
+    from analysis.model import probes
 
     sts, seqs, mono, kind = _small_stretches()
     remotes = {m: f"10.0.0.{i}:80" for i, m in enumerate(kind) if kind[m] == "tcp"}

@@ -1,5 +1,5 @@
 """Many runs at once (analysis.pipeline.evaluate with jobs > 1): the same Evaluation as the serial
-path, run for run, warning for warning; and the scoring without the long frame (_fast_counts) equal
+path, run for run, warning for warning; and the scoring without the long frame (analysis.score.counting.fast_counts) equal
 to the join it replaces."""
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def test_counts_without_the_long_frame_equal_the_join(runs, monkeypatch):
         joined = evaluate([run], VARIANTS, keep=True)  # diagnose_run's frame joined with the labels
         with monkeypatch.context() as m:
             m.setattr(pipeline, "join_labels", _not_called)
-            fast = evaluate([run], VARIANTS)              # _fast_counts, no join
+            fast = evaluate([run], VARIANTS)              # fast_counts, no join
         pd.testing.assert_frame_equal(fast.counts, joined.counts)
 
 

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis import probes
 from analysis.diagnose import diagnose_run, diagnose_stretches
-from analysis.stretches import DIRS, load_stretches, stretch_from_json
-from analysis.tcpstate import TcpState
+from analysis.model import probes
+from analysis.model.stretches import DIRS, load_stretches, stretch_from_json
+from analysis.model.tcpstate import TcpState
 from analysis.variants import BLOCKED, LABELS, STALLED, Variant, parse_variant, systems
 from rundir.db import PROBE_COLUMNS, TCP_STATE_COLUMNS, connect
 from rundir.errors import UserError
@@ -221,7 +221,7 @@ def evidence_at(times: list[float], tm: list[float], rows: list[tuple], ahead=1.
     s = stretch_from_json(doc)
     probes.attach([s], probes.burst_table(pd.DataFrame(rows, columns=PROBE_COLUMNS)), s.seqs, np.array(times),
                   {"c": A}, before)
-    from analysis.cells import Batch
+    from analysis.model.batch import Batch
     fast = probes.cell_evidence(Batch([s]), "in", np.arange(n), ahead).tolist()
     assert fast == ref_evidence([s], ahead)[0]["in"][0].tolist()
     return fast

@@ -10,16 +10,17 @@ import pandas as pd
 import pytest
 
 from analysis.load import load_run_data
-from analysis.pipeline import evaluate, summarize_run
+from analysis.pipeline import evaluate
+from analysis.render.summary import summarize_run
 from analysis.render.tables import stalled_list, stalled_top
 from analysis.render.writers import accuracy_latex, accuracy_markdown, compare_markdown
-from analysis.rows import ROWS, SECTIONS
-from analysis.score import accuracy_table, compare_table
+from analysis.score.accuracy import accuracy_table, compare_table
+from analysis.score.table_layout import ROWS, SECTIONS
 from nestlab.cli import nestlab_main
 from nestlab.commands.tables import expand_values, expand_variant
 from rundir.errors import UserError
 from rundir.runs import find_runs, open_run
-from tests.support.runs import WGET, RunBuilder, make_run
+from tests.support.runs import WGET, RunBuilder, edit_db, make_run
 
 
 @pytest.fixture
@@ -274,3 +275,22 @@ def test_run_with_snapshots_but_no_modules(tmp_path, capsys):
     assert "no module counters recorded" in cap.err and "no figures" in cap.err
     t = pd.read_csv(out / "accuracy.csv", keep_default_na=False)
     assert (t["Total"] == 0).all() and (t["TPR"] == "").all()
+
+
+# ----------------------------------------------------------------------------- odd data in the report
+
+def test_the_report_draws_a_window_of_hours_and_dollar_signs_in_names(tmp_path, capsys):
+    """A fault window longer than two hours (the counters figure's ticks) and a `$...$` in a name
+    (matplotlib would read TeX) are data like any other: the figures and the report are made."""
+    from analysis.render.summary import summarize_run
+
+    run, *_ = make_run(tmp_path / "exp" / "r0")
+    assert edit_db(run, "UPDATE faults SET end = start + 3 * 3600 WHERE id = 1",
+                    "UPDATE modules SET name = 'wget $\\alpha^{2$ 100' WHERE kind = 'app'") == [1, 2]
+    out = summarize_run(run)
+    err = capsys.readouterr().err
+    assert "not drawn" not in err and "not written" not in err, err
+    html = (out / "report.html").read_text()
+    assert '<section id="faults"' in html and html.count("data:image/svg+xml") == 2   # each fault's counters
+    assert (out / "diagnosis-overview.png").is_file() and (out / "module-timeline.png").is_file()
+    assert "$\\alpha^{2$" in (out / "stalled.md").read_text()   # the name as it is

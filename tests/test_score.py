@@ -8,9 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.pipeline import evaluate, join_labels, module_counts
-from analysis.rows import COUNTS, RATES, ROWS, SECTIONS
-from analysis.score import accuracy_table, change_pct, compare_table, confusion, rates, wilson
+from analysis.pipeline import evaluate
+from analysis.score.accuracy import accuracy_table, change_pct, compare_table, confusion, rates, wilson
+from analysis.score.counting import join_labels, module_counts
+from analysis.score.table_layout import COUNTS, RATES, ROWS, SECTIONS
 from tests.support.runs import WGET, RunBuilder
 
 

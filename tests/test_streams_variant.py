@@ -8,12 +8,13 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.cells import Batch
 from analysis.diagnose import diagnose_stretches
-from analysis.stretches import DIRS, Counters, Stretch
+from analysis.model.batch import Batch
+from analysis.model.engine_metrics import EngineMetrics
+from analysis.model.stretches import DIRS, Counters, Stretch
 from analysis.variants import BLOCKED, DONTCARE, HEALTHY, LABELS, STALLED, Variant, parse_variant, systems
-from analysis.variants.flink_backpressure import attach, root_causes
 from analysis.variants.flink_backpressure import diagnose as fb_diagnose
+from analysis.variants.flink_backpressure import root_causes
 from rundir.db import STREAM_TASK_COLUMNS
 from tests.support.reference import assert_same, reference
 from tests.support.reference_streams import ref_flink_backpressure, ref_streamsdiagnoser
@@ -152,8 +153,7 @@ def tasks_frame(rows: list[dict]) -> pd.DataFrame:
 
 def baseline(s: Stretch, rows: list[dict], ends: dict, **params):
     v = Variant(systems()["flink-backpressure"], {"bp": 500.0, "busy": 500.0, "upstream": True} | params)
-    batch = Batch([s])
-    attach(batch, tasks_frame(rows), ends)
+    batch = Batch([s], engine_metrics=EngineMetrics(tasks_frame(rows), ends))
     out = fb_diagnose(batch, **v.params)
     ref = ref_flink_backpressure(s, {(r["operator"], r["seq"]): r for r in rows}, ends, **v.params)
     assert_same({d: (out[d][0].reshape(s.n, s.t), out[d][1].reshape(s.n, s.t)) for d in DIRS}, ref, v.name)

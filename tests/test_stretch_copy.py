@@ -1,4 +1,4 @@
-"""The stretches' copy (analysis/stretch_copy.py): load_stretches from it gives what cutting the counters
+"""The stretches' copy (analysis/model/stretch_copy.py): load_stretches from it gives what cutting the counters
 gives, on sound and damaged runs (every array, the modules' lives, the warnings in their order, the
 detached modules, TCP state and probes made again); it is used only under its key (run.db as it is,
 this code), so a run that changed or code that changed makes it again; a copy that cannot be written
@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis import stretch_copy
-from analysis.cells import Batch
-from analysis.stretches import load_stretches
+from analysis.model import stretch_copy
+from analysis.model.batch import Batch
+from analysis.model.stretches import load_stretches
 from rundir import columnar
 from rundir.db import connect
 from tests.support.damaged import DAMAGES, FATAL, synthetic_base

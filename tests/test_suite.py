@@ -5,6 +5,7 @@ test_suite_run.py."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,9 @@ from harness.suiterun import SuiteRun
 from nestlab.cli import nestlab_main
 from rundir.errors import UserError
 from rundir.runs import find_runs
-from rundir.suite_index import INDEX, complete_runs
+from rundir.suite_index import INDEX, complete_runs, resumable_runs
 from tests.support.env import REPO, write
+from tests.support.runs import make_run
 
 TOPO = REPO / "topologies" / "dumbbell.yaml"
 
@@ -226,3 +228,54 @@ def test_the_suite_file_in_the_repository_is_valid_and_planned(tmp_path):
     kinds = {e.spec.name.split("-")[0]: {f.kind for f in e.spec.faults} for e in suite.experiments}
     assert kinds == {"control": set(), "app": {"app_pause"}, "tcp": {"tcp_drop"}, "ip": {"ip_drop"}}
     assert all(e.spec.duration == 60 for e in suite.experiments)
+
+
+# ----------------------------------------------------------------------------- hostile suite directories
+
+def _suite_dir(tmp_path, runs) -> Path:
+    root = tmp_path / "suite"
+    root.mkdir(parents=True)
+    (root / INDEX).write_text(json.dumps({"suite": "s", "state": "complete", "created": 0, "runs": runs}))
+    return root
+
+
+def test_a_suite_index_naming_runs_outside_the_suite_is_refused(tmp_path, capsys):
+    outside, *_ = make_run(tmp_path / "other" / "r0")
+    for k, (runs, says) in enumerate((([{"run": "../other/r0"}], "runs[0]: '../other/r0' is outside the suite; refused"),
+                       ([{"run": str(outside)}], f"runs[0]: '{outside}' is outside the suite; refused"),
+                       (["e/r0"], "runs[0] is not an object; not a suite index nestlab wrote"),
+                       ([{"run": 7}], "runs[0] is a run that is not a path; not a suite index nestlab wrote"),
+                       ({"run": "e/r0"}, "not a suite index (no list of runs)"))):
+        root = _suite_dir(tmp_path / str(k), runs)
+        assert nestlab_main(["accuracy", str(root)]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line == f"error: {root / INDEX}: {says}"
+
+
+def test_a_suite_named_dot_or_dotdot_is_refused_like_a_spec(tmp_path):
+    for name in (".", ".."):
+        path = tmp_path / f"s{len(name)}.yaml"
+        path.write_text(f"suite: '{name}'\nexperiments:\n  - file: {REPO / 'experiments' / 'net_fault.yaml'}\n")
+        with pytest.raises(UserError, match=rf"suite: {re.escape(repr(name))} is not a suite name"):
+            load_suite(path)
+
+
+def _complete_run(root: Path, rel: str, digest: str = "d1") -> None:
+    (root / rel).mkdir(parents=True)
+    (root / rel / "manifest.json").write_text(json.dumps({"format_version": 4, "status": "complete",
+                                                          "experiment": "e", "repetition": 0, "spec_digest": digest}))
+
+
+def test_resume_after_restart_does_not_bring_the_old_runs_back(tmp_path):
+    root = tmp_path / "suite"
+    _complete_run(root, "e/20260101-100000-r0")          # the run of the suite before --restart
+    (root / "suite-20260101-100000.json").write_text("{}")   # its index, set aside by --restart
+    (root / INDEX).write_text(json.dumps({"suite": "s", "state": "interrupted", "created": 1,
+                                          "runs": [{"experiment": "e", "repetition": 0, "run": None}]}))
+    assert resumable_runs(root) == {}                   # the restarted suite has made no run yet
+    _complete_run(root, "e/20260101-110000-r0")
+    (root / INDEX).write_text(json.dumps({"suite": "s", "state": "interrupted", "created": 1,
+                                          "runs": [{"experiment": "e", "repetition": 0, "run": "e/20260101-110000-r0"}]}))
+    assert resumable_runs(root) == {("e", 0, "d1"): root / "e/20260101-110000-r0"}
+    (root / INDEX).unlink()                              # no index at all: what is on disk
+    assert resumable_runs(root) == {("e", 0, "d1"): root / "e/20260101-110000-r0"}

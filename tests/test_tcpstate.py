@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from analysis.diagnose import diagnose_json, diagnose_run, diagnose_stretches
 from analysis.load import load_run_data
-from analysis.stretches import DIRS, load_stretches
-from analysis.tcpstate import TcpState
+from analysis.model.stretches import DIRS, load_stretches
+from analysis.model.tcpstate import TcpState
 from analysis.variants import LABELS, Variant, parse_variant, systems
 from rundir.db import TCP_STATE_COLUMNS
 from rundir.errors import UserError

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.cells import Batch
 from analysis.diagnose import diagnose_stretches
-from analysis.stretches import DIRS, stretch_from_json
+from analysis.model.batch import Batch
+from analysis.model.stretches import DIRS, stretch_from_json
 from analysis.variants import BLOCKED, LABELS, STALLED, Variant, parse_variant, systems
 from tests.support.reference import assert_batch_equals_reference, assert_same, reference
 from tests.support.reference_shared_peer import ref_flowdiagnoser_shared, ref_peer

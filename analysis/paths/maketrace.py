@@ -277,6 +277,9 @@ def maketrace(templates: Sequence[Template], duration: float = 50.0, *, rate: fl
 def _patterns(s: _Slots, cause_t: np.ndarray) -> pd.DataFrame:
     """Per instance (row of cause_t, slot causes), its canonical pattern: one pattern_of per
     distinct cause vector (they differ only where parallel children race)."""
+    if all(len(t) <= 1 for t in s.triggers):      # no race: every instance has the same shape
+        text = pattern_of(s.src, s.dst, cause_t[0].tolist(), 0)
+        return pd.DataFrame({"request": np.arange(len(cause_t)), "pattern": text})
     uniq, inverse = np.unique(cause_t, axis=0, return_inverse=True)
     texts = np.array([pattern_of(s.src, s.dst, row.tolist(), 0) for row in uniq], dtype=object)
     return pd.DataFrame({"request": np.arange(len(cause_t)), "pattern": texts[inverse.ravel()]})
@@ -348,11 +351,10 @@ def _sorted(cols: dict) -> dict:
     return out
 
 
-def web_service(net_ms: float = 0.5) -> list[Template]:
+def web_service() -> list[Template]:
     """The slides' web-server simulation, as a multi-tier service: a client, two web servers (the
     slides' WS1, WS2), two application servers, a cache and a database; nine common patterns
     and two rare ones (under 1% of paths each). Times in ms: web 2-5, app 8-10, cache 1, db 15-20."""
-    del net_ms   # the network is maketrace's net_mean/net_sd
     c, db = (lambda: call("cache", 1)), (lambda ms=20: call("db", ms))
     tpl = []
     for w, a in (("web1", "app1"), ("web2", "app2")):
@@ -371,3 +373,58 @@ def web_service(net_ms: float = 0.5) -> list[Template]:
                  call("web1", 3, call("app2", 9, c(), db(), c(), wait_ms=1)), 0.004),
     ]
     return tpl
+
+
+def socket_events(trace: Trace, chunk: int = 0, seed: int = 0) -> pd.DataFrame:
+    """The per-process send and receive events a tracer like LibSockCap would record for a tagged
+    trace (reconcile's input): one connection per call (the caller's ephemeral port to the callee's
+    port 80), every message `bytes` long (100-1000, random), sent in one call and, when `chunk` > 0,
+    received in reads of at most `chunk` bytes (the last read at t_recv). Host times as in the trace.
+    For testing and benching reconciliation."""
+    m = trace.messages
+    if (m["msg"] < 0).any():
+        raise ValueError("socket_events: needs a tagged trace (every message with its call id)")
+    rng = np.random.default_rng(seed)
+    n = len(m)
+    call = (m["kind"] == "call").to_numpy()
+    caller = np.where(call, m["src"].astype(str), m["dst"].astype(str))
+    callee = np.where(call, m["dst"].astype(str), m["src"].astype(str))
+    port = 1024 + m["msg"].to_numpy() % 60000
+    client_ep = pd.Series(caller).str.cat(port.astype(str), sep=":").to_numpy()
+    server_ep = pd.Series(callee).str.cat(["80"] * n, sep=":").to_numpy()
+    # the ephemeral ports repeat beyond 60,000 calls: a per-call address keeps connections apart
+    client_ep = client_ep + np.where(m["msg"].to_numpy() >= 60000, "." + (m["msg"] // 60000).astype(str), "")
+    size = rng.integers(100, 1001, n)
+    src_ep = np.where(call, client_ep, server_ep)
+    dst_ep = np.where(call, server_ep, client_ep)
+    sends = pd.DataFrame({"mono": m["t_send"].to_numpy(), "host": m["src"].astype(str).to_numpy(),
+                          "call": "send", "bytes": size, "local": src_ep, "remote": dst_ep})
+    parts = [sends]
+    reads = np.maximum(1, -(-size // chunk)) if chunk > 0 else np.ones(n, dtype=int)
+    idx = np.repeat(np.arange(n), reads)
+    k = np.arange(len(idx)) - np.repeat(np.cumsum(reads) - reads, reads)      # read number within the message
+    last = k == reads[idx] - 1
+    got = np.where(last, size[idx] - (reads[idx] - 1) * max(chunk, 1), chunk if chunk > 0 else size[idx])
+    t = m["t_recv"].to_numpy()[idx] - (reads[idx] - 1 - k) * 1e-6
+    parts.append(pd.DataFrame({"mono": t, "host": m["dst"].astype(str).to_numpy()[idx], "call": "recv",
+                               "bytes": got, "local": dst_ep[idx], "remote": src_ep[idx]}))
+    ev = pd.concat(parts, ignore_index=True)
+    ev["pid"] = 1
+    return ev.sort_values("mono", kind="stable").reset_index(drop=True)
+
+
+def requests_table(trace: Trace) -> pd.DataFrame:
+    """The true request paths as the service lab's `requests` table records them (issue 33 item 4):
+    one row per hop, request, type, tier, host, pid, start, end: each call's callee from the call's
+    arrival to its return's departure (host times as in the trace). For testing readers.read_run's
+    matching of messages to requests."""
+    m, t = trace.messages, trace.truth
+    if t is None or (m["msg"] < 0).any():
+        raise ValueError("requests_table: needs a tagged trace with its truth")
+    mask = (m["kind"] == "call").to_numpy() & (t.request >= 0)
+    calls = m[mask][["msg", "dst", "t_recv"]].assign(request=t.request[mask])
+    rets = m[m["kind"] == "return"][["msg", "t_send"]].rename(columns={"t_send": "end"})
+    hops = calls.merge(rets, on="msg", how="inner")
+    host = hops["dst"].astype(str)
+    return pd.DataFrame({"request": hops["request"], "type": hops["request"].map(t.request_type).fillna(""),
+                         "tier": host, "host": host, "pid": 1, "start": hops["t_recv"], "end": hops["end"]})

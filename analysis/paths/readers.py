@@ -31,6 +31,7 @@ received for that request before sending it (the convention the algorithms use).
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -40,6 +41,7 @@ import pandas as pd
 from analysis.paths.model import Trace, Truth, as_messages
 from analysis.paths.reconcile import ReconcileError, reconcile
 from rundir.errors import UserError
+from rundir.traces import read_trace_tables
 
 ALIASES = {
     "t_send": ("time", "timestamp", "ts", "t_send", "send_time"),
@@ -74,17 +76,23 @@ def _read_table(path: Path, warnings: list[str]) -> pd.DataFrame:
         except Exception as e:   # noqa: BLE001 - pyarrow raises many kinds for a damaged file
             raise UserError(f"{path}: cannot be read as Parquet: {' '.join(str(e).split())[:160]}") from None
     try:
-        return pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
+        return pd.read_csv(path, keep_default_na=False, skipinitialspace=True, low_memory=False)
     except pd.errors.EmptyDataError:
         raise UserError(f"{path}: empty (no header, no rows)") from None
     except UnicodeDecodeError:
         raise UserError(f"{path}: not a text (CSV) file; give a .csv or .parquet trace") from None
-    except pd.errors.ParserError:
+    except pd.errors.ParserError as first_error:
+        # rows with the wrong number of fields: read again, leaving them out (counted)
         bad: list[list[str]] = []
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True, engine="python",
-                            on_bad_lines=lambda line: bad.append(line) and None)
-        warnings.append(f"{path.name}: {_plural(len(bad), 'line')} with the wrong number of fields "
-                        f"(first: {','.join(bad[0])[:60]!r}); left out")
+        try:
+            frame = pd.read_csv(path, keep_default_na=False, skipinitialspace=True, engine="python",
+                                on_bad_lines=lambda line: bad.append(line) and None)
+        except (pd.errors.ParserError, csv.Error, ValueError) as e:
+            text = " ".join(str(e or first_error).split())[:160]
+            raise UserError(f"{path}: not a readable CSV trace: {text}") from None
+        shown = f" (first: {','.join(bad[0])[:60]!r})" if bad else ""
+        warnings.append(f"{path.name}: {_plural(len(bad), 'line')} with the wrong number of fields{shown}; "
+                        "left out")
         return frame
 
 
@@ -96,11 +104,26 @@ def _pick(frame: pd.DataFrame, field: str) -> str | None:
     return None
 
 
+def _ints(values: pd.Series) -> pd.Series:
+    """Whole numbers as int64; anything else (text, fractions, inf, beyond int64) -1."""
+    num = pd.to_numeric(values, errors="coerce").astype("float64")
+    ok = np.isfinite(num) & (num == np.round(num)) & (num.abs() < 2**62)
+    return pd.Series(np.where(ok, num.fillna(-1), -1).astype("int64"), index=values.index)
+
+
+def _text(values: pd.Series) -> pd.Series:
+    """Stripped text whatever the column's type (categorical, numbers, missing values: "")."""
+    obj = values.astype(object)
+    return obj.where(obj.notna(), "").astype(str).str.strip()
+
+
 def _times(values: pd.Series) -> pd.Series:
     num = pd.to_numeric(values, errors="coerce")
     if num.notna().any() or values.empty:
         return num.astype("float64")
-    dt = pd.to_datetime(values, errors="coerce", utc=True)
+    dt = pd.to_datetime(values, errors="coerce", utc=True, format="ISO8601")
+    if dt.isna().all():
+        dt = pd.to_datetime(values, errors="coerce", utc=True, format="mixed")
     return (dt - pd.Timestamp(0, tz="UTC")).dt.total_seconds()
 
 
@@ -114,24 +137,21 @@ def read_trace_file(path: str | Path) -> Trace:
     if missing:
         raise UserError(f"{path}: no column for {', '.join(missing)}; found {', '.join(map(str, raw.columns))}")
     f = pd.DataFrame({"t_send": _times(raw[cols["t_send"]]),
-                      "src": raw[cols["src"]].astype(str).str.strip(),
-                      "dst": raw[cols["dst"]].astype(str).str.strip()})
+                      "src": _text(raw[cols["src"]]), "dst": _text(raw[cols["dst"]])})
     f["t_recv"] = _times(raw[cols["t_recv"]]) if cols["t_recv"] else np.nan
     if cols["kind"]:
-        words = raw[cols["kind"]].astype(str).str.strip().str.lower()
-        kind = words.map(KIND_WORDS)
-        if kind.isna().any():
-            warnings.append(f"{path.name}: {_plural(int(kind.isna().sum()), 'row')} whose {cols['kind']} is "
-                            f"neither call nor return (first: {words[kind.isna()].iloc[0]!r}); untagged")
-        f["kind"] = kind.fillna("")
+        words = _text(raw[cols["kind"]]).str.lower()
+        f["kind"] = words.map(KIND_WORDS)
+        f["word"] = words
     if cols["msg"]:
         ids = pd.to_numeric(raw[cols["msg"]], errors="coerce")
-        f["msg"] = (ids.fillna(-1).astype("int64") if ids.notna().all()
-                    else pd.Series(pd.factorize(raw[cols["msg"]].replace("", None))[0], index=raw.index))
+        f["msg"] = (_ints(raw[cols["msg"]]) if ids.notna().all()
+                    else pd.Series(pd.factorize(_text(raw[cols["msg"]]).replace("", None))[0],
+                                   index=raw.index))
     truth_cols = cols["request"] is not None and cols["cause"] is not None
     if truth_cols:
-        f["request"] = pd.to_numeric(raw[cols["request"]], errors="coerce").fillna(-1).astype("int64")
-        f["cause"] = pd.to_numeric(raw[cols["cause"]], errors="coerce").fillna(-1).astype("int64")
+        f["request"] = _ints(raw[cols["request"]])
+        f["cause"] = _ints(raw[cols["cause"]])
     f["row"] = np.arange(len(f))
     bad = f["t_send"].isna() | ~np.isfinite(f["t_send"].fillna(0)) | f["src"].isin(["", "nan"]) \
         | f["dst"].isin(["", "nan"])
@@ -142,6 +162,13 @@ def read_trace_file(path: str | Path) -> Trace:
         f = f[~bad]
     if f.empty:
         raise UserError(f"{path}: no usable message rows")
+    if "word" in f:
+        odd = f["kind"].isna()
+        if odd.any():
+            warnings.append(f"{path.name}: {_plural(int(odd.sum()), 'row')} whose {cols['kind']} is neither "
+                            f"call nor return (first: {f['word'][odd].iloc[0]!r}); untagged")
+        f["kind"] = f["kind"].fillna("")
+        f = f.drop(columns="word")
     back = int((np.diff(f["t_send"].to_numpy()) < 0).sum())
     if back:
         warnings.append(f"{path.name}: {_plural(back, 'row')} earlier than the row before (times out of order); "
@@ -169,6 +196,37 @@ def write_trace(trace: Trace, path: str | Path) -> None:
         out.astype({"sender": str, "receiver": str, "kind": str}).to_parquet(path, index=False)
     else:
         out.to_csv(path, index=False, float_format="%.9f")
+
+
+def read_faults_file(path: str | Path) -> pd.DataFrame:
+    """Fault windows for a plain trace (CSV or Parquet): node (or target), start, stop (or end), in the
+    trace's seconds; optionally extra_s and kind. What Trace.faults holds."""
+    path = Path(path)
+    warnings: list[str] = []
+    raw = _read_table(path, warnings)
+    lower = {str(c).strip().lower(): c for c in raw.columns}
+    node = lower.get("node", lower.get("target"))
+    start, stop = lower.get("start"), lower.get("stop", lower.get("end"))
+    if node is None or start is None or stop is None:
+        raise UserError(f"{path}: fault windows need the columns node, start and stop; found "
+                        f"{', '.join(map(str, raw.columns))}")
+    f = pd.DataFrame({"node": raw[node].astype(str).str.strip(),
+                      "start": pd.to_numeric(raw[start], errors="coerce"),
+                      "stop": pd.to_numeric(raw[stop], errors="coerce"),
+                      "extra_s": pd.to_numeric(raw[lower["extra_s"]], errors="coerce")
+                      if "extra_s" in lower else np.nan,
+                      "kind": raw[lower["kind"]].astype(str) if "kind" in lower else ""})
+    bad = f["start"].isna() | f["stop"].isna() | (f["stop"] <= f["start"]) | (f["node"] == "")
+    if bad.any():
+        first = int(np.flatnonzero(bad.to_numpy())[0]) + 2
+        raise UserError(f"{path}: line {first}: a fault window needs a node and numbers start < stop")
+    return f.reset_index(drop=True)
+
+
+def write_faults(trace: Trace, path: str | Path) -> None:
+    """Trace.faults as CSV, for read_faults_file (`nestlab paths --trace FILE --faults FAULTS`)."""
+    if trace.faults is not None:
+        trace.faults.to_csv(path, index=False)
 
 
 # ----------------------------------------------------------------------------- causality convention
@@ -221,11 +279,39 @@ def _traces_of(doc: object) -> list[dict]:
     return [t for t in doc if isinstance(t, dict) and isinstance(t.get("spans"), list)]
 
 
+def _listed(value: object) -> list:
+    return value if isinstance(value, list) else []
+
+
 def _kind_of(span: dict) -> str:
-    for tag in span.get("tags") or ():
+    for tag in _listed(span.get("tags")):
         if isinstance(tag, dict) and tag.get("key") == "span.kind":
             return str(tag.get("value", ""))
     return ""
+
+
+def _span(s: object, procs: dict) -> tuple[str, tuple] | None:
+    """(spanID, (start, end, service, parent spanID or None, span.kind, operation)) of one span, times
+    in s; None when it lacks what a message needs (an id, finite times, a service)."""
+    if not isinstance(s, dict):
+        return None
+    try:
+        sid = str(s["spanID"])
+        start, dur = float(s["startTime"]) / 1e6, float(s["duration"]) / 1e6
+    except (KeyError, TypeError, ValueError):
+        return None
+    process = s.get("process")
+    pid = s.get("processID")
+    service = procs.get(pid) if isinstance(pid, str) else None
+    if service is None and isinstance(process, dict):
+        service = process.get("serviceName")
+    if service is None and isinstance(pid, str):
+        service = pid
+    if not isinstance(service, str) or not service or not np.isfinite(start) or not np.isfinite(dur) or dur < 0:
+        return None
+    parent = next((str(r.get("spanID")) for r in _listed(s.get("references"))
+                   if isinstance(r, dict) and r.get("refType", "CHILD_OF") == "CHILD_OF"), None)
+    return sid, (start, start + dur, service, parent, _kind_of(s), str(s.get("operationName", "")))
 
 
 def read_jaeger(path: str | Path) -> Trace:
@@ -250,25 +336,16 @@ def read_jaeger(path: str | Path) -> Trace:
             continue
         read_any = True
         for tr in traces:
-            procs = {k: (v or {}).get("serviceName", k) for k, v in (tr.get("processes") or {}).items()
-                     if isinstance(v, dict)}
+            raw_procs = tr.get("processes")
+            procs = {k: v.get("serviceName") for k, v in (raw_procs.items() if isinstance(raw_procs, dict) else ())
+                     if isinstance(k, str) and isinstance(v, dict) and isinstance(v.get("serviceName"), str)}
             spans = {}
             for s in tr["spans"]:
-                try:
-                    sid = str(s["spanID"])
-                    start, dur = float(s["startTime"]) / 1e6, float(s["duration"]) / 1e6
-                    service = procs.get(s.get("processID"), s.get("processID") or s.get("process", {}).get(
-                        "serviceName"))
-                except (KeyError, TypeError, ValueError, AttributeError):
+                got = _span(s, procs)
+                if got is None:
                     bad_spans += 1
-                    continue
-                if service is None or not np.isfinite(start) or not np.isfinite(dur) or dur < 0:
-                    bad_spans += 1
-                    continue
-                parent = next((str(r.get("spanID")) for r in s.get("references") or ()
-                               if isinstance(r, dict) and r.get("refType", "CHILD_OF") == "CHILD_OF"), None)
-                spans[sid] = (start, start + dur, str(service), parent, _kind_of(s),
-                              str(s.get("operationName", "")))
+                else:
+                    spans[got[0]] = got[1]
             if not spans:
                 continue
             req = n_req
@@ -313,11 +390,11 @@ def read_jaeger(path: str | Path) -> Trace:
 
 
 def trace_from_events(events: pd.DataFrame, source: str, nodes: dict[str, str] | None = None,
-                      warnings: list[str] | None = None) -> Trace:
+                      warnings: list[str] | None = None, granularity: str = "host") -> Trace:
     """A trace of reconciled per-process events (reconcile's input frame), no truth."""
     warnings = list(warnings or [])
     try:
-        messages, more = reconcile(events, nodes=nodes)
+        messages, more = reconcile(events, nodes=nodes, granularity=granularity)
     except ReconcileError as e:
         raise UserError(f"{source}: {e}") from None
     warnings += more
@@ -325,3 +402,74 @@ def trace_from_events(events: pd.DataFrame, source: str, nodes: dict[str, str] |
         raise UserError(f"{source}: no messages after reconciliation (no usable send or receive events)")
     return Trace(messages=messages.drop(columns=["src_endpoint", "dst_endpoint", "bytes"]),
                  warnings=warnings, source=source)
+
+
+MATCH_S = 0.005   # a hop's logged start (end) within this of a call's arrival (a return's departure)
+
+
+def truth_from_requests(messages: pd.DataFrame, requests: pd.DataFrame,
+                        warnings: list[str], granularity: str = "host") -> Truth | None:
+    """The true request of each message from a service run's `requests` (one row per hop: request,
+    type, tier, host, pid, start, end on the host's clock): a call belongs to the request whose hop
+    at its receiver started nearest its arrival, a return (or an untagged message) to the one whose
+    hop at its sender ended nearest its departure, within MATCH_S; causes by the latest-received
+    convention. None without requests."""
+    if requests is None or requests.empty:
+        return None
+    hops = requests.dropna(subset=["start", "end"]).copy()
+    hops["host"] = hops["host"].astype(str)
+    if granularity == "process":     # the messages' nodes are host/pid
+        hops["host"] = hops["host"] + "/" + hops["pid"].astype(str)
+    n = len(messages)
+    rows = pd.DataFrame({"row": np.arange(n), "src": messages["src"].astype(str).to_numpy(),
+                         "dst": messages["dst"].astype(str).to_numpy(),
+                         "t_arr": messages["t_recv"].fillna(messages["t_send"]).to_numpy(),
+                         "t_dep": messages["t_send"].to_numpy(),
+                         "call": (messages["kind"].astype(str) == "call").to_numpy()})
+
+    def nearest(on_msg: str, host_col: str, on_hop: str) -> pd.Series:
+        left = rows.sort_values(on_msg)[["row", host_col, on_msg]].rename(columns={host_col: "host",
+                                                                                   on_msg: "t"})
+        right = hops.sort_values(on_hop)[["host", on_hop, "request"]].rename(columns={on_hop: "t"})
+        hit = pd.merge_asof(left, right, on="t", by="host", direction="nearest", tolerance=MATCH_S)
+        return hit.set_index("row")["request"].reindex(np.arange(n))
+
+    by_start = nearest("t_arr", "dst", "start")
+    by_end = nearest("t_dep", "src", "end")
+    req = np.where(rows["call"], by_start.fillna(by_end), by_end.fillna(by_start))
+    req = pd.to_numeric(pd.Series(req), errors="coerce")
+    codes, uniques = pd.factorize(req)
+    request = np.where(req.notna(), codes, -1).astype(np.int64)
+    missing = int((request < 0).sum())
+    if missing:
+        warnings.append(f"requests: {_plural(missing, 'message')} matched no request's hop within "
+                        f"{MATCH_S * 1000:g} ms; taken as noise in the truth")
+    types = hops.drop_duplicates("request").set_index("request")["type"].astype(str)
+    request_type = {i: types.get(u, "") for i, u in enumerate(uniques)}
+    return Truth(request=request, cause=latest_received_causes(messages, request), request_type=request_type)
+
+
+def faults_of_run(faults: pd.DataFrame) -> pd.DataFrame | None:
+    """Trace.faults from a run's faults table: the node is where the fault was injected (at_node)."""
+    if faults is None or faults.empty:
+        return None
+    f = faults.copy()
+    f["start"] = pd.to_numeric(f["start"], errors="coerce")
+    f["stop"] = pd.to_numeric(f["end"], errors="coerce")
+    f = f.dropna(subset=["start", "stop"])
+    if f.empty:
+        return None
+    return pd.DataFrame({"node": f["at_node"].astype(str), "start": f["start"], "stop": f["stop"],
+                         "extra_s": np.nan, "kind": f["kind"].astype(str)}).reset_index(drop=True)
+
+
+def read_run(run: str | Path, granularity: str = "host") -> Trace:
+    """A run directory's trace: its `messages` reconciled (nodes: hosts), the truth from its
+    `requests` where it has them, the fault windows from its faults table. granularity "process":
+    a node per host/pid (WAP5 2.5's choice)."""
+    warnings: list[str] = []
+    events, requests, faults = read_trace_tables(run, warnings)
+    trace = trace_from_events(events, str(run), warnings=warnings, granularity=granularity)
+    trace.truth = truth_from_requests(trace.messages, requests, trace.warnings, granularity)
+    trace.faults = faults_of_run(faults)
+    return trace

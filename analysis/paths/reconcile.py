@@ -79,10 +79,16 @@ def reconcile(events: pd.DataFrame, nodes: Mapping[str, str] | None = None,
         side_node = ev["host"].astype(str) + "/" + ev["pid"].astype(str)
     else:
         side_node = ev["host"].astype(str)
-    ev["node"] = [nodes.get(h, h) for h in side_node]
-    conn_a = np.where(ev["local"] < ev["remote"], ev["local"], ev["remote"])
-    conn_b = np.where(ev["local"] < ev["remote"], ev["remote"], ev["local"])
-    ev["conn"] = pd.factorize(pd.Series(conn_a) + "|" + pd.Series(conn_b))[0]
+    host_codes, hosts = pd.factorize(side_node)
+    ev["node"] = np.array([nodes.get(h, h) for h in hosts], dtype=object)[host_codes]
+    # endpoints as integer codes from here on (names: ep_names[code]); strings are slow in bulk
+    n = len(ev)
+    codes, ep_names = pd.factorize(pd.concat([ev["local"], ev["remote"]], ignore_index=True))
+    ep_names = np.asarray(ep_names, dtype=object)
+    ev["local"], ev["remote"] = codes[:n].astype(np.int64), codes[n:].astype(np.int64)
+    width = np.int64(len(ep_names))
+    lo, re = ev["local"].to_numpy(), ev["remote"].to_numpy()
+    ev["conn"] = pd.factorize(np.minimum(lo, re) * width + np.maximum(lo, re))[0]
     ev = ev.sort_values(["conn", "local", "mono"], kind="stable").reset_index(drop=True)
 
     # runs: a side's consecutive calls in one direction
@@ -99,17 +105,17 @@ def reconcile(events: pd.DataFrame, nodes: Mapping[str, str] | None = None,
     # receive times: the receive at the other end whose cumulative bytes reach the message's last byte
     recvs = ev[~ev["send"]].copy()
     recvs["cum"] = recvs.groupby(["local", "remote"], sort=False)["bytes"].cumsum()
-    flow_keys = pd.Index(pd.unique(pd.concat([msgs["src_endpoint"] + ">" + msgs["dst_endpoint"],
-                                              recvs["remote"] + ">" + recvs["local"]])))
-    m_flow = flow_keys.get_indexer(msgs["src_endpoint"] + ">" + msgs["dst_endpoint"])
-    r_flow = flow_keys.get_indexer(recvs["remote"] + ">" + recvs["local"])
+    m_flow = msgs["src_endpoint"].to_numpy() * width + msgs["dst_endpoint"].to_numpy()
+    r_flow = recvs["remote"].to_numpy() * width + recvs["local"].to_numpy()
     order = np.lexsort((recvs["cum"].to_numpy(), r_flow))
     r_flow_s, r_cum_s = r_flow[order], recvs["cum"].to_numpy()[order]
     r_time_s = recvs["mono"].to_numpy()[order]
     r_node_s = recvs["node"].to_numpy()[order]
+    # one sorted key per (flow, cumulative byte): the flow's rank, then bytes (exact in float64)
+    flows = np.unique(np.r_[r_flow, m_flow])
     scale = float(max(msgs["end_byte"].max(), recvs["cum"].max() if len(recvs) else 0) + 1)
-    key_r = r_flow_s * scale + r_cum_s
-    key_m = m_flow * scale + msgs["end_byte"].to_numpy()
+    key_r = np.searchsorted(flows, r_flow_s) * scale + r_cum_s
+    key_m = np.searchsorted(flows, m_flow) * scale + msgs["end_byte"].to_numpy()
     idx = np.searchsorted(key_r, key_m, side="left")
     ok = idx < len(key_r)
     ok[ok] = r_flow_s[idx[ok]] == m_flow[ok]
@@ -119,15 +125,7 @@ def reconcile(events: pd.DataFrame, nodes: Mapping[str, str] | None = None,
     unseen = ~ok
     if unseen.any():
         # the receiving end: its node from any event there, else from `nodes`, else its address
-        owner = owner_of(ev)
-        names = []
-        unknown = set()
-        for ep in msgs["dst_endpoint"][unseen]:
-            name = owner.get(ep) or nodes.get(ep) or nodes.get(_address(ep))
-            if name is None:
-                unknown.add(ep)
-                name = _address(ep)
-            names.append(name)
+        names, unknown = _names(msgs["dst_endpoint"][unseen].to_numpy(), owner_of(ev), ep_names, nodes)
         dst[unseen] = names
         warnings.append(f"{_plural(int(unseen.sum()), 'message')} with no receive seen (receiver untraced "
                         "or its events lost): t_recv unknown")
@@ -136,8 +134,10 @@ def reconcile(events: pd.DataFrame, nodes: Mapping[str, str] | None = None,
             warnings.append(f"{_plural(len(unknown), 'endpoint')} no traced process owns and `nodes` does not "
                             f"name (first: {first}): named by address")
     msgs["dst"] = dst
-    msgs = _receive_only(msgs, recvs, owner_of(ev), nodes, warnings)
+    msgs = _receive_only(msgs, recvs, width, ev, ep_names, nodes, warnings)
     _pair(msgs, ev, warnings)
+    msgs["src_endpoint"] = ep_names[msgs["src_endpoint"].to_numpy()]
+    msgs["dst_endpoint"] = ep_names[msgs["dst_endpoint"].to_numpy()]
     out = as_messages(msgs[["t_send", "t_recv", "src", "dst", "kind", "msg"]])
     extra = msgs.sort_values("t_send", kind="stable").reset_index(drop=True)
     for c in ("src_endpoint", "dst_endpoint", "bytes"):
@@ -145,26 +145,41 @@ def reconcile(events: pd.DataFrame, nodes: Mapping[str, str] | None = None,
     return out, warnings
 
 
-def owner_of(ev: pd.DataFrame) -> dict[str, str]:
-    """endpoint -> node, for the endpoints some traced process uses as its own."""
-    return dict(zip(ev["local"], ev["node"], strict=True))
+def owner_of(ev: pd.DataFrame) -> dict[int, str]:
+    """endpoint code -> node, for the endpoints some traced process uses as its own."""
+    pairs = ev[["local", "node"]].drop_duplicates("local")
+    return dict(zip(pairs["local"].tolist(), pairs["node"].tolist(), strict=True))
 
 
-def _receive_only(msgs: pd.DataFrame, recvs: pd.DataFrame, owner: dict[str, str],
-                  nodes: Mapping[str, str], warnings: list[str]) -> pd.DataFrame:
+def _names(codes: np.ndarray, owner: dict[int, str], ep_names: np.ndarray,
+           nodes: Mapping[str, str]) -> tuple[list[str], set[str]]:
+    """The nodes of endpoints (codes): the traced process's, else `nodes` by endpoint or address,
+    else the address (those endpoints returned as unknown)."""
+    names, unknown = [], set()
+    for c in codes.tolist():
+        ep = ep_names[c]
+        name = owner.get(c) or nodes.get(ep) or nodes.get(_address(ep))
+        if name is None:
+            unknown.add(ep)
+            name = _address(ep)
+        names.append(name)
+    return names, unknown
+
+
+def _receive_only(msgs: pd.DataFrame, recvs: pd.DataFrame, width: np.int64, ev: pd.DataFrame,
+                  ep_names: np.ndarray, nodes: Mapping[str, str], warnings: list[str]) -> pd.DataFrame:
     """Messages only their receiver traced (WAP5: the sender's time nil): one per run of receives on a
     flow with no send seen at all, its t_send taken as its t_recv (the last receive)."""
-    sent = set(msgs["src_endpoint"] + ">" + msgs["dst_endpoint"])
-    flow = recvs["remote"] + ">" + recvs["local"]
-    lone = recvs[~flow.isin(sent)]
+    sent = msgs["src_endpoint"].to_numpy() * width + msgs["dst_endpoint"].to_numpy()
+    flow = recvs["remote"].to_numpy() * width + recvs["local"].to_numpy()
+    lone = recvs[~np.isin(flow, sent)]
     if lone.empty:
         return msgs
     runs = lone.groupby("run", sort=False).agg(
         t_recv=("mono", "last"), bytes=("bytes", "sum"), dst=("node", "first"),
         src_endpoint=("remote", "first"), dst_endpoint=("local", "first"), conn=("conn", "first"))
     runs["t_send"] = runs["t_recv"]
-    runs["src"] = [owner.get(ep) or nodes.get(ep) or nodes.get(_address(ep)) or _address(ep)
-                   for ep in runs["src_endpoint"]]
+    runs["src"] = _names(runs["src_endpoint"].to_numpy(), owner_of(ev), ep_names, nodes)[0]
     warnings.append(f"{_plural(len(runs), 'message')} whose sender was not traced (only its receive seen): "
                     "its send time taken as its receive time")
     return pd.concat([msgs, runs.reset_index(drop=True)], ignore_index=True)
@@ -196,7 +211,7 @@ def _pair(msgs: pd.DataFrame, ev: pd.DataFrame, warnings: list[str]) -> None:
     # the server end: its endpoint in more connections; ties go to the end that did not send first
     conns_per_ep = pd.concat([ev[["local", "conn"]].rename(columns={"local": "ep"}),
                               ev[["remote", "conn"]].rename(columns={"remote": "ep"})]
-                             ).drop_duplicates().groupby("ep").size()
+                             ).drop_duplicates().groupby("ep").size()   # ep: endpoint codes
     first_sender = msgs.sort_values("t_send", kind="stable").groupby("conn")["src_endpoint"].first()
     src_deg = msgs["src_endpoint"].map(conns_per_ep).fillna(0).to_numpy()
     dst_deg = msgs["dst_endpoint"].map(conns_per_ep).fillna(0).to_numpy()

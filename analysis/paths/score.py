@@ -13,6 +13,9 @@ export's parent links, a service run's `requests`).
   node delay (PathPattern.node_delays: a node's delays summed over its visits in one path, mean over
   the pattern's paths) against the true mean of the same sum (Truth.node_delay, or from the causes),
   weighted by the pattern's true count: mean absolute error in ms and in % of the true mean.
+- **Node delays** (`node_delay_scores`): the result's node_delays frame (mean_s: per link, from a
+  message's arrival to the departure of one it caused) against the true mean per link, weighted by
+  the true number of links: `node_delay_error_ms`, `node_delay_error_pct`.
 - **Diagnosis** (`culprit_scores`): in each fault window, the algorithm is run on the messages sent
   in the window and on those sent outside every window; the nodes are ranked by how much their mean
   delay per link (the result's node_delays frame, mean_s) rose; the fault's target first (top-1) or
@@ -31,6 +34,7 @@ from analysis.paths.model import PathsResult, Trace, true_patterns
 SHARE = 0.01
 SCORE_COLUMNS = ("algorithm", "pattern_recall", "pattern_precision", "rare_recall", "rare_precision",
                  "request_recall", "count_error_pct", "delay_error_ms", "delay_error_pct",
+                 "node_delay_error_ms", "node_delay_error_pct",
                  "culprit_top1", "culprit_top3", "fault_windows", "true_patterns", "inferred_patterns")
 
 
@@ -107,6 +111,33 @@ def delay_scores(result: PathsResult, truth_delays: pd.DataFrame, true: pd.DataF
             "delay_error_pct": float(np.average(err_pct, weights=weight))}
 
 
+def true_link_delays(trace: Trace) -> pd.Series:
+    """Per node, the true mean delay per link (from receiving a message to sending one it caused),
+    over the messages of requests: what a result's node_delays frame reports as mean_s."""
+    t, m = trace.truth, trace.messages
+    delay = t.node_delay
+    if delay is None:
+        has = t.cause >= 0
+        delay = np.full(len(m), np.nan)
+        delay[has] = m["t_send"].to_numpy()[has] - m["t_recv"].to_numpy()[t.cause[has]]
+    rows = pd.DataFrame({"node": m["src"].astype(str).to_numpy(), "delay": delay})
+    rows = rows[(t.request >= 0) & rows["delay"].notna().to_numpy()]
+    return rows.groupby("node")["delay"].agg(["mean", "count"])
+
+
+def node_delay_scores(result: PathsResult, trace: Trace) -> dict[str, float]:
+    """The result's per-node mean delay per link against the truth's, weighted by the true number of
+    links; a node the result does not report counts as 0 (a 100% error)."""
+    true = true_link_delays(trace)
+    true = true[true["mean"] > 0]
+    if true.empty:
+        return {"node_delay_error_ms": float("nan"), "node_delay_error_pct": float("nan")}
+    got = _node_means(result).reindex(true.index).fillna(0.0)
+    err = (got - true["mean"]).abs()
+    return {"node_delay_error_ms": float(np.average(err * 1000, weights=true["count"])),
+            "node_delay_error_pct": float(np.average(err / true["mean"] * 100, weights=true["count"]))}
+
+
 def _window_mask(t: np.ndarray, faults: pd.DataFrame) -> np.ndarray:
     inside = np.zeros(len(t), dtype=bool)
     for f in faults.itertuples(index=False):
@@ -164,6 +195,7 @@ def score(result: PathsResult, trace: Trace,
     row: dict[str, object] = {"algorithm": result.algorithm}
     row.update(pattern_scores(result, true, share))
     row.update(delay_scores(result, true_node_delays(trace), true, share))
+    row.update(node_delay_scores(result, trace))
     ranking = culprit_ranking(trace, infer) if infer is not None else pd.DataFrame()
     row.update(culprit_scores(ranking))
     return {c: row.get(c, float("nan")) for c in SCORE_COLUMNS}

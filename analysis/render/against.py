@@ -3,11 +3,11 @@
 The seeds' tables are data files in analysis/seeds/ (thesis-3.3, paper-table-6, paper-table-8), values
 as printed, with provenance and recovery notes. Two kinds:
 
-- accuracy (thesis Table 3.3, paper Table 6): against analysis.score.accuracy_table. One output row
+- accuracy (thesis Table 3.3, paper Table 6): against analysis.score.accuracy.accuracy_table. One output row
   per printed cell: section, row, metric, unit, ours, theirs, diff (ours - theirs; percentage points
   for rates), lo/hi (our interval for a rate, in %), interval ("across runs" or "Wilson"), beyond
   (their value, widened by its print precision, lies outside our interval).
-- ablation (paper Table 8): against analysis.score.compare_table. One output row per printed cell:
+- ablation (paper Table 8): against analysis.score.accuracy.compare_table. One output row per printed cell:
   section, row, feature, variant, metric (dTP% / dFP%), ours, theirs, diff, theirs_as ("printed" or
   "blank = ·", a blank read as no change), sign (whether our change goes the same way).
 """
@@ -24,7 +24,7 @@ import yaml
 from analysis import seeds
 from analysis.render.tables import md_table as _md_table
 from analysis.render.tables import tex
-from analysis.rows import COUNTS, RATES, ROWS, SECTIONS
+from analysis.score.table_layout import COUNTS, RATES, ROWS, SECTIONS
 from analysis.variants import parse_variant
 from rundir.errors import UserError
 from rundir.layout import fresh, output_dir
@@ -159,8 +159,8 @@ def _nan(v) -> bool:
 
 
 def across_runs_or_none(counts: pd.DataFrame, variant: str) -> pd.DataFrame | None:
-    """analysis.score.across_runs(counts, variant) when that function exists (it may not yet)."""
-    from analysis import score
+    """analysis.score.accuracy.across_runs(counts, variant) when that function exists (it may not yet)."""
+    from analysis.score import accuracy as score
 
     fn = getattr(score, "across_runs", None)
     return None if fn is None else fn(counts, variant)
@@ -240,15 +240,15 @@ def against_ablation(ours: pd.DataFrame, seed: SeedTable) -> pd.DataFrame:
 
 def accuracy_vs_seed(counts: pd.DataFrame, variant: str, seed: SeedTable) -> pd.DataFrame:
     """Our accuracy table of `variant` from per-module counts (Evaluation.counts) against the seed's,
-    with across-run intervals where analysis.score.across_runs gives them."""
-    from analysis.score import accuracy_table
+    with across-run intervals where analysis.score.accuracy.across_runs gives them."""
+    from analysis.score.accuracy import accuracy_table
 
     return against_accuracy(accuracy_table(counts, variant), seed, across_runs_or_none(counts, variant))
 
 
 def ablation_vs_seed(counts: pd.DataFrame, variants: list[str], seed: SeedTable) -> pd.DataFrame:
     """Our comparison of `variants` (the first is the baseline) against an ablation seed table."""
-    from analysis.score import compare_table
+    from analysis.score.accuracy import compare_table
 
     return against_ablation(compare_table(counts, list(variants)), seed)
 

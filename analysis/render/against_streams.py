@@ -8,7 +8,7 @@ experiments/streams-4.3.yaml; a run's experiment is its manifest's, else its par
 name); Totals is the sum of the graph rows, as in the thesis. Runs of other experiments are counted
 nowhere and named in a note.
 
-Each rate has our interval: across runs (analysis.score.bootstrap_pooled, whole runs resampled) when
+Each rate has our interval: across runs (analysis.score.accuracy.bootstrap_pooled, whole runs resampled) when
 at least two runs of the row define it, else Wilson's per snapshot; `beyond` says their printed
 value, give or take its print precision, lies outside it.
 
@@ -27,8 +27,8 @@ import pandas as pd
 
 from analysis.render.against import ACROSS, WILSON, SeedTable
 from analysis.render.tables import md_table, slug, tex
-from analysis.rows import COUNTS, RATE_DEF, RATES
-from analysis.score import bootstrap_pooled, rates
+from analysis.score.accuracy import bootstrap_pooled, rates
+from analysis.score.table_layout import COUNTS, RATE_DEF, RATES
 from rundir.layout import fresh, output_dir
 from rundir.manifest import read_manifest_quietly
 

@@ -33,8 +33,6 @@ from rundir.layout import fresh, output_dir
 if TYPE_CHECKING:
     from matplotlib.patches import Patch
 
-FAULT_COLOURS = {"ip_drop": "#6baed6", "tcp_drop": "#74c476", "app_pause": "#fb6a4a",
-                 "path_blackhole": "#9e9ac8", "loss": "#fdae6b", "server_pause": "#c994c7"}
 LABEL_Y = {"STALLED": 1.0, "DONTCARE": 0.0, "BLOCKED": -0.5, "HEALTHY": -1.0}
 # overview strip colours: 0 absent, 1 HEALTHY, 2 DONTCARE, 3 BLOCKED, 4 STALLED, 5 not scored
 STRIP_COLOURS = ["#ffffff", "#74c476", "#c6dbef", "#fed976", "#e31a1c", "#bdbdbd"]
@@ -91,16 +89,30 @@ def _fault_windows(data) -> list[tuple[str, float, float, int | None]]:
     return out
 
 
-def _shade(ax, windows, alpha: float = 0.25) -> None:
+def fault_colour(data, kind: str, default: str) -> str:
+    """The colour of a fault kind's windows, as the run records the kind (rundir.faultkinds), or
+    `default` for a kind without one."""
+    info = data.fault_kinds.get(str(kind))
+    return info.colour if info is not None and info.colour else default
+
+
+def _with_children(data, kind: str) -> bool:
+    info = data.fault_kinds.get(str(kind))
+    return info is not None and info.children is not None
+
+
+def _shade(ax, data, windows, alpha: float = 0.25) -> None:
     for kind, a, b, _ in windows:
-        ax.axvspan(a, b, color=FAULT_COLOURS.get(kind, "#cccccc"), alpha=alpha, lw=0, zorder=0)
+        ax.axvspan(a, b, color=fault_colour(data, kind, "#cccccc"), alpha=alpha, lw=0, zorder=0)
 
 
-def _fault_legend(windows) -> list[Patch]:
+def _fault_legend(data, windows) -> list[Patch]:
     from matplotlib.patches import Patch
 
     kinds = sorted({k for k, *_ in windows})
-    return [Patch(color=FAULT_COLOURS.get(k, "#cccccc"), alpha=0.5, label=f"{k} fault") for k in kinds]
+    infos = data.fault_kinds
+    return [Patch(color=fault_colour(data, k, "#cccccc"), alpha=0.5,
+                  label=f"{infos[k].shown if k in infos else k} fault") for k in kinds]
 
 
 def _times(data) -> tuple[np.ndarray, np.ndarray]:
@@ -272,9 +284,9 @@ def diagnosis_overview(data, scored: pd.DataFrame, variant: str, path: Path,
                     ax.plot([t[a] - step, t[b - 1]], [i + 0.36, i + 0.36], color="black", lw=1.6,
                             solid_capstyle="butt")
         for kind, a, b, _ in windows:
-            ax.axvspan(a, b, ymin=1.0, ymax=1.04, color=FAULT_COLOURS.get(kind, "#999999"), clip_on=False)
-            ax.axvline(a, color=FAULT_COLOURS.get(kind, "#999999"), lw=0.6, alpha=0.8)
-            ax.axvline(b, color=FAULT_COLOURS.get(kind, "#999999"), lw=0.6, alpha=0.8, ls=":")
+            ax.axvspan(a, b, ymin=1.0, ymax=1.04, color=fault_colour(data, kind, "#999999"), clip_on=False)
+            ax.axvline(a, color=fault_colour(data, kind, "#999999"), lw=0.6, alpha=0.8)
+            ax.axvline(b, color=fault_colour(data, kind, "#999999"), lw=0.6, alpha=0.8, ls=":")
         ax.set_yticks(range(n))
         ax.set_yticklabels([short_name(data, m) for m in modules], fontsize=7)
         more = f" ({n} of {n + hidden} modules: the fault targets and the most often positive)" if hidden else ""
@@ -284,7 +296,7 @@ def diagnosis_overview(data, scored: pd.DataFrame, variant: str, path: Path,
     handles = [] if cf else [Patch(color=STRIP_COLOURS[c], label=lab) for lab, c in STRIP_CODE.items()]
     handles += [Patch(color=STRIP_COLOURS[5], label="not scored (invalid / excluded)")] if not cf else []
     handles += [plt.Line2D([], [], color="black", lw=1.6, label="ground truth positive")]
-    handles += _fault_legend(windows)
+    handles += _fault_legend(data, windows)
     fig.legend(handles=handles, loc="lower center", ncol=min(8, len(handles)), fontsize=7, frameon=False)
     tight(fig, rect=(0, 0.04, 1, 1))
     fig.savefig(fresh(path), dpi=dpi)
@@ -340,10 +352,12 @@ def subgraph_figure(data, scored: pd.DataFrame, variant: str, module: int, path:
     rows = _heat_rows(data, mods)
     diag = _diag_of(scored, variant, mods)
     cf = _is_cf(diag)
-    # the faults that target a module of this subgraph (an app_pause targets the app's sockets too)
+    # the faults that target a module of this subgraph (an app_pause targets the app's sockets too:
+    # rundir.faultkinds' `children`)
     inside = set(mods)
     windows = [w for w in _fault_windows(data)
-               if w[3] in inside or (w[0] == "app_pause" and w[3] is not None and inside & set(_graph(data)[0].get(w[3], ())))]
+               if w[3] in inside or (w[3] is not None and _with_children(data, w[0])
+                                     and inside & set(_graph(data)[0].get(w[3], ())))]
     h_heat = max(1.5, 0.17 * len(rows))
     fig, axes = plt.subplots(3, 1, figsize=(13, h_heat + 5.2), sharex=True,
                              gridspec_kw={"height_ratios": [h_heat, 2.4, 2.4]}, squeeze=False)
@@ -357,15 +371,15 @@ def subgraph_figure(data, scored: pd.DataFrame, variant: str, module: int, path:
         ax.text(0.5, 0.5, "no counter changes", ha="center", va="center", transform=ax.transAxes)
         ax.set_yticks([])
     for kind, a, b, _ in windows:
-        ax.axvline(a, color=FAULT_COLOURS.get(kind, "#999999"), lw=0.8)
-        ax.axvline(b, color=FAULT_COLOURS.get(kind, "#999999"), lw=0.8, ls=":")
+        ax.axvline(a, color=fault_colour(data, kind, "#999999"), lw=0.8)
+        ax.axvline(b, color=fault_colour(data, kind, "#999999"), lw=0.8, ls=":")
     ax.set_title(f"Counter deltas, subgraph of {short_name(data, module)} ({data.modules['name'].get(module, '')})"
                  "   tm: messages, wt: wait ms, q: queue length; i/o: in/out; white = 0, black = row max",
                  fontsize=8, loc="left")
     styles = ["-", "--", "-.", ":"]
     colours = plt.get_cmap("tab10").colors
     for ax, d, title in ((axes[1, 0], "in", "Inbound"), (axes[2, 0], "out", "Outbound")):
-        _shade(ax, windows)
+        _shade(ax, data, windows)
         dd = diag[diag["dir"] == d]
         for k, m in enumerate(mods):
             g = dd[dd["module"] == m].sort_values("seq")
@@ -393,7 +407,7 @@ def subgraph_figure(data, scored: pd.DataFrame, variant: str, module: int, path:
             ax.set_ylim(-1.15, 1.15)
         ax.set_title(f"{title} diagnosis, {variant}", fontsize=8, loc="left")
         ax.grid(axis="y", lw=0.3, alpha=0.5)
-    axes[1, 0].legend(handles=axes[1, 0].get_legend_handles_labels()[0] + _fault_legend(windows),
+    axes[1, 0].legend(handles=axes[1, 0].get_legend_handles_labels()[0] + _fault_legend(data, windows),
                       fontsize=6.5, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     axes[2, 0].set_xlabel("time since workload start (s)")
     axes[2, 0].set_xlim(*(window or (x0, x1)))
@@ -492,7 +506,7 @@ def module_timeline(data, path: Path, workload: int | None = None, max_apps: int
                              gridspec_kw={"height_ratios": [n_top + 0.8, n_bot + 0.8]})
     for ax, rows, title in ((axes[0, 0], top, f"Processes on the monitored host {host or ''}"),
                             (axes[1, 0], bottom, bottom_title)):
-        _shade(ax, windows, alpha=0.2)
+        _shade(ax, data, windows, alpha=0.2)
         for i, (_label, spans, colour) in enumerate(rows):
             ax.broken_barh(spans, (i - 0.35, 0.7), facecolors=colour, edgecolor="black", lw=0.3)
         ax.set_yticks(range(len(rows)))
@@ -503,7 +517,7 @@ def module_timeline(data, path: Path, workload: int | None = None, max_apps: int
     axes[1, 0].set_xlabel("time since workload start (s)")
     axes[1, 0].set_xlim(min(0.0, float(data.snapshots["mono"].iloc[0]) - data.t0), end)
     if windows:
-        fig.legend(handles=_fault_legend(windows), fontsize=7, loc="upper right", frameon=False, ncol=3)
+        fig.legend(handles=_fault_legend(data, windows), fontsize=7, loc="upper right", frameon=False, ncol=3)
     tight(fig, rect=(0, 0, 1, 0.97))
     fig.savefig(fresh(path), dpi=DPI)
     plt.close(fig)
@@ -511,8 +525,10 @@ def module_timeline(data, path: Path, workload: int | None = None, max_apps: int
 
 
 def default_subgraphs(data, limit: int = 3) -> list[int]:
-    """Modules whose subgraph figure tells the run's story: for each fault kind, the application
-    above its first target (or the target); a foreground application when there are no faults."""
+    """Modules whose subgraph figure tells the run's story: for each fault kind in its report order
+    (rundir.faultkinds), the application above its first target (or the target; or a workload's
+    application, for a kind whose target all workloads share); a foreground application when there
+    are no faults."""
     mods = data.modules
     _, up = _graph(data)
     picks: list[int] = []
@@ -522,12 +538,13 @@ def default_subgraphs(data, limit: int = 3) -> list[int]:
         apps = [a for a in anc if mods["kind"].get(a) == "app"]
         return apps[0] if apps else m
 
-    for kind in ("app_pause", "tcp_drop", "path_blackhole", "server_pause", "loss", "ip_drop"):
+    ranked = sorted((info.order, kind) for kind, info in data.fault_kinds.items() if info.order is not None)
+    for _, kind in ranked:
         f = data.faults[(data.faults["kind"] == kind) & data.faults["target_module"].notna()]
         if f.empty:
             continue
         target = int(f["target_module"].iloc[0])
-        if kind == "ip_drop":
+        if data.fault_kinds[kind].subgraph == "workload":
             apps = mods[(mods["kind"] == "app") & mods["wl_kind"].notna()]
             pick = int(apps.index[0]) if len(apps) else target
         else:

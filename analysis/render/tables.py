@@ -15,8 +15,8 @@ import pandas as pd
 
 from analysis.evaluation import Evaluation
 from analysis.health import SILENCE_WARN
-from analysis.rows import COUNTS, RATES, ROWS, SECTIONS
-from analysis.score import ACROSS_INTERVAL, INTERVAL
+from analysis.score.accuracy import ACROSS_INTERVAL, INTERVAL
+from analysis.score.table_layout import COUNTS, RATES, ROWS, SECTIONS
 
 TABLE_NOTE = (f"Rates in %; blank = undefined (no cases). ±: larger half-width of the row's TPR and FPR "
               f"intervals ({INTERVAL}; snapshots treated as independent), in percentage points "

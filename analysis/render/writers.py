@@ -1,12 +1,12 @@
 """Rendering the scores as files: Markdown (terminal), CSV and LaTeX, and the stalled-modules list
-(analysis.pipeline.summarize_run writes them at the end of `run-experiment`). The rows and cells these
-tables share with the seed comparisons and the HTML report are made in analysis.render.tables.
+(analysis.render.summary.summarize_run writes them at the end of `run-experiment`). The rows and cells
+these tables share with the seed comparisons and the HTML report are made in analysis.render.tables.
 
 Rates print as percentages with one decimal; an undefined rate (zero denominator) prints blank,
 never 0 or NaN. The `±` column is the largest half-width, in percentage points, of the row's
 Wilson score 95% intervals (analysis.score); `intervals=True` prints each interval instead.
 With two or more runs, each variant's table is followed by an "Across runs" table: TPR, FPR and PPV
-as `pooled [low, high] (runs)`, the interval a bootstrap over runs (analysis.score.ACROSS_INTERVAL);
+as `pooled [low, high] (runs)`, the interval a bootstrap over runs (analysis.score.accuracy.ACROSS_INTERVAL);
 accuracy.csv has `<rate>_xlo`, `<rate>_xhi`, `<rate>_runs` for every rate (blank with one run), and
 per_run.csv the counts and rates of each run.
 """
@@ -14,7 +14,6 @@ per_run.csv the counts and rates of each run.
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -42,8 +41,8 @@ from analysis.render.tables import (
 )
 from analysis.render.tables import accuracy_cells as _cells
 from analysis.render.tables import md_table as _md_table
-from analysis.rows import COUNTS, RATES, ROWS
-from analysis.score import INTERVAL
+from analysis.score.accuracy import INTERVAL
+from analysis.score.table_layout import COUNTS, RATES, ROWS
 from rundir.layout import fresh, output_dir
 
 # ----------------------------------------------------------------------------- formatting
@@ -255,6 +254,3 @@ def write_compare(ev: Evaluation, out: Path) -> tuple[str, list[Path]]:
     compare_csv_frame(c, ev.policy).to_csv(fresh(files[1]), index=False, na_rep="")
     return md, files
 
-
-def _print(text: str, file=None) -> None:
-    print(text, file=file or sys.stdout, flush=True)

@@ -1,7 +1,7 @@
 """What every rule system is made of: its labels, its parameters (Param) and the RuleSystem itself,
 a Variant (a system plus parameter values), and the `name:key=value,...` parser variants and
 labelling policies share (analysis.variants is the registry). A system's `diagnose(batch, **params)` gets every
-module-snapshot cell of the stretches to diagnose (analysis.cells.Batch) and returns, per
+module-snapshot cell of the stretches to diagnose (analysis.model.batch.Batch) and returns, per
 direction, a (result, positive) pair of flat per-cell arrays:
 - label systems (`kind="label"`): result is an int8 code into LABELS;
 - certainty-factor systems (`kind="cf"`): result is the certainty factor (float64, -1..+1).
@@ -86,7 +86,7 @@ class RuleSystem:
     diagnose: Callable[..., dict[str, tuple[np.ndarray, np.ndarray]]]
     # Optional rule over consecutive snapshots: params -> None, or a function
     # (module ids, seqs, positive, kinds), flat arrays of one direction -> positive (kinds: index
-    # into analysis.stretches.KINDS, -1 if unknown).
+    # into analysis.model.stretches.KINDS, -1 if unknown).
     over_time: Callable[..., Callable[..., np.ndarray] | None] | None = None
     presets: tuple[str, ...] = ()  # notable variants, listed by `nestlab variants`
 

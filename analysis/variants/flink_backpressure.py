@@ -28,29 +28,25 @@ instance that is not itself back-pressured while its upstream instances are):
    the connection, BLOCKED when its downstream operator is back-pressured, else DONTCARE (idle).
    The `in` direction and modules of other kinds are DONTCARE.
 
-Scored on the same modules and ground truth as streamsdiagnoser. Input: the run directory the batch
-comes from (Batch.source; rundir.streams reads stream_tasks and the connections' ends), or
-`attach(batch, tasks, ends)` for stretches made in memory (without it they have no task metrics, so
-no root cause). A run without stream_tasks rows, or a source that is not a run directory (JSON
-snapshots), is a UserError: the baseline cannot run on a network run.
+Scored on the same modules and ground truth as streamsdiagnoser. Input: the batch's engine metrics
+(Batch.engine_metrics: the loaded run's stream_tasks and connections' ends, analysis.model.engine_metrics),
+given as `Batch(stretches, engine_metrics=...)` for stretches made in memory (without them they have no
+task metrics, so no root cause). A run whose stream connections have no stream_tasks rows, or stretches
+from no run directory (JSON snapshots), is a UserError: the baseline needs the engine's metrics.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
-from analysis.cells import Batch
-from analysis.stretches import DIRS, KINDS
+from analysis.model.batch import Batch
+from analysis.model.engine_metrics import EngineMetrics
+from analysis.model.stretches import DIRS, KINDS
 from analysis.variants.base import BLOCKED, DONTCARE, HEALTHY, STALLED, Param, RuleSystem, on_off
-from rundir import streams
-from rundir.db import STREAM_TASK_COLUMNS
 from rundir.errors import UserError
 
 _SCONN = KINDS.index("sconn")
-_CACHE = "flink-backpressure"
 ACC = ("acc_busy_ms", "acc_backpressured_ms", "acc_idle_ms")
 
 
@@ -61,23 +57,15 @@ def ms_per_s(value: str) -> float:
     return v
 
 
-def attach(batch: Batch, tasks: pd.DataFrame, ends: dict) -> None:
-    """Give a batch its stream_tasks frame (rundir.streams.read_stream_tasks' columns) and its
-    connections' ends ({module id: (upstream PE, downstream PE)}) instead of reading them from its source."""
-    batch._cache[_CACHE] = (tasks, ends)
-
-
 def _inputs(batch: Batch) -> tuple[pd.DataFrame, dict]:
     src = batch.source
-    if _CACHE not in batch._cache:
-        if src is None:   # stretches made in memory, nothing attached: no task metrics, no root cause
-            attach(batch, pd.DataFrame(columns=STREAM_TASK_COLUMNS), {})
-        elif not (Path(src).is_dir() and (Path(src) / "run.db").is_file()):
+    metrics = batch.engine_metrics
+    if metrics is None:
+        if src is not None:
             raise UserError(f"{src}: flink-backpressure needs a streams run directory (its stream_tasks table); "
                             "stretches without one cannot be diagnosed by it")
-        else:
-            attach(batch, streams.stream_tasks(src), streams.connection_ends(src))
-    tasks, ends = batch._cache[_CACHE]
+        metrics = EngineMetrics()   # stretches made in memory, none given: no task metrics, no root cause
+    tasks, ends = metrics.tasks, metrics.ends
     if src is not None and tasks.empty and any(k == "sconn" for st in batch.stretches for k in st.kinds):
         raise UserError(f"{batch.source or 'input'}: flink-backpressure needs the engine's per-task metrics "
                         "(stream_tasks, run format 6); this run has none")

@@ -8,7 +8,7 @@ How the algorithm maps onto arrays (docs/diagnosis.md has the long form):
 - The analysis graph is the NS graph without the application's out-edges: sockets are the roots
   that HasWork assumes have work (thesis 3.6.2) and an application's result follows from its
   sockets (thesis 3.3.1): HEALTHY if one moved messages, else BLOCKED if one waited, else STALLED.
-- Detached modules (analysis.stretches.Stretch: an upper layer elsewhere in the run, none in this
+- Detached modules (analysis.model.stretches.Stretch: an upper layer elsewhere in the run, none in this
   stretch -- a TCP connection before the interceptor has reported its socket, or after close()
   while it lingers) are roots *without* assumed work: HasWork is false for them at the top level
   (still overridden by their own outbound queue with queues=on). So an inactive one is DONTCARE, not
@@ -24,7 +24,7 @@ How the algorithm maps onto arrays (docs/diagnosis.md has the long form):
   child's parents wait. Θ = 1 is the plain rule of Algorithm 5.
 - Algorithms 1-2 (break cycles of active/no-work modules, merge strongly connected components)
   change nothing on an acyclic graph: every acyclic stretch is diagnosed in one pass over all its
-  cells, level by level (analysis.cells). A stretch whose graph has cycles groups its snapshots by
+  cells, level by level (analysis.model.batch). A stretch whose graph has cycles groups its snapshots by
   which cycle members are active or have an empty queue; each group gets its own DAG of
   super-modules (max-combined counters, thesis 2.3.2.2) and is diagnosed as one array.
 - Queue counters are used only with `queues=on`, and only outbound: a module's own pending work is
@@ -48,7 +48,7 @@ How the algorithm maps onto arrays (docs/diagnosis.md has the long form):
 - `probe=on` (run format 5): where the silent-stack rule guesses (a waiting connection over a silent
   lower layer), the collector's probes of the connection's remote decide: answered, the connection is
   STALLED and the lower layer BLOCKED; not answered, the connection is BLOCKED and the lower layer
-  keeps its blame. The evidence and the rules: analysis.probes, analysis.variants.flowdiagnoser_probe.
+  keeps its blame. The evidence and the rules: analysis.model.probes, analysis.variants.flowdiagnoser_probe.
 - `confirm=N` is applied over time (over_time, across stretches); `confirm_tcp=N` gives TCP modules
   their own N (0 = the same as confirm), so confirmation can apply to TCP connections alone.
 """
@@ -61,9 +61,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analysis.cells import Batch
-from analysis.probes import AHEAD_S
-from analysis.stretches import DIRS, KINDS, Counters, Stretch
+from analysis.model.batch import Batch
+from analysis.model.probes import AHEAD_S
+from analysis.model.stretches import DIRS, KINDS, Counters, Stretch
 from analysis.variants.base import (
     BLOCKED,
     DONTCARE,
@@ -201,9 +201,7 @@ class _Cells:
 
 
 def _cells(batch: Batch) -> _Cells:
-    if "flowdiagnoser" not in batch._cache:
-        batch._cache["flowdiagnoser"] = _make_cells(batch)
-    return batch._cache["flowdiagnoser"]
+    return batch.shared("flowdiagnoser", lambda: _make_cells(batch))
 
 
 def _make_cells(batch: Batch) -> _Cells:

@@ -6,7 +6,7 @@ dead or the connection is (thesis 3.3.2, 3.5.2.3: "hard (if not impossible)"). T
 fewer than Θ waiting connections -> connection and interface both STALLED; at least Θ -> the
 interface alone. A burst of probes to the connection's remote from fresh source ports (another
 5-tuple) tells them apart: answered, the path through this host's stack works and the connection is
-at fault; not answered, the path (or the interface) is dead. analysis.probes turns bursts into
+at fault; not answered, the path (or the interface) is dead. analysis.model.probes turns bursts into
 evidence per connection, direction and snapshot (ANSWERED, UNANSWERED, NONE). The rule, per
 direction and snapshot, on the results of the rule it extends (Θ, then shared=on):
 
@@ -41,9 +41,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.cells import Batch
-from analysis.probes import ANSWERED, UNANSWERED, cell_evidence
-from analysis.stretches import KINDS
+from analysis.model.batch import Batch
+from analysis.model.probes import ANSWERED, UNANSWERED, cell_evidence
+from analysis.model.stretches import KINDS
 from analysis.variants.base import BLOCKED, STALLED
 
 _TCP = KINDS.index("tcp")
@@ -52,15 +52,15 @@ _LOWER = [KINDS.index(k) for k in ("ipeth", "ip", "eth")]
 
 def _edges(batch: Batch, edges: tuple[np.ndarray, np.ndarray]):
     """(connection -> lower layer, lower layer -> lower layer) cell edges, each a (parents, children) pair."""
-    if "probe_edges" not in batch._cache:
+    def make():
         ep, ec = edges
         kind = batch.kind_codes
         lower = np.isin(kind, _LOWER)
         into = lower[ec]
         tcp = into & (kind[ep] == _TCP)
         down = into & lower[ep]
-        batch._cache["probe_edges"] = ((ep[tcp], ec[tcp]), (ep[down], ec[down]))
-    return batch._cache["probe_edges"]
+        return (ep[tcp], ec[tcp]), (ep[down], ec[down])
+    return batch.shared("probe_edges", make)
 
 
 def probe_rule(batch: Batch, d: str, res: np.ndarray, ahead: float,

@@ -4,7 +4,7 @@ stuck (issue 13). Used by analysis.variants.flowdiagnoser; defines no rule syste
 FlowDiagnoser sees only counters: a TCP connection that moved no data while its socket waits is
 STALLED (when it cannot pass the blame to a lower layer), whether the network lost its packets or
 the peer simply has nothing to send. Run format 4 records each connection's tcp_info state
-(analysis.tcpstate.TcpState, carried forward from its last tcp_info row); with tcpstate=on that
+(analysis.model.tcpstate.TcpState, carried forward from its last tcp_info row); with tcpstate=on that
 state decides. The rules, per TCP cell (module, snapshot) and direction:
 
 - **Only STALLED TCP connections change.** Every other result, every other kind (the ip+eth Θ
@@ -44,9 +44,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.cells import Batch
-from analysis.stretches import KINDS
-from analysis.tcpstate import CA_LOSS
+from analysis.model.batch import Batch
+from analysis.model.stretches import KINDS
+from analysis.model.tcpstate import CA_LOSS
 from analysis.variants.base import BLOCKED, STALLED
 from rundir.errors import UserError
 

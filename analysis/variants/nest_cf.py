@@ -5,7 +5,7 @@
    or IGN; a module with no parent is never IGN) or NONE. ANW and IGN propagate from parents, to
    their least fixed point (on a graph with cycles too).
    "Never IGN without a parent" is this system's form of FlowDiagnoser's "roots have work": a
-   root is not taken as quiet. A *detached* module (analysis.stretches.Stretch: its upper layer is
+   root is not taken as quiet. A *detached* module (analysis.model.stretches.Stretch: its upper layer is
    known elsewhere in the run, not here -- a TCP connection before the interceptor has reported
    its socket, or after close() while it lingers) is not a true root: with no known upper layer
    there is no demand on it, and "every parent is IDLE or IGN" holds (vacuously), so it is IGN
@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.cells import Batch
-from analysis.stretches import DIRS, Counters
+from analysis.model.batch import Batch
+from analysis.model.stretches import DIRS, Counters
 from analysis.variants.base import Param, RuleSystem, certainty, on_off
 from analysis.variants.nest_cf_tables import (
     ABSENT,
@@ -183,15 +183,15 @@ CHUNK = 1 << 17   # cells per piece (whole stretches): its arrays stay small, in
 def _pieces(batch: Batch) -> list[tuple[int, int, int, int]]:
     """(first stretch, end stretch, first cell, end cell) of runs of whole stretches of about CHUNK
     cells, in order. No edge leaves its stretch, so each run can be diagnosed on its own."""
-    if "nest_cf_pieces" not in batch._cache:
+    def make() -> list[tuple[int, int, int, int]]:
         ends = batch.offsets[1:].tolist()
         out, k0, c0 = [], 0, 0
         for k, c1 in enumerate(ends):
             if c1 - c0 >= CHUNK or k == len(ends) - 1:
                 out.append((k0, k + 1, c0, c1))
                 k0, c0 = k + 1, c1
-        batch._cache["nest_cf_pieces"] = out
-    return batch._cache["nest_cf_pieces"]
+        return out
+    return batch.shared("nest_cf_pieces", make)
 
 
 def diagnose(batch: Batch, anw=True, ign=True, queues=True, errors=True, threshold=0.0):

@@ -45,8 +45,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.cells import Batch
-from analysis.stretches import DIRS, KINDS
+from analysis.model.batch import Batch
+from analysis.model.stretches import DIRS, KINDS
 from analysis.variants import flowdiagnoser
 from analysis.variants.base import (
     BLOCKED,
@@ -85,7 +85,7 @@ class _Cells:
 
 
 def _cells(batch: Batch) -> _Cells:
-    if "peer" not in batch._cache:
+    def make() -> _Cells:
         kind = batch.kind_codes
         is_tcp = kind == TCP
         is_lower = np.isin(kind, LOWER)
@@ -93,9 +93,8 @@ def _cells(batch: Batch) -> _Cells:
         member = is_tcp[ep] & is_lower[ec]
         lower = is_lower[ep] & is_lower[ec]
         root_work = is_tcp & ~batch.has_parent & ~batch.detached
-        batch._cache["peer"] = _Cells(is_tcp, is_lower, root_work, ep, ec, ep[member], ec[member],
-                                      ep[lower], ec[lower])
-    return batch._cache["peer"]
+        return _Cells(is_tcp, is_lower, root_work, ep, ec, ep[member], ec[member], ep[lower], ec[lower])
+    return batch.shared("peer", make)
 
 
 def outliers(tm: np.ndarray, busy: np.ndarray, mp: np.ndarray, ml: np.ndarray, k: float,

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.cells import Batch
-from analysis.stretches import DIRS, KINDS
+from analysis.model.batch import Batch
+from analysis.model.stretches import DIRS, KINDS
 from analysis.variants.base import DONTCARE, RuleSystem
 from analysis.variants.flowdiagnoser import diagnose as flowdiagnoser
 

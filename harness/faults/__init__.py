@@ -1,49 +1,67 @@
 """Fault injection: the kinds of fault (nemeses) and the registry the runner dispatches through.
 
-    base.py          the interface (FaultKind: setup, inject, heal, describe, teardown), Part, FaultEnv
-    iptables.py      ip_drop, tcp_drop, loss: DROP rules in the NESTLAB chain on a router (Firewall, Rule)
-    path.py          path_blackhole: one link of a router's bundle of parallel links (ECMP) dropped
-    app_pause.py     app_pause: the interceptor's pause/resume handshake with a workload's processes
-    server_pause.py  server_pause: the remote server of a workload stopped and continued
+A fault kind is one module that declares everything about it (docs/faults.md, "Adding a fault
+kind"): its `INFO` (rundir.faultkinds: report colour and label, targets and culprit as data, recorded
+in each run's manifest for the analysis), its spec fields and rules (a harness.faults.spec.FaultSpec:
+validation, footprint for the scheduler), and its class (the nemesis: setup, inject, heal, describe,
+teardown; harness.faults.base.FaultKind), which carries the other two as `info` and `spec`.
 
-KINDS is the registry (a dict by name, looked up with rundir.errors.named, like every registry of the
-project). Adding a kind: a module with a class following FaultKind, its entry in KINDS, and the name
-in the spec's `Fault.kind` (harness/spec.py). The runner never names a kind.
+    base.py            the interface (FaultKind), Part, FaultEnv
+    spec.py            a kind's part of the spec language (FaultSpec, Footprint) and the spec's Fault
+    iptables.py        what the DROP kinds share: the NESTLAB chain on a router (Firewall, Rule)
+    ip_drop.py         all IP traffic of a host, dropped on a router
+    tcp_drop.py        one live connection of a workload, dropped on a router
+    app_pause.py       the interceptor's pause/resume handshake with a workload's processes
+    path_blackhole.py  one link of a router's bundle of parallel links (ECMP) dropped
+    loss.py            a share of a host's or a connection's packets, dropped at random
+    server_pause.py    the remote server of a workload stopped and continued
+
+KINDS is the registry, one line per kind (a dict by name, looked up with rundir.errors.named, like
+every registry of the project); harness.spec makes the spec's `Fault` from it. The runner never
+names a kind.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from harness.faults.app_pause import AppPause
 from harness.faults.base import FaultEnv, FaultKind, NoTarget, Part, target_json
+from harness.faults.ip_drop import IpDrop
 from harness.faults.iptables import (
     CHAIN,
     Firewall,
-    IpDrop,
-    Loss,
     Rule,
-    TcpDrop,
     chain_teardown_argv,
     chain_teardown_steps,
     ip_drop_rule,
     tcp_drop_rule,
 )
-from harness.faults.path import PathBlackhole
+from harness.faults.loss import Loss
+from harness.faults.path_blackhole import PathBlackhole
 from harness.faults.server_pause import ServerPause
+from harness.faults.tcp_drop import TcpDrop
 from rundir.errors import named
 
 if TYPE_CHECKING:
-    from harness.spec import Window
+    from harness.window import Window
 
-KINDS: dict[str, type[FaultKind]] = {
-    "ip_drop": IpDrop,
-    "tcp_drop": TcpDrop,
-    "app_pause": AppPause,
-    "path_blackhole": PathBlackhole,
-    "loss": Loss,
-    "server_pause": ServerPause,
-}
+KINDS: dict[str, type[FaultKind]] = {kind.info.name: kind for kind in (
+    IpDrop,
+    TcpDrop,
+    AppPause,
+    PathBlackhole,
+    Loss,
+    ServerPause,
+)}
+
+
+def kinds_used(faults: Iterable[Any], kinds: Mapping[str, Any] = KINDS) -> dict[str, dict]:
+    """The manifest's `fault_kinds`: the info (rundir.faultkinds) of each kind these faults use, by
+    name, in the order of first use; `kinds`: a registry of classes with an `info` (a streams run's:
+    harness.streams.spec.KINDS)."""
+    return {name: kinds[name].info.as_json() for name in dict.fromkeys(f.kind for f in faults)}
 
 
 class Faults:
@@ -69,4 +87,4 @@ class Faults:
 
 __all__ = ["CHAIN", "KINDS", "AppPause", "FaultEnv", "FaultKind", "Faults", "Firewall", "IpDrop", "Loss",
            "NoTarget", "Part", "PathBlackhole", "Rule", "ServerPause", "TcpDrop", "chain_teardown_argv", "chain_teardown_steps", "ip_drop_rule",
-           "target_json", "tcp_drop_rule"]
+           "target_json", "tcp_drop_rule", "kinds_used"]

@@ -1,19 +1,44 @@
 """app_pause: every live process of a workload (or the one instance named) pauses its reads and
 writes, through the LD_PRELOAD interceptor's signal handshake (backend.pause/resume on the process's
 host). Each process is one part: its start is the pause acknowledged, its end the resume acknowledged,
-both stamped by the process on its host's clock.
+both stamped by the process on its host's clock. The culprit is the application and its sockets.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import Field
 
 from harness.faults.base import FaultEnv, NoTarget, Part, target_json
+from harness.faults.spec import FaultSpec, FaultTarget, Loc, SpecView
+from rundir.faultkinds import FaultKindInfo
 
 if TYPE_CHECKING:
-    from harness.spec import Fault, Window
+    from harness.topology import Topology
+    from harness.window import Window
+
+# Its targets are the paused process's app module and that app's sockets (they stall with it).
+INFO = FaultKindInfo("app_pause", colour="#fb6a4a", order=0, children="socket", key="app:{pid}")
+
+
+class AppPauseSpec(FaultSpec):
+    target_on_monitor: ClassVar[bool] = True
+
+    # Taken (a router, checked as one, and the faults row's at_node) though the pause needs none.
+    at: str | None = Field(default=None, description="router that drops (network faults)")
+    target: FaultTarget | None = None
+
+    def check(self) -> None:
+        if self.target is None:
+            raise ValueError("app_pause needs 'target: {workload: N}'")
+
+    def check_against(self, spec: SpecView, topology: Topology) -> tuple[Loc, str] | None:
+        if not spec.interceptor:
+            return ("kind",), "app_pause needs the interceptor (interceptor: true)"
+        return None
 
 
 @dataclass
@@ -27,10 +52,13 @@ class Paused:
 
 
 class AppPause:
+    info = INFO
+    spec = AppPauseSpec
+
     def __init__(self, env: FaultEnv):
         self.env = env
 
-    def setup(self, faults: Sequence[Fault]) -> None:
+    def setup(self, faults: Sequence[FaultSpec]) -> None:
         pass   # nothing shared: the interceptor is loaded into the clients when they start
 
     def teardown(self) -> None:

@@ -1,6 +1,8 @@
 """The interface every fault kind (a nemesis, in Jepsen's words) gives the runner.
 
-A kind is made once per run from the FaultEnv (what it acts through). Before t0 the runner calls
+A kind's class also carries what is known of the kind before any run: `info` (rundir.faultkinds:
+report colour and label, targets as data, recorded in the manifest) and `spec` (its fields and rules
+in the spec language, harness.faults.spec). A kind is made once per run from the FaultEnv (what it acts through). Before t0 the runner calls
 `setup` with the run's faults of that kind (shared state: the NESTLAB chain on each router); at each
 planned window `inject` puts the fault in force and returns one Part per thing it acts on (a pair
 of rules, each paused process), each verified in force; `heal` undoes one part and returns when that
@@ -15,12 +17,13 @@ import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:
     from harness.backends.base import Backend, Clocks
-    from harness.spec import Fault, Spec, Window
-    from harness.workloads import Workloads
+    from harness.faults.spec import FaultSpec, SpecView
+    from harness.window import Window
+    from rundir.faultkinds import FaultKindInfo
 
 
 def target_json(**fields) -> str:
@@ -38,10 +41,10 @@ class NoTarget(Exception):  # noqa: N818 - reads as what happened: the window is
 class FaultEnv:
     """What fault kinds act through, given by the runner once the network, clocks and workloads exist."""
 
-    spec: Spec
+    spec: SpecView                # harness.spec.Spec
     backend: Backend
     clocks: Clocks
-    workloads: Workloads
+    workloads: Any                # harness.workloads.Workloads (it imports harness.spec, which imports the kinds)
     rng: random.Random            # the run's seeded stream (which connection a tcp_drop takes)
     run_id: str
     shm_dir: str | None = None    # the interceptor's directory (app_pause)
@@ -62,9 +65,12 @@ class Part:
 class FaultKind(Protocol):
     """A kind of fault. KINDS maps the spec's `kind` to a class whose instances follow this."""
 
+    info: ClassVar[FaultKindInfo]
+    spec: ClassVar[type[FaultSpec]]
+
     def __init__(self, env: FaultEnv) -> None: ...
 
-    def setup(self, faults: Sequence[Fault]) -> None:
+    def setup(self, faults: Sequence[FaultSpec]) -> None:
         """Before t0: prepare what these faults (the run's of this kind) need."""
         ...
 

@@ -1,5 +1,5 @@
-"""ip_drop, tcp_drop, loss and path_blackhole: iptables DROP rules on a router, in a chain the
-harness owns.
+"""What ip_drop, tcp_drop, loss and path_blackhole (each a module of its own) share: iptables DROP
+rules on a router, in a chain the harness owns.
 
 ip_drop drops all IP traffic of a host (default: the monitored one); tcp_drop one live connection
 of a workload, chosen with the run's seed; loss a share of either (`-m statistic`, per packet: the
@@ -29,7 +29,8 @@ from rundir.errors import UserError
 
 if TYPE_CHECKING:
     from harness.backends.base import Node
-    from harness.spec import Fault, FaultTarget, Window
+    from harness.faults.spec import FaultSpec, FaultTarget
+    from harness.window import Window
 
 CHAIN = "NESTLAB"
 TARGET_WAIT_S = 2.0        # how long a tcp_drop waits for its workload to have a connection
@@ -229,7 +230,7 @@ class _Drop:
         self.env = env
         self.chains = Chains.of(env)
 
-    def setup(self, faults: Sequence[Fault]) -> None:
+    def setup(self, faults: Sequence[FaultSpec]) -> None:
         self.chains.setup(f.at for f in faults)
 
     def teardown(self) -> None:
@@ -238,7 +239,7 @@ class _Drop:
     def describe(self, action: Rule) -> str:
         return action.describe()
 
-    def _target(self, fault: Fault) -> tuple[str, Callable[[str], Rule]]:
+    def _target(self, fault: FaultSpec) -> tuple[str, Callable[[str], Rule]]:
         """The row's target JSON and how the rule is made from its tag."""
         raise NotImplementedError
 
@@ -254,11 +255,12 @@ class _Drop:
         return self.env.clocks.from_node(rule.node, self.chains.firewalls[rule.node].delete(rule))
 
 
-def _share(fault: Fault) -> tuple[float | None, str]:
+def _share(fault: FaultSpec) -> tuple[float | None, str]:
     """(drop probability, description prefix) of a fault: loss drops `rate` percent, the others all."""
-    if fault.rate is None:
+    rate = getattr(fault, "rate", None)
+    if rate is None:
         return None, ""
-    return fault.rate / 100.0, f"{fault.rate:g}% of "
+    return rate / 100.0, f"{rate:g}% of "
 
 
 def connection_key(conn: dict) -> str | None:
@@ -266,7 +268,7 @@ def connection_key(conn: dict) -> str | None:
     return f"tcp:{conn['inode']}" if conn.get("inode") is not None else None
 
 
-def host_target(env: FaultEnv, fault: Fault) -> tuple[str, Callable[[str], Rule]]:
+def host_target(env: FaultEnv, fault: FaultSpec) -> tuple[str, Callable[[str], Rule]]:
     """All IP traffic of the fault's host (or the `rate` share of it): the row's target JSON and the rule."""
     host = fault.host or env.spec.monitor
     addr = check_address(host, env.backend.address(host))
@@ -279,7 +281,7 @@ def host_target(env: FaultEnv, fault: Fault) -> tuple[str, Callable[[str], Rule]
     return target, lambda tag: ip_drop_rule(fault.at, tag, addr, probability)
 
 
-def connection_target(env: FaultEnv, fault: Fault) -> tuple[str, Callable[[str], Rule]]:
+def connection_target(env: FaultEnv, fault: FaultSpec) -> tuple[str, Callable[[str], Rule]]:
     """One live connection of the target workload (or the `rate` share of its packets)."""
     conn, pid = pick_connection(env, fault.target)
     if conn is None:
@@ -288,28 +290,6 @@ def connection_target(env: FaultEnv, fault: Fault) -> tuple[str, Callable[[str],
     target = target_json(description=f"{share}tcp {conn['src']}:{conn['sport']}>{conn['dst']}:{conn['dport']}",
                          workload=fault.target.workload, pid=pid, module_key=connection_key(conn), **conn)
     return target, lambda tag: tcp_drop_rule(fault.at, tag, conn, probability)
-
-
-class IpDrop(_Drop):
-    """All IP traffic of a host (default: the monitored one), both directions."""
-
-    def _target(self, fault: Fault) -> tuple[str, Callable[[str], Rule]]:
-        return host_target(self.env, fault)
-
-
-class TcpDrop(_Drop):
-    """One live TCP connection of a workload (instance) to its server, both directions."""
-
-    def _target(self, fault: Fault) -> tuple[str, Callable[[str], Rule]]:
-        return connection_target(self.env, fault)
-
-
-class Loss(_Drop):
-    """A share (`rate`) of a host's traffic (`host`, default the monitored one) or of one connection
-    (`target`), dropped at random, per packet, both directions."""
-
-    def _target(self, fault: Fault) -> tuple[str, Callable[[str], Rule]]:
-        return (connection_target if fault.target is not None else host_target)(self.env, fault)
 
 
 def pick_connection(env: FaultEnv, target: FaultTarget) -> tuple[dict | None, int | None]:

@@ -22,10 +22,34 @@ from typing import TYPE_CHECKING
 
 from harness.faults.base import FaultEnv, NoTarget, Part, target_json
 from harness.faults.iptables import check_connection, connection_key
+from harness.faults.spec import FaultSpec, FaultTarget, Footprint, SpecView
+from rundir.faultkinds import FaultKindInfo
 
 if TYPE_CHECKING:
     from harness.backends.base import Proc
-    from harness.spec import Fault, Window
+    from harness.window import Window
+
+INFO = FaultKindInfo("server_pause", colour="#c994c7", order=3)
+
+
+class ServerPauseSpec(FaultSpec):
+    target: FaultTarget | None = None
+
+    def check(self) -> None:
+        if self.target is None:
+            raise ValueError("server_pause needs 'target: {workload: N}'")
+        if getattr(self, "at", None) is not None:
+            raise ValueError("server_pause stops the target workload's server; it has no 'at'")
+
+    def footprint(self, spec: SpecView) -> Footprint:
+        """Every workload its server serves (the same server host and program) stalls."""
+        w = spec.workloads[self.target.workload]
+        return Footprint(frozenset(), frozenset((i, None) for i, o in enumerate(spec.workloads)
+                                                if (o.server, o.kind) == (w.server, w.kind)))
+
+    def node(self, spec: SpecView) -> str:
+        """The paused server's host."""
+        return spec.workloads[self.target.workload].server
 
 VERIFY_S = 2.0   # how long the pause (or continue) may take to show in every thread's state
 
@@ -38,11 +62,14 @@ class PausedServer:
 
 
 class ServerPause:
+    info = INFO
+    spec = ServerPauseSpec
+
     def __init__(self, env: FaultEnv):
         self.env = env
         self.paused: list[PausedServer] = []
 
-    def setup(self, faults: Sequence[Fault]) -> None:
+    def setup(self, faults: Sequence[FaultSpec]) -> None:
         pass
 
     def teardown(self) -> None:
@@ -55,7 +82,7 @@ class ServerPause:
     def describe(self, action: PausedServer) -> str:
         return f"SIGSTOP / SIGCONT to process group {action.proc.pid} ({' '.join(action.proc.argv)}) on {action.node}"
 
-    def server_of(self, fault: Fault) -> Proc:
+    def server_of(self, fault: FaultSpec) -> Proc:
         w = self.env.spec.workloads[fault.target.workload]
         program = "lighttpd" if w.kind == "wget" else "iperf"
         for proc in self.env.workloads.servers:
@@ -85,7 +112,7 @@ class ServerPause:
                                  **c), text, start, action)
                 for c, pid, wl in conns]
 
-    def connections(self, f: Fault) -> list[tuple[dict, int, int]]:
+    def connections(self, f: FaultSpec) -> list[tuple[dict, int, int]]:
         """(connection, pid, workload) of the monitored host's connections to the paused server."""
         env = self.env
         w = env.spec.workloads[f.target.workload]

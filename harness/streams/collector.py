@@ -22,6 +22,7 @@ from pathlib import Path
 from harness.streams.graph import Graph
 from harness.streams.recovery import Recovery
 from rundir.db import connect, monotonic
+from rundir.layout import RunDir
 from rundir.snapshots import SnapshotWriter
 
 # Flink's task metrics recorded for the engine's own back-pressure reading (the baseline).
@@ -125,7 +126,7 @@ class StreamsCollector(threading.Thread):
             writer.close(monotonic(), ids.values())
         except Exception as e:  # noqa: BLE001 - the runner sees the collector stop and fails the run
             self.error = f"{type(e).__name__}: {e}"
-            (self.db_path.parent / "logs" / "collector-traceback.txt").write_text(traceback.format_exc())
+            (RunDir(self.db_path.parent).logs / "collector-traceback.txt").write_text(traceback.format_exc())
         finally:
             self.cpu_s = time.thread_time() - cpu0
             try:

@@ -25,12 +25,22 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.streams.dropper import Dropper
 from harness.streams.graph import Graph, load_graph
+from harness.streams.throttle import Throttle
 from harness.units import Duration
 from harness.window import Window
 from harness.yamlload import YamlDoc
 
 BACKEND = "flink"
+
+# The streams fault kinds, one line each: a module per kind declares its info (rundir.faultkinds), its
+# check and its settings (harness/streams/throttle.py, dropper.py); the runner drives them.
+KINDS = {kind.info.name: kind for kind in (
+    Throttle,
+    Dropper,
+)}
+KindName = Literal[tuple(KINDS)]
 
 
 class StreamsSchedule(BaseModel):
@@ -46,7 +56,7 @@ class StreamsSchedule(BaseModel):
 class StreamsFault(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["throttle", "dropper"]
+    kind: KindName
     operator: str
     rate: float | None = Field(default=None, ge=0)   # throttle: tuples/s (0 = stop reading)
     schedule: StreamsSchedule
@@ -138,10 +148,9 @@ def streams_experiment_from(doc: YamlDoc, path: Path, scale: int = 1, seeds: tup
                                                  f"(its {f.kind}s: {', '.join(_of_kind(graph, f.kind)) or 'none'})")
         if pe.kind != f.kind:
             raise doc.error(loc + ("operator",), f"{f.operator} is a {pe.kind}, not a {f.kind}")
-        if f.kind == "throttle" and f.rate is None:
-            raise doc.error(loc, "a throttle fault needs `rate` (tuples/s; 0 stops the PE reading)")
-        if f.kind == "dropper" and f.rate is not None:
-            raise doc.error(loc + ("rate",), "a dropper drops every tuple while on: it takes no rate")
+        problem = KINDS[f.kind].check(f)
+        if problem is not None:
+            raise doc.error(loc + problem[0], problem[1])
         for k, at in enumerate(f.schedule.at):
             end = at + f.schedule.duration
             if end > spec.duration:

@@ -29,7 +29,7 @@ def register(subparsers) -> None:
 def _diagnose(args) -> int:
     from analysis.diagnose import as_variants, diagnose_json, diagnose_run
     from analysis.load import read_run
-    from analysis.stretches import read_json
+    from analysis.model.stretches import read_json
     from rundir.runs import guarded
 
     variants = as_variants(args.variant)  # bad variant specs fail before any input is read

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from analysis.variants import DEFAULT_VARIANT
 from rundir.errors import UserError
+from rundir.layout import RunDir
 
 
 def register(subparsers) -> None:
@@ -223,7 +224,7 @@ def _evaluate(args, variants, keep=False):
 def _out_dir(args, runs: list[Path]) -> Path:
     from rundir.runs import common_root
 
-    return Path(args.out) if args.out else common_root(runs) / "analysis"
+    return Path(args.out) if args.out else RunDir(common_root(runs)).analysis
 
 
 def _seed(name: str | None, kind: str):
@@ -351,7 +352,7 @@ def _plots(args) -> int:
     drawn = 0
     for run in ev.runs:
         data, scored = ev.data[run], ev.scored[run]
-        out = Path(args.out) if args.out else run / "analysis"
+        out = Path(args.out) if args.out else RunDir(run).analysis
         modules = [_module_id(data, m) for m in args.module] if args.module else None
 
         def draw(data=data, scored=scored, out=out, modules=modules):

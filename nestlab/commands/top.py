@@ -21,6 +21,7 @@ from analysis.live import LAG_S, LiveEngine, LiveView, Row
 from nestlab.live_line import printable
 from rundir import facts, read
 from rundir.errors import UserError
+from rundir.layout import RunDir
 from rundir.manifest import read_manifest_quietly
 from rundir.runs import guarded
 
@@ -79,7 +80,7 @@ def _show(args: argparse.Namespace) -> int:
 
 def seq_at(run: Path, seconds: float) -> int:
     """The last snapshot at most `seconds` after t0 (the first snapshot's time when t0 is unknown)."""
-    db = run / "run.db" if run.is_dir() else run
+    db = RunDir(run).db if run.is_dir() else run
     if not db.is_file():
         raise UserError(f"{run}: no run.db here (expected a run directory)")
     seq = read.seq_at(db, facts.manifest_t0(read_manifest_quietly(db.parent)), seconds)

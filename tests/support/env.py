@@ -49,3 +49,9 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
     p = tmp_path / name
     p.write_text(text)
     return p
+
+
+def one_line(text: str) -> str:
+    """`text`, asserted to be one line (a refusal is one line naming what it refuses)."""
+    assert "\n" not in text, text
+    return text

@@ -1,5 +1,5 @@
 """Running a suite without a network: `fake_lab(monkeypatch)` puts a stand-in for the runner's
-repetition (harness.runner.Repetition) under harness.suiterun, which writes a hand-made run
+repetition (harness.runner.Repetition, the run loop) under harness.suiterun, which writes a hand-made run
 (tests.support.runs.make_run, its length set by the run's seed so that every run differs) with the
 manifest fields a real run has (experiment, repetition, spec digest, status), and takes neither the
 machine's run lock nor the backend's checks. Everything else of the suite runner is the real one:
@@ -12,6 +12,7 @@ import contextlib
 import json
 from pathlib import Path
 
+from rundir.layout import RunDir
 from tests.support.runs import make_run
 
 
@@ -27,7 +28,7 @@ class FakeRepetition:
         while path.exists():
             k += 1
             path = base.with_name(f"{base.name}-{k}")
-        self.rd = type("Rd", (), {"path": path, "status": None})()
+        self.rd = type("Rd", (), {"path": path, "analysis": RunDir(path).analysis, "status": None})()
 
     def execute(self) -> int:
         key = (self.exp.spec.name, self.repetition)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from analysis.diagnose import as_variants, diagnose_stretches
 from analysis.live import LiveEngine
-from analysis.stretches import DIRS, load_stretches
+from analysis.model.stretches import DIRS, load_stretches
 from analysis.variants import DEFAULT_VARIANT, LABELS
 from tests.support.grow import Grower
 

@@ -1,9 +1,11 @@
 """Manifests as the runner writes them, for the schema tests (tests/test_manifest.py).
 
 `runner_manifests(...)` builds, from a real spec and topology (harness.spec.load_spec), the dict
-harness/runner.py holds at each of its writes: at the start (`Repetition.execute`), after the build
-(`_setup`: addresses, versions, clock offsets, monitor, link model; ssh: nodes), at t0
-(`_main_loop`), at the end (`_bring_back` on ssh, `_finish`) and with the health the report adds
+the run loop (harness/runner.py) and the network lab (harness/lab/network.py) hold at each of its
+writes: at the start (`Repetition.execute` with `NetworkLab.manifest_start`), after the build
+(`NetworkLab.setup`: addresses, versions, clock offsets, monitor, link model; ssh: nodes), at t0
+(`Repetition._main_loop`), at the end (`NetworkLab._bring_back` on ssh, `Repetition._finish`) and
+with the health the report adds
 (nestlab.observers.report). The values the build measures are made up, in the shapes the backends
 give them (harness/backends/). DATA holds manifests of real runs: format 3 as recorded, and the
 same run as the format 2 runner wrote it.
@@ -17,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from harness.backends.base import ClockOffset, Clocks
+from harness.faults import kinds_used
 from harness.spec import load_spec
 from rundir import __version__
 from rundir.db import FORMAT_VERSION
@@ -61,7 +64,7 @@ def runner_manifests(spec: str | Path = REPO / "experiments" / "net_fault.yaml",
     ssh = topo.backend == "ssh"
     monitor_if = topo.interfaces[spec_.monitor][0]
     run_id = f"20260101-120000-r{repetition}"
-    # Repetition.execute
+    # Repetition.execute, NetworkLab.manifest_start
     m = {
         "format_version": FORMAT_VERSION, "run_id": run_id, "experiment": spec_.name,
         "spec_file": str(exp.path), "spec": spec_.model_dump(mode="json"),
@@ -71,10 +74,11 @@ def runner_manifests(spec: str | Path = REPO / "experiments" / "net_fault.yaml",
         "monitor": {"host": spec_.monitor, "address": monitor_if.address, "interface": monitor_if.name},
         "congestion_control": spec_.congestion_control, "snapshot_interval": spec_.snapshot_interval,
         "planned_faults": [w.__dict__ for w in exp.plan(repetition)], "clock": "CLOCK_MONOTONIC of the monitored host",
+        "fault_kinds": kinds_used(spec_.faults),
         "start_wall": 1767268800.25, "start_mono": 3586.957461307, "status": "running",
     }
     yield "start", copy.deepcopy(m)
-    # Repetition._setup
+    # NetworkLab.setup
     clocks = Clocks(spec_.monitor, {n: ClockOffset(0.0012 if ssh else 0.0, 0.0004 if ssh else 0.0, 5 if ssh else 0,
                                                     "command server" if ssh else "shared clock")
                                     for n in topo.spec.nodes})
@@ -102,7 +106,7 @@ def runner_manifests(spec: str | Path = REPO / "experiments" / "net_fault.yaml",
     # Repetition._main_loop
     m.update(status="running", t0=3587.66233503)
     yield "t0", copy.deepcopy(m)
-    # Repetition._bring_back (ssh), Repetition._finish
+    # NetworkLab._bring_back (ssh), Repetition._finish
     if ssh:
         m["clock_offsets_end"] = clocks.as_dict()
     m.update(status="complete", reason=None, end_wall=1767268883.75, end_mono=3670.574972663,

@@ -13,7 +13,7 @@ import networkx as nx
 import numpy as np
 
 from analysis.diagnose import diagnose_stretches
-from analysis.stretches import DIRS, Stretch
+from analysis.model.stretches import DIRS, Stretch
 from analysis.variants import BLOCKED, DONTCARE, HEALTHY, STALLED, Variant
 from analysis.variants.nest_cf_tables import ABSOLVE_CO_PARENT, OBS, cell
 

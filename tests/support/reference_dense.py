@@ -1,11 +1,11 @@
-"""The plain forms of load_stretches' array steps, as they were before analysis.dense (lexsort,
+"""The plain forms of load_stretches' array steps, as they were before analysis.model.dense (lexsort,
 searchsorted, a stretch at a time): tests/test_dense.py checks the fast forms against them."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from analysis.stretches import DIRS, Counters, Stretch
+from analysis.model.stretches import DIRS, Counters, Stretch
 
 
 def ref_dense_counter_rows(rows: dict[str, np.ndarray], pos: np.ndarray, lives: tuple[np.ndarray, np.ndarray],

@@ -1,5 +1,5 @@
 """Plain per-snapshot reference for `flowdiagnoser:probe=on` (issue 21), written from docs/diagnosis.md
-one module and one snapshot at a time, with lists and dicts; it shares no code with analysis.probes or
+one module and one snapshot at a time, with lists and dicts; it shares no code with analysis.model.probes or
 analysis.variants (it reads a stretch's probe data: the per-burst table `Stretch.probes.bursts.table`,
 the snapshot times, each module's remote and the snapshots' counters, and finds the silences itself).
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 import tests.support.reference_tcpstate as _tcpstate
-from analysis.stretches import DIRS, Stretch
+from analysis.model.stretches import DIRS, Stretch
 from analysis.variants import BLOCKED, STALLED
 from tests.support import reference as _reference
 from tests.support.reference_shared_peer import ref_flowdiagnoser_shared

@@ -13,7 +13,7 @@ import statistics
 
 import numpy as np
 
-from analysis.stretches import DIRS, Stretch
+from analysis.model.stretches import DIRS, Stretch
 from analysis.variants import BLOCKED, DONTCARE, HEALTHY, STALLED
 from tests.support import reference as _reference
 from tests.support.reference import ref_flowdiagnoser

@@ -20,7 +20,7 @@ from __future__ import annotations
 import networkx as nx
 import numpy as np
 
-from analysis.stretches import DIRS, Stretch
+from analysis.model.stretches import DIRS, Stretch
 from analysis.variants import BLOCKED, DONTCARE, HEALTHY, STALLED
 from tests.support import reference as _reference
 

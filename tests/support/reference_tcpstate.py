@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 import tests.support.reference_shared_peer  # noqa: F401 - the shared wrapper is the one to wrap
-from analysis.stretches import DIRS, Stretch
+from analysis.model.stretches import DIRS, Stretch
 from analysis.variants import BLOCKED, STALLED
 from tests.support import reference as _reference
 

@@ -9,7 +9,7 @@ from html.parser import HTMLParser
 import numpy as np
 import pandas as pd
 
-from analysis.rows import COUNTS, RATES, ROWS, SECTIONS
+from analysis.score.table_layout import COUNTS, RATES, ROWS, SECTIONS
 
 
 class _Tables(HTMLParser):

@@ -1,5 +1,5 @@
 """run.db files written table by table, raw cumulative counters as given, for the stretch reader
-(analysis.stretches.load_stretches) and the diagnosis tests."""
+(analysis.model.stretches.load_stretches) and the diagnosis tests."""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ deltas, edges, processes, faults, events) and a small manifest, written by the r
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -174,3 +175,14 @@ def make_run(path, n: int = 50, status: str = "complete", manifest: bool = True)
     b.fault("tcp_drop", mods["wget"][2], start=2.05, end=2.8, target={"inode": 100})
     b.fault("ip_drop", ip, start=3.45, end=3.9, target={"host": "h1"})
     return b.write(), mods, ip
+
+
+def edit_db(run: Path, *statements: str) -> list[int]:
+    """Run SQL statements on a run's run.db (a test's damage); the rows each changed."""
+    db = sqlite3.connect(RunDir(run).db)
+    try:
+        changed = [db.execute(sql).rowcount for sql in statements]
+        db.commit()
+    finally:
+        db.close()
+    return changed

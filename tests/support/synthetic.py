@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.stretches import DIRS
+from analysis.model.stretches import DIRS
 from rundir.db import create_db
 
 

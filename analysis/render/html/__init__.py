@@ -31,7 +31,7 @@ from analysis.render.html.faults import faults_part
 from analysis.render.html.html import details, esc, note, page, png, section, table
 from analysis.render.tables import stalled_top
 from analysis.variants import DEFAULT_VARIANT
-from rundir.layout import fresh, output_dir
+from rundir.layout import RunDir, fresh, output_dir
 
 REPORT_VARIANTS = (DEFAULT_VARIANT, "nest-cf")   # the two rule systems the seeds measured
 MAX_RUN_FIGURES = 30        # several runs: runs whose diagnosis overview is drawn ...
@@ -62,7 +62,7 @@ def default_output(runs: Sequence[Path]) -> Path:
     <the runs' common directory>/analysis/report.html."""
     from rundir.runs import common_root
 
-    return (suite_of(runs) or common_root(list(runs))) / "analysis" / "report.html"
+    return RunDir(suite_of(runs) or common_root(list(runs))).analysis / "report.html"
 
 
 def _title(ev) -> str:

@@ -17,7 +17,7 @@ import pandas as pd
 
 from analysis.health import fault_spans
 from analysis.render.html.html import details, esc, svg_img, table
-from analysis.render.plots import FAULT_COLOURS, KIND_ORDER, short_name
+from analysis.render.plots import KIND_ORDER, fault_colour, short_name
 from rundir import facts
 
 PRE_S = 2.0            # counters shown from this long before the window ...
@@ -215,7 +215,7 @@ def counters_svg(data, w: FaultTimes, modules: list[tuple[int, str]], counters: 
     def x(t: float) -> float:
         return label_w + (min(max(t, x0), x1) - x0) / (x1 - x0) * plot_w
 
-    colour = FAULT_COLOURS.get(str(w.fault.kind), "#999999")
+    colour = fault_colour(data, w.fault.kind, "#999999")
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" font-family="DejaVu Sans, sans-serif" font-size="10">',
              f'<rect width="{width}" height="{height}" fill="#ffffff"/>',

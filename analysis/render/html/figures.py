@@ -19,7 +19,7 @@ import pandas as pd
 from analysis.health import SILENCE_WARN, loaded_rtt
 from analysis.render.html.faults import fault_windows
 from analysis.render.mpl import plt, tight  # matplotlib on first use (Agg; names never TeX)
-from analysis.render.plots import FAULT_COLOURS
+from analysis.render.plots import fault_colour
 
 DPI = 80
 MAX_QUEUES = 3
@@ -34,7 +34,7 @@ def _png(fig) -> bytes:
 
 def _shade(ax, data) -> None:
     for w in fault_windows(data):
-        colour = FAULT_COLOURS.get(str(w.fault.kind), "#cccccc")
+        colour = fault_colour(data, w.fault.kind, "#cccccc")
         ax.axvspan(w.start - data.t0, w.end - data.t0, color=colour, alpha=0.3, lw=0, zorder=0)
         ax.axvspan(w.end - data.t0, w.margin_end - data.t0, color=colour, alpha=0.1, lw=0, zorder=0)
 

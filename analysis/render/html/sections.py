@@ -31,7 +31,7 @@ from analysis.render.tables import (
     pct,
     runs_title,
 )
-from analysis.rows import COUNTS, RATES, ROWS, SECTIONS
+from analysis.score.table_layout import COUNTS, RATES, ROWS, SECTIONS
 
 ACCURACY_SEEDS = ("thesis-3.3", "paper-table-6")
 STREAMS_SEEDS = ("thesis-4.3",)   # a row per processing graph (analysis.render.against_streams)
@@ -104,7 +104,7 @@ def health_section(ev) -> str:
 
 
 def accuracy_section(ev) -> str:
-    """Thesis Table 3.3 per variant (analysis.score.accuracy_table), and with 2 or more runs the
+    """Thesis Table 3.3 per variant (analysis.score.accuracy.accuracy_table), and with 2 or more runs the
     across-runs table; each <table> carries data-variant, each row data-section and data-row."""
     parts = []
     attrs = [{"data-section": s, "data-row": r} for s in SECTIONS for r in ROWS]

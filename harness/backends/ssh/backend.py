@@ -28,6 +28,7 @@ from harness.faults import chain_teardown_argv
 from harness.interceptor.pause import PauseState
 from harness.ledger import Ledger
 from harness.topology import Interface, Topology
+from rundir.layout import RunDir
 
 if TYPE_CHECKING:
     from rundir.recorder import RunRecorder
@@ -172,8 +173,8 @@ class SshBackend:
 
     # -- the collector's run.db on the node ------------------------------------------------------
     def collector_db(self, name: str, run_db: RunRecorder | None = None) -> str:
-        """run.db for the collector on the node, with the run-store schema (merged into the run's
-        `run_db` by bring_back())."""
+        """A run.db for the collector on the node (rundir.db's schema), merged into the run's `run_db`
+        by bring_back()."""
         db = f"{self.nodes[name].workdir}/run.db"
         self.agent(name, "initdb", db)
         self.remote_db = db
@@ -221,7 +222,7 @@ class SshBackend:
                                    checkpoint=lambda: self.agent(mon, "checkpoint", self.remote_db))
             except Exception as e:  # noqa: BLE001 - still fetch the logs
                 errors.append(f"run.db from {mon}: {e}")
-        logs = run_dir / "logs"
+        logs = RunDir(run_dir).logs
         keep = set(os.listdir(logs)) if logs.is_dir() else set()   # no node replaces what is there
         for name, node in self.nodes.items():
             try:

@@ -13,6 +13,7 @@ from harness.backends.ssh.retrieve import fetch_collector_db, fetch_logs
 from harness.backends.ssh.transport import Connection, SshParams
 from rundir.db import CHECKPOINT_SCRIPT, connect, snapshot_count
 from rundir.errors import UserError
+from rundir.layout import RunDir
 
 STOP_WAIT_S = 10.0   # how long `cleanup` gives the recorded processes to end after SIGTERM
 
@@ -74,15 +75,15 @@ def cleanup_remote(data: dict, say) -> bool:
         nodes[name].use_server = True
     # Stopped before anything is copied: a run.db copied while the collector writes can be stale or torn.
     killed = stop_recorded(nodes, remote.get("processes", []), say)
-    run_dir = Path(data["run_dir"])
+    rd = RunDir(Path(data["run_dir"]))
     salvage = remote.get("salvage")
     mon = nodes.get(salvage["node"]) if salvage else None
-    if mon is not None and (run_dir / "run.db").exists():
+    if mon is not None and rd.db.exists():
         try:
-            if snapshot_count(run_dir / "run.db") == 0:
-                db = connect(run_dir / "run.db")
+            if snapshot_count(rd.db) == 0:
+                db = connect(rd.db)
                 try:
-                    n = fetch_collector_db(mon, salvage["db"], run_dir, db, checkpoint=lambda: mon.run(
+                    n = fetch_collector_db(mon, salvage["db"], rd.path, db, checkpoint=lambda: mon.run(
                         [mon.p.python, "-c", CHECKPOINT_SCRIPT, salvage["db"]]))
                     say(f"cleanup: brought back {n} snapshot(s) from {salvage['node']}")
                 finally:
@@ -91,7 +92,7 @@ def cleanup_remote(data: dict, say) -> bool:
             say(f"cleanup: could not bring back run.db from {salvage['node']}: {e}")
     if mon is not None:
         try:
-            fetch_logs(mon, salvage["logs"], run_dir / "logs")
+            fetch_logs(mon, salvage["logs"], rd.logs)
         except Exception as e:  # noqa: BLE001 - the rest of the cleanup still matters
             say(f"cleanup: logs from {salvage['node']}: {e}")
     for entry in remote.get("undo", []):

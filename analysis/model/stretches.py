@@ -14,7 +14,7 @@ Two sources:
   series re-baselines on the lower values. `Counters.invalid` marks those module/direction/snapshots
   (and snapshots without a measurement); the diagnosis still runs on them, the labeller drops them.
   A wait_ms decrease of at most 0.05 ms is not an event (a call of the interceptor finishing between
-  the reader's look at the slot and its clock): the previous value carries over. analysis.deltas is
+  the reader's look at the slot and its clock): the previous value carries over. analysis.model.deltas is
   the one place the rule lives; the collector stores what it read.
 - `stretch_from_json(obj)`: the `nestlab diagnose --json` format (docs/diagnosis.md), whose values
   are already deltas.
@@ -37,9 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from analysis import probes, stretch_copy, tcpstate
-from analysis.deltas import _QUEUED, series_deltas
-from analysis.dense import (
+from analysis.model import probes, stretch_copy, tcpstate
+from analysis.model.deltas import _QUEUED, series_deltas
+from analysis.model.dense import (
     cell_places,
     dense_counter_rows,
     fill_counters,
@@ -49,9 +49,11 @@ from analysis.dense import (
     stretch_edges,
     stretch_members,
 )
+from analysis.model.engine_metrics import EngineMetrics, read_engine_metrics
 from rundir import columnar, read, repair
 from rundir.db import connect
 from rundir.errors import UserError
+from rundir.layout import run_db
 
 DIRS = ("in", "out")
 KINDS = ("app", "socket", "tcp", "ipeth", "ip", "eth", "sconn")
@@ -108,15 +110,15 @@ class Stretch:
     # Per module, the remote peer it depends on (a TCP connection's remote address, attrs "dst";
     # JSON "remote"), None where unknown; None = unknown for all. flowdiagnoser:shared=on groups by it.
     remote: list[str | None] | None = None
-    # Per module and snapshot, the connection's TCP state (analysis.tcpstate.TcpState: tcp_info's
+    # Per module and snapshot, the connection's TCP state (analysis.model.tcpstate.TcpState: tcp_info's
     # backoff, ca_state, retransmits, probes, rto and last send/receive times, carried forward);
     # None = not recorded (run format <= 3, JSON). flowdiagnoser:tcpstate=on reads it.
     tcpstate: Any = None
-    # The collector's probes as this stretch sees them (analysis.probes.StretchProbes); None = none
+    # The collector's probes as this stretch sees them (analysis.model.probes.StretchProbes); None = none
     # (runs of format <= 4 carry an empty one). flowdiagnoser:probe=on reads it.
     probes: Any = None
     # (buffers, start, stop) when the counters are views of buffers[d][field][start:stop], one flat
-    # array per direction and field for a whole run (build_stretches): analysis.cells takes those.
+    # array per direction and field for a whole run (build_stretches): analysis.model.batch takes those.
     flat: Any = None
 
     def __post_init__(self):
@@ -278,13 +280,14 @@ class RunStretches:
     modules: list[tuple] = field(default_factory=list)  # (id, kind, name, key, attrs, born, died), as read
     edges: list[tuple] = field(default_factory=list)    # (parent, child, born, died), as read
     warnings: list[str] = field(default_factory=list)   # what was wrong with run.db, what was left out
+    engine_metrics: EngineMetrics = field(default_factory=EngineMetrics)   # a streams run's (flink-backpressure)
 
 
 def load_stretches(run_dir: str | Path) -> RunStretches:
     """Read a run directory (or a run.db path) into stretches of constant graph. What is wrong with
     run.db (rundir.read) is in `RunStretches.warnings`; sqlite3.Error when the file cannot be read."""
     path = Path(run_dir)
-    db = path if path.is_file() else path / "run.db"
+    db = run_db(path)
     if not db.is_file():
         raise UserError(f"{path}: no run.db here (expected a run directory)")
     warnings: list[str] = []
@@ -307,11 +310,12 @@ def load_stretches(run_dir: str | Path) -> RunStretches:
         read_said = warnings[said:]
         tcp_rows = read.read_tcp_state(conn, warnings)
         probe_rows = read.read_probes(conn, warnings)
+        engine = read_engine_metrics(conn, (k for _, k, *_ in mods))
     finally:
         conn.close()
     kind = {i: k for i, k, *_ in mods}
     name = {i: n for i, _, n, *_ in mods}
-    run = RunStretches(path, [], kind, name, seqs, mono, unscored, mods, edge_rows, warnings)
+    run = RunStretches(path, [], kind, name, seqs, mono, unscored, mods, edge_rows, warnings, engine)
     if copy is not None:
         _from_copy(run, copy)
     elif len(seqs) and len(rows["seq"]) and kind:
@@ -426,7 +430,7 @@ def build_stretches(seqs: np.ndarray, mono: np.ndarray, kind: dict[int, str], pe
     `load_run` passes a whole run, analysis.live a window of recent snapshots.
 
     The stretches' counters are views of one flat array per field and direction, in the order of
-    analysis.cells (stretch, module, snapshot), so a Batch of them takes it without a copy."""
+    analysis.model.batch (stretch, module, snapshot), so a Batch of them takes it without a copy."""
     s_count = len(seqs)
     if s_count == 0 or len(row_module) == 0:
         return []
@@ -486,7 +490,7 @@ def make_stretches(seqs: np.ndarray, kind: dict[int, str], starts: np.ndarray, s
                    flat: dict[str, dict[str, np.ndarray]]) -> list[Stretch]:
     """Stretches [starts[j], stops[j]) of `seqs`, the j-th with the next n[j] modules of `here` and the
     edges edges[at[j]:at[j + 1]] (sorted, once each), their counters views of the flat per-cell arrays
-    `flat[d][field]` (analysis.cells' order) -- build_stretches' last step, and the stretches' copy's."""
+    `flat[d][field]` (analysis.model.batch's order) -- build_stretches' last step, and the stretches' copy's."""
     kinds = list(map(kind.__getitem__, here))
     fields = list(Counters.__dataclass_fields__)
     t = stops - starts

@@ -1,5 +1,5 @@
 """Counter deltas of run.db's raw cumulative counters (thesis 3.4), one direction's rows at a time:
-load_stretches and analysis.live take them here (see analysis.stretches for the rules).
+load_stretches and analysis.live take them here (see analysis.model.stretches for the rules).
 
 The common case is vectorised column by column on the rows as they are (no copies of the value
 columns); the thesis-3.4 rebaseline after a decrease and the wait_ms jitter run row by row only where

@@ -4,7 +4,7 @@ change in TP and FP between rule variants (NeST paper Table 8).
 Every module, direction and snapshot that is not excluded by the labelling policy (and has a valid
 counter delta) is one diagnosis: TP (diagnosed positive, actually positive), FP, TN or FN. Counts are
 kept per run, variant, direction and module (analysis.pipeline.evaluate(...).counts) and summed into
-the table rows of analysis.rows in sections Inbound, Outbound and Total (both directions). Rates:
+the table rows of analysis.score.table_layout in sections Inbound, Outbound and Total (both directions). Rates:
   TPR = TP/AP, FPR = FP/AN, PPV = TP/(TP+FP), TNR = TN/AN, FNR = FN/AP, NPV = TN/(TN+FN)
 A rate whose denominator is zero is undefined (None; printed blank).
 
@@ -37,7 +37,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from analysis.rows import COUNTS, RATE_DEF, RATES, ROWS, SECTION_DIR, SECTIONS
+from analysis.score.table_layout import COUNTS, RATE_DEF, RATES, ROWS, SECTION_DIR, SECTIONS
 
 CONFIDENCE = 0.95
 Z = 1.959963984540054  # two-sided 95% normal quantile

@@ -5,7 +5,7 @@ its rows in snapshot order (a *series*).
 
 Two sources, one interface:
 - `ArrayRows`, the frame's columns, when the frame is made (a damaged run, a frame given);
-- `StretchRows`, the stretches' flat counters (analysis.frame_rows) while it is not: it makes in full
+- `StretchRows`, the stretches' flat counters (analysis.model.long_frame) while it is not: it makes in full
   only what every policy reads in full (which rows are invalid, one-way, after the run's end) and reads
   times and counters at the rows asked for, the series of a fault's targets and neighbours. A
   15-minute run has 1.8 M rows; a policy looks at a few series of them.
@@ -18,8 +18,8 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 import pandas as pd
 
-from analysis.frame_rows import FrameRows
-from analysis.stretches import DIRS
+from analysis.model.long_frame import FrameRows
+from analysis.model.stretches import DIRS
 
 
 def _idle(tm: np.ndarray, has_wait: np.ndarray, wait: np.ndarray) -> np.ndarray:
@@ -114,7 +114,7 @@ class _Series(Mapping):
 
 
 class StretchRows:
-    """The same, from the stretches' flat counters (analysis.frame_rows.FrameRows, in series order)."""
+    """The same, from the stretches' flat counters (analysis.model.long_frame.FrameRows, in series order)."""
 
     def __init__(self, data, rows: FrameRows):
         self.rows = rows

@@ -4,7 +4,7 @@ labels, the network health).
 
 The frame's rows are stretch by stretch, direction by direction ('in', then 'out'), module by module,
 snapshot by snapshot. A stretch's counters are (modules, snapshots) arrays, and those of a whole run
-lie back to back per direction (analysis.cells.Batch: cell c of stretch k at offsets[k] + m * T_k + t),
+lie back to back per direction (analysis.model.batch.Batch: cell c of stretch k at offsets[k] + m * T_k + t),
 so the frame row of direction d's cell c is c + offsets[k] + d * size_k: each column is one scatter
 of the two directions' flat arrays, whatever the number of stretches.
 """
@@ -16,8 +16,8 @@ from functools import cached_property
 
 import numpy as np
 
-from analysis.cells import Batch
-from analysis.stretches import DIRS
+from analysis.model.batch import Batch
+from analysis.model.stretches import DIRS
 
 
 def in_series_order(stretches: list) -> bool:
@@ -51,7 +51,7 @@ class FrameRows:
 
     @cached_property
     def in_series_order(self) -> bool:
-        """in_series_order(the stretches): series_cells and analysis.label_rows need it."""
+        """in_series_order(the stretches): series_cells and analysis.model.label_input need it."""
         return in_series_order(self.stretches)
 
     # ------------------------------------------------------------------ layout

@@ -1,4 +1,4 @@
-"""Array steps of load_stretches (analysis.stretches) in linear time: ordering counters rows by series
+"""Array steps of load_stretches (analysis.model.stretches) in linear time: ordering counters rows by series
 and snapshot, carrying them forward to every snapshot of a module's life, and cutting the run into
 stretches with their counters filled in one pass.
 
@@ -177,7 +177,7 @@ def cell_places(starts: np.ndarray, stops: np.ndarray, s_count: int, slots: np.n
 
 def fill_counters(n_cells: int, cell: np.ndarray, delta: np.ndarray, queued: np.ndarray, has: np.ndarray,
                   invalid: np.ndarray) -> dict[str, np.ndarray]:
-    """One direction's counters of every stretch as flat per-cell arrays (analysis.cells' order), with
+    """One direction's counters of every stretch as flat per-cell arrays (analysis.model.batch's order), with
     rows of deltas put in their `cell`; a cell without a row has no measurement (invalid)."""
     out = {f: np.zeros(n_cells) for f in ("tm", "wait", "queued", "errors")}
     out.update({f: np.zeros(n_cells, dtype=bool) for f in ("has_wait", "has_queue", "has_errors")})
@@ -303,7 +303,7 @@ def stretch_members(starts: np.ndarray, spans: tuple[np.ndarray, np.ndarray, np.
 
 def gather_index(ids: np.ndarray, mod: np.ndarray, pos: np.ndarray, starts: np.ndarray, t: np.ndarray,
                  members: np.ndarray, n: np.ndarray, buf: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
-    """For one direction's rows, each cell's row (analysis.cells' order: stretch k over positions
+    """For one direction's rows, each cell's row (analysis.model.batch's order: stretch k over positions
     [starts[k], starts[k] + t[k]), its n[k] modules `members` in order, then snapshot) and the cells
     without one (their index is 0) -- what cell_places' scatter would fill -- when the rows come in
     one run of consecutive positions per module, modules ascending (as load_stretches has them);

@@ -17,14 +17,50 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import networkx as nx
+from pydantic import Field
 
 from harness.faults.base import Part, target_json
 from harness.faults.iptables import Rule, _Drop, check_connection, connection_key, path_rule
+from harness.faults.spec import FaultSpec, Footprint, Loc, SpecView
 from harness.routing import bundle_interfaces, path_of
+from rundir.faultkinds import FaultKindInfo
 
 if TYPE_CHECKING:
-    from harness.spec import Fault, Window
     from harness.topology import Interface, Topology
+    from harness.window import Window
+
+INFO = FaultKindInfo("path_blackhole", colour="#9e9ac8", order=2)
+
+
+class PathBlackholeSpec(FaultSpec):
+    at: str | None = Field(default=None, description="router that drops (network faults)")
+    path: int | None = Field(default=None, ge=0, description="path_blackhole: which link of `at`'s bundle (0, 1, ...)")
+
+    def check(self) -> None:
+        if self.at is None:
+            raise ValueError("path_blackhole needs 'at': the router that drops the packets")
+        if self.path is None:
+            raise ValueError("path_blackhole needs 'path: K' (which parallel link)")
+        if getattr(self, "target", None) is not None:
+            raise ValueError("path_blackhole has no 'target': its targets are the connections routed over the path")
+
+    def check_against(self, spec: SpecView, topology: Topology) -> tuple[Loc, str] | None:
+        if self.at not in topology.spec.nodes:
+            return None   # the common check names the unknown node
+        bundle = topology.bundle(self.at) if topology.is_router(self.at) else []
+        if not bundle:
+            return ("at",), (f"{self.at!r} has no parallel links (a bundle, 'paths: N' in the topology) for "
+                             "path_blackhole; try topology ecmp")
+        if self.path >= len(bundle):
+            return ("path",), f"{self.at!r} has {len(bundle)} parallel links: path is 0 to {len(bundle) - 1}"
+        return None
+
+    def footprint(self, spec: SpecView) -> Footprint:
+        """Any workload may be stalled: which ones the routers' hash decides."""
+        return Footprint(frozenset(), frozenset((i, None) for i in range(len(spec.workloads))))
+
+    def same_action(self, other: FaultSpec) -> bool:
+        return self.at == other.at and self.path == other.path
 
 
 @dataclass
@@ -43,6 +79,9 @@ def _toward(topo: Topology, interfaces: list[Interface], router: str, host: str)
 
 
 class PathBlackhole(_Drop):
+    info = INFO
+    spec = PathBlackholeSpec
+
     def inject(self, window: Window, first_id: int) -> list[Part]:
         env = self.env
         f = env.spec.faults[window.spec_index]
@@ -64,7 +103,7 @@ class PathBlackhole(_Drop):
                                  **where, **c), rule_text, start, shared)
                 for c, pid, wl, ways in crossing]
 
-    def crossing(self, f: Fault, link: Interface) -> list[tuple[dict, int, int, str]]:
+    def crossing(self, f: FaultSpec, link: Interface) -> list[tuple[dict, int, int, str]]:
         """(connection, pid, workload, 'forward'/'reverse'/'both') of the monitored host's
         connections routed over `link` (`at`'s end of one bundle link) in either direction."""
         env = self.env

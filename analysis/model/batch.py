@@ -8,13 +8,18 @@ along edges within one snapshot, so the whole run is one big graph of cells.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TypeVar
 
 import numpy as np
 
-from analysis.dense import flat_view
-from analysis.stretches import KINDS, Counters, Stretch
+from analysis.model.dense import flat_view
+from analysis.model.engine_metrics import EngineMetrics
+from analysis.model.stretches import KINDS, Counters, Stretch
+
+T = TypeVar("T")
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
@@ -25,7 +30,7 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 
 def _flat(arrays: list[np.ndarray]) -> np.ndarray:
     """The arrays flattened into one, in order: a read-only view when they lie back to back in one
-    buffer (analysis.dense.flat_view), else a copy."""
+    buffer (analysis.model.dense.flat_view), else a copy."""
     view = flat_view(arrays)
     return np.concatenate([a.ravel() for a in arrays]) if view is None else _readonly(view)
 
@@ -55,12 +60,26 @@ class Batch:
     # Where the stretches come from (a run directory, a JSON file), for errors that name it; None for
     # stretches made in memory.
     source: str | None = None
+    # A streams run's engine metrics (flink-backpressure reads them): the loaded run's
+    # (RunStretches.engine_metrics), or given with stretches made in memory; None: the stretches come
+    # from no run (JSON snapshots; in memory, none given).
+    engine_metrics: EngineMetrics | None = None
     offsets: np.ndarray = field(init=False)  # (K + 1,) first cell of each stretch
-    _cache: dict = field(default_factory=dict, init=False, repr=False)
+    _flat_counters: dict[str, Counters] = field(default_factory=dict, init=False, repr=False)
+    _shared: dict[str, object] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self):
         sizes = [st.n * st.t for st in self.stretches]
         self.offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+
+    def shared(self, key: str, make: Callable[[], T]) -> T:
+        """What `make()` returns, made once per batch under `key` and shared by the variants that ask
+        for it (the variants of one system, e.g. flowdiagnoser:theta=1 and theta=2, diagnose the same
+        batch). A key is one variant module's, holding one type, which that module reads through its
+        own typed accessor (e.g. analysis.variants.flowdiagnoser._cells)."""
+        if key not in self._shared:
+            self._shared[key] = make()
+        return self._shared[key]  # type: ignore[return-value]
 
     @property
     def n_cells(self) -> int:
@@ -110,7 +129,7 @@ class Batch:
 
     @cached_property
     def detached(self) -> np.ndarray:
-        """Per cell: the module is detached in its stretch (analysis.stretches.Stretch.detached)."""
+        """Per cell: the module is detached in its stretch (analysis.model.stretches.Stretch.detached)."""
         return self.per_module([st.detached for st in self.stretches], dtype=bool)
 
     @cached_property
@@ -120,17 +139,17 @@ class Batch:
 
     def counters(self, d: str) -> Counters:
         """One direction's counters, flattened to cells."""
-        if d not in self._cache:
+        if d not in self._flat_counters:
             names = Counters.__dataclass_fields__
             shared = self._shared_flat(d)
             if shared is not None:   # load_stretches lays them out back to back: no copy (read-only)
-                self._cache[d] = Counters(*(_readonly(shared[f]) for f in names))
+                self._flat_counters[d] = Counters(*(_readonly(shared[f]) for f in names))
             elif self.stretches:
-                self._cache[d] = Counters(*(_flat([getattr(st.counters[d], f) for st in self.stretches])
-                                            for f in names))
+                self._flat_counters[d] = Counters(*(_flat([getattr(st.counters[d], f) for st in self.stretches])
+                                                    for f in names))
             else:  # no cells (a run whose collector saw no module): empty, with the right dtypes
-                self._cache[d] = Counters(*(a.ravel() for a in vars(Counters.empty(0, 0)).values()))
-        return self._cache[d]
+                self._flat_counters[d] = Counters(*(a.ravel() for a in vars(Counters.empty(0, 0)).values()))
+        return self._flat_counters[d]
 
     def _shared_flat(self, d: str) -> dict[str, np.ndarray] | None:
         """The flat arrays of direction d when the stretches are consecutive pieces of one run's
@@ -154,7 +173,7 @@ class Batch:
 
     @cached_property
     def kind_codes(self) -> np.ndarray:
-        """Per cell: the module's kind as an index into analysis.stretches.KINDS (-1 if unknown)."""
+        """Per cell: the module's kind as an index into analysis.model.stretches.KINDS (-1 if unknown)."""
         code = {k: i for i, k in enumerate(KINDS)}
         return self.per_module([[code.get(k, -1) for k in st.kinds] for st in self.stretches], dtype=np.int8)
 
@@ -195,12 +214,12 @@ class Batch:
 
     @cached_property
     def tcpstate(self) -> dict[str, np.ndarray] | None:
-        """Per cell, the optional `Stretch.tcpstate` (analysis.tcpstate.TcpState) flattened: "known" and
+        """Per cell, the optional `Stretch.tcpstate` (analysis.model.tcpstate.TcpState) flattened: "known" and
         every state field, plus "mono" (the snapshot's time); a stretch without it is unknown
         everywhere (known False, fields NaN). None when no stretch has it."""
         if all(st.tcpstate is None for st in self.stretches):
             return None
-        from analysis.tcpstate import TcpState
+        from analysis.model.tcpstate import TcpState
         from rundir.db import TCP_STATE_COLUMNS
         states = [st.tcpstate if st.tcpstate is not None else TcpState.unknown(st.n, st.t) for st in self.stretches]
         out = {f: np.concatenate([getattr(s, f).ravel() for s in states]) for f in ("known", *TCP_STATE_COLUMNS)}

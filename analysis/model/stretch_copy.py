@@ -1,6 +1,6 @@
-"""A copy of what load_stretches makes of a run's counters (analysis.stretches), kept in the run directory
+"""A copy of what load_stretches makes of a run's counters (analysis.model.stretches), kept in the run directory
 as `columnar/stretches.arrow` (rundir.columnar.write_arrays), so that a run analysed again is not cut
-into stretches again: the counters of every cell of both directions, flat as analysis.cells lays them
+into stretches again: the counters of every cell of both directions, flat as analysis.model.batch lays them
 out, memory-mapped, and per stretch its snapshots, modules and edges.
 
 Making the stretches from the counters rows (carrying rows forward, the deltas and thesis 3.4's rule,
@@ -30,8 +30,8 @@ from rundir import columnar
 FILE = columnar.STRETCHES
 VERSION = 2   # 2: the cells' fields named in the head
 # The modules whose code decides what the stretches' arrays hold: a change to any makes new copies.
-CODE = ("analysis.stretches", "analysis.dense", "analysis.deltas", "rundir.read", "rundir.repair", "rundir.columnar",
-        "analysis.stretch_copy")
+CODE = ("analysis.model.stretches", "analysis.model.dense", "analysis.model.deltas", "rundir.read", "rundir.repair", "rundir.columnar",
+        "analysis.model.stretch_copy")
 
 
 @cache

@@ -1,0 +1,303 @@
+"""The network lab: a topology of hosts and routers, workloads between them, NeST's collector on the
+monitored host and faults on the routers and hosts.
+
+Setup builds the topology (Mininet) or verifies the testbed nodes (SSH), starts the servers, hooks
+the fault chain into the routers and starts the collector in the monitored host; at t0 the workloads
+start as they come due, and the fault kinds (harness/faults/) put the planned faults in and out.
+Teardown undoes it all in reverse order.
+
+Every time recorded is on the monitored host's CLOCK_MONOTONIC (the run's reference clock). On
+Mininet every namespace shares the machine's clock; on testbed nodes the backend measures each node's
+offset (and the runner's own): the fault kinds convert their nodes' stamps of fault windows with
+those nodes' offsets, this lab the runner's stamps (events, process starts) with the runner's. On a
+testbed the collector writes its tables into a run.db on the monitored node; teardown brings that
+back and merges it into the local run.db, with every node's logs (docs/ssh-backend.md).
+
+The lab asks and does not look inside: the backend (harness/backends/, chosen by the topology's kind)
+for the nodes, the clocks, what the manifest records and where the collector writes; the fault kinds
+(harness/faults/) for faults; the collector (harness.collector.main.command) for its command line;
+the recorder (rundir/recorder.py) for run.db's rows; rundir.layout.RunDir for the run directory.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.text import Text
+
+from harness.backends import make_backend
+from harness.backends.base import Clocks, Proc
+from harness.collector.appsockets import warnings_from_log
+from harness.collector.main import command as collector_command
+from harness.collector.probe import ProbeSettings
+from harness.faults import FaultEnv, Faults, NoTarget, kinds_used
+from harness.lab.base import FaultRow, FaultSkipped, Injection, Lab, Run
+from harness.ledger import signals_held
+from harness.outline import RecordingStopped
+from harness.window import Window
+from harness.workloads import Workloads
+from rundir import __version__
+from rundir.db import monotonic
+from rundir.recorder import link_fault_targets
+
+COLLECTOR_READY_S = 10.0
+QUEUE_SAMPLE_S = 1.0       # how often the shaped links' queues are read (network health)
+# No new snapshot for this long (and for 50 intervals): the recording stopped. Above the SSH backend's
+# progress poll (2 s) with room for a slow poll; a collector that exits is seen at once.
+COLLECTOR_STALL_S = 10.0
+
+console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class NetworkLab(Lab):
+    def __init__(self, run: Run):
+        super().__init__(run)
+        self.exp = run.exp
+        self.rd, self.record = run.rd, run.record
+        self.db = run.record.db           # run.db's connection, for what takes one (target links)
+        self.rng = random.Random(run.exp.seed_for(run.rep))
+        self.backend = None
+        self.workloads: Workloads | None = None
+        self.collector: Proc | None = None
+        self.faults: Faults | None = None
+        self.shm_dir: str | None = None
+        self.clocks: Clocks | None = None
+        self.collector_db: str | None = None    # where the collector writes (the run's own run.db, or a node's)
+        self.next_queue_sample = -1e9
+
+    def now(self) -> float:
+        """The reference clock (the monitored host's CLOCK_MONOTONIC), read through the runner's."""
+        return self.runner_time(monotonic())
+
+    def runner_time(self, t: float) -> float:
+        return self.clocks.from_runner(t) if self.clocks else t
+
+    def _on_process(self, proc: Proc, workload: int | None, role: str, host: str | None) -> None:
+        started = self.runner_time(proc.started)
+        if role == "ended":
+            code = proc.poll()
+            self.record.process_ended(proc.pid, started, self.now(), code)
+            if workload is not None:
+                self.run.event("workload_end", f"pid {proc.pid} exit {code}", workload)
+            return
+        self.record.process_started(proc.pid, workload, role, host, " ".join(proc.argv), started)
+        if workload is not None:
+            self.run.event("workload_start", f"pid {proc.pid}: {' '.join(proc.argv)}", workload)
+
+    # -- the start -----------------------------------------------------------------------------
+    def manifest_start(self) -> dict:
+        spec, topo = self.spec, self.exp.topology
+        monitor_if = topo.interfaces[spec.monitor][0]
+        return dict(
+            spec=spec.model_dump(mode="json"),
+            topology={"name": topo.name, "file": str(topo.source), "spec": topo.spec.model_dump(mode="json"),
+                      "addresses": {n: [i.__dict__ for i in intfs] for n, intfs in topo.interfaces.items()}},
+            backend=topo.backend,
+            monitor={"host": spec.monitor, "address": monitor_if.address, "interface": monitor_if.name},
+            congestion_control=spec.congestion_control, clock="CLOCK_MONOTONIC of the monitored host",
+            fault_kinds=kinds_used(spec.faults))
+
+    def setup(self) -> None:
+        spec, topo, rd = self.spec, self.exp.topology, self.rd
+        backend = self.backend = make_backend(topo.backend, topo, self.run.ledger, spec, self.run.run_id)
+        self._announce("preflight")
+        backend.preflight()   # programs, permissions, connections: before anything is made
+        self._announce("build")
+        backend.build()
+        self.clocks = backend.clocks(spec.monitor)
+        monitor_if = backend.interfaces(spec.monitor)[0]
+        interfaces = {n: [i.__dict__ for i in backend.interfaces(n)] for n in topo.spec.nodes}
+        monitor = {"host": spec.monitor, "address": monitor_if.address, "interface": monitor_if.name,
+                   **backend.manifest_monitor(spec.monitor)}
+        # start_mono was read on the runner's clock (the same clock on Mininet: offset 0).
+        rd.update_manifest(status="running", topology={**rd.manifest["topology"], "addresses": interfaces},
+                           versions={"nestlab": __version__, **backend.versions()},
+                           clock_offsets=self.clocks.as_dict(), monitor=monitor, link_model=backend.link_model,
+                           **backend.manifest_extra(), start_mono=self.runner_time(rd.manifest["start_mono"]))
+        nodes = {n: backend.node(n) for n in topo.spec.nodes}
+        addresses = {n: backend.address(n) for n in topo.spec.nodes}
+        client_env = {}
+        if spec.interceptor:
+            self.shm_dir, client_env[spec.monitor] = backend.interceptor(spec.monitor)
+        self.workloads = Workloads(spec, nodes, addresses, rd.logs, client_env, on_process=self._on_process,
+                                   warn=lambda message, workload: self.run.event("warning", message, workload))
+        self.run.ledger.add_path(self.workloads.www)
+        self.workloads.start_servers()
+        self.faults = Faults(FaultEnv(spec, backend, self.clocks, self.workloads, self.rng, self.run.run_id,
+                                      self.shm_dir, self.run.ledger))
+        self.faults.setup()   # the kinds' shared state, e.g. the fault chain on each router
+        self._start_collector()
+
+    def _announce(self, step: str) -> None:
+        message = self.backend.announce(step)
+        if message:
+            self.run.say(message)
+
+    def _start_collector(self) -> None:
+        backend, monitor, log = self.backend, self.spec.monitor, self.rd.collector_log
+        node = backend.node(monitor)
+        self.collector_db = backend.collector_db(monitor, self.record)
+        probe = None if self.spec.probe is None else ProbeSettings(**self.spec.probe.model_dump())
+        argv = collector_command(backend.python(monitor), self.collector_db, self.spec.snapshot_interval,
+                                 self.shm_dir, backend.ignored_interfaces(monitor), probe)
+        with signals_held():
+            self.collector = node.start(argv, log)
+            self._on_process(self.collector, None, "collector", self.spec.monitor)
+        deadline = monotonic() + COLLECTOR_READY_S
+        while monotonic() < deadline:
+            if backend.snapshots(monitor, self.record) > 0:
+                backend.start_progress(monitor)
+                return
+            if self.collector.poll() is not None:
+                break
+            time.sleep(0.05)
+        try:   # the node's copy of the log (on Mininet the node writes this very file: nothing to copy)
+            node.get(node.log_path(log), log)
+        except Exception:  # noqa: BLE001 - the error below says what we know
+            pass
+        text = log.read_text()[-800:] if log.exists() else ""
+        raise RuntimeError(f"collector did not record a snapshot: {text.strip()}")
+
+    def begin(self, t0: float) -> None:
+        self.workloads.t0 = t0
+
+    def live_db(self) -> bool:
+        """The collector writes the run's own run.db (Mininet), which the live diagnosis can read."""
+        try:
+            return self.collector_db is not None and Path(self.collector_db).resolve() == self.rd.db.resolve()
+        except OSError:
+            return False
+
+    # -- every tick ----------------------------------------------------------------------------
+    def snapshots(self) -> int:
+        return self.backend.progress_snapshots(self.spec.monitor, self.record)
+
+    def check(self, t: float, snaps: int, quiet_s: float) -> None:
+        self._check_recording(t, snaps, quiet_s, max(COLLECTOR_STALL_S, 50 * self.spec.snapshot_interval))
+
+    def _check_recording(self, t: float, snaps: int, quiet_s: float, stall_s: float) -> None:
+        """RecordingStopped when the collector exited, or wrote no snapshot for `stall_s`."""
+        code = self.collector.poll() if self.collector is not None else None
+        if code is not None:
+            raise RecordingStopped(f"the collector exited with status {code} at t = {t:.1f} s, after {snaps} "
+                                   f"snapshots{self._collector_log_tail()}")
+        if quiet_s > stall_s:
+            raise RecordingStopped(f"the collector recorded no snapshot for {quiet_s:.1f} s (since t = "
+                                   f"{t - quiet_s:.1f} s, after {snaps} snapshots){self._collector_log_tail()}")
+
+    def _collector_log_tail(self) -> str:
+        """`: <the last line of the collector's log>`, or nothing (a testbed node's log comes back later)."""
+        try:
+            lines = self.rd.collector_log.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return f": {lines[-1][:300]}" if lines else ""
+
+    def tick(self, now: float) -> None:
+        self.workloads.start_due(now)
+        if now >= self.next_queue_sample:
+            self._sample_queues()
+            self.next_queue_sample = now + QUEUE_SAMPLE_S
+
+    def _sample_queues(self) -> None:
+        """The shaped links' queue counters (cumulative drops, sent packets) and backlog."""
+        self.record.queue_stats(self.backend.queue_stats(), self.now)
+
+    def progress_line(self, t: float, snaps: int, active: list[Injection]) -> str:
+        faults = self.spec.faults
+        return (f"{t:5.1f}/{self.spec.duration:g} s  faults {self.run.progress.injected}/{len(self.run.plan)}  "
+                f"snapshots {snaps}  active {','.join(faults[a.window.spec_index].kind for a in active) or '-'}")
+
+    def ending(self) -> None:
+        self._sample_queues()
+
+    # -- faults --------------------------------------------------------------------------------
+    def inject(self, w: Window, first_id: int) -> Injection:
+        f = self.spec.faults[w.spec_index]
+        kind = self.faults.of(w)
+        try:   # the first part's id is known before its row is written: a rule's tag carries it
+            parts = kind.inject(w, first_id)
+        except NoTarget as e:
+            raise FaultSkipped(f"{f.kind} at {w.start:g}s skipped: {e}", f.target.workload if f.target else None) from e
+        rows = [FaultRow(f.kind, f.node(self.spec), part.target, w.start, part.start, part.rule, (kind, part))
+                for part in parts]
+        return Injection(w, rows, parts[-1].start + w.duration)
+
+    def heal(self, injection: Injection) -> list[float]:
+        ends = []
+        for fid, row in zip(injection.ids, injection.rows, strict=True):
+            kind, part = row.handle
+            try:
+                ends.append(kind.heal(part))
+            except Exception as e:  # noqa: BLE001 - e.g. a paused process that exited meanwhile
+                ends.append(self.now())
+                self.run.event("warning", f"fault {fid}: ending it failed ({type(e).__name__}: {e}); end stamped now")
+        return ends
+
+    # -- the end -------------------------------------------------------------------------------
+    def teardown_steps(self):
+        return [
+            ("stop progress", lambda: self.backend and self.backend.stop_progress()),
+            ("stop workloads", lambda: self.workloads and self.workloads.stop_clients()),
+            ("stop collector", self._stop_collector),
+            ("stop servers", lambda: self.workloads and self.workloads.stop_servers()),
+            ("remove firewall chains", self._remove_chains),
+            ("bring back run.db and logs", self._bring_back),
+            ("record the interceptor's warnings", self._interceptor_warnings),
+            ("resolve fault targets", self._resolve_targets),
+            ("tear down topology", lambda: self.backend and self.backend.teardown()),
+            ("remove served files", lambda: self.workloads and self.workloads.remove_files()),
+        ]
+
+    def _stop_collector(self) -> None:
+        if self.collector is not None:
+            self.backend.node(self.spec.monitor).stop(self.collector, timeout=5.0)
+            self._on_process(self.collector, None, "ended", None)
+
+    def _remove_chains(self) -> None:
+        if self.faults is not None:
+            self.faults.teardown()
+
+    def _interceptor_warnings(self) -> None:
+        """What the interceptor could not count (lost updates, untracked sockets, no shared memory),
+        as the collector logged it: into the run's warnings."""
+        for w in warnings_from_log(self.rd.collector_log):
+            self.run.event("warning", f"interceptor: {w}")
+
+    def _bring_back(self) -> None:
+        """What the backend left on the nodes (SSH: the collector's tables, merged into the local
+        run.db, and every node's logs), and how far the clocks drifted apart during the run."""
+        if self.backend is None:
+            return
+        if self.clocks is not None:
+            try:
+                end = self.backend.clocks_end()
+                if end is not None:   # None: one shared clock
+                    self.rd.update_manifest(clock_offsets_end=end.as_dict())
+            except Exception as e:  # noqa: BLE001 - a node gone away: bring back what can be
+                self.run.event("warning", f"measuring the clocks again failed: {e}")
+        self.backend.bring_back(self.record, self.rd.path)
+
+    def _resolve_targets(self) -> None:
+        """Link each fault to the module it targets, now that the collector has recorded them."""
+        if self.backend is None or self.clocks is None:
+            return
+        link_fault_targets(self.db, self.spec.monitor, self.backend.interfaces(self.spec.monitor)[0].name)
+
+    def finished(self, path: Path) -> None:
+        """The analysis's columnar copy of the counters (rundir.columnar), now that run.db is complete:
+        the run's report and every later analysis read it instead of fetching the rows. A copy that
+        cannot be made is no failure (the analysis reads run.db)."""
+        try:
+            from rundir.columnar import write_after_run
+
+            write_after_run(path)
+        except Exception as e:  # noqa: BLE001 - a shortcut for the analysis, never the run's outcome
+            console.print(Text.assemble(("warning: ", "yellow"), f"columnar copy of the counters not written: {e}"))
+
+    def summary(self, counts: dict[str, int]) -> str:
+        return (f"faults injected {counts['faults']} (skipped {self.run.progress.skipped}), "
+                f"snapshots {counts['snapshots']}, modules {counts['modules']}")
