@@ -124,7 +124,7 @@ def find_links(messages: pd.DataFrame, p: dict) -> tuple[pd.DataFrame, pd.DataFr
     warnings = []
     small = edges["count"] < int(p["min_messages"])
     if small.any():
-        warnings.append(f"convolution: {int(small.sum())} edges with fewer than {p['min_messages']} "
+        warnings.append(f"{int(small.sum())} edges with fewer than {p['min_messages']} "
                         f"messages ({int(edges.loc[small, 'count'].sum())} messages) left out")
     cols = ["in_edge", "out_edge", "node", "delay_s", "mass", "height", "share_in", "share_out"]
     if len(messages) == 0:

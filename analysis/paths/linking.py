@@ -250,13 +250,13 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
         into = np.isin(nodes.names[nodes.dst], sorted(clients))
         t_in[into] = np.nan
     elif p["untraced"] == "auto":
-        warnings.append("linking: no call/return tags to tell the clients by; if one client sends "
+        warnings.append("no call/return tags to tell the clients by; if one client sends "
                         "many requests, pass untraced=NAME (WAP5's clients were untraced) or its "
                         "requests chain into one another")
     p["untraced"] = sorted(clients)
     unseen = int(np.isnan(t_recv).sum())
     if unseen:
-        warnings.append(f"linking: {unseen} messages without a receive time cannot be parents")
+        warnings.append(f"{unseen} messages without a receive time cannot be parents")
     arr, pos, first = _arrivals_and_departures(nodes, t_out, t_in)
     d = causal_delays(nodes, t_out, t_in, arr, pos, first, x)
     child, parent, prob, p_spont, best = possible_parents(t_out, t_in, arr, pos, first, d, x, y,
@@ -268,7 +268,7 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
     if p["orphans"] == "drop" and clients:
         from_client = np.isin(nodes.names[nodes.src], sorted(clients))
         orphan = is_root & ~from_client
-        warnings.append(f"linking: {int(orphan.sum())} trees rooted at a traced node's spontaneous "
+        warnings.append(f"{int(orphan.sum())} trees rooted at a traced node's spontaneous "
                         f"message left out (orphans='drop')")
         is_root &= ~orphan
 

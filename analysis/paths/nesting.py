@@ -233,11 +233,11 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
     calls, rets, lone_calls, lone_rets = pair_calls(kind, msg, caller, callee, t_caller)
     warnings = []
     if lone_calls or lone_rets:
-        warnings.append(f"nesting: {lone_calls} calls without a return and {lone_rets} returns "
+        warnings.append(f"{lone_calls} calls without a return and {lone_rets} returns "
                         f"without a call left out")
     untagged = int((kind == 0).sum())
     if untagged:
-        warnings.append(f"nesting: {untagged} messages without a call/return tag left out")
+        warnings.append(f"{untagged} messages without a call/return tag left out")
     a, b = nodes.src[calls], nodes.dst[calls]
     # callee's view: call in, return out; caller's view: call out, return in
     in_start, in_end = t_in[calls], t_out[rets]
@@ -256,7 +256,7 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
         servers[b] = True                       # nodes that receive calls
         orphan = is_root & servers[nodes.src]
         if orphan.any():
-            warnings.append(f"nesting: {int(orphan.sum())} parentless call trees rooted at a called "
+            warnings.append(f"{int(orphan.sum())} parentless call trees rooted at a called "
                             f"node left out (orphans='drop')")
         is_root &= ~orphan
     forest = Forest(par, is_root, None, warnings)
