@@ -321,16 +321,20 @@ def node_delay_frame(nodes: Nodes, node: np.ndarray, delay: np.ndarray,
     w = np.ones(len(delay)) if weight is None else weight
     edges = np.asarray(HIST_EDGES_S)
     names = [f"hist_{_ms(lo)}_{_ms(hi)}ms" for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
-    rows = []
-    for code in np.unique(node):
-        sel = node == code
-        ws, ds = w[sel], delay[sel]
-        total = ws.sum()
-        hist = np.histogram(np.clip(ds, 0, None), bins=edges, weights=ws)[0]
-        rows.append([str(nodes.names[code]), float((ds * ws).sum() / total) if total else np.nan,
-                     int(sel.sum()), *hist])
-    return pd.DataFrame(rows, columns=["node", "mean_s", "count", *names]).sort_values(
-        "node", ignore_index=True)
+    nodes_seen = np.flatnonzero(np.bincount(node, minlength=nodes.n))
+    slot_of = np.zeros(nodes.n, dtype=np.int64)
+    slot_of[nodes_seen] = np.arange(len(nodes_seen))
+    slot = slot_of[node]
+    bins = np.clip(np.searchsorted(edges, np.clip(delay, 0, None), side="right") - 1, 0, len(names) - 1)
+    hist = np.bincount(slot * len(names) + bins, weights=w, minlength=len(nodes_seen) * len(names))
+    total = np.bincount(slot, weights=w, minlength=len(nodes_seen))
+    wsum = np.bincount(slot, weights=w * delay, minlength=len(nodes_seen))
+    count = np.bincount(slot, minlength=len(nodes_seen))
+    out = pd.DataFrame({"node": [str(nodes.names[c]) for c in nodes_seen],
+                        "mean_s": np.where(total > 0, wsum / np.where(total > 0, total, 1), np.nan),
+                        "count": count.astype(np.int64)})
+    out[names] = hist.reshape(len(nodes_seen), len(names))
+    return out.sort_values("node", ignore_index=True)
 
 
 def _ms(s: float) -> str:
@@ -343,12 +347,12 @@ def edge_latency_frame(nodes: Nodes, messages: pd.DataFrame) -> pd.DataFrame:
     lat = (messages["t_recv"] - messages["t_send"]).to_numpy(dtype=np.float64)
     ok = ~np.isnan(lat)
     key = nodes.src[ok] * nodes.n + nodes.dst[ok]
-    uniq, inv = np.unique(key, return_inverse=True)
-    s = np.bincount(inv, weights=lat[ok], minlength=len(uniq))
-    c = np.bincount(inv, minlength=len(uniq))
+    s = np.bincount(key, weights=lat[ok], minlength=nodes.n * nodes.n)
+    c = np.bincount(key, minlength=nodes.n * nodes.n)
+    uniq = np.flatnonzero(c)
     return pd.DataFrame({"src": [str(nodes.names[k // nodes.n]) for k in uniq],
                          "dst": [str(nodes.names[k % nodes.n]) for k in uniq],
-                         "mean_s": s / np.maximum(c, 1), "count": c.astype(np.int64)})
+                         "mean_s": s[uniq] / c[uniq], "count": c[uniq].astype(np.int64)})
 
 
 @dataclass
