@@ -128,6 +128,25 @@ def order_by(group: np.ndarray, time: np.ndarray) -> np.ndarray:
     return int_order(group, np.argsort(time, kind="stable"))
 
 
+def positions_in_runs(run_node: np.ndarray, run_time: np.ndarray, node: np.ndarray,
+                     time: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For sorted runs (run_node ascending, run_time ascending within a node) and queries (node,
+    time): per query, the number of run entries up to it (entries of its node at or before `time`,
+    plus all entries of earlier nodes) and the first position of its node's run. A binary search
+    per node's run: no merged sort."""
+    top = int(max(run_node.max(initial=-1), node.max(initial=-1))) + 1
+    bounds = np.searchsorted(run_node, np.arange(top + 1))
+    by_node = int_order(node)
+    q_bounds = np.searchsorted(node[by_node], np.arange(top + 1))
+    pos = np.zeros(len(node), dtype=np.int64)
+    for v in range(top):
+        qs = by_node[q_bounds[v]:q_bounds[v + 1]]
+        if qs.size:
+            lo, hi = bounds[v], bounds[v + 1]
+            pos[qs] = lo + np.searchsorted(run_time[lo:hi], time[qs], side="right")
+    return pos, bounds[node]
+
+
 def forest_depth(parent: np.ndarray, max_depth: int = 10_000) -> tuple[np.ndarray, np.ndarray]:
     """(depth, parent) per message; links that close a cycle (possible only with clock skew larger
     than the delays) are cut, so the returned parent is a forest."""

@@ -62,6 +62,7 @@ from analysis.paths.assemble import (
     kind_codes,
     node_codes,
     order_by,
+    positions_in_runs,
     result_from_forest,
 )
 from analysis.paths.model import PathsResult
@@ -94,18 +95,9 @@ def _arrivals_and_departures(nodes: Nodes, t_out: np.ndarray, t_in: np.ndarray):
     """Arrivals (messages with a receive time) in (receiver, time) order, and per message the number
     of arrivals at its sender up to its send time (its position among them) and the first position
     of its sender's arrivals."""
-    n = len(t_out)
     arr = np.flatnonzero(~np.isnan(t_in))
     arr = arr[order_by(nodes.dst[arr], t_in[arr])]
-    node = np.concatenate([nodes.dst[arr], nodes.src])
-    time = np.concatenate([t_in[arr], t_out])
-    is_dep = np.concatenate([np.zeros(len(arr), np.int8), np.ones(n, np.int8)])
-    merged = order_by(node, time)             # arrivals first at equal times (stable)
-    upto = np.cumsum(is_dep[merged] == 0)
-    pos = np.empty(n, dtype=np.int64)
-    deps = is_dep[merged] == 1
-    pos[merged[deps] - len(arr)] = upto[deps]
-    first = np.searchsorted(nodes.dst[arr], nodes.src, side="left")
+    pos, first = positions_in_runs(nodes.dst[arr], t_in[arr], nodes.src, t_out)
     return arr, pos, first
 
 

@@ -55,6 +55,7 @@ from analysis.paths.assemble import (
     kind_codes,
     node_codes,
     order_by,
+    positions_in_runs,
     result_from_forest,
 )
 from analysis.paths.model import PathsResult
@@ -97,19 +98,9 @@ def candidate_parents(node_in: np.ndarray, in_start: np.ndarray, in_end: np.ndar
     n = len(node_in)
     # incoming starts in (node, time) order; each outgoing start is looked up in its node's run
     inc = order_by(node_in, in_start)
-    inc_node, inc_start = node_in[inc], in_start[inc]
-    # per node, how many of its incoming calls started by each query's start (binary search in the
-    # node's run of the sorted starts; incoming first at equal times: side="right")
-    qpos = np.zeros(n, dtype=np.int64)
-    bounds = np.searchsorted(inc_node, np.arange(int(max(node_in.max(initial=-1), node_out.max(initial=-1))) + 2))
-    by_node = int_order(node_out)
-    q_bounds = np.searchsorted(node_out[by_node], np.arange(len(bounds)))
-    for v in range(len(bounds) - 1):
-        qs = by_node[q_bounds[v]:q_bounds[v + 1]]
-        if qs.size:
-            lo, hi = bounds[v], bounds[v + 1]
-            qpos[qs] = lo + np.searchsorted(inc_start[lo:hi], out_start[qs], side="right")
-    group_start = bounds[node_out]
+    # per query, how many of its node's incoming calls started by its start (incoming first at
+    # equal times), and where its node's run begins
+    qpos, group_start = positions_in_runs(node_in[inc], in_start[inc], node_out, out_start)
     longest = np.zeros(int(max(node_in.max(initial=-1), node_out.max(initial=-1))) + 1)
     np.maximum.at(longest, node_in, in_end - in_start)
 
