@@ -4,13 +4,13 @@ messages tagged call or return, a call paired with its return by the message id.
 The slides' four procedures, in linear time over numpy arrays (sorted sweeps instead of the
 pseudo-code's per-entry loops, no pairwise comparison of all calls):
 
-1. **FindCallPairs**: a call A>B with id `msg` pairs with the next return B>A with the same id (a sort
-   by (id, caller, callee, time), then adjacent rows). Calls without a return and returns without a
+1. **FindCallPairs**: a call A>B with id `msg` pairs with the next return B>A with the same id (a
+   stable sort by time on the caller's clock, then radix passes by id, then adjacent rows). Calls without a return and returns without a
    call are counted and left out.
 2. **Parents**: the candidate parents of a call pair B>C (sent by B at t2, its return received at t3)
    are the call pairs X>B that *enclose* it on B's side: X's call reached B before t2 and B returned to
-   X after t3. Found per node by one merged sort of the incoming calls' starts with the outgoing
-   calls' starts, then a short walk back over the incoming calls that started earlier, stopped once
+   X after t3. Found by sorting the incoming calls' starts per node and looking each outgoing call's
+   start up in its node's run (binary search), then a short walk back over the incoming calls that started earlier, stopped once
    none can still be open (they started longer ago than the longest incoming call lasted) or after
    `max_parents` candidates.
 3. **ScoreNestings / FindNestedPairs**: every (parent, child) candidate adds `1/len(child.parents)` to
@@ -38,6 +38,10 @@ Choices where the slides are unclear (written down here because they change resu
   caller is itself called by others (a server) and that has no parent is usually a fragment: its
   parent's call or return was dropped from the trace, or it is noise between servers. `"drop"`
   leaves such trees out of the patterns (counted in the warnings); `"keep"` (default) is the slides'.
+- `score`: `"pre"` (default) is the slides' scoreboard of `t2 - t1`; `"pre+post"` multiplies in a
+  second scoreboard of the delay after the child's return (`t4 - t3`), which tells parallel parents
+  apart better (our addition, not the slides'). `rounds` > 1 rebuilds the scoreboard from the
+  previous round's choices only (the slides score once).
 - The pseudo-code's `parents` test `t3 < t2` is read as "the parent call started before the child
   call and is still open when the child returns" (enclosure).
 """
