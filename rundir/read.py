@@ -19,7 +19,7 @@ value checks that need no SQL are in rundir.repair):
   done comes before its sent, whose remote is not text or whose outcome is not one of PROBE_OUTCOMES
   is left out; a sport or rtt_ms that is not a number is unknown.
 
-`check_file` finds a run.db shorter than its header says (a truncated copy); `counts_warning`
+`run_db` opens a run directory's run.db read-only, every failure one line; `check_file` finds a run.db shorter than its header says (a truncated copy); `counts_warning`
 compares what run.db holds with the manifest's counts (a lost run.db-wal: the last snapshots were
 never written to run.db).
 """
@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import math
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +56,26 @@ def db_error(path: Path, e: Exception) -> UserError:
     damaged = "malformed" in text or "corrupt" in text
     more = " (the file is damaged: cut short or overwritten); nothing analysed" if damaged else ""
     return UserError(f"{path}: run.db cannot be read: {text}{more}")
+
+
+@contextmanager
+def run_db(path: Path) -> Iterator[sqlite3.Connection]:
+    """A read-only connection to the run directory `path`'s run.db, closed on leaving; no run.db, one
+    cut short (check_file) and any SQLite error inside the block are each one UserError line."""
+    db = path / "run.db"
+    if not db.is_file():
+        raise UserError(f"{path}: no run.db (the run never started recording, or this is not a run directory)")
+    check_file(db)
+    try:
+        conn = connect(db, readonly=True)
+    except sqlite3.Error as e:
+        raise db_error(path, e) from None
+    try:
+        yield conn
+    except sqlite3.Error as e:
+        raise db_error(path, e) from None
+    finally:
+        conn.close()
 
 
 def check_file(db: Path) -> None:

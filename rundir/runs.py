@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rundir import read, repair
-from rundir.db import FORMAT_VERSION, connect
+from rundir.db import FORMAT_VERSION
 from rundir.errors import UserError
 from rundir.manifest import Manifest, ManifestError, Monitor, RunSpec, read_manifest
 from rundir.suite_index import INDEX as SUITE_INDEX
@@ -157,26 +157,16 @@ def open_run(path: str | Path) -> RunInfo:
     else:
         if manifest is None:
             warnings.append("no manifest.json (incomplete run); workloads are guessed from command lines")
-    db = path / "run.db"
-    if not db.is_file():
-        raise UserError(f"{path}: no run.db (the run never started recording, or this is not a run directory)")
-    read.check_file(db)
-    try:
-        conn = connect(db, readonly=True)
-        try:
-            tables = read.tables(conn)
-            db_version = None
-            if "meta" in tables:
-                row = read.meta_value(conn, "format_version")
-                db_version = _db_version(row[0], warnings) if row else None
-            if manifest is not None and "snapshots" in tables:
-                lost = read.counts_warning(conn, manifest.counts)
-                if lost:
-                    warnings.append(lost)
-        finally:
-            conn.close()
-    except sqlite3.Error as e:
-        raise read.db_error(path, e) from None
+    with read.run_db(path) as conn:
+        tables = read.tables(conn)
+        db_version = None
+        if "meta" in tables:
+            row = read.meta_value(conn, "format_version")
+            db_version = _db_version(row[0], warnings) if row else None
+        if manifest is not None and "snapshots" in tables:
+            lost = read.counts_warning(conn, manifest.counts)
+            if lost:
+                warnings.append(lost)
     if manifest is not None:
         for what, v, instead in (("t0", manifest.t0, "the time origin is the first snapshot"),
                                  ("spec.duration", manifest.spec.duration, "the run's end is its run_end event")):

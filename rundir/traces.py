@@ -6,13 +6,11 @@ record one; rows whose numbers are not numbers are left out with a warning (rund
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pandas as pd
 
 from rundir import read
-from rundir.db import connect
 from rundir.errors import UserError
 
 MESSAGE_COLUMNS = ["mono", "host", "pid", "tid", "fd", "call", "bytes", "local", "remote"]
@@ -25,15 +23,7 @@ def read_trace_tables(run: str | Path, warnings: list[str]) -> tuple[pd.DataFram
     when there is none), the requests table (REQUEST_COLUMNS; empty when there is none) and the
     faults table as stored."""
     path = Path(run)
-    db = path / "run.db"
-    if not db.is_file():
-        raise UserError(f"{path}: no run.db (not a run directory?)")
-    read.check_file(db)
-    try:
-        conn = connect(db, readonly=True)
-    except sqlite3.Error as e:
-        raise read.db_error(path, e) from None
-    try:
+    with read.run_db(path) as conn:
         tables = read.tables(conn)
         if "messages" not in tables:
             raise UserError(f"{path}: no messages table (the run did not trace messages); {HOW_TO_RECORD}")
@@ -58,8 +48,4 @@ def read_trace_tables(run: str | Path, warnings: list[str]) -> tuple[pd.DataFram
                 warnings.append("requests table without the columns " + ", ".join(REQUEST_COLUMNS)
                                 + "; no true paths")
         faults = read.read_fault_rows(conn)
-    except sqlite3.Error as e:
-        raise read.db_error(path, e) from None
-    finally:
-        conn.close()
     return messages[MESSAGE_COLUMNS], requests, faults
