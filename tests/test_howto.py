@@ -33,7 +33,7 @@ def test_every_recipe_runs(tmp_path, monkeypatch):
 
 def test_the_plugin_pages_examples_run(tmp_path, monkeypatch):
     """docs/plugins.md: the same rule on both interfaces gives the same table; score() gives accuracy's;
-    nestlab.testing scores it on both small runs; the plug-in file holds the page's rule."""
+    nestlab.testing scores it on both small runs; the plug-in file (and new-variant's template) holds the page's rule."""
     text = (REPO / "docs" / "plugins.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert len(blocks) == 4
@@ -58,3 +58,8 @@ def test_the_plugin_pages_examples_run(tmp_path, monkeypatch):
 
     for fn in ("def stuck(c)", "def waiting(cell, passdown=True)", "def waiting_array(batch, passdown=True)"):
         assert body(text, fn) == body(example, fn)
+    # and `nestlab new-variant`'s template starts from the same rule (its function is named `rule`)
+    from nestlab.commands.new_variant import RULE
+
+    assert body(RULE, "def stuck(c)") == body(example, "def stuck(c)")
+    assert body(RULE, "def rule(cell, passdown=True)") == body(example, "def waiting(cell, passdown=True)")
