@@ -39,9 +39,9 @@ def burst(first_id: int, burst_no: int, module: int, remote: str, seq: int, sent
             for i, (outcome, after) in enumerate(outcomes)]
 
 
-def single_flow_run(path: Path, n: int = 60, probes: bool = True) -> tuple[Path, dict[str, int]]:
-    t = RunBuilder.t
-    b = RunBuilder(path, n, workloads=[WGET])
+def _one_connection(b: RunBuilder, tm: np.ndarray) -> tuple[int, int, int, int]:
+    """wget 100's stack on h1 (app, socket, tcp to REMOTE's host, ipeth), its tcp moving `tm` a
+    snapshot (app and socket a quarter of it, waiting throughout): (ip, app, sock, tcp)."""
     ip = b.module("ipeth", "ipeth:h1-eth0", {"ifname": "h1-eth0"})
     app = b.module("app", "app:100", {"pid": 100}, name="wget 100")
     sock = b.module("socket", "sock:100:3:100", {"pid": 100, "fd": 3, "inode": 100})
@@ -50,14 +50,21 @@ def single_flow_run(path: Path, n: int = 60, probes: bool = True) -> tuple[Path,
     for p, c in ((app, sock), (sock, tcp), (tcp, ip)):
         b.edge(p, c)
     b.process(100, 0, "wget http://10.0.2.1/f")
-    tm = np.full(n, 20.0)
-    tm[20:30] = 0
-    tm[40:58] = 0
     for m in (app, sock):
         b.counters(m, "in", tm / 4, wait=60.0)
     b.counters(tcp, "in", tm, queued=0)
     b.counters(ip, "in", tm)
     b.counters(ip, "out", tm / 2)
+    return ip, app, sock, tcp
+
+
+def single_flow_run(path: Path, n: int = 60, probes: bool = True) -> tuple[Path, dict[str, int]]:
+    t = RunBuilder.t
+    b = RunBuilder(path, n, workloads=[WGET])
+    tm = np.full(n, 20.0)
+    tm[20:30] = 0
+    tm[40:58] = 0
+    ip, app, sock, tcp = _one_connection(b, tm)
     b.fault("tcp_drop", tcp, start=1.95, end=2.95, target={"inode": 100})
     b.fault("ip_drop", ip, start=3.95, end=4.95, target={"host": "h1"})
     b.write()
@@ -137,22 +144,10 @@ def scoped_run(path: Path) -> tuple[Path, dict[str, int]]:
     t = RunBuilder.t
     n = 80
     b = RunBuilder(path, n, workloads=[WGET])
-    ip = b.module("ipeth", "ipeth:h1-eth0", {"ifname": "h1-eth0"})
-    app = b.module("app", "app:100", {"pid": 100}, name="wget 100")
-    sock = b.module("socket", "sock:100:3:100", {"pid": 100, "fd": 3, "inode": 100})
-    tcp = b.module("tcp", "tcp:100", {"inode": 100, "src": "10.0.1.1", "sport": 41000, "dst": "10.0.2.1",
-                                      "dport": 80}, name="tcp 10.0.1.1:41000>10.0.2.1:80")
-    for p, c in ((app, sock), (sock, tcp), (tcp, ip)):
-        b.edge(p, c)
-    b.process(100, 0, "wget http://10.0.2.1/f")
     tm = np.full(n, 20.0)
     tm[10:40] = 0
     tm[50:] = 0
-    for m in (app, sock):
-        b.counters(m, "in", tm / 4, wait=60.0)
-    b.counters(tcp, "in", tm, queued=0)
-    b.counters(ip, "in", tm)
-    b.counters(ip, "out", tm / 2)
+    ip, app, sock, tcp = _one_connection(b, tm)
     b.fault("ip_drop", ip, start=1.45, end=2.45, target={"host": "h1"})
     b.fault("ip_drop", ip, start=4.95, end=5.55, target={"host": "h1"})
     b.write()
