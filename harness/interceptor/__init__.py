@@ -30,9 +30,6 @@ ENV_PAUSE_SIGNAL = "NESTLAB_PAUSE_SIGNAL"      # default SIGUSR1; 'none' disable
 ENV_RESUME_SIGNAL = "NESTLAB_RESUME_SIGNAL"    # default SIGUSR2; equal to the pause signal: toggle
 ENV_MAX_FDS = "NESTLAB_MAX_FDS"                # slots per process (default 4096)
 
-DEFAULT_PAUSE_SIGNAL = signal.SIGUSR1
-DEFAULT_RESUME_SIGNAL = signal.SIGUSR2
-
 
 def library_path() -> Path:
     """The built library, or a UserError that says how to build it."""
