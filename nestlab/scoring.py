@@ -35,16 +35,21 @@ def score(runs, predictions: pd.DataFrame, policy: str | None = None, per_run: b
     runs = _runs(runs)
     pol = parse_policy(policy)
     p = _checked(predictions, len(runs), name)
-    by_key = {}
+    by_key: dict[str, list] = {}   # a run by its directory, name (experiment/run) or directory's name
     for r in runs:
-        for k in (str(r.path), r.name, r.path.name):
-            by_key.setdefault(k, r)
+        for k in {str(r.path), r.name, r.path.name}:
+            by_key.setdefault(k, []).append(r)
     if "run" in p:
-        unknown = sorted(set(p["run"].astype(str)) - set(by_key))
+        named = set(p["run"].astype(str))
+        unknown = sorted(named - set(by_key))
         if unknown:
             raise UserError(f"predictions: run {unknown[0]!r} is none of the runs given "
                             f"({', '.join(r.name for r in runs)})")
-        p["run"] = [str(by_key[k].path) for k in p["run"].astype(str)]
+        ambiguous = sorted(k for k in named if len(by_key[k]) > 1)
+        if ambiguous:   # e.g. r0 of two experiments: which one is not for us to guess
+            raise UserError(f"predictions: run {ambiguous[0]!r} names {len(by_key[ambiguous[0]])} of the runs given "
+                            f"({', '.join(r.name for r in by_key[ambiguous[0]])}); name it by its directory")
+        p["run"] = [str(by_key[k][0].path) for k in p["run"].astype(str)]
     else:
         p["run"] = str(runs[0].path)
     variants = list(dict.fromkeys(p["variant"]))

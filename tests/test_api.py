@@ -208,3 +208,15 @@ def test_open_runs_says_which_results_root_it_looked_in(tmp_path, monkeypatch):
         nestlab.open_runs("net_fault")
     make_run(tmp_path / "elsewhere" / "net_fault" / "r0")
     assert [r.name for r in nestlab.open_runs("net_fault", results=tmp_path / "elsewhere")] == ["hand/r0"]
+
+
+def test_score_refuses_a_run_name_two_runs_share(tmp_path):
+    runs = [nestlab.open_run(make_run(tmp_path / exp / "r0")[0]) for exp in ("a", "b")]
+    d = runs[1].diagnose("flowdiagnoser:theta=2")[["dir", "module", "seq", "label"]]
+    assert runs[0].name == runs[1].name   # the experiment's name and the run's: both hand/r0
+    for name in ("r0", runs[1].name):       # before: silently the first run's
+        with pytest.raises(UserError, match=re.escape(f"run '{name}' names 2 of the runs given")):
+            nestlab.score(runs, d.assign(run=name))
+    by_path = nestlab.score(runs, d.assign(run=str(runs[1].path)), per_run=True)
+    assert sorted(by_path["run"].unique()) == sorted(str(r.path) for r in runs)
+    assert by_path.attrs["unpredicted"] == len(runs[0].counters)   # run a's rows: no predictions
