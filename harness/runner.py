@@ -112,8 +112,9 @@ class Repetition:
         finally:
             if diagnosis is not None:
                 diagnosis.close()
-        for injection in list(self.active):
-            self._heal(injection)
+        for injection in list(self.active):   # as in the loop: the fault out and its end stamped together
+            with signals_held():
+                self._heal(injection)
         self.lab.ending()
         self.event("run_end", f"t = {self.now() - self.t0:.3f}")
 
@@ -195,7 +196,8 @@ class Repetition:
             signal.signal(sig, lambda *_: console.print("cleaning up, please wait", style="yellow", markup=False))
         for injection in list(self.active):   # a stopped run: no fault stays in force
             ids = ", ".join(map(str, injection.ids))
-            if self._step(f"end fault {ids}", lambda i=injection: self._heal(i)) is not None:
+            failed = self._step(f"end fault {ids}", lambda i=injection: self._heal(i)) is not None
+            if failed and injection in self.active:   # _heal may have failed after taking it off the list
                 self.active.remove(injection)
         for what, step in self.lab.teardown_steps():
             self._step(what, step)

@@ -261,3 +261,25 @@ def test_a_lab_that_stops_recording_fails_the_run_and_is_torn_down(toy, tmp_path
     assert m["status"] == "failed" and m["reason"] == "recording stopped: the toy stopped"
     assert toy.calls == ["setup", "begin", "inject 1", "heal [1, 2]", "first", "last", "finished"]
     assert _rows(run, "SELECT count(*) FROM faults WHERE end IS NULL") == [(0,)]   # healed by teardown
+
+
+def test_teardown_goes_on_when_a_fault_is_out_but_its_end_cannot_be_recorded(toy, tmp_path):
+    """The second fault is in force when the run fails; teardown takes it out, recording its end fails:
+    a warning, and every later teardown step still runs (the fault is off the active list once)."""
+    toy.fail_at = 0.8
+    run = Repetition(ToyExperiment(), 0, tmp_path / "results")
+    ended, real = [], run.record.fault_ended
+
+    def fault_ended(fid, end):
+        ended.append(fid)
+        if fid >= 3:
+            raise sqlite3.OperationalError("disk I/O error")
+        real(fid, end)
+
+    run.record.fault_ended = fault_ended
+    assert run.execute() == 1
+    assert toy.calls == ["setup", "begin", "inject 1", "heal [1, 2]", "inject 3", "heal [3, 4]", "first", "last",
+                         "finished"]
+    assert ended == [1, 2, 3] and not run.active
+    warnings = RunDir.open(run.rd.path).manifest["warnings"]
+    assert warnings[0] == "teardown: end fault 3, 4: OperationalError: disk I/O error"
