@@ -201,3 +201,12 @@ def test_the_service_experiment_loads():
     exp = load_spec(REPO / "experiments" / "service.yaml")
     assert exp.spec.workloads[0].kind == "service"
     assert Path(REPO / "harness" / "service" / "mariadb.sql").is_file()
+
+
+def test_the_blackbox_suite_plans(tmp_path):
+    from harness.suite import describe_plan, load_suite
+
+    suite = load_suite(REPO / "experiments" / "blackbox.yaml")
+    _, rows = describe_plan(suite)
+    assert len(rows) == 14 and {r[6] for r in rows} == {"service 20/s", "service 80/s"}
+    assert sum(r[7] == "none (control)" for r in rows) == 2
