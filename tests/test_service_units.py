@@ -198,8 +198,10 @@ def test_a_service_spec_defaults_its_tiers_and_mix(tmp_path):
 
 
 def test_the_service_experiment_loads():
-    exp = load_spec(REPO / "experiments" / "service.yaml")
-    assert exp.spec.workloads[0].kind == "service"
+    from harness.suite import load_suite
+
+    exps = load_suite(REPO / "experiments" / "service.yaml").experiments
+    assert [e.spec.workloads[0].kind for e in exps] == ["service", "service"] and not exps[0].spec.faults
     assert Path(REPO / "harness" / "service" / "mariadb.sql").is_file()
 
 
@@ -208,5 +210,5 @@ def test_the_blackbox_suite_plans(tmp_path):
 
     suite = load_suite(REPO / "experiments" / "blackbox.yaml")
     _, rows = describe_plan(suite)
-    assert len(rows) == 14 and {r[6] for r in rows} == {"service 20/s", "service 80/s"}
+    assert len(rows) == 18 and {r[6] for r in rows} == {"service 20/s", "service 80/s"}
     assert sum(r[7] == "none (control)" for r in rows) == 2

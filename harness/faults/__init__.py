@@ -15,6 +15,7 @@ teardown; harness.faults.base.FaultKind), which carries the other two as `info` 
     path_blackhole.py  one link of a router's bundle of parallel links (ECMP) dropped
     loss.py            a share of a host's or a connection's packets, dropped at random
     server_pause.py    the remote server of a workload stopped and continued
+    delay.py           the replies of a service's app tier held (docs/service.md)
 
 KINDS is the registry, one line per kind (a dict by name, looked up with rundir.errors.named, like
 every registry of the project); harness.spec makes the spec's `Fault` from it. The runner never
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.faults.app_pause import AppPause
 from harness.faults.base import FaultEnv, FaultKind, NoTarget, Part, target_json
+from harness.faults.delay import Delay
 from harness.faults.ip_drop import IpDrop
 from harness.faults.iptables import (
     CHAIN,
@@ -54,6 +56,7 @@ KINDS: dict[str, type[FaultKind]] = {kind.info.name: kind for kind in (
     PathBlackhole,
     Loss,
     ServerPause,
+    Delay,
 )}
 
 

@@ -25,6 +25,7 @@ DB = os.environ.get("NESTLAB_SVC_DB", "127.0.0.1:3306")
 HOPS = os.environ.get("NESTLAB_SVC_HOPS", "")
 HOST = os.environ.get("NESTLAB_SVC_HOST", "app")
 ROWS = int(os.environ.get("NESTLAB_SVC_ROWS", "1000"))
+CONTROL = os.environ.get("NESTLAB_SVC_CONTROL", "")   # the delay fault's switch: <CONTROL>/delay-<host>
 SESSIONS = 64          # session keys: always in the cache (a hit on every request)
 TIMEOUT_S = 5.0
 
@@ -146,6 +147,28 @@ def _write(req: Request, key: int) -> bytes:
     return value.encode()
 
 
+_delay = {"mtime": None, "seconds": 0.0}
+
+
+def added_delay() -> float:
+    """The delay fault in force at this host (harness/faults/delay.py): seconds, from its switch file
+    (a stat per request; the file is read again only when it changes)."""
+    if not CONTROL:
+        return 0.0
+    try:
+        st = os.stat(os.path.join(CONTROL, f"delay-{HOST}"))
+    except OSError:
+        return 0.0
+    if st.st_mtime_ns != _delay["mtime"]:
+        try:
+            with open(os.path.join(CONTROL, f"delay-{HOST}")) as f:
+                _delay["seconds"] = max(0.0, float(f.read().strip() or 0))
+        except (OSError, ValueError):
+            return 0.0
+        _delay["mtime"] = st.st_mtime_ns
+    return _delay["seconds"]
+
+
 def application(environ, start_response):
     path, method = environ.get("PATH_INFO", "/"), environ.get("REQUEST_METHOD", "GET")
     if path == "/health":
@@ -162,6 +185,9 @@ def application(environ, start_response):
         body = (_write if method == "POST" else _read)(req, int(parts[1]))
     except Exception as e:  # noqa: BLE001 - a tier's failure is the answer's, and logged as such
         status, body = "502 Bad Gateway", f"{type(e).__name__}: {e}\n".encode()
+    delay = added_delay()
+    if delay > 0:   # the reply is held before it is sent (Project5's delay at one server)
+        time.sleep(delay)
     end = time.monotonic()
     outcome = "ok" if status.startswith("200") else "error"
     pid = os.getpid()

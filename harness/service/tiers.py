@@ -78,6 +78,14 @@ class ServiceTiers:
         return self.dir / "hops"
 
     @property
+    def control_dir(self) -> Path:
+        """Where the delay fault's switch files go (harness/faults/delay.py, app.added_delay)."""
+        return self.dir / "control"
+
+    def delay_file(self, host: str) -> Path:
+        return self.control_dir / f"delay-{host}"
+
+    @property
     def access_log(self) -> Path:
         return self.dir / "nginx-access.tsv"
 
@@ -94,6 +102,7 @@ class ServiceTiers:
     # -- start -----------------------------------------------------------------------------------
     def start(self) -> None:
         self.hops_dir.mkdir(parents=True, exist_ok=True)
+        self.control_dir.mkdir(parents=True, exist_ok=True)
         self._start_db()
         self._start_cache()
         for host in self.hosts.apps:
@@ -139,7 +148,8 @@ class ServiceTiers:
     def _start_app(self, host: str) -> None:
         env = {"NESTLAB_SVC_CACHE": f"{self.addresses[self.hosts.cache]}:{CACHE_PORT}",
                "NESTLAB_SVC_DB": f"{self.addresses[self.hosts.db]}:{DB_PORT}",
-               "NESTLAB_SVC_HOPS": str(self.hops_dir), "NESTLAB_SVC_HOST": host, "NESTLAB_SVC_ROWS": str(ROWS)}
+               "NESTLAB_SVC_HOPS": str(self.hops_dir), "NESTLAB_SVC_HOST": host, "NESTLAB_SVC_ROWS": str(ROWS),
+               "NESTLAB_SVC_CONTROL": str(self.control_dir)}
         self._spawn("app", host, ["gunicorn", "--bind", f"{self.addresses[host]}:{APP_PORT}", "--workers", "2",
                                   "--worker-class", "gthread", "--threads", "16", "--graceful-timeout", "2",
                                   "--pythonpath", str(REPO), "--chdir", str(self.dir),

@@ -262,7 +262,7 @@ def counters_svg(data, w: FaultTimes, modules: list[tuple[int, str]], counters: 
 def _head(data, w: FaultTimes) -> str:
     f = w.fault
     a, b, m = w.start - data.t0, w.end - data.t0, w.margin_end - data.t0
-    target = ("target module not observed" if f.target_module is None or f.target_module != f.target_module
+    target = ("target module not observed" if pd.isna(f.target_module)
               else f"target {short_name(data, int(f.target_module))} ({data.modules['key'].get(int(f.target_module), '')})")
     return (f"window {a:.2f}–{b:.2f} s ({b - a:.2f} s) · recovery margin to {m:.2f} s · {target}"
             + (f" · at {f.at_node}" if getattr(f, "at_node", None) else ""))
@@ -272,7 +272,7 @@ def fault_section(data, scored: BySeq, counters: BySeq, variants: list[str], w: 
     """One fault: heading, the variants' table and the counters figure."""
     f = w.fault
     body = [f'<p class="meta">{esc(_head(data, w))}</p>']
-    if f.target_module is None or f.target_module != f.target_module:
+    if pd.isna(f.target_module):
         body.append('<p class="note">The target was not observed by the collector: nothing to show.</p>')
     else:
         tm = int(f.target_module)
@@ -294,7 +294,7 @@ def anchor(data, fault_id: int) -> str:
 
 def _target(data, f) -> str:
     tm = f.target_module
-    return "not observed" if tm is None or tm != tm else short_name(data, int(tm))
+    return "not observed" if pd.isna(tm) else short_name(data, int(tm))
 
 
 def faults_table(data, scored: BySeq, variant: str, windows: list[FaultTimes], budget: int) -> str:
@@ -305,7 +305,7 @@ def faults_table(data, scored: BySeq, variant: str, windows: list[FaultTimes], b
         f = w.fault
         a, b = w.start - data.t0, w.end - data.t0
         seqs = _seqs(data, w.start, w.end)
-        if f.target_module is None or f.target_module != f.target_module:
+        if pd.isna(f.target_module):   # None, NaN or pd.NA: a target no module stands for
             truth = said = "–"
             target = "not observed"
         else:

@@ -1,0 +1,104 @@
+"""The delay fault on a service's app tier (issue 33 item 5, app tiers only): the app holds each
+reply while its host's switch is set, the kind sets and clears the switch with stamps, the spec's
+rules; and the report's faults table with a target no module stands for (pd.NA)."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from harness.backends.base import ClockOffset, Clocks
+from harness.faults import KINDS
+from harness.faults.base import FaultEnv
+from harness.service import app
+from harness.spec import load_spec
+from harness.window import Window
+from harness.yamlload import SpecError
+from tests.support.env import REPO, write
+
+SPEC = f"""\
+name: svc
+topology: {REPO / "topologies" / "service.yaml"}
+duration: 30s
+monitor: web
+workloads:
+  - {{kind: service, rate: 10/s}}
+faults:
+  - {{kind: delay, {{fields}}, schedule: {{at: [5s], duration: 5s}}}}
+"""
+
+
+def test_the_app_holds_its_replies_while_its_switch_is_set(tmp_path, monkeypatch):
+    monkeypatch.setattr(app, "CONTROL", str(tmp_path))
+    monkeypatch.setattr(app, "HOST", "app2")
+    assert app.added_delay() == 0.0
+    (tmp_path / "delay-app2").write_text("0.05\n")
+    assert app.added_delay() == 0.05
+    (tmp_path / "delay-app1").write_text("9\n")          # another host's switch
+    assert app.added_delay() == 0.05
+    monkeypatch.setattr(app, "_cache", lambda: SimpleNamespace(get=lambda k: b"v", set=lambda k, v: None))
+    t = time.monotonic()
+    app.application({"PATH_INFO": "/item/1", "REQUEST_METHOD": "GET"}, lambda *a: None)
+    assert 0.05 <= time.monotonic() - t < 0.5
+    os.unlink(tmp_path / "delay-app2")
+    assert app.added_delay() == 0.0
+
+
+class _Tiers:
+    def __init__(self, d):
+        self.d = d
+
+    def pids(self):
+        return {"app": [("app1", 11), ("app2", 22)]}
+
+    def delay_file(self, host):
+        return self.d / f"delay-{host}"
+
+
+def test_the_kind_sets_and_clears_the_switch_with_stamps(tmp_path):
+    exp = load_spec(write(tmp_path, "s.yaml", SPEC.replace("{fields}", "host: app2, by: 200ms")))
+    env = FaultEnv(exp.spec, None, Clocks("web", {}, ClockOffset()), SimpleNamespace(services={0: _Tiers(tmp_path)}),
+                   random.Random(1), "r")
+    kind = KINDS["delay"](env)
+    (part,) = kind.inject(Window(0, 5.0, 5.0), 1)
+    assert (tmp_path / "delay-app2").read_text().strip() == "0.200000"
+    assert '"host": "app2"' in part.target and '"pids": [22]' in part.target and "200 ms" in part.rule
+    end = kind.heal(part)
+    assert not (tmp_path / "delay-app2").exists() and end >= part.start
+    kind.inject(Window(0, 5.0, 5.0), 2)
+    kind.teardown()                                       # a stopped run: no switch stays set
+    assert not (tmp_path / "delay-app2").exists()
+
+
+@pytest.mark.parametrize("fields, message", [
+    ("host: app2, by: 0ms", "'by' must be above 0"),
+    ("host: app2, by: -200ms", "faults[0].by: expected a duration"),
+    ("host: db, by: 200ms", "faults[0].host: 'db' runs no app tier"),
+    ("host: nowhere, by: 200ms", "faults[0].host: 'nowhere' runs no app tier"),
+    ("by: 200ms", "delay needs 'host'"),
+    ("host: app2", "delay needs 'by'"),
+    ("host: app2, by: 200ms, at: x3", "'at' applies to"),
+])
+def test_bad_delay_specs_are_one_line(tmp_path, fields, message):
+    with pytest.raises(SpecError) as e:
+        load_spec(write(tmp_path, "s.yaml", SPEC.replace("{fields}", fields)))
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_service_suite_has_projects5_delay():
+    from harness.suite import load_suite
+
+    suite = load_suite(REPO / "experiments" / "service.yaml")
+    delay = [f for e in suite.experiments for f in e.spec.faults]
+    assert [(f.kind, f.host, f.by) for f in delay] == [("delay", "app2", 0.2)]
+
+
+def test_the_reports_fault_target_may_be_na():
+    from analysis.render.html.faults import _target
+
+    assert _target(None, SimpleNamespace(target_module=pd.NA)) == "not observed"
