@@ -1,11 +1,13 @@
 """A real service run on Mininet (issue 33): the tiers start in their hosts, requests flow through
 nginx to both app servers, memcached and MariaDB, the requests table holds each request's hops with
-its true path, the summary's service health has every tier, and nothing is left behind."""
+its true path, a 200 ms delay at app2 shows in app2's hops inside its window only, the service health
+has every tier, and nothing is left behind."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
+import statistics
 
 import pytest
 
@@ -24,6 +26,8 @@ seed: 5
 monitor: web
 workloads:
   - {{kind: service, rate: 40/s, concurrency: 16}}
+faults:
+  - {{kind: delay, host: app2, by: 200ms, schedule: {{at: [8s], duration: 6s}}}}
 """
 
 
@@ -34,7 +38,7 @@ def test_a_service_run_records_every_requests_path(tmp_path, no_leftovers):
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["format_version"] >= 7
     load = manifest["service"]["0"]
-    assert load["offered_rate"] == 40 and load["refused"] == 0 and load["errors"] == 0
+    assert load["offered_rate"] == 40 and load["errors"] == 0
     assert 30 <= load["achieved_rate"] <= 50      # Poisson at 40/s over ~19 s
     db = sqlite3.connect(run / "run.db")
     hops = db.execute('SELECT request, type, tier, host, pid, start, "end", outcome FROM requests').fetchall()
@@ -62,6 +66,17 @@ def test_a_service_run_records_every_requests_path(tmp_path, no_leftovers):
     apps = {r[3] for r in hops if r[2] == "app"}
     assert apps == {"app1", "app2"}                 # nginx balanced over both
     assert {r[3] for r in hops if r[2] in ("cache", "db")} == {"cache", "db"}
+    # The delay: app2's hops up by 200 ms (+-10%) inside the window, not outside it; app1's unchanged.
+    (a, b), = db.execute('SELECT start, "end" FROM faults WHERE kind = \'delay\'').fetchall()
+    assert b - a == pytest.approx(6, abs=0.2)
+
+    def app_ms(host, inside):
+        rows = [r for r in hops if r[2] == "app" and r[3] == host]
+        rows = [r for r in rows if (a <= r[5] and r[6] <= b) == inside and (inside or r[6] < a or r[5] > b)]
+        return statistics.median((r[6] - r[5]) * 1000 for r in rows)
+
+    assert app_ms("app2", True) == pytest.approx(200, rel=0.1) and app_ms("app2", False) < 20
+    assert app_ms("app1", True) < 20 and app_ms("app1", False) < 20
     health = service_health(run, load_run_data(run))
     assert list(health.tiers["tier"]) == ["client", "web", "app", "cache", "db"]
     assert (health.tiers["errors"] == 0).all() and not health.warnings
