@@ -120,7 +120,7 @@ class Workloads:
         if any(self.nodes[h].workdir is not None for h in (*hosts.apps, hosts.web, hosts.cache, hosts.db)):
             raise UserError("the service workload runs on Mininet only for now (its tiers' files are the runner's)")
         tiers = self.services[i] = ServiceTiers(hosts, self.nodes, self.addresses, self.www / f"service-{i}",
-                                                self.logs, self.on_process)
+                                                self.logs, self.on_process, self.client_env)
         tiers.start()
 
     def _loadgen_out(self, workload: int) -> Path:

@@ -102,3 +102,22 @@ def test_the_reports_fault_target_may_be_na():
     from analysis.render.html.faults import _target
 
     assert _target(None, SimpleNamespace(target_module=pd.NA)) == "not observed"
+
+
+def test_on_the_monitored_host_each_worker_is_a_target(tmp_path):
+    import subprocess
+
+    exp = load_spec(write(tmp_path, "s.yaml", SPEC.replace("{fields}", "host: app2, by: 200ms")
+                          .replace("monitor: web", "monitor: app2")))
+    worker = subprocess.Popen(["sleep", "30"])   # a child of ours, as a gunicorn worker of its master
+    try:
+        tiers = _Tiers(tmp_path)
+        tiers.pids = lambda: {"app": [("app2", os.getpid())]}
+        env = FaultEnv(exp.spec, None, Clocks("app2", {}, ClockOffset()), SimpleNamespace(services={0: tiers}),
+                       random.Random(1), "r")
+        parts = KINDS["delay"](env).inject(Window(0, 5.0, 5.0), 1)
+        assert f'"module_key": "app:{worker.pid}"' in next(p.target for p in parts if str(worker.pid) in p.target)
+        assert len({p.action.path for p in parts}) == 1
+    finally:
+        worker.kill()
+        worker.wait()

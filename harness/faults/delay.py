@@ -10,11 +10,12 @@ opens or closes takes the state it saw. netem is not available here (docs/faults
 interceptor's per-call delay, which would reach any tier (nginx, memcached, MariaDB), is issue 33's
 still to come: this kind acts on the app tiers only.
 
-The culprit is the target tier's application (its gunicorn workers on that host): the faults row names
-the host and the gunicorn master's pid; its module_key is None unless a module of that host is
-observed (the collector watches the monitored host only, and the tiers' daemons run without the
-interceptor), so on NeST's side the window is a labelled period without a positive module, and the
-true effect is in the requests table (the app hop of that host up by `by`).
+The culprit is the target tier's application (its gunicorn workers on that host). When that host is
+the monitored one (its tier's daemons then run with the interceptor), each worker's app module is a
+target, one faults row each sharing the one switch; otherwise the one row names the host and the
+gunicorn master's pid with no module (the collector watches the monitored host only), so on NeST's
+side the window labels nothing, and the true effect is in the requests table (the app hop of that
+host up by `by`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import Field
@@ -33,8 +35,6 @@ from rundir.db import monotonic
 from rundir.faultkinds import FaultKindInfo
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from harness.topology import Topology
     from harness.window import Window
 
@@ -81,6 +81,17 @@ class DelaySpec(FaultSpec):
         return self.host
 
 
+def _workers(masters: list[int]) -> list[int]:
+    """The gunicorn workers (the master's children; Mininet hosts share this machine's pids)."""
+    out = []
+    for pid in masters:
+        try:
+            out += [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        except (OSError, ValueError):
+            pass
+    return sorted(out)
+
+
 @dataclass
 class Switch:
     path: Path
@@ -125,9 +136,16 @@ class Delay:
         action = Switch(path, f.by)
         self.switches.append(action)
         start = env.clocks.from_runner(monotonic())
-        return [Part(target_json(description=f"replies of the app tier on {f.host} held {f.by * 1000:g} ms",
-                                 host=f.host, tier="app", pids=pids, workload=i, by=f.by, module_key=None),
-                     self.describe(action), start, action)]
+        text = f"replies of the app tier on {f.host} held {f.by * 1000:g} ms"
+        workers = _workers(pids) if f.host == env.spec.monitor else []
+        if not workers:   # not observed: one row, no module
+            return [Part(target_json(description=text, host=f.host, tier="app", pids=pids, workload=i, by=f.by,
+                                     module_key=None), self.describe(action), start, action)]
+        # Observed (the monitored host's tier runs with the interceptor): each gunicorn worker's app
+        # module is a culprit, one row each, sharing the one switch.
+        return [Part(target_json(description=f"{text}: worker {w}", host=f.host, tier="app", pid=w, workload=i,
+                                 by=f.by, module_key=f"app:{w}"), self.describe(action), start, action)
+                for w in workers]
 
     def heal(self, part: Part) -> float:
         action: Switch = part.action

@@ -66,12 +66,17 @@ class ServiceTiers:
     """The tiers of one service workload: start(), the daemons' pids by tier, stop()."""
 
     def __init__(self, hosts: TierHosts, nodes: dict[str, Node], addresses: dict[str, str], scratch: Path,
-                 logs: Path, on_process):
+                 logs: Path, on_process, host_env: dict[str, dict[str, str]] | None = None):
         self.hosts, self.nodes, self.addresses, self.logs = hosts, nodes, addresses, logs.resolve()
         self.dir = scratch
         self.on_process = on_process       # (proc, workload, role, host) as for the other servers
         self.procs: list[tuple[str, Proc]] = []   # (tier, process), in start order (kept after stop: pids())
         self.stopped: set[int] = set()
+        # The interceptor's environment on the monitored host: its tier's daemons are observed like
+        # its clients (app and socket modules), without the pause signals (no fault pauses a tier
+        # through them, and nginx and gunicorn use SIGUSR1 and SIGUSR2 themselves).
+        self.host_env = {h: {**e, "NESTLAB_PAUSE_SIGNAL": "none", "NESTLAB_RESUME_SIGNAL": "none"}
+                         for h, e in (host_env or {}).items() if e}
 
     @property
     def hops_dir(self) -> Path:
@@ -112,7 +117,8 @@ class ServiceTiers:
     def _spawn(self, tier: str, host: str, argv: list[str], port: int, env: dict | None = None) -> Proc:
         node = self.nodes[host]
         with signals_held():
-            proc = node.start(argv, self.logs / f"service-{tier}-{host}.log", env=env)
+            proc = node.start(argv, self.logs / f"service-{tier}-{host}.log",
+                              env={**self.host_env.get(host, {}), **(env or {})})
             self.procs.append((tier, proc))
             self.on_process(proc, None, "server", host)
         _wait_listening(node, self.addresses[host], port, proc)
