@@ -9,5 +9,6 @@ reads, laid out by step:
     score     score/ (counting, the table's layout, rates and intervals), evaluation.py
     render    render/ (tables, files, figures, the HTML report, what a run ends with)
 
-live.py applies the same steps to a run while it is recorded; paths/ is the black-box trace model.
+live.py applies the same steps to a run while it is recorded; paths/ is black-box causal path
+inference from message traces (docs/blackbox.md), a pipeline of its own.
 Pure: never needs root, never imports the lab (harness/)."""

@@ -38,19 +38,17 @@ import pandas as pd
 
 from analysis.model.batch import Batch
 from analysis.model.stretches import DIRS, KINDS, RunStretches, Stretch, load_stretches, stretch_from_json
-from analysis.variants import DEFAULT_VARIANTS, LABELS, Variant, parse_variant
+from analysis.plugins import problem as plugin_problem
+from analysis.variants import DEFAULT_VARIANTS, LABELS, SYSTEMS, Variant, variant_specs
+from rundir.errors import UserError
 
 CF_DECIMALS = 4  # certainty factors in JSON output
 
 
-def as_variants(variants: Iterable[str | Variant] | None) -> list[Variant]:
-    out = [v if isinstance(v, Variant) else parse_variant(v) for v in (variants or DEFAULT_VARIANTS)]
-    seen, unique = set(), []
-    for v in out:
-        if v.name not in seen:
-            seen.add(v.name)
-            unique.append(v)
-    return unique
+def as_variants(variants) -> list[Variant]:
+    """Variants given any way analysis.variants.variant_specs takes them (None: DEFAULT_VARIANTS)."""
+    empty = variants is None or (isinstance(variants, list | tuple) and not variants)
+    return [v for _, v in variant_specs(DEFAULT_VARIANTS if empty else variants)]
 
 
 @dataclass
@@ -104,13 +102,59 @@ def diagnose_stretches(source: RunStretches | Iterable[Stretch], variants=None, 
     batch = Batch(stretches, source=where, engine_metrics=engine)
     diags = [StretchDiagnosis(st, {}) for st in stretches]
     for v in vs:
-        flat = v.diagnose(batch)
+        flat = _run_variant(v, batch)
         per_dir = {d: (batch.split(flat[d][0]), batch.split(flat[d][1])) for d in DIRS}
         for k, sd in enumerate(diags):
             sd.results[v.name] = {d: (per_dir[d][0][k], per_dir[d][1][k]) for d in DIRS}
     for v in vs:
         _over_time(v, diags)
     return diags
+
+
+def _run_variant(v: Variant, batch: Batch) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """v.diagnose(batch), its result checked against the contract (docs/plugins.md). A plug-in that
+    fails or breaks the contract is named (never the run: the run is fine, the rule is not)."""
+    builtin = SYSTEMS.is_registered(v.system) and SYSTEMS.is_builtin(v.system.name)
+    try:
+        out = v.diagnose(batch)
+        problem = _contract_problem(v, out, batch.n_cells)
+    except UserError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a built-in's failure is the run's (rundir.runs.guarded)
+        if builtin:
+            raise
+        raise UserError(f"variant {v.name} ({_origin(v)}) failed on {batch.source or 'the snapshots'}: "
+                        f"{plugin_problem(e)}") from None
+    if problem:
+        raise UserError(f"variant {v.name} ({_origin(v)}): {problem} (docs/plugins.md)")
+    return out
+
+
+def _origin(v: Variant) -> str:
+    return SYSTEMS.origin(v.system.name) if SYSTEMS.is_registered(v.system) else "not registered"
+
+
+def _contract_problem(v: Variant, out, n: int) -> str | None:
+    """What is wrong with a system's result: per direction ('in', 'out') a (result, positive) pair of
+    flat arrays over the batch's n cells; result int codes into LABELS (label systems) or floats
+    (cf systems); positive bool."""
+    if not isinstance(out, dict) or set(out) != set(DIRS):
+        return f"diagnose returned {type(out).__name__} {sorted(out) if isinstance(out, dict) else ''}, " \
+               f"expected a dict with keys 'in' and 'out'"
+    for d in DIRS:
+        pair = out[d]
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            return f"{d}: expected a (result, positive) pair"
+        res, pos = (np.asarray(a) for a in pair)
+        if res.shape != (n,) or pos.shape != (n,):
+            return f"{d}: arrays of shapes {res.shape} and {pos.shape}, expected ({n},) each (one per cell)"
+        if pos.dtype != bool:
+            return f"{d}: positive has dtype {pos.dtype}, expected bool"
+        if v.kind == "label" and (res.dtype.kind not in "iu" or (n and (res.min() < 0 or res.max() >= len(LABELS)))):
+            return f"{d}: a label system's result must be integer codes 0..{len(LABELS) - 1} (LABELS)"
+        if v.kind == "cf" and res.dtype.kind != "f":
+            return f"{d}: a cf system's result must be floats (certainty factors)"
+    return None
 
 
 def empty_diagnosis() -> pd.DataFrame:

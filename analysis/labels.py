@@ -68,6 +68,7 @@ import pandas as pd
 from analysis import labels_streams
 from analysis.fault_reach import active_faults, collateral_modules, fault_targets
 from analysis.model.label_input import ArrayRows, StretchRows, label_rows
+from analysis.plugins import Registry, check_contract, check_name
 from analysis.variants.base import Param, on_off, parse_named
 
 Rows = ArrayRows | StretchRows   # what a policy reads (analysis.model.label_input)
@@ -397,8 +398,30 @@ class WindowPolicy(_Policy):
         return (f.t_end(rows) > f0) & ((ts < f1 + self.values["tail"]) | np.isnan(ts))
 
 
-# The registry of labelling policies (a dict by name, like every registry; parse_named looks it up).
-POLICIES: dict[str, type[_Policy]] = {p.system: p for p in (ImpactPolicy, WindowPolicy)}
+# The project's own entry points (pyproject.toml [project.entry-points] group nestlab.policies), for an
+# install older than them.
+BUILTINS = (("impact", "analysis.labels:ImpactPolicy"), ("window", "analysis.labels:WindowPolicy"))
+
+
+def check_policy(obj, builtin: bool) -> str | None:
+    """What is wrong with a policy's definition (a class like _Policy: system, summary, params, and
+    instances made from parameter values with a name and label(data)), or None."""
+    if not isinstance(obj, type):
+        return f"not a class but {type(obj).__name__}"
+    problem = check_name(getattr(obj, "system", None)) or check_contract(obj, builtin)
+    if problem:
+        return problem
+    if not callable(getattr(obj, "label", None)):
+        return "it has no label(data) method"
+    if not all(isinstance(p, Param) for p in getattr(obj, "params", ())):
+        return "its params are not all Param objects"
+    return None
+
+
+# The registry of labelling policies: a mapping by name like every registry (parse_named looks it up),
+# from the entry points of `nestlab.policies` and plug-in files (analysis.plugins).
+POLICIES: Registry = Registry("label policy", "policies", check_policy,
+                              lambda cls: cls.system, lambda: list(BUILTINS))
 DEFAULT_POLICY = "impact"
 
 

@@ -142,7 +142,8 @@ class LiveEngine:
         params = self.variant.params
         self.probe = bool(params.get("probe"))
         self.ahead = float(params.get("probe_ahead", probes.AHEAD_S))
-        self.probe_carry: dict = {}   # silences going on at the window's start (analysis.model.probes.ongoing)
+        # silences going on at the window's start (analysis.model.probes.ongoing)
+        self.probe_carry: dict = {}
         self.reader = RunReader(db, tcp_state=bool(params.get("tcpstate")), probes=self.probe)
         self.bursts = probes.burst_table(None)   # the probes read so far, per burst (probes.burst_table)
         self.endpoints: dict[int, str | None] = {}   # TCP module -> its remote 'ADDR:PORT' (probes)

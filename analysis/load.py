@@ -27,15 +27,12 @@ from analysis.score.table_layout import module_rows
 from rundir import facts, read, repair
 from rundir.db import connect
 from rundir.errors import UserError
+from rundir.facts import IPERF_PORT
 from rundir.faultkinds import FaultKindInfo, kinds_of
 from rundir.layout import RunDir
 from rundir.manifest import Monitor, SpecWorkload
 from rundir.runs import HEALTH_TABLES, RunInfo, guarded, open_run
 from rundir.targets import resolve_fault_targets
-
-# Ports the seeds' workloads use: iperf writes to remote port 5001 and reads on local port 5001
-# (thesis 3.7); a web client reads from remote port 80.
-IPERF_PORT = 5001
 
 
 def read_run(path: str | Path) -> RunData:
@@ -119,7 +116,8 @@ class CounterHistories:
                 self.conn = connect(self.db, readonly=True)
             rows = [] if self.conn is None else read.counter_history(self.conn, module, out)
             rows = [r for r in rows if r[2] is not None and r[1] is not None]
-            self.cache[key] = (np.array([r[0] for r in rows], dtype=np.int64), np.array([r[1] for r in rows], float),
+            self.cache[key] = (np.array([r[0] for r in rows], dtype=np.int64),
+                               np.array([r[1] for r in rows], float),
                                np.array([r[2] for r in rows], float)) if rows else None
         return self.cache[key]
 

@@ -27,21 +27,24 @@ variant's rows; the counts are the same frame module_counts(join_labels(...)) gi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import multiprocessing
 import signal
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pandas as pd
 
+from analysis import plugins
 from analysis.diagnose import as_variants, diagnose_run, diagnose_stretches, empty_diagnosis
 from analysis.evaluation import Evaluation
 from analysis.health import network_health
-from analysis.labels import parse_policy
+from analysis.labels import POLICIES, parse_policy
 from analysis.load import load_run_data
 from analysis.score.counting import fast_counts, join_labels, module_counts
-from analysis.variants import DEFAULT_VARIANT
+from analysis.variants import DEFAULT_VARIANT, SYSTEMS, Variant
 from rundir.errors import UserError
 from rundir.runs import guarded, open_run
 
@@ -59,7 +62,8 @@ def evaluate(runs: Iterable[str | Path], variants: Sequence[str] = (DEFAULT_VARI
     UserError is still raised when no run at all could be analysed. Every failure of a run is one
     line (rundir.runs.guarded), never a traceback.
 
-    jobs > 1 analyses the runs in that many worker processes (module docstring; not with keep=True);
+    jobs > 1 analyses the runs in that many worker processes (module docstring; not with keep=True, nor
+    with a variant or policy defined in the caller's script, which a worker never imports);
     on_run(k, n, run) is called as the k-th of n runs is done (in the order they finish).
     """
     vs = as_variants(variants)
@@ -79,7 +83,7 @@ def evaluate(runs: Iterable[str | Path], variants: Sequence[str] = (DEFAULT_VARI
             on_run(k, len(runs), r)
         return res.error is None or skip_bad
 
-    if keep or jobs == 1:
+    if keep or jobs == 1 or not all(_travels(x) for x in (*vs, pol)):
         results = _serial(runs, vs, pol, keep, done)
     else:
         results = _parallel(runs, vs, pol, jobs, done)
@@ -163,10 +167,62 @@ def _serial(runs, vs, pol, keep, done) -> list[RunResult]:
 
 def _work(task: tuple) -> tuple[int, RunResult]:
     i, run, vs, pol = task
-    return i, evaluate_one(run, vs, pol)
+    return i, evaluate_one(run, [_by_name(v) for v in vs], _by_name(pol))
 
 
-def _quiet_worker() -> None:
+def _named(thing):
+    """A variant or policy as a worker finds it: by its registry name and parameter values when it is
+    a registered one (a plug-in's objects never travel by pickle: the worker loads the plug-ins itself),
+    else the object itself."""
+    if isinstance(thing, Variant) and SYSTEMS.is_registered(thing.system):
+        return ("variant", thing.system.name, dict(thing.params))
+    if POLICIES.is_registered(type(thing)) and hasattr(thing, "values"):
+        return ("policy", type(thing).system, dict(thing.values))
+    return thing
+
+
+def _by_name(thing):
+    if isinstance(thing, tuple) and len(thing) == 3 and thing[0] == "variant":
+        return Variant(SYSTEMS[thing[1]], thing[2])
+    if isinstance(thing, tuple) and len(thing) == 3 and thing[0] == "policy":
+        return POLICIES[thing[1]](**thing[2])
+    return thing
+
+
+def _travels(thing) -> bool:
+    """A worker can have it: registered (found by name), or an object defined in an importable module
+    (never in the caller's script, which a worker does not import)."""
+    if _named(thing) is not thing:
+        return True
+    fn = thing.system.diagnose if isinstance(thing, Variant) else type(thing)
+    fn = getattr(fn, "rule", fn)   # a rule on the simple interface (analysis.variants.simple)
+    module = getattr(fn, "__module__", None) or getattr(type(fn), "__module__", "__main__")
+    return module not in ("__main__", "__mp_main__") and "<lambda>" not in getattr(fn, "__qualname__", "")
+
+
+@contextlib.contextmanager
+def _main_not_imported():
+    """Workers that never import the caller's script: multiprocessing re-runs a script's top level in
+    each worker (as __mp_main__) when __main__ has a file or a module spec, which respawns workers
+    without end from a script that lacks an `if __name__ == "__main__"` guard. What a worker needs
+    (the analysis, the plug-ins) it loads itself."""
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+    try:
+        for k in saved:
+            if k == "__spec__":
+                main.__spec__ = None
+            else:
+                del main.__dict__[k]
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.update(saved)
+
+
+def _quiet_worker(plugin_files: list[str]) -> None:
+    plugins.quiet()   # the parent reports the plug-ins' problems
+    plugins.add_files(plugin_files)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's: it ends the pool
     # Pool.terminate() ends the workers with SIGTERM: a forked worker must not keep a handler of the
     # parent's (a runner's or a suite's, which only note the signal) nor a mask that holds it, or
@@ -181,9 +237,10 @@ def _parallel(runs, vs, pol, jobs: int, done) -> list[RunResult]:
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["analysis.pipeline"])
     out: list[RunResult | None] = [None] * len(runs)
-    pool = ctx.Pool(jobs, initializer=_quiet_worker)
+    with _main_not_imported():
+        pool = ctx.Pool(jobs, initializer=_quiet_worker, initargs=([str(p) for p in plugins.files()],))
     try:
-        tasks = [(i, r, vs, pol) for i, r in enumerate(runs)]
+        tasks = [(i, r, [_named(v) for v in vs], _named(pol)) for i, r in enumerate(runs)]
         for k, (i, res) in enumerate(pool.imap_unordered(_work, tasks), 1):
             out[i] = res
             if not done(k, runs[i], res):

@@ -8,7 +8,7 @@ live progress view are the analysis's, handed to the harness as observers (nestl
 
 from rundir import __version__
 
-__all__ = ["StoredRun", "__version__", "accuracy_of", "open_run", "open_runs"]
+__all__ = ["StoredRun", "__version__", "accuracy_of", "open_run", "open_runs", "score"]
 
 
 def __getattr__(name: str):
@@ -18,4 +18,8 @@ def __getattr__(name: str):
         from nestlab import api
 
         return getattr(api, name)
+    if name == "score":
+        from nestlab.scoring import score
+
+        return score
     raise AttributeError(f"module 'nestlab' has no attribute {name!r}")

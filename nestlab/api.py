@@ -4,9 +4,16 @@ code as the command line (docs/api.md).
     import nestlab
     run = nestlab.open_run("results/net_fault/<stamp>-r0")    # or nestlab.open_runs("thesis-3.3")
     run.modules, run.snapshots, run.counters, run.faults       # pandas DataFrames
+    run.probes, run.tcp_info                                    # the evidence tables a probe or TCP-state idea reads
     run.diagnose("flowdiagnoser:theta=2")                       # one row per variant, direction, module, snapshot
     run.labels()                                                # the ground truth, with its cause
     run.accuracy(["flowdiagnoser:theta=2", "nest-cf"])          # thesis Table 3.3 rows, as accuracy.csv has them
+    nestlab.score(runs, predictions)                            # the same table for predictions made anywhere
+
+Variants are given one way everywhere (analysis.variants.variant_specs): one or many, names or objects
+(Variant, RuleSystem), ranges expanded ('flowdiagnoser:theta=1..3'). A diagnosis keeps the name as it
+was written (column `asked`) beside the canonical one (`variant`); an accuracy frame, whose columns
+are the files', maps them in frame.attrs["asked"].
 
 Read-only (nothing is written into the run), no root. A run is read once, when a frame is first asked
 for; a damaged run reads as the analysis reads it (its warnings in `run.warnings`), and what cannot
@@ -15,18 +22,21 @@ be read at all raises rundir.errors.UserError with the one line the command line
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
 
 import pandas as pd
 
 from analysis.diagnose import diagnose_run
-from analysis.labels import label_run
+from analysis.labels import label_run, parse_policy
 from analysis.load import RunData, load_run_data
 from analysis.pipeline import evaluate
-from analysis.render.writers import accuracy_csv_frame
-from analysis.variants import DEFAULT_VARIANT
+from analysis.render.writers import accuracy_csv_frame, per_run_csv_frame
+from analysis.variants import DEFAULT_VARIANT, variant_specs
+from rundir import read
+from rundir.db import connect
+from rundir.errors import UserError
+from rundir.layout import RunDir
 from rundir.manifest import Manifest
 from rundir.runs import RunInfo, find_runs, guarded
 from rundir.runs import open_run as check_run
@@ -79,28 +89,93 @@ class StoredRun:
         """One row per fault part: kind, target (dict), target_module, start, end, description."""
         return self.data.faults
 
-    def diagnose(self, *variants: str) -> pd.DataFrame:
-        """Every variant's result per direction, module and snapshot (default: analysis.variants.DEFAULT_VARIANT)."""
-        return guarded(self.path, diagnose_run, self.data.run, list(variants) or [DEFAULT_VARIANT])
+    @cached_property
+    def tcp_info(self) -> pd.DataFrame | None:
+        """The collector's tcp_info rows (a row when they change, carried forward): seq, module, rtt_us,
+        rttvar_us, the TCP state (backoff, ca_state, retransmits, probes, rto_us, data_sent_at,
+        data_recv_at, ack_recv_at: format 4 on), rcv_rtt_us (format 5 on); None: not recorded."""
+        return self.data.tcp_info
+
+    @cached_property
+    def probes(self) -> pd.DataFrame:
+        """The collector's half-open probes (docs/probes.md): id, burst, module, remote, sport, kind, seq,
+        sent, done, outcome, rtt_ms; no rows for a run recorded without them (format < 5, probe: off)."""
+        def rows() -> pd.DataFrame:
+            conn = connect(RunDir(self.path).db, readonly=True)
+            try:
+                frame = read.read_probes(conn, [])
+            finally:
+                conn.close()
+            # whole numbers as integers, as in run.db (the reader keeps them float to check them)
+            return frame.astype({"burst": "int64", "module": "int64", "seq": "int64", "sport": "Int64"})
+        return guarded(self.path, rows)
+
+    def diagnose(self, *variants) -> pd.DataFrame:
+        """Every variant's result per direction, module and snapshot (default:
+        analysis.variants.DEFAULT_VARIANT). Variants one or many, names or objects, ranges expanded;
+        column `asked` is each variant as written, `variant` its canonical name."""
+        specs = _specs(variants)
+        frame = guarded(self.path, diagnose_run, self.data.run, [v for _, v in specs])
+        return _with_asked(frame, specs)
 
     def labels(self, policy: str | None = None) -> pd.DataFrame:
         """The counters with the ground truth of a labelling policy joined on: actual, exclude, cause,
         fault (default policy: impact, the seeds' criteria)."""
         return guarded(self.path, label_run, self.data, policy)
 
-    def accuracy(self, variants: Sequence[str] | str = (DEFAULT_VARIANT,), policy: str | None = None,
+    def accuracy(self, variants=(DEFAULT_VARIANT,), policy: str | None = None, per_run: bool = False,
                  ) -> pd.DataFrame:
-        """Thesis Table 3.3 for each variant, the rows and columns of `nestlab accuracy`'s accuracy.csv."""
-        return accuracy_of([self], variants, policy)
+        """Thesis Table 3.3 for each variant, the rows and columns of `nestlab accuracy`'s accuracy.csv
+        (per_run=True: per_run.csv's, with the run's path in column `run`)."""
+        return accuracy_of([self], variants, policy, per_run=per_run)
 
 
-def accuracy_of(runs: Sequence[StoredRun], variants: Sequence[str] | str = (DEFAULT_VARIANT,),
-                policy: str | None = None) -> pd.DataFrame:
-    """accuracy.csv's rows for a set of runs (with 2 or more, the across-run intervals too)."""
-    variants = [variants] if isinstance(variants, str) else list(variants)
-    ev = evaluate([r.path for r in runs], variants, policy)
-    return accuracy_csv_frame({v: ev.table(v) for v in ev.variants}, ev.policy,
-                              {v: ev.across(v) for v in ev.variants})
+def _specs(variants) -> list[tuple[str, object]]:
+    """(as written, Variant) of variants given one or many, as names or objects (a usage error names
+    the usage, never a run)."""
+    if len(variants) == 1:
+        variants = variants[0]
+    return variant_specs(variants) or variant_specs(DEFAULT_VARIANT)
+
+
+def _with_asked(frame: pd.DataFrame, specs) -> pd.DataFrame:
+    asked = {v.name: written for written, v in specs}
+    frame.insert(1, "asked", frame["variant"].astype(str).map(asked).astype("category"))
+    return frame
+
+
+def _runs(runs) -> list[StoredRun]:
+    if isinstance(runs, StoredRun | str | Path):
+        runs = [runs]
+    out = []
+    for r in runs:
+        if isinstance(r, StoredRun):
+            out.append(r)
+        elif isinstance(r, str | Path):
+            out.append(StoredRun(r))
+        else:
+            raise UserError(f"runs: expected StoredRun objects or run directories; got {type(r).__name__} {r!r:.60}")
+    if not out:
+        raise UserError("runs: none given (nestlab.open_runs(NAME) finds them)")
+    return out
+
+
+def accuracy_of(runs, variants=(DEFAULT_VARIANT,), policy: str | None = None, per_run: bool = False,
+                jobs: int = 1) -> pd.DataFrame:
+    """accuracy.csv's rows for a set of runs (with 2 or more, the across-run intervals too); per_run=True:
+    per_run.csv's rows (column `run`). Runs: StoredRun objects or run directories, one or many.
+    jobs > 1 analyses the runs in that many processes (each loads the plug-ins itself)."""
+    specs = _specs((variants,))
+    parse_policy(policy)   # a bad policy is a usage error, before any run is read
+    ev = evaluate([r.path for r in _runs(runs)], [v for _, v in specs], policy, jobs=jobs)
+    if per_run:
+        frame = per_run_csv_frame(ev)
+    else:
+        frame = accuracy_csv_frame({v: ev.table(v) for v in ev.variants}, ev.policy,
+                                   {v: ev.across(v) for v in ev.variants})
+    # the columns stay the files' (cell by cell); the names as written map to the canonical ones here
+    frame.attrs["asked"] = {written: v.name for written, v in specs}
+    return frame
 
 
 def open_run(path: str | Path) -> StoredRun:
@@ -110,5 +185,13 @@ def open_run(path: str | Path) -> StoredRun:
 
 def open_runs(spec: str | Path, results: str | Path = "results") -> list[StoredRun]:
     """The runs a name stands for, as the command line takes it: a run or a directory of runs, a glob,
-    an experiment or a suite name under `results` (a suite's runs are those its index names)."""
-    return [StoredRun(p) for p in find_runs([str(spec)], results)]
+    an experiment or a suite name under `results` (a suite's runs are those its index names). A
+    relative `results` is taken from the working directory (the error says which directory that was)."""
+    try:
+        return [StoredRun(p) for p in find_runs([str(spec)], results)]
+    except UserError as e:
+        root = Path(results)
+        if root.is_absolute() or Path(spec).exists():
+            raise
+        raise UserError(f"{e} [results root: {root.resolve()}, from the working directory {Path.cwd()}; "
+                        f"pass results=... or a run's path]") from None

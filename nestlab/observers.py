@@ -20,7 +20,7 @@ from analysis.evaluation import Evaluation
 from analysis.pipeline import evaluate
 from analysis.render.summary import summarize
 from analysis.render.writers import write_accuracy
-from analysis.variants import DEFAULT_VARIANT
+from analysis.variants import DEFAULT_VARIANT, PROBE_VARIANT
 from harness.observers import Headline, Observers
 from nestlab.live_line import LiveProgress
 from rundir.errors import UserError
@@ -37,8 +37,17 @@ def _is_streams(run: Path) -> bool:
     return m is not None and m.backend == "flink"
 
 
+def records_probes(run: Path) -> bool:
+    """The run was recorded with the collector's probes (its spec's `probe` is on: format 5 on)."""
+    m = read_manifest_quietly(RunDir(Path(run)).manifest_path)
+    return m is not None and m.spec.probe is not None
+
+
 def _variants(run: Path) -> tuple[str, ...]:
-    return STREAMS_VARIANTS if _is_streams(run) else (DEFAULT_VARIANT,)
+    """The seeds' NeST; with probes, the lab's probe variant beside it; a streams run's two."""
+    if _is_streams(run):
+        return STREAMS_VARIANTS
+    return (DEFAULT_VARIANT, PROBE_VARIANT) if records_probes(run) else (DEFAULT_VARIANT,)
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 

@@ -55,7 +55,7 @@ CREATE TABLE IF NOT EXISTS snapshots (
 -- Raw cumulative values; the analysis computes deltas. NULL = unsupported for that module kind.
 -- A row for (seq, module, dir) when the values differ from that module/direction's previous row
 -- (and at the module's first snapshot); between rows, and until the module dies, the values are
--- those of the last row (see dense_counter_rows in analysis/stretches.py). A plain rowid table: appends are ~35% cheaper than a keyed
+-- those of the last row (see dense_counter_rows in analysis/model/dense.py). A plain rowid table: appends are ~35% cheaper than a keyed
 -- table; the (module, seq) index is built when the recording ends (see INDEXES).
 CREATE TABLE IF NOT EXISTS counters (
     seq INTEGER NOT NULL,

@@ -20,4 +20,7 @@ def named(registry: Mapping[str, T], name: str, what: str) -> T:
     try:
         return registry[name]
     except KeyError:
+        problem = getattr(registry, "problem_of", lambda _: None)(name)   # a plug-in left out
+        if problem:
+            raise UserError(f"unknown {what} {name!r}: {problem}") from None
         raise UserError(f"unknown {what} {name!r} (known: {', '.join(registry)})") from None

@@ -18,7 +18,7 @@ from analysis.model.stretches import load_stretches
 from harness.collector.appsockets import InterceptorSource
 from harness.collector.iface import InterfaceSource
 from harness.collector.main import ModuleTracker
-from harness.collector.sockdiag import SockDiag, TcpSock, TcpSource
+from harness.collector.sockdiag import SockDiag, SockDiagChanges, TcpSock, TcpSource
 from harness.collector.source import Observation
 from harness.interceptor import shm
 from rundir.db import connect, create_db
@@ -279,3 +279,76 @@ def test_one_dump_of_both_families_equals_a_dump_per_family(connection):
     finally:
         for s in (cli6, acc6, srv):
             s.close()
+
+
+def test_a_dump_of_changes_tells_the_idle_from_the_moved():
+    """SockDiagChanges: a connection is decoded again only when its queues, counters or state moved
+    or one of its "ms ago" stamps was reset by an event; idle ones are listed as unchanged."""
+    pairs = [loopback_pair() for _ in range(3)]
+    try:
+        inodes = [os.fstat(cli.fileno()).st_ino for _, cli, _ in pairs]
+        diag = SockDiagChanges()
+        changed, same = diag.changes()
+        full = {r[0]: TcpSock.decode(r) for r in SockDiag().dump()}
+        mine = {r[0]: TcpSock.decode(r) for r in changed if r[0] in inodes}
+        assert set(mine) == set(inodes) and not set(same) & set(inodes)
+        for i in inodes:   # decoded as dump() decodes them
+            a, b = mine[i], full[i]
+            assert (a.src, a.sport, a.dst, a.dport, a.segs_out, a.bytes_out) == \
+                   (b.src, b.sport, b.dst, b.dport, b.segs_out, b.bytes_out)
+        time.sleep(0.03)
+        changed, same = diag.changes()
+        assert set(inodes) <= set(same) and not {r[0] for r in changed} & set(inodes)
+        pairs[1][1].sendall(b"x" * 100)
+        time.sleep(0.03)
+        changed, same = diag.changes()
+        (moved,) = [TcpSock.decode(r) for r in changed if r[0] in inodes]
+        assert moved.inode == inodes[1] and moved.bytes_out == 101 and moved.segs_out == 1   # (the SYN is acked too)
+        assert {inodes[0], inodes[2]} <= set(same)
+    finally:
+        for trio in pairs:
+            for s in trio:
+                s.close()
+
+
+def test_skipping_unchanged_connections_writes_the_same_counters(tmp_path):
+    """The collector's TCP source with skip_unchanged (unchanged connections given again as `same`,
+    which the tracker passes over) writes the very counter rows the source without it writes, keeps
+    the idle connections alive, and notices their end."""
+    pairs = [loopback_pair() for _ in range(3)]
+    try:
+        keys = {f"tcp:{os.fstat(s.fileno()).st_ino}" for _, cli, acc in pairs for s in (cli, acc)}
+        dbs, runs = [], []
+        for skip in (False, True):
+            db = create_db(tmp_path / f"run{skip}.db")
+            db.isolation_level = None
+            dbs.append(db)
+            runs.append((TcpSource(lambda a: None, None, skip_unchanged=skip), ModuleTracker(db)))
+        sames = []
+        for k in range(8):
+            if k == 3:
+                pairs[0][1].sendall(b"x" * 500)
+            if k == 5:
+                pairs[2][2].sendall(b"y" * 200)
+                pairs[2][1].recv(100)
+            if k == 6:
+                for s in pairs[1][1:]:
+                    s.close()
+            time.sleep(0.02)
+            for src, tr in runs:
+                obs = sorted((o for o in src.poll() if o.key in keys), key=lambda o: o.key)
+                tr.record(float(k), time.time(), obs)
+            sames.append(sum(o.same for o in obs))
+        for _, tr in runs:
+            tr.close(8.0)
+        q = "SELECT seq, m.key, dir, total_msgs, queued, errors, bytes FROM counters c JOIN modules m ON m.id = c.module"
+        a, b = (sorted(db.execute(q).fetchall()) for db in dbs)
+        assert a == b and len(a) > 12
+        assert sames[1] == 6 and sames[3] == 4 and sames[7] == 4   # idle pairs are passed over
+        died = "SELECT key, died FROM modules ORDER BY key"
+        assert dbs[0].execute(died).fetchall() == dbs[1].execute(died).fetchall()
+        assert sorted(d for _, d in dbs[1].execute(died)) == [6.0, 6.0, 8.0, 8.0, 8.0, 8.0]
+    finally:
+        for trio in pairs:
+            for s in trio:
+                s.close()

@@ -235,6 +235,13 @@ def test_top_batch_frames_at_a_time(tmp_path, capsys):
     assert [float(x[3][:-1]) for x in stalled] == sorted((float(x[3][:-1]) for x in stalled), reverse=True)
 
 
+def test_top_batch_on_a_finished_run_ends_after_its_one_frame(tmp_path, capsys):
+    src, _, _ = make_run(tmp_path / "run", n=60)
+    for at in ([], ["--at", "2.5"]):
+        assert nestlab_main(["top", str(src), "-b", "-d", "0.05", *at]) == 0
+        assert capsys.readouterr().out.count("nestlab top - ") == 1
+
+
 def test_top_refuses_bad_options(tmp_path, capsys):
     src, _, _ = make_run(tmp_path / "run", n=20)
     assert nestlab_main(["top", str(src), "-d", "0"]) == 2

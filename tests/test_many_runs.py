@@ -1,6 +1,6 @@
 """Many runs at once (analysis.pipeline.evaluate with jobs > 1): the same Evaluation as the serial
-path, run for run, warning for warning; and the scoring without the long frame (analysis.score.counting.fast_counts) equal
-to the join it replaces."""
+path, run for run, warning for warning; and the scoring without the long frame
+(analysis.score.counting.fast_counts) equal to the join it replaces."""
 
 from __future__ import annotations
 

@@ -69,3 +69,20 @@ def test_a_streams_runs_report_scores_streamsdiagnoser_beside_the_engines_baseli
     md = (run / "analysis" / "accuracy.md").read_text()
     assert "Accuracy of streamsdiagnoser" in md and "Accuracy of flink-backpressure" in md
     assert _variants(make_run(tmp_path / "net")[0]) == ("flowdiagnoser:theta=2",)
+
+
+def test_a_run_recorded_with_probes_shows_the_probe_variant_beside_the_seeds(tmp_path, capsys):
+    from analysis.variants import DEFAULT_VARIANT, PROBE_VARIANT
+    from nestlab.cli import nestlab_main
+    from nestlab.observers import _variants
+
+    run, *_ = make_run(tmp_path / "exp" / "r0")
+    assert _variants(run) == (DEFAULT_VARIANT,)
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["spec"]["probe"] = {"after": 0.3, "every": 1.0, "timeout": 1.0, "count": 2}
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    assert _variants(run) == (DEFAULT_VARIANT, PROBE_VARIANT)
+    assert nestlab_main(["report", str(run), "-o", str(tmp_path / "r.html")]) == 0
+    capsys.readouterr()
+    page = (tmp_path / "r.html").read_text()
+    assert "flowdiagnoser:theta=2,probe=on" in page and "nest-cf" in page

@@ -65,6 +65,12 @@ class Truth:
     request: np.ndarray
     cause: np.ndarray
     request_type: dict[int, str] = field(default_factory=dict)   # request id -> its type, where known
+    # Optional, where the source knows them (Maketrace, Jaeger): per row, the time (s) the sender
+    # really spent from receiving its cause to sending this message (NaN: a root or noise), on true
+    # clocks; and per request the pattern it really took (request, pattern, type) before any message
+    # was dropped from the trace. `true_patterns` prefers `patterns` to rebuilding from `cause`.
+    node_delay: np.ndarray | None = None
+    patterns: pd.DataFrame | None = None
 
 
 @dataclass
@@ -73,6 +79,9 @@ class Trace:
     truth: Truth | None = None
     warnings: list[str] = field(default_factory=list)
     source: str = ""                    # where it came from, for messages and reports
+    # Fault windows where known (Maketrace's faults, a run's faults table): node, start, stop (s, the
+    # trace's clock), extra_s (the delay added, NaN: unknown), kind.
+    faults: pd.DataFrame | None = None
 
 
 @dataclass
@@ -86,6 +95,7 @@ class PathPattern:
     count: float
     node_delays: dict[str, float] = field(default_factory=dict)
     edge_latencies: dict[str, float] = field(default_factory=dict)   # "src>dst" -> mean s in flight
+    raw_count: float | None = None      # instances built, where `count` is an expected count (linking)
 
 
 @dataclass
@@ -103,32 +113,45 @@ class PathsResult:
 def pattern_of(src: Sequence[str], dst: Sequence[str], parent: Sequence[int], root: int) -> str:
     """The canonical pattern of the tree of messages rooted at `root`: message i is src[i]>dst[i],
     parent[i] the message that caused it (-1 for none). Only messages under `root` are read."""
+    return patterns_of(src, dst, parent, [root])[0]
+
+
+def patterns_of(src: Sequence[str], dst: Sequence[str], parent: Sequence[int],
+                roots: Sequence[int]) -> list[str]:
+    """pattern_of for many roots at once: the children are indexed once (linear in the messages,
+    not messages x roots), and trees are walked without recursion (any depth)."""
     children: dict[int, list[int]] = {}
-    for i, p in enumerate(parent):
+    for i, p in enumerate(np.asarray(parent).tolist()):
         if p >= 0:
-            children.setdefault(int(p), []).append(i)
-
-    def text(i: int) -> str:
-        kids = sorted(text(c) for c in children.get(i, ()))
-        return f"{src[i]}>{dst[i]}" + (f"({','.join(kids)})" if kids else "")
-
-    import sys
-    limit = sys.getrecursionlimit()
-    try:
-        sys.setrecursionlimit(max(limit, 10_000))
-        return text(root)
-    finally:
-        sys.setrecursionlimit(limit)
+            children.setdefault(p, []).append(i)
+    out = []
+    for root in roots:
+        root = int(root)
+        done: dict[int, str] = {}
+        stack = [(root, False)]
+        while stack:
+            i, expanded = stack.pop()
+            kids = children.get(i, ())
+            if expanded or not kids:
+                texts = sorted(done.pop(c) for c in kids)
+                done[i] = f"{src[i]}>{dst[i]}" + (f"({','.join(texts)})" if texts else "")
+            else:
+                stack.append((i, True))
+                stack.extend((c, False) for c in kids)
+        out.append(done[root])
+    return out
 
 
 def true_patterns(trace: Trace) -> pd.DataFrame:
     """Per request of the truth: request, pattern, type (the generator's or the run's)."""
     if trace.truth is None:
         raise ValueError(f"{trace.source or 'trace'}: no true paths to compare with")
+    if trace.truth.patterns is not None:
+        return trace.truth.patterns[["request", "pattern", "type"]].reset_index(drop=True)
     t, m = trace.truth, trace.messages
     src, dst = m["src"].astype(str).to_numpy(), m["dst"].astype(str).to_numpy()
     roots = np.flatnonzero((t.cause < 0) & (t.request >= 0))
-    rows = [(int(t.request[r]), pattern_of(src, dst, t.cause, int(r))) for r in roots]
-    out = pd.DataFrame(rows, columns=["request", "pattern"])
-    out["type"] = out["request"].map(t.request_type).fillna("")
+    out = pd.DataFrame({"request": t.request[roots].astype(np.int64),
+                        "pattern": patterns_of(src, dst, t.cause, roots)})
+    out["type"] = out["request"].map(t.request_type).astype(object).fillna("")
     return out

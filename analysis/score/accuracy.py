@@ -3,8 +3,9 @@ change in TP and FP between rule variants (NeST paper Table 8).
 
 Every module, direction and snapshot that is not excluded by the labelling policy (and has a valid
 counter delta) is one diagnosis: TP (diagnosed positive, actually positive), FP, TN or FN. Counts are
-kept per run, variant, direction and module (analysis.pipeline.evaluate(...).counts) and summed into
-the table rows of analysis.score.table_layout in sections Inbound, Outbound and Total (both directions). Rates:
+kept per run, variant, direction and module (analysis.pipeline.evaluate(...).counts, counted by
+analysis.score.counting) and summed into the table rows of analysis.score.table_layout in sections
+Inbound, Outbound and Total (both directions). Rates:
   TPR = TP/AP, FPR = FP/AN, PPV = TP/(TP+FP), TNR = TN/AN, FNR = FN/AP, NPV = TN/(TN+FN)
 A rate whose denominator is zero is undefined (None; printed blank).
 

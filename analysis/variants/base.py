@@ -89,6 +89,9 @@ class RuleSystem:
     # into analysis.model.stretches.KINDS, -1 if unknown).
     over_time: Callable[..., Callable[..., np.ndarray] | None] | None = None
     presets: tuple[str, ...] = ()  # notable variants, listed by `nestlab variants`
+    # The plug-in contract version the system is written for (analysis.plugins.CONTRACT, docs/plugins.md):
+    # a plug-in must state it, and the lab refuses another; the built-ins go with the lab.
+    contract: int | None = None
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ files and reports:
 A process is gone when /proc/<pid>/stat is missing, shows a zombie or another start time, or the
 library saw exit(): from then on its modules are no longer reported (they die). Counters are
 reported raw, as read: a counter that goes backwards is left for the analysis, which applies the
-thesis 3.4 rule (analysis/stretches.py).
+thesis 3.4 rule (analysis/model/stretches.py).
 
 What the library could not count (calls whose counters were locked, sockets beyond its slots, a
 process whose file got no space, call ends never recorded, locks taken over) is a warning: one line

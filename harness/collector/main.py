@@ -57,6 +57,9 @@ class ModuleTracker:
         for ob in observations:
             key = ob.key
             mid = ids.get(key)
+            if ob.same and mid is not None:   # its rows are those written when it last changed
+                seen[key] = mid
+                continue
             if mid is None:
                 mid = self.next_id
                 self.next_id += 1
@@ -130,20 +133,23 @@ class ProbeFeed:
                 ob.counters[d][field] = self.last[(ob.key, d, field)] = value
 
     def feed(self, now: float, seq: int, observations: list[Observation], ids: dict[str, int]) -> None:
-        conns = []
+        conns, same = [], []
         for ob in observations:
             if ob.kind != "tcp":
                 continue
             mid = ids[ob.key]
+            if ob.same:   # the values the prober was given last snapshot
+                same.append(mid)
+                continue
             remote = self.remotes.get(mid)
             if remote is None:
                 remote = self.remotes[mid] = _remote(ob)
             c_in, c_out = ob.counters["in"], ob.counters["out"]
             conns.append((mid, remote, c_in[0], c_out[0], c_in[2], c_out[2], ob.tcp_info[4] if ob.tcp_info else None))
-        if len(self.remotes) > 2 * len(conns) + 1000:   # forget connections long gone
-            live = {c[0] for c in conns}
+        if len(self.remotes) > 2 * (len(conns) + len(same)) + 1000:   # forget connections long gone
+            live = {c[0] for c in conns}.union(same)
             self.remotes = {m: r for m, r in self.remotes.items() if m in live}
-        self.prober.observe(now, seq, conns)
+        self.prober.observe(now, seq, conns, same)
 
 
 def _remote(ob: Observation) -> tuple[int, str, int]:
@@ -180,7 +186,7 @@ def _info_row(now: float, info: tuple, last: tuple | None) -> tuple | None:
 
 def make_sources(interceptor_dir: str | None, ignore_interfaces=()) -> tuple[list[Source], InterfaceSource]:
     iface = InterfaceSource(set(ignore_interfaces))
-    sources: list[Source] = [iface, TcpSource(iface.ifkey_of, socket_owners, iface.ignored)]
+    sources: list[Source] = [iface, TcpSource(iface.ifkey_of, socket_owners, iface.ignored, skip_unchanged=True)]
     if interceptor_dir:
         from harness.collector.appsockets import InterceptorSource
 
@@ -206,10 +212,10 @@ def run(db_path: str, interval: float, interceptor_dir: str | None = None,
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    start, cpu_start = monotonic(), _cpu_seconds()
+    print("collector: ready", flush=True)
+    start, cpu_start = monotonic(), _cpu_seconds()   # the first snapshot's deadline: its `now` a moment later
     next_refresh = start + ADDRESS_REFRESH_S
     k = 0
-    print("collector: ready", flush=True)
     try:
         while not stop:
             now = monotonic()

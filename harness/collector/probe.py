@@ -19,16 +19,23 @@ Busy: data in the send queue, or (a receiver, whose peer's backlog it cannot see
 most `hold` seconds ago and nothing waiting for the application to read (a full receive queue is the
 host's own stall, not the network's).
 
-Budget (007, NSDI 2018: at most 10 probes/s per host): token buckets per host (`host_rate`) and
-per remote (`remote_rate`); a burst goes only when both hold `count` tokens, and connections to the
-same remote share its bursts. Standard library only: the collector runs on testbed nodes.
+Budget (007, NSDI 2018: at most 10 probes/s per host): sliding windows per host (`host_rate`) and
+per remote address (`remote_rate`): a burst goes only when, with it, neither sent more than `rate`
+probes in the last second (in the last count/rate seconds when a burst is larger than the rate), so
+the rate holds in every window, from the first second on (a token bucket let a full bucket and a
+second's refill through: 18 probes in one second at 10/s). Connections to the same remote address,
+whatever their ports, share its budget; a remote's window is forgotten once it is empty. A remote
+given as an IPv4-mapped IPv6 address (a dual-stack server's view of an IPv4 peer) is probed over
+IPv4, as its packets travel. Standard library only: the collector runs on testbed nodes.
 """
 
 from __future__ import annotations
 
 import errno
+import ipaddress
 import select
 import socket
+from collections import deque
 from dataclasses import dataclass, field
 
 from harness.collector.synprobe import SynProbe, segment_bytes
@@ -50,14 +57,32 @@ class ProbeSettings:
     hold: float = 10.0
 
 
-class _Bucket:
-    def __init__(self, rate: float, capacity: float, now: float):
-        self.rate, self.capacity, self.tokens, self.at = rate, capacity, capacity, now
+class _Window:
+    """The probes sent within the last `span` seconds: at most `cap` of them (`rate` a second)."""
 
-    def fill(self, now: float) -> float:
-        self.tokens = min(self.capacity, self.tokens + (now - self.at) * self.rate)
-        self.at = now
-        return self.tokens
+    def __init__(self, rate: float, count: int):
+        self.span = max(1.0, count / rate)
+        self.cap = rate * self.span + 1e-9
+        self.sent: deque[float] = deque()
+
+    def room(self, now: float, count: int) -> bool:
+        sent = self.sent
+        while sent and sent[0] <= now - self.span:
+            sent.popleft()
+        return len(sent) + count <= self.cap
+
+    def take(self, at: float) -> None:
+        self.sent.append(at)
+
+
+def plain_remote(remote: tuple[int, str, int]) -> tuple[int, str, int]:
+    """An IPv4-mapped IPv6 remote (::ffff:a.b.c.d) as the IPv4 remote its packets go to."""
+    family, address, port = remote
+    if family == socket.AF_INET6 and address.lower().startswith("::ffff:"):
+        mapped = ipaddress.IPv6Address(address).ipv4_mapped
+        if mapped is not None:
+            return socket.AF_INET, str(mapped), port
+    return remote
 
 
 @dataclass
@@ -69,6 +94,7 @@ class _Watch:
     first: float                        # when the prober first saw it
     progress: float | None = None       # when the segments last moved (None: not since first seen)
     next_burst: float = 0.0
+    queues: tuple = (0, 0, None)        # (receive queue, send queue, rto_us) last seen
 
 
 @dataclass
@@ -91,61 +117,89 @@ class Prober:
     next_id: int = 1
     next_burst: int = 1
     watches: dict[int, _Watch] = field(default_factory=dict)   # TCP module id -> its watch
+    # Watches that may want a probe while nothing changes (data queued, or received and not held):
+    # only these are looked at again for a connection unchanged since the last snapshot.
+    armed: set[int] = field(default_factory=set)
     inflight: list[_Probe] = field(default_factory=list)
     done: list[tuple] = field(default_factory=list)    # probes rows not yet written
-    remotes: dict[str, _Bucket] = field(default_factory=dict)
-    host: _Bucket | None = None
+    remotes: dict[tuple[int, str], _Window] = field(default_factory=dict)   # (family, address) -> window
+    host: _Window | None = None
     # The probes' own packets, by local address: [packets out, bytes out, packets in, bytes in], so
     # that the interface's counters can leave them out (ProbeFeed.discount).
     traffic: dict[str, list[int]] = field(default_factory=dict)
 
-    def observe(self, now: float, seq: int, connections) -> None:
+    def observe(self, now: float, seq: int, connections, unchanged=()) -> None:
         """connections: (module id, remote (family, address, port), data segments in, out, receive
-        queue, send queue, rto_us or None) of every live TCP module in the snapshot just taken."""
-        s = self.settings
-        live = set()
+        queue, send queue, rto_us or None) of the live TCP modules in the snapshot just taken;
+        unchanged: the module ids of the other live ones, whose values are those last given (only
+        those that may want a probe are looked at: the cost follows what moves, not the host's size)."""
+        watches, armed = self.watches, self.armed
         for mid, remote, segs_in, segs_out, rqueue, wqueue, rto_us in connections:
-            live.add(mid)
-            w = self.watches.get(mid)
+            w = watches.get(mid)
             if w is None:
-                self.watches[mid] = _Watch(remote, (segs_in, segs_out), now)
+                w = watches[mid] = _Watch(plain_remote(remote), (segs_in, segs_out), now)
+                w.queues = (rqueue, wqueue, rto_us)
+                if wqueue:
+                    armed.add(mid)
                 continue
+            w.queues = (rqueue, wqueue, rto_us)
+            if wqueue or (w.progress is not None and not rqueue) or (segs_in, segs_out) != w.segs:
+                armed.add(mid)
+            else:
+                armed.discard(mid)
             if (segs_in, segs_out) != w.segs:
                 w.segs, w.progress = (segs_in, segs_out), now
                 continue
-            sending = bool(wqueue)
-            receiving = w.progress is not None and now - w.progress <= s.hold and not rqueue
-            if not (sending or receiving):
-                continue
-            since = now - (w.progress if w.progress is not None else w.first)
-            wait = min(s.after, rto_us / 1e6) if rto_us else s.after
-            if since >= wait and now >= w.next_burst and self._budget(now, remote):
-                self._burst(now, seq, mid, remote)
-                w.next_burst = now + s.every
-        for mid in [m for m in self.watches if m not in live]:
-            del self.watches[mid]
+            self._consider(now, seq, mid, w)
+        for mid in unchanged:
+            if mid in armed:
+                self._consider(now, seq, mid, watches[mid])
+        if len(watches) > len(connections) + len(unchanged):   # some ended: forget them
+            live = {c[0] for c in connections}.union(unchanged)
+            self.watches = {m: w for m, w in watches.items() if m in live}
+            self.armed = armed & live
+        if len(self.remotes) > 64:   # forget remotes whose window is empty (a host talks to many)
+            self.remotes = {k: r for k, r in self.remotes.items() if r.room(now, 0) and r.sent}
 
-    def _budget(self, now: float, remote) -> bool:
+    def _consider(self, now: float, seq: int, mid: int, w: _Watch) -> None:
+        """A burst for a connection whose segments did not move, if it is busy, silent long enough,
+        due, and the budget has room."""
+        s = self.settings
+        rqueue, wqueue, rto_us = w.queues
+        sending = bool(wqueue)
+        receiving = w.progress is not None and now - w.progress <= s.hold and not rqueue
+        if not (sending or receiving):
+            return
+        since = now - (w.progress if w.progress is not None else w.first)
+        wait = min(s.after, rto_us / 1e6) if rto_us else s.after
+        if since >= wait and now >= w.next_burst and (windows := self._budget(now, w.remote)):
+            self._burst(seq, mid, w.remote, windows)
+            w.next_burst = now + s.every
+
+    def _budget(self, now: float, remote) -> tuple[_Window, _Window] | None:
+        """The host's and the remote's windows when both have room for a burst. `now` is the
+        snapshot's time, never later than the probes will go: a window counts at least every probe
+        sent within `span` before them."""
         s = self.settings
         if self.host is None:
-            self.host = _Bucket(s.host_rate, max(s.host_rate, s.count), now)
-        key = _remote_text(remote)
+            self.host = _Window(s.host_rate, s.count)
+        key = remote[:2]
         r = self.remotes.get(key)
         if r is None:
-            r = self.remotes[key] = _Bucket(s.remote_rate, max(s.remote_rate, s.count), now)
-        if self.host.fill(now) < s.count or r.fill(now) < s.count:
-            return False
-        if any(p.remote == remote for p in self.inflight):   # the remote's last burst is still out
-            return False
-        self.host.tokens -= s.count
-        r.tokens -= s.count
-        return True
+            r = self.remotes[key] = _Window(s.remote_rate, s.count)
+        if not (self.host.room(now, s.count) and r.room(now, s.count)):
+            return None
+        if any(p.remote[:2] == key for p in self.inflight):   # the remote's last burst is still out
+            return None
+        return self.host, r
 
-    def _burst(self, now: float, seq: int, mid: int, remote) -> None:
+    def _burst(self, seq: int, mid: int, remote, windows) -> None:
         family, address, port = remote
         burst, self.next_burst = self.next_burst, self.next_burst + 1
         for _ in range(self.settings.count):
             sent = monotonic()
+            for w in windows:   # each probe at the time it goes (what the budget is judged on)
+                w.take(sent)
             try:
                 syn = SynProbe(family, address, port)
             except OSError as e:

@@ -5,9 +5,10 @@ snd_wscale/rcv_wscale from the wrong bits): too slow for 1,000 connections at 10
 pyroute2 for the constants and the netlink plumbing it does well, and decode the dump with one
 struct.unpack_from of tcp_info per socket (a dump of 1,000 sockets, kernel time included: 1.0-1.5 ms).
 Both families come in one dump (one walk of the kernel's socket hash), and the Mininet hosts have a
-private hash (harness.backends.mininet.private_tcp_hash): at a 50 ms interval the collector takes
-1.5-1.6% of a core at 100 connections and 8-9% at 1,000 (bench/bench_collector.py; one 10 s run of
-six gave 11.3% at 1,000).
+private hash (harness.backends.mininet.private_tcp_hash). The collector's source decodes only the
+sockets that changed since the last dump (SockDiagChanges; idle ones are compared, not decoded): at a
+50 ms interval it takes 1.5% of a core at 100 connections, 7% at 1,000 and 43 ms a snapshot at 10,000
+of which 10.6 ms are the kernel's (bench/bench_collector.py, docs/collector.md).
 
 Per TCP module (key 'tcp:<inode>') and direction:
   in:  total_msgs = tcpi_data_segs_in,  bytes = tcpi_bytes_received, queued = receive queue
@@ -59,6 +60,10 @@ _RTA = struct.Struct("=HH")
 _TCP_INFO = struct.Struct("=xBBBB3xI32xI4xII8xII16xI4xI16xQQ16xII")
 _TI_MIN_LEN = 160
 assert _TCP_INFO.size == _TI_MIN_LEN
+# The hot path of SockDiag.changes: a message's rqueue, wqueue and inode (at 72 past the netlink
+# header: 16 of it and 56 of inet_diag_msg), and tcp_info's three "ms ago" stamps (at 44).
+_QUEUES_INODE = struct.Struct("=II4xI")
+_AGO = struct.Struct("=I4xII")
 
 
 # One socket as dumped: raw addresses are decoded only when a connection is first seen.
@@ -193,25 +198,141 @@ class SockDiag:
                     a += (alen + 3) & ~3
 
 
+class SockDiagChanges(SockDiag):
+    """A SockDiag that also tells which sockets changed since the last dump (`changes`): the cost of
+    a snapshot then follows the connections that moved, not all of them (a server holds thousands,
+    most of them idle)."""
+
+    def __init__(self):
+        super().__init__()
+        # inode -> (queues and tcp_info's bytes but its stamps, two differences of its stamps)
+        self.last: dict[int, tuple] = {}
+
+    def forget(self, live: set[int]) -> None:
+        self.last = {i: v for i, v in self.last.items() if i in live}
+
+    def changes(self) -> tuple[list[RawSock], list[int]]:
+        """One dump like dump(): (the sockets that changed, decoded as RawSock; the inodes of those
+        that did not). Unchanged: the same queues and tcp_info bytes as in the last dump but for its
+        three "ms ago" stamps, which all grew by the same amount: no event since (an event resets
+        one of them). Judged on their differences, which are exact, not on the stamps as times,
+        which move with when in the dump the kernel filled the socket in (tens of ms apart at
+        10,000 sockets on a busy machine)."""
+        self.seq += 1
+        req = _REQ_COMPAT.pack(0, 0, 0, 1 << (INET_DIAG_INFO - 1), b"\0" * 48, STATE_MASK, 0)
+        self.sock.send(_NLMSGHDR.pack(_NLMSGHDR.size + len(req), TCPDIAG_GETSOCK,
+                                      NLM_F_REQUEST | NLM_F_DUMP, self.seq, 0) + req)
+        changed: list[RawSock] = []
+        same: list[int] = []
+        buf, last = self.buf, self.last
+        unpack_lt, unpack_msg = _LENGTH_TYPE.unpack_from, _MSG.unpack_from
+        unpack_info, unpack_qi, unpack_ago = _TCP_INFO.unpack_from, _QUEUES_INODE.unpack_from, _AGO.unpack_from
+        append_changed, append_same, get = changed.append, same.append, last.get
+        # Messages of one length have their tcp_info at one place (the attributes before it are
+        # fixed-size): one unpack then reads the queues, inode, the attribute's header and the stamps.
+        hint_len, info_at, fast = -1, 0, None
+        while True:
+            n = self.sock.recv_into(buf)
+            off = 0
+            while off < n:
+                length, mtype = unpack_lt(buf, off)
+                if mtype == NLMSG_DONE:
+                    return changed, same
+                if mtype == NLMSG_ERROR:
+                    errno = -struct.unpack_from("=i", buf, off + 16)[0]
+                    if errno:
+                        raise OSError(errno, f"sock_diag: {os.strerror(errno)}")
+                    return changed, same
+                start = off
+                off += (length + 3) & ~3
+                info = -1
+                if length == hint_len:
+                    rq, wq, inode, alen, atype, sent_ago, recv_ago, ack_ago = fast(buf, start + 72)
+                    if atype == INET_DIAG_INFO and alen - 4 >= _TI_MIN_LEN:
+                        info = start + info_at
+                if info < 0:
+                    info = _find_info(buf, start, length)
+                    if info < 0:
+                        continue
+                    hint_len, info_at = length, info - start
+                    fast = _fast_reader(info_at)
+                    rq, wq, inode = unpack_qi(buf, start + 72)
+                    sent_ago, recv_ago, ack_ago = unpack_ago(buf, info + 44)
+                if not inode:   # an orphan: no process owns it any more
+                    continue
+                now = (rq, wq, sent_ago - recv_ago, ack_ago - recv_ago, buf[info:info + 44], buf[info + 60:info + 160])
+                if get(inode) == now:
+                    append_same(inode)
+                    continue
+                last[inode] = now
+                (family, state, _t, _r, sport, dport, src, dst, _if, _ck,
+                 _exp, _rq, _wq, _uid, _inode) = unpack_msg(buf, start + 16)
+                append_changed((inode, family, state, src, sport, dst, dport, rq, wq) + unpack_info(buf, info))
+
+
+_LENGTH_TYPE = struct.Struct("=IH")
+
+
+def _find_info(buf, start: int, length: int) -> int:
+    """Where the tcp_info of the message at `start` begins (its attribute's payload), or -1."""
+    a, end = start + _NLMSGHDR.size + _MSG.size, start + length
+    while a + 4 <= end:
+        alen, atype = _RTA.unpack_from(buf, a)
+        if alen < 4:
+            return -1
+        if atype == INET_DIAG_INFO and alen - 4 >= _TI_MIN_LEN:
+            return a + 4
+        a += (alen + 3) & ~3
+    return -1
+
+
+_FAST: dict[int, object] = {}
+
+
+def _fast_reader(info_at: int):
+    """unpack_from for a message whose tcp_info is `info_at` bytes in, read from 72 bytes in: rqueue,
+    wqueue, inode, the attribute's length and type, and the three "ms ago" stamps."""
+    f = _FAST.get(info_at)
+    if f is None:
+        f = _FAST[info_at] = struct.Struct(f"=II4xI{info_at - 4 - 88}xHH44xI4xII").unpack_from
+    return f
+
+
 class TcpSource:
     """Collector source: one 'tcp' module per live connection, child of its interface's ipeth."""
 
     name = "tcp"
 
-    def __init__(self, address_to_ifkey, owner_of_inode=None, ignored=lambda address: False):
+    def __init__(self, address_to_ifkey, owner_of_inode=None, ignored=lambda address: False,
+                 skip_unchanged: bool = False):
         # address_to_ifkey(local address) -> 'ipeth:<ifname>' (the tcp -> ipeth edge);
         # owner_of_inode(inodes) -> {inode: {pid, cmdline}}: who holds each new socket (attrs only);
-        # ignored(local address): connections that are not part of the experiment (never modules).
-        self.diag = SockDiag()
+        # ignored(local address): connections that are not part of the experiment (never modules);
+        # skip_unchanged: a connection unchanged since the last poll gives its last observation
+        # again, marked `same` (what the collector writes no row for), without being decoded.
+        self.diag = SockDiagChanges()
+        self.skip_unchanged = skip_unchanged
         self.address_to_ifkey = address_to_ifkey
         self.owner_of_inode = owner_of_inode
         self.ignored = ignored
         self.known: dict[int, tuple[str, str, list[str]]] = {}   # inode -> (key, name, children)
         self.ignored_inodes: set[int] = set()
+        self.last: dict[int, Observation] = {}   # inode -> its last observation
 
     def poll(self) -> list[Observation]:
-        raw = self.diag.dump()
-        known, obs = self.known, []
+        """One observation per live connection; a connection unchanged since the last poll
+        (SockDiagChanges.changes) gives its last observation again, marked `same`."""
+        if self.skip_unchanged:
+            raw, same = self.diag.changes()
+        else:
+            raw, same = self.diag.dump(), []
+        known, last, obs = self.known, self.last, []
+        append = obs.append
+        for inode in same:
+            ob = last.get(inode)
+            if ob is not None:   # None: ignored
+                ob.same = True
+                append(ob)
         new = [r for r in raw if r[0] not in known and r[0] not in self.ignored_inodes]
         owners = self.owner_of_inode([r[0] for r in new]) if (new and self.owner_of_inode) else {}
         births = {}
@@ -230,14 +351,18 @@ class TcpSource:
             if k is None:   # ignored
                 continue
             # Counter tuples in COUNTER_FIELDS order: total_msgs, wait_ms, queued, errors, bytes.
-            obs.append(Observation(
+            ob = last[inode] = Observation(
                 k[0], "tcp", k[1],
                 {"in": (r[23], None, r[7], None, r[22]), "out": (r[24], None, r[8], r[20], r[21])},
-                births.get(inode, _NO_ATTRS), k[2], r[TCP_INFO_FIELDS]))
-        if len(known) + len(self.ignored_inodes) > 2 * len(raw) + 1000:  # forget connections long gone
-            live = {r[0] for r in raw}
+                births.get(inode, _NO_ATTRS), k[2], r[TCP_INFO_FIELDS])
+            append(ob)
+        live_count = len(raw) + len(same)
+        if len(known) + len(self.ignored_inodes) > 2 * live_count + 1000:  # forget connections long gone
+            live = {r[0] for r in raw}.union(same)
             self.known = {i: v for i, v in known.items() if i in live}
+            self.last = {i: v for i, v in last.items() if i in live}
             self.ignored_inodes &= live
+            self.diag.forget(live)
         return obs
 
     def close(self) -> None:

@@ -30,6 +30,9 @@ class Observation:
     # last_data_recv_ms, last_ack_recv_ms, rtt_us, rttvar_us, rcv_rtt_us), the three last_* "ms ago". Stored in
     # the tcp_info table when they change (harness.collector.main.ModuleTracker).
     tcp_info: tuple[int, ...] | None = None
+    # The very observation the source gave last snapshot, unchanged since (nothing to write for it
+    # but that it lives): a source that knows may say so, so the collector's cost follows change.
+    same: bool = False
 
 
 class Source(Protocol):

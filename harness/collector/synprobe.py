@@ -27,16 +27,43 @@ def segment_bytes(family: int) -> int:
 _TCP = struct.Struct("!HHIIBBHHH")   # sport dport seq ack offset flags window checksum urgent
 _WINDOW = 64240
 
-# Classic BPF: accept a packet whose TCP destination port is the probe's, drop everything else.
-# IPv4 raw sockets see the IP header first (its length in the low nibble of byte 0); IPv6 ones do not.
+# Classic BPF: accept a packet from the remote's port to the probe's port (and, over IPv4, from the
+# remote's address), drop everything else in the kernel: packets of other hosts or ports never wake
+# the collector. IPv4 raw sockets see the IP header first (its length in the low nibble of byte 0);
+# IPv6 ones do not (their source address is checked by answer()).
 _BPF = struct.Struct("HBBI")
-_LDXB_MSH, _LDH_IND, _LDH_ABS, _JEQ_K, _RET_K = 0xB1, 0x48, 0x28, 0x15, 0x06
+_LDXB_MSH, _LDH_IND, _LDH_ABS, _LDW_ABS, _JEQ_K, _RET_K = 0xB1, 0x48, 0x28, 0x20, 0x15, 0x06
 SO_ATTACH_FILTER = 26
+# At most this many packets are read per answer() call: a flood at the probe's port (which the
+# filter lets through only when it claims to come from the remote) cannot hold the caller.
+READ_LIMIT = 64
 
 
-def _filter_program(family: int, port: int) -> list[tuple[int, int, int, int]]:
-    load = [(_LDXB_MSH, 0, 0, 0), (_LDH_IND, 0, 0, 2)] if family == socket.AF_INET else [(_LDH_ABS, 0, 0, 2)]
-    return [*load, (_JEQ_K, 0, 1, port), (_RET_K, 0, 0, 0xFFFF), (_RET_K, 0, 0, 0)]
+def _filter_program(family: int, port: int, remote_port: int = 0,
+                    remote: str | None = None) -> list[tuple[int, int, int, int]]:
+    if family == socket.AF_INET:
+        checks = [[(_LDXB_MSH, 0, 0, 0), (_LDH_IND, 0, 0, 2)]]       # the TCP destination port
+        loads = [(_LDH_IND, 0, 0, 0)]
+    else:
+        checks = [[(_LDH_ABS, 0, 0, 2)]]
+        loads = [(_LDH_ABS, 0, 0, 0)]
+    values = [port]
+    if remote_port:
+        checks.append(loads)
+        values.append(remote_port)
+    if remote is not None and family == socket.AF_INET:
+        checks.append([(_LDW_ABS, 0, 0, 12)])                        # the IPv4 source address
+        values.append(int.from_bytes(socket.inet_aton(remote), "big"))
+    program: list[tuple[int, int, int, int]] = []
+    jumps = []
+    for load, value in zip(checks, values, strict=True):
+        program += load
+        jumps.append(len(program))
+        program.append((_JEQ_K, 0, 0, value))
+    reject = len(program) + 1
+    for at in jumps:   # a mismatch jumps to the rejecting return
+        program[at] = (_JEQ_K, 0, reject - at - 1, program[at][3])
+    return [*program, (_RET_K, 0, 0, 0xFFFF), (_RET_K, 0, 0, 0)]
 
 
 def _attach_filter(sock: socket.socket, program) -> None:
@@ -86,7 +113,7 @@ class SynProbe:
             self.hold.bind((src, 0))
             self.sport = self.hold.getsockname()[1]
             self.sock = socket.socket(family, socket.SOCK_RAW, socket.IPPROTO_TCP)
-            _attach_filter(self.sock, _filter_program(family, self.sport))
+            _attach_filter(self.sock, _filter_program(family, self.sport, dport, dst))
             self.sock.setblocking(False)
             self._drain()   # what came in before the filter was attached
             self.seq = int.from_bytes(os.urandom(4), "big")
@@ -96,15 +123,16 @@ class SynProbe:
             raise
 
     def _drain(self) -> None:
-        while True:
+        for _ in range(1024):   # more than the receive buffer holds; bounded, as a flood could refill it
             try:
                 self.sock.recv(65535)
             except BlockingIOError:
                 return
 
-    def answer(self) -> int | None:
-        """0 for a SYN-ACK, errno.ECONNREFUSED for a RST, None while nothing of ours has come."""
-        while True:
+    def answer(self, limit: int = READ_LIMIT) -> int | None:
+        """0 for a SYN-ACK, errno.ECONNREFUSED for a RST, None while nothing of ours has come
+        (within the first `limit` packets waiting: the caller comes back after its other work)."""
+        for _ in range(limit):
             try:
                 packet, (addr, *_) = self.sock.recvfrom(65535)
             except BlockingIOError:
@@ -122,6 +150,7 @@ class SynProbe:
             if flags & (SYN | ACK) == SYN | ACK:
                 self.answer_bytes = len(packet) + ip_header + ETHERNET_HEADER
                 return 0
+        return None
 
     def close(self) -> None:
         for s in (self.sock, self.hold):

@@ -70,12 +70,17 @@ def _summary(frame, csv: str | None) -> None:
 def _variants(args) -> int:
     from analysis.variants import systems
 
-    for system in systems().values():
-        print(f"{system.name}  [{system.kind}]  {system.summary}")
+    registry = systems()
+    for system in registry.values():
+        print(f"{system.name}  [{system.kind}]  ({registry.origin(system.name)})  {system.summary}")
         width = max((len(f"{p.name}={p.text(p.default)}") for p in system.params), default=0)
         for p in system.params:
             print(f"    {p.name + '=' + p.text(p.default):<{width}}  {p.help}")
         if system.presets:
             print("  variants: " + "  ".join(system.presets))
         print()
+    for line in registry.problems:
+        print(f"left out: {line}")
+    from analysis.plugins import CONTRACT
+    print(f"Your own: nestlab new-variant NAME, or --plugin FILE.py (plug-in contract {CONTRACT}, docs/plugins.md)")
     return 0

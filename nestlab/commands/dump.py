@@ -39,10 +39,11 @@ def _plain(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def tables(run, variants: list[str], policy: str | None) -> dict[str, pd.DataFrame]:
-    """The frames one run is dumped as, by file name."""
-    return {"modules": run.modules, "snapshots": run.snapshots, "counters": run.counters, "faults": run.faults,
-            "edges": run.data.edges, "processes": run.data.processes, "diagnosis": run.diagnose(*variants),
-            "labels": run.labels(policy)}
+    """The frames one run is dumped as, by file name: nestlab.frames.dump_frames (a `run` column in
+    every table, one dtype per column; the evidence tables tcp_info and probes too)."""
+    from nestlab.frames import dump_frames
+
+    return dump_frames(run, variants, policy)
 
 
 def _dump(args: argparse.Namespace) -> int:

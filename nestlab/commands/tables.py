@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 import sys
 from pathlib import Path
 
-from analysis.variants import DEFAULT_VARIANT
+from analysis.variants import DEFAULT_VARIANT, expand_values, expand_variant  # noqa: F401 - the CLI's names for them
 from rundir.errors import UserError
 from rundir.layout import RunDir
 
@@ -97,7 +96,8 @@ def register(subparsers) -> None:
                    help="the HTML file (default: <run>/analysis/report.html for one run, <the runs' common "
                         "directory>/analysis/report.html for more)")
     p.add_argument("--variant", action="append", metavar="V",
-                   help="rule variant (repeatable; ranges expand; default flowdiagnoser:theta=2 and nest-cf)")
+                   help="rule variant (repeatable; ranges expand; default flowdiagnoser:theta=2 and nest-cf, the seeds' "
+                        "two systems, and flowdiagnoser:probe=on when the runs recorded probes)")
     p.set_defaults(func=_report)
 
     p = subparsers.add_parser("policies", help="list ground-truth labelling policies and their parameters")
@@ -105,47 +105,6 @@ def register(subparsers) -> None:
 
 
 # ----------------------------------------------------------------------------- variants
-
-
-_RANGE = re.compile(r"^(-?[\d.]+)\.\.(-?[\d.]+)(?:/([\d.]+))?$")
-
-
-def expand_values(text: str) -> list[str]:
-    """'1..4' -> 1,2,3,4; '0..0.4/0.1' -> 0,0.1,...,0.4; 'on,off' -> on,off; '3' -> 3."""
-    out = []
-    for part in text.split(","):
-        part = part.strip()
-        m = _RANGE.match(part)
-        if not m:
-            out.append(part)
-            continue
-        a, b, step = m.group(1), m.group(2), m.group(3)
-        is_int = all(re.fullmatch(r"-?\d+", x) for x in (a, b)) and (step is None or re.fullmatch(r"\d+", step))
-        if is_int:
-            lo, hi, st = int(a), int(b), int(step or 1)
-            if st <= 0 or hi < lo:
-                raise UserError(f"range {part!r}: expected low..high with low <= high")
-            out += [str(v) for v in range(lo, hi + 1, st)]
-        else:
-            lo, hi, st = float(a), float(b), float(step or 1)
-            if st <= 0 or hi < lo:
-                raise UserError(f"range {part!r}: expected low..high/step with low <= high, step > 0")
-            n = int(round((hi - lo) / st))
-            out += [f"{lo + k * st:g}" for k in range(n + 1)]
-    return out
-
-
-def expand_variant(spec: str) -> list[str]:
-    """'flowdiagnoser:theta=1..3' -> three variants; other specs are returned as they are."""
-    name, sep, rest = spec.partition(":")
-    if not sep or ".." not in rest:
-        return [spec]
-    items = [s.strip() for s in rest.split(",") if s.strip()]
-    choices = []
-    for it in items:
-        key, eq, value = it.partition("=")
-        choices.append([f"{key}={v}" for v in expand_values(value)] if eq and ".." in value else [it])
-    return [f"{name}:{','.join(combo)}" for combo in itertools.product(*choices)]
 
 
 def variants_from(args, sweep: list[str] | None = None) -> list[str]:
@@ -382,7 +341,15 @@ def _report(args) -> int:
 
     if args.out and Path(args.out).is_dir():
         raise UserError(f"{args.out}: is a directory; -o names the HTML file to write")
-    variants = variants_from(args) if args.variant else variants_from(argparse_ns(variant=list(REPORT_VARIANTS)))
+    if args.variant:
+        variants = variants_from(args)
+    else:   # the seeds' two systems; with probes recorded, the lab's probe variant beside them
+        from analysis.variants import PROBE_VARIANT
+        from nestlab.observers import records_probes
+        from rundir.runs import find_runs
+
+        probes = any(records_probes(r) for r in find_runs(args.runs, args.results))
+        variants = variants_from(argparse_ns(variant=[*REPORT_VARIANTS, *([PROBE_VARIANT] if probes else [])]))
     runs, ev = _evaluate(args, variants, keep=True)
     out = Path(args.out) if args.out else default_output(ev.runs)
     print(build_report(ev, out))
@@ -399,8 +366,11 @@ def _policies(args) -> int:
     from analysis.labels import DEFAULT_POLICY, POLICIES
 
     for name, cls in POLICIES.items():
-        print(f"{name}{'  (default)' if name == DEFAULT_POLICY else ''}  {cls.summary}")
+        print(f"{name}{'  (default)' if name == DEFAULT_POLICY else ''}  ({POLICIES.origin(name)})  "
+              f"{getattr(cls, 'summary', '')}")
         for p in cls.params:
             print(f"    {p.name + '=' + p.text(p.default):<22} {p.help}")
         print()
+    for line in POLICIES.problems:
+        print(f"left out: {line}")
     return 0

@@ -37,7 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run", help="a run directory (results/<experiment>/<run>), running or finished")
     p.add_argument("-d", "--delay", type=float, default=1.0, metavar="SECS", help="seconds between refreshes (1)")
     p.add_argument("-n", "--iterations", type=int, metavar="N", help="stop after N frames")
-    p.add_argument("-b", "--batch", action="store_true", help="batch mode: print plain frames, read no keys")
+    p.add_argument("-b", "--batch", action="store_true",
+                   help="batch mode: print plain frames, read no keys; without -n, on a finished run, one frame")
     p.add_argument("--at", type=float, metavar="SECONDS",
                    help="show the snapshot this many seconds after the workloads started (t0)")
     p.add_argument("--variant", default=None, help="rule variant (default flowdiagnoser:theta=2)")
@@ -90,12 +91,17 @@ def seq_at(run: Path, seconds: float) -> int:
 
 
 def batch(engine: LiveEngine, delay: float, iterations: int | None, show_all: bool = False) -> int:
+    """N frames; without -n, frames until the one that can no longer change is printed (a finished
+    run's last snapshot, or its `--at` snapshot)."""
     k = 0
     while True:
         view = engine.refresh()
         print("\n".join(frame(view, 10_000, show_all=show_all)), flush=True)
         k += 1
         if iterations is not None and k >= iterations:
+            return 0
+        if iterations is None and (view.final or (view.status not in ("running", "unknown")
+                                                  and engine.at_seq is not None)):
             return 0
         print(flush=True)
         time.sleep(delay)

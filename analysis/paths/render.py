@@ -1,0 +1,95 @@
+"""Showing inferred paths: a pattern as a call tree with its delays (WAP5 figure 9: nodes with the
+delay they add, messages with their one-way latency), and the rows of paths.csv."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+from rich.tree import Tree
+
+from analysis.paths.model import PathPattern, PathsResult
+
+
+@dataclass
+class Msg:
+    src: str
+    dst: str
+    children: list[Msg] = field(default_factory=list)
+
+
+def parse_pattern(text: str) -> Msg:
+    """The tree of a canonical pattern `a>b(b>c,...)` (model.pattern_of's form); ValueError if it is
+    not one."""
+    pos = 0
+
+    def message() -> Msg:
+        nonlocal pos
+        end = pos
+        while end < len(text) and text[end] not in "(),":
+            end += 1
+        src, sep, dst = text[pos:end].partition(">")
+        if not sep or not src or not dst:
+            raise ValueError(f"not a path pattern at {pos}: {text[pos:pos + 30]!r}")
+        pos = end
+        m = Msg(src, dst)
+        if pos < len(text) and text[pos] == "(":
+            pos += 1
+            m.children.append(message())
+            while pos < len(text) and text[pos] == ",":
+                pos += 1
+                m.children.append(message())
+            if pos >= len(text) or text[pos] != ")":
+                raise ValueError(f"not a path pattern: unclosed '(' in {text[:40]!r}")
+            pos += 1
+        return m
+
+    root = message()
+    if pos != len(text):
+        raise ValueError(f"not a path pattern: {text[pos:pos + 30]!r} after the end")
+    return root
+
+
+def _ms(s: float | None) -> str:
+    return "" if s is None or s != s else f"{s * 1000:.1f} ms"
+
+
+def call_tree(p: PathPattern, total: float) -> Tree:
+    """A rich Tree of one pattern: each message `src → dst` with its latency; a node's delay (summed
+    over its visits in the path) beside its first appearance as a receiver."""
+    share = f" ({100 * p.count / total:.1f}%)" if total > 0 else ""
+    tree = Tree(f"[bold]{p.count:,.1f}[/] paths{share}")
+    shown: set[str] = set()
+
+    def add(parent: Tree, m: Msg) -> None:
+        lat = p.edge_latencies.get(f"{m.src}>{m.dst}")
+        label = f"{m.src} → [cyan]{m.dst}[/]" + (f" [dim]{_ms(lat)}[/]" if lat is not None else "")
+        if m.dst not in shown and m.dst in p.node_delays:
+            shown.add(m.dst)
+            label += f"  [yellow]{m.dst} {_ms(p.node_delays[m.dst])}[/]"
+        branch = parent.add(label)
+        for c in m.children:
+            add(branch, c)
+
+    try:
+        add(tree, parse_pattern(p.pattern))
+    except ValueError:
+        tree.add(p.pattern)
+    return tree
+
+
+def paths_frame(result: PathsResult, source: str = "") -> pd.DataFrame:
+    """paths.csv rows: source, algorithm, rank, pattern, count, share (raw_count where the algorithm
+    gives expected counts), then one column per node: <node>_ms, its delay in the pattern (empty
+    where the node is not in it)."""
+    total = sum(p.count for p in result.patterns) or 1.0
+    rows = []
+    for rank, p in enumerate(result.patterns, 1):
+        row = {"source": source, "algorithm": result.algorithm, "rank": rank, "pattern": p.pattern,
+               "count": p.count, "share": p.count / total}
+        if p.raw_count is not None:
+            row["raw_count"] = p.raw_count
+        row.update({f"{n}_ms": 1000 * d for n, d in sorted(p.node_delays.items())})
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["source", "algorithm", "rank", "pattern", "count", "share"]
+                        if not rows else None)

@@ -1,0 +1,150 @@
+"""`nestlab paths RUNS | --trace FILE | --jaeger PATH --algorithm nesting|convolution|linking`: black-box
+causal path inference from message traces (docs/blackbox.md).
+
+Prints each trace's dominant path patterns as call trees with their delays (WAP5 figure 9) and
+writes paths.csv (source, algorithm, rank, pattern, count, share, <node>_ms per node) and, where the
+trace carries its truth (Maketrace, a Jaeger export, a run with `requests`), paths-score.csv (source
+and analysis.paths.score.SCORE_COLUMNS: algorithm, pattern_recall, pattern_precision, rare_recall,
+rare_precision, request_recall, count_error_pct, delay_error_ms, delay_error_pct,
+node_delay_error_ms, node_delay_error_pct, culprit_top1, culprit_top3, ...). Warnings about the input
+(damaged rows, unpaired messages) go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+
+from analysis.paths.algorithms import ALGORITHMS, algorithm, parse_params
+from analysis.paths.model import Trace
+from analysis.paths.readers import read_faults_file, read_jaeger, read_run, read_trace_file
+from analysis.paths.render import call_tree, paths_frame
+from analysis.paths.score import SCORE_COLUMNS, score
+from rundir.errors import UserError
+from rundir.layout import RunDir
+from rundir.runs import common_root, find_runs, guarded
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "paths", help="black-box causal paths from message traces: Project5 nesting and convolution, WAP5 "
+                      "linking (docs/blackbox.md)",
+        description="Infer the causal path patterns and per-node delays of a distributed application from "
+                    "its message trace; print the dominant patterns as call trees; write paths.csv and, "
+                    "where the truth is known, paths-score.csv.")
+    p.add_argument("runs", nargs="*", metavar="RUNS",
+                   help="run directories (with a messages table), directories of runs, globs or experiment names")
+    p.add_argument("--trace", metavar="FILE", help="a message trace: CSV or Parquet (time, sender, receiver, "
+                                                   "optionally kind call/return and a message id)")
+    p.add_argument("--jaeger", metavar="PATH", help="a Jaeger JSON export: a file or a directory of them")
+    p.add_argument("--faults", metavar="FILE",
+                   help="fault windows for --trace/--jaeger (CSV: node, start, stop in the trace's seconds): "
+                        "scores the culprit question")
+    p.add_argument("--algorithm", "-a", default="nesting", metavar="A[,B]",
+                   help=f"one or more of {', '.join(ALGORITHMS)} (default nesting)")
+    p.add_argument("--param", action="append", metavar="NAME=VALUE",
+                   help="an algorithm parameter, named as the seeds name it (repeatable)")
+    p.add_argument("--granularity", choices=("host", "process"), default="host",
+                   help="runs: a node per host (default) or per process (host/pid), WAP5 2.5")
+    p.add_argument("--top", type=int, default=5, metavar="N", help="call trees to print per trace (5)")
+    p.add_argument("--no-score", action="store_true", help="do not score against the truth (faster)")
+    p.add_argument("--results", default="results", metavar="DIR", help="results root for experiment names")
+    p.add_argument("--out", metavar="DIR",
+                   help="where paths.csv and paths-score.csv go (default: the runs' common directory/analysis, "
+                        "or the current directory for --trace/--jaeger)")
+    p.set_defaults(func=_paths)
+
+
+def _traces(args: argparse.Namespace) -> tuple[list[tuple[str, Callable[[], Trace]]], Path]:
+    given = [bool(args.runs), args.trace is not None, args.jaeger is not None]
+    if sum(given) != 1:
+        raise UserError("name the trace to analyse: RUNS, or --trace FILE, or --jaeger PATH (one of them)")
+    if args.trace is not None:
+        return [(args.trace, partial(guarded, args.trace, read_trace_file, args.trace))], Path(args.out or ".")
+    if args.jaeger is not None:
+        return [(args.jaeger, partial(guarded, args.jaeger, read_jaeger, args.jaeger))], Path(args.out or ".")
+    runs = find_runs(args.runs, args.results)
+    out = Path(args.out) if args.out else RunDir(common_root(runs)).analysis
+    return [(str(r), partial(guarded, r, read_run, r, args.granularity)) for r in runs], out
+
+
+def _paths(args: argparse.Namespace) -> int:
+    if args.top < 0:
+        raise UserError(f"--top {args.top}: give 0 or more")
+    names = [a.strip() for a in args.algorithm.split(",") if a.strip()]
+    if not names:
+        raise UserError("--algorithm: name at least one algorithm")
+    chosen = []
+    for name in names:
+        infer, defaults = algorithm(name)
+        chosen.append((name, infer, defaults))
+    known = set().union(*(d for _, _, d in chosen))
+    for item in args.param or ():
+        key = item.partition("=")[0].strip()
+        if known and key not in known:
+            raise UserError(f"--param {key}: no such parameter of {', '.join(names)} "
+                            f"(known: {', '.join(sorted(known))})")
+    params = {name: parse_params(args.param, defaults, name) for name, _, defaults in chosen}
+    sources, out = _traces(args)
+    windows = read_faults_file(args.faults) if args.faults else None
+    if windows is not None and args.runs:
+        raise UserError("--faults goes with --trace or --jaeger (a run's faults come from its faults table)")
+    console = Console(highlight=False, soft_wrap=True)   # long patterns and score lines stay whole
+    path_rows, score_rows = [], []
+    for label, load in sources:
+        trace: Trace = load()
+        if windows is not None:
+            trace.faults = windows
+        where = f"{label}: " if args.runs else ""     # a file's warnings name the file already
+        for w in trace.warnings:
+            print(f"warning: {where}{w}", file=sys.stderr)
+        for name, infer, _ in chosen:
+            run = partial(infer, **params[name])
+            # whatever an algorithm did not expect of a damaged trace is one line, not a traceback
+            result = guarded(label, run, trace.messages)
+            for w in result.warnings:
+                print(f"warning: {where}{name}: {w}", file=sys.stderr)
+            _show(console, label, name, result, args.top, len(trace.messages))
+            path_rows.append(paths_frame(result, label))
+            if trace.truth is not None and not args.no_score:
+                row = guarded(label, score, result, trace, run)
+                score_rows.append({"source": label, **row})
+    out.mkdir(parents=True, exist_ok=True)
+    frames = [f for f in path_rows if not f.empty]
+    paths = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        columns=["source", "algorithm", "rank", "pattern", "count", "share"])
+    paths.to_csv(out / "paths.csv", index=False, float_format="%.6g")
+    written = [out / "paths.csv"]
+    if score_rows:
+        pd.DataFrame(score_rows, columns=["source", *SCORE_COLUMNS]).to_csv(
+            out / "paths-score.csv", index=False, float_format="%.6g")
+        written.append(out / "paths-score.csv")
+        _show_scores(console, score_rows)
+    console.print("wrote " + ", ".join(str(w) for w in written))
+    return 0
+
+
+def _show(console: Console, label: str, name: str, result, top: int, n_messages: int) -> None:
+    total = sum(p.count for p in result.patterns)
+    console.print(f"[bold]{label}[/] — {name}: {len(result.patterns)} patterns, {total:,.0f} paths "
+                  f"from {n_messages:,} messages")
+    for p in result.patterns[:top]:
+        console.print(call_tree(p, total))
+
+
+def _show_scores(console: Console, rows: list[dict]) -> None:
+    def pct(v) -> str:
+        return "-" if v is None or v != v else f"{100 * v:.0f}%"
+
+    for r in rows:
+        err = r["delay_error_pct"]
+        console.print(f"score {r['source']} {r['algorithm']}: patterns recall {pct(r['pattern_recall'])} "
+                      f"precision {pct(r['pattern_precision'])} (rare: {pct(r['rare_recall'])}), delay error "
+                      f"{'-' if err != err else f'{err:.1f}%'}, culprit top-1 {pct(r['culprit_top1'])} "
+                      f"top-3 {pct(r['culprit_top3'])} over {r['fault_windows']} fault windows")

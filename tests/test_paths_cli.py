@@ -1,0 +1,109 @@
+"""`nestlab paths` end to end, in a subprocess, with the test-only oracle algorithm (nestlab/commands/paths.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from analysis.paths.maketrace import Fault, maketrace, web_service
+from analysis.paths.readers import write_faults, write_trace
+from tests.support.env import REPO
+from tests.test_paths_readers import jaeger_doc, make_run
+
+
+def nestlab(*args, cwd=None):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "120"}
+    return subprocess.run([sys.executable, "-m", "tests.support.paths_cli", *args], capture_output=True,
+                          text=True, env=env, cwd=cwd or REPO, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def trace_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("trace")
+    # paths far apart (the oracle is exact only then) and a 200 ms delay at web2 for a while
+    tr = maketrace(web_service(), duration=4000, parallelism=0.004, seed=3,
+                   faults=[Fault("web2", 0.2, 1000, 2500)])
+    write_trace(tr, d / "t.csv")
+    write_faults(tr, d / "faults.csv")
+    return d
+
+
+def test_trace_file_prints_call_trees_and_writes_both_tables(trace_files, tmp_path):
+    r = nestlab("paths", "--trace", str(trace_files / "t.csv"), "--faults", str(trace_files / "faults.csv"),
+                "-a", "oracle", "--param", "x=0.5", "--out", str(tmp_path), "--top", "3")
+    assert r.returncode == 0, r.stderr
+    assert "client → web" in r.stdout and "ms" in r.stdout
+    assert r.stdout.count("paths (") == 3                       # three call trees
+    paths = pd.read_csv(tmp_path / "paths.csv")
+    assert {"source", "algorithm", "rank", "pattern", "count", "share", "web1_ms"} <= set(paths.columns)
+    assert paths["algorithm"].eq("oracle").all() and paths["rank"].tolist()[:3] == [1, 2, 3]
+    score = pd.read_csv(tmp_path / "paths-score.csv")
+    for c in ("algorithm", "pattern_recall", "pattern_precision", "delay_error_pct", "culprit_top1", "culprit_top3"):
+        assert c in score.columns
+    row = score.iloc[0]
+    assert row["pattern_recall"] == 1 and row["pattern_precision"] == 1
+    assert row["delay_error_pct"] < 10 and row["culprit_top1"] == 1 and row["fault_windows"] == 1
+
+
+def test_jaeger_export(tmp_path):
+    (tmp_path / "e.json").write_text(json.dumps(jaeger_doc(3)))
+    r = nestlab("paths", "--jaeger", str(tmp_path / "e.json"), "-a", "oracle", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "frontend → backend" in r.stdout.replace("[cyan]", "")
+    assert pd.read_csv(tmp_path / "paths-score.csv")["pattern_recall"].iloc[0] == 1
+
+
+def test_damaged_trace_warns_and_goes_on(tmp_path):
+    (tmp_path / "bad.csv").write_text("time,sender,receiver\n2,A,B\n1,B,A\nx,A,B\n3,A")
+    r = nestlab("paths", "--trace", str(tmp_path / "bad.csv"), "-a", "oracle", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "earlier than the row before" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "paths-score.csv").exists()          # no truth, no score
+    assert len(pd.read_csv(tmp_path / "paths.csv")) >= 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--trace", "/nonexistent/t.csv", "-a", "oracle"], "no such file"),
+    (["-a", "oracle"], "name the trace to analyse"),
+    (["--trace", "x.csv", "--jaeger", "y", "-a", "oracle"], "one of them"),
+    (["--trace", "x.csv", "-a", "nosuch"], "unknown algorithm 'nosuch'"),
+    (["--trace", "x.csv", "-a", "oracle", "--param", "z=1"], "no such parameter"),
+    (["--trace", "x.csv", "-a", "oracle", "--param", "x=abc"], "wants a float"),
+    (["--jaeger", "/nonexistent", "-a", "oracle"], "no such file"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
+    r = nestlab("paths", *args, "--out", str(tmp_path))
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], r.stderr
+
+
+def test_a_run_without_messages_says_how_to_record_one(tmp_path):
+    run = make_run(tmp_path, with_messages=False)
+    r = nestlab("paths", str(run), "-a", "oracle", "--out", str(tmp_path / "out"))
+    assert r.returncode == 2
+    assert "trace: messages" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_run_with_messages(tmp_path):
+    run = make_run(tmp_path)
+    r = nestlab("paths", str(run), "-a", "oracle", "--out", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    assert "web → app" in r.stdout.replace("[cyan]", "")
+    assert (tmp_path / "out" / "paths-score.csv").exists()
+
+
+def test_a_recorded_run_scored_end_to_end(tmp_path):
+    from tests.test_paths_readers import write_maketrace_run
+    tr = maketrace(web_service(), duration=3000, parallelism=0.004, seed=4, faults=[Fault("app2", 0.2, 1000, 2000)])
+    run = write_maketrace_run(tmp_path, tr)
+    r = nestlab("paths", str(run), "-a", "oracle", "--param", "x=0.5", "--top", "1")
+    assert r.returncode == 0, r.stderr
+    score = pd.read_csv(run / "analysis" / "paths-score.csv").iloc[0]   # one run: its own analysis/
+    assert score["source"] == str(run.resolve())
+    assert score["pattern_recall"] == 1 and score["culprit_top1"] == 1
