@@ -212,3 +212,17 @@ def test_the_blackbox_suite_plans(tmp_path):
     _, rows = describe_plan(suite)
     assert len(rows) == 18 and {r[6] for r in rows} == {"service 20/s", "service 80/s"}
     assert sum(r[7] == "none (control)" for r in rows) == 2
+
+
+def test_a_missing_tier_package_is_one_line_naming_it_and_setup(monkeypatch):
+    from harness.service import tiers
+    from rundir.errors import UserError
+
+    real = tiers.shutil.which
+    monkeypatch.setattr(tiers.shutil, "which", lambda p: None if p == "memcached" else real(p))
+    monkeypatch.setattr(tiers, "SYSTEM_PYTHON", "/nonexistent/python3")
+    with pytest.raises(UserError) as e:
+        tiers.check_installed()
+    text = str(e.value)
+    assert "memcached (memcached)" in text and "module pymysql (python3-pymysql)" in text
+    assert "scripts/setup.sh" in text and "\n" not in text and "nginx (nginx)" not in text
