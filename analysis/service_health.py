@@ -35,14 +35,27 @@ class ServiceHealth:
 
 
 def service_health(run_dir: str | Path, data) -> ServiceHealth | None:
-    """The health of a run's service workload, None for a run without one (no requests rows)."""
+    """The health of a run's service workload (`data`: the run's analysis.load.RunData, for its fault
+    windows and manifest), None for a run without one (no requests rows)."""
     warnings: list[str] = []
     req = read_requests(run_dir, warnings)
     if req.empty:
         return None
+    manifest = data.info.manifest
+    loads = getattr(manifest, "service", None) or {}
+    load = next(iter(loads.values())).model_dump() if loads else {}
+    h = health_from(req, fault_spans(data), load)
+    h.warnings[:0] = warnings
+    return h
+
+
+def health_from(req: pd.DataFrame, spans: list[tuple[float, float]], load: dict) -> ServiceHealth:
+    """Per-tier figures of the requests rows (rundir.db.REQUEST_COLUMNS) outside `spans`, and the
+    warnings of a service that is itself the bottleneck (`load`: the load generator's summary)."""
+    warnings: list[str] = []
     start, end = req["start"].to_numpy(float), req["end"].to_numpy(float)
     quiet = np.ones(len(req), dtype=bool)
-    for a, b in fault_spans(data):
+    for a, b in spans:
         quiet &= ~((end > a) & (start < b))
     q = req[quiet]
     rows = []
@@ -58,9 +71,6 @@ def service_health(run_dir: str | Path, data) -> ServiceHealth | None:
                             f"({100 * errors / len(hops):.1f}%): the service, not a fault, lost requests")
     clients = req[req["tier"] == "client"].drop_duplicates("request")
     types = {str(k): int(v) for k, v in clients["type"].value_counts().items()}
-    manifest = data.info.manifest if data is not None else None
-    loads = (getattr(manifest, "service", None) or {}) if manifest is not None else {}
-    load = next(iter(loads.values())).model_dump() if loads else {}
     offered, refused, sent = load.get("offered_rate"), load.get("refused") or 0, load.get("sent") or 0
     if refused:
         warnings.append(f"service: {refused} of {refused + sent} arrivals found {load.get('concurrency')} requests "

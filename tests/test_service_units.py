@@ -226,3 +226,27 @@ def test_a_missing_tier_package_is_one_line_naming_it_and_setup(monkeypatch):
     text = str(e.value)
     assert "memcached (memcached)" in text and "module pymysql (python3-pymysql)" in text
     assert "scripts/setup.sh" in text and "\n" not in text and "nginx (nginx)" not in text
+
+
+def test_service_health_per_tier_in_quiet_time_and_its_bottleneck_warnings():
+    import pandas as pd
+
+    from analysis.service_health import health_from, service_markdown
+
+    rows = []
+    for n in range(200):
+        t = float(n)
+        rows += [(f"q{n}", "hit", "client", "client", 1, t, t + 0.010, "ok"),
+                 (f"q{n}", "hit", "app", "app1", 2, t + 0.002, t + 0.004, "ok" if n % 20 else "error")]
+    rows.append(("q999", "miss", "client", "client", 1, 50.0, 55.0, "ok"))   # inside the fault span: left out
+    req = pd.DataFrame(rows, columns=["request", "type", "tier", "host", "pid", "start", "end", "outcome"])
+    h = health_from(req, [(49.5, 60.0)], {"offered_rate": 50, "achieved_rate": 40, "sent": 90, "refused": 10,
+                                          "concurrency": 8})
+    t = h.tiers.set_index("tier")
+    assert list(h.tiers["tier"]) == ["client", "app"] and t.loc["client", "hops"] == 190
+    assert t.loc["client", "p50_ms"] == pytest.approx(10) and t.loc["client", "max_ms"] == pytest.approx(10)
+    assert t.loc["app", "errors"] == 10 and h.types == {"hit": 200, "miss": 1}
+    assert len(h.warnings) == 3 and "app hops failed" in h.warnings[0] and "10 of 100 arrivals" in h.warnings[1]
+    assert "40 requests/s answered of 50/s" in h.warnings[2] and "| app | 190 | 10 |" in service_markdown(h)
+    quiet = health_from(req[req["outcome"] == "ok"], [], {"offered_rate": 50, "achieved_rate": 49, "refused": 0})
+    assert quiet.warnings == []
