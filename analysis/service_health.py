@@ -6,7 +6,8 @@ the offered load is not read as a fault's effect.
 The service is the bottleneck when
 - arrivals were refused: they found `concurrency` requests in flight (an open-loop generator never
   waits for the service, so a refused arrival is load the service did not take);
-- the answered rate is below 90% of the offered rate;
+- the answered rate is below 90% of the offered rate (these two are the load generator's counts over
+  the whole run, and say so when the run has faults: a paused tier makes arrivals pile up);
 - more than 1% of a tier's quiet hops failed.
 """
 
@@ -71,13 +72,16 @@ def health_from(req: pd.DataFrame, spans: list[tuple[float, float]], load: dict)
                             f"({100 * errors / len(hops):.1f}%): the service, not a fault, lost requests")
     clients = req[req["tier"] == "client"].drop_duplicates("request")
     types = {str(k): int(v) for k, v in clients["type"].value_counts().items()}
+    # The load generator counts over the whole run: with faults, their windows are in these figures.
+    during = " (over the whole run, fault windows included)" if spans else ""
     offered, refused, sent = load.get("offered_rate"), load.get("refused") or 0, load.get("sent") or 0
     if refused:
         warnings.append(f"service: {refused} of {refused + sent} arrivals found {load.get('concurrency')} requests "
-                        "in flight and were not sent: the service is the bottleneck (raise concurrency or lower rate)")
+                        f"in flight and were not sent{during}: the service is the bottleneck (raise concurrency "
+                        "or lower rate)")
     achieved = load.get("achieved_rate")
     if offered and achieved is not None and achieved < ACHIEVED_WARN * offered:
-        warnings.append(f"service: {achieved:g} requests/s answered of {offered:g}/s offered: "
+        warnings.append(f"service: {achieved:g} requests/s answered of {offered:g}/s offered{during}: "
                         "the service is the bottleneck")
     return ServiceHealth(pd.DataFrame(rows), types, load, warnings)
 

@@ -121,3 +121,44 @@ def test_on_the_monitored_host_each_worker_is_a_target(tmp_path):
     finally:
         worker.kill()
         worker.wait()
+
+
+@pytest.mark.parametrize("fields, message", [
+    ("host: client", "faults[0].host: 'client' runs no tier"),
+    ("host: x3", "faults[0].host: 'x3' runs no tier"),
+    ("at: x3", "tier_pause needs 'host'"),
+])
+def test_bad_tier_pause_specs_are_one_line(tmp_path, fields, message):
+    spec = SPEC.replace("kind: delay", "kind: tier_pause").replace("{fields}", fields)
+    with pytest.raises(SpecError) as e:
+        load_spec(write(tmp_path, "s.yaml", spec))
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_tier_pause_stops_and_continues_the_tiers_whole_group(tmp_path):
+    import signal
+    import subprocess
+
+    from harness.backends.base import Proc
+
+    exp = load_spec(write(tmp_path, "s.yaml", SPEC.replace("kind: delay", "kind: tier_pause")
+                          .replace("{fields}", "host: cache")))
+    # a daemon with a child in its own process group, as memcached or gunicorn and its workers
+    daemon = subprocess.Popen(["sh", "-c", "sleep 30 & wait"], start_new_session=True)
+    proc = Proc("cache", daemon.pid, ["memcached"], None, 0.0, daemon)
+    node = SimpleNamespace(name="cache", monotonic=time.monotonic,
+                           signal=lambda p, sig: os.killpg(p.pid, sig))
+    env = FaultEnv(exp.spec, SimpleNamespace(node=lambda n: node), Clocks("web", {"cache": ClockOffset()}, ClockOffset()),
+                   SimpleNamespace(services={0: SimpleNamespace(procs=[("cache", proc)])}), random.Random(1), "r")
+    kind = KINDS["tier_pause"](env)
+    try:
+        time.sleep(0.2)
+        (part,) = kind.inject(Window(0, 5.0, 5.0), 1)      # web is monitored: one row, no module
+        from harness.faults.tier_pause import _states, group_pids
+
+        pids = group_pids(daemon.pid)
+        assert len(pids) == 2 and set(_states(pids)) == {"T"} and '"module_key": null' in part.target
+        assert kind.heal(part) >= part.start and "T" not in _states(pids)
+    finally:
+        os.killpg(daemon.pid, signal.SIGKILL)
+        daemon.wait()

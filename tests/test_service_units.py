@@ -210,7 +210,7 @@ def test_the_blackbox_suite_plans(tmp_path):
 
     suite = load_suite(REPO / "experiments" / "blackbox.yaml")
     _, rows = describe_plan(suite)
-    assert len(rows) == 18 and {r[6] for r in rows} == {"service 20/s", "service 80/s"}
+    assert len(rows) == 24 and {r[6] for r in rows} == {"service 20/s", "service 80/s"}
     assert sum(r[7] == "none (control)" for r in rows) == 2
 
 
@@ -246,7 +246,7 @@ def test_service_health_per_tier_in_quiet_time_and_its_bottleneck_warnings():
     assert list(h.tiers["tier"]) == ["client", "app"] and t.loc["client", "hops"] == 190
     assert t.loc["client", "p50_ms"] == pytest.approx(10) and t.loc["client", "max_ms"] == pytest.approx(10)
     assert t.loc["app", "errors"] == 10 and h.types == {"hit": 200, "miss": 1}
-    assert len(h.warnings) == 3 and "app hops failed" in h.warnings[0] and "10 of 100 arrivals" in h.warnings[1]
+    assert len(h.warnings) == 3 and "app hops failed" in h.warnings[0] and "10 of 100 arrivals" in h.warnings[1] and "fault windows included" in h.warnings[1]
     assert "40 requests/s answered of 50/s" in h.warnings[2] and "| app | 190 | 10 |" in service_markdown(h)
     quiet = health_from(req[req["outcome"] == "ok"], [], {"offered_rate": 50, "achieved_rate": 49, "refused": 0})
     assert quiet.warnings == []

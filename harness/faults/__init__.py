@@ -16,6 +16,7 @@ teardown; harness.faults.base.FaultKind), which carries the other two as `info` 
     loss.py            a share of a host's or a connection's packets, dropped at random
     server_pause.py    the remote server of a workload stopped and continued
     delay.py           the replies of a service's app tier held (docs/service.md)
+    tier_pause.py      a service tier's daemons stopped and continued (docs/service.md)
 
 KINDS is the registry, one line per kind (a dict by name, looked up with rundir.errors.named, like
 every registry of the project); harness.spec makes the spec's `Fault` from it. The runner never
@@ -44,6 +45,7 @@ from harness.faults.loss import Loss
 from harness.faults.path_blackhole import PathBlackhole
 from harness.faults.server_pause import ServerPause
 from harness.faults.tcp_drop import TcpDrop
+from harness.faults.tier_pause import TierPause
 from rundir.errors import named
 
 if TYPE_CHECKING:
@@ -57,6 +59,7 @@ KINDS: dict[str, type[FaultKind]] = {kind.info.name: kind for kind in (
     Loss,
     ServerPause,
     Delay,
+    TierPause,
 )}
 
 

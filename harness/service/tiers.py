@@ -173,7 +173,9 @@ class ServiceTiers:
         d = self.dir / "nginx"
         for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
             (d / sub).mkdir(parents=True, exist_ok=True)
-        upstreams = "".join(f"    server {self.addresses[a]}:{APP_PORT};\n" for a in self.hosts.apps)
+        # max_fails=0: nginx never marks an app server down on its own (after a pause or a drop it
+        # would refuse every request for fail_timeout, a second fault the spec did not ask for).
+        upstreams = "".join(f"    server {self.addresses[a]}:{APP_PORT} max_fails=0;\n" for a in self.hosts.apps)
         conf = d / "nginx.conf"
         conf.write_text(
             "daemon off;\nmaster_process on;\nworker_processes 2;\nuser root;\n"
