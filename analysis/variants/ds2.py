@@ -68,29 +68,41 @@ def operator_rates(tasks: pd.DataFrame) -> pd.DataFrame:
     return r.merge(rec, on=["operator", "seq"], how="left")
 
 
-def bottlenecks(tasks: pd.DataFrame, ends: dict, min_ms: float = 10.0, ratio: float = 1.0) -> dict:
-    """{(operator, seq): True} for the bottlenecks (rules 1-4)."""
+def bottlenecks(tasks: pd.DataFrame, ends: dict, min_ms: float = 10.0, ratio: float = 1.0) -> pd.DataFrame:
+    """Bool frame indexed by seq, a column per operator: the bottlenecks (rules 1-4)."""
     r = operator_rates(tasks)
+    if r.empty:
+        return pd.DataFrame(index=pd.Index([], dtype="int64", name="seq"))
     ups: dict[str, set[str]] = {}
     for src, dst in ends.values():
         if src is not None and dst is not None and src != dst:
             ups.setdefault(dst, set()).add(src)
-    offer = {}   # (operator, seq) -> what it offers downstream per unit of the interval
-    for op, seq, bp, dout in zip(r["operator"], r["seq"], r["bp"], r["dout"], strict=True):
-        if bp != bp or dout != dout:
+    free = 1.0 - r["bp"] / 1000.0
+    # what each operator offers downstream per unit of the interval (NaN: unknown)
+    offer = np.where(free * 1000.0 < min_ms, np.inf, r["dout"].clip(lower=0.0) / free)
+    offer = np.where(r["bp"].isna() | r["dout"].isna(), np.nan, offer)
+    # true processing rate per unit of the interval (NaN: unknown or no measured capacity)
+    capacity = np.where(r["busy"] >= min_ms, r["din"].clip(lower=0.0) / (r["busy"] / 1000.0), np.nan)
+    wide = pd.DataFrame({"seq": r["seq"], "op": r["operator"], "offer": offer, "cap": capacity})
+    offers = wide.pivot(index="seq", columns="op", values="offer")
+    caps = wide.pivot(index="seq", columns="op", values="cap")
+    out = pd.DataFrame(False, index=caps.index, columns=caps.columns)
+    for op, above in ups.items():
+        if op not in caps.columns:
             continue
-        free = 1.0 - bp / 1000.0
-        offer[(op, seq)] = np.inf if free * 1000.0 < min_ms else max(dout, 0.0) / free
-    out = {}
-    for op, seq, busy, din in zip(r["operator"], r["seq"], r["busy"], r["din"], strict=True):
-        if op not in ups or busy != busy or din != din or busy < min_ms:
-            continue
-        offers = [offer.get((u, seq)) for u in ups[op]]
-        if any(o is None for o in offers):
-            continue
-        if max(din, 0.0) / (busy / 1000.0) * ratio < sum(offers):
-            out[(op, seq)] = True
+        have = [u for u in sorted(above) if u in offers.columns]
+        if len(have) < len(above):
+            continue   # an upstream operator without any row: its offer unknown throughout
+        offered = offers[have].sum(axis=1, min_count=len(have)).where(offers[have].notna().all(axis=1))
+        out[op] = (caps[op] * ratio < offered).fillna(False).astype(bool)
     return out
+
+
+def _per_cell(frame: pd.DataFrame, batch: Batch, ends: dict) -> np.ndarray:
+    """Per cell: frame[downstream operator] at the cell's snapshot (False where unknown)."""
+    return operator_cells(batch, ends, lambda dst, seqs: (
+        frame[dst].reindex(seqs, fill_value=False).to_numpy(bool) if dst in frame.columns
+        else np.zeros(len(seqs), dtype=bool)), bool)
 
 
 def diagnose(batch: Batch, min_ms: float = 10.0, ratio: float = 1.0, bp: float = 500.0):
@@ -103,17 +115,17 @@ def diagnose(batch: Batch, min_ms: float = 10.0, ratio: float = 1.0, bp: float =
         raise UserError(f"{batch.source}: ds2 needs the engine's per-task metrics (stream_tasks, run format 6); "
                         "this run has none")
     tasks, ends = metrics.tasks, metrics.ends
-    hot = bottlenecks(tasks, ends, min_ms, ratio) if not tasks.empty else {}
-    rates = task_rates(tasks).drop_duplicates(["operator", "seq"], keep="last") if not tasks.empty else None
-    is_bp = set() if rates is None else set(zip(rates["operator"][rates["bp"] >= bp], rates["seq"][rates["bp"] >= bp],
-                                                strict=True))
-    into = operator_cells(batch, ends, lambda dst, seqs: np.array([(dst, s) in hot for s in seqs.tolist()]), bool)
-    dst_bp = operator_cells(batch, ends, lambda dst, seqs: np.array([(dst, s) in is_bp for s in seqs.tolist()]), bool)
+    n = batch.n_cells
+    into = dst_bp = np.zeros(n, dtype=bool)
+    if not tasks.empty:
+        into = _per_cell(bottlenecks(tasks, ends, min_ms, ratio), batch, ends)
+        rates = task_rates(tasks).drop_duplicates(["operator", "seq"], keep="last")
+        pressed = pd.DataFrame({"seq": rates["seq"], "op": rates["operator"], "v": (rates["bp"] >= bp).to_numpy(bool)})
+        dst_bp = _per_cell(pressed.pivot(index="seq", columns="op", values="v").fillna(False).astype(bool), batch, ends)
     sconn = batch.kind_codes == _SCONN
     moved = batch.counters("out").tm > 0
     res = np.where(~sconn, DONTCARE, np.where(into, STALLED, np.where(moved, HEALTHY, np.where(dst_bp, BLOCKED, DONTCARE))))
     res = res.astype(np.int8)
-    n = batch.n_cells
     out = {"out": (res, res == STALLED), "in": (np.full(n, DONTCARE, dtype=np.int8), np.zeros(n, dtype=bool))}
     return {d: out[d] for d in DIRS}
 

@@ -50,6 +50,7 @@ not work (DONTCARE when inactive).
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from analysis.model.batch import Batch
 from analysis.model.stretches import DIRS, KINDS
@@ -69,10 +70,11 @@ def engine_states(batch: Batch, bp: float, busy: float) -> np.ndarray:
     r = task_rates(metrics.tasks).drop_duplicates(["operator", "seq"], keep="last")
     known = r["busy"].notna() & r["bp"].notna()
     state = np.where(~known, 0, np.where(r["bp"] >= bp, 1, np.where(r["busy"] >= busy, 2, 3))).astype(np.int8)
-    by_op = {op: dict(zip(g["seq"].tolist(), state[g.index.to_numpy()].tolist(), strict=True))
-             for op, g in r.reset_index(drop=True).groupby("operator", sort=False)}
-    return operator_cells(batch, metrics.ends, lambda dst, seqs: np.array(
-        [by_op.get(dst, {}).get(s, 0) for s in seqs.tolist()], dtype=np.int8), np.int8)
+    wide = pd.DataFrame({"seq": r["seq"], "op": r["operator"], "v": state}).pivot(index="seq", columns="op", values="v")
+    wide = wide.fillna(0).astype(np.int8)
+    return operator_cells(batch, metrics.ends, lambda dst, seqs: (
+        wide[dst].reindex(seqs, fill_value=0).to_numpy(np.int8) if dst in wide.columns
+        else np.zeros(len(seqs), dtype=np.int8)), np.int8)
 
 
 def diagnose(batch: Batch, engine: bool = False, bp: float = 500.0, busy: float = 500.0):
