@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.console import Console
 
 from analysis.defaults import STREAMS_VARIANTS as _STREAMS_VARIANTS
-from analysis.defaults import is_streams_run
+from analysis.defaults import all_streams, is_streams_run
 from analysis.evaluation import Evaluation
 from analysis.pipeline import evaluate
 from analysis.render.summary import summarize
@@ -63,6 +63,8 @@ def headline(ev: Evaluation) -> Headline:
         v = total.at[row, rate]
         return None if v != v else 100.0 * float(v)
 
+    if all_streams(ev.runs):   # a streams run: its stream connections (all its modules), no applications
+        return Headline(pct("all modules", "TPR"), pct("all modules", "FPR"), pct("all modules", "PPV"), scope="conn")
     apps = tuple(v for v in (pct(row, "TPR") for row in ("iperf", "wget")) if v is not None)
     return Headline(pct("TCP", "TPR"), pct("TCP", "FPR"), pct("TCP", "PPV"), apps)
 
