@@ -13,7 +13,9 @@ times each (the best of each is compared: the machine's other load only ever add
   %M; os.wait4's where there is none).
 
 A run as run-experiment leaves it has two copies (rundir/columnar.py): the counters' (the runner's, when
-the run ends) and the stretches' (analysis/model/stretch_copy.py, written by the run's report). The rounds
+the run ends) and the stretches' (analysis/model/stretch_copy.py, written by the run's report). A reader's
+copies live in its per-user cache (rundir/copies.py; here a temporary one), each checked on load
+(Arrow validation, a CRC-32 of what the analysis reads): the figures include those checks. The rounds
 time accuracy with both (the figure compared), and with the counters' alone (the stretches made from
 it, as after a change to the code that makes them); the first analysis of a run with neither (an
 older run: read from run.db, both copies written) is timed once. Targets: accuracy at most half the
@@ -35,7 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from rundir import columnar  # noqa: E402
+from rundir import columnar, copies  # noqa: E402
 from rundir.layout import RunDir  # noqa: E402
 from tests.support.synthetic import synthetic_run  # noqa: E402
 
@@ -99,9 +101,11 @@ def main(argv=None) -> int:
         print(f"generated synthetic run in {time.perf_counter() - t0:.1f} s: {run}")
     db = RunDir(run).db
     out = Path(tempfile.mkdtemp(prefix="nestlab-bench-read-out-"))
-    stretches_copy = RunDir(run).columnar / columnar.STRETCHES
+    cache = Path(tempfile.mkdtemp(prefix="nestlab-bench-read-cache-"))
+    os.environ[copies.CACHE_ENV] = str(cache / "nestlab")   # the children's per-user cache
+    stretches_copy = copies.cached_path(run, columnar.STRETCHES)
     try:
-        # An older run: no copy yet; the first analysis reads run.db and writes both copies.
+        # An older run: no copy yet; the first analysis reads run.db and writes both copies (its cache).
         shutil.rmtree(RunDir(run).columnar, ignore_errors=True)
         first_s, first_mb = accuracy(run, out)
         # As the runner leaves a run: its counters copy (written again here, timed).
@@ -120,6 +124,7 @@ def main(argv=None) -> int:
         stretches_mb = stretches_copy.stat().st_size / 2**20 if stretches_copy.exists() else float("nan")
     finally:
         shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(cache, ignore_errors=True)
     fetch_s, rows = min(f for f, _ in fetches), fetches[0][1]
     acc_s = min(s for s, _ in runs)
     peak_mb = max(m for _, m in runs)

@@ -44,7 +44,8 @@ class Workload(_Strict):
     instances: int = Field(default=1, ge=1, le=64, description="parallel copies of the workload")
     start: Duration = 0.0
     # wget: serial downloads of one file; count = downloads per instance (None: repeat to the end).
-    file_size: Size = 100e6
+    file_size: Size = Field(default=100e6, gt=0, le=1e12, description="bytes: a sparse file on the server, "
+                                                                     "at most 1 TB")
     count: int | None = Field(default=None, ge=1)
     # iperf (2): upload = the host sends to `iperf -s` on the server; download = `-R`; dual = `-d`,
     # `parallel` upload connections plus as many download connections the server opens back.

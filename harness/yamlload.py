@@ -27,6 +27,33 @@ class SpecError(UserError):
         super().__init__(f"{where}: {field}: {message}" if field else f"{where}: {message}")
 
 
+MAX_FLOW_DEPTH = 100   # a spec nests a few brackets; PyYAML's scanner takes seconds on 100,000
+
+
+def _too_deep(text: str) -> int | None:
+    """The line where [ and { (outside quotes and comments) nest deeper than MAX_FLOW_DEPTH, or None:
+    checked before PyYAML, whose scanner looks ahead through every bracket before failing."""
+    depth, quote, line, comment = 0, "", 1, False
+    for ch in text:
+        if ch == "\n":
+            line, comment = line + 1, False
+        elif comment:
+            continue
+        elif quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#":
+            comment = True
+        elif ch in "[{":
+            depth += 1
+            if depth > MAX_FLOW_DEPTH:
+                return line
+        elif ch in "]}":
+            depth = max(depth - 1, 0)
+    return None
+
+
 class YamlDoc:
     """A parsed YAML document: its data plus a line finder."""
 
@@ -36,9 +63,14 @@ class YamlDoc:
             text = self.path.read_text()
         except OSError as e:
             raise UserError(f"{self.path}: cannot read: {e.strerror}") from None
+        deep = _too_deep(text)
+        if deep is not None:
+            raise SpecError(self.path, deep, "", f"invalid YAML: brackets nested deeper than {MAX_FLOW_DEPTH}")
         try:
             self.node = yaml.compose(text, Loader=yaml.SafeLoader)
             self.data: Any = yaml.safe_load(text)
+        except RecursionError:
+            raise SpecError(self.path, None, "", "invalid YAML: nested deeper than a spec can be") from None
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
             problem = getattr(e, "problem", None) or str(e).splitlines()[0]

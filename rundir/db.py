@@ -6,10 +6,13 @@ is installed. docs/run-format.md documents the format for humans; bump FORMAT_VE
 
 from __future__ import annotations
 
+import os
+import re
 import sqlite3
 import time
 from pathlib import Path
 
+from rundir.errors import UserError
 from rundir.faultkinds import LEGACY
 
 # 2: counter rows only when values change (1: a row every snapshot).
@@ -191,10 +194,42 @@ def monotonic() -> float:
     return time.clock_gettime(time.CLOCK_MONOTONIC)
 
 
-def connect(db_path: Path | str, readonly: bool = False) -> sqlite3.Connection:
-    """Open run.db. Writers get WAL and a busy timeout (runner and collector write concurrently)."""
+TABLES = tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", SCHEMA))
+
+
+def settled(db_path: Path | str) -> bool:
+    """Nothing is being written to run.db, nor left to recover: no -wal holding pages (a live run's
+    writers commit into it; only a checkpoint that truncates empties it, and they never ask for one)
+    and no rollback -journal beside it. A leftover -shm of an earlier reader says nothing."""
+    db = str(db_path)
+    try:
+        if os.stat(db + "-wal").st_size:
+            return False
+    except OSError:
+        pass
+    return not os.path.lexists(db + "-journal")
+
+
+def connect(db_path: Path | str, readonly: bool = False, live: bool = False) -> sqlite3.Connection:
+    """Open run.db. Writers get WAL and a busy timeout (runner and collector write concurrently).
+
+    A reader of a settled run.db (`settled`; not `live`) opens it immutable: SQLite then makes no side
+    files (-wal, -shm) in the run directory and takes no locks, so reading a run writes nothing into
+    it (docs/run-format.md, "Reading writes nothing"). A reader of a run still being written (`live`,
+    or side files present) opens it mode=ro, with SQLite's own side files. UserError when one of the
+    schema's tables is a view (a crafted run.db: a recursive view would never finish)."""
     if readonly:
-        conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=10)
+        mode = "ro&immutable=1" if not live and settled(db_path) else "ro"
+        conn = sqlite3.connect(f"{Path(db_path).absolute().as_uri()}?mode={mode}", uri=True, timeout=10)
+        try:
+            views = [n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'view'")
+                     if str(n).lower() in TABLES]
+        except sqlite3.Error:
+            views = []   # not a database: the caller's first query says so
+        if views:
+            conn.close()
+            raise UserError(f"{db_path}: {', '.join(views)} {'is a view' if len(views) == 1 else 'are views'}, not "
+                            "the table nestlab writes (a crafted run.db); nothing analysed")
     else:
         conn = sqlite3.connect(str(db_path), timeout=10)
         conn.execute("PRAGMA journal_mode=WAL")
@@ -219,7 +254,7 @@ def create_db(db_path: Path | str) -> sqlite3.Connection:
 
 def snapshot_count(db_path: Path | str) -> int:
     """Snapshots recorded so far in the run.db at `db_path` (read-only)."""
-    conn = connect(db_path, readonly=True)
+    conn = connect(db_path, readonly=True, live=True)
     try:
         return conn.execute("SELECT count(*) FROM snapshots").fetchone()[0]
     finally:

@@ -76,7 +76,7 @@ class RunReader:
 
     def __init__(self, db: Path | str, tcp_state: bool = False, probes: bool = False):
         self.db = Path(db)
-        self.conn = connect(self.db, readonly=True)
+        self.conn = connect(self.db, readonly=True, live=True)
         self.conn.isolation_level = None      # explicit BEGIN ... COMMIT: one read transaction per read
         self.seq = -1                         # the last snapshot delivered
         self.rowid = 0                        # the last counters row delivered (seq-ordered run.db)

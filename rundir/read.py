@@ -531,7 +531,7 @@ def counter_history(conn: sqlite3.Connection, module: int, out: bool) -> list[tu
 
 def seq_at(db: Path, t0: float | None, seconds: float) -> int | None:
     """The last snapshot at most `seconds` after `t0` (None: the first snapshot's time), None if none."""
-    conn = connect(db, readonly=True)
+    conn = connect(db, readonly=True, live=True)   # nestlab top --at: the run may go on
     try:
         if not isinstance(t0, int | float) or isinstance(t0, bool):
             (t0,) = conn.execute("SELECT min(mono) FROM snapshots").fetchone()

@@ -13,6 +13,7 @@ runner refuses to make such a mix, and the reader to read one).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -53,7 +54,8 @@ def read_index(root: Path, name: str = INDEX) -> dict | None:
         return json.loads((root / name).read_text())
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
+        e = e if not isinstance(e, RecursionError) else "nested deeper than an index can be"
         raise UserError(f"{root / name}: unreadable suite index ({e}); move it away to start the suite "
                         "again") from None
 
@@ -104,11 +106,16 @@ def union_entries(root: Path, notes: list[str] | None = None) -> list[dict] | No
         raise UserError(f"{root}: shard indexes of different splits ({', '.join(p.name for p in shards.values())}); "
                         "keep those of one split (one N) in a suite directory")
     n = splits[0]
+    over = [p.name for (k, _), p in shards.items() if k > n]
+    if over:
+        raise UserError(f"{root / over[0]}: shard {over[0].split('-')[2]} of {n}: K must be between 1 and N; "
+                        "not a shard index nestlab wrote")
     entries, plans = [], {}
     for (k, _), path in sorted(shards.items()):
         data = read_index(root, path.name)
         runs = member_runs(path, data)
         plans.setdefault((data.get("suite"), data.get("scale"), data.get("plan")), []).append(k)
+        _check_split(path, data, k, n)
         for e, run in zip(data["runs"], runs, strict=True):
             entries.append({**e, "run": run, "shard": k})
     if len(plans) > 1:
@@ -116,14 +123,49 @@ def union_entries(root: Path, notes: list[str] | None = None) -> list[dict] | No
                          f"plan {pl}" for (s, sc, pl), ks in plans.items())
         raise UserError(f"{root}: the shard indexes are of different plans ({what}): the suite file or --scale "
                         "differed between the machines; run every shard from the same suite file")
-    missing = [k for k in range(1, n + 1) if (k, n) not in shards]
-    if missing and notes is not None:
-        have = ", ".join(str(k) for k in range(1, n + 1) if (k, n) in shards)
-        notes.append(f"{root}: shard{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of {n} "
-                     f"not here (no {index_name((missing[0], n))}): reading shard{'s' if ',' in have else ''} "
-                     f"{have} only, {len(entries)} of the suite's runs")
+    _check_once(root, entries)
+    have = sorted(k for k, _ in shards)
+    if len(have) < n and notes is not None:
+        # Counted, not listed: N comes from a file name, and a crafted one may be 10^11.
+        missing = list(itertools.islice((k for k in range(1, n + 1) if (k, n) not in shards), 4))
+        gone = n - len(have)
+        listed = ", ".join(map(str, missing[:3])) + (f", ... ({gone} in all)" if gone > 3 else "")
+        notes.append(f"{root}: shard{'s' if gone > 1 else ''} {listed} of {n} not here (no "
+                     f"{index_name((missing[0], n))}): reading shard{'s' if len(have) > 1 else ''} "
+                     f"{', '.join(map(str, have))} only, {len(entries)} of the suite's runs")
     entries.sort(key=lambda e: (e.get("position") if isinstance(e.get("position"), int) else 1 << 30))
     return entries
+
+
+def _check_split(path: Path, data: dict, k: int, n: int) -> None:
+    """UserError (one line) for a shard index whose split cannot be of its plan: more shards than the
+    plan has runs ("planned", where the index says), or a run at a position that is not shard k's."""
+    planned = data.get("planned")
+    if isinstance(planned, int) and not isinstance(planned, bool) and n > max(planned, 1):
+        raise UserError(f"{path}: a split into {n} shards of a plan of {planned} runs; not a shard index nestlab "
+                        "wrote")
+    for i, e in enumerate(data["runs"]):
+        pos = e.get("position")
+        if isinstance(pos, int) and not isinstance(pos, bool) and (
+                pos < 0 or pos % n != k - 1 or (isinstance(planned, int) and pos >= planned)):
+            raise UserError(f"{path}: runs[{i}]: position {pos} is not one of shard {k} of {n}'s; not a shard "
+                            "index nestlab wrote")
+
+
+def _check_once(root: Path, entries: list[dict]) -> None:
+    """UserError when two entries of the shards hold one position of the plan or one run directory:
+    the pooled tables would count that run twice."""
+    seen: dict = {}
+    for e in entries:
+        for what in ("position", "run"):
+            v = e.get(what)
+            if v is None or isinstance(v, bool) or not isinstance(v, int | str):
+                continue
+            if (what, v) in seen:
+                raise UserError(f"{root}: {what} {v!r} is in shard {seen[what, v]}'s index and shard "
+                                f"{e.get('shard')}'s: the suite's tables would count it twice; not shard indexes "
+                                "nestlab wrote")
+            seen[what, v] = e.get("shard")
 
 
 def member_runs(index: Path, data: Any) -> list[str | None]:
@@ -139,10 +181,16 @@ def member_runs(index: Path, data: Any) -> list[str | None]:
         if run is ... or not (run is None or isinstance(run, str)):
             raise UserError(f"{index}: runs[{k}] is {'not an object' if run is ... else 'a run that is not a path'}; "
                             "not a suite index nestlab wrote")
-        if run and (Path(run).is_absolute() or ".." in Path(run).parts):
+        if run and (Path(run).is_absolute() or ".." in Path(run).parts or not _inside(index.parent, run)):
             raise UserError(f"{index}: runs[{k}]: {run!r} is outside the suite; refused")
         out.append(run or None)
     return out
+
+
+def _inside(root: Path, run: str) -> bool:
+    """`root / run`, symbolic links resolved, is inside `root` (a symlinked subdirectory is not)."""
+    base = os.path.realpath(root)
+    return os.path.commonpath([base, os.path.realpath(root / run)]) == base
 
 
 def resumable_runs(root: Path, name: str = INDEX) -> dict[tuple[str, int, str], Path]:

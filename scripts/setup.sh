@@ -24,6 +24,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/pip install -q --disable-pip-version-check -e ".[test]"
 make -s -C harness/interceptor
+make -s -C harness/streams/loopback   # keeps a streams run's Flink JVMs on loopback (harness/streams/cluster.py)
 # Streams experiments (docs/streams.md): Apache Flink from PyFlink, in its own venv (its pins, such
 # as pyarrow 16, would fight the project's), and our Flink job built against it.
 if [ ! -x .venv-flink/bin/python ]; then

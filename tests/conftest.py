@@ -14,6 +14,21 @@ import tests.support.reference_tcpstate  # noqa: F401 - registers the tcpstate a
 from tests.support.env import leftovers
 
 
+@pytest.fixture(autouse=True, scope="session")
+def private_copy_cache(tmp_path_factory):
+    """The analysis's per-user cache of derived copies (rundir.copies) in a directory of the session's,
+    not the user's ~/.cache."""
+    from rundir.copies import CACHE_ENV
+
+    old = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("copy-cache") / "nestlab")
+    yield
+    if old is None:
+        os.environ.pop(CACHE_ENV, None)
+    else:
+        os.environ[CACHE_ENV] = old
+
+
 def pytest_collection_modifyitems(config, items):
     if os.geteuid() == 0:
         return

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rundir import columnar, read
+from rundir import columnar, copies, read
 from rundir.db import connect
-from tests.support.damaged import DAMAGES, FATAL, synthetic_base
+from tests.support.damaged import COPIES, DAMAGES, FATAL, synthetic_base
 from tests.support.synthetic import synthetic_run
 
 
@@ -66,17 +66,27 @@ def uses_copy(run: Path, monkeypatch) -> bool:
     return not called
 
 
+def reader_copy(run: Path, name: str = columnar.COUNTERS) -> Path:
+    """Where a reader keeps its copy of the run: the per-user cache (rundir.copies), never the run."""
+    return copies.cached_path(run, name)
+
+
+def no_cache(monkeypatch) -> None:
+    """A cache that cannot be made (its parent is a file): a reader has nowhere to keep a copy."""
+    monkeypatch.setenv(copies.CACHE_ENV, "/dev/null/nestlab")
+
+
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory) -> Path:
     return synthetic_run(tmp_path_factory.mktemp("columnar") / "run", seconds=60, apps=2, conns=3, churn_s=10)
 
 
 def test_copy_written_then_used_with_the_same_arrays(synthetic, monkeypatch):
-    copy = columnar.copy_path(synthetic)
+    copy = reader_copy(synthetic)
     copy.unlink(missing_ok=True)
     want = from_db(synthetic)
-    assert_same(through_copy(synthetic), want)      # read from run.db, copy written
-    assert copy.is_file()
+    assert_same(through_copy(synthetic), want)      # read from run.db, copy written (in the cache)
+    assert copy.is_file() and not columnar.copy_path(synthetic).exists()
     assert uses_copy(synthetic, monkeypatch)
     got = through_copy(synthetic)
     assert_same(got, want)
@@ -85,6 +95,7 @@ def test_copy_written_then_used_with_the_same_arrays(synthetic, monkeypatch):
 
 def test_write_after_run_makes_the_copy_the_reader_uses(synthetic, monkeypatch):
     columnar.copy_path(synthetic).unlink(missing_ok=True)
+    reader_copy(synthetic).unlink(missing_ok=True)
     assert columnar.write_after_run(synthetic) == columnar.copy_path(synthetic)
     assert uses_copy(synthetic, monkeypatch)
 
@@ -101,7 +112,7 @@ def test_any_write_to_run_db_makes_the_copy_stale(tmp_path, monkeypatch):
     assert uses_copy(run, monkeypatch)           # made again for the next reader
 
 
-@pytest.mark.parametrize("damage", [d for d in DAMAGES if d not in FATAL and not d.startswith("manifest")])
+@pytest.mark.parametrize("damage", [d for d in DAMAGES if d not in FATAL + COPIES and not d.startswith("manifest")])
 def test_damaged_runs_read_the_same_through_the_copy(tmp_path, damage, monkeypatch):
     """A copy made before the damage is stale after it; the one made from the damaged run.db holds
     what reading run.db gives, warnings and rows that cannot be placed included."""
@@ -117,11 +128,13 @@ def test_damaged_runs_read_the_same_through_the_copy(tmp_path, damage, monkeypat
 def test_a_copy_that_cannot_be_written_or_read_is_no_failure(tmp_path, monkeypatch):
     run = synthetic_run(tmp_path / "run", seconds=20, apps=1, conns=2, churn_s=10)
     want = from_db(run)
-    (run / columnar.DIR).write_text("not a directory")     # nowhere to write the copy
+    (run / columnar.DIR).write_text("not a directory")     # nowhere to write the run's copy
+    no_cache(monkeypatch)                                  # nor the reader's
     assert_same(through_copy(run), want)
     assert columnar.write_after_run(run) is None
     (run / columnar.DIR).unlink()
     assert columnar.write_after_run(run)
+    monkeypatch.undo()
     columnar.copy_path(run).write_bytes(b"garbage" * 100)   # a damaged copy: run.db is read
     assert not uses_copy(run, monkeypatch)
     assert_same(through_copy(run), want)
@@ -150,13 +163,13 @@ def stretches_of(run: Path):
 
 @pytest.mark.parametrize("damage", [None, "counter_text", "counter_keys_not_numbers", "snapshot_row_missing",
                                     "snapshot_time_backwards", "module_dies_before_born", "wal_lost"])
-def test_load_stretches_the_same_with_and_without_the_copy(tmp_path, damage):
+def test_load_stretches_the_same_with_and_without_the_copy(tmp_path, damage, monkeypatch):
     run = synthetic_base(tmp_path / "run")
     if damage:
         DAMAGES[damage](run)
-    (run / columnar.DIR).write_text("")   # no copy can be written: run.db read
+    no_cache(monkeypatch)                 # no copy can be written: run.db read
     plain = stretches_of(run)
-    (run / columnar.DIR).unlink()
+    monkeypatch.undo()
     assert stretches_of(run)[:2] == plain[:2]   # copy written
     with_copy = stretches_of(run)               # copy read
     assert with_copy[:2] == plain[:2]
@@ -178,5 +191,5 @@ def test_arrays_kept_under_a_key(tmp_path):
         assert got[name][10:20].base is got[name]            # a view of it has it as its base (analysis.model.batch)
     assert columnar.read_arrays(tmp_path, "t.arrow", {"k": 2}) is None        # another key
     assert columnar.read_arrays(tmp_path, "none.arrow", {"k": 1}) is None     # none
-    (tmp_path / columnar.DIR / "t.arrow").write_bytes(b"not arrow")
+    reader_copy(tmp_path, "t.arrow").write_bytes(b"not arrow")
     assert columnar.read_arrays(tmp_path, "t.arrow", {"k": 1}) is None        # damaged: made again

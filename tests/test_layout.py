@@ -2,7 +2,7 @@
 meet only in the run directory's package (rundir/, which imports neither) and the composition layer
 on top (nestlab/, which nothing imports); SQL only under rundir/; the run directory's paths built
 only by rundir/ (rundir.layout.RunDir); no import cycle among the project's modules; no module over
-600 lines.
+600 lines (nor C or Java file of the lab).
 
 The import graph is read from the source with `ast`: every import counts, at module level or inside a
 function (a lazy import is still a dependency, and hiding a cycle inside a function is how cycles are
@@ -169,6 +169,35 @@ def test_no_module_is_over_600_lines():
     sizes = {name: len(path.read_text().splitlines()) for name, path in module_names(REPO).items()}
     long = {name: n for name, n in sizes.items() if n > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+# The same rule for the lab's other languages: the interceptor (C) and the streams job (Java).
+OTHER_SOURCES = ("harness/**/*.c", "harness/**/*.h", "harness/streams/job/**/*.java")
+
+
+def long_sources(root: Path, patterns=OTHER_SOURCES) -> dict[str, int]:
+    """Source files matching the patterns (relative to root) with more than MAX_LINES lines."""
+    sizes = {str(path.relative_to(root)): len(path.read_text().splitlines())
+             for pattern in patterns for path in root.glob(pattern)}
+    return {name: n for name, n in sorted(sizes.items()) if n > MAX_LINES}
+
+
+def test_no_c_or_java_file_is_over_600_lines():
+    assert list(REPO.glob("harness/**/*.c")) and list(REPO.glob("harness/streams/job/**/*.java"))  # files seen
+    long = long_sources(REPO)
+    assert not long, f"C and Java files over {MAX_LINES} lines: {long}"
+
+
+def test_the_size_rule_sees_c_headers_and_java(tmp_path):
+    write = functools.partial(_write, tmp_path)
+    write("harness/interceptor/big.c", "int x;\n" * (MAX_LINES + 1))
+    write("harness/interceptor/small.c", "int y;\n" * MAX_LINES)
+    write("harness/interceptor/big.h", "/* */\n" * (MAX_LINES + 1))
+    write("harness/streams/job/src/main/java/Big.java", "//\n" * (MAX_LINES + 1))
+    write("tests/interceptor/probe.c", "int z;\n" * (MAX_LINES + 1))   # a test's helper: not the lab's
+    assert long_sources(tmp_path) == {"harness/interceptor/big.c": MAX_LINES + 1,
+                                      "harness/interceptor/big.h": MAX_LINES + 1,
+                                      "harness/streams/job/src/main/java/Big.java": MAX_LINES + 1}
 
 
 def test_what_runs_on_testbed_nodes_needs_only_the_standard_library_and_pyroute2():

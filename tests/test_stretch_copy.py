@@ -15,12 +15,15 @@ import pytest
 from analysis.model import stretch_copy
 from analysis.model.batch import Batch
 from analysis.model.stretches import load_stretches
-from rundir import columnar
+from rundir import columnar, copies
 from rundir.db import connect
-from tests.support.damaged import DAMAGES, FATAL, synthetic_base
+from tests.support.damaged import COPIES, DAMAGES, FATAL, synthetic_base
 from tests.support.synthetic import synthetic_run
 
-COPY = Path(columnar.DIR) / columnar.STRETCHES
+
+def copy_of(run: Path) -> Path:
+    """A reader's stretches copy of the run: in the per-user cache (rundir.copies)."""
+    return copies.cached_path(run, columnar.STRETCHES)
 
 
 def everything(run: Path):
@@ -48,16 +51,16 @@ def same(a, b) -> None:
                 assert x[8][d][f].dtype == y[8][d][f].dtype and np.array_equal(x[8][d][f], y[8][d][f]), (d, f)
 
 
-@pytest.mark.parametrize("damage", [None, *sorted(set(DAMAGES) - set(FATAL))])
-def test_the_copy_gives_what_the_counters_give(tmp_path, damage):
+@pytest.mark.parametrize("damage", [None, *sorted(set(DAMAGES) - set(FATAL) - set(COPIES))])
+def test_the_copy_gives_what_the_counters_give(tmp_path, damage, monkeypatch):
     run = synthetic_base(tmp_path / "run")
     if damage:
         DAMAGES[damage](run)
-    (run / columnar.DIR).write_text("")   # no copy can be written: the counters cut each time
+    monkeypatch.setenv(copies.CACHE_ENV, "/dev/null/nestlab")   # no copy can be written: cut each time
     plain = everything(run)
-    (run / columnar.DIR).unlink()
+    monkeypatch.undo()
     same(everything(run), plain)           # cut from the counters, copy written
-    assert (run / COPY).is_file()
+    assert copy_of(run).is_file()
     same(everything(run), plain)           # from the copy
 
 
@@ -65,7 +68,7 @@ def test_a_copy_is_mapped_and_diagnosed_without_a_copy_of_its_cells(tmp_path):
     run = synthetic_run(tmp_path / "run", seconds=30, apps=2, conns=3, churn_s=6)
     load_stretches(run)
     r = load_stretches(run)
-    assert (run / COPY).is_file() and len(r.stretches) > 3
+    assert copy_of(run).is_file() and len(r.stretches) > 3
     c = r.stretches[1].counters["out"]
     assert not c.tm.flags.writeable                 # the mapped file, read-only
     assert Batch(r.stretches)._shared_flat("out") is not None   # the cells as one flat view, no concatenation
@@ -74,13 +77,13 @@ def test_a_copy_is_mapped_and_diagnosed_without_a_copy_of_its_cells(tmp_path):
 def test_used_only_under_its_key(tmp_path, monkeypatch):
     run = synthetic_run(tmp_path / "run", seconds=30, apps=2, conns=3, churn_s=6)
     plain = everything(run)
-    made = (run / COPY).stat().st_mtime_ns
+    made = copy_of(run).stat().st_mtime_ns
     same(everything(run), plain)
-    assert (run / COPY).stat().st_mtime_ns == made   # read, not made again
+    assert copy_of(run).stat().st_mtime_ns == made   # read, not made again
     # Other code: the copy is not used, and is made again.
     monkeypatch.setattr(stretch_copy, "code_digest", lambda: "other code")
     same(everything(run), plain)
-    assert (run / COPY).stat().st_mtime_ns != made
+    assert copy_of(run).stat().st_mtime_ns != made
     monkeypatch.undo()
     # run.db changed (a snapshot more): not the same run any more.
     everything(run)
@@ -103,6 +106,6 @@ def test_used_only_under_its_key(tmp_path, monkeypatch):
 def test_a_damaged_copy_is_made_again(tmp_path):
     run = synthetic_run(tmp_path / "run", seconds=20, apps=1, conns=2, churn_s=5)
     plain = everything(run)
-    (run / COPY).write_bytes(b"\0" * 100)
+    copy_of(run).write_bytes(b"\0" * 100)
     same(everything(run), plain)
-    assert (run / COPY).stat().st_size > 100
+    assert copy_of(run).stat().st_size > 100

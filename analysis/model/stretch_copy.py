@@ -9,6 +9,9 @@ What it holds is the part of load_stretches that reads the counters. The rest is
 from run.db's small tables, as for a run without a copy: snapshots, modules, edges, which modules are
 detached, remote addresses, TCP state, probes.
 
+Where it lives and how it is checked on load (Arrow validation, checksum) is rundir.copies' and
+rundir.columnar's; `mismatch` checks what it says against the run (bounds, ids, edges, cell counts),
+since a checksum anyone can recompute proves no more than that nobody edited it by hand.
 The copy is used only under the key it was written with: run.db's stamp (rundir.columnar.stamp: its
 size, modification time and change counter, ...) and a digest of the source of the code that makes
 stretches (CODE), so a run that changed or code that changed makes it again. run.db stays the record;
@@ -79,10 +82,11 @@ def write(run_dir: str | Path, k: dict | None, parts: Parts | None) -> Path | No
     return columnar.write_arrays(run_dir, FILE, k, cols, meta)
 
 
-def read(run_dir: str | Path, k: dict | None) -> Parts | None:
+def read(run_dir: str | Path, k: dict | None, warnings: list[str] | None = None) -> Parts | None:
     """The parts kept under key `k`, the cells' arrays read-only views of the mapped file; None when
-    there is no such copy (none, another key, unreadable)."""
-    got = columnar.read_arrays(run_dir, FILE, k) if k is not None else None
+    there is no such copy (none, another key, unreadable), and (a line in `warnings`) when one fails
+    its checksum or its shape (rundir.columnar.read_arrays, mismatch)."""
+    got = columnar.read_arrays(run_dir, FILE, k, warnings) if k is not None else None
     if got is None:
         return None
     cols, meta = got
@@ -94,6 +98,45 @@ def read(run_dir: str | Path, k: dict | None) -> Parts | None:
                      np.asarray(meta["edge_index"], dtype=np.int64), np.asarray(meta["edge_counts"], dtype=np.int64),
                      cells,
                      {int(m): (b, d) for m, b, d in meta["lives"]},
-                     (list(meta["warnings"][0]), list(meta["warnings"][1])))
-    except (KeyError, TypeError, ValueError):   # a copy of another shape: made again
+                     ([str(w) for w in meta["warnings"][0]], [str(w) for w in meta["warnings"][1]]))
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError):   # another shape
+        if warnings is not None:
+            warnings.append(f"{FILE}: not a stretches copy of this code; not used: made again from run.db")
         return None
+
+
+def mismatch(parts: Parts, n_seqs: int, ids: np.ndarray, fields: tuple[str, ...], dirs: tuple[str, ...]
+             ) -> str | None:
+    """What in `parts` cannot be of the run whose snapshots number `n_seqs` and whose module ids are
+    `ids` (sorted), or None: a copy whose checksum holds may still have been made to lie (the checksum
+    is not a secret), and an index out of range must not fail the run or pick the wrong rows."""
+    k = len(parts.sizes)
+    b = parts.bounds
+    if len(b) != k or len(parts.edge_counts) != k:
+        return "stretch counts disagree"
+    if k and ((b[:, 0] < 0).any() or (b[:, 1] > n_seqs).any() or (b[:, 1] <= b[:, 0]).any()
+              or (b[1:, 0] < b[:-1, 1]).any()):
+        return "stretch bounds outside the run's snapshots or out of order"
+    if (parts.sizes < 0).any() or int(parts.sizes.sum()) != len(parts.members):
+        return "stretch sizes disagree with their members"
+    if len(parts.members) and not np.isin(parts.members, ids).all():
+        return "a stretch member is not a module of the run"
+    if (parts.edge_counts < 0).any() or int(parts.edge_counts.sum()) != len(parts.edge_index):
+        return "edge counts disagree with the edges"
+    if len(parts.edge_index) and ((parts.edge_index < 0).any() or (parts.edge_index >= len(parts.edges)).any()):
+        return "an edge index is out of range"
+    if len(parts.edge_index):
+        # an edge is a pair of positions among its stretch's members
+        ends = parts.edges[parts.edge_index]
+        n = np.repeat(parts.sizes, parts.edge_counts)[:, None]
+        if ((ends < 0) | (ends >= n)).any():
+            return "an edge joins positions outside its stretch"
+    cells = int((parts.sizes * (b[:, 1] - b[:, 0])).sum()) if k else 0
+    if set(parts.cells) != set(dirs):
+        return "not the directions of the stretches"
+    for d, got in parts.cells.items():
+        if set(got) != set(fields) or any(len(a) != cells for a in got.values()):
+            return f"the {d} cells are not the stretches' ({cells} cells)"
+    if any(m not in set(ids.tolist()) for m in parts.lives):
+        return "a module life of a module not in the run"
+    return None

@@ -183,6 +183,8 @@ def read_json(path: str | Path) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise UserError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    except RecursionError:
+        raise UserError(f"{path}: invalid JSON: nested deeper than snapshots can be") from None
 
 
 def _number(where: str, v: Any) -> float | None:
@@ -301,13 +303,20 @@ def load_stretches(run_dir: str | Path) -> RunStretches:
         warnings += w
         now = columnar.stamp(db, conn)
         key = stretch_copy.key(now) if db.parent == path else None   # a run directory's own run.db
-        copy = stretch_copy.read(path, key)
+        notes: list[str] = []   # copies that failed their checks: said, not kept in the new copy
+        copy = stretch_copy.read(path, key, notes)
+        why = None if copy is None else stretch_copy.mismatch(
+            copy, len(seqs), np.array([m[0] for m in mods], dtype=np.int64), tuple(Counters.__dataclass_fields__), DIRS)
+        if why is not None:
+            notes.append(f"{stretch_copy.FILE}: {why}; not used: the stretches made again from run.db")
+            copy = None
         said = len(warnings)
         if copy is None:
-            rows, unplaced = columnar.read_counters(db, conn, warnings, now)
+            rows, unplaced = columnar.read_counters(db, conn, warnings, now, notes)
         else:
             warnings += copy.warnings[0]
         read_said = warnings[said:]
+        warnings += notes
         tcp_rows = read.read_tcp_state(conn, warnings)
         probe_rows = read.read_probes(conn, warnings)
         engine = read_engine_metrics(conn, (k for _, k, *_ in mods))

@@ -1,7 +1,8 @@
 """The LD_PRELOAD interceptor: where the built library is and how to start a process under it.
 
-The C source is next to this file (nestintercept.c, nestintercept.h); `make -C harness/interceptor`
-builds libnestintercept.so (scripts/setup.sh does it on install). Next to it, in Python: the reader
+The C source is next to this file (the .c files by concern, listed in internal.h; nestintercept.h is the
+shared-memory format); `make -C harness/interceptor` builds libnestintercept.so from every .c file there
+(scripts/setup.sh does it on install). Next to it, in Python: the reader
 of the library's shared memory (harness.interceptor.shm) and the pause/resume handshake
 (harness.interceptor.pause); the collector source of app and socket modules is
 harness.collector.appsockets. docs/interceptor.md describes the whole thing.

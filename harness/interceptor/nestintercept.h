@@ -1,7 +1,7 @@
 /*
  * nestintercept.h - shared-memory format of the nestlab LD_PRELOAD interceptor (format version 1).
  *
- * The interceptor (nestintercept.c, built into libnestintercept.so) is loaded with LD_PRELOAD into
+ * The interceptor (the .c files here, built into libnestintercept.so) is loaded with LD_PRELOAD into
  * every workload process. It counts, per socket, the calls of the NeST socket module (thesis 3.2.1,
  * paper section 4) and implements the application fault (thesis 3.5.1). The collector reads the
  * counters from shared memory (harness/interceptor/shm.py mirrors this file in Python; keep

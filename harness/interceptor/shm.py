@@ -1,6 +1,6 @@
 """The reader of the interceptor's shared memory: the per-process counter files the library writes.
 
-The LD_PRELOAD library (nestintercept.c, next to this file) keeps one file per process in the run's
+The LD_PRELOAD library (the C files next to this file) keeps one file per process in the run's
 shared memory directory, `<dir>/<pid>.nest`: a header and one 256-byte slot per file descriptor,
 laid out as in nestintercept.h (keep the two in step; tests/test_interceptor.py compiles the header
 and compares the offsets). This module mirrors that layout and reads the files consistently through

@@ -292,8 +292,10 @@ class NetworkLab(Lab):
         the run's report and every later analysis read it instead of fetching the rows. A copy that
         cannot be made is no failure (the analysis reads run.db)."""
         try:
+            from rundir import copies
             from rundir.columnar import write_after_run
 
+            copies.claim(path)   # this process made the run: its report's copies go into it too
             write_after_run(path)
         except Exception as e:  # noqa: BLE001 - a shortcut for the analysis, never the run's outcome
             console.print(Text.assemble(("warning: ", "yellow"), f"columnar copy of the counters not written: {e}"))

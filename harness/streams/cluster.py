@@ -3,7 +3,17 @@ Flink distribution, in .venv-flink, built by scripts/setup.sh), our job's jar, a
 
 Everything lives in the run directory (configuration, logs, Flink's temporary files) and every JVM
 is its own process group in the run's ledger, so teardown and `nestlab cleanup` stop them on every
-exit path. The network buffers are made small (docs/streams.md, "Bounded buffers") so that a PE
+exit path.
+
+The cluster is private (docs/streams.md, "A private cluster"): web submission and cancellation are
+off (no jar upload and run through the REST API; our job goes in through Flink's own client, `flink
+run`), and nothing listens outside loopback: REST and RPC are bound to localhost, and the JVMs run
+with loopback/libloopbackbind.so preloaded, which turns a bind() to the wildcard address into one to
+loopback (Flink's Prometheus reporter has no host setting) and with the IPv4 stack. After the start
+every listening socket of the JVMs is checked (harness.streams.listeners): one outside loopback stops
+the run. Ports are chosen below the kernel's ephemeral range (free_port), where no other process's
+automatic port can take them before the JVM binds, and a start whose port was taken anyway is
+retried with others. The network buffers are made small (docs/streams.md, "Bounded buffers") so that a PE
 that stops reading backs its upstream up within seconds at 100 tuples/s, as Streams' queues did.
 """
 
@@ -12,14 +22,16 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import random
+import re
 import shutil
 import socket
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
 from harness.ledger import Ledger, kill_group, signals_held, unblock_held_signals
+from harness.streams.listeners import exposed, listening
 from rundir.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,6 +39,9 @@ FLINK_VENV = ROOT / ".venv-flink"
 JOB_JAR = FLINK_VENV / "nestlab-streams.jar"
 JOB_CLASS = "streamsjob.NestlabStreamsJob"
 READY_S = 60.0
+LOOPBACK_DIR = Path(__file__).resolve().parent / "loopback"
+LOOPBACK_LIB = LOOPBACK_DIR / "libloopbackbind.so"
+START_ATTEMPTS = 3
 
 # Flink's settings for the lab (Flink 2.1 config.yaml keys). Why each: docs/streams.md.
 SETTINGS = {
@@ -47,6 +62,11 @@ SETTINGS = {
     "taskmanager.network.memory.buffer-debloat.enabled": "false",
     "rest.address": "localhost",
     "rest.bind-address": "localhost",
+    # Private: no jar upload and run, no cancellation through the REST API, for anyone on this machine.
+    "web.submit.enable": "false",
+    "web.cancel.enable": "false",
+    "web.rescale.enable": "false",
+    "blob.server.bind-host": "localhost",
     "parallelism.default": "1",
     # The collector scrapes the TaskManager's Prometheus endpoint: every task's counters read in one
     # pass, at one moment (the REST API's per-vertex views were seen a second apart: 4.3.2's negative
@@ -86,10 +106,44 @@ def check_runner() -> None:
         raise UserError(f"no streams job jar {JOB_JAR}: run ./scripts/setup.sh (it builds it)")
 
 
+def ephemeral_range() -> tuple[int, int]:
+    try:
+        lo, hi = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A loopback port free now, below the kernel's ephemeral range: no other process's bind(0) or
+    connect() is handed it before the JVM binds it (an ephemeral port freed here could be)."""
+    lo, _ = ephemeral_range()
+    low = 10000 if lo > 12000 else 1024
+    for _ in range(200):
+        port = random.randrange(low, lo)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:   # nothing free below the range (unlikely): the kernel's choice
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def loopback_lib() -> Path:
+    """The bind-to-loopback library for the JVMs, built when missing (gcc, as the interceptor)."""
+    if not LOOPBACK_LIB.exists():
+        r = subprocess.run(["make", "-s", "-C", str(LOOPBACK_DIR)], capture_output=True, text=True)
+        if r.returncode != 0 or not LOOPBACK_LIB.exists():
+            raise UserError(f"cannot build {LOOPBACK_LIB} (make -C {LOOPBACK_DIR}): {r.stderr.strip()[:200]}; "
+                            "a streams run keeps its Flink cluster on loopback with it")
+    return LOOPBACK_LIB
+
+
+class PortTaken(RuntimeError):
+    """A port given to a JVM was taken by another process before it bound it."""
 
 
 class Rest:
@@ -137,31 +191,68 @@ class FlinkCluster:
         self.home = flink_home()
         self.java = java_home()
         self.procs: list[subprocess.Popen] = []
+        self.env: dict = {}
+        self._ports()
+        self.job_id: str | None = None
+
+    def _ports(self) -> None:
         self.rest = Rest(free_port())
         # The JobManager and the TaskManager each start a reporter: the first takes the first port.
         self.metrics_ports = (free_port(), free_port())
-        self.job_id: str | None = None
+        self.rpc_port = free_port()
 
     # -- start -------------------------------------------------------------------------------
+    def settings(self) -> dict[str, str]:
+        """The config.yaml the JVMs read (SETTINGS with this cluster's ports and directories)."""
+        tmp = self.dir / "tmp"
+        return {**SETTINGS, "jobmanager.rpc.port": str(self.rpc_port), "rest.port": str(self.rest.port),
+                "metrics.reporter.prom.port": ",".join(map(str, self.metrics_ports)),
+                "io.tmp.dirs": str(tmp),
+                # IPv4 sockets, so that a wildcard bind becomes 127.0.0.1 (libloopbackbind), not ::1
+                "env.java.opts.all": " ".join(o for o in (_java_opts(self.home), "-Djava.net.preferIPv4Stack=true") if o)}
+
     def start(self) -> None:
         if not JOB_JAR.exists():
             raise UserError(f"no streams job jar {JOB_JAR}: run ./scripts/setup.sh (it builds it)")
+        for attempt in range(START_ATTEMPTS):
+            try:
+                self._start_once()
+                return
+            except PortTaken:
+                self.stop()
+                if attempt == START_ATTEMPTS - 1:
+                    raise
+                self._ports()   # another process took a port: new ones
+
+    def _start_once(self) -> None:
         conf, logs, tmp = self.dir / "conf", self.dir / "log", self.dir / "tmp"
         for d in (conf, logs, tmp):
             d.mkdir(parents=True, exist_ok=True)
         for f in (self.home / "conf").glob("log4j*.properties"):
             shutil.copy(f, conf / f.name)
-        settings = {**SETTINGS, "jobmanager.rpc.port": str(free_port()), "rest.port": str(self.rest.port),
-                    "metrics.reporter.prom.port": ",".join(map(str, self.metrics_ports)),
-                    "io.tmp.dirs": str(tmp), "env.java.opts.all": _java_opts(self.home)}
-        (conf / "config.yaml").write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in settings.items()))
-        env = {**os.environ, "FLINK_CONF_DIR": str(conf), "FLINK_LOG_DIR": str(logs), "FLINK_PID_DIR": str(self.dir),
-               "JAVA_HOME": self.java}
-        self._spawn("jobmanager", env, logs)
+        (conf / "config.yaml").write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in self.settings().items()))
+        self.env = {**os.environ, "FLINK_CONF_DIR": str(conf), "FLINK_LOG_DIR": str(logs),
+                    "FLINK_PID_DIR": str(self.dir), "JAVA_HOME": self.java, "LD_PRELOAD": str(loopback_lib())}
+        self._spawn("jobmanager", self.env, logs)
         self._wait(lambda: self.rest.get("/overview") is not None, "the JobManager's REST API")
-        self._spawn("taskmanager", env, logs)
+        self._spawn("taskmanager", self.env, logs)
         self._wait(lambda: (self.rest.get("/overview") or {}).get("slots-available", 0) >= 1,
                    "a TaskManager slot")
+        self.check_private()
+
+    def check_private(self) -> None:
+        """Every port the JVMs listen on is on loopback (else RuntimeError: the run stops), and the
+        REST and a metrics port are theirs (else PortTaken: started again with other ports)."""
+        ports: set[tuple[str, int]] = set()
+        for p in self.procs:
+            ports |= listening(p.pid)
+        out = exposed(ports)
+        if out:
+            raise RuntimeError(f"Flink listens outside loopback ({', '.join(f'{a}:{p}' for a, p in out)}); "
+                               "refusing to run a cluster others can reach")
+        mine = {p for _, p in ports}
+        if self.rest.port not in mine or not mine & set(self.metrics_ports):
+            raise PortTaken(f"Flink's ports {self.rest.port}, {self.metrics_ports} were taken by another process")
 
     def _spawn(self, role: str, env: dict, logs: Path) -> None:
         argv = [str(self.home / "bin" / f"{role}.sh"), "start-foreground"]
@@ -179,6 +270,8 @@ class FlinkCluster:
         while time.monotonic() < deadline:
             for p in self.procs:
                 if p.poll() is not None:
+                    if self._bind_failed():
+                        raise PortTaken(f"Flink {p.args[0]}: a port was taken before it bound it")
                     raise RuntimeError(f"Flink {p.args[0]} exited ({p.returncode}) before {what} was up; "
                                        f"see {self.dir / 'log'}")
             try:
@@ -189,20 +282,39 @@ class FlinkCluster:
             time.sleep(0.2)
         raise RuntimeError(f"Flink: no {what} after {READY_S:.0f} s; see {self.dir / 'log'}")
 
+    def _bind_failed(self) -> bool:
+        for log in (self.dir / "log").glob("*"):
+            try:
+                if re.search(r"BindException|Address already in use", log.read_text(errors="replace")):
+                    return True
+            except OSError:
+                continue
+        return False
+
     # -- the job -------------------------------------------------------------------------------
     def submit(self, graph_file: Path, name: str) -> str:
-        """Upload the job's jar, run it on `graph_file`, and wait until every task runs."""
-        boundary = uuid.uuid4().hex
-        body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"jarfile\"; filename=\"nestlab-streams.jar\""
-                f"\r\nContent-Type: application/x-java-archive\r\n\r\n").encode() + JOB_JAR.read_bytes() \
-            + f"\r\n--{boundary}--\r\n".encode()
-        up = self.rest.call("POST", "/jars/upload", body,
-                            {"Content-Type": f"multipart/form-data; boundary={boundary}"}, timeout=60)
-        jar_id = Path(up["filename"]).name
-        run = self.rest.call("POST", f"/jars/{jar_id}/run",
-                             json.dumps({"entryClass": JOB_CLASS, "programArgsList": [str(graph_file), name]}).encode(),
-                             {"Content-Type": "application/json"}, timeout=120)
-        self.job_id = run["jobid"]
+        """Run the job's jar on `graph_file` through Flink's client (`flink run -d`: web submission is
+        off), and wait until every task runs."""
+        argv = [str(self.home / "bin" / "flink"), "run", "-d", "-c", JOB_CLASS, str(JOB_JAR), str(graph_file), name]
+        with signals_held():
+            proc = subprocess.Popen(argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True,
+                                    preexec_fn=unblock_held_signals, cwd=self.dir)
+            self.ledger.add_process(proc.pid, "flink run")
+        try:
+            out, _ = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            kill_group(proc.pid, None, timeout=5)
+            out, _ = proc.communicate()
+        finally:
+            self.ledger.drop_process(proc.pid)
+        text = out.decode(errors="replace")
+        (self.dir / "log" / "flink-run.out").write_text(text)
+        m = re.search(r"JobID ([0-9a-f]{32})", text)
+        if proc.returncode != 0 or not m:
+            raise RuntimeError(f"flink run failed ({proc.returncode}): {' '.join(text.split())[-300:]}; "
+                               f"see {self.dir / 'log'}")
+        self.job_id = m.group(1)
 
         def running() -> bool:
             job = self.rest.get(f"/jobs/{self.job_id}")
@@ -224,15 +336,8 @@ class FlinkCluster:
 
     # -- stop ----------------------------------------------------------------------------------
     def stop(self) -> None:
-        if self.job_id is not None:
-            try:
-                self.rest.call("PATCH", f"/jobs/{self.job_id}?mode=cancel", timeout=5)
-                deadline = time.monotonic() + 10
-                while time.monotonic() < deadline and self.job_state() not in ("CANCELED", "FAILED", "FINISHED"):
-                    time.sleep(0.1)
-            except Exception:  # noqa: BLE001 - the JVMs are stopped below whatever the job's state
-                pass
-            self.job_id = None
+        # No cancellation through the REST API (web.cancel.enable is off): the job ends with its JVMs.
+        self.job_id = None
         self.rest.close()
         for p in reversed(self.procs):   # TaskManager first, then the JobManager
             kill_group(p.pid, None, timeout=10)

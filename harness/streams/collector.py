@@ -34,6 +34,9 @@ TASK_METRICS = ("busyTimeMsPerSecond", "backPressuredTimeMsPerSecond", "idleTime
 _SAMPLE = re.compile(r"^(flink_taskmanager_job_task_\w+)\{(.*)\} (\S+)$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 _SOURCE = re.compile(r"^Source:?[_ ]?")
+# The reporter is on loopback: never through an http_proxy / HTTP_PROXY the environment names (urlopen
+# would send the scrape, and what it reads, through whatever proxy that is).
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class StreamsCollector(threading.Thread):
@@ -52,7 +55,7 @@ class StreamsCollector(threading.Thread):
         per_pe: dict[str, dict[str, float]] = {}
         for port in self.ports:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                with _DIRECT.open(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
                     text = r.read().decode()
             except OSError:
                 continue   # the JobManager's reporter, or a port not taken: the other one has the tasks

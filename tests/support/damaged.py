@@ -359,9 +359,146 @@ def empty_directory(run: Path) -> Damage:
     return Damage(("no run",), fatal=True)   # accuracy: "no runs here"; diagnose: "no run.db"
 
 
+def db_recursive_views(run: Path) -> Damage:
+    """The counters and snapshots tables replaced by views that recurse without end: reading them would
+    never finish."""
+    conn = _db(run)
+    conn.executescript("""
+        DROP TABLE counters; DROP TABLE snapshots;
+        CREATE VIEW snapshots AS WITH RECURSIVE n(seq) AS (SELECT 0 UNION ALL SELECT seq + 1 FROM n)
+            SELECT seq, seq * 0.1 AS mono, 0.0 AS wall FROM n;
+        CREATE VIEW counters AS WITH RECURSIVE n(seq) AS (SELECT 0 UNION ALL SELECT seq + 1 FROM n)
+            SELECT seq, 1 AS module, 'in' AS dir, seq AS total_msgs, NULL AS wait_ms, NULL AS queued,
+                   0 AS errors FROM n;""")
+    conn.close()
+    return Damage(("views, not the table", "crafted run.db"), fatal=True)
+
+
+# ----------------------------------------------------------------------------- damaged derived copies
+
+def _copies(run: Path, stretches: bool) -> None:
+    """The run's own copies, as run-experiment leaves them: the counters' (and the stretches')."""
+    from rundir import columnar, copies
+
+    (run / "run.db-wal").unlink(missing_ok=True)
+    (run / "run.db-shm").unlink(missing_ok=True)
+    assert columnar.write_after_run(run)
+    if stretches:
+        from analysis.model.stretches import load_stretches
+
+        copies.claim(run)   # as the runner does: its report writes the stretches' copy into the run
+        load_stretches(run)
+        assert (run / "columnar" / columnar.STRETCHES).is_file()
+
+
+def _rewrite(path: Path, edit, keep_sum: bool = True) -> None:
+    """Rewrite an Arrow copy: `edit(columns, head) -> (columns, head)` on its columns (numpy) and its
+    head (JSON); its checksum kept as it was (keep_sum: an edit the checksum catches) or made anew
+    (a forged copy: only the checks of what it says catch it)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    from rundir import columnar, copies
+
+    table = ipc.open_file(pa.py_buffer(path.read_bytes())).read_all()
+    meta = dict(table.schema.metadata)
+    cols = {n: table.column(n).combine_chunks() for n in table.column_names}
+    cols, head = edit(cols, json.loads(meta[columnar._KEY]))
+    meta[columnar._KEY] = json.dumps(head).encode()
+    if not keep_sum:
+        plain = [np.asarray(c.flatten() if isinstance(c, pa.FixedSizeListArray) else c) for c in cols.values()]
+        meta[columnar._SUM] = copies.digest([meta[columnar._KEY], *plain]).encode()
+    out = pa.Table.from_arrays(list(cols.values()), names=list(cols), metadata=meta)
+    with path.open("wb") as f, ipc.new_file(f, out.schema) as w:
+        w.write_table(out)
+
+
+def _zero_total_msgs(cols, head):
+    import numpy as np
+    import pyarrow as pa
+
+    vals = np.asarray(cols["vals"].flatten()).reshape(-1, 4).copy()
+    vals[:, 0] = 0
+    cols["vals"] = pa.FixedSizeListArray.from_arrays(pa.array(vals.reshape(-1)), 4)
+    return cols, head
+
+
+def copy_counters_zeroed(run: Path) -> Damage:
+    """The counters copy's total_msgs zeroed under its valid key (its checksum left as it was)."""
+    _copies(run, stretches=False)
+    _rewrite(run / "columnar" / "counters.arrow", _zero_total_msgs)
+    return Damage(("counters.arrow", "does not match its checksum", "read from run.db"))
+
+
+def copy_stretch_bounds_shifted(run: Path) -> Damage:
+    """Two stretch bounds of the stretches copy shifted under its valid key."""
+    def shift(cols, head):
+        b = head["meta"]["bounds"]
+        b[0][0] += 1    # the first stretch starts a snapshot later, the last ends one earlier
+        b[-1][1] -= 1
+        return cols, head
+    _copies(run, stretches=True)
+    _rewrite(run / "columnar" / "stretches.arrow", shift)
+    return Damage(("stretches.arrow", "does not match its checksum", "read from run.db"))
+
+
+def copy_stretch_ids_forged(run: Path) -> Damage:
+    """A stretches copy whose members are ids the run does not have, its checksum made anew."""
+    def forge(cols, head):
+        head["meta"]["members"] = [m + 10**6 for m in head["meta"]["members"]]
+        return cols, head
+    _copies(run, stretches=True)
+    _rewrite(run / "columnar" / "stretches.arrow", forge, keep_sum=False)
+    return Damage(("stretches.arrow", "not a module of the run", "made again from run.db"))
+
+
+def lengthen_batch(path: Path, rows: int) -> None:
+    """Make the Arrow IPC file's record batch claim `rows` rows more than its buffers hold (its
+    metadata's length and field-node lengths patched in place): a reader that does not validate reads
+    past the buffers (garbage rows, or SIGSEGV)."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    data = bytearray(path.read_bytes())
+    n = ipc.open_file(pa.py_buffer(bytes(data))).read_all().num_rows
+    at = 8                                     # after the magic: the schema message, then the batch's
+    for _ in range(2):
+        assert data[at:at + 4] == b"\xff\xff\xff\xff"
+        size = int.from_bytes(data[at + 4:at + 8], "little")
+        start, at = at + 8, at + 8 + size
+    meta = bytes(data[start:at])
+    # The field nodes (length, null count 0) of the rows and of the fixed-size lists' values, then the
+    # batch's own length: the first other place the row count is written.
+    for count, more in ((n, rows), (4 * n, 4 * rows)):
+        meta = meta.replace(count.to_bytes(8, "little") + bytes(8), (count + more).to_bytes(8, "little") + bytes(8))
+    i = meta.find(n.to_bytes(8, "little"))
+    assert i >= 0
+    meta = meta[:i] + (n + rows).to_bytes(8, "little") + meta[i + 8:]
+    data[start:at] = meta
+    path.write_bytes(bytes(data))
+
+
+def copy_counters_batch_too_long(run: Path) -> Damage:
+    """The counters copy's record batch says 300 rows more than its buffers hold."""
+    _copies(run, stretches=False)
+    lengthen_batch(run / "columnar" / "counters.arrow", 300)
+    return Damage(("counters.arrow", "not a valid Arrow table", "read from run.db"))
+
+
+def copy_counters_batch_far_too_long(run: Path) -> Damage:
+    """The counters copy's record batch says 5 M rows more than its buffers hold (read unchecked: SIGSEGV)."""
+    _copies(run, stretches=False)
+    lengthen_batch(run / "columnar" / "counters.arrow", 5_000_000)
+    return Damage(("counters.arrow", "not a valid Arrow table", "read from run.db"))
+
+
 DAMAGES: dict[str, Callable[[Path], Damage]] = {f.__name__: f for f in (
+    copy_counters_zeroed, copy_stretch_bounds_shifted, copy_stretch_ids_forged, copy_counters_batch_too_long,
+    copy_counters_batch_far_too_long, db_recursive_views,
     manifest_not_an_object, manifest_wrong_types, manifest_too_deep, manifest_nan_t0, counter_text, counter_blob_and_inf,
     counter_keys_not_numbers, snapshot_time_text, snapshot_time_backwards, snapshot_row_missing,
     text_in_other_tables, counter_text_in_a_target, fault_kind_unknown, fault_target_missing, fault_target_unresolvable, fault_ends_before_start,
     module_dies_before_born, wal_lost, db_truncated, db_corrupt, db_not_sqlite, no_usable_time, empty_directory)}
 FATAL = tuple(name for name in DAMAGES if name.startswith(("db_", "empty_", "no_")))
+COPIES = tuple(name for name in DAMAGES if name.startswith("copy_"))   # run.db sound, its derived copies not

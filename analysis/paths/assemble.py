@@ -1,0 +1,404 @@
+"""From inferred causal links to a `PathsResult`: what nesting, linking and convolution share once
+they have decided which message caused which.
+
+An algorithm hands over a *forest*: `parent[i]` is the row of the message that caused message i (-1:
+a root, or a message in no path), which rows are path roots, and optionally a weight per tree (the
+probability of that path instance, for linking's expected counts). This module then
+
+- names every tree's pattern in linear time: each message gets a 64-bit hash of its subtree (its
+  `src>dst` label mixed with the order-independent sum of its children's hashes, computed level by
+  level from the deepest up, all in numpy); trees with equal hashes have equal canonical patterns
+  (model.pattern_of), and the canonical text is built once per distinct pattern from one
+  representative tree;
+- sums per pattern the node delays (t_send of a message minus t_recv of its parent, both on the
+  sending node's clock, summed over the node's messages in one path, averaged over the paths) and
+  the edge latencies (t_recv - t_send), weighted by the tree weights;
+- builds the overall `node_delays` frame (mean, count and a histogram per node, over every link in
+  the forest) and `edge_latencies` (over every message with both timestamps).
+
+Path instances that an algorithm enumerates one by one (linking's try-both alternatives) are added
+through `PatternTable.add_instance` with the same bookkeeping.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from analysis.paths.model import COLUMNS, PathPattern, PathsResult, as_messages
+
+# Histogram bin edges for node delays, s (log-spaced: delays of interest span 0.1 ms to seconds).
+HIST_EDGES_S = (0.0, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, np.inf)
+MAX_PATTERNS = 500        # patterns kept in a result, most frequent first (the rest are counted)
+
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_GOLD = np.uint64(0x9E3779B97F4A7C15)
+
+
+def mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, elementwise on uint64 (wrapping arithmetic is the point)."""
+    x = np.asarray(x, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * _M1
+        x = (x ^ (x >> np.uint64(27))) * _M2
+        return x ^ (x >> np.uint64(31))
+
+
+@dataclass
+class Nodes:
+    """Integer codes for the trace's nodes (the union of senders and receivers)."""
+
+    names: np.ndarray          # code -> node name (str)
+    src: np.ndarray            # int64 per message
+    dst: np.ndarray            # int64 per message
+
+    @property
+    def n(self) -> int:
+        return len(self.names)
+
+
+def ensure_messages(messages: pd.DataFrame) -> pd.DataFrame:
+    """The frame itself when it already has the model's columns, dtypes, order and index (no copy),
+    else model.as_messages of it."""
+    ok = (list(messages.columns) == list(COLUMNS)
+          and all(str(messages[c].dtype) == d for c, d in COLUMNS.items())
+          and isinstance(messages.index, pd.RangeIndex) and messages.index.start == 0
+          and messages.index.step == 1
+          and bool((np.diff(messages["t_send"].to_numpy()) >= 0).all()))
+    return messages if ok else as_messages(messages)
+
+
+def _codes(series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, names) of a column, cheaply when it is categorical (the model's dtype)."""
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        names = np.asarray(series.cat.categories.astype(str), dtype=object)
+        return series.cat.codes.to_numpy(dtype=np.int64), names
+    codes, names = pd.factorize(series.astype(str).to_numpy())
+    return codes.astype(np.int64), np.asarray(names, dtype=object)
+
+
+def node_codes(messages: pd.DataFrame) -> Nodes:
+    s_codes, s_names = _codes(messages["src"])
+    d_codes, d_names = _codes(messages["dst"])
+    names = pd.Index(s_names).append(pd.Index(d_names)).unique()
+    s_map = names.get_indexer(s_names).astype(np.int64)
+    d_map = names.get_indexer(d_names).astype(np.int64)
+    return Nodes(np.asarray(names, dtype=object), s_map[s_codes], d_map[d_codes])
+
+
+def kind_codes(messages: pd.DataFrame) -> np.ndarray:
+    """0 untagged, 1 call, 2 return, per message."""
+    codes, names = _codes(messages["kind"])
+    table = np.array([{"call": 1, "return": 2}.get(str(k), 0) for k in names] + [0], dtype=np.int8)
+    return table[codes]          # code -1 (missing) reads the trailing 0
+
+
+def clocks(messages: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(t_out, t_in) per message: when its sender sent it (sender's clock) and when its receiver got
+    it (receiver's clock; the send time where the receiver's record is missing)."""
+    t_out = messages["t_send"].to_numpy(dtype=np.float64)
+    t_in = messages["t_recv"].to_numpy(dtype=np.float64)
+    return t_out, np.where(np.isnan(t_in), t_out, t_in)
+
+
+def int_order(x: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
+    """A stable argsort of non-negative integers (applied after `order`, if given): LSD radix passes
+    over 16-bit digits (numpy sorts 16-bit keys by radix sort, in linear time)."""
+    o = np.arange(len(x)) if order is None else order
+    if len(x) == 0:
+        return o
+    top = int(x.max())
+    shift = 0
+    while True:
+        digit = ((x[o] >> shift) & 0xFFFF).astype(np.uint16)
+        o = o[np.argsort(digit, kind="stable")]
+        shift += 16
+        if top >> shift == 0:
+            return o
+
+
+def order_by(group: np.ndarray, time: np.ndarray) -> np.ndarray:
+    """The stable order by (group, time), groups non-negative ints: a float sort (fast on the
+    nearly sorted times of a trace), then radix passes by group. Equal (group, time) keep their
+    input order."""
+    return int_order(group, np.argsort(time, kind="stable"))
+
+
+def positions_in_runs(run_node: np.ndarray, run_time: np.ndarray, node: np.ndarray,
+                     time: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For sorted runs (run_node ascending, run_time ascending within a node) and queries (node,
+    time): per query, the number of run entries up to it (entries of its node at or before `time`,
+    plus all entries of earlier nodes) and the first position of its node's run. A binary search
+    per node's run: no merged sort."""
+    top = int(max(run_node.max(initial=-1), node.max(initial=-1))) + 1
+    bounds = np.searchsorted(run_node, np.arange(top + 1))
+    by_node = int_order(node)
+    q_bounds = np.searchsorted(node[by_node], np.arange(top + 1))
+    pos = np.zeros(len(node), dtype=np.int64)
+    for v in range(top):
+        qs = by_node[q_bounds[v]:q_bounds[v + 1]]
+        if qs.size:
+            lo, hi = bounds[v], bounds[v + 1]
+            pos[qs] = lo + np.searchsorted(run_time[lo:hi], time[qs], side="right")
+    return pos, bounds[node]
+
+
+def forest_depth(parent: np.ndarray, max_depth: int = 10_000) -> tuple[np.ndarray, np.ndarray]:
+    """(depth, parent) per message; links that close a cycle (possible only with clock skew larger
+    than the delays) are cut, so the returned parent is a forest."""
+    parent = parent.astype(np.int64, copy=True)
+    depth = np.zeros(len(parent), dtype=np.int64)
+    anc = parent.copy()
+    active = np.flatnonzero(anc >= 0)
+    steps = 0
+    while active.size:
+        depth[active] += 1
+        anc[active] = parent[anc[active]]
+        active = active[anc[active] >= 0]
+        steps += 1
+        if steps > max_depth:           # what is still climbing is on a cycle: cut it there
+            parent[active] = -1
+            return forest_depth(parent, max_depth)
+    return depth, parent
+
+
+def forest_roots(parent: np.ndarray) -> np.ndarray:
+    """The root of every message's tree (pointer jumping: log(depth) numpy passes)."""
+    idx = np.arange(len(parent))
+    root = np.where(parent >= 0, parent, idx)
+    while True:
+        nxt = root[root]
+        if np.array_equal(nxt, root):
+            return root
+        root = nxt
+
+
+def subtree_hashes(nodes: Nodes, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """A hash per message of its subtree's canonical pattern (equal patterns, equal hashes)."""
+    label = mix(nodes.src.astype(np.uint64) * np.uint64(1_000_003) + nodes.dst.astype(np.uint64)
+                + np.uint64(1))
+    h = np.zeros(len(parent), dtype=np.uint64)
+    childsum = np.zeros(len(parent), dtype=np.uint64)
+    order = np.argsort(-depth, kind="stable")
+    bounds = np.flatnonzero(np.diff(depth[order])) + 1
+    for level in np.split(order, bounds):
+        with np.errstate(over="ignore"):
+            h[level] = mix(label[level] ^ mix(childsum[level] + _GOLD))
+        p = parent[level]
+        has = p >= 0
+        np.add.at(childsum, p[has], mix(h[level][has] ^ _M2))
+    return h
+
+
+class PatternTable:
+    """Patterns accumulated by canonical text: weighted count, raw count, weighted node-delay and
+    edge-latency sums."""
+
+    def __init__(self, names: np.ndarray):
+        self.names = names
+        self.count: dict[str, float] = {}
+        self.raw: dict[str, int] = {}
+        self.delay: dict[str, dict[str, float]] = {}
+        self.lat: dict[str, dict[str, list[float]]] = {}
+        self.left_out = 0                # distinct patterns not named (beyond max_patterns)
+
+    def _slot(self, text: str) -> None:
+        if text not in self.count:
+            self.count[text], self.raw[text] = 0.0, 0
+            self.delay[text], self.lat[text] = {}, {}
+
+    def add_bulk(self, text: str, count: float, raw: int, delay_sums: dict[str, float],
+                 lat_sums: dict[str, tuple[float, float]]) -> None:
+        """delay_sums: node -> weighted sum of its per-path delay; lat_sums: edge -> (weighted sum,
+        weight)."""
+        self._slot(text)
+        self.count[text] += count
+        self.raw[text] += raw
+        d = self.delay[text]
+        for k, v in delay_sums.items():
+            d[k] = d.get(k, 0.0) + v
+        lat = self.lat[text]
+        for k, (s, w) in lat_sums.items():
+            acc = lat.setdefault(k, [0.0, 0.0])
+            acc[0] += s
+            acc[1] += w
+
+    def add_instance(self, text: str, weight: float, node_delay: dict[str, float],
+                     edge_lat: dict[str, list[float]]) -> None:
+        """One path instance: its per-node delay (summed over visits) and its edges' latencies."""
+        self.add_bulk(text, weight, 1, {k: v * weight for k, v in node_delay.items()},
+                      {k: (sum(v) * weight, len(v) * weight) for k, v in edge_lat.items()})
+
+    def patterns(self, max_patterns: int = MAX_PATTERNS) -> tuple[list[PathPattern], int]:
+        ranked = sorted(self.count, key=lambda t: (-self.count[t], t))
+        out = []
+        for text in ranked[:max_patterns]:
+            c = self.count[text]
+            if c <= 0:
+                continue
+            out.append(PathPattern(
+                text, c, {k: v / c for k, v in sorted(self.delay[text].items())},
+                {k: s / w for k, (s, w) in sorted(self.lat[text].items()) if w > 0}))
+        return out, max(0, len(ranked) - max_patterns) + self.left_out
+
+
+def canonical_text(nodes: Nodes, children: dict[int, list[int]], root: int) -> str:
+    def text(i: int) -> str:
+        kids = sorted(text(c) for c in children.get(i, ()))
+        label = f"{nodes.names[nodes.src[i]]}>{nodes.names[nodes.dst[i]]}"
+        return label + (f"({','.join(kids)})" if kids else "")
+
+    limit = sys.getrecursionlimit()
+    try:
+        sys.setrecursionlimit(max(limit, 20_000))
+        return text(root)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def _children_of_trees(parent: np.ndarray, root_of: np.ndarray,
+                       roots: np.ndarray) -> dict[int, dict[int, list[int]]]:
+    """root -> (message -> its children), for the given roots only (one pass over their members)."""
+    is_rep = np.zeros(len(parent), dtype=bool)
+    is_rep[roots] = True
+    members = np.flatnonzero(is_rep[root_of] & (parent >= 0))
+    out: dict[int, dict[int, list[int]]] = {int(r): {} for r in roots}
+    for i, p, r in zip(members.tolist(), parent[members].tolist(), root_of[members].tolist(),
+                       strict=True):
+        out[r].setdefault(p, []).append(i)
+    return out
+
+
+def add_forest(table: PatternTable, nodes: Nodes, messages: pd.DataFrame, parent: np.ndarray,
+               is_root: np.ndarray, tree_weight: np.ndarray | None = None,
+               max_patterns: int = MAX_PATTERNS) -> np.ndarray:
+    """Add the trees of the forest whose root is marked in `is_root` to the table (trees under other
+    roots are ignored; of the distinct patterns, the `max_patterns` most frequent, the rest counted in
+    `table.left_out`). tree_weight: per message, read at the roots (default 1). Returns the root row
+    of every message (-1 for messages in no kept tree)."""
+    n = len(parent)
+    if n == 0:
+        return np.full(0, -1, dtype=np.int64)
+    nn = nodes.n
+    depth, parent = forest_depth(parent)
+    root_of = forest_roots(parent)
+    kept = is_root[root_of]
+    h = subtree_hashes(nodes, parent, depth)
+    roots = np.flatnonzero(is_root & (parent < 0))
+    w_root = np.ones(n) if tree_weight is None else np.asarray(tree_weight, dtype=np.float64)
+    pid_root, uniq = pd.factorize(h[roots])
+    count = np.bincount(pid_root, weights=w_root[roots], minlength=len(uniq))
+    raw = np.bincount(pid_root, minlength=len(uniq))
+    # only the most frequent patterns are named (naming is the Python part, per distinct pattern)
+    top = np.argsort(-count, kind="stable")[:max_patterns]
+    table.left_out += len(uniq) - len(top)
+    rank = np.full(len(uniq), -1, dtype=np.int64)
+    rank[top] = np.arange(len(top))
+    pid = np.full(n, -1, dtype=np.int64)
+    pid[roots] = rank[pid_root]
+    msg_pid = np.where(kept, pid[root_of], -1)
+    w_msg = w_root[root_of]
+    n_pat = len(top)
+
+    t_out, t_in = clocks(messages)
+    linked = np.flatnonzero((msg_pid >= 0) & (parent >= 0))
+    delay = t_out[linked] - t_in[parent[linked]]
+    dkey, dkeys = pd.factorize(msg_pid[linked] * nn + nodes.src[linked])
+    dsum = np.bincount(dkey, weights=delay * w_msg[linked], minlength=len(dkeys))
+    lat = messages["t_recv"].to_numpy(dtype=np.float64) - t_out
+    seen = np.flatnonzero((msg_pid >= 0) & ~np.isnan(lat))
+    edge = nodes.src[seen] * nn + nodes.dst[seen]
+    lkey, lkeys = pd.factorize(msg_pid[seen] * nn * nn + edge)
+    lsum = np.bincount(lkey, weights=lat[seen] * w_msg[seen], minlength=len(lkeys))
+    lw = np.bincount(lkey, weights=w_msg[seen], minlength=len(lkeys))
+
+    names = [str(x) for x in nodes.names]
+    delays: list[dict[str, float]] = [{} for _ in range(n_pat)]
+    for k, s in zip(np.asarray(dkeys).tolist(), dsum.tolist(), strict=True):
+        delays[k // nn][names[k % nn]] = s
+    lats: list[dict[str, tuple[float, float]]] = [{} for _ in range(n_pat)]
+    for k, s, w in zip(np.asarray(lkeys).tolist(), lsum.tolist(), lw.tolist(), strict=True):
+        e = k % (nn * nn)
+        lats[k // (nn * nn)][f"{names[e // nn]}>{names[e % nn]}"] = (s, w)
+    first_of = np.full(len(uniq), -1, dtype=np.int64)
+    first_of[pid_root[::-1]] = roots[::-1]              # the first root of each pattern
+    first_root = first_of[top]
+    kids = _children_of_trees(parent, root_of, first_root)
+    for p, r in enumerate(first_root.tolist()):
+        text = canonical_text(nodes, kids[r], r)
+        table.add_bulk(text, float(count[top[p]]), int(raw[top[p]]), delays[p], lats[p])
+    return np.where(kept, root_of, -1)
+
+
+def node_delay_frame(nodes: Nodes, node: np.ndarray, delay: np.ndarray,
+                     weight: np.ndarray | None = None) -> pd.DataFrame:
+    """node, mean_s, count, hist_<lo>_<hi>ms (weighted counts per bin) from per-link delays."""
+    w = np.ones(len(delay)) if weight is None else weight
+    edges = np.asarray(HIST_EDGES_S)
+    names = [f"hist_{_ms(lo)}_{_ms(hi)}ms" for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
+    nodes_seen = np.flatnonzero(np.bincount(node, minlength=nodes.n))
+    slot_of = np.zeros(nodes.n, dtype=np.int64)
+    slot_of[nodes_seen] = np.arange(len(nodes_seen))
+    slot = slot_of[node]
+    bins = np.clip(np.searchsorted(edges, np.clip(delay, 0, None), side="right") - 1, 0, len(names) - 1)
+    hist = np.bincount(slot * len(names) + bins, weights=w, minlength=len(nodes_seen) * len(names))
+    total = np.bincount(slot, weights=w, minlength=len(nodes_seen))
+    wsum = np.bincount(slot, weights=w * delay, minlength=len(nodes_seen))
+    count = np.bincount(slot, minlength=len(nodes_seen))
+    out = pd.DataFrame({"node": [str(nodes.names[c]) for c in nodes_seen],
+                        "mean_s": np.where(total > 0, wsum / np.where(total > 0, total, 1), np.nan),
+                        "count": count.astype(np.int64)})
+    out[names] = hist.reshape(len(nodes_seen), len(names))
+    return out.sort_values("node", ignore_index=True)
+
+
+def _ms(s: float) -> str:
+    return "inf" if not np.isfinite(s) else f"{s * 1000:g}"
+
+
+def edge_latency_frame(nodes: Nodes, messages: pd.DataFrame) -> pd.DataFrame:
+    """src, dst, mean_s, count: time in flight per edge (receiver clock minus sender clock: includes
+    any clock offset, as WAP5 5.2 notes)."""
+    lat = (messages["t_recv"] - messages["t_send"]).to_numpy(dtype=np.float64)
+    ok = ~np.isnan(lat)
+    key = nodes.src[ok] * nodes.n + nodes.dst[ok]
+    s = np.bincount(key, weights=lat[ok], minlength=nodes.n * nodes.n)
+    c = np.bincount(key, minlength=nodes.n * nodes.n)
+    uniq = np.flatnonzero(c)
+    return pd.DataFrame({"src": [str(nodes.names[k // nodes.n]) for k in uniq],
+                         "dst": [str(nodes.names[k % nodes.n]) for k in uniq],
+                         "mean_s": s[uniq] / c[uniq], "count": c[uniq].astype(np.int64)})
+
+
+@dataclass
+class Forest:
+    """An algorithm's decision: parent per message, which rows are path roots, tree weights."""
+
+    parent: np.ndarray
+    is_root: np.ndarray
+    tree_weight: np.ndarray | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def result_from_forest(algorithm: str, messages: pd.DataFrame, nodes: Nodes, forest: Forest,
+                       params: dict, table: PatternTable | None = None,
+                       max_patterns: int = MAX_PATTERNS) -> PathsResult:
+    """The PathsResult of a forest (plus any instances already in `table`)."""
+    table = table if table is not None else PatternTable(nodes.names)
+    root_of = add_forest(table, nodes, messages, forest.parent, forest.is_root, forest.tree_weight,
+                         max_patterns)
+    patterns, left = table.patterns(max_patterns)
+    warnings = list(forest.warnings)
+    if left:
+        warnings.append(f"{left} rarer patterns left out (max_patterns={max_patterns})")
+    t_out, t_in = clocks(messages)
+    linked = np.flatnonzero((root_of >= 0) & (forest.parent >= 0))
+    w = None if forest.tree_weight is None else forest.tree_weight[root_of[linked]]
+    delays = node_delay_frame(nodes, nodes.src[linked], t_out[linked] - t_in[forest.parent[linked]], w)
+    params = dict(params)
+    params["raw_counts"] = {p.pattern: table.raw[p.pattern] for p in patterns}
+    return PathsResult(algorithm, patterns, delays, edge_latency_frame(nodes, messages), params, warnings)

@@ -1,0 +1,304 @@
+"""WAP5's message-linking algorithm (wap5-paper.txt, section 5.1): causal paths from a reconciled
+trace with a send and a receive time per message and no call/return tags.
+
+Step 1, the causal delay per node pair: for each message B>C, the latest message into B received
+before it was sent (both times on B's clock); if that is within `x` seconds, the gap is a sample of
+`d[B>C]`, else the message counts as spontaneous and adds no sample. `d[B>C]` is the mean of the
+samples and `lambda[B>C] = 1/d[B>C]` (an exponential delay model). One merged sort of every node's
+arrivals and departures, then a forward fill: linear after the sort.
+
+Step 2, possible parents: every message X>B received within `x` before B>C was sent is a possible
+parent, weighted `exp(-lambda[B>C] * gap)`; spontaneity is weighted as a link of delay `y * d[B>C]`,
+i.e. `exp(-y)`; the weights are normalised to sum to 1 (the link probabilities). Found with the same
+merged sort and a short vectorised walk back over earlier arrivals, which stops at `x`, at
+`max_parents` candidates, or where a link's probability would fall below `p_min` whatever the other
+candidates (`exp(-gap/d) < p_min * exp(-y)`): such links are "probably false" and could never be
+kept or tried both ways.
+
+Step 3, path instances: a message whose most likely option is spontaneity is a root; every other
+message hangs under its most likely parent (the "probably-true" links, and the most likely cause
+below 0.5, which WAP5 makes try-both). A link is *try-both* if its probability is within
+`ambiguity` of 0.5, or if it is a message's most likely cause with probability below 0.5. A tree
+without try-both links is one instance; a tree with some has its first `k` try-both decisions (in
+time order) tried both ways, so up to `2**k` instances; further ones keep their likely choice. An
+instance's probability is the product of `p` over the links it includes and `1 - p` over the
+possible links from its messages that it leaves out (WAP5's p1/p2 example). Patterns are aggregated
+with the expected count (sum of instance probabilities) as `count` and the raw instance count in
+`params["raw_counts"]`; node delays are weighted by instance probability (WAP5 5.2).
+
+Choices where the paper is unclear: `k` (the paper names the limit but not its value): default 4;
+`ambiguity` ("close to 0.5"): 0.1; `p_min`: 0.01; `untraced`: WAP5's traces did not include the
+clients (their requests come from outside, so they are spontaneous); a synthetic or lab trace records
+the client too, and a single client's next request would otherwise link to its last reply, chaining
+every request into one tree. "auto" treats the nodes that send calls and never receive one as such
+untraced clients (the trace's call/return tags are read for this and nothing else; without tags
+none, with a warning: pass the names); roots are the messages whose likeliest option is
+spontaneity (the paper builds trees "from the root down" without saying which messages are roots).
+`orphans`: "keep" (default) makes every likely-spontaneous message a root, as WAP5 does; "drop"
+keeps only the trees rooted at an untraced client's message (a spontaneous message from a server is
+then a fragment of a path whose link was lost: dropped from the trace or taken by a nearer message).
+Trees are built from the linear-time forest of likeliest links; only trees with try-both decisions
+are enumerated in Python. Messages without a receive time (an untraced receiver) cannot be parents
+(WAP5's A>B>A rule for them is not implemented; they are counted in the warnings).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from analysis.paths.assemble import (
+    Forest,
+    Nodes,
+    PatternTable,
+    canonical_text,
+    clocks,
+    ensure_messages,
+    forest_depth,
+    forest_roots,
+    int_order,
+    kind_codes,
+    node_codes,
+    order_by,
+    positions_in_runs,
+    result_from_forest,
+)
+from analysis.paths.model import PathsResult
+
+DEFAULTS: dict[str, object] = {
+    "x": 2.0,               # s, longest real causal delay (WAP5: 2 s for CoDeeN/Coral, 0.1 s Slurpee)
+    "y": 4.0,               # spontaneity weighs like a link of delay y*d
+    "k": 4,                 # try-both decisions per tree (2**k instances at most)
+    "ambiguity": 0.1,       # a link with |p - 0.5| <= ambiguity is tried both ways
+    "p_min": 0.01,          # links that cannot reach this probability are not considered
+    "max_parents": 32,      # possible parents kept per message
+    "untraced": "auto",     # nodes treated as untraced clients: names, or "auto" (see docstring)
+    "orphans": "keep",      # "drop": only trees rooted at an untraced client's message are kept
+}
+
+
+def untraced_nodes(messages: pd.DataFrame, nodes: Nodes, spec: object) -> set[str]:
+    """The nodes whose messages WAP5 would see from one side only (its clients were not traced):
+    "auto" takes the nodes that send calls and never receive one (needs call/return tags; none
+    without them); else the names given."""
+    if spec != "auto":
+        return {spec} if isinstance(spec, str) else {str(s) for s in (spec or ())}
+    calls = kind_codes(messages) == 1
+    callers = np.unique(nodes.src[calls])
+    called = np.unique(nodes.dst[calls])
+    return {str(nodes.names[c]) for c in np.setdiff1d(callers, called)}
+
+
+def _arrivals_and_departures(nodes: Nodes, t_out: np.ndarray, t_in: np.ndarray):
+    """Arrivals (messages with a receive time) in (receiver, time) order, and per message the number
+    of arrivals at its sender up to its send time (its position among them) and the first position
+    of its sender's arrivals."""
+    arr = np.flatnonzero(~np.isnan(t_in))
+    arr = arr[order_by(nodes.dst[arr], t_in[arr])]
+    pos, first = positions_in_runs(nodes.dst[arr], t_in[arr], nodes.src, t_out)
+    return arr, pos, first
+
+
+def causal_delays(nodes: Nodes, t_out: np.ndarray, t_in: np.ndarray, arr: np.ndarray,
+                  pos: np.ndarray, first: np.ndarray, x: float) -> np.ndarray:
+    """Step 1: d per message's (src, dst) pair (s; x where the pair has no sample)."""
+    has = pos > first
+    gap = np.full(len(t_out), np.inf)
+    gap[has] = t_out[has] - t_in[arr[pos[has] - 1]]
+    sample = gap <= x
+    pair = nodes.src * nodes.n + nodes.dst
+    s = np.bincount(pair[sample], weights=gap[sample], minlength=nodes.n * nodes.n)
+    c = np.bincount(pair[sample], minlength=nodes.n * nodes.n)
+    d = np.where(c > 0, s / np.maximum(c, 1), x)
+    return np.maximum(d, 1e-9)[pair]
+
+
+def possible_parents(t_out: np.ndarray, t_in: np.ndarray, arr: np.ndarray, pos: np.ndarray,
+                     first: np.ndarray, d: np.ndarray, x: float, y: float, p_min: float,
+                     max_parents: int):
+    """Step 2: (child, parent, probability) per possible link, each message's probability of being
+    spontaneous, and per message the link position of its likeliest parent (-1: spontaneity is
+    likelier than every link)."""
+    n = len(t_out)
+    cutoff = np.minimum(x, d * (y + math.log(1 / p_min)))
+    child, parent, weight = [], [], []
+    best_w = np.full(n, math.exp(-y))          # spontaneity's weight: a link must beat it
+    best_at = np.full(n, -1, dtype=np.int64)
+    q = np.arange(n)
+    j = pos - 1
+    offset = 0
+    for _ in range(max_parents):
+        live = j >= first[q]
+        q, j = q[live], j[live]
+        if q.size == 0:
+            break
+        par = arr[j]
+        gap = t_out[q] - t_in[par]
+        live = (gap <= cutoff[q]) & (par != q)
+        q, j, par, gap = q[live], j[live], par[live], gap[live]
+        w = np.exp(-np.clip(gap, 0, None) / d[q])
+        child.append(q)
+        parent.append(par)
+        weight.append(w)
+        # the walk goes back in time, so a tie keeps the later (already seen) arrival
+        better = w > best_w[q]
+        best_w[q[better]] = w[better]
+        best_at[q[better]] = offset + np.flatnonzero(better)
+        offset += q.size
+        j = j - 1
+
+    def cat(parts, dt):
+        return np.concatenate(parts) if parts else np.zeros(0, dt)
+
+    child, parent, weight = cat(child, np.int64), cat(parent, np.int64), cat(weight, float)
+    total = np.bincount(child, weights=weight, minlength=n) + math.exp(-y)
+    return child, parent, weight / total[child], math.exp(-y) / total, best_at
+
+
+class _Instances:
+    """Enumerates the try-both alternatives of one tree (WAP5 figure 4) and adds them to a table.
+    The possible links are held as numpy arrays grouped by parent (CSR), not Python objects, so
+    memory stays linear in the trace."""
+
+    def __init__(self, nodes: Nodes, t_out, t_in, t_recv, child, parent, prob, map_parent):
+        self.nodes, self.t_out, self.t_in, self.t_recv = nodes, t_out, t_in, t_recv
+        order = int_order(parent)
+        self.child, self.prob = child[order], prob[order]
+        self.ptr = np.concatenate([[0], np.cumsum(np.bincount(parent, minlength=len(t_out)))])
+        self.map_parent = map_parent
+        self.names = [str(x) for x in nodes.names]
+
+    def run(self, table: PatternTable, root: int, try_both: list[tuple[int, int, float]]) -> None:
+        """try_both: (parent, child, p) decisions, the first k in time order."""
+        links: dict[int, list[tuple[int, float, bool]]] = {}     # this tree's links, read once
+        for mask in range(1 << len(try_both)):
+            flips = {(pa, ch) for b, (pa, ch, _) in enumerate(try_both) if mask >> b & 1}
+            self._one(table, root, flips, links)
+
+    def _links(self, m: int) -> list[tuple[int, float, bool]]:
+        """(child, p, likeliest) for every possible link out of message m."""
+        lo, hi = int(self.ptr[m]), int(self.ptr[m + 1])
+        kids = self.child[lo:hi]
+        return list(zip(kids.tolist(), self.prob[lo:hi].tolist(), (self.map_parent[kids] == m).tolist(),
+                        strict=True))
+
+    def _one(self, table: PatternTable, root: int, flips: set[tuple[int, int]],
+             links: dict[int, list[tuple[int, float, bool]]]) -> None:
+        # the likeliest links, with the try-both ones in `flips` decided the other way
+        children: dict[int, list[int]] = {}
+        logp = 0.0
+        stack, seen = [root], {root}
+        while stack:
+            m = stack.pop()
+            out = links.get(m)
+            if out is None:
+                out = links[m] = self._links(m)
+            for c, p, likeliest in out:
+                take = likeliest != ((m, c) in flips)
+                if take and c not in seen:
+                    seen.add(c)
+                    children.setdefault(m, []).append(c)
+                    stack.append(c)
+                    logp += math.log(max(p, 1e-300))
+                else:
+                    logp += math.log(max(1 - p, 1e-300))
+        weight = math.exp(logp)
+        if weight <= 0:
+            return
+        names, src, dst = self.names, self.nodes.src, self.nodes.dst
+        delays: dict[str, float] = {}
+        lat: dict[str, list[float]] = {}
+        for m in seen:
+            if not math.isnan(self.t_recv[m]):
+                lat.setdefault(f"{names[src[m]]}>{names[dst[m]]}", []).append(self.t_recv[m] - self.t_out[m])
+        for m, cs in children.items():
+            for c in cs:
+                node = names[src[c]]
+                delays[node] = delays.get(node, 0.0) + self.t_out[c] - self.t_in[m]
+        table.add_instance(canonical_text(self.nodes, children, root), weight, delays, lat)
+
+
+def infer(messages: pd.DataFrame, **params) -> PathsResult:
+    """Path patterns (expected counts), node delays and edge latencies by WAP5's message linking (see
+    the module docstring for x, y, k, ambiguity, p_min, max_parents)."""
+    unknown = set(params) - set(DEFAULTS)
+    if unknown:
+        raise ValueError(f"linking: unknown parameters {sorted(unknown)} (known: {sorted(DEFAULTS)})")
+    p = {**DEFAULTS, **params}
+    x, y, k = float(p["x"]), float(p["y"]), int(p["k"])
+    m = ensure_messages(messages)
+    nodes = node_codes(m)
+    n = len(m)
+    t_out, _ = clocks(m)
+    t_recv = m["t_recv"].to_numpy(dtype=np.float64)
+    t_in = t_recv.copy()                   # NaN: not seen by its receiver, never a parent
+    warnings = []
+    clients = untraced_nodes(m, nodes, p["untraced"])
+    if clients:
+        # WAP5 section 5.1: an untraced node's messages have no causes there, so messages into it
+        # are nobody's parent and messages from it are spontaneous (path roots)
+        into = np.isin(nodes.names[nodes.dst], sorted(clients))
+        t_in[into] = np.nan
+    elif p["untraced"] == "auto":
+        warnings.append("no call/return tags to tell the clients by; if one client sends "
+                        "many requests, pass untraced=NAME (WAP5's clients were untraced) or its "
+                        "requests chain into one another")
+    p["untraced"] = sorted(clients)
+    unseen = int(np.isnan(t_recv).sum())
+    if unseen:
+        warnings.append(f"{unseen} messages without a receive time cannot be parents")
+    arr, pos, first = _arrivals_and_departures(nodes, t_out, t_in)
+    d = causal_delays(nodes, t_out, t_in, arr, pos, first, x)
+    child, parent, prob, p_spont, best = possible_parents(t_out, t_in, arr, pos, first, d, x, y,
+                                                          float(p["p_min"]), int(p["max_parents"]))
+    map_parent = np.where(best >= 0, parent[np.maximum(best, 0)], -1)
+    _, map_parent = forest_depth(map_parent)            # cut any cycle (clock skew)
+    root_of = forest_roots(map_parent)
+    is_root = map_parent < 0
+    if p["orphans"] == "drop" and clients:
+        from_client = np.isin(nodes.names[nodes.src], sorted(clients))
+        orphan = is_root & ~from_client
+        warnings.append(f"{int(orphan.sum())} trees rooted at a traced node's spontaneous "
+                        f"message left out (orphans='drop')")
+        is_root &= ~orphan
+
+    # per tree: log-probability of its likeliest instance (links in: p, possible links left out: 1-p)
+    included = map_parent[child] == parent
+    tree = root_of[parent]
+    logp = np.bincount(tree, weights=np.log(np.where(included, prob, np.clip(1 - prob, 1e-300, None))),
+                       minlength=n)
+    amb = np.abs(prob - 0.5) <= float(p["ambiguity"])
+    amb |= included & (prob < 0.5)
+    ambiguous_tree = np.zeros(n, dtype=bool)
+    ambiguous_tree[tree[amb]] = True
+    ambiguous_tree &= is_root
+    if k <= 0:
+        ambiguous_tree[:] = False
+
+    table = PatternTable(nodes.names)
+    if ambiguous_tree.any():
+        _enumerate(table, nodes, t_out, t_in, t_recv, child, parent, prob, amb, map_parent, root_of,
+                   ambiguous_tree, k)
+    plain_roots = is_root & ~ambiguous_tree
+    forest = Forest(map_parent, plain_roots, np.exp(logp), warnings)
+    p["trees_enumerated"] = int(ambiguous_tree.sum())
+    p["trees"] = int(is_root.sum())
+    return result_from_forest("linking", m, nodes, forest, p, table)
+
+
+def _enumerate(table: PatternTable, nodes: Nodes, t_out, t_in, t_recv, child, parent, prob, amb,
+               map_parent, root_of, ambiguous_tree, k: int) -> None:
+    """The try-both instances of the trees marked ambiguous: their first k try-both decisions in
+    time order, each tried both ways."""
+    inst = _Instances(nodes, t_out, t_in, t_recv, child, parent, prob, map_parent)
+    amb_sel = np.flatnonzero(amb & ambiguous_tree[root_of[parent]])
+    order = amb_sel[np.lexsort((t_out[child[amb_sel]], root_of[parent[amb_sel]]))]
+    roots = root_of[parent[order]]
+    starts = np.flatnonzero(np.r_[True, roots[1:] != roots[:-1]])
+    ends = np.r_[starts[1:], len(order)]
+    for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+        links = order[s:min(e, s + k)]
+        decisions = [(int(parent[i]), int(child[i]), float(prob[i])) for i in links]
+        inst.run(table, int(roots[s]), decisions)

@@ -1,0 +1,183 @@
+/*
+ * call.h - the hot path every intercepted call shares, written once: the slot of the socket
+ * (tracked), the application fault's gate (pause_gate), the call timed and counted under its
+ * direction's seqlock (call_begin, call_end), its restart when our pause/resume signal interrupted it
+ * (RESTART, SOCK_RESTART). COUNT puts them together, after the prologue every wrapper starts with
+ * (REAL, internal.h), for the receive and send wrappers (io.c); waits.c does the same for waits.
+ *
+ * It is all static inline, in each file that wraps calls, so the compiler inlines as much of it as
+ * when the library was one file: no function call and no branch were added to the hot path by the
+ * split. The rare paths (first sight of an fd, a busy seqlock, a paused process, a call interrupted by
+ * our signal, call ends waiting to be applied) are calls into slots.c, seqlock.c, pause.c and call.c.
+ */
+#ifndef NEST_CALL_H
+#define NEST_CALL_H
+
+#include "internal.h"
+
+/* The slot of fd if fd is a socket we count, else NULL. The hot path. */
+static inline struct nest_slot *tracked(int fd) {
+    if (UNLIKELY(!g_on) || (unsigned)fd >= g_nslots)
+        return NULL;
+    uint32_t k = __atomic_load_n(&g_kind[fd], __ATOMIC_ACQUIRE);
+    if (LIKELY(k == K_SOCK))
+        return &g_slots[fd];
+    return tracked_slow(fd, k);
+}
+
+/* The application fault (thesis 3.5.1): before and after the real call, park while paused (pause.c). */
+static inline void pause_gate(void) {
+    if (UNLIKELY(__atomic_load_n(&g_paused, RELAXED)))
+        pause_wait();
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Call accounting                                                                            */
+
+struct nest_call {
+    struct nest_slot *s;
+    struct nest_dir *d;
+    uint64_t gen, t0;
+    int ok;
+};
+
+static inline int is_error(int e) {
+    return !(e == EAGAIN || e == EWOULDBLOCK || e == EINTR || e == EINPROGRESS || e == EALREADY ||
+             e == EISCONN);
+}
+
+/* The end of a call or wait: it is no longer in progress; a call is a message or an error. */
+static inline void end_apply(struct nest_slot *s, struct nest_dir *d, uint64_t gen, uint64_t t0,
+                             uint64_t t1, long r, int e, int is_call) {
+    if (LIKELY(s->gen == gen && s->state == NEST_OPEN)) {
+        d->pend_n--;
+        d->pend_sum -= t0;
+        d->wait_ns += t1 - t0;
+        if (is_call) {
+            if (r >= 0) {
+                d->msgs++;
+                d->bytes += (uint64_t)r;
+            } else if (is_error(e)) {
+                d->errors++;
+            }
+            d->last_ns = t1;
+        }
+    }
+}
+
+static inline void defer_poll(void) {
+    if (UNLIKELY(__atomic_load_n(&g_defer_n, RELAXED)))
+        defer_flush();
+}
+
+static inline void call_begin(struct nest_call *c, struct nest_slot *s, int dir) {
+    pause_gate();
+    c->s = s;
+    c->d = &s->dir[dir];
+    c->ok = 0;
+    c->t0 = now_ns();
+    uint64_t q = seq_lock(&c->d->seq);
+    if (LIKELY(q)) {
+        if (LIKELY(s->state == NEST_OPEN)) {
+            c->gen = s->gen;
+            c->d->pend_n++;
+            c->d->pend_sum += c->t0;
+            c->ok = 1;
+        }
+        seq_unlock(&c->d->seq, q);
+    } else {
+        lost_call();
+    }
+}
+
+/* always_inline: in a file of wrappers alone gcc made it a function of its own, 5 instructions more
+ * per call than when the library was one file (callgrind, send() failing with EAGAIN); inlined, the
+ * hot path is as long as it was. */
+static inline __attribute__((always_inline)) void call_finish(struct nest_call *c, uint64_t t1, long r, int e, int is_call) {
+    struct nest_dir *d = c->d;
+    uint64_t q = seq_lock(&d->seq);
+    if (LIKELY(q)) {
+        end_apply(c->s, d, c->gen, c->t0, t1, r, e, is_call);
+        seq_unlock(&d->seq, q);
+    } else {
+        defer_end(c->s, d, c->gen, c->t0, t1, r, e, is_call);
+    }
+    c->ok = 0;
+}
+
+/* r >= 0: completed (a message of r bytes); r < 0: failed with errno e. */
+static inline void call_end(struct nest_call *c, long r, int e) {
+    if (LIKELY(c->ok))
+        call_finish(c, now_ns(), r, e, 1);
+    defer_poll();
+    pause_gate();
+}
+
+/* Runs when a thread is cancelled inside the real call (forced unwind, -fexceptions). */
+static inline void call_cleanup(struct nest_call *c) {
+    if (UNLIKELY(c->ok))
+        call_finish(c, now_ns(), 0, 0, 0);
+}
+
+/* Our pause/resume handler ran on this thread since *k (and the call failed with EINTR): restart
+ * the call. The program would not have seen the signal without us. */
+static inline int ours_since(uint32_t *k) {
+    uint32_t now = t_sigs;
+    if (now == *k || errno != EINTR)
+        return 0;
+    *k = now;
+    HCOUNT(eintr_retried);
+    return 1;
+}
+
+#define RESTART(r, expr) \
+    do { \
+        uint32_t k_ = t_sigs; \
+        while (((r) = (expr)) < 0 && UNLIKELY(t_sigs != k_) && ours_since(&k_)) \
+            ; \
+    } while (0)
+
+#define SOCK_RESTART(r, expr, fd, dir, t0) \
+    do { \
+        uint32_t k_ = t_sigs; \
+        uint64_t t0_ = (t0); \
+        while (((r) = (expr)) < 0 && UNLIKELY(t_sigs != k_) && ours_since(&k_) && sock_wait_left(fd, dir, &t0_)) \
+            ; \
+    } while (0)
+
+/* The waits SA_RESTART does not restart are restarted for what is left of their timeout (waits.c,
+ * sleeps.c): their start time, when a retry may need it. */
+static inline uint64_t retry_clock(int timed) {
+    return timed && g_sig_on ? now_ns() : 0;
+}
+
+/* A counted receive or send call of the real function `name` on fd (dir NEST_IN or NEST_OUT):
+ * r = expr, restarted when our signal interrupted it (SOCK_RESTART); when fd is a socket with a slot,
+ * timed and counted, completed (`bytes`, an expression of r, >= 0: a message of that many bytes) or
+ * failed (< 0: an error, unless errno says it would block). errno is the call's afterwards.
+ * Whatever is done with every counted call (a message tracer) is one more call after call_end. */
+#define COUNT(name, rtype, dir, fd, r, expr, bytes) \
+    do { \
+        REAL(name, rtype); \
+        struct nest_slot *s_ = tracked(fd); \
+        if (!s_) { \
+            SOCK_RESTART(r, expr, fd, dir, 0); \
+            break; \
+        } \
+        struct nest_call c_ __attribute__((cleanup(call_cleanup))); \
+        call_begin(&c_, s_, dir); \
+        SOCK_RESTART(r, expr, fd, dir, c_.t0); \
+        int e_ = errno; \
+        call_end(&c_, (bytes), e_); \
+        errno = e_; \
+    } while (0)
+
+/* The whole body of a wrapper that is a counted call of its real function, returning what it did. */
+#define COUNTED(name, rtype, dir, fd, expr) \
+    do { \
+        rtype r_; \
+        COUNT(name, rtype, dir, fd, r_, expr, (long)r_); \
+        return r_; \
+    } while (0)
+
+#endif
