@@ -20,6 +20,11 @@ import numpy as np
 import pandas as pd
 
 from analysis.evaluation import Evaluation
+from analysis.render.streams_tables import (
+    is_streams_evaluation,
+    streams_accuracy_latex,
+    streams_accuracy_markdown,
+)
 from analysis.render.tables import (
     ACROSS_HEADER,
     ACROSS_NOTE,
@@ -138,10 +143,11 @@ def accuracy_latex(t: pd.DataFrame, caption_tex: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-def compare_markdown(c: pd.DataFrame, variants: list[str]) -> str:
+def compare_markdown(c: pd.DataFrame, variants: list[str], streams: bool = False) -> str:
     """Paper Table 8 layout: per row and direction, each variant's TP, FP, TPR, PPV and, against
-    the first variant, the change in TP and FP in % (bold = better, italic = worse, · = no change)."""
-    header, rows, legend = compare_cells(c, variants)
+    the first variant, the change in TP and FP in % (bold = better, italic = worse, · = no change);
+    streams=True: the stream connections' row only."""
+    header, rows, legend = compare_cells(c, variants, streams)
     align = ["l", "l"] + ["r"] * (len(header) - 2)
     return "\n".join(["Variants: " + "; ".join(legend), "", _md_table(header, rows, align), "", COMPARE_NOTE])
 
@@ -218,8 +224,14 @@ def write_accuracy(ev: Evaluation, out: Path, intervals: bool = False) -> tuple[
     across = {v: ev.across(v) for v in ev.variants}
     md_parts, tex_parts = [], []
     note = overlap_note(ev)
+    streams = is_streams_evaluation(ev)
     for v, t in tables.items():
         title = f"Accuracy of {v}, ground truth {ev.policy}, {runs_title(ev)}"
+        if streams:   # thesis Table 4.3's layout: a row per graph (analysis.render.streams_tables)
+            md_parts.append(streams_accuracy_markdown(ev, v, title) + (f"\n{note}" if note else ""))
+            tex_parts.append(streams_accuracy_latex(ev, v, f"Diagnosis accuracy of {v} ({runs_title(ev)}, ground "
+                                                             f"truth {ev.policy}). Rates in %; blank = undefined."))
+            continue
         md_parts.append(accuracy_markdown(t, title, intervals) + (f"\n{note}" if note else ""))
         if len(ev.runs) >= 2:
             md_parts.append(across_markdown(t, across[v], f"Across runs: {v}, ground truth {ev.policy}, "
@@ -269,7 +281,7 @@ def breakdown_markdown(b: pd.DataFrame) -> str:
 def write_compare(ev: Evaluation, out: Path) -> tuple[str, list[Path]]:
     output_dir(out)
     c = ev.compare()
-    parts = [f"### Variant comparison, ground truth {ev.policy}, {runs_title(ev)}\n\n" + compare_markdown(c, ev.variants)]
+    parts = [f"### Variant comparison, ground truth {ev.policy}, {runs_title(ev)}\n\n" + compare_markdown(c, ev.variants, is_streams_evaluation(ev))]
     b = None
     if len(ev.runs) >= 2:   # each variant's interval across runs beside the pooled figure (issue 35)
         from analysis.score.breakdown import breakdown
