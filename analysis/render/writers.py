@@ -256,7 +256,7 @@ def write_accuracy(ev: Evaluation, out: Path, intervals: bool = False) -> tuple[
     return md, files
 
 
-def breakdown_markdown(b: pd.DataFrame) -> str:
+def breakdown_markdown(b: pd.DataFrame, streams: bool = False) -> str:
     """analysis.score.breakdown's rows: per group of runs and row, each variant's pooled TPR and PPV
     with their 95% interval across runs."""
     def cell(r, rate):
@@ -273,7 +273,7 @@ def breakdown_markdown(b: pd.DataFrame) -> str:
                      str(r["TP"]), str(r["FP"]), str(r["FN"]), cell(r, "TPR"), cell(r, "PPV")])
         last = (r["group"], r["row"])
     return "\n".join([_md_table(header, rows, ["l", "l", "l"] + ["r"] * 5), "",
-                      "Total section; TPR, PPV in %: pooled [95% interval across runs] (none with fewer than 2 "
+                      ("Stream connections" if streams else "Total section") + "; TPR, PPV in %: pooled [95% interval across runs] (none with fewer than 2 "
                       "runs). Runs grouped by the kinds of fault they hold when there is more than one set: "
                       "compare-breakdown.csv."])
 
@@ -281,13 +281,14 @@ def breakdown_markdown(b: pd.DataFrame) -> str:
 def write_compare(ev: Evaluation, out: Path) -> tuple[str, list[Path]]:
     output_dir(out)
     c = ev.compare()
-    parts = [f"### Variant comparison, ground truth {ev.policy}, {runs_title(ev)}\n\n" + compare_markdown(c, ev.variants, is_streams_evaluation(ev))]
+    streams = is_streams_evaluation(ev)
+    parts = [f"### Variant comparison, ground truth {ev.policy}, {runs_title(ev)}\n\n" + compare_markdown(c, ev.variants, streams)]
     b = None
     if len(ev.runs) >= 2:   # each variant's interval across runs beside the pooled figure (issue 35)
         from analysis.score.breakdown import breakdown
 
-        b = breakdown(ev.counts, ev.variants, [str(p) for p in ev.runs])
-        parts.append("### Across runs and by the runs' fault kinds\n\n" + breakdown_markdown(b))
+        b = breakdown(ev.counts, ev.variants, [str(p) for p in ev.runs], streams=streams)
+        parts.append("### Across runs and by the runs' fault kinds\n\n" + breakdown_markdown(b, streams))
     md, written = _with_notes("\n\n".join(parts), ev)
     files = [out / "compare.md", out / "compare.csv"]
     fresh(files[0]).write_text(written + "\n")
