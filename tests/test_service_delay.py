@@ -1,6 +1,6 @@
 """The delay fault on a service's app tier (issue 33 item 5, app tiers only): the app holds each
 reply while its host's switch is set, the kind sets and clears the switch with stamps, the spec's
-rules; and the report's faults table with a target no module stands for (pd.NA)."""
+rules; tier_pause on a real process group."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import random
 import time
 from types import SimpleNamespace
 
-import pandas as pd
 import pytest
 
 from harness.backends.base import ClockOffset, Clocks
@@ -96,12 +95,6 @@ def test_the_service_suite_has_projects5_delay():
     suite = load_suite(REPO / "experiments" / "service.yaml")
     delay = [f for e in suite.experiments for f in e.spec.faults]
     assert [(f.kind, f.host, f.by) for f in delay] == [("delay", "app2", 0.2)]
-
-
-def test_the_reports_fault_target_may_be_na():
-    from analysis.render.html.faults import _target
-
-    assert _target(None, SimpleNamespace(target_module=pd.NA)) == "not observed"
 
 
 def test_on_the_monitored_host_each_worker_is_a_target(tmp_path):
