@@ -20,6 +20,7 @@ from harness.backends.base import ClockOffset, Clocks
 from harness.faults import (
     KINDS,
     AppPause,
+    Delay,
     FaultEnv,
     Faults,
     IpDrop,
@@ -28,6 +29,7 @@ from harness.faults import (
     PathBlackhole,
     ServerPause,
     TcpDrop,
+    TierPause,
     chain_teardown_argv,
     ip_drop_rule,
     tcp_drop_rule,
@@ -192,10 +194,12 @@ TEARDOWN = [["iptables", "-w", "-D", "FORWARD", "-j", "NESTLAB"], ["iptables", "
 def test_the_registry_has_a_kind_for_every_kind_the_spec_accepts():
     assert set(KINDS) == set(typing.get_args(Fault.model_fields["kind"].annotation))
     assert KINDS == {"ip_drop": IpDrop, "tcp_drop": TcpDrop, "app_pause": AppPause, "path_blackhole": PathBlackhole,
-                     "loss": Loss, "server_pause": ServerPause}
+                     "loss": Loss, "server_pause": ServerPause, "delay": Delay,
+                     "tier_pause": TierPause}
     # What run.db records and its readers accept: the network kinds, and a streams run's settings
     # (harness.streams.spec.StreamsFault, driven by the streams runner, not this registry).
-    assert set(KINDS) | set(typing.get_args(StreamsFault.model_fields["kind"].annotation)) == set(FAULT_KINDS)
+    # (delay and tier_pause came after the manifest recorded its kinds' infos: readers take it from there.)
+    assert set(KINDS) | set(typing.get_args(StreamsFault.model_fields["kind"].annotation)) == set(FAULT_KINDS) | {"delay", "tier_pause"}
     for cls in KINDS.values():
         for method in ("setup", "inject", "heal", "describe", "teardown"):
             assert callable(getattr(cls, method, None)), (cls, method)
