@@ -151,6 +151,33 @@ static inline uint64_t retry_clock(int timed) {
     return timed && g_sig_on ? now_ns() : 0;
 }
 
+/* r = expr, where expr waits with the timeout `cur` (MS_RESTART: an int of milliseconds, <= 0: none to keep; TS_RESTART: a
+ * const struct timespec *, NULL: none), restarted when our signal interrupted it, with cur set to what
+ * is left of the caller's timeout `tmo`. */
+#define MS_RESTART(r, expr, tmo, cur) \
+    do { \
+        uint32_t k_ = t_sigs; \
+        uint64_t t0_ = retry_clock((tmo) > 0); \
+        (cur) = (tmo); \
+        while (((r) = (expr)) < 0 && UNLIKELY(t_sigs != k_) && ours_since(&k_)) \
+            (cur) = ms_left((tmo), t0_); \
+    } while (0)
+
+#define TS_RESTART(r, expr, tmo, cur) \
+    do { \
+        uint32_t k_ = t_sigs; \
+        struct timespec full_, left_; \
+        if (tmo) \
+            full_ = *(tmo); \
+        uint64_t t0_ = retry_clock((tmo) != NULL); \
+        (cur) = (tmo); \
+        while (((r) = (expr)) < 0 && UNLIKELY(t_sigs != k_) && ours_since(&k_)) \
+            if (tmo) { \
+                ts_left(&full_, t0_, &left_); \
+                (cur) = &left_; \
+            } \
+    } while (0)
+
 /* A counted receive or send call of the real function `name` on fd (dir NEST_IN or NEST_OUT):
  * r = expr, restarted when our signal interrupted it (SOCK_RESTART); when fd is a socket with a slot,
  * timed and counted, completed (`bytes`, an expression of r, >= 0: a message of that many bytes) or

@@ -75,19 +75,9 @@ EXPORT int sigsuspend(const sigset_t *mask) {
 
 EXPORT int sigtimedwait(const sigset_t *set, siginfo_t *info, const struct timespec *tmo) {
     REAL(sigtimedwait, int);
-    uint32_t k = t_sigs;
-    struct timespec full, left;
-    if (tmo)
-        full = *tmo;
-    uint64_t t0 = retry_clock(tmo != NULL);
     int r;
-    const struct timespec *cur = tmo;
-    while ((r = real_sigtimedwait(set, info, cur)) < 0 && UNLIKELY(t_sigs != k) && ours_since(&k)) {
-        if (tmo) {
-            ts_left(&full, t0, &left);
-            cur = &left;
-        }
-    }
+    const struct timespec *cur;
+    TS_RESTART(r, real_sigtimedwait(set, info, cur), tmo, cur);
     return r;
 }
 

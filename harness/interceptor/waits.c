@@ -161,28 +161,15 @@ static void waits_from_epoll(struct nest_waits *w, int epfd) {
 
 int poll_r(struct pollfd *fds, nfds_t n, int timeout) {
     ENSURE(poll);
-    uint32_t k = t_sigs;
-    uint64_t t0 = retry_clock(timeout > 0);
-    int r, tmo = timeout;
-    while ((r = real_poll(fds, n, tmo)) < 0 && UNLIKELY(t_sigs != k) && ours_since(&k))
-        tmo = ms_left(timeout, t0);
+    int r, cur;
+    MS_RESTART(r, real_poll(fds, n, cur), timeout, cur);
     return r;
 }
 
 static int ppoll_r(struct pollfd *fds, nfds_t n, const struct timespec *tmo, const sigset_t *mask) {
-    uint32_t k = t_sigs;
-    struct timespec full, left;
-    if (tmo)
-        full = *tmo;
-    uint64_t t0 = retry_clock(tmo != NULL);
     int r;
-    const struct timespec *cur = tmo;
-    while ((r = real_ppoll(fds, n, cur, mask)) < 0 && UNLIKELY(t_sigs != k) && ours_since(&k)) {
-        if (tmo) {
-            ts_left(&full, t0, &left);
-            cur = &left;
-        }
-    }
+    const struct timespec *cur;
+    TS_RESTART(r, real_ppoll(fds, n, cur, mask), tmo, cur);
     return r;
 }
 
@@ -208,48 +195,25 @@ static int select_r(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval
 
 static int pselect_r(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, const struct timespec *tmo,
                      const sigset_t *mask) {
-    uint32_t k = t_sigs;
-    struct timespec full, left;
-    if (tmo)
-        full = *tmo;
-    uint64_t t0 = retry_clock(tmo != NULL);
     int r;
-    const struct timespec *cur = tmo;
-    while ((r = real_pselect(nfds, rd, wr, ex, cur, mask)) < 0 && UNLIKELY(t_sigs != k) && ours_since(&k)) {
-        if (tmo) {
-            ts_left(&full, t0, &left);
-            cur = &left;
-        }
-    }
+    const struct timespec *cur;
+    TS_RESTART(r, real_pselect(nfds, rd, wr, ex, cur, mask), tmo, cur);
     return r;
 }
 
 static int epoll_wait_r(int epfd, struct epoll_event *ev, int max, int timeout, const sigset_t *mask,
                         int pwait) {
-    uint32_t k = t_sigs;
-    uint64_t t0 = retry_clock(timeout > 0);
-    int r, tmo = timeout;
-    while ((r = pwait ? real_epoll_pwait(epfd, ev, max, tmo, mask) : real_epoll_wait(epfd, ev, max, tmo)) < 0 &&
-           UNLIKELY(t_sigs != k) && ours_since(&k))
-        tmo = ms_left(timeout, t0);
+    int r, cur;
+    MS_RESTART(r, pwait ? real_epoll_pwait(epfd, ev, max, cur, mask) : real_epoll_wait(epfd, ev, max, cur), timeout,
+               cur);
     return r;
 }
 
 static int epoll_pwait2_r(int epfd, struct epoll_event *ev, int max, const struct timespec *tmo,
                           const sigset_t *mask) {
-    uint32_t k = t_sigs;
-    struct timespec full, left;
-    if (tmo)
-        full = *tmo;
-    uint64_t t0 = retry_clock(tmo != NULL);
     int r;
-    const struct timespec *cur = tmo;
-    while ((r = real_epoll_pwait2(epfd, ev, max, cur, mask)) < 0 && UNLIKELY(t_sigs != k) && ours_since(&k)) {
-        if (tmo) {
-            ts_left(&full, t0, &left);
-            cur = &left;
-        }
-    }
+    const struct timespec *cur;
+    TS_RESTART(r, real_epoll_pwait2(epfd, ev, max, cur, mask), tmo, cur);
     return r;
 }
 
