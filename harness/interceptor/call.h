@@ -151,9 +151,9 @@ static inline uint64_t retry_clock(int timed) {
     return timed && g_sig_on ? now_ns() : 0;
 }
 
-/* r = expr, where expr waits with the timeout `cur` (MS_RESTART: an int of milliseconds, <= 0: none to keep; TS_RESTART: a
- * const struct timespec *, NULL: none), restarted when our signal interrupted it, with cur set to what
- * is left of the caller's timeout `tmo`. */
+/* r = expr, where expr waits with the timeout `cur`, restarted when our signal interrupted it with
+ * cur set to what is left of the caller's timeout `tmo`: MS_RESTART an int of milliseconds (<= 0 kept
+ * as it is), TS_RESTART a const struct timespec * (NULL: none). */
 #define MS_RESTART(r, expr, tmo, cur) \
     do { \
         uint32_t k_ = t_sigs; \
