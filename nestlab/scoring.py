@@ -25,7 +25,7 @@ def score(runs, predictions: pd.DataFrame, policy: str | None = None, per_run: b
           name: str = "predictions") -> pd.DataFrame:
     """The accuracy table (accuracy.csv's rows; per_run=True: per_run.csv's) of `predictions`, a frame of
     `dir` ('in' | 'out'), `module` (run.db id), `seq` and either `positive` (bool) or `label` (one of
-    HEALTHY, DONTCARE, BLOCKED, STALLED; positive = STALLED); with `run` (a run's directory or name)
+    HEALTHY, DONTCARE, BLOCKED, STALLED; positive = STALLED); with `run` (a run's directory or name; one several runs share is refused)
     when there are several runs, and `variant` to score several predictors at once (default: `name`).
     A row of a run's counters with no prediction counts as predicted negative (how many: the
     frame's attrs["unpredicted"]); the rows the lab leaves out of every score (invalid deltas, the
