@@ -90,9 +90,13 @@ def _checked(predictions, n_runs: int, name: str) -> pd.DataFrame:
         raise UserError(f"predictions: a column `run` is needed with {n_runs} runs")
     p = predictions.copy()
     if "positive" in p:
-        if p["positive"].isna().any():
+        pos = p["positive"]
+        if pos.isna().any():
             raise UserError("predictions: `positive` has missing values")
-        p["positive"] = p["positive"].astype(bool)
+        if not _truth_values(pos):   # astype(bool) would make the text "False" positive
+            raise UserError(f"predictions: `positive` must be True/False (or 1/0), not {pos.dtype} values "
+                            f"such as {pos.iloc[0]!r}")
+        p["positive"] = pos.astype(bool)
     else:
         bad = sorted(set(p["label"].dropna().astype(str)) - set(LABELS)) or (["<missing>"] if p["label"].isna().any() else [])
         if bad:
@@ -103,6 +107,14 @@ def _checked(predictions, n_runs: int, name: str) -> pd.DataFrame:
     p["dir"] = p["dir"].astype(str)
     p["variant"] = p["variant"].astype(str) if "variant" in p else name
     return p
+
+
+def _truth_values(col: pd.Series) -> bool:
+    if pd.api.types.is_bool_dtype(col):
+        return True
+    if pd.api.types.is_integer_dtype(col) or pd.api.types.is_float_dtype(col):
+        return bool(col.isin([0, 1]).all())
+    return bool(col.map(lambda v: isinstance(v, bool | np.bool_)).all())
 
 
 def _labels(run, pol) -> pd.DataFrame:

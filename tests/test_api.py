@@ -139,6 +139,8 @@ def test_score_takes_labels_or_positives_from_anywhere_and_says_what_is_wrong(tm
     scored = nestlab.score(runs, both)
     expected = nestlab.accuracy_of(runs, "flowdiagnoser:theta=2")
     pd.testing.assert_frame_equal(scored.drop(columns="variant"), expected.drop(columns="variant"))
+    as_int = both.drop(columns="label").assign(positive=(both["label"] == "STALLED").astype(int))   # 1/0 too
+    pd.testing.assert_frame_equal(nestlab.score(runs, as_int), scored)
     per = nestlab.score(runs, both.assign(run=both["run"].map({r.name: str(r.path) for r in runs})), per_run=True)
     assert sorted(per["run"].unique()) == sorted(str(r.path) for r in runs)
     # a prediction missing counts as negative, and is counted
@@ -147,6 +149,8 @@ def test_score_takes_labels_or_positives_from_anywhere_and_says_what_is_wrong(tm
     for frame, says in ((both.drop(columns="run"), "a column `run` is needed with 2 runs"),
                         (both.drop(columns="label"), "missing positive|label"),
                         (both.assign(label="MAYBE"), "label 'MAYBE' is not one of"),
+                        (both.drop(columns="label").assign(positive="False"), "`positive` must be True/False"),
+                        (both.drop(columns="label").assign(positive=2), "`positive` must be True/False"),
                         (both.assign(run="elsewhere"), "run 'elsewhere' is none of the runs given"),
                         (pd.concat([both, both.iloc[:1]]), "two rows for predictions"),
                         ([1, 2], "expected a pandas DataFrame")):
