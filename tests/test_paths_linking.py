@@ -169,3 +169,27 @@ def test_link_probabilities_and_spontaneity_sum_to_one(gaps, d, y, model):
         p, ps = edge_weights(child, parent, gap, src, dst, 5, dd, y, 3)
     assert p.sum() + ps[0] == pytest.approx(1.0)
     assert (p >= 0).all() and ps[1:] == pytest.approx(1.0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 6), links=st.lists(st.tuples(st.integers(0, 5), st.floats(0, 0.02)),
+                                           max_size=20), d=st.floats(1e-3, 0.01))
+def test_shortcut_for_the_papers_model_picks_the_same_likeliest_parent(n, links, d):
+    import numpy as np
+
+    from analysis.paths.linking_weights import wap5_weights
+
+    # links in walk order: per child, round r holds its r-th latest candidate (gaps non-decreasing)
+    per = {}
+    for c, g in links:
+        if c < n:
+            per.setdefault(c, []).append(g)
+    rounds = [[(c, sorted(gs)[r]) for c, gs in sorted(per.items()) if r < len(gs)]
+              for r in range(max((len(g) for g in per.values()), default=0))]
+    flat = [x for rnd in rounds for x in rnd]
+    child = np.array([c for c, _ in flat], dtype=np.int64)
+    gap = np.array([g for _, g in flat], dtype=float)
+    prob, ps = wap5_weights(child, gap, np.full(n, d), 4.0, n)
+    fast = linking.likeliest(child, prob, ps, monotone=True)
+    slow = linking.likeliest(child, prob, ps)
+    assert (fast == slow).all()

@@ -168,10 +168,19 @@ def possible_parents(t_out: np.ndarray, t_in: np.ndarray, arr: np.ndarray, pos: 
     return child, parent, t_out[child] - t_in[parent]
 
 
-def likeliest(child: np.ndarray, prob: np.ndarray, p_spont: np.ndarray) -> np.ndarray:
+def likeliest(child: np.ndarray, prob: np.ndarray, p_spont: np.ndarray,
+              monotone: bool = False) -> np.ndarray:
     """Per message, the link position of its likeliest parent (-1: spontaneity is at least as likely
-    as every link); among equally likely links the first in walk order (the later arrival)."""
+    as every link); among equally likely links the first in walk order (the later arrival).
+    monotone: the weights fall with the gap (the paper's model), so the first link is the likeliest."""
     n = len(p_spont)
+    if monotone:
+        # the paper's weights fall with the gap: a child's first link in walk order is its likeliest
+        first = np.full(n, -1, dtype=np.int64)
+        first[child[::-1]] = np.arange(len(child) - 1, -1, -1)
+        ok = first >= 0
+        ok[ok] = prob[first[ok]] > p_spont[ok]
+        return np.where(ok, first, -1)
     best_p = p_spont.copy()
     np.maximum.at(best_p, child, prob)
     top = np.flatnonzero((prob >= best_p[child]) & (prob > p_spont[child]))
@@ -287,7 +296,7 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
                                      int(p["rounds"]), float(p["d_min"]))
     else:
         raise ValueError(f"linking: model must be 'wap5' or 'edges', not {p['model']!r}")
-    best = likeliest(child, prob, p_spont)
+    best = likeliest(child, prob, p_spont, monotone=p["model"] == "wap5")
     map_parent = np.where(best >= 0, parent[np.maximum(best, 0)], -1)
     _, map_parent = forest_depth(map_parent)            # cut any cycle (clock skew)
     root_of = forest_roots(map_parent)
