@@ -271,7 +271,8 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
     if clients:
         # WAP5 section 5.1: an untraced node's messages have no causes there, so messages into it
         # are nobody's parent and messages from it are spontaneous (path roots)
-        into = np.isin(nodes.names[nodes.dst], sorted(clients))
+        client_codes = np.flatnonzero(np.isin(nodes.names.astype(str), sorted(clients)))
+        into = np.isin(nodes.dst, client_codes)          # by code: no string per message
         t_in[into] = np.nan
     elif p["untraced"] == "auto":
         warnings.append("no call/return tags to tell the clients by; if one client sends "
@@ -302,7 +303,7 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
     root_of = forest_roots(map_parent)
     is_root = map_parent < 0
     if p["orphans"] == "drop" and clients:
-        from_client = np.isin(nodes.names[nodes.src], sorted(clients))
+        from_client = np.isin(nodes.src, np.flatnonzero(np.isin(nodes.names.astype(str), sorted(clients))))
         orphan = is_root & ~from_client
         warnings.append(f"{int(orphan.sum())} trees rooted at a traced node's spontaneous "
                         f"message left out (orphans='drop')")
