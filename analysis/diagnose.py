@@ -91,14 +91,17 @@ def _ids(st: Stretch) -> list[int]:
     return list(range(st.n))
 
 
-def diagnose_stretches(source: RunStretches | Iterable[Stretch], variants=None, where: str | None = None) -> list[StretchDiagnosis]:
-    """`where` names the source in errors (default: the run's directory; none for stretches)."""
+def diagnose_stretches(source: RunStretches | Iterable[Stretch], variants=None, where: str | None = None,
+                       engine_metrics=None) -> list[StretchDiagnosis]:
+    """`where` names the source in errors (default: the run's directory; none for stretches);
+    `engine_metrics` (analysis.model.engine_metrics.EngineMetrics) go with stretches that are not a
+    RunStretches (the live engine's windows), which carries its own."""
     vs = as_variants(variants)
     stretches = source.stretches if isinstance(source, RunStretches) else list(source)
     if where is None and isinstance(source, RunStretches):
         where = str(source.path)
     # every cell of every stretch at once, shared by the variants, with what they read of the run
-    engine = source.engine_metrics if isinstance(source, RunStretches) else None
+    engine = source.engine_metrics if isinstance(source, RunStretches) else engine_metrics
     batch = Batch(stretches, source=where, engine_metrics=engine)
     diags = [StretchDiagnosis(st, {}) for st in stretches]
     for v in vs:

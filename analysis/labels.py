@@ -34,6 +34,12 @@ The default, `impact`, is the seeds' criteria (thesis 3.5.2, NeST paper 5.2-5.3)
    `collateral=positive` counts them as positives (the module was stalled, if not at fault).
    A collateral module is an ancestor or descendant of a target in the graph during the fault.
 
+`aftereffect=exclude` scores apart what TCP's back-off leaves after a fault ended (issue 35): the
+snapshots of an impact period (a target's, or a neighbour's as `collateral` finds it) that begin at
+or after the fault's end are left out (cause `aftereffect`). By the seeds those are a target's
+positives and a neighbour's negatives; the module is silent only because its retransmission timer,
+backed off during the outage, has not fired yet (docs/diagnosis.md, "After-effects").
+
 Rows whose counters were discarded as invalid (thesis 3.4: a counter that went backwards, a
 module's first snapshot as a baseline, a missing row) are always excluded. So are, by default
 (`after_end=exclude`), snapshots that end after the run's end (the `run_end` event), when the runner
@@ -72,7 +78,7 @@ from analysis.plugins import Registry, check_contract, check_name
 from analysis.variants.base import Param, on_off, parse_named
 
 Rows = ArrayRows | StretchRows   # what a policy reads (analysis.model.label_input)
-CAUSES = ("", "oneway", "fault", "collateral", "invalid", "after_end", "overlap", "straddle")
+CAUSES = ("", "oneway", "fault", "collateral", "invalid", "after_end", "overlap", "straddle", "aftereffect")
 
 
 class LabelPolicy(Protocol):
@@ -276,7 +282,9 @@ class _Policy:
         coll_pos = np.zeros(n, dtype=bool)
         coll_id = np.zeros(n, dtype=np.int64)
         cover = np.zeros(n, dtype=bool)
-        need_coll = self.values.get("collateral", "negative") != "negative"
+        tail = np.zeros(n, dtype=bool)   # impact rows wholly after their fault's end (aftereffect=exclude)
+        need_tail = self.values.get("aftereffect", "keep") == "exclude"
+        need_coll = self.values.get("collateral", "negative") != "negative" or need_tail
         need_cover = self.values.get("overlap", "exclude") == "exclude"
         covering = []   # (neighbours, f0, f1) of each fault, for `cover` once every target's rows are known
         for fid, kind, target, f0, f1 in active_faults(data):
@@ -296,6 +304,8 @@ class _Policy:
                             continue
                         hit = rows[how(rows, f0, f1, (m, out))]
                         pos[hit] = True
+                        if need_tail:
+                            tail[hit[f.t_start(hit) >= f1]] = True
                         if ids is not None:
                             ids[hit] = np.where(ids[hit] == 0, fid + 1, ids[hit])
         # `cover` counts only where it meets a fault's positive (label: fp & cover), so a neighbour
@@ -306,6 +316,7 @@ class _Policy:
                     rows = f.series.get((m, out))
                     if rows is not None and fault_pos[rows].any():
                         cover[rows[mark_masking(rows, f0, f1, (m, out))]] = True
+        self._tail = tail if need_tail else None
         return fault_pos, fault_id, coll_pos, coll_id, cover
 
     def label(self, data) -> pd.DataFrame:
@@ -321,8 +332,18 @@ class _Policy:
         # A target's impact while another fault's collateral covers it (possible only where the
         # spec allowed overlap): ambiguous, left out unless overlap=keep.
         masked = fp & cover if self.values.get("overlap", "exclude") == "exclude" else None
-        return _result(f, oneway, fp, fi, cp, ci, self.values.get("collateral", "negative"),
-                       f.index, after, masked)
+        out = _result(f, oneway, fp, fi, cp, ci, self.values.get("collateral", "negative"),
+                      f.index, after, masked)
+        tail = getattr(self, "_tail", None)
+        if tail is not None:
+            # aftereffect=exclude: a fault's impact after the fault ended (a target's or a neighbour's
+            # silence while TCP backs off), scored apart; one-way and invalid rows keep their cause.
+            left = tail & ~oneway & ~f.invalid
+            out["exclude"] = out["exclude"].to_numpy() | left
+            cause = out["cause"].cat.codes.to_numpy().copy()
+            cause[left] = CAUSES.index("aftereffect")
+            out["cause"] = pd.Categorical.from_codes(cause, list(CAUSES))
+        return out
 
     def _mark(self, f: Rows, rows: np.ndarray, f0: float, f1: float, key: tuple[int, bool]) -> np.ndarray:
         """The rows of series `key` (module, out?) that fault [f0, f1] marks."""
@@ -353,6 +374,9 @@ class ImpactPolicy(_Policy):
                     "snapshots after the run's end, while the runner stops the workloads"),
         Param("overlap", "exclude", _choice("exclude", "keep"),
                     "a target's impact while another fault's collateral covers it (overlapping faults)"),
+        Param("aftereffect", "keep", _choice("keep", "exclude"),
+                    "impact after the fault ended (TCP backing off: a target's tail, a neighbour's silence): "
+                    "keep as the seeds score it, or exclude from the scores (cause aftereffect)"),
     )
 
     _carried: DataCarried | None = None

@@ -38,13 +38,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.defaults import default_variant
 from analysis.diagnose import as_variants, diagnose_stretches
 from analysis.load import workload_from_cmdline
 from analysis.model import deltas, probes
 from analysis.model import stretches as sx
+from analysis.model.engine_metrics import EngineMetrics, read_engine_metrics
 from analysis.model.stretches import DIRS, KINDS, STARTS_AT_ZERO
 from analysis.model.tcpstate import attach as attach_tcpstate
-from analysis.variants import DEFAULT_VARIANT, LABELS
+from analysis.variants import LABELS
 from rundir import facts
 from rundir.db import TCP_STATE_COLUMNS
 from rundir.errors import UserError
@@ -138,13 +140,16 @@ class LiveEngine:
         db = run_db(path)
         if not db.is_file():
             raise UserError(f"{path}: no run.db here (expected a run directory)")
-        (self.variant,) = as_variants([variant or DEFAULT_VARIANT])
+        # none named: the system under test's (streamsdiagnoser for a streams run, analysis.defaults)
+        (self.variant,) = as_variants([variant or default_variant([self.path])])
         params = self.variant.params
         self.probe = bool(params.get("probe"))
         self.ahead = float(params.get("probe_ahead", probes.AHEAD_S))
         # silences going on at the window's start (analysis.model.probes.ongoing)
         self.probe_carry: dict = {}
-        self.reader = RunReader(db, tcp_state=bool(params.get("tcpstate")), probes=self.probe)
+        # probe=on reads tcp_info too where recorded (backoff and the last data sent tell a connection
+        # recovering from a past outage: analysis.model.probes), as the offline analysis does
+        self.reader = RunReader(db, tcp_state=bool(params.get("tcpstate")) or self.probe, probes=self.probe)
         self.bursts = probes.burst_table(None)   # the probes read so far, per burst (probes.burst_table)
         self.endpoints: dict[int, str | None] = {}   # TCP module -> its remote 'ADDR:PORT' (probes)
         self.manifest = read_manifest_quietly(self.path)   # None: none yet, or unreadable
@@ -322,7 +327,8 @@ class LiveEngine:
         lower &= ~start
         good = np.maximum.accumulate(np.where(lower, 0, idx))    # a series' first row is never lower
         heads = np.flatnonzero(start)
-        last = np.append(heads[1:], r) - 1
+        # each series' last row (no series at all: a direction without counters, a streams run's `in`)
+        last = np.append(heads[1:], r) - 1 if len(heads) else heads
         j = good[last]
         keep = ~dead[mod[heads]]       # a series whose module died at a snapshot read gets no more rows
         self.state[d] = {"mod": mod[heads][keep], "last_vals": vals[last][keep], "last_has": has[last][keep],
@@ -358,10 +364,18 @@ class LiveEngine:
         for st in stretches:   # only what settles now (and the context before it) is diagnosed
             if st.seqs[0] <= self.seqs[to]:
                 cut.append(st if st.seqs[-1] <= self.seqs[to] else st.take(np.flatnonzero(st.seqs <= self.seqs[to])))
-        diags = diagnose_stretches(cut, [self.variant])
+        diags = diagnose_stretches(cut, [self.variant], engine_metrics=self._engine_metrics())
         self._record(diags, to)
         self.settled = to
         self._trim(max(0, min(to + 1 - self.context, to + 1 - self.rate_k)))
+
+    def _engine_metrics(self) -> EngineMetrics | None:
+        """A streams run's engine metrics as recorded so far (the rows of snapshots up to the settled
+        one are in: the collector writes a snapshot's stream_tasks with it), as the offline analysis
+        reads them; None for a run without stream connections."""
+        if not any(k == "sconn" for k in self.kind.values()):
+            return None
+        return read_engine_metrics(self.reader.conn, self.kind.values())
 
     def _window(self, w0: int, n: int) -> list:
         per_dir = {}
@@ -521,6 +535,8 @@ class LiveEngine:
                 stalled = float(self.mono[to] - self.mono[since - 1]) if since > 0 else (to + 1) * self.interval
             msgs, wait, queued = rates.get((m, d), (0.0, None, None))
             mod = self.modules.get(m, (m, "?", str(m)))
+            if mod[1] == "sconn" and d == "in":   # a stream connection has one direction (docs/streams.md)
+                continue
             state = LABELS[int(r)] if label else ("STALLED" if positive else "-")
             rows.append(Row(m, mod[1], mod[2], d, state, positive, stalled, msgs, wait, queued,
                             idle.get(m) == d))
@@ -542,6 +558,17 @@ class LiveEngine:
         key = fault_target_key(str(kind), t, mon.host, mon.interface)
         if isinstance(key, str):
             module = choose_target([(i, r[3], r[5]) for i, r in self.modules.items()], key, start)
-        f = self.fault_cache[fid] = LiveFault(int(fid), str(kind), str(t.get("description") or key or "?"), str(at_node),
+        f = self.fault_cache[fid] = LiveFault(int(fid), str(kind), str(t.get("description") or key or _setting(t)), str(at_node),
                                           start, end, planned_duration, module)
         return f
+
+
+def _setting(target: dict) -> str:
+    """A streams fault's target as words (docs/streams.md: operator and rate, or a dropper on), else '?'."""
+    op = target.get("operator")
+    if not op:
+        return "?"
+    if "rate" in target:
+        rate = target["rate"]
+        return f"rate {'full' if rate is None else f'{rate:g}'} tuples/s"
+    return "dropping" if target.get("on") else "forwarding"

@@ -314,6 +314,18 @@ def _missing(v: Any) -> bool:
     return v is None or v is pd.NA or v != v
 
 
+def targets_nothing(row, monitor: Monitor, kinds: dict[str, FaultKindInfo] | None = None) -> bool:
+    """Whether a faults row knowingly targets no module the collector watches: its target JSON records
+    `module_key: null` (a path_blackhole no monitored connection crosses), or, for runs recorded before
+    module_key, its kind's key rule is for the monitored host and the target names another host (an
+    ip_drop of another host). A target whose fields are missing is not known to target nothing."""
+    t = row.target if isinstance(row.target, dict) else {}
+    if "module_key" in t:
+        return t["module_key"] is None
+    info = (kinds or kinds_of(None)).get(row.kind)
+    return bool(info is not None and info.key_host and t.get("host", monitor.host) != monitor.host)
+
+
 def _resolve_faults(faults: pd.DataFrame, mods: pd.DataFrame, monitor: Monitor, end: float,
                     warnings: list[str], unknown_window: Iterable[int] = (),
                     lost: list[tuple[int, int]] | None = None,
@@ -342,8 +354,10 @@ def _resolve_faults(faults: pd.DataFrame, mods: pd.DataFrame, monitor: Monitor, 
                                 f"the modules table; resolved from its target: module {tm} ({mods.at[tm, 'key']})")
             elif not _missing(row.target_module):
                 lost.append((int(row.id), int(row.target_module)))
-            elif tm is None and row.id not in unknown_window:
-                warnings.append(f"fault {row.id} ({row.kind}): target module unknown; it labels nothing")
+            elif tm is None and row.id not in unknown_window and not targets_nothing(row, monitor, kinds):
+                # A fault that knowingly targets no module the collector watches (a path_blackhole no
+                # monitored connection crosses, an ip_drop of another host) is valid: no warning.
+                warnings.append(f"fault {row.id} ({row.kind}): its target module was not recorded; it labels nothing")
         targets.append(None if tm is None else int(tm))
         e = row.end
         if not _missing(row.start) and _missing(e):

@@ -214,6 +214,11 @@ class Registry(Mapping):
             say(f"the installed {PROJECT} has no entry points for its built-in rule systems and policies "
                 f"(installed before they were declared): built-ins loaded directly; `pip install -e .` again to fix")
             own = [importlib.metadata.EntryPoint(name, value, self.group) for name, value in self._builtins()]
+        missing = [(name, value) for name, value in self._builtins() if name not in {ep.name for ep in own}]
+        if missing:   # an install older than some built-ins (added since): those loaded directly, quietly
+            # (the built-ins are this package's own modules, found whatever the metadata says)
+            own = sorted(own + [importlib.metadata.EntryPoint(n, v, self.group) for n, v in missing],
+                         key=lambda ep: order.index(ep.name) if ep.name in order else len(order))
         for ep, builtin in [(ep, True) for ep in own] + [(ep, False) for ep in others]:
             origin = "built-in" if builtin else f"entry point {ep.value} of {_dist(ep) or '?'} {_dist_version(ep)}"
             try:

@@ -20,6 +20,11 @@ gives each connection the remote port 80 of its address and makes bursts to each
 0.7 s (tests/support/probes.synthetic_probe_rows: answered, timed out, mixed, refused, unreachable),
 and prints the probe variants' rate beside `flowdiagnoser:theta=2`'s, measured in the same run, with
 their own floor of 5,000,000 module-diagnoses/s (issue 21).
+
+Then the streams variants (issue 34) on a synthetic streams run (`--streams-minutes`, default 60, 1-s
+snapshots, a 31-connection tree of PEs with task metrics: rundir.handmade_streams), each against its
+per-snapshot reference (tests/support/reference_streams.py) on the first 300 snapshots, with its rate
+beside plain streamsdiagnoser's measured in the same run (`--no-streams` skips them).
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from tests.support.probes import synthetic_probe_rows  # noqa: E402
 from tests.support.reference import assert_same, reference  # noqa: E402
 from tests.support.reference_probe import ref_evidence, ref_flowdiagnoser_probe  # noqa: E402
 from tests.support.reference_shared_peer import ref_peer  # noqa: E402, F401 (registers the references)
+from tests.support.reference_streams import ref_ds2, ref_flink_backpressure, ref_streamsdiagnoser  # noqa: E402
 from tests.support.reference_tcpstate import ref_flowdiagnoser_tcpstate  # noqa: E402, F401
 from tests.support.synthetic import synthetic_run  # noqa: E402
 
@@ -55,6 +61,78 @@ FLOOR = 1_000_000   # module-diagnoses/s every variant's fast path must reach
 TARGETS = {"nest-cf": 10_000_000}   # issue 23, item 4 (4.2 M before)
 PROBE_FLOOR = 5_000_000   # ... and the probe variants'
 BASELINE = "flowdiagnoser:theta=2"
+STREAMS = ["streamsdiagnoser", "streamsdiagnoser:engine=on", "ds2", "flink-backpressure"]
+
+
+def synthetic_streams_run(path: Path, minutes: float, seed: int = 1) -> Path:
+    """A binary tree of 32 PEs (31 connections) at 1-s snapshots: each interval a PE either flows, or
+    (one in ten) stops reading with its input queue growing and its upstream back-pressured; task
+    metrics (cumulative times, gauges, records) for every PE, some snapshots without them."""
+    from rundir.handmade_streams import Graph, StreamsRun
+
+    rng = np.random.default_rng(seed)
+    ops = {f"p{i}": ("beacon" if i == 0 else "pass") for i in range(32)}
+    conns = [f"p{(i - 1) // 2}:out0>p{i}:in0" for i in range(1, 32)]
+    r = StreamsRun(Graph(ops, conns), experiment="bench-streams")
+    acc = {op: np.zeros(3) for op in ops}
+    rec = {op: np.zeros(2) for op in ops}
+    for seq in range(1, int(minutes * 60) + 1):
+        stopped = {f"p{i}" for i in range(1, 32) if rng.random() < 0.1}
+        step = {}
+        for i, c in enumerate(conns, start=1):
+            dst = f"p{i}"
+            step[c] = (0, int(rng.integers(0, 20))) if dst in stopped else (10, 10)
+        r.step(step)
+        for op in ops:
+            up_of = {f"p{(i - 1) // 2}" for i in range(1, 32) if f"p{i}" in stopped}
+            b, p = (990.0, 0.0) if op in stopped else (5.0, 950.0) if op in up_of else (20.0, 0.0)
+            acc[op] += (b, p, 1000 - b - p)
+            rec[op] += (0, 0) if op in stopped else (10, 10)
+            if rng.random() < 0.02:
+                continue   # a snapshot without this task's row
+            r.task(seq, op, busy=b, backpressured=p, idle=1000 - b - p, acc=tuple(acc[op]), records=tuple(rec[op]))
+    return r.write(path)
+
+
+def bench_streams(minutes: float, repeat: int) -> bool:
+    """The streams variants' rates and their agreement with the references; False when one differs."""
+    from analysis.model.batch import Batch
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run = load_stretches(synthetic_streams_run(Path(tmp) / "run", minutes))
+    metrics = run.engine_metrics
+    tasks = {(row.operator, row.seq): row._asdict() for row in metrics.tasks.itertuples(index=False)}
+    cells = sum(st.n * st.t for st in run.stretches)
+    refs = {"streamsdiagnoser": ref_streamsdiagnoser, "ds2": ref_ds2, "flink-backpressure": ref_flink_backpressure}
+    print(f"\nstreams run: {len(run.seqs)} snapshots, {cells:,} connection-snapshots per direction")
+    base = None
+    for spec in STREAMS:
+        v = parse_variant(spec)
+        best = np.inf
+        for _ in range(max(1, repeat)):
+            t0 = time.perf_counter()
+            diagnose_stretches(run, [v])
+            best = min(best, time.perf_counter() - t0)
+        rate = 2 * cells / best
+        base = base or rate
+        sample = [st.take(np.arange(min(300, st.t))) for st in run.stretches]
+        t0 = time.perf_counter()
+        want = [refs[v.system.name](st, **v.params, tasks=tasks, ends=metrics.ends) for st in sample]
+        ref_rate = 2 * sum(st.n * st.t for st in sample) / (time.perf_counter() - t0)
+        same = True
+        for st, ref in zip(sample, want, strict=True):
+            out = v.diagnose(Batch([st], engine_metrics=metrics))
+            got = {d: (out[d][0].reshape(st.n, st.t), out[d][1].reshape(st.n, st.t)) for d in ("in", "out")}
+            try:
+                assert_same(got, ref, v.name)
+            except AssertionError as e:
+                print(e)
+                same = False
+        print(f"{v.name:32s} fast {rate:>13,.0f} module-diagnoses/s ({2 * cells:,} in {best:.3f} s); "
+              f"{rate / base:.2f}x streamsdiagnoser in this run; ref {ref_rate:,.0f}/s; identical on 300 snapshots: {same}")
+        if not same:
+            return False
+    return True
 
 
 def synthetic_tcpstate(st, kinds, rng) -> TcpState:
@@ -81,6 +159,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ref-stretches", type=int, default=60, help="stretches the reference runs on")
     ap.add_argument("--variant", action="append", help="default: " + ", ".join(DEFAULT))
     ap.add_argument("--fresh", action="store_true", help="regenerate the synthetic run")
+    ap.add_argument("--streams-minutes", type=float, default=60)
+    ap.add_argument("--no-streams", action="store_true", help="skip the streams variants")
     ap.add_argument("--repeat", type=int, default=3, help="fast-path runs per variant; the best counts (the "
                     "machine's other load only ever adds time)")
     a = ap.parse_args(argv)
@@ -168,6 +248,8 @@ def main(argv=None) -> int:
                   "vs 17 M, 0.25x)") if BASELINE in rates else ""
         print(f"{name}: {rates[name]:,.0f} module-diagnoses/s wall, {cpu_rates[name]:,.0f} CPU; target {target:,}: "
               f"{'met' if rates[name] >= target else 'missed'} on the wall clock ({rates[name] / target:.2f}x){beside}")
+    if not a.no_streams and not bench_streams(a.streams_minutes, a.repeat):
+        return 1
     if slow:
         print(f"below the floor ({FLOOR:,} module-diagnoses/s, probe variants {PROBE_FLOOR:,}): {', '.join(slow)}")
     return 0

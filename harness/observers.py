@@ -20,6 +20,9 @@ class Headline:
     tcp_fpr: float | None = None
     tcp_ppv: float | None = None
     app_tpr: tuple[float, ...] = ()    # the TPR of each application row with one (iperf, wget)
+    # which modules the three rates are of: "TCP" (a network run's TCP connections) or "conn" (a
+    # streams run's stream connections, docs/streams.md)
+    scope: str = "TCP"
 
 
 class LiveLine(Protocol):

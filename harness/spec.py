@@ -27,7 +27,7 @@ from harness.faults.spec import (  # noqa: F401 - the spec's parts, here for the
 )
 from harness.faults.spec import Strict as _Strict
 from harness.topology import Topology, load_topology
-from harness.units import Duration, Size
+from harness.units import Duration, Percent, PerSecond, Size
 from harness.window import Window  # noqa: F401 - a planned fault, here for its users
 from harness.yamlload import YamlDoc
 from rundir.facts import RECOVERY_EXTRA_S, recovery_after
@@ -36,10 +36,14 @@ from rundir.facts import RECOVERY_EXTRA_S, recovery_after
 FAULT_MARGIN_S = 2.0
 
 
+SERVICE_MIX = {"hit": 80.0, "miss": 15.0, "write": 5.0}
+
+
 class Workload(_Strict):
-    kind: Literal["wget", "iperf"]
-    host: str
-    server: str
+    kind: Literal["wget", "iperf", "service"]
+    # wget, iperf: the client's host and its server's. service: set from `client` and `web`.
+    host: str | None = None
+    server: str | None = None
     role: Literal["foreground", "background"] = "foreground"
     instances: int = Field(default=1, ge=1, le=64, description="parallel copies of the workload")
     start: Duration = 0.0
@@ -51,9 +55,39 @@ class Workload(_Strict):
     # `parallel` upload connections plus as many download connections the server opens back.
     direction: Literal["upload", "download", "dual"] | None = None
     parallel: int = Field(default=1, ge=1, le=128, description="iperf -P: connections per instance")
+    # service (harness/service/, docs/service.md): the tiers' hosts and the load generator's.
+    client: str | None = None
+    web: str | None = None
+    apps: list[str] | None = None
+    cache: str | None = None
+    db: str | None = None
+    rate: PerSecond | None = Field(default=None, description="service: Poisson arrivals per second")
+    concurrency: int = Field(default=32, ge=1, le=1024, description="service: requests in flight, at most")
+    mix: dict[Literal["hit", "miss", "write"], Percent] | None = None
+
+    @property
+    def tier_hosts(self) -> dict[str, str]:
+        """service: tier -> host, the app tiers as app1, app2, ... (empty for the other kinds)."""
+        if self.kind != "service":
+            return {}
+        apps = {f"app{i + 1}": a for i, a in enumerate(self.apps or [])}
+        return {"client": self.client, "web": self.web, **apps, "cache": self.cache, "db": self.db}
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """Every host the workload runs on: its client and server, a service's every tier."""
+        return tuple(dict.fromkeys(self.tier_hosts.values())) if self.kind == "service" else (self.host, self.server)
 
     @model_validator(mode="after")
     def _by_kind(self):
+        service_only = ("client", "web", "apps", "cache", "db", "rate", "mix")
+        if self.kind == "service":
+            return self._service()
+        given = [f for f in service_only if getattr(self, f) is not None]
+        if given:
+            raise ValueError(f"{given[0]} applies to kind service only")
+        if self.host is None or self.server is None:
+            raise ValueError(f"a {self.kind} workload needs 'host' and 'server'")
         if self.kind == "wget":
             if self.direction not in (None, "download"):
                 raise ValueError("wget only downloads (direction: download)")
@@ -63,7 +97,26 @@ class Workload(_Strict):
         else:
             self.direction = self.direction or "upload"
             if self.count is not None:
-                raise ValueError("count applies to wget only (iperf runs until the end)")
+                raise ValueError("count applies to wget and service only (iperf runs until the end)")
+        return self
+
+    def _service(self):
+        if self.host is not None or self.server is not None:
+            raise ValueError("a service workload names its hosts with client, web, apps, cache and db, "
+                             "not host and server")
+        if self.rate is None:
+            raise ValueError("a service workload needs 'rate' (requests per second, e.g. 50/s)")
+        if self.instances != 1 or self.parallel != 1 or self.direction is not None:
+            raise ValueError("instances, parallel and direction do not apply to a service workload")
+        self.client, self.web, self.cache, self.db = (self.client or "client", self.web or "web",
+                                                      self.cache or "cache", self.db or "db")
+        self.apps = self.apps if self.apps is not None else ["app1", "app2"]
+        if not self.apps:
+            raise ValueError("apps: at least one application host")
+        self.mix = self.mix if self.mix is not None else dict(SERVICE_MIX)
+        if sum(self.mix.values()) <= 0:
+            raise ValueError("mix: the shares must not all be 0")
+        self.host, self.server = self.client, self.web
         return self
 
 
@@ -304,6 +357,9 @@ def _check_against_topology(spec: Spec, doc: YamlDoc, topo: Topology) -> None:
 
     host(("monitor",), spec.monitor)
     for i, w in enumerate(spec.workloads):
+        if w.kind == "service":
+            _check_service(doc, i, w, host)
+            continue
         host(("workloads", i, "host"), w.host)
         host(("workloads", i, "server"), w.server)
         if w.host == w.server:
@@ -329,6 +385,18 @@ def _check_against_topology(spec: Spec, doc: YamlDoc, topo: Topology) -> None:
                 raise doc.error(("faults", i, "target", "workload"),
                                 f"workload {target.workload} runs on {w.host}, not on the monitored host "
                                 f"{spec.monitor}; its modules would not be observed")
+
+
+def _check_service(doc: YamlDoc, i: int, w: Workload, host) -> None:
+    """Every tier on a host of the topology, each tier on a host of its own."""
+    seen: dict[str, str] = {}
+    for tier, name in w.tier_hosts.items():
+        field = ("apps", int(tier[3:]) - 1) if tier.startswith("app") else (tier,)
+        loc = ("workloads", i, *field)
+        host(loc, name)
+        if name in seen:
+            raise doc.error(loc, f"{name!r} already runs the {seen[name]} tier; each tier needs a host of its own")
+        seen[name] = tier
 
 
 def load_spec(path: Path | str, topology: Path | str | None = None) -> Experiment:

@@ -255,6 +255,9 @@ def _shards_text(shards: list[int]) -> str:
 def _workloads_text(spec: Spec) -> str:
     parts = []
     for w in spec.workloads:
+        if w.kind == "service":
+            parts.append(f"service {w.rate:g}/s")
+            continue
         n = w.instances * (w.parallel if w.kind == "iperf" else 1)
         what = f"{w.kind} {w.direction}" + (f" x{n}" if n > 1 else "")
         parts.append(what + (" (bg)" if w.role == "background" else ""))

@@ -253,8 +253,10 @@ class SuiteRun:
                     if self.observers.report is not None:
                         self.headlines[m.key()] = self.observers.report(run.rd.path, True)
                     fig = self._figures(m)
-                    console.print(f"  TCP TPR {fig.get('TCP TPR') or '-'} FPR {fig.get('TCP FPR') or '-'} "
-                                  f"PPV {fig.get('TCP PPV') or '-'}, silence {fig.get('silence') or '-'} "
+                    sc = self._scope()
+                    silence = "" if sc == "conn" else f", silence {fig.get('silence') or '-'}"
+                    console.print(f"  {sc} TPR {fig.get(f'{sc} TPR') or '-'} FPR {fig.get(f'{sc} FPR') or '-'} "
+                                  f"PPV {fig.get(f'{sc} PPV') or '-'}{silence} "
                                   f"(analysis: {run.rd.analysis})", markup=False)
                 self.write_index()
                 if m.status == "interrupted":
@@ -289,19 +291,26 @@ class SuiteRun:
         """One table: every run with its status and headline figures, then the pooled accuracy."""
         part = f" (shard {self.shard[0]}/{self.shard[1]})" if self.shard else ""
         table = Table(title=Text(f"suite {self.suite.name}{part}"), title_justify="left")
-        for col in ("experiment", "r", "seed", "status", "wall", "faults", "TCP TPR", "TCP FPR", "TCP PPV",
-                    "app TPR", "silence"):
+        sc = self._scope()
+        # a streams suite has no TCP connections, applications or network silences: no columns for them
+        scores = (f"{sc} TPR", f"{sc} FPR", f"{sc} PPV") + (() if sc == "conn" else ("app TPR", "silence"))
+        for col in ("experiment", "r", "seed", "status", "wall", "faults", *scores):
             table.add_column(col, justify="left" if col in ("experiment", "status") else "right")
         for m in self.members:
             fig = self._figures(m) if m.run and m.status == "complete" else {}
             wall = m.wall_s or fig.get("wall")
             table.add_row(*map(Text, (m.experiment, str(m.repetition), str(m.seed), m.status,
-                                      f"{wall:.0f}s" if wall else "", fig.get("faults", ""), fig.get("TCP TPR", ""),
-                                      fig.get("TCP FPR", ""), fig.get("TCP PPV", ""), fig.get("app TPR", ""),
-                                      fig.get("silence", ""))))
+                                      f"{wall:.0f}s" if wall else "", fig.get("faults", ""),
+                                      *(fig.get(c, "") for c in scores))))
         Console(highlight=False, width=None if console.is_terminal else 160).print(table)
         if any(m.status == "complete" for m in self.members):
             self.pooled()
+
+    def _scope(self) -> str:
+        """Whose rates the summary shows: "conn" (stream connections) when every experiment runs on a
+        stream engine, else "TCP"."""
+        backends = {getattr(getattr(e, "topology", None), "backend", None) for e in self.experiments.values()}
+        return "conn" if backends == {"flink"} else "TCP"
 
     def _figures(self, m: Member) -> dict[str, str]:
         """A complete run's figures for the summary: its headline scores (from the report of this
@@ -354,7 +363,8 @@ def headline_figures(head: Headline | None, run: Path) -> dict[str, str]:
         if m.health is not None and m.health.silence_rate is not None:
             out["silence"] = f"{100 * m.health.silence_rate:.2f}%"
     if head is not None:
-        for key, v in (("TCP TPR", head.tcp_tpr), ("TCP FPR", head.tcp_fpr), ("TCP PPV", head.tcp_ppv)):
+        sc = head.scope
+        for key, v in ((f"{sc} TPR", head.tcp_tpr), (f"{sc} FPR", head.tcp_fpr), (f"{sc} PPV", head.tcp_ppv)):
             if v is not None:
                 out[key] = f"{v:.1f}"
         if head.app_tpr:

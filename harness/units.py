@@ -52,6 +52,17 @@ def parse_rate(value: object) -> float:
     return _parse(value, _RATE, "rate", "'100Mbit'", casefold=True)
 
 
+_PER_SECOND = {"": 1.0, "/s": 1.0, "/min": 1 / 60}
+
+
+def parse_per_second(value: object) -> float:
+    """Events per second: '50/s', '600/min' or a bare number (per second); greater than 0."""
+    v = _parse(value, _PER_SECOND, "rate", "'50/s'", casefold=False)
+    if v <= 0:
+        raise ValueError(f"expected a rate greater than 0 such as '50/s', got {value!r}")
+    return v
+
+
 def parse_percent(value: object) -> float:
     """'5%' or a bare number, in percent (0-100)."""
     text = value.strip()[:-1] if isinstance(value, str) and value.strip().endswith("%") else value
@@ -65,3 +76,4 @@ Duration = Annotated[float, BeforeValidator(parse_duration)]
 Percent = Annotated[float, BeforeValidator(parse_percent)]
 Size = Annotated[float, BeforeValidator(parse_size)]
 Rate = Annotated[float, BeforeValidator(parse_rate)]
+PerSecond = Annotated[float, BeforeValidator(parse_per_second)]

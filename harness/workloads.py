@@ -19,6 +19,8 @@ from pathlib import Path
 
 from harness.backends.base import Node, Proc
 from harness.ledger import signals_held
+from harness.service.paths import PathSources, loadgen_summary, request_rows
+from harness.service.tiers import ServiceTiers, TierHosts, check_installed
 from harness.spec import Spec, Workload
 from rundir.errors import UserError
 from rundir.facts import IPERF_PORT
@@ -30,7 +32,10 @@ SERVER_BINARIES = {"wget": "lighttpd", "iperf": "iperf"}
 
 
 def check_binaries(spec: Spec) -> None:
-    needed = {CLIENT_BINARIES[w.kind] for w in spec.workloads} | {SERVER_BINARIES[w.kind] for w in spec.workloads}
+    plain = [w for w in spec.workloads if w.kind != "service"]
+    if len(plain) < len(spec.workloads):
+        check_installed()
+    needed = {CLIENT_BINARIES[w.kind] for w in plain} | {SERVER_BINARIES[w.kind] for w in plain}
     missing = sorted(b for b in needed if shutil.which(b) is None)
     if missing:
         raise UserError(f"missing program(s) for the workloads: {', '.join(missing)}; run scripts/setup.sh")
@@ -60,12 +65,16 @@ class Instance:
 
 class Workloads:
     def __init__(self, spec: Spec, nodes: dict[str, Node], addresses: dict[str, str], logs: Path,
-                 client_env: dict[str, dict[str, str]] | None = None, on_process=None, warn=None):
+                 client_env: dict[str, dict[str, str]] | None = None, on_process=None, warn=None, python=None,
+                 seed: int = 0):
         self.spec, self.nodes, self.addresses, self.logs = spec, nodes, addresses, logs
         self.client_env = client_env or {}   # host -> extra environment of the clients started there
         self.on_process = on_process or (lambda *a, **k: None)   # (proc, workload, role, host)
         self.warn = warn or (lambda message, workload: print(f"warning: {message}", file=sys.stderr))
         self.servers: list[Proc] = []
+        self.services: dict[int, ServiceTiers] = {}   # a service workload's tiers, by workload index
+        self.seed = seed   # the repetition's: the service's load generator draws its arrivals from it
+        self.python = python or (lambda host: [sys.executable])   # argv prefix running our modules on a host
         self.instances = [Instance(i, k) for i, w in enumerate(spec.workloads) for k in range(w.instances)]
         self.www = Path(tempfile.mkdtemp(prefix="nestlab-www-"))
         self.t0: float | None = None
@@ -73,7 +82,10 @@ class Workloads:
     # -- servers ---------------------------------------------------------------------------------
     def start_servers(self) -> None:
         wanted: dict[tuple[str, str], None] = {}
-        for w in self.spec.workloads:
+        for i, w in enumerate(self.spec.workloads):
+            if w.kind == "service":
+                self._start_service(i, w)
+                continue
             wanted[(w.kind, w.server)] = None
         for kind, server in wanted:
             node = self.nodes[server]
@@ -103,6 +115,45 @@ class Workloads:
                 self.on_process(proc, None, "server", server)
             self._wait_listening(node, self.addresses[server], port, proc)
 
+    def _start_service(self, i: int, w: Workload) -> None:
+        hosts = TierHosts(w.web, tuple(w.apps), w.cache, w.db)
+        if any(self.nodes[h].workdir is not None for h in (*hosts.apps, hosts.web, hosts.cache, hosts.db)):
+            raise UserError("the service workload runs on Mininet only for now (its tiers' files are the runner's)")
+        tiers = self.services[i] = ServiceTiers(hosts, self.nodes, self.addresses, self.www / f"service-{i}",
+                                                self.logs, self.on_process, self.client_env)
+        tiers.start()
+
+    def _loadgen_out(self, workload: int) -> Path:
+        return self.www / f"service-{workload}" / "loadgen.tsv"
+
+    def _service_argv(self, workload: int, w: Workload) -> list[str]:
+        """The load generator: it stops arriving a second before the run's end (its last answers
+        come in before the clients are stopped) and after at most `count` requests (default: twice
+        what the rate offers in that time)."""
+        seconds = max(1.0, self.spec.duration - w.start - 1.0)
+        count = w.count or int(2 * w.rate * seconds) + 10
+        mix = ",".join(f"{k}={v:g}" for k, v in w.mix.items())
+        return [*self.python(w.client), "-m", "harness.service.loadgen", "--url", self.services[workload].url(),
+                "--rate", f"{w.rate:g}", "--concurrency", str(w.concurrency), "--count", str(count),
+                "--duration", f"{seconds:g}", "--seed", str(self.seed), "--mix", mix,
+                "--out", str(self._loadgen_out(workload))]
+
+    def service_records(self, wall_minus_mono: float) -> tuple[list, dict[int, dict]]:
+        """The requests table's rows of every service workload (harness.service.paths) and each load
+        generator's summary, by workload."""
+        rows, summaries = [], {}
+        for i, tiers in self.services.items():
+            w = self.spec.workloads[i]
+            inst = next((x for x in self.instances if x.workload == i), None)
+            proc = inst.proc if inst is not None else None
+            daemons = {t: hp[0] for t, hp in tiers.pids().items() if t in ("cache", "db")}
+            rows += request_rows(PathSources(w.client, proc.pid if proc else None, self._loadgen_out(i), w.web,
+                                             tiers.access_log, tiers.hops_dir, daemons, wall_minus_mono))
+            summary = loadgen_summary(proc.log) if proc is not None and proc.log else None
+            if summary is not None:
+                summaries[i] = {**summary, "concurrency": w.concurrency}
+        return rows, summaries
+
     @staticmethod
     def _file(size: float) -> str:
         return f"file-{int(size)}"
@@ -126,7 +177,9 @@ class Workloads:
                            f"{port}: {log.strip()}")
 
     # -- clients ---------------------------------------------------------------------------------
-    def _client_argv(self, w: Workload) -> list[str]:
+    def _client_argv(self, w: Workload, workload: int) -> list[str]:
+        if w.kind == "service":
+            return self._service_argv(workload, w)
         server = self.addresses[w.server]
         if w.kind == "wget":
             url = f"http://{server}:{HTTP_PORT}/{self._file(w.file_size)}"
@@ -155,7 +208,7 @@ class Workloads:
                     continue
             log = self.logs / f"w{inst.workload}-{w.kind}-i{inst.index}-{inst.runs}.log"
             with signals_held():
-                inst.proc = self.nodes[w.host].start(self._client_argv(w), log, env=self.client_env.get(w.host))
+                inst.proc = self.nodes[w.host].start(self._client_argv(w, inst.workload), log, env=self.client_env.get(w.host))
                 self.on_process(inst.proc, inst.workload, "client", w.host)
             inst.runs += 1
             started += 1
@@ -191,6 +244,8 @@ class Workloads:
                 self._ended(inst)
 
     def stop_servers(self) -> None:
+        for tiers in self.services.values():
+            tiers.stop()
         for proc in self.servers:
             self.nodes[proc.node].stop(proc)
             self.on_process(proc, None, "ended", None)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.defaults import default_variant
 from analysis.diagnose import diagnose_run
 from analysis.labels import label_run, parse_policy
 from analysis.load import RunData, load_run_data
@@ -114,7 +115,7 @@ class StoredRun:
         """Every variant's result per direction, module and snapshot (default:
         analysis.variants.DEFAULT_VARIANT). Variants one or many, names or objects, ranges expanded;
         column `asked` is each variant as written, `variant` its canonical name."""
-        specs = _specs(variants)
+        specs = _specs(variants, [self.path])
         frame = guarded(self.path, diagnose_run, self.data.run, [v for _, v in specs])
         return _with_asked(frame, specs)
 
@@ -123,19 +124,20 @@ class StoredRun:
         fault (default policy: impact, the seeds' criteria)."""
         return guarded(self.path, label_run, self.data, policy)
 
-    def accuracy(self, variants=(DEFAULT_VARIANT,), policy: str | None = None, per_run: bool = False,
+    def accuracy(self, variants=None, policy: str | None = None, per_run: bool = False,
                  ) -> pd.DataFrame:
         """Thesis Table 3.3 for each variant, the rows and columns of `nestlab accuracy`'s accuracy.csv
         (per_run=True: per_run.csv's, with the run's path in column `run`)."""
         return accuracy_of([self], variants, policy, per_run=per_run)
 
 
-def _specs(variants) -> list[tuple[str, object]]:
+def _specs(variants, paths=()) -> list[tuple[str, object]]:
     """(as written, Variant) of variants given one or many, as names or objects (a usage error names
-    the usage, never a run)."""
+    the usage, never a run); none: the system under test's for these run paths (analysis.defaults:
+    streamsdiagnoser for streams runs, DEFAULT_VARIANT otherwise)."""
     if len(variants) == 1:
         variants = variants[0]
-    return variant_specs(variants) or variant_specs(DEFAULT_VARIANT)
+    return variant_specs(variants) or variant_specs(default_variant(paths) if paths else DEFAULT_VARIANT)
 
 
 def _with_asked(frame: pd.DataFrame, specs) -> pd.DataFrame:
@@ -160,14 +162,16 @@ def _runs(runs) -> list[StoredRun]:
     return out
 
 
-def accuracy_of(runs, variants=(DEFAULT_VARIANT,), policy: str | None = None, per_run: bool = False,
+def accuracy_of(runs, variants=None, policy: str | None = None, per_run: bool = False,
                 jobs: int = 1) -> pd.DataFrame:
     """accuracy.csv's rows for a set of runs (with 2 or more, the across-run intervals too); per_run=True:
     per_run.csv's rows (column `run`). Runs: StoredRun objects or run directories, one or many.
-    jobs > 1 analyses the runs in that many processes (each loads the plug-ins itself)."""
-    specs = _specs((variants,))
+    jobs > 1 analyses the runs in that many processes (each loads the plug-ins itself). Variants
+    None: the system under test's (DEFAULT_VARIANT; streamsdiagnoser for streams runs)."""
+    paths = [r.path for r in _runs(runs)]
+    specs = _specs((variants,) if variants is not None else (), paths)
     parse_policy(policy)   # a bad policy is a usage error, before any run is read
-    ev = evaluate([r.path for r in _runs(runs)], [v for _, v in specs], policy, jobs=jobs)
+    ev = evaluate(paths, [v for _, v in specs], policy, jobs=jobs)
     if per_run:
         frame = per_run_csv_frame(ev)
     else:

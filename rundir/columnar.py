@@ -7,7 +7,7 @@ direction, the four values, which are supported, which hold no count; its warnin
 could not place) as an Arrow IPC file, uncompressed, which pyarrow maps into memory and hands over
 as numpy arrays without copying (measured on that run: 7 ms; IPC with lz4 36 ms, zstd 43 ms,
 Parquet 190-225 ms, each a copy; docs/run-format.md). Its rows are ordered by direction, module and
-seq, the order load_stretches wants (analysis.dense takes them as they are); run.db gives them in
+seq, the order load_stretches wants (analysis.model.dense takes them as they are); run.db gives them in
 the order they were written. Nothing the analysis makes of them depends on that order, so every
 result is the same either way.
 
@@ -82,7 +82,7 @@ def read_counters(db: Path, conn: sqlite3.Connection, warnings: list[str],
                   now: dict | None = None, notes: list[str] | None = None) -> tuple[dict[str, np.ndarray], Unplaced]:
     """`rundir.read.read_counters(conn, warnings)`, from the copy when it is current (the same rows,
     warnings and unplaced rows; the rows by direction, module and seq, the order in which
-    analysis.dense takes them, where run.db gives them in the order they were written), else from
+    analysis.model.dense takes them, where run.db gives them in the order they were written), else from
     run.db, writing the copy for the next reader. `now`: stamp(db, conn), when the caller has it.
     `notes` (default `warnings`) gets a line for a copy that failed its checks and was not used."""
     now = stamp(db, conn) if now is None else now

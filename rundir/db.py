@@ -27,7 +27,10 @@ from rundir.faultkinds import LEGACY
 # 6: streams runs (issue 22, docs/streams.md): modules of kind 'sconn' (stream connections), faults
 #    of kind throttle and dropper, and the stream_tasks table (the engine's own per-task metrics).
 #    Network runs are unchanged; version 5 reads as before.
-FORMAT_VERSION = 6
+# 7: the requests table: a service workload's true request paths, one row per hop (issue 33,
+#    docs/service.md), and the manifest's `service` (the load generator's summary). Runs without a
+#    service workload are unchanged; version 6 reads as before.
+FORMAT_VERSION = 7
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -161,6 +164,18 @@ CREATE TABLE IF NOT EXISTS stream_tasks (
     records_in INTEGER,
     records_out INTEGER
 );
+-- A service workload's true request paths (format 7 on, docs/service.md): a row per hop of every
+-- request, from the request id each tier logged (harness/service/paths.py).
+CREATE TABLE IF NOT EXISTS requests (
+    request TEXT NOT NULL,           -- the X-Request-ID the load generator gave it
+    type TEXT NOT NULL,              -- the path it took, as the app reported it: hit | miss | write
+    tier TEXT NOT NULL,              -- client | web | app | cache | db
+    host TEXT NOT NULL,
+    pid INTEGER,                     -- the process that served the hop (cache, db: the daemon)
+    start REAL NOT NULL,             -- reference clock (the monitored host's CLOCK_MONOTONIC)
+    "end" REAL NOT NULL,
+    outcome TEXT NOT NULL            -- ok | error
+);
 CREATE INDEX IF NOT EXISTS modules_key ON modules (key);
 """
 
@@ -186,6 +201,7 @@ FAULT_COLUMNS = ["id", "spec_index", "kind", "at_node", "target", "target_module
                  "planned_duration", "start", "end"]
 QUEUE_COLUMNS = ["mono", "node", "interface", "sent_packets", "sent_bytes", "drops", "overlimits", "requeues",
                  "backlog_packets", "backlog_bytes"]
+REQUEST_COLUMNS = ["request", "type", "tier", "host", "pid", "start", "end", "outcome"]
 PROCESS_COLUMNS = ["pid", "workload", "role", "host", "cmdline", "started", "ended", "exit_code"]
 
 

@@ -234,6 +234,19 @@ class RunHealth(_Record):
         return self.model_dump(mode="json")
 
 
+class ServiceLoad(_Record):
+    """A service workload's load generator, as it reported at its end (harness.service.loadgen)."""
+
+    offered_rate: float | None = None        # the spec's rate (Poisson arrivals per second)
+    achieved_rate: float | None = None       # answers per second of the arrivals' time
+    seconds: float | None = None             # from its first arrival's time to its last's
+    sent: int | None = None
+    refused: int | None = None               # arrivals that found `concurrency` requests in flight
+    done: int | None = None
+    errors: int | None = None                # answers other than 200, and no answer
+    concurrency: int | None = None
+
+
 class Counts(_Record):
     snapshots: int | None = None
     modules: int | None = None
@@ -273,6 +286,7 @@ class Manifest(_Record):
     link_model: list[LinkModel] | None = None
     routing: dict[str, Any] | None = None    # Mininet, multipath topologies: per router the verified ECMP routes
     health: RunHealth | None = None
+    service: dict[str, ServiceLoad] | None = None   # format 7: by service workload index
     versions: dict[str, str | dict[str, str]] = {}
     start_wall: float | None = None
     start_mono: float | None = None

@@ -57,6 +57,12 @@ class RunRecorder:
         self.db.execute("UPDATE processes SET ended = ?, exit_code = ? WHERE pid = ? AND started = ?",
                         (ended, exit_code, pid, started))
 
+    def requests(self, rows: Iterable[Sequence]) -> None:
+        """A service workload's true request paths (rundir.db.REQUEST_COLUMNS, a row per hop)."""
+        self.db.executemany('INSERT INTO requests (request, type, tier, host, pid, start, "end", outcome) '
+                            "VALUES (?,?,?,?,?,?,?,?)", rows)
+        self.db.commit()
+
     # -- faults --------------------------------------------------------------------------------
     def faults_started(self, rows: Iterable[Sequence]) -> None:
         """One row per part of a fault in force: (id, spec_index, kind, at_node, target,

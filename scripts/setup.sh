@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 
 PKGS=(mininet iperf lighttpd wget iptables iproute2 bridge-utils ethtool iputils-ping procps psmisc
       gcc make libc6-dev python3-venv python3-dev openssh-server openssh-client chromium tmux
-      openjdk-17-jdk-headless)
+      openjdk-17-jdk-headless
+      nginx gunicorn memcached mariadb-server python3-pymemcache python3-pymysql)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -14,8 +15,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-# The Debian packages may start services we do not want running outside our namespaces.
-for svc in lighttpd ssh; do systemctl disable --now "$svc" >/dev/null 2>&1 || true; done
+# The Debian packages may start services we do not want running outside our namespaces (the service
+# workload's tiers run only inside a run's Mininet hosts, docs/service.md).
+for svc in lighttpd ssh nginx memcached mariadb; do systemctl disable --now "$svc" >/dev/null 2>&1 || true; done
 
 # Debian's Mininet is installed for /usr/bin/python3 only: the venv must be built from it (see
 # ../shared/notes/environment.md).

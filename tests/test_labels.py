@@ -394,3 +394,29 @@ def test_a_retransmission_ends_the_impact_period_unless_retrans_continues(tmp_pa
                       & (data.counters["seq"] == 33), "errors"] = 1
     lab = label_run(data, "impact:retrans=continues")
     assert spans(positives(lab, tcp, "out")) == [(21, 39)]
+
+
+def test_aftereffect_exclude_scores_the_back_off_after_a_fault_apart(tmp_path):
+    """issue 35: one download silent through an ip_drop (3.95-4.95 s, seq 39.5-49.5) and on to seq 57,
+    waiting for its backed-off retransmission. By the seeds the interface is positive to seq 57 and the
+    connection (collateral) negative; aftereffect=exclude leaves out the snapshots that begin after the
+    drop ended (seq 51-57) for both, and keeps everything else as it was."""
+    from tests.support.probes import single_flow_run
+
+    run, m = single_flow_run(tmp_path / "r", probes=False)
+    data = load_run_data(run)
+    keep, cut = label_run(data, "impact"), label_run(data, "impact:aftereffect=exclude")
+    assert parse_policy("impact:aftereffect=exclude").name == "impact:aftereffect=exclude"
+
+    def rows(lab, mod):
+        return lab[(lab["module"] == mod) & (lab["dir"] == "in")].sort_values("seq").set_index("seq")
+
+    ip_keep, ip_cut = rows(keep, m["ipeth"]), rows(cut, m["ipeth"])
+    assert ip_keep.loc[40:57, "actual"].all() and not ip_keep.loc[40:57, "exclude"].any()
+    assert ip_cut.loc[51:57, "exclude"].all() and (ip_cut.loc[51:57, "cause"] == "aftereffect").all()
+    assert not ip_cut.loc[40:50, "exclude"].any() and ip_cut.loc[40:50, "actual"].all()
+    tcp_keep, tcp_cut = rows(keep, m["tcp"]), rows(cut, m["tcp"])
+    assert not tcp_keep.loc[51:57, "actual"].any() and not tcp_keep.loc[51:57, "exclude"].any()
+    assert tcp_cut.loc[51:57, "exclude"].all() and not tcp_cut.loc[40:50, "exclude"].any()
+    other = ~((keep["module"].isin([m["ipeth"], m["tcp"]])) & keep["seq"].between(51, 57))
+    assert (keep.loc[other, ["actual", "exclude"]] == cut.loc[other, ["actual", "exclude"]]).all().all()

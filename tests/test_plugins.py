@@ -93,6 +93,18 @@ def test_an_install_without_the_projects_entry_points_loads_the_built_ins_and_sa
     assert SYSTEMS.origin("peer") == "built-in"
 
 
+def test_a_built_in_added_since_the_install_is_loaded_quietly(fresh_registries, monkeypatch, capsys):
+    import importlib.metadata
+
+    real = importlib.metadata.entry_points
+    monkeypatch.setattr(importlib.metadata, "entry_points",   # an install made before `peer` was declared
+                        lambda group: [ep for ep in real(group=group) if ep.name != "peer"])
+    SYSTEMS.reload()
+    assert list(SYSTEMS)[:len(BUILTINS)] == [n for n, _ in BUILTINS]
+    assert SYSTEMS.is_builtin("peer") and SYSTEMS.origin("peer") == "built-in"
+    assert "warning" not in capsys.readouterr().err
+
+
 def test_an_installed_package_is_found_listed_and_scored(tmp_path, fresh_registries, monkeypatch):
     site = install(tmp_path / "site", "nestlab-tcpquiet", {"tcpquiet_rule": GOOD}, {"tcpquiet": "tcpquiet_rule:SYSTEM"})
     monkeypatch.syspath_prepend(str(site))

@@ -56,8 +56,9 @@ def test_worked_example_single_flow(tmp_path):
     first snapshots by the look-ahead). A burst at seq 42 + 50 ms times out after 1 s: its outcome is
     known by seq 40's time + 1.5 s (the look-ahead), so from seq 40 the connection is BLOCKED and ip+eth
     stays STALLED (with a 1 s look-ahead seq 40-42 have no evidence yet and keep Θ's answer). The burst
-    at seq 53 is answered (the path is back, the connection still silent): the silence's first burst
-    decides, so nothing changes."""
+    at seq 53 is answered (the path is back, the connection still silent, waiting for its backed-off
+    retransmission): it follows an unanswered burst of the silence, so it is RECOVERING, the connection
+    stays BLOCKED by the past outage and ip+eth keeps the blame (issue 35)."""
     run, m = single_flow_run(tmp_path / "r")
     base_tcp, base_ip = labels(run, "flowdiagnoser", m["tcp"]), labels(run, "flowdiagnoser", m["ipeth"])
     assert base_tcp[20:30] == base_ip[20:30] == "S" * 10 and base_tcp[40:58] == base_ip[40:58] == "S" * 18
@@ -74,7 +75,10 @@ def test_worked_example_single_flow(tmp_path):
     (ev,) = ref_evidence(rs.stretches, 1.0)   # a 1 s look-ahead: seq 40-42 wait for the timeout
     row = rs.stretches[0].modules.index(m["tcp"])
     assert ev["in"][row, 20:30].tolist() == [1] * 10
-    assert ev["in"][row, 40:58].tolist() == [0] * 3 + [2] * 15
+    # seq 40-42 wait for the timeout; seq 43-53 the unanswered burst (sent at seq 42, known at 52.5);
+    # from seq 54 the answered one (sent at seq 53) after it: RECOVERING, the connection waiting for its
+    # retransmission after the drop (0.35 s since the path was seen working, 1.45 s of silence before).
+    assert ev["in"][row, 40:58].tolist() == [0] * 3 + [2] * 11 + [3] * 4
     assert ev["in"][row, :20].tolist() == [0] * 20           # no silence, no evidence
 
 
@@ -238,15 +242,20 @@ def test_evidence_windows():
     # The look-ahead reaches `ahead` seconds, and not past the silence (it ends at time 3 here).
     assert evidence_at(times, quiet, answered(A, sent=3.9), ahead=1.0) == [0, 0, 1, 1, 0]
     assert evidence_at(times, [5, 0, 0, 5, 5], answered(A, sent=3.5)) == [0, 0, 0, 0, 0]
-    # The first burst decides the whole silence, whatever comes after it ...
+    # A burst speaks for its own time (sent to known) and the snapshots before it; a later burst with
+    # another outcome takes over from the end of its scope (issue 35) ...
     rows = answered(A, sent=2.2) + burst(5, 5, 0, A, 0, 2.8, [("timeout", 1.5), ("timeout", 1.5)])
-    assert evidence_at(times, quiet, rows) == [0, 1, 1, 1, 0]
+    assert evidence_at(times, quiet, rows) == [0, 1, 1, 2, 0]
+    # ... and an answer after an unanswered burst of the silence, while the silence since the path was
+    # seen working (w = 2.802) is no longer than it was before (since a = 1): RECOVERING.
     rows = burst(5, 5, 0, A, 0, 1.5, [("timeout", 1.0)]) + answered(A, sent=2.8)
-    assert evidence_at(times, quiet, rows) == [0, 2, 2, 2, 0]
-    # ... once its outcome is known; before, the first burst known then (the collector sends one burst
-    # at a time to a remote, so this does not happen with its probes).
+    assert evidence_at(times, quiet, rows) == [0, 2, 3, 3, 0]
+    # Bursts that overlap (the collector sends one at a time to a remote, so its probes do not): each
+    # counts once known; past the back-off bound (4 - 2.41 > 2.41 - 1) an answer is ANSWERED again.
     rows = burst(5, 5, 0, A, 0, 1.9, [("timeout", 1.5)]) + answered(A, sent=2.4)
-    assert evidence_at(times, quiet, rows) == [0, 1, 2, 2, 0]
+    assert evidence_at(times, quiet, rows) == [0, 1, 3, 1, 0]
+    # A snapshot after a burst's scope with no later burst known yet: the last word holds.
+    assert evidence_at(times, [5, 0, 0, 0, 0], answered(A, sent=1.2)) == [0, 1, 1, 1, 1]
     # An answer known by then counts even if another probe of the burst times out later.
     assert evidence_at(times, quiet, burst(1, 1, 0, A, 0, 2.5, [("timeout", 1.0), ("refused", 0.3)])) == [0, 1, 1, 1, 0]
     # Another remote's burst says nothing about this connection.
@@ -352,6 +361,15 @@ def with_probes(draw, graphs):
             after = GRID * draw(st.sampled_from([0, 1, 4, 8, 12, 24]))
             rows.append((len(rows) + 1, b, 0, remote, None, "syn", 0, sent, sent + after, outcome, None))
     before = draw(st.sampled_from([-math.inf, 10.0 - step, 10.0 - 40 * step]))
+    if draw(st.booleans()):   # tcp_info state: backoff and the last data sent decide RECOVERING where known
+        s.tcpstate = TcpState.unknown(s.n, s.t, mono)
+        for i, k in enumerate(s.kinds):
+            if k == "tcp":
+                for c in range(s.t):
+                    s.tcpstate.known[i, c] = draw(st.booleans())
+                    s.tcpstate.backoff[i, c] = draw(st.sampled_from([math.nan, 0, 1, 3])) if s.tcpstate.known[i, c] \
+                        else math.nan
+                    s.tcpstate.data_sent_at[i, c] = 10.0 + GRID * draw(st.integers(-4, 4 * s.t + 8))
     probes.attach([s], probes.burst_table(pd.DataFrame(rows, columns=PROBE_COLUMNS)), s.seqs, mono, remotes, before)
     return s
 

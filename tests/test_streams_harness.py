@@ -110,6 +110,29 @@ def test_the_suite_lists_the_six_graphs_at_two_rates():
     assert {e.rate_for(0) for e in suite.experiments} == {100} and {e.rate_for(1) for e in suite.experiments} == {1000}
 
 
+def _stopped_together(exp) -> bool:
+    """Do n10 and n12 have overlapping rate-0 windows in this experiment?"""
+    def windows(op):
+        return [(a, a + f.schedule.duration) for f in exp.spec.faults if f.operator == op and f.rate == 0
+                for a in f.schedule.at]
+    return any(a < d and c < b for a, b in windows("n10") for c, d in windows("n12"))
+
+
+def test_the_two_throttles_above_the_fan_in_stop_together_only_in_the_barrier_graphs():
+    """4.6.3.1 and 5.3.2.2 (both throttles at 0: the Barrier); Table 4.3's 0 FN on the merge graphs."""
+    suite = load_suite(REPO / "experiments" / "streams-4.3.yaml")
+    together = {e.spec.name: _stopped_together(e) for e in suite.experiments if e.spec.name.startswith("merge")}
+    assert together == {"mergetree": False, "mergetreemux": False, "mergetreebarrier": True, "mergetreebarriermux": True}
+    n12 = [e for e in suite.experiments if e.spec.name == "mergetree"][0]
+    assert sum(len(f.schedule.at) for f in n12.spec.faults if f.operator == "n12" and f.rate == 0) == 2
+    extra = load_suite(REPO / "experiments" / "streams-overlap.yaml")
+    assert {e.spec.name: _stopped_together(e) for e in extra.experiments} == {
+        "mergetree-overlap": True, "mergetreemux-overlap": True}
+    full = load_suite(REPO / "experiments" / "streams-fullrate.yaml")
+    assert {e.rate_for(0) for e in full.experiments} == {0}
+    assert [e.spec.faults for e in full.experiments] == [e.spec.faults for e in suite.experiments]
+
+
 # ------------------------------------------------------------------ counter recovery (Appendix A, 4.3.2)
 
 

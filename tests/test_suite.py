@@ -157,11 +157,11 @@ def test_check_prints_the_whole_plan_and_runs_nothing(tmp_path, capsys):
     for fault in ("control", "app", "tcp", "ip"):
         for load in ("download", "download-bg", "upload", "upload-bg", "mixed", "mixed-bg"):
             assert f"{fault}-{load} " in out, (fault, load)
-    assert "24 runs; 24 to run, about 26m" in out and "nothing was run" in out
+    assert "72 runs; 72 to run, about 1h19m" in out and "nothing was run" in out   # 24 experiments x 3
     assert not res.exists()
     assert nestlab_main(["run", str(REPO / "experiments" / "thesis-3.3.yaml"), "--check", "--scale", "15"]) == 0
     out = capsys.readouterr().out
-    assert "scale 15" in out and "about 6h" in out and "900s" in out
+    assert "scale 15" in out and "about 18h" in out and "900s" in out
 
 
 def _fake_run(root: Path, exp, rep: int, status: str = "complete", digest: str | None = None) -> Path:
@@ -224,7 +224,8 @@ def test_the_analysis_reads_a_suite_as_the_runs_its_index_names(tmp_path):
 
 def test_the_suite_file_in_the_repository_is_valid_and_planned(tmp_path):
     suite = load_suite(REPO / "experiments" / "thesis-3.3.yaml")
-    assert len(suite.planned()) == 24 and len({e.spec.seed for e in suite.experiments}) == 24
+    assert len(suite.planned()) == 72 and len({e.spec.seed for e in suite.experiments}) == 24
+    assert len({e.spec.seed + k for e, k in suite.planned()}) == 72   # three repetitions, every seed its own
     kinds = {e.spec.name.split("-")[0]: {f.kind for f in e.spec.faults} for e in suite.experiments}
     assert kinds == {"control": set(), "app": {"app_pause"}, "tcp": {"tcp_drop"}, "ip": {"ip_drop"}}
     assert all(e.spec.duration == 60 for e in suite.experiments)

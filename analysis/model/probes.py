@@ -1,6 +1,7 @@
 """Probe evidence (run format 5's `probes` table): for each TCP connection, direction and snapshot,
-whether a burst of the collector's probes to the connection's remote was answered during the
-connection's silence (ANSWERED), was not (UNANSWERED), or no burst speaks for it (NONE).
+whether the burst of the collector's probes to the connection's remote that speaks for the snapshot
+was answered (ANSWERED), was not (UNANSWERED), was answered after an unanswered one while the
+connection still backs off from that outage (RECOVERING), or no burst speaks for it (NONE).
 `flowdiagnoser:probe=on` (analysis.variants.flowdiagnoser_probe) reads it; docs/diagnosis.md has the
 rule with a worked example.
 
@@ -18,23 +19,30 @@ module's attrs `dst` and `dport`, else its name `tcp SRC:SPORT>DST:DPORT`) is th
 connections to one remote address and port share a burst. Addresses compare as addresses
 (`ipaddress`: an IPv4-mapped IPv6 address is the IPv4 one).
 
-**Evidence of a snapshot: the silence's first burst.** A *silence* of connection C in direction d
-is a maximal run of snapshots of C with consecutive seq numbers in which C moved no data in d
-(Δtotal_msgs = 0; outbound, also a snapshot whose data segments were all retransmissions,
-Δtotal_msgs <= Δerrors: a retransmission timeout's resend is no progress). Its window begins at `a`, the time of the run's snapshot before its first one (the
-interval in which C last moved, or was not there yet; -inf at the run's start), and ends at `b`, the
-time of its last snapshot. For snapshot t of a silence, at time m, with T = m + ahead: the earliest
-burst to C's remote sent in (a, min(b, T)] and known at T; ANSWERED if it is answered at T,
-UNANSWERED if not; NONE when there is none (a burst goes about 0.3 s into a silence and a timeout is
-known 1 s later, so the first snapshots of a silence may have none yet), and in every snapshot in
-which C moved data in d.
+**Evidence of a snapshot: the burst that speaks for its time.** A *silence* of connection C in
+direction d is a maximal run of snapshots of C with consecutive seq numbers in which C moved no data
+in d (Δtotal_msgs = 0; outbound, also a snapshot whose data segments were all retransmissions,
+Δtotal_msgs <= Δerrors: a retransmission timeout's resend is no progress). Its window begins at `a`,
+the time of the run's snapshot before its first one (the interval in which C last moved, or was not
+there yet; -inf at the run's start), and ends at `b`, the time of its last snapshot. For snapshot t
+of a silence, interval (p, m], with T = m + ahead, the candidates are the bursts to C's remote sent
+in (a, min(b, T)] and known at T. A burst speaks for its scope, [sent, done] (issue 35): the last
+candidate sent by m if done > p; else the first candidate sent after m (a later burst takes over
+where the earlier one's scope ended; the silence's first snapshots take its first burst); else the
+last one sent by m. ANSWERED if that burst is answered at T, UNANSWERED if not; NONE when there is no
+candidate (a burst goes about 0.3 s into a silence and a timeout is known 1 s later, so the first
+snapshots of a silence may have none yet), and in every snapshot in which C moved data in d.
 
-Why the first burst and not the latest: a burst is evidence about the silence that triggered it,
-and the silence has one cause, the one at its start. Once the path works again, a connection that
-lost packets waits for its next retransmission (backed off: seconds after a long outage), still
-silent; later bursts are answered then, and would blame the connection for the path's outage (on the
-stored net_fault runs with probes, 222 TCP false positives in the tails of ip_drops). The collector
-sends one burst at a time per remote, so the first burst's outcome is known before a second exists.
+**RECOVERING** replaces ANSWERED where an earlier candidate of the silence is unanswered (the path
+was dead during this silence and works now) and C may still be waiting for the retransmission timer
+the outage backed off: with w the answer of the first answered candidate after the last unanswered
+one, where C's tcp_info (Stretch.tcpstate) says it is backed off (backoff >= 1), while it has sent
+no data since (data_sent_at <= w); elsewhere (a receiver cannot see its sender's timer; no tcp_info)
+while m - w <= w - a (a backed-off RTO doubles: the next retransmission comes within about as long
+as the connection has already waited). Once the path works again, a connection that lost packets
+waits for its next retransmission, still silent; the bursts then are answered, and taken as they
+come would blame the connection for the path's outage (on the stored net_fault runs with probes, 222
+TCP false positives in the tails of ip_drops; on thesis-3.3, 46 of the 52 left).
 
 Everything a snapshot's evidence depends on is known `ahead` seconds after it (the burst's probes
 done by T, the silence's snapshots up to T), and its silence's start: the live engine settles a
@@ -53,7 +61,7 @@ import pandas as pd
 from rundir.db import PROBE_ANSWERED
 from rundir.repair import as_dict
 
-NONE, ANSWERED, UNANSWERED = 0, 1, 2
+NONE, ANSWERED, UNANSWERED, RECOVERING = 0, 1, 2, 3
 # Look-ahead: a silence's first burst goes `after` (0.3 s) into it and a timeout is known `timeout`
 # (1 s) later, so its outcome is known about 1.3 s after the silence's first snapshot, plus a snapshot
 # or two of the collector's timing: 1.5 s lets the silence's first snapshots have it. With 1.0 the
@@ -266,35 +274,93 @@ def cell_evidence(batch, d: str, cells: np.ndarray, ahead: float = AHEAD_S) -> n
             continue
         local = cells[a:b] - batch.offsets[k]
         row, col = local // st.t, local % st.t
+        ts = getattr(st, "tcpstate", None)
+        if ts is None:
+            backoff = sent_at = np.full(len(row), np.nan)
+        else:   # unknown (no tcp_info row yet): NaN, which no comparison holds for
+            backoff, sent_at = ts.backoff[row, col], ts.data_sent_at[row, col]
         parts.setdefault(id(sp.bursts), [sp.bursts, []])[1].append(
-            (np.arange(a, b), sp.remote[row], sp.mono[col], sp.since[d][row, col], sp.until[d][row, col]))
+            (np.arange(a, b), sp.remote[row], sp.mono[col], sp.since[d][row, col], sp.until[d][row, col],
+             sp.prev[col], backoff, sent_at))
     for bursts, chunks in parts.values():
-        where, key, mono, since, until = (np.concatenate(x) for x in zip(*chunks, strict=True))
+        where, key, mono, since, until, prev, backoff, sent_at = (np.concatenate(x) for x in zip(*chunks, strict=True))
         keep = (key >= 0) & ~np.isnan(since)
-        out[where[keep]] = _evidence(bursts, key[keep], mono[keep], since[keep], until[keep], ahead)
+        out[where[keep]] = _evidence(bursts, key[keep], mono[keep], since[keep], until[keep], ahead, prev[keep],
+                                     backoff[keep], sent_at[keep])
     return out
 
 
 def _evidence(b: Bursts, k: np.ndarray, m: np.ndarray, since: np.ndarray, until: np.ndarray,
-              ahead: float) -> np.ndarray:
-    """Evidence of silent cells with remotes k, times m and silence windows (since, until]: the earliest
-    burst of key k sent in (since, min(until, m + ahead)] and known by m + ahead."""
+              ahead: float, prev: np.ndarray | None = None, backoff: np.ndarray | None = None,
+              sent_at: np.ndarray | None = None) -> np.ndarray:
+    """Evidence of silent cells with remotes k, times m, intervals (prev, m] and silence windows
+    (since, until]: the module docstring's rule (the burst whose scope covers the snapshot, else the
+    next one known, else the last one; RECOVERING for an answer that follows an unanswered burst of the
+    silence within the back-off bound)."""
+    n = len(k)
     horizon = m + ahead
     hi = np.minimum(until, horizon)
-    chosen = np.full(len(k), -1, dtype=np.int64)
-    pend = np.arange(len(k))
-    j = _count_le(b.key, b.sent, k, since)        # the first burst after the silence began (if of key k)
-    while len(pend):
-        ok = j < len(b.key)
-        ok[ok] &= (b.key[j[ok]] == k[pend[ok]]) & (b.sent[j[ok]] <= hi[pend[ok]])
-        known = ok.copy()
-        known[ok] &= b.done[j[ok]] <= horizon[pend[ok]]
-        chosen[pend[known]] = j[known]
-        more = ok & ~known
-        pend, j = pend[more], j[more] + 1
-    has = chosen >= 0
-    ev = np.zeros(len(k), dtype=np.int8)
-    ev[has] = np.where(b.answer[chosen[has]] <= horizon[has], ANSWERED, UNANSWERED)
+    p = m if prev is None else prev
+    j0 = _count_le(b.key, b.sent, k, since)       # the first burst sent after the silence began (if of key k)
+    jm = _count_le(b.key, b.sent, k, m)            # ... after the last one sent by the snapshot (m <= hi)
+    jh = _count_le(b.key, b.sent, k, hi)           # ... after the last one sent within the silence and look-ahead
+
+    def known(j, rows):
+        return b.done[j] <= horizon[rows]
+
+    # cur: the last burst known by T sent in (since, min(m, hi)]
+    cur = np.full(n, -1, dtype=np.int64)
+    rows, j = np.arange(n), jm - 1
+    while len(rows):
+        ok = j >= j0[rows]
+        rows, j = rows[ok], j[ok]
+        hit = known(j, rows)
+        cur[rows[hit]] = j[hit]
+        rows, j = rows[~hit], j[~hit] - 1
+    # nxt: the first burst known by T sent in (m, hi]
+    nxt = np.full(n, -1, dtype=np.int64)
+    rows, j = np.arange(n), jm.copy()
+    while len(rows):
+        ok = j < jh[rows]
+        rows, j = rows[ok], j[ok]
+        hit = known(j, rows)
+        nxt[rows[hit]] = j[hit]
+        rows, j = rows[~hit], j[~hit] + 1
+    covers = cur >= 0
+    covers[covers] = b.done[cur[covers]] > p[covers]
+    speak = np.where(covers | (nxt < 0), cur, nxt)
+    has = speak >= 0
+    ev = np.zeros(n, dtype=np.int8)
+    ans = np.zeros(n, dtype=bool)
+    ans[has] = b.answer[speak[has]] <= horizon[has]
+    ev[has] = np.where(ans[has], ANSWERED, UNANSWERED)
+    # RECOVERING: walk back from an answered speaking burst over the known bursts of the silence; an
+    # unanswered one found -> w, the answer of the first answered one after it.
+    rows = np.flatnonzero(ans)
+    w = b.answer[speak[rows]].copy() if len(rows) else np.zeros(0)
+    j = speak[rows] - 1
+    found = np.zeros(n, dtype=bool)
+    wall = np.full(n, np.nan)
+    while len(rows):
+        ok = j >= j0[rows]
+        rows, j, w = rows[ok], j[ok], w[ok]
+        kn = known(j, rows)
+        una = kn & (b.answer[j] > horizon[rows])
+        found[rows[una]] = True
+        wall[rows[una]] = w[una]
+        go = ~una
+        upd = go & kn
+        w = np.where(upd, b.answer[j], w)
+        rows, j, w = rows[go], j[go] - 1, w[go]
+    # The connection's own timer where tcp_info says it is backed off (backoff >= 1): recovering while it
+    # has sent nothing since the path was seen working; else the doubling bound (a receiver cannot see
+    # the sender's timer; a run without tcp_info).
+    bound = m - wall <= wall - since
+    if backoff is not None:
+        timer = backoff >= 1
+        bound = np.where(timer, sent_at <= wall, bound)
+    rec = found & bound
+    ev[rec] = RECOVERING
     return ev
 
 

@@ -57,9 +57,15 @@ def streams_table(counts: pd.DataFrame, variant: str, seed: SeedTable,
                   experiments: dict[str, str] | None = None) -> pd.DataFrame:
     """Index: the seed's rows; columns runs, COUNTS, RATES (fractions), <rate>_lo/_hi (%) and
     <rate>_interval. `experiments`: run -> experiment (default: read from the runs)."""
+    return graph_table(counts, variant, row_experiments(seed), experiments)
+
+
+def graph_table(counts: pd.DataFrame, variant: str, mapping: dict[str, str | None],
+                experiments: dict[str, str] | None = None) -> pd.DataFrame:
+    """streams_table with its rows given: printed row -> the experiment whose runs it counts (None:
+    Totals, the sum of the others)."""
     per_run = _run_sums(counts, variant)
     exp = {r: (experiments or {}).get(r) or run_experiment(r) for r in per_run.index}
-    mapping = row_experiments(seed)
     records = []
     member: dict[str, list[str]] = {}
     for row, e in mapping.items():

@@ -65,6 +65,11 @@ DPI = 110
 
 
 
+def is_streams(data) -> bool:
+    """Every module is a stream connection (docs/streams.md)."""
+    return len(data.modules) > 0 and set(data.modules["kind"]) == {"sconn"}
+
+
 def short_name(data, m: int) -> str:
     row = data.modules.loc[m]
     a = row["attrs"]
@@ -78,6 +83,8 @@ def short_name(data, m: int) -> str:
         return f"tcp#{m} :{a.get('sport', '?')}>:{a.get('dport', '?')}"
     if kind == "ipeth":
         return f"ip+eth#{m}"
+    if kind == "sconn":   # SRC:outI>DST:inJ, the connection's own name (docs/streams.md)
+        return str(row["name"])
     return f"{kind}#{m}"
 
 
@@ -258,13 +265,15 @@ def diagnosis_overview(data, scored: pd.DataFrame, variant: str, path: Path,
 
     cf = _is_cf(diag)
     # the matrices first, and the rows let go before drawing (drawing the images takes the most memory)
-    grids = {d: _strips(diag[(diag["dir"] == d).to_numpy(bool)], modules, seqs, cf) for d in ("in", "out")}
+    # a streams run's connections have one direction (out): one panel, no empty Inbound one
+    panels = [("out", "Stream connections")] if is_streams(data) else [("in", "Inbound"), ("out", "Outbound")]
+    grids = {d: _strips(diag[(diag["dir"] == d).to_numpy(bool)], modules, seqs, cf) for d, _ in panels}
     del diag
     windows = _fault_windows(data)
     n = max(1, len(modules))
-    fig, axes = plt.subplots(2, 1, figsize=(13, 1.6 + 0.24 * n * 2), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(13, 1.6 + 0.24 * n * len(panels)), sharex=True, squeeze=False)
     x0, x1 = _extent(t)
-    for ax, d, title in ((axes[0, 0], "in", "Inbound"), (axes[1, 0], "out", "Outbound")):
+    for ax, (d, title) in zip(axes[:, 0], panels, strict=True):
         val, gt = grids[d]
         if cf:
             cmap = plt.get_cmap("RdBu_r").with_extremes(bad="#ffffff")
@@ -292,7 +301,7 @@ def diagnosis_overview(data, scored: pd.DataFrame, variant: str, path: Path,
         more = f" ({n} of {n + hidden} modules: the fault targets and the most often positive)" if hidden else ""
         ax.set_title(f"{title} diagnosis, {variant}{more}", fontsize=9, loc="left", pad=8)
         ax.set_xlim(x0, x1)
-    axes[1, 0].set_xlabel("time since workload start (s)")
+    axes[-1, 0].set_xlabel("time since workload start (s)")
     handles = [] if cf else [Patch(color=STRIP_COLOURS[c], label=lab) for lab, c in STRIP_CODE.items()]
     handles += [Patch(color=STRIP_COLOURS[5], label="not scored (invalid / excluded)")] if not cf else []
     handles += [plt.Line2D([], [], color="black", lw=1.6, label="ground truth positive")]
@@ -568,8 +577,9 @@ def plot_run(data, scored: pd.DataFrame, variant: str, out_dir: Path,
     output_dir(out_dir)
     if scored.empty or data.modules.empty:
         return []  # nothing was diagnosed: no figure to draw
-    files = [diagnosis_overview(data, scored, variant, out_dir / "diagnosis-overview.png"),
-             module_timeline(data, out_dir / "module-timeline.png")]
+    files = [diagnosis_overview(data, scored, variant, out_dir / "diagnosis-overview.png")]
+    if not is_streams(data):   # Figure 5.1 is of processes, sockets and TCP connections: a streams run has none
+        files.append(module_timeline(data, out_dir / "module-timeline.png"))
     for m in modules if modules is not None else default_subgraphs(data):
         files.append(subgraph_figure(data, scored, variant, m, out_dir / f"subgraph-{m}.png"))
     return files

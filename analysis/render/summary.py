@@ -15,6 +15,7 @@ from analysis.evaluation import Evaluation
 from analysis.pipeline import evaluate
 from analysis.render.tables import stalled_list
 from analysis.render.writers import stalled_markdown, write_accuracy
+from analysis.service_health import service_health, service_markdown
 from analysis.variants import DEFAULT_VARIANT
 from rundir.layout import RunDir, fresh
 
@@ -64,6 +65,13 @@ def summarize(run_dir: str | Path, variants: Sequence[str] = (DEFAULT_VARIANT,),
     if health is not None:   # the runner copies it into the manifest
         fresh(out / "health.json").write_text(json.dumps(health.as_dict(), indent=2) + "\n")
         for w in health.warnings:
+            say(f"warning: {w}", sys.stderr)
+    service = service_health(run_dir, data)
+    if service is not None:   # a service workload's tiers (docs/service.md)
+        service.tiers.to_csv(fresh(out / "service_health.csv"), index=False, na_rep="")
+        say("\n### Service health\n")
+        say(service_markdown(service))
+        for w in service.warnings:
             say(f"warning: {w}", sys.stderr)
     st = stalled_list(data, scored, variant)
     st.to_csv(fresh(out / "stalled.csv"), index=False, na_rep="")

@@ -116,10 +116,15 @@ def across_cells(t: pd.DataFrame, x: pd.DataFrame) -> list[list[str]]:
 ACROSS_HEADER = ["", "Module", *(f"{r} [95%] (runs)" for r in ACROSS_RATES)]
 
 
-def compare_cells(c: pd.DataFrame, variants: list[str]) -> tuple[list[str], list[list[str]], list[str]]:
+# Streams runs' one row of the comparison: their stream connections have one direction, no module types.
+STREAMS_COMPARE_ROWS = (("Outbound", "all modules"),)
+
+
+def compare_cells(c: pd.DataFrame, variants: list[str], streams: bool = False) -> tuple[list[str], list[list[str]], list[str]]:
     """Paper Table 8 layout: (header, rows, legend). Per row and direction, each variant's TP, FP, TPR,
     PPV and, against the first variant, the change in TP and FP in % (delta_cell: **bold** = better,
-    *italic* = worse, · = no change)."""
+    *italic* = worse, · = no change). streams=True: only the stream connections' row (Outbound, all
+    modules: the only one a streams run has)."""
     names = [f"V{i + 1}" for i in range(len(variants))]
     header = ["", "Module"]
     for i, n in enumerate(names):
@@ -127,15 +132,16 @@ def compare_cells(c: pd.DataFrame, variants: list[str]) -> tuple[list[str], list
         if i:
             header += [f"{n} ΔTP%", f"{n} ΔFP%"]
     rows = []
-    for section in SECTIONS:
-        for k, row in enumerate(ROWS):
-            r = c.loc[(section, row)]
-            cells = [section if k == 0 else "", row]
-            for i, v in enumerate(variants):
-                cells += [str(int(r[(v, "TP")])), str(int(r[(v, "FP")])), pct(r[(v, "TPR")]), pct(r[(v, "PPV")])]
-                if i:
-                    cells += [delta_cell(r[(v, "dTP%")], good_if_up=True), delta_cell(r[(v, "dFP%")], good_if_up=False)]
-            rows.append(cells)
+    keys = STREAMS_COMPARE_ROWS if streams else [(s, r) for s in SECTIONS for r in ROWS]
+    for j, (section, row) in enumerate(keys):
+        r = c.loc[(section, row)]
+        first = j == 0 or keys[j - 1][0] != section   # a section's name on its first row only
+        cells = [section if first else "", "stream connections" if streams else row]
+        for i, v in enumerate(variants):
+            cells += [str(int(r[(v, "TP")])), str(int(r[(v, "FP")])), pct(r[(v, "TPR")]), pct(r[(v, "PPV")])]
+            if i:
+                cells += [delta_cell(r[(v, "dTP%")], good_if_up=True), delta_cell(r[(v, "dFP%")], good_if_up=False)]
+        rows.append(cells)
     legend = [f"{n} = {v}" + (" (baseline)" if i == 0 else "") for i, (n, v) in enumerate(zip(names, variants,
                                                                                              strict=True))]
     return header, rows, legend

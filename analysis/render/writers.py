@@ -20,6 +20,11 @@ import numpy as np
 import pandas as pd
 
 from analysis.evaluation import Evaluation
+from analysis.render.streams_tables import (
+    is_streams_evaluation,
+    streams_accuracy_latex,
+    streams_accuracy_markdown,
+)
 from analysis.render.tables import (
     ACROSS_HEADER,
     ACROSS_NOTE,
@@ -138,10 +143,11 @@ def accuracy_latex(t: pd.DataFrame, caption_tex: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-def compare_markdown(c: pd.DataFrame, variants: list[str]) -> str:
+def compare_markdown(c: pd.DataFrame, variants: list[str], streams: bool = False) -> str:
     """Paper Table 8 layout: per row and direction, each variant's TP, FP, TPR, PPV and, against
-    the first variant, the change in TP and FP in % (bold = better, italic = worse, · = no change)."""
-    header, rows, legend = compare_cells(c, variants)
+    the first variant, the change in TP and FP in % (bold = better, italic = worse, · = no change);
+    streams=True: the stream connections' row only."""
+    header, rows, legend = compare_cells(c, variants, streams)
     align = ["l", "l"] + ["r"] * (len(header) - 2)
     return "\n".join(["Variants: " + "; ".join(legend), "", _md_table(header, rows, align), "", COMPARE_NOTE])
 
@@ -218,8 +224,14 @@ def write_accuracy(ev: Evaluation, out: Path, intervals: bool = False) -> tuple[
     across = {v: ev.across(v) for v in ev.variants}
     md_parts, tex_parts = [], []
     note = overlap_note(ev)
+    streams = is_streams_evaluation(ev)
     for v, t in tables.items():
         title = f"Accuracy of {v}, ground truth {ev.policy}, {runs_title(ev)}"
+        if streams:   # thesis Table 4.3's layout: a row per graph (analysis.render.streams_tables)
+            md_parts.append(streams_accuracy_markdown(ev, v, title) + (f"\n{note}" if note else ""))
+            tex_parts.append(streams_accuracy_latex(ev, v, f"Diagnosis accuracy of {v} ({runs_title(ev)}, ground "
+                                                             f"truth {ev.policy}). Rates in %; blank = undefined."))
+            continue
         md_parts.append(accuracy_markdown(t, title, intervals) + (f"\n{note}" if note else ""))
         if len(ev.runs) >= 2:
             md_parts.append(across_markdown(t, across[v], f"Across runs: {v}, ground truth {ev.policy}, "
@@ -244,13 +256,45 @@ def write_accuracy(ev: Evaluation, out: Path, intervals: bool = False) -> tuple[
     return md, files
 
 
+def breakdown_markdown(b: pd.DataFrame, streams: bool = False) -> str:
+    """analysis.score.breakdown's rows: per group of runs and row, each variant's pooled TPR and PPV
+    with their 95% interval across runs."""
+    def cell(r, rate):
+        v = r[rate]
+        if v != v:
+            return ""
+        lo, hi = r[f"{rate}_xlo"], r[f"{rate}_xhi"]
+        return f"{100 * v:.1f}" + (f" [{100 * lo:.1f}, {100 * hi:.1f}]" if lo == lo else "")
+    header = ["Runs", "Row", "Variant", "TP", "FP", "FN", "TPR", "PPV"]
+    rows, last = [], None
+    for r in b.to_dict("records"):
+        first = (r["group"], r["row"]) != last
+        rows.append([f"{r['group']} ({r['runs']})" if first else "", r["row"] if first else "", r["variant"],
+                     str(r["TP"]), str(r["FP"]), str(r["FN"]), cell(r, "TPR"), cell(r, "PPV")])
+        last = (r["group"], r["row"])
+    return "\n".join([_md_table(header, rows, ["l", "l", "l"] + ["r"] * 5), "",
+                      ("Stream connections" if streams else "Total section") + "; TPR, PPV in %: pooled [95% interval across runs] (none with fewer than 2 "
+                      "runs). Runs grouped by the kinds of fault they hold when there is more than one set: "
+                      "compare-breakdown.csv."])
+
+
 def write_compare(ev: Evaluation, out: Path) -> tuple[str, list[Path]]:
     output_dir(out)
     c = ev.compare()
-    md, written = _with_notes(f"### Variant comparison, ground truth {ev.policy}, {runs_title(ev)}\n\n"
-                              + compare_markdown(c, ev.variants), ev)
+    streams = is_streams_evaluation(ev)
+    parts = [f"### Variant comparison, ground truth {ev.policy}, {runs_title(ev)}\n\n" + compare_markdown(c, ev.variants, streams)]
+    b = None
+    if len(ev.runs) >= 2:   # each variant's interval across runs beside the pooled figure (issue 35)
+        from analysis.score.breakdown import breakdown
+
+        b = breakdown(ev.counts, ev.variants, [str(p) for p in ev.runs], streams=streams)
+        parts.append("### Across runs and by the runs' fault kinds\n\n" + breakdown_markdown(b, streams))
+    md, written = _with_notes("\n\n".join(parts), ev)
     files = [out / "compare.md", out / "compare.csv"]
     fresh(files[0]).write_text(written + "\n")
     compare_csv_frame(c, ev.policy).to_csv(fresh(files[1]), index=False, na_rep="")
+    if b is not None:
+        files.append(out / "compare-breakdown.csv")
+        b.assign(policy=ev.policy).to_csv(fresh(files[-1]), index=False, na_rep="")
     return md, files
 

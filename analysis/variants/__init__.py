@@ -35,6 +35,7 @@ BUILTINS = (
     ("peer", "analysis.variants.peer:SYSTEM"),
     ("streamsdiagnoser", "analysis.variants.streamsdiagnoser:SYSTEM"),
     ("flink-backpressure", "analysis.variants.flink_backpressure:SYSTEM"),
+    ("ds2", "analysis.variants.ds2:SYSTEM"),
 )
 
 

@@ -92,6 +92,18 @@ def task_rates(tasks: pd.DataFrame) -> pd.DataFrame:
                          "from_acc": ok.to_numpy(bool)})
 
 
+def operator_cells(batch: Batch, ends: dict, values, dtype) -> np.ndarray:
+    """Per cell of the batch: `values(dst, seqs)` for the snapshots of an sconn module whose downstream
+    operator `dst` is known (an array as long as seqs); 0 elsewhere."""
+    out = np.zeros(batch.n_cells, dtype=dtype)
+    for st, off in zip(batch.stretches, batch.offsets[:-1], strict=True):
+        for i, (m, k) in enumerate(zip(st.modules, st.kinds, strict=True)):
+            dst = ends.get(m, (None, None))[1] if k == "sconn" else None
+            if dst is not None:
+                out[off + i * st.t: off + (i + 1) * st.t] = values(dst, st.seqs)
+    return out
+
+
 def root_causes(tasks: pd.DataFrame, ends: dict, bp: float = 500.0, busy: float = 500.0,
                 upstream: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(root cause, back-pressured): bool frames indexed by seq, a column per operator (rules 2-3)."""

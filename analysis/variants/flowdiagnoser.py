@@ -478,8 +478,9 @@ SYSTEM = RuleSystem(
               "many consecutive STALLED snapshots (0 = same as confirm)"),
         Param("probe", False, on_off, "where a waiting connection's lower layer is silent, the collector's "
               "probes of its remote decide: answered -> connection STALLED, lower layer BLOCKED; not answered "
-              "-> connection BLOCKED, lower layer as the Θ rule says; no probe -> as without (run format 5)"),
-        Param("probe_ahead", AHEAD_S, seconds, "probe=on: seconds after a snapshot the silence's first burst may "
+              "-> connection BLOCKED, lower layer as the Θ rule says; answered after an unanswered burst while TCP backs "
+              "off (recovering from a past outage) -> connection BLOCKED; no probe -> as without (run format 5)"),
+        Param("probe_ahead", AHEAD_S, seconds, "probe=on: seconds after a snapshot a burst may "
               "be sent or its outcome come, and still count for it (the live engine waits as long)"),
     ),
     diagnose=diagnose,

@@ -7,7 +7,7 @@ fewer than Θ waiting connections -> connection and interface both STALLED; at l
 interface alone. A burst of probes to the connection's remote from fresh source ports (another
 5-tuple) tells them apart: answered, the path through this host's stack works and the connection is
 at fault; not answered, the path (or the interface) is dead. analysis.model.probes turns bursts into
-evidence per connection, direction and snapshot (ANSWERED, UNANSWERED, NONE). The rule, per
+evidence per connection, direction and snapshot (ANSWERED, UNANSWERED, RECOVERING, NONE). The rule, per
 direction and snapshot, on the results of the rule it extends (Θ, then shared=on):
 
 - **Where it applies**: a TCP connection without a wait counter that *waits* (inactive, BLOCKED or
@@ -30,6 +30,11 @@ direction and snapshot, on the results of the rule it extends (Θ, then shared=o
   the remote, which has no row, is at fault. Where another connection's burst was answered at the
   same snapshot, that clears the interface, and this connection's BLOCKED stands for "the path to
   its remote" (as with shared=on).
+- **RECOVERING** (an answer after an unanswered burst of the silence while TCP backs off: an
+  after-effect of an outage that has ended, issue 35): the connection is BLOCKED, by the past outage,
+  over any lower layer (over an interface that moves both ways too: the other connections recovered
+  first); the lower layer keeps the extended rule's result, as for UNANSWERED. Not STALLED: it has
+  work and no fault of its own (Table 2.2 (c)); the interface, silent, is still the outage's target.
 - **NONE**: the connection keeps its result; a lower-layer module keeps it unless an answered
   connection above it clears it. So with no probe in a snapshot, every result is the extended rule's.
 - Applications and sockets never change. With tcpstate=on, the tcpstate rule runs after this one
@@ -42,7 +47,7 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.model.batch import Batch
-from analysis.model.probes import ANSWERED, UNANSWERED, cell_evidence
+from analysis.model.probes import ANSWERED, RECOVERING, UNANSWERED, cell_evidence
 from analysis.model.stretches import KINDS
 from analysis.variants.base import BLOCKED, STALLED
 
@@ -76,15 +81,16 @@ def probe_rule(batch: Batch, d: str, res: np.ndarray, ahead: float,
     inactive = c.tm == 0
     deaf = batch.counters("in" if d == "out" else "out").tm == 0   # nothing moved the other way
     r = res[tp]
-    wait = inactive[tp] & ~c.has_wait[tp] & ((r == BLOCKED) | (r == STALLED)) & (inactive[tc] | deaf[tc])
-    waiting = np.unique(tp[wait])        # waiting connections over a lower layer silent one way or both
+    wait = inactive[tp] & ~c.has_wait[tp] & ((r == BLOCKED) | (r == STALLED))
+    waiting = np.unique(tp[wait])        # waiting connections (over any lower layer: RECOVERING speaks there)
     if not len(waiting):
         return res
-    stack = np.unique(tp[wait & inactive[tc]])        # of those, over a lower layer silent this way
+    unclear = np.isin(waiting, tp[wait & (inactive[tc] | deaf[tc])])   # over a lower layer silent one way or both
+    stack = np.isin(waiting, tp[wait & inactive[tc]])                  # ... silent this way
     ev = cell_evidence(batch, d, waiting, ahead)
     res = res.copy()
-    res[waiting[ev == UNANSWERED]] = BLOCKED
-    answered = waiting[(ev == ANSWERED) & np.isin(waiting, stack)]
+    res[waiting[((ev == UNANSWERED) & unclear) | (ev == RECOVERING)]] = BLOCKED   # RECOVERING: by the past outage
+    answered = waiting[(ev == ANSWERED) & stack]
     if len(answered):
         res[answered] = STALLED
         flag = np.zeros(batch.n_cells, dtype=bool)

@@ -15,6 +15,8 @@ teardown; harness.faults.base.FaultKind), which carries the other two as `info` 
     path_blackhole.py  one link of a router's bundle of parallel links (ECMP) dropped
     loss.py            a share of a host's or a connection's packets, dropped at random
     server_pause.py    the remote server of a workload stopped and continued
+    delay.py           the replies of a service's app tier held (docs/service.md)
+    tier_pause.py      a service tier's daemons stopped and continued (docs/service.md)
 
 KINDS is the registry, one line per kind (a dict by name, looked up with rundir.errors.named, like
 every registry of the project); harness.spec makes the spec's `Fault` from it. The runner never
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.faults.app_pause import AppPause
 from harness.faults.base import FaultEnv, FaultKind, NoTarget, Part, target_json
+from harness.faults.delay import Delay
 from harness.faults.ip_drop import IpDrop
 from harness.faults.iptables import (
     CHAIN,
@@ -42,6 +45,7 @@ from harness.faults.loss import Loss
 from harness.faults.path_blackhole import PathBlackhole
 from harness.faults.server_pause import ServerPause
 from harness.faults.tcp_drop import TcpDrop
+from harness.faults.tier_pause import TierPause
 from rundir.errors import named
 
 if TYPE_CHECKING:
@@ -54,6 +58,8 @@ KINDS: dict[str, type[FaultKind]] = {kind.info.name: kind for kind in (
     PathBlackhole,
     Loss,
     ServerPause,
+    Delay,
+    TierPause,
 )}
 
 

@@ -83,7 +83,7 @@ class Footprint:
 def host_footprint(spec: SpecView, host: str) -> Footprint:
     """A host's whole traffic: the host, and every workload that runs on it or is served by it."""
     return Footprint(frozenset({host}), frozenset((i, None) for i, w in enumerate(spec.workloads)
-                                                  if host in (w.host, w.server)))
+                                                  if host in getattr(w, "hosts", (w.host, w.server))))
 
 
 class SpecView(Protocol):

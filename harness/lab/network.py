@@ -123,7 +123,8 @@ class NetworkLab(Lab):
         if spec.interceptor:
             self.shm_dir, client_env[spec.monitor] = backend.interceptor(spec.monitor)
         self.workloads = Workloads(spec, nodes, addresses, rd.logs, client_env, on_process=self._on_process,
-                                   warn=lambda message, workload: self.run.event("warning", message, workload))
+                                   warn=lambda message, workload: self.run.event("warning", message, workload),
+                                   python=backend.python, seed=self.exp.seed_for(self.run.rep))
         self.run.ledger.add_path(self.workloads.www)
         self.workloads.start_servers()
         self.faults = Faults(FaultEnv(spec, backend, self.clocks, self.workloads, self.rng, self.run.run_id,
@@ -244,6 +245,7 @@ class NetworkLab(Lab):
             ("stop workloads", lambda: self.workloads and self.workloads.stop_clients()),
             ("stop collector", self._stop_collector),
             ("stop servers", lambda: self.workloads and self.workloads.stop_servers()),
+            ("record the request paths", self._record_requests),
             ("remove firewall chains", self._remove_chains),
             ("bring back run.db and logs", self._bring_back),
             ("record the interceptor's warnings", self._interceptor_warnings),
@@ -256,6 +258,16 @@ class NetworkLab(Lab):
         if self.collector is not None:
             self.backend.node(self.spec.monitor).stop(self.collector, timeout=5.0)
             self._on_process(self.collector, None, "ended", None)
+
+    def _record_requests(self) -> None:
+        """A service workload's true request paths (the requests table) and its load generator's
+        summary (the manifest's `service`), from the tiers' logs (harness.service.paths)."""
+        if self.workloads is None or not self.workloads.services:
+            return
+        # nginx stamps the wall clock: every Mininet namespace shares this machine's clocks
+        rows, summaries = self.workloads.service_records(time.time() - monotonic())
+        self.record.requests(rows)
+        self.rd.update_manifest(service={str(i): s for i, s in summaries.items()})
 
     def _remove_chains(self) -> None:
         if self.faults is not None:

@@ -79,7 +79,7 @@ def register(subparsers) -> None:
         description="Draw a run's figures (PNG) and its stalled-modules list (thesis Table 5.2 style) into "
                     "<run>/analysis/ (or --out).")
     runs_args(p)
-    p.add_argument("--variant", default=DEFAULT_VARIANT, metavar="V", help=f"rule variant (default {DEFAULT_VARIANT})")
+    p.add_argument("--variant", default=None, metavar="V", help=f"rule variant (default {DEFAULT_VARIANT}; streamsdiagnoser for streams runs)")
     p.add_argument("--module", action="append", metavar="M",
                    help="draw the subgraph figure of this module: run.db id or key such as tcp:65562 "
                         "(repeatable; default: the modules the run's faults target)")
@@ -107,10 +107,27 @@ def register(subparsers) -> None:
 # ----------------------------------------------------------------------------- variants
 
 
+def _default_variant(args) -> str:
+    """The system under test's variant for the runs named (analysis.defaults): streamsdiagnoser for
+    streams runs, flowdiagnoser:theta=2 otherwise (or when the runs cannot be found yet: the run
+    reader says why later)."""
+    runs_named = getattr(args, "runs", None)
+    if not runs_named:
+        return DEFAULT_VARIANT
+    from analysis.defaults import default_variant
+    from rundir.runs import find_runs
+
+    try:
+        return default_variant(find_runs(runs_named, getattr(args, "results", None), []))
+    except UserError:
+        return DEFAULT_VARIANT
+
+
 def variants_from(args, sweep: list[str] | None = None) -> list[str]:
     base = [v for spec in (args.variant or []) for v in expand_variant(spec)]
+    default = DEFAULT_VARIANT if base else _default_variant(args)
     if sweep:
-        first = base[0] if base else DEFAULT_VARIANT.split(":")[0]
+        first = base[0] if base else default.split(":")[0]
         name, _, rest = first.partition(":")
         fixed = [s for s in rest.split(",") if s.strip()]
         axes = []
@@ -126,7 +143,7 @@ def variants_from(args, sweep: list[str] | None = None) -> list[str]:
         base = swept + base
     from analysis.diagnose import as_variants
 
-    names = [v.name for v in as_variants(base or [DEFAULT_VARIANT])]  # UserError on a bad spec
+    names = [v.name for v in as_variants(base or [default])]  # UserError on a bad spec
     return names
 
 
@@ -304,7 +321,8 @@ def _plots(args) -> int:
     from rundir.layout import fresh
     from rundir.runs import guarded
 
-    variants = variants_from(argparse_ns(variant=[args.variant]))
+    variants = variants_from(argparse_ns(variant=[args.variant] if args.variant else None, runs=args.runs,
+                                         results=args.results))
     runs, ev = _evaluate(args, variants, keep=True)
     if args.out and len(runs) > 1:
         raise UserError("--out goes with a single run (each run's figures go to <run>/analysis otherwise)")
@@ -343,13 +361,16 @@ def _report(args) -> int:
         raise UserError(f"{args.out}: is a directory; -o names the HTML file to write")
     if args.variant:
         variants = variants_from(args)
-    else:   # the seeds' two systems; with probes recorded, the lab's probe variant beside them
+    else:   # the seeds' two systems; with probes recorded, the lab's probe variant beside them; streams runs' own
+        from analysis.defaults import STREAMS_VARIANTS, all_streams
         from analysis.variants import PROBE_VARIANT
         from nestlab.observers import records_probes
         from rundir.runs import find_runs
 
-        probes = any(records_probes(r) for r in find_runs(args.runs, args.results))
-        variants = variants_from(argparse_ns(variant=[*REPORT_VARIANTS, *([PROBE_VARIANT] if probes else [])]))
+        found = find_runs(args.runs, args.results)
+        probes = any(records_probes(r) for r in found)
+        names = list(STREAMS_VARIANTS) if all_streams(found) else [*REPORT_VARIANTS, *([PROBE_VARIANT] if probes else [])]
+        variants = variants_from(argparse_ns(variant=names))
     runs, ev = _evaluate(args, variants, keep=True)
     out = Path(args.out) if args.out else default_output(ev.runs)
     print(build_report(ev, out))

@@ -11,7 +11,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent.parent
 VENV_BIN = Path(sys.executable).parent
-OUR_PROCESSES = re.compile(r"\b(iperf|lighttpd|wget|mnexec)\b|mininet:|harness\.collector|org\.apache\.flink")
+OUR_PROCESSES = re.compile(r"\b(iperf|lighttpd|wget|mnexec|nginx|gunicorn|memcached|mariadbd)\b|mininet:|harness\.collector|"
+                           r"harness\.service|org\.apache\.flink")
 
 
 def leftovers() -> list[str]:

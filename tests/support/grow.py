@@ -21,6 +21,8 @@ _TABLES = {
     "counters": "seq, module, dir, total_msgs, wait_ms, queued, errors, bytes",
     "tcp_info": "seq, module, rtt_us, rttvar_us, backoff, ca_state, retransmits, probes, rto_us, data_sent_at, "
                 "data_recv_at, ack_recv_at",
+    "stream_tasks": "seq, operator, busy_ms_per_s, backpressured_ms_per_s, idle_ms_per_s, acc_busy_ms, "
+                    "acc_backpressured_ms, acc_idle_ms, records_in, records_out",
 }
 
 

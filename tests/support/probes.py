@@ -123,3 +123,44 @@ def synthetic_probe_run(path: Path, seconds: float = 60, seed: int = 3) -> Path:
     db.close()
     add_probes(path, synthetic_probe_rows(mono, seed=seed))
     return path
+
+
+def scoped_run(path: Path) -> tuple[Path, dict[str, int]]:
+    """Issue 35's two cases on one download over one interface (80 snapshots of 0.1 s, t(s) = 1000 + s/10).
+
+    A: the connection is silent from seq 10 (its server stopped: its own stall), a burst at 1001.35 is
+    answered; an ip_drop runs from 1001.45 to 1002.45; the next burst (1002.40) times out; after the
+    drop the connection waits for its retransmission to seq 39 while the burst at 1003.50 is answered.
+    B: an ip_drop from 1004.95 to 1005.55 silences it from seq 50; a burst sent before it heals
+    (1005.25) times out; the next (1006.345) is answered, and the connection stays silent to the end,
+    longer than a backed-off retransmission timer explains (a new stall of its own after seq 77)."""
+    t = RunBuilder.t
+    n = 80
+    b = RunBuilder(path, n, workloads=[WGET])
+    ip = b.module("ipeth", "ipeth:h1-eth0", {"ifname": "h1-eth0"})
+    app = b.module("app", "app:100", {"pid": 100}, name="wget 100")
+    sock = b.module("socket", "sock:100:3:100", {"pid": 100, "fd": 3, "inode": 100})
+    tcp = b.module("tcp", "tcp:100", {"inode": 100, "src": "10.0.1.1", "sport": 41000, "dst": "10.0.2.1",
+                                      "dport": 80}, name="tcp 10.0.1.1:41000>10.0.2.1:80")
+    for p, c in ((app, sock), (sock, tcp), (tcp, ip)):
+        b.edge(p, c)
+    b.process(100, 0, "wget http://10.0.2.1/f")
+    tm = np.full(n, 20.0)
+    tm[10:40] = 0
+    tm[50:] = 0
+    for m in (app, sock):
+        b.counters(m, "in", tm / 4, wait=60.0)
+    b.counters(tcp, "in", tm, queued=0)
+    b.counters(ip, "in", tm)
+    b.counters(ip, "out", tm / 2)
+    b.fault("ip_drop", ip, start=1.45, end=2.45, target={"host": "h1"})
+    b.fault("ip_drop", ip, start=4.95, end=5.55, target={"host": "h1"})
+    b.write()
+    answered, lost = [("answered", 0.002), ("answered", 0.002)], [("timeout", 0.995), ("timeout", 0.995)]
+    add_probes(path, burst(1, 1, tcp, REMOTE, 13, t(13) + 0.05, answered)
+               + burst(3, 2, tcp, REMOTE, 23, t(24), lost)
+               + burst(5, 3, tcp, REMOTE, 34, t(35), answered)
+               + burst(7, 4, tcp, REMOTE, 52, t(52) + 0.05, lost)
+               + burst(9, 5, tcp, REMOTE, 63, t(63) + 0.045, answered)
+               + burst(11, 6, tcp, REMOTE, 73, t(73) + 0.05, answered))
+    return path, {"ipeth": ip, "app": app, "socket": sock, "tcp": tcp}

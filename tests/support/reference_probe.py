@@ -19,7 +19,7 @@ from analysis.variants import BLOCKED, STALLED
 from tests.support import reference as _reference
 from tests.support.reference_shared_peer import ref_flowdiagnoser_shared
 
-NONE, ANSWERED, UNANSWERED = 0, 1, 2
+NONE, ANSWERED, UNANSWERED, RECOVERING = 0, 1, 2, 3
 LOWER = ("ipeth", "ip", "eth")
 _inner = _reference.REFERENCE["flowdiagnoser"]
 
@@ -47,6 +47,8 @@ def ref_evidence(stretches: list[Stretch], ahead: float) -> list[dict[str, np.nd
                 series.setdefault((id(sp.bursts), m), []).append({
                     "seq": int(st.seqs[c]), "mono": float(sp.mono[c]), "prev": float(sp.prev[c]), "k": k, "i": i, "c": c,
                     "remote": sp.bursts.keys[sp.remote[i]], "bursts": sp.bursts,
+                    "backoff": float(st.tcpstate.backoff[i, c]) if st.tcpstate is not None else np.nan,
+                    "sent_at": float(st.tcpstate.data_sent_at[i, c]) if st.tcpstate is not None else np.nan,
                     "tm": {d: float(st.counters[d].tm[i, c]) for d in DIRS},
                     "err": {d: float(st.counters[d].errors[i, c]) for d in DIRS}})
     for cells in series.values():
@@ -67,20 +69,52 @@ def ref_evidence(stretches: list[Stretch], ahead: float) -> list[dict[str, np.nd
                 a = cells[i]["prev"]   # the time of the run's snapshot before the silence's first
                 b = cells[j]["mono"]
                 for x in cells[i:j + 1]:
-                    out[x["k"]][d][x["i"], x["c"]] = _one(bursts, a, b, x["mono"], ahead)
+                    out[x["k"]][d][x["i"], x["c"]] = _one(bursts, a, b, x["prev"], x["mono"], ahead, x["backoff"], x["sent_at"])
                 i = j + 1
     return out
 
 
-def _one(bursts: list[dict], a: float, b: float, m: float, ahead: float) -> int:
-    """The silence's first burst known by m + ahead (sent after a, by b and by m + ahead)."""
+def _one(bursts: list[dict], a: float, b: float, p: float, m: float, ahead: float, backoff: float = np.nan,
+         sent_at: float = np.nan) -> int:
+    """Snapshot (p, m] of a silence (a, b]: of the bursts sent in (a, min(b, m + ahead)] and known by
+    m + ahead (bursts sent at one instant are one, answered if one of them is), the one whose scope
+    [sent, done] covers the snapshot (the last sent by m, if done after p), else the first sent after m,
+    else the last sent by m. Answered after an unanswered one of the silence, with the time since the
+    path was seen working (w: the answer of the first answered one after the last unanswered one) no
+    longer than the silence had lasted then (m - w <= w - a): RECOVERING; where tcp_info says the
+    connection is backed off (backoff >= 1), RECOVERING while it sent nothing after w instead."""
     horizon = m + ahead
     known = [x for x in bursts if x["done"] <= horizon and a < x["sent"] <= min(b, horizon)]
-    when = min((x["sent"] for x in known), default=None)
-    chosen = [x for x in known if x["sent"] == when]
-    if not chosen:
+    groups: dict[float, bool] = {}
+    done: dict[float, float] = {}
+    first_answer: dict[float, float] = {}
+    for x in known:
+        s = x["sent"]
+        groups[s] = groups.get(s, False) or x["answer"] <= horizon
+        done[s] = min(done.get(s, np.inf), x["done"])
+        if x["answer"] <= horizon:
+            first_answer[s] = min(first_answer.get(s, np.inf), x["answer"])
+    order = sorted(groups)
+    if not order:
         return NONE
-    return ANSWERED if any(x["answer"] <= horizon for x in chosen) else UNANSWERED
+    by_m = [s for s in order if s <= m]
+    after = [s for s in order if s > m]
+    if by_m and done[by_m[-1]] > p:
+        speak = by_m[-1]
+    elif after:
+        speak = after[0]
+    else:
+        speak = by_m[-1]
+    if not groups[speak]:
+        return UNANSWERED
+    before = [s for s in order if s < speak]
+    unanswered = [s for s in before if not groups[s]]
+    if not unanswered:
+        return ANSWERED
+    w = first_answer[min(s for s in order if s > unanswered[-1] and groups[s])]
+    if backoff >= 1:   # tcp_info: its own backed-off timer, nothing sent since the path worked again
+        return RECOVERING if sent_at <= w else ANSWERED
+    return RECOVERING if m - w <= w - a else ANSWERED
 
 
 def apply_probe_rule(stretch: Stretch, base: dict, evidence: dict) -> dict:
@@ -102,6 +136,10 @@ def apply_probe_rule(stretch: Stretch, base: dict, evidence: dict) -> dict:
                 waits = (stretch.kinds[m] == "tcp" and c.tm[m, t] == 0 and not c.has_wait[m, t]
                          and base[d][m, t] in (BLOCKED, STALLED))
                 ev = evidence[d][m, t]
+                lowers = [ch for ch in children[m] if stretch.kinds[ch] in LOWER]
+                if waits and ev == RECOVERING and lowers:   # over any lower layer: blocked by the past outage
+                    res[m, t] = BLOCKED
+                    continue
                 if not waits or ev == NONE or not (silent_lower(m) or deaf_lower(m)):
                     continue
                 if ev == UNANSWERED:       # over a lower layer silent this way, or the other

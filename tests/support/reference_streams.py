@@ -50,12 +50,27 @@ def _plain(stretch: Stretch) -> np.ndarray:
     return res
 
 
-def ref_streamsdiagnoser(stretch: Stretch) -> dict:
+def ref_streamsdiagnoser(stretch: Stretch, engine: bool = False, bp: float = 500.0, busy: float = 500.0,
+                         tasks: dict | None = None, ends: dict | None = None) -> dict:
+    """engine=on: where the plain rule says BLOCKED or STALLED on a stream connection, the downstream PE's
+    rates over the interval decide when both are known: back-pressured BLOCKED, else busy STALLED, else
+    (idle, waiting for another input) BLOCKED."""
     if streams_shaped(stretch):
         out = {"out": _plain(stretch), "in": None}
     else:
         fd = _reference.ref_flowdiagnoser(stretch, theta=1, queues=True)
         out = {d: fd[d][0].copy() for d in DIRS}
+    if engine:
+        tasks, ends = tasks or {}, ends or {}
+        for m, k in enumerate(stretch.kinds):
+            dst = ends.get(stretch.modules[m], (None, None))[1] if k == "sconn" else None
+            for t, seq in enumerate(stretch.seqs.tolist()):
+                if dst is None or out["out"][m, t] not in (BLOCKED, STALLED):
+                    continue
+                b, p = _rates(tasks, dst, seq)
+                if b is None or p is None or b != b or p != p:
+                    continue
+                out["out"][m, t] = BLOCKED if p >= bp else STALLED if b >= busy else BLOCKED
     res_in = out["in"] if out["in"] is not None else np.full((stretch.n, stretch.t), DONTCARE, dtype=np.int8)
     for m, k in enumerate(stretch.kinds):
         if k == "sconn":
@@ -112,5 +127,57 @@ def ref_flink_backpressure(stretch: Stretch, tasks: dict | None = None, ends: di
     return {"out": (res, res == STALLED), "in": (res_in, np.zeros_like(res_in, dtype=bool))}
 
 
+def ref_ds2(stretch: Stretch, min_ms: float = 10.0, ratio: float = 1.0, bp: float = 500.0,
+            tasks: dict | None = None, ends: dict | None = None) -> dict:
+    """DS2 (OSDI 2018) per operator and interval with loops: true processing rate Δrecords_in per busy
+    share, offered rate the upstreams' Δrecords_out per share not back-pressured (unbounded below
+    min_ms); the connections into an operator whose rate x ratio is below what it is offered STALLED."""
+    tasks, ends = tasks or {}, ends or {}
+
+    def delta(op, seq, col):
+        row, prev = tasks.get((op, seq)), tasks.get((op, seq - 1))
+        if row is None or prev is None or row.get(col) is None or prev.get(col) is None:
+            return None
+        d = row[col] - prev[col]
+        return None if d != d else max(d, 0.0)
+
+    def known(v):
+        return v is not None and v == v
+
+    def bottleneck(op, seq):
+        ups = {s for s, d in ends.values() if d == op and s is not None and s != op}
+        b, _ = _rates(tasks, op, seq)
+        din = delta(op, seq, "records_in")
+        if not ups or not known(b) or din is None or b < min_ms:
+            return False
+        offered = 0.0
+        for u in ups:
+            _, p = _rates(tasks, u, seq)
+            dout = delta(u, seq, "records_out")
+            if not known(p) or dout is None:
+                return False
+            free = 1.0 - p / 1000.0
+            offered += float("inf") if free * 1000.0 < min_ms else dout / free
+        return din / (b / 1000.0) * ratio < offered
+
+    c = stretch.counters["out"]
+    res = np.full((stretch.n, stretch.t), DONTCARE, dtype=np.int8)
+    for m, k in enumerate(stretch.kinds):
+        if k != "sconn":
+            continue
+        dst = ends.get(stretch.modules[m], (None, None))[1]
+        for t, seq in enumerate(stretch.seqs.tolist()):
+            p = _rates(tasks, dst, seq)[1] if dst is not None else None
+            if dst is not None and bottleneck(dst, seq):
+                res[m, t] = STALLED
+            elif c.tm[m, t] > 0:
+                res[m, t] = HEALTHY
+            elif known(p) and p >= bp:
+                res[m, t] = BLOCKED
+    res_in = np.full((stretch.n, stretch.t), DONTCARE, dtype=np.int8)
+    return {"out": (res, res == STALLED), "in": (res_in, np.zeros_like(res_in, dtype=bool))}
+
+
 _reference.REFERENCE["streamsdiagnoser"] = ref_streamsdiagnoser
+_reference.REFERENCE["ds2"] = ref_ds2
 _reference.REFERENCE["flink-backpressure"] = ref_flink_backpressure

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.health import fault_spans
+from analysis.load import targets_nothing
 from analysis.render.html.html import details, esc, svg_img, table
 from analysis.render.plots import KIND_ORDER, fault_colour, short_name
 from rundir import facts
@@ -259,10 +260,28 @@ def counters_svg(data, w: FaultTimes, modules: list[tuple[int, str]], counters: 
 # ----------------------------------------------------------------------------- sections
 
 
+def _no_module(f) -> bool:
+    """The fault has no target module (None, NaN or pd.NA: `x != x` of pd.NA is NA, no bool)."""
+    return f.target_module is None or bool(pd.isna(f.target_module))
+
+
+def _no_target_text(data, f) -> str:
+    """Why a fault has no target module: it targets none the collector watches (valid: a path_blackhole
+    no monitored connection crosses), or its target was not recorded (the run lacks the module)."""
+    if targets_nothing(f, data.info.monitor, data.fault_kinds):
+        return "none: targets no monitored module"
+    return "target not recorded"
+
+
+def _text(v) -> str:
+    """A faults row's text field ('' for None, NaN, pd.NA)."""
+    return "" if v is None or (not isinstance(v, str) and bool(pd.isna(v))) else str(v)
+
+
 def _head(data, w: FaultTimes) -> str:
     f = w.fault
     a, b, m = w.start - data.t0, w.end - data.t0, w.margin_end - data.t0
-    target = ("target module not observed" if f.target_module is None or f.target_module != f.target_module
+    target = (f"target {_no_target_text(data, f)}" if _no_module(f)
               else f"target {short_name(data, int(f.target_module))} ({data.modules['key'].get(int(f.target_module), '')})")
     return (f"window {a:.2f}–{b:.2f} s ({b - a:.2f} s) · recovery margin to {m:.2f} s · {target}"
             + (f" · at {f.at_node}" if getattr(f, "at_node", None) else ""))
@@ -272,8 +291,11 @@ def fault_section(data, scored: BySeq, counters: BySeq, variants: list[str], w: 
     """One fault: heading, the variants' table and the counters figure."""
     f = w.fault
     body = [f'<p class="meta">{esc(_head(data, w))}</p>']
-    if f.target_module is None or f.target_module != f.target_module:
-        body.append('<p class="note">The target was not observed by the collector: nothing to show.</p>')
+    if _no_module(f):
+        why = ("This fault targets no module the collector watches (valid: it labels nothing; "
+               f"{esc(_text(f.description) or f.kind)})." if targets_nothing(f, data.info.monitor, data.fault_kinds)
+               else "The target was not observed by the collector: nothing to show.")
+        body.append(f'<p class="note">{why}</p>')
     else:
         tm = int(f.target_module)
         near = neighbours(data, tm, w.start, w.end, scored, counters)
@@ -293,8 +315,7 @@ def anchor(data, fault_id: int) -> str:
 
 
 def _target(data, f) -> str:
-    tm = f.target_module
-    return "not observed" if tm is None or tm != tm else short_name(data, int(tm))
+    return _no_target_text(data, f) if _no_module(f) else short_name(data, int(f.target_module))
 
 
 def faults_table(data, scored: BySeq, variant: str, windows: list[FaultTimes], budget: int) -> str:
@@ -305,9 +326,9 @@ def faults_table(data, scored: BySeq, variant: str, windows: list[FaultTimes], b
         f = w.fault
         a, b = w.start - data.t0, w.end - data.t0
         seqs = _seqs(data, w.start, w.end)
-        if f.target_module is None or f.target_module != f.target_module:
+        if _no_module(f):
             truth = said = "–"
-            target = "not observed"
+            target = _no_target_text(data, f)
         else:
             g = scored.between(seqs, [int(f.target_module)])
             g = g[(g["variant"] == variant) & ~g["invalid"]]
@@ -316,7 +337,7 @@ def faults_table(data, scored: BySeq, variant: str, windows: list[FaultTimes], b
             target = short_name(data, int(f.target_module))
         fid = int(f.id)
         link = f'<a href="#{anchor(data, fid)}">{fid}</a>' if len(rows) < budget else str(fid)
-        rows.append([link, esc(f.kind), esc(target), esc(f.description or ""), f"{a:.2f}", f"{b - a:.2f}",
+        rows.append([link, esc(f.kind), esc(target), esc(_text(f.description)), f"{a:.2f}", f"{b - a:.2f}",
                      f"{w.margin_end - w.end:.2f}", truth, said])
     header = ["#", "Kind", "Target", "Description", "Start s", "Length s", "Margin s", "Target: truth positive",
               f"Target: {variant} positive"]
@@ -341,7 +362,8 @@ def faults_part(data, scored: pd.DataFrame, variants: list[str], budget: int, op
     shown = windows[:max(0, budget)]
     for w in shown:
         f = w.fault
-        what = f" · {esc(f.description)}" if f.description and f.description != f.kind else ""
+        descr = _text(f.description)
+        what = f" · {esc(descr)}" if descr and descr != f.kind else ""
         summary = (f"Fault {int(f.id)} · {esc(f.kind)} · {esc(_target(data, f))}{what} "
                    f'<span class="meta">{w.start - data.t0:.1f}–{w.end - data.t0:.1f} s</span>')
         parts.append(details(summary, fault_section(data, scored_ix, counters_ix, variants, w), open_=open_,

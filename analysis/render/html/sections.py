@@ -16,6 +16,9 @@ from analysis.render.against import (
     load_seed_table,
 )
 from analysis.render.html.html import bullets, esc, note, table
+from analysis.render.streams_tables import HEADER as STREAMS_HEADER
+from analysis.render.streams_tables import graph_rows as streams_graph_rows
+from analysis.render.streams_tables import is_streams_evaluation, streams_accuracy
 from analysis.render.tables import (
     ACROSS_HEADER,
     ACROSS_NOTE,
@@ -60,9 +63,10 @@ def runs_section(ev) -> str:
     """One row per run (status, duration, snapshots, faults, the first variant's TCP rates, silence,
     warnings), the runs that could not be analysed, and every warning."""
     per = ev.per_run(ev.variants[0])
-    tcp = per[(per["section"] == "Total") & (per["row"] == "TCP")].set_index("run")
-    header = ["Run", "Status", "Length s", "Wall s", "Snapshots", "Modules", "Faults", f"TCP TPR / FPR / PPV ({ev.variants[0]})",
-              "Silence %", "Warnings"]
+    streams = is_streams_evaluation(ev)   # its stream connections' rates, and no network silences
+    tcp = per[(per["section"] == "Total") & (per["row"] == ("all modules" if streams else "TCP"))].set_index("run")
+    header = ["Run", "Status", "Length s", "Wall s", "Snapshots", "Modules", "Faults",
+              f"{'conn' if streams else 'TCP'} TPR / FPR / PPV ({ev.variants[0]})", "Silence %", "Warnings"]
     rows, warns = [], []
     for p in ev.runs:
         data = ev.data.get(p)
@@ -81,6 +85,9 @@ def runs_section(ev) -> str:
         faults = "" if data is None else f"{started}" + (f" of {len(data.faults)}" if started < len(data.faults) else "")
         rows.append([esc(run_name(p)), esc(status), _length(m), _wall(m), str(len(data.snapshots)) if data is not None else "",
                      str(len(data.modules)) if data is not None else "", faults, rates, sil, str(len(run_warns))])
+    if streams:
+        header.remove("Silence %")
+        rows = [r[:8] + r[9:] for r in rows]
     parts = [table(header, rows, raw=True, cap=500, sep_col=None,
                    rest="every run's rates: nestlab accuracy RUNS (per_run.csv)")]
     if ev.skipped:
@@ -109,6 +116,17 @@ def accuracy_section(ev) -> str:
     parts = []
     attrs = [{"data-section": s, "data-row": r} for s in SECTIONS for r in ROWS]
     on = overlap_note(ev)
+    if is_streams_evaluation(ev):   # thesis Table 4.3's layout: a row per graph, Totals
+        for v in ev.variants:
+            rows = streams_graph_rows(streams_accuracy(ev, v))
+            parts.append(f"<h3>{esc(v)}</h3>")
+            parts.append(table(STREAMS_HEADER, rows, cap=None, row_attrs=[{"data-row": r[0]} for r in rows],
+                               cls="accuracy streams", attrs={"data-variant": v}))
+        parts.append(note(f"Ground truth {ev.policy}, {runs_title(ev)}. Rates in %; blank = undefined. Stream "
+                          "connections, direction out; ±: larger half-width of the row's TPR and FPR 95% intervals "
+                          "(across runs where 2 or more runs define the rate, else Wilson per snapshot)."))
+        parts.append(note(on))
+        return "\n".join(parts)
     for v in ev.variants:
         t = ev.table(v)
         parts.append(f"<h3>{esc(v)}</h3>")
@@ -126,7 +144,7 @@ def accuracy_section(ev) -> str:
 
 
 def compare_section(ev) -> str:
-    header, rows, legend = compare_cells(ev.compare(), ev.variants)
+    header, rows, legend = compare_cells(ev.compare(), ev.variants, is_streams_evaluation(ev))
     return "\n".join([f'<p>{esc("; ".join(legend))}</p>', table(header, rows, cap=None, cls="compare"), note(COMPARE_NOTE)])
 
 

@@ -1,0 +1,169 @@
+"""tier_pause: a service tier's daemons on one host stopped (SIGSTOP to the daemon's process group:
+nginx, gunicorn and its workers, memcached or MariaDB) and continued (SIGCONT), verified both ways by
+the state of every thread of every process of the group (docs/service.md; issue 33 item 5's paused
+tier, e.g. a paused cache).
+
+    - {kind: tier_pause, host: cache, schedule: {at: [20s], duration: 3s}}
+
+The culprit is the paused tier's application on that host. When that host is the monitored one (its
+daemons then run with the interceptor), each process of the group is a target, `app:<pid>`, one
+faults row each sharing the one pause; otherwise the one row names the host, the tier and the group
+leader's pid with no module (the collector watches the monitored host only): NeST's labels have no
+positive module in the window, and the true effect is in the requests table (the tier's hops, and
+every hop above it, waiting for the window's length).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import Field
+
+from harness.faults.base import FaultEnv, NoTarget, Part, target_json
+from harness.faults.spec import FaultSpec, Footprint, SpecView
+from rundir.faultkinds import FaultKindInfo
+
+if TYPE_CHECKING:
+    from harness.backends.base import Proc
+    from harness.topology import Topology
+    from harness.window import Window
+
+INFO = FaultKindInfo("tier_pause", colour="#e7298a", order=None)
+VERIFY_S = 2.0
+TIERS = ("web", "app", "cache", "db")
+
+
+def tier_on(spec: SpecView, host: str) -> tuple[int, str] | None:
+    """(service workload, tier) of the tier running on `host`."""
+    for i, w in enumerate(spec.workloads):
+        if w.kind != "service":
+            continue
+        for tier, h in w.tier_hosts.items():
+            if h == host and tier != "client":
+                return i, "app" if tier.startswith("app") else tier
+    return None
+
+
+class TierPauseSpec(FaultSpec):
+    host: str | None = Field(default=None, description="ip_drop, loss: whose traffic (default: the monitor); "
+                                                       "delay: the app tier's host whose replies are held")
+
+    def check(self) -> None:
+        if self.host is None:
+            raise ValueError("tier_pause needs 'host': the host of the service tier to stop, e.g. cache")
+
+    def check_against(self, spec: SpecView, topology: Topology):
+        if tier_on(spec, self.host) is None:
+            return (("host",), f"{self.host!r} runs no tier of a service workload (web, apps, cache, db)")
+        return None
+
+    def footprint(self, spec: SpecView) -> Footprint:
+        return Footprint(frozenset(), frozenset({(tier_on(spec, self.host)[0], None)}))
+
+    def same_action(self, other: FaultSpec) -> bool:
+        return self.host == other.host
+
+    def node(self, spec: SpecView) -> str:
+        return self.host
+
+
+@dataclass
+class PausedTier:
+    node: str
+    proc: Proc
+    resumed: float | None = None
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Every process of a process group (Mininet hosts share this machine's pids)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:
+            out.append(int(stat.parent.name))
+    return sorted(out)
+
+
+def _states(pids: list[int]) -> list[str]:
+    states = []
+    for pid in pids:
+        for status in Path(f"/proc/{pid}/task").glob("*/status"):
+            try:
+                line = next(x for x in status.read_text().splitlines() if x.startswith("State:"))
+            except (OSError, StopIteration):
+                continue
+            states.append(line.split()[1])
+    return states
+
+
+class TierPause:
+    info = INFO
+    spec = TierPauseSpec
+
+    def __init__(self, env: FaultEnv):
+        self.env = env
+        self.paused: list[PausedTier] = []
+
+    def setup(self, faults: Sequence[FaultSpec]) -> None:
+        pass
+
+    def teardown(self) -> None:
+        """Continue every tier still stopped (an interrupted run), so it can be stopped in turn."""
+        for p in self.paused:
+            if p.resumed is None:
+                self.env.backend.node(p.node).signal(p.proc, signal.SIGCONT)
+                p.resumed = self.env.clocks.from_node(p.node, self.env.backend.node(p.node).monotonic())
+
+    def describe(self, action: PausedTier) -> str:
+        return f"SIGSTOP / SIGCONT to process group {action.proc.pid} ({' '.join(action.proc.argv[:3])}) on {action.node}"
+
+    def inject(self, window: Window, first_id: int) -> list[Part]:
+        env = self.env
+        f = env.spec.faults[window.spec_index]
+        i, tier = tier_on(env.spec, f.host)
+        tiers = env.workloads.services.get(i)
+        proc = next((p for t, p in (tiers.procs if tiers else []) if p.node == f.host and t == tier), None)
+        if proc is None or proc.poll() is not None:
+            raise NoTarget(f"no {tier} daemon running on {f.host}")
+        node = env.backend.node(f.host)
+        action = PausedTier(f.host, proc)
+        self.paused.append(action)
+        node.signal(proc, signal.SIGSTOP)
+        pids = group_pids(proc.pid)
+        start = env.clocks.from_node(f.host, self._verify(node, pids, stopped=True))
+        text = f"the {tier} tier on {f.host} stopped"
+        if f.host != env.spec.monitor:
+            return [Part(target_json(description=text, host=f.host, tier=tier, pid=proc.pid, pids=pids, workload=i,
+                                     module_key=None), self.describe(action), start, action)]
+        return [Part(target_json(description=f"{text}: pid {p}", host=f.host, tier=tier, pid=p, workload=i,
+                                 module_key=f"app:{p}"), self.describe(action), start, action) for p in pids]
+
+    def heal(self, part: Part) -> float:
+        action: PausedTier = part.action
+        if action.resumed is None:
+            node = self.env.backend.node(action.node)
+            node.signal(action.proc, signal.SIGCONT)
+            action.resumed = self.env.clocks.from_node(
+                action.node, self._verify(node, group_pids(action.proc.pid), stopped=False))
+        return action.resumed
+
+    @staticmethod
+    def _verify(node, pids: list[int], stopped: bool) -> float:
+        """The node's monotonic time once every thread of `pids` is (or no longer is) stopped."""
+        deadline = time.monotonic() + VERIFY_S
+        while True:
+            states = _states(pids)
+            if states and all((s == "T") == stopped for s in states):
+                return node.monotonic()
+            if time.monotonic() > deadline:
+                want = "stopped" if stopped else "running again"
+                raise RuntimeError(f"{node.name}: pids {pids} not {want} after {VERIFY_S:g}s (states {states})")
+            time.sleep(0.01)

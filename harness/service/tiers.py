@@ -1,0 +1,225 @@
+"""The service's tiers, each a real daemon in its own host: MariaDB (`db`), memcached (`cache`),
+gunicorn with our WSGI app (`apps`), nginx balancing over them (`web`).
+
+Started in that order (each answers before the next starts: its listening socket on its own address,
+its process alive, then a first real query), stopped in the reverse order by process group. Every
+file a tier writes (configuration, MariaDB's data directory, pid files, nginx's temporary files, the
+app's hop logs and nginx's access log) lives in the run's scratch directory, which the network lab
+removes at the end; the daemons' own logs go to the run's logs. No system service, file or port
+outside the run's namespaces is used (scripts/setup.sh disables the packages' system services).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.backends.base import Node, Proc
+from harness.ledger import signals_held
+from harness.service.app import statements
+from harness.service.loadgen import HOT_KEYS
+from rundir.errors import UserError
+
+REPO = Path(__file__).resolve().parents[2]
+WEB_PORT, APP_PORT, CACHE_PORT, DB_PORT = 80, 8000, 11211, 3306
+ROWS = 1000                  # rows of the items table
+SESSIONS = 64                # session keys in memcached (harness.service.app.SESSIONS)
+READY_S = 20.0
+SYSTEM_PYTHON = "/usr/bin/python3"   # Debian's gunicorn runs on it; it has pymemcache and pymysql
+# program -> the Debian package scripts/setup.sh installs it from
+PROGRAMS = {"nginx": "nginx", "gunicorn": "gunicorn", "memcached": "memcached", "mariadbd": "mariadb-server",
+            "mariadb-install-db": "mariadb-server", "mariadb": "mariadb-client"}
+MODULES = {"pymemcache": "python3-pymemcache", "pymysql": "python3-pymysql"}
+
+
+def missing_packages() -> list[str]:
+    """What the service tiers need and this machine lacks, as `program (package)`."""
+    missing = [f"{p} ({pkg})" for p, pkg in PROGRAMS.items() if shutil.which(p) is None]
+    probe = "import importlib.util, sys; print(' '.join(m for m in sys.argv[1:] if not importlib.util.find_spec(m)))"
+    try:
+        r = subprocess.run([SYSTEM_PYTHON, "-c", probe, *MODULES], capture_output=True, text=True, timeout=20)
+        absent = r.stdout.split() if r.returncode == 0 else list(MODULES)
+    except OSError:
+        absent = list(MODULES)
+    return missing + [f"{SYSTEM_PYTHON} module {m} ({MODULES[m]})" for m in absent]
+
+
+def check_installed() -> None:
+    missing = missing_packages()
+    if missing:
+        raise UserError(f"missing for the service workload: {', '.join(missing)}; run scripts/setup.sh "
+                        "(it installs nginx, gunicorn, memcached, mariadb-server, python3-pymemcache, python3-pymysql)")
+
+
+@dataclass(frozen=True)
+class TierHosts:
+    web: str
+    apps: tuple[str, ...]
+    cache: str
+    db: str
+
+
+class ServiceTiers:
+    """The tiers of one service workload: start(), the daemons' pids by tier, stop()."""
+
+    def __init__(self, hosts: TierHosts, nodes: dict[str, Node], addresses: dict[str, str], scratch: Path,
+                 logs: Path, on_process, host_env: dict[str, dict[str, str]] | None = None):
+        self.hosts, self.nodes, self.addresses, self.logs = hosts, nodes, addresses, logs.resolve()
+        self.dir = scratch
+        self.on_process = on_process       # (proc, workload, role, host) as for the other servers
+        self.procs: list[tuple[str, Proc]] = []   # (tier, process), in start order (kept after stop: pids())
+        self.stopped: set[int] = set()
+        # The interceptor's environment on the monitored host: its tier's daemons are observed like
+        # its clients (app and socket modules), without the pause signals (no fault pauses a tier
+        # through them, and nginx and gunicorn use SIGUSR1 and SIGUSR2 themselves).
+        self.host_env = {h: {**e, "NESTLAB_PAUSE_SIGNAL": "none", "NESTLAB_RESUME_SIGNAL": "none"}
+                         for h, e in (host_env or {}).items() if e}
+
+    @property
+    def hops_dir(self) -> Path:
+        return self.dir / "hops"
+
+    @property
+    def control_dir(self) -> Path:
+        """Where the delay fault's switch files go (harness/faults/delay.py, app.added_delay)."""
+        return self.dir / "control"
+
+    def delay_file(self, host: str) -> Path:
+        return self.control_dir / f"delay-{host}"
+
+    @property
+    def access_log(self) -> Path:
+        return self.dir / "nginx-access.tsv"
+
+    def url(self) -> str:
+        return f"http://{self.addresses[self.hosts.web]}:{WEB_PORT}"
+
+    def pids(self) -> dict[str, list[tuple[str, int]]]:
+        """tier -> [(host, pid of its daemon)] (the process group leader)."""
+        out: dict[str, list[tuple[str, int]]] = {}
+        for tier, proc in self.procs:
+            out.setdefault(tier, []).append((proc.node, proc.pid))
+        return out
+
+    # -- start -----------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.hops_dir.mkdir(parents=True, exist_ok=True)
+        self.control_dir.mkdir(parents=True, exist_ok=True)
+        self._start_db()
+        self._start_cache()
+        for host in self.hosts.apps:
+            self._start_app(host)
+        self._start_web()
+
+    def _spawn(self, tier: str, host: str, argv: list[str], port: int, env: dict | None = None) -> Proc:
+        node = self.nodes[host]
+        with signals_held():
+            proc = node.start(argv, self.logs / f"service-{tier}-{host}.log",
+                              env={**self.host_env.get(host, {}), **(env or {})})
+            self.procs.append((tier, proc))
+            self.on_process(proc, None, "server", host)
+        _wait_listening(node, self.addresses[host], port, proc)
+        return proc
+
+    def _start_db(self) -> None:
+        host = self.hosts.db
+        node, d = self.nodes[host], self.dir / "db"
+        (d / "tmp").mkdir(parents=True, exist_ok=True)
+        sock = d / "mysqld.sock"
+        node.run(["mariadb-install-db", "--no-defaults", f"--datadir={d / 'data'}", "--skip-test-db",
+                  "--auth-root-authentication-method=normal", "--user=root"], timeout=120)
+        # No grant tables: any user may connect (the tiers are alone in the run's namespaces).
+        self._spawn("db", host, ["mariadbd", "--no-defaults", f"--datadir={d / 'data'}", f"--socket={sock}",
+                                 f"--pid-file={d / 'mysqld.pid'}", f"--bind-address={self.addresses[host]}",
+                                 f"--port={DB_PORT}", "--user=root", "--skip-grant-tables", "--skip-name-resolve",
+                                 "--innodb-buffer-pool-size=64M", f"--tmpdir={d / 'tmp'}", "--max-connections=500"],
+                    DB_PORT)
+        schema = statements()["schema"].replace("{last}", str(ROWS - 1))
+        node.run(["mariadb", "--no-defaults", f"--socket={sock}", "-e", schema])
+
+    def _start_cache(self) -> None:
+        host = self.hosts.cache
+        addr = self.addresses[host]
+        self._spawn("cache", host, ["memcached", "-u", "root", "-l", addr, "-p", str(CACHE_PORT), "-U", "0",
+                                    "-m", "64", "-t", "2", "-c", "1024"], CACHE_PORT)
+        # The hot keys and the sessions: reads of them are hits from the first request on.
+        warm = ("import sys; from pymemcache.client.base import Client; c = Client((sys.argv[1], int(sys.argv[2])));"
+                f"c.set_many({{**{{f'item:{{k}}': b'value-%d' % k for k in range({HOT_KEYS})}},"
+                f" **{{f'session:{{k}}': b'user-%d' % k for k in range({SESSIONS})}}}}, noreply=False)")
+        self.nodes[host].run([SYSTEM_PYTHON, "-c", warm, addr, str(CACHE_PORT)])
+
+    def _start_app(self, host: str) -> None:
+        env = {"NESTLAB_SVC_CACHE": f"{self.addresses[self.hosts.cache]}:{CACHE_PORT}",
+               "NESTLAB_SVC_DB": f"{self.addresses[self.hosts.db]}:{DB_PORT}",
+               "NESTLAB_SVC_HOPS": str(self.hops_dir), "NESTLAB_SVC_HOST": host, "NESTLAB_SVC_ROWS": str(ROWS),
+               "NESTLAB_SVC_CONTROL": str(self.control_dir)}
+        self._spawn("app", host, ["gunicorn", "--bind", f"{self.addresses[host]}:{APP_PORT}", "--workers", "2",
+                                  "--worker-class", "gthread", "--threads", "16", "--graceful-timeout", "2",
+                                  "--pythonpath", str(REPO), "--chdir", str(self.dir),
+                                  "harness.service.app:application"], APP_PORT, env=env)
+        node = self.nodes[host]
+        deadline = time.monotonic() + READY_S   # the app answers (its module imported, its tiers reachable)
+        while node.run(["/usr/bin/env", SYSTEM_PYTHON, "-c", _GET, f"http://{self.addresses[host]}:{APP_PORT}/item/0"],
+                       check=False).returncode != 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{host}: the app does not answer /item/0 (see {self.logs}/service-app-{host}.log)")
+            time.sleep(0.2)
+
+    def _start_web(self) -> None:
+        host = self.hosts.web
+        d = self.dir / "nginx"
+        for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
+            (d / sub).mkdir(parents=True, exist_ok=True)
+        # max_fails=0: nginx never marks an app server down on its own (after a pause or a drop it
+        # would refuse every request for fail_timeout, a second fault the spec did not ask for).
+        upstreams = "".join(f"    server {self.addresses[a]}:{APP_PORT} max_fails=0;\n" for a in self.hosts.apps)
+        conf = d / "nginx.conf"
+        conf.write_text(
+            "daemon off;\nmaster_process on;\nworker_processes 2;\nuser root;\n"
+            f"pid {d / 'nginx.pid'};\nerror_log {self.logs / f'service-web-{host}.error.log'} warn;\n"
+            "events { worker_connections 1024; }\n"
+            "http {\n"
+            "  log_format hops '$http_x_request_id\\t$pid\\t$msec\\t$request_time\\t$status\\t$upstream_addr';\n"
+            f"  access_log {self.access_log} hops;\n"
+            + "".join(f"  {k}_temp_path {d / v};\n" for k, v in
+                      (("client_body", "body"), ("proxy", "proxy"), ("fastcgi", "fastcgi"), ("uwsgi", "uwsgi"),
+                       ("scgi", "scgi")))
+            + f"  upstream apps {{\n{upstreams}    keepalive 64;\n  }}\n"
+            f"  server {{\n    listen {self.addresses[host]}:{WEB_PORT};\n"
+            "    location / {\n      proxy_pass http://apps;\n      proxy_http_version 1.1;\n"
+            '      proxy_set_header Connection "";\n      proxy_set_header X-Request-ID $http_x_request_id;\n'
+            "    }\n  }\n}\n")
+        self._spawn("web", host, ["nginx", "-c", str(conf), "-p", str(d), "-e",
+                                  str(self.logs / f"service-web-{host}.error.log")], WEB_PORT)
+
+    # -- stop ------------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Every daemon's process group, in the reverse order (web first: no request reaches a
+        stopped tier while another still runs)."""
+        for _tier, proc in reversed(self.procs):
+            if proc.pid in self.stopped:
+                continue
+            self.nodes[proc.node].stop(proc, timeout=5.0)
+            self.on_process(proc, None, "ended", None)
+            self.stopped.add(proc.pid)
+
+
+# A GET from inside a host, with the system Python (every tier host has it); exit 0 on HTTP 200.
+_GET = ("import sys, urllib.request; r = urllib.request.urlopen(sys.argv[1], timeout=5); "
+        "sys.exit(0 if r.status == 200 else 1)")
+
+
+def _wait_listening(node: Node, address: str, port: int, proc: Proc, timeout: float = READY_S) -> None:
+    """Our daemon's socket, bound to its host's address, with the daemon still alive."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        if node.run(["ss", "-ltnH", f"src = {address}:{port}"], check=False).stdout.strip():
+            return
+        time.sleep(0.1)
+    log = proc.log.read_text(errors="replace")[-600:] if proc.log and proc.log.exists() else ""
+    raise RuntimeError(f"{node.name}: {proc.argv[0]} did not start listening on {address}:{port}: {log.strip()}")

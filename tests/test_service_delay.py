@@ -1,0 +1,157 @@
+"""The delay fault on a service's app tier (issue 33 item 5, app tiers only): the app holds each
+reply while its host's switch is set, the kind sets and clears the switch with stamps, the spec's
+rules; tier_pause on a real process group."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from harness.backends.base import ClockOffset, Clocks
+from harness.faults import KINDS
+from harness.faults.base import FaultEnv
+from harness.service import app
+from harness.spec import load_spec
+from harness.window import Window
+from harness.yamlload import SpecError
+from tests.support.env import REPO, write
+
+SPEC = f"""\
+name: svc
+topology: {REPO / "topologies" / "service.yaml"}
+duration: 30s
+monitor: web
+workloads:
+  - {{kind: service, rate: 10/s}}
+faults:
+  - {{kind: delay, {{fields}}, schedule: {{at: [5s], duration: 5s}}}}
+"""
+
+
+def test_the_app_holds_its_replies_while_its_switch_is_set(tmp_path, monkeypatch):
+    monkeypatch.setattr(app, "CONTROL", str(tmp_path))
+    monkeypatch.setattr(app, "HOST", "app2")
+    assert app.added_delay() == 0.0
+    (tmp_path / "delay-app2").write_text("0.05\n")
+    assert app.added_delay() == 0.05
+    (tmp_path / "delay-app1").write_text("9\n")          # another host's switch
+    assert app.added_delay() == 0.05
+    monkeypatch.setattr(app, "_cache", lambda: SimpleNamespace(get=lambda k: b"v", set=lambda k, v: None))
+    t = time.monotonic()
+    app.application({"PATH_INFO": "/item/1", "REQUEST_METHOD": "GET"}, lambda *a: None)
+    assert 0.05 <= time.monotonic() - t < 0.5
+    os.unlink(tmp_path / "delay-app2")
+    assert app.added_delay() == 0.0
+
+
+class _Tiers:
+    def __init__(self, d):
+        self.d = d
+
+    def pids(self):
+        return {"app": [("app1", 11), ("app2", 22)]}
+
+    def delay_file(self, host):
+        return self.d / f"delay-{host}"
+
+
+def test_the_kind_sets_and_clears_the_switch_with_stamps(tmp_path):
+    exp = load_spec(write(tmp_path, "s.yaml", SPEC.replace("{fields}", "host: app2, by: 200ms")))
+    env = FaultEnv(exp.spec, None, Clocks("web", {}, ClockOffset()), SimpleNamespace(services={0: _Tiers(tmp_path)}),
+                   random.Random(1), "r")
+    kind = KINDS["delay"](env)
+    (part,) = kind.inject(Window(0, 5.0, 5.0), 1)
+    assert (tmp_path / "delay-app2").read_text().strip() == "0.200000"
+    assert '"host": "app2"' in part.target and '"pids": [22]' in part.target and "200 ms" in part.rule
+    end = kind.heal(part)
+    assert not (tmp_path / "delay-app2").exists() and end >= part.start
+    kind.inject(Window(0, 5.0, 5.0), 2)
+    kind.teardown()                                       # a stopped run: no switch stays set
+    assert not (tmp_path / "delay-app2").exists()
+
+
+@pytest.mark.parametrize("fields, message", [
+    ("host: app2, by: 0ms", "'by' must be above 0"),
+    ("host: app2, by: -200ms", "faults[0].by: expected a duration"),
+    ("host: db, by: 200ms", "faults[0].host: 'db' runs no app tier"),
+    ("host: nowhere, by: 200ms", "faults[0].host: 'nowhere' runs no app tier"),
+    ("by: 200ms", "delay needs 'host'"),
+    ("host: app2", "delay needs 'by'"),
+    ("host: app2, by: 200ms, at: x3", "'at' applies to"),
+])
+def test_bad_delay_specs_are_one_line(tmp_path, fields, message):
+    with pytest.raises(SpecError) as e:
+        load_spec(write(tmp_path, "s.yaml", SPEC.replace("{fields}", fields)))
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_service_suite_has_projects5_delay():
+    from harness.suite import load_suite
+
+    suite = load_suite(REPO / "experiments" / "service.yaml")
+    delay = [f for e in suite.experiments for f in e.spec.faults]
+    assert [(f.kind, f.host, f.by) for f in delay] == [("delay", "app2", 0.2)]
+
+
+def test_on_the_monitored_host_each_worker_is_a_target(tmp_path):
+    import subprocess
+
+    exp = load_spec(write(tmp_path, "s.yaml", SPEC.replace("{fields}", "host: app2, by: 200ms")
+                          .replace("monitor: web", "monitor: app2")))
+    worker = subprocess.Popen(["sleep", "30"])   # a child of ours, as a gunicorn worker of its master
+    try:
+        tiers = _Tiers(tmp_path)
+        tiers.pids = lambda: {"app": [("app2", os.getpid())]}
+        env = FaultEnv(exp.spec, None, Clocks("app2", {}, ClockOffset()), SimpleNamespace(services={0: tiers}),
+                       random.Random(1), "r")
+        parts = KINDS["delay"](env).inject(Window(0, 5.0, 5.0), 1)
+        assert f'"module_key": "app:{worker.pid}"' in next(p.target for p in parts if str(worker.pid) in p.target)
+        assert len({p.action.path for p in parts}) == 1
+    finally:
+        worker.kill()
+        worker.wait()
+
+
+@pytest.mark.parametrize("fields, message", [
+    ("host: client", "faults[0].host: 'client' runs no tier"),
+    ("host: x3", "faults[0].host: 'x3' runs no tier"),
+    ("at: x3", "tier_pause needs 'host'"),
+])
+def test_bad_tier_pause_specs_are_one_line(tmp_path, fields, message):
+    spec = SPEC.replace("kind: delay", "kind: tier_pause").replace("{fields}", fields)
+    with pytest.raises(SpecError) as e:
+        load_spec(write(tmp_path, "s.yaml", spec))
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_tier_pause_stops_and_continues_the_tiers_whole_group(tmp_path):
+    import signal
+    import subprocess
+
+    from harness.backends.base import Proc
+
+    exp = load_spec(write(tmp_path, "s.yaml", SPEC.replace("kind: delay", "kind: tier_pause")
+                          .replace("{fields}", "host: cache")))
+    # a daemon with a child in its own process group, as memcached or gunicorn and its workers
+    daemon = subprocess.Popen(["sh", "-c", "sleep 30 & wait"], start_new_session=True)
+    proc = Proc("cache", daemon.pid, ["memcached"], None, 0.0, daemon)
+    node = SimpleNamespace(name="cache", monotonic=time.monotonic,
+                           signal=lambda p, sig: os.killpg(p.pid, sig))
+    env = FaultEnv(exp.spec, SimpleNamespace(node=lambda n: node), Clocks("web", {"cache": ClockOffset()}, ClockOffset()),
+                   SimpleNamespace(services={0: SimpleNamespace(procs=[("cache", proc)])}), random.Random(1), "r")
+    kind = KINDS["tier_pause"](env)
+    try:
+        time.sleep(0.2)
+        (part,) = kind.inject(Window(0, 5.0, 5.0), 1)      # web is monitored: one row, no module
+        from harness.faults.tier_pause import _states, group_pids
+
+        pids = group_pids(daemon.pid)
+        assert len(pids) == 2 and set(_states(pids)) == {"T"} and '"module_key": null' in part.target
+        assert kind.heal(part) >= part.start and "T" not in _states(pids)
+    finally:
+        os.killpg(daemon.pid, signal.SIGKILL)
+        daemon.wait()
