@@ -11,6 +11,12 @@
    (1%, 5%), delay variance (10%, 30%), noise (5%, 15% extra unrelated call/return messages between
    the same nodes). Nesting is shown with both of its timestamp choices under skew, and with
    orphan call trees left out (orphans="drop") under drops and noise.
+4. Linking's ceiling: per parallelism, the share of messages whose true cause is the latest arrival
+   at their sender (what WAP5's monotone model makes the likeliest parent) and of requests all of
+   whose causes are.
+
+"linking (edges)" is linking with model="edges" (analysis/paths/linking_weights.py), beside the
+paper's model.
 
 Accuracy is analysis/paths/score.py's: recall and precision of the common patterns (>= 1% of the
 requests), recall of the rare ones, and the count-weighted error of the per-node delays in the found
@@ -35,6 +41,7 @@ from analysis.paths.score import culprit_ranking, score  # noqa: E402
 # linking reads no tags; Maketrace's one client is named as untraced, as WAP5's clients were
 ALGORITHMS = {"nesting": (nesting.infer, True),
               "linking": (partial(linking.infer, untraced="client"), False),
+              "linking (edges)": (partial(linking.infer, untraced="client", model="edges"), False),
               "convolution": (convolution.infer, False)}
 
 
@@ -135,20 +142,61 @@ def others(duration: float, seed: int, algorithms: tuple[str, ...]) -> str:
     return table(rows, HEAD)
 
 
+def recency_ceiling(duration: float, seed: int) -> str:
+    """What WAP5's monotone model can get right at best: per parallelism, the share of messages whose
+    true cause is the latest arrival at their sender (the likeliest parent under the paper's model)
+    and the share of requests all of whose messages' causes are, with the client untraced."""
+    import numpy as np
+    import pandas as pd
+
+    from analysis.paths.assemble import clocks, node_codes, positions_in_runs
+
+    rows = []
+    for par in (1, 2, 4, 8, 16):
+        tr = maketrace(web_service(), duration=duration, parallelism=par, seed=seed, tags=False)
+        m, truth = tr.messages, tr.truth
+        nodes = node_codes(m)
+        t_out, _ = clocks(m)
+        t_in = m["t_recv"].to_numpy(dtype=np.float64).copy()
+        t_in[nodes.names[nodes.dst] == "client"] = np.nan
+        arr = np.flatnonzero(~np.isnan(t_in))
+        arr = arr[np.lexsort((t_in[arr], nodes.dst[arr]))]
+        pos, first = positions_in_runs(nodes.dst[arr], t_in[arr], nodes.src, t_out)
+        latest = np.where(pos > first, arr[np.maximum(pos - 1, 0)], -1)
+        linked = truth.cause >= 0
+        right = np.where(linked, latest == truth.cause, True)
+        whole = pd.Series(right).groupby(truth.request).all()
+        rows.append([str(par), f"{len(m):,}", _pct(float(right[linked].mean())),
+                     _pct(float(whole[whole.index >= 0].mean()))])
+    return table(rows, ["parallelism", "messages", "messages caused by the latest arrival",
+                        "requests with every cause the latest arrival"])
+
+
+SECTIONS = ("added", "parallelism", "others", "ceiling")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="the seeds' accuracy results on Maketrace")
     ap.add_argument("--duration", type=float, default=300.0, help="trace length, s (default 300)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path, help="also write the tables here (Markdown)")
+    ap.add_argument("--sections", help=f"comma-separated, of {', '.join(SECTIONS)} (default: all)")
     args = ap.parse_args(argv)
-    algorithms = ("nesting", "linking", "convolution")
-    parts = [
-        "### Slide 26: 200 ms added at web2 (Maketrace web service, parallelism 2, "
-        f"{args.duration:g} s, fault in the middle third)\n", added_delay(args.duration, args.seed),
-        "\n### Slide 29: accuracy against parallelism\n", parallelism(args.duration, args.seed, algorithms),
-        "\n### Slide 30: clock skew, drops, delay variance, noise (parallelism 2)\n",
-        others(args.duration, args.seed, algorithms),
-    ]
+    ap_sections = set(args.sections.split(",")) if args.sections else set(SECTIONS)
+    algorithms = tuple(ALGORITHMS)
+    parts = []
+    if "added" in ap_sections:
+        parts += ["### Slide 26: 200 ms added at web2 (Maketrace web service, parallelism 2, "
+                  f"{args.duration:g} s, fault in the middle third)\n", added_delay(args.duration, args.seed)]
+    if "parallelism" in ap_sections:
+        parts += ["\n### Slide 29: accuracy against parallelism\n",
+                  parallelism(args.duration, args.seed, algorithms)]
+    if "others" in ap_sections:
+        parts += ["\n### Slide 30: clock skew, drops, delay variance, noise (parallelism 2)\n",
+                  others(args.duration, args.seed, algorithms)]
+    if "ceiling" in ap_sections:
+        parts += ["\n### Linking's ceiling: causes that are the latest arrival (client untraced)\n",
+                  recency_ceiling(args.duration, args.seed)]
     text = "\n".join(parts) + "\n"
     print(text)
     if args.out:

@@ -101,3 +101,95 @@ def test_single_pattern_without_overlap_is_recovered_exactly(tpl, seed):
     assert r.params["raw_counts"] == {k: int(v) for k, v in want.items()}
     # expected counts: every instance's probability is at most 1, and the pattern dominates
     assert 0 < r.patterns[0].count <= want.iloc[0]
+
+
+def test_d_min_keeps_a_short_wait_after_instant_forwarding_linked():
+    # B forwards A's calls to C at once (gap 0), but one call after a 1 ms wait: with d fitted to
+    # the zero gaps (the paper's estimate, no floor) that 1 ms is many means long, i.e. spontaneous
+    rows = []
+    for i in range(30):
+        t = i * 1.0
+        wait = 0.001 if i == 29 else 0.0
+        rows += [(t, t + 0.001, "A", "B"), (t + 0.001 + wait, t + 0.0015 + wait, "B", "C")]
+    m = trace(rows)
+    floored = linking.infer(m, k=0, untraced="A")
+    assert floored.params["raw_counts"] == {"A>B(B>C)": 30}
+    unfloored = linking.infer(m, k=0, untraced="A", d_min=1e-9)
+    assert unfloored.params["raw_counts"] == {"A>B(B>C)": 29, "A>B": 1, "B>C": 1}
+
+
+def rpc_rows(n: int, stray: int) -> list[tuple]:
+    """A calls B, B calls C at once, C replies after 5 ms, B replies to A 5 ms later (its reply is
+    caused by C's reply). In request `stray` a call from X arrives 1 ms before B's reply (B answers
+    it 1 ms later): the latest arrival is then not the cause."""
+    rows = []
+    for i in range(n):
+        t = i * 1.0
+        rows += [(t, t + 0.0005, "A", "B"), (t + 0.0005, t + 0.001, "B", "C"),
+                 (t + 0.006, t + 0.0065, "C", "B"), (t + 0.0115, t + 0.012, "B", "A")]
+        if i == stray:
+            rows += [(t + 0.0105, t + 0.0106, "X", "B"), (t + 0.0125, t + 0.013, "B", "X")]
+    return rows
+
+
+def test_edge_model_learns_that_the_reply_follows_the_nested_reply():
+    m = trace(rpc_rows(40, stray=20))
+    rpc = "A>B(B>C(C>B(B>A)))"
+    wap5 = linking.infer(m, k=0, untraced=["A", "X"])
+    edges = linking.infer(m, k=0, untraced=["A", "X"], model="edges")
+    # the paper's model takes the latest arrival: X's call "causes" request 20's reply
+    assert wap5.params["raw_counts"].get(rpc) == 39
+    assert edges.params["raw_counts"] == {rpc: 40, "X>B(B>X)": 1}
+    with pytest.raises(ValueError, match="model"):
+        linking.infer(m, model="gamma")
+
+
+@settings(max_examples=25, deadline=None)
+@given(gaps=st.lists(st.floats(0, 0.05), min_size=1, max_size=8), d=st.floats(1e-4, 0.02),
+       y=st.floats(1, 6), model=st.sampled_from(["wap5", "edges"]))
+def test_link_probabilities_and_spontaneity_sum_to_one(gaps, d, y, model):
+    import numpy as np
+
+    from analysis.paths.linking_weights import edge_weights, wap5_weights
+
+    k = len(gaps)
+    child = np.zeros(k, dtype=np.int64)             # one child (message 0), k candidate parents
+    parent = np.arange(1, k + 1)
+    gap = np.sort(np.asarray(gaps))
+    src = np.zeros(k + 1, dtype=np.int64)
+    src[1:] = np.arange(1, k + 1) % 3 + 1           # parents from up to three input nodes
+    dst = np.zeros(k + 1, dtype=np.int64)
+    dst[0] = 4
+    dd = np.full(k + 1, d)
+    if model == "wap5":
+        p, ps = wap5_weights(child, gap, dd, y, k + 1)
+        # the paper's model is monotone: the nearest candidate is (one of) the likeliest
+        assert p[0] == pytest.approx(p.max())
+    else:
+        p, ps = edge_weights(child, parent, gap, src, dst, 5, dd, y, 3)
+    assert p.sum() + ps[0] == pytest.approx(1.0)
+    assert (p >= 0).all() and ps[1:] == pytest.approx(1.0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 6), links=st.lists(st.tuples(st.integers(0, 5), st.floats(0, 0.02)),
+                                           max_size=20), d=st.floats(1e-3, 0.01))
+def test_shortcut_for_the_papers_model_picks_the_same_likeliest_parent(n, links, d):
+    import numpy as np
+
+    from analysis.paths.linking_weights import wap5_weights
+
+    # links in walk order: per child, round r holds its r-th latest candidate (gaps non-decreasing)
+    per = {}
+    for c, g in links:
+        if c < n:
+            per.setdefault(c, []).append(g)
+    rounds = [[(c, sorted(gs)[r]) for c, gs in sorted(per.items()) if r < len(gs)]
+              for r in range(max((len(g) for g in per.values()), default=0))]
+    flat = [x for rnd in rounds for x in rnd]
+    child = np.array([c for c, _ in flat], dtype=np.int64)
+    gap = np.array([g for _, g in flat], dtype=float)
+    prob, ps = wap5_weights(child, gap, np.full(n, d), 4.0, n)
+    fast = linking.likeliest(child, prob, ps, monotone=True)
+    slow = linking.likeliest(child, prob, ps)
+    assert (fast == slow).all()

@@ -183,7 +183,11 @@ def subtree_hashes(nodes: Nodes, parent: np.ndarray, depth: np.ndarray) -> np.nd
                 + np.uint64(1))
     h = np.zeros(len(parent), dtype=np.uint64)
     childsum = np.zeros(len(parent), dtype=np.uint64)
-    order = np.argsort(-depth, kind="stable")
+    # deepest first; depths fit 16 bits (forest_depth cuts at 10,000), where numpy's stable sort
+    # is a radix sort (linear) rather than a merge sort of int64
+    top = int(depth.max(initial=0))
+    key = (top - depth).astype(np.uint16) if top < 1 << 16 else -depth
+    order = np.argsort(key, kind="stable")
     bounds = np.flatnonzero(np.diff(depth[order])) + 1
     for level in np.split(order, bounds):
         with np.errstate(over="ignore"):

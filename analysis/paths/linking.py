@@ -4,12 +4,13 @@ trace with a send and a receive time per message and no call/return tags.
 Step 1, the causal delay per node pair: for each message B>C, the latest message into B received
 before it was sent (both times on B's clock); if that is within `x` seconds, the gap is a sample of
 `d[B>C]`, else the message counts as spontaneous and adds no sample. `d[B>C]` is the mean of the
-samples and `lambda[B>C] = 1/d[B>C]` (an exponential delay model). One merged sort of every node's
-arrivals and departures, then a forward fill: linear after the sort.
+samples and `lambda[B>C] = 1/d[B>C]` (an exponential delay model), floored at `d_min`. One merged
+sort of every node's arrivals and departures, then a forward fill: linear after the sort.
 
 Step 2, possible parents: every message X>B received within `x` before B>C was sent is a possible
 parent, weighted `exp(-lambda[B>C] * gap)`; spontaneity is weighted as a link of delay `y * d[B>C]`,
-i.e. `exp(-y)`; the weights are normalised to sum to 1 (the link probabilities). Found with the same
+i.e. `exp(-y)`; the weights are normalised to sum to 1 (the link probabilities; `model="wap5"`,
+linking_weights.py, which also holds the `model="edges"` alternative). Found with the same
 merged sort and a short vectorised walk back over earlier arrivals, which stops at `x`, at
 `max_parents` candidates, or where a link's probability would fall below `p_min` whatever the other
 candidates (`exp(-gap/d) < p_min * exp(-y)`): such links are "probably false" and could never be
@@ -26,7 +27,17 @@ possible links from its messages that it leaves out (WAP5's p1/p2 example). Patt
 with the expected count (sum of instance probabilities) as `count` and the raw instance count in
 `params["raw_counts"]`; node delays are weighted by instance probability (WAP5 5.2).
 
-Choices where the paper is unclear: `k` (the paper names the limit but not its value): default 4;
+Choices where the paper is unclear: `d_min` (1 ms): the paper fits d from the samples and says
+nothing of a pair whose samples are nearly all 0 (a node that forwards a call at once, as a web
+server calling its application server does); its d of a fraction of a millisecond made a 1 ms wait
+four means long, i.e. spontaneous, cutting the path in two (on Maketrace's web service, 18% of
+web1>app1 calls at parallelism 1). The floor says that delays below the trace's timing precision
+are not told apart. `model`: "wap5" (default) is the paper's; "edges" is a mixture over the input
+edges, re-estimated for `rounds` rounds (linking_weights.py: the paper's remark that steps 1 and 2
+could be iterated, with a share and a mean per input edge), looking `reach` times further back.
+Measured on the web service it links 1-2 points more messages right at parallelism 1-2 and none at
+4, and does not raise pattern precision (docs/seeds-tables.md): it stays an option.
+`k` (the paper names the limit but not its value): default 4;
 `ambiguity` ("close to 0.5"): 0.1; `p_min`: 0.01; `untraced`: WAP5's traces did not include the
 clients (their requests come from outside, so they are spontaneous); a synthetic or lab trace records
 the client too, and a single client's next request would otherwise link to its last reply, chaining
@@ -40,6 +51,16 @@ then a fragment of a path whose link was lost: dropped from the trace or taken b
 Trees are built from the linear-time forest of likeliest links; only trees with try-both decisions
 are enumerated in Python. Messages without a receive time (an untraced receiver) cannot be parents
 (WAP5's A>B>A rule for them is not implemented; they are counted in the warnings).
+
+What limits it on RPC traces (measured, docs/seeds-tables.md): under the paper's monotone model the
+likeliest cause of every message is the latest arrival at its sender. On Maketrace's web service
+that is the true cause of 90% of messages at parallelism 1 (another request's message often arrives
+in between: Poisson starts), 70% at 4, 49% at 16; a request comes out whole from likeliest links
+only if all its messages do: 66% of requests at parallelism 1, 26% at 4. The wrong links cut trees
+and graft the pieces onto others, and as the same interleavings recur, the pieces add up to false
+patterns above 1% of the expected count. An RPC server's reply is also about as near the call it
+serves as the nested reply before it, so those links sit near 0.5 and try-both spreads the count
+over both shapes.
 """
 
 from __future__ import annotations
@@ -65,6 +86,7 @@ from analysis.paths.assemble import (
     positions_in_runs,
     result_from_forest,
 )
+from analysis.paths.linking_weights import edge_weights, wap5_weights
 from analysis.paths.model import PathsResult
 
 DEFAULTS: dict[str, object] = {
@@ -74,6 +96,10 @@ DEFAULTS: dict[str, object] = {
     "ambiguity": 0.1,       # a link with |p - 0.5| <= ambiguity is tried both ways
     "p_min": 0.01,          # links that cannot reach this probability are not considered
     "max_parents": 32,      # possible parents kept per message
+    "model": "wap5",        # link weights: "wap5" (the paper's) or "edges" (linking_weights.py)
+    "d_min": 0.001,         # s, floor of d (see docstring)
+    "rounds": 5,            # model="edges": rounds of re-estimating the shares and delays
+    "reach": 4.0,           # model="edges": how much further back than the paper's cutoff to look
     "untraced": "auto",     # nodes treated as untraced clients: names, or "auto" (see docstring)
     "orphans": "keep",      # "drop": only trees rooted at an untraced client's message are kept
 }
@@ -102,7 +128,7 @@ def _arrivals_and_departures(nodes: Nodes, t_out: np.ndarray, t_in: np.ndarray):
 
 
 def causal_delays(nodes: Nodes, t_out: np.ndarray, t_in: np.ndarray, arr: np.ndarray,
-                  pos: np.ndarray, first: np.ndarray, x: float) -> np.ndarray:
+                  pos: np.ndarray, first: np.ndarray, x: float, d_min: float = 1e-9) -> np.ndarray:
     """Step 1: d per message's (src, dst) pair (s; x where the pair has no sample)."""
     has = pos > first
     gap = np.full(len(t_out), np.inf)
@@ -112,49 +138,55 @@ def causal_delays(nodes: Nodes, t_out: np.ndarray, t_in: np.ndarray, arr: np.nda
     s = np.bincount(pair[sample], weights=gap[sample], minlength=nodes.n * nodes.n)
     c = np.bincount(pair[sample], minlength=nodes.n * nodes.n)
     d = np.where(c > 0, s / np.maximum(c, 1), x)
-    return np.maximum(d, 1e-9)[pair]
+    return np.maximum(d, d_min)[pair]
 
 
 def possible_parents(t_out: np.ndarray, t_in: np.ndarray, arr: np.ndarray, pos: np.ndarray,
-                     first: np.ndarray, d: np.ndarray, x: float, y: float, p_min: float,
-                     max_parents: int):
-    """Step 2: (child, parent, probability) per possible link, each message's probability of being
-    spontaneous, and per message the link position of its likeliest parent (-1: spontaneity is
-    likelier than every link)."""
-    n = len(t_out)
-    cutoff = np.minimum(x, d * (y + math.log(1 / p_min)))
-    child, parent, weight = [], [], []
-    best_w = np.full(n, math.exp(-y))          # spontaneity's weight: a link must beat it
-    best_at = np.full(n, -1, dtype=np.int64)
-    q = np.arange(n)
+                     first: np.ndarray, cutoff: np.ndarray, max_parents: int):
+    """Step 2's candidates: (child, parent, gap) per possible link, each message's earlier arrivals
+    at its sender within `cutoff` (per message, s), at most `max_parents` of them, latest first (a
+    child's links appear in the order of the walk back in time)."""
+    child, parent = [], []
+    q = np.arange(len(t_out))
     j = pos - 1
-    offset = 0
     for _ in range(max_parents):
         live = j >= first[q]
         q, j = q[live], j[live]
         if q.size == 0:
             break
         par = arr[j]
-        gap = t_out[q] - t_in[par]
-        live = (gap <= cutoff[q]) & (par != q)
-        q, j, par, gap = q[live], j[live], par[live], gap[live]
-        w = np.exp(-np.clip(gap, 0, None) / d[q])
+        live = (t_out[q] - t_in[par] <= cutoff[q]) & (par != q)
+        q, j, par = q[live], j[live], par[live]
         child.append(q)
         parent.append(par)
-        weight.append(w)
-        # the walk goes back in time, so a tie keeps the later (already seen) arrival
-        better = w > best_w[q]
-        best_w[q[better]] = w[better]
-        best_at[q[better]] = offset + np.flatnonzero(better)
-        offset += q.size
         j = j - 1
 
-    def cat(parts, dt):
-        return np.concatenate(parts) if parts else np.zeros(0, dt)
+    def cat(parts):
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
-    child, parent, weight = cat(child, np.int64), cat(parent, np.int64), cat(weight, float)
-    total = np.bincount(child, weights=weight, minlength=n) + math.exp(-y)
-    return child, parent, weight / total[child], math.exp(-y) / total, best_at
+    child, parent = cat(child), cat(parent)
+    return child, parent, t_out[child] - t_in[parent]
+
+
+def likeliest(child: np.ndarray, prob: np.ndarray, p_spont: np.ndarray,
+              monotone: bool = False) -> np.ndarray:
+    """Per message, the link position of its likeliest parent (-1: spontaneity is at least as likely
+    as every link); among equally likely links the first in walk order (the later arrival).
+    monotone: the weights fall with the gap (the paper's model), so the first link is the likeliest."""
+    n = len(p_spont)
+    if monotone:
+        # the paper's weights fall with the gap: a child's first link in walk order is its likeliest
+        first = np.full(n, -1, dtype=np.int64)
+        first[child[::-1]] = np.arange(len(child) - 1, -1, -1)
+        ok = first >= 0
+        ok[ok] = prob[first[ok]] > p_spont[ok]
+        return np.where(ok, first, -1)
+    best_p = p_spont.copy()
+    np.maximum.at(best_p, child, prob)
+    top = np.flatnonzero((prob >= best_p[child]) & (prob > p_spont[child]))
+    best_at = np.full(n, len(prob), dtype=np.int64)
+    np.minimum.at(best_at, child[top], top)
+    return np.where(best_at < len(prob), best_at, -1)
 
 
 class _Instances:
@@ -239,7 +271,8 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
     if clients:
         # WAP5 section 5.1: an untraced node's messages have no causes there, so messages into it
         # are nobody's parent and messages from it are spontaneous (path roots)
-        into = np.isin(nodes.names[nodes.dst], sorted(clients))
+        client_codes = np.flatnonzero(np.isin(nodes.names.astype(str), sorted(clients)))
+        into = np.isin(nodes.dst, client_codes)          # by code: no string per message
         t_in[into] = np.nan
     elif p["untraced"] == "auto":
         warnings.append("no call/return tags to tell the clients by; if one client sends "
@@ -250,15 +283,27 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
     if unseen:
         warnings.append(f"{unseen} messages without a receive time cannot be parents")
     arr, pos, first = _arrivals_and_departures(nodes, t_out, t_in)
-    d = causal_delays(nodes, t_out, t_in, arr, pos, first, x)
-    child, parent, prob, p_spont, best = possible_parents(t_out, t_in, arr, pos, first, d, x, y,
-                                                          float(p["p_min"]), int(p["max_parents"]))
+    d = causal_delays(nodes, t_out, t_in, arr, pos, first, x, float(p["d_min"]))
+    # a link weaker than p_min whatever the other candidates (exp(-gap/d) < p_min * exp(-y)) is
+    # "probably false" under the paper's model; the edge model may learn longer delays, so it looks
+    # `reach` times further back
+    reach = 1.0 if p["model"] == "wap5" else float(p["reach"])
+    cutoff = np.minimum(x, reach * d * (y + math.log(1 / float(p["p_min"]))))
+    child, parent, gap = possible_parents(t_out, t_in, arr, pos, first, cutoff, int(p["max_parents"]))
+    if p["model"] == "wap5":
+        prob, p_spont = wap5_weights(child, gap, d, y, n)
+    elif p["model"] == "edges":
+        prob, p_spont = edge_weights(child, parent, gap, nodes.src, nodes.dst, nodes.n, d, y,
+                                     int(p["rounds"]), float(p["d_min"]))
+    else:
+        raise ValueError(f"linking: model must be 'wap5' or 'edges', not {p['model']!r}")
+    best = likeliest(child, prob, p_spont, monotone=p["model"] == "wap5")
     map_parent = np.where(best >= 0, parent[np.maximum(best, 0)], -1)
     _, map_parent = forest_depth(map_parent)            # cut any cycle (clock skew)
     root_of = forest_roots(map_parent)
     is_root = map_parent < 0
     if p["orphans"] == "drop" and clients:
-        from_client = np.isin(nodes.names[nodes.src], sorted(clients))
+        from_client = np.isin(nodes.src, np.flatnonzero(np.isin(nodes.names.astype(str), sorted(clients))))
         orphan = is_root & ~from_client
         warnings.append(f"{int(orphan.sum())} trees rooted at a traced node's spontaneous "
                         f"message left out (orphans='drop')")
