@@ -99,7 +99,7 @@ def accuracy_cells_compared(dom: str, csv: pd.DataFrame, variants: list[str]) ->
     """Assert that the page's accuracy tables (one per variant) hold accuracy.csv's numbers, cell by
     cell (counts exact, rates within the page's one decimal); returns how many cells were compared."""
     found = {t["attrs"]["data-variant"]: t for t in tables(dom) if t["attrs"].get("class") == "accuracy"}
-    assert set(found) == set(variants) == set(csv["variant"])
+    assert set(found) == set(variants) == set(csv["variant"]), (sorted(found), variants, sorted(set(csv["variant"])))
     compared = 0
     for variant, t in found.items():
         header = t["rows"][0]["cells"]
