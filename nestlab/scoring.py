@@ -105,6 +105,12 @@ def _checked(predictions, n_runs: int, name: str) -> pd.DataFrame:
     if not p["dir"].astype(str).isin(["in", "out"]).all():
         raise UserError("predictions: `dir` must be 'in' or 'out'")
     p["dir"] = p["dir"].astype(str)
+    for col in ("module", "seq"):   # run.db ids and snapshot numbers: whole numbers, nothing else
+        v = pd.to_numeric(p[col], errors="coerce")
+        if v.isna().any() or not (v == v.round()).all():
+            bad = p[col][v.isna() | (v != v.round())].iloc[0]
+            raise UserError(f"predictions: `{col}` must be whole numbers (run.db ids, snapshot seqs), not {bad!r}")
+        p[col] = v.astype("int64")
     p["variant"] = p["variant"].astype(str) if "variant" in p else name
     return p
 

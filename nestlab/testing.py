@@ -48,6 +48,9 @@ def check_variant(variant, directory: str | Path, policy: str | None = None) -> 
     runs = [api.open_run(p) for p in small_runs(directory).values()]
     for run in runs:
         frame = run.diagnose(variant)
-        assert len(frame), f"{run.name}: no diagnosis"
-        assert frame["positive"].dtype == bool
+        # Raised, not asserted: a plug-in author's test must fail under `python -O` too.
+        if not len(frame):
+            raise AssertionError(f"{run.name}: {variant}: no diagnosis")
+        if frame["positive"].dtype != bool:
+            raise AssertionError(f"{run.name}: {variant}: `positive` is {frame['positive'].dtype}, not bool")
     return api.accuracy_of(runs, variant, policy, per_run=True)

@@ -153,6 +153,8 @@ def test_score_takes_labels_or_positives_from_anywhere_and_says_what_is_wrong(tm
                         (both.drop(columns="label").assign(positive=2), "`positive` must be True/False"),
                         (both.assign(run="elsewhere"), "run 'elsewhere' is none of the runs given"),
                         (pd.concat([both, both.iloc[:1]]), "two rows for predictions"),
+                        (both.assign(module="tcp"), "`module` must be whole numbers"),
+                        (both.assign(seq=1.5), "`seq` must be whole numbers"),
                         ([1, 2], "expected a pandas DataFrame")):
         with pytest.raises(UserError, match=re.escape(says)):
             nestlab.score(runs, frame)
