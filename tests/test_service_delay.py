@@ -139,15 +139,20 @@ def test_tier_pause_stops_and_continues_the_tiers_whole_group(tmp_path):
     # a daemon with a child in its own process group, as memcached or gunicorn and its workers
     daemon = subprocess.Popen(["sh", "-c", "sleep 30 & wait"], start_new_session=True)
     proc = Proc("cache", daemon.pid, ["memcached"], None, 0.0, daemon)
-    node = SimpleNamespace(name="cache", monotonic=time.monotonic,
-                           signal=lambda p, sig: os.killpg(p.pid, sig))
+    node = SimpleNamespace(name="cache", monotonic=time.monotonic, signal=lambda p, sig: os.killpg(p.pid, sig),
+                           run=lambda argv, check=False: subprocess.run(argv, capture_output=True, text=True))
     env = FaultEnv(exp.spec, SimpleNamespace(node=lambda n: node), Clocks("web", {"cache": ClockOffset()}, ClockOffset()),
                    SimpleNamespace(services={0: SimpleNamespace(procs=[("cache", proc)])}), random.Random(1), "r")
     kind = KINDS["tier_pause"](env)
     try:
         time.sleep(0.2)
         (part,) = kind.inject(Window(0, 5.0, 5.0), 1)      # web is monitored: one row, no module
-        from harness.faults.tier_pause import _states, group_pids
+        from harness.faults.tier_pause import group_pids
+
+        def _states(pids):   # every thread's state letter, read as the kind reads it
+            out = subprocess.run(["sh", "-c", " ".join(["grep -h '^State:'"] + [f"/proc/{p}/task/*/status" for p in pids])],
+                                 capture_output=True, text=True).stdout
+            return [ln.split()[1] for ln in out.splitlines()]
 
         pids = group_pids(daemon.pid)
         assert len(pids) == 2 and set(_states(pids)) == {"T"} and '"module_key": null' in part.target

@@ -14,15 +14,12 @@ the TCP module of each, as for a tcp_drop (docs/faults.md, which also gives the 
 
 from __future__ import annotations
 
-import signal
-import time
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.faults.base import FaultEnv, NoTarget, Part, target_json
+from harness.faults.base import NoTarget, Part, target_json
 from harness.faults.iptables import check_connection, connection_key
 from harness.faults.spec import FaultSpec, FaultTarget, Footprint, SpecView
+from harness.faults.stop_continue import StopContinue, Stopped
 from rundir.faultkinds import FaultKindInfo
 
 if TYPE_CHECKING:
@@ -51,35 +48,13 @@ class ServerPauseSpec(FaultSpec):
         """The paused server's host."""
         return spec.workloads[self.target.workload].server
 
-VERIFY_S = 2.0   # how long the pause (or continue) may take to show in every thread's state
 
 
-@dataclass
-class PausedServer:
-    node: str
-    proc: Proc
-    resumed: float | None = None
-
-
-class ServerPause:
+class ServerPause(StopContinue):
     info = INFO
     spec = ServerPauseSpec
 
-    def __init__(self, env: FaultEnv):
-        self.env = env
-        self.paused: list[PausedServer] = []
-
-    def setup(self, faults: Sequence[FaultSpec]) -> None:
-        pass
-
-    def teardown(self) -> None:
-        """Continue every server still stopped (an interrupted run), so it can be stopped in turn."""
-        for p in self.paused:
-            if p.resumed is None:
-                self.env.backend.node(p.node).signal(p.proc, signal.SIGCONT)
-                p.resumed = self.env.clocks.from_node(p.node, self.env.backend.node(p.node).monotonic())
-
-    def describe(self, action: PausedServer) -> str:
+    def describe(self, action: Stopped) -> str:
         return f"SIGSTOP / SIGCONT to process group {action.proc.pid} ({' '.join(action.proc.argv)}) on {action.node}"
 
     def server_of(self, fault: FaultSpec) -> Proc:
@@ -96,11 +71,7 @@ class ServerPause:
         proc = self.server_of(f)
         w = env.spec.workloads[f.target.workload]
         conns = self.connections(f)
-        node = env.backend.node(w.server)
-        action = PausedServer(w.server, proc)
-        self.paused.append(action)
-        node.signal(proc, signal.SIGSTOP)
-        start = env.clocks.from_node(w.server, self._verify(node, proc.pid, stopped=True))
+        action, start = self.stop(w.server, proc)
         text = self.describe(action)
         if not conns:
             return [Part(target_json(description=f"{w.kind} server on {w.server} stopped: no connection of "
@@ -127,25 +98,3 @@ class ServerPause:
                     if c["dst"] == server:
                         out.append((c, proc.pid, wl))
         return out
-
-    def heal(self, part: Part) -> float:
-        action: PausedServer = part.action
-        if action.resumed is None:
-            node = self.env.backend.node(action.node)
-            node.signal(action.proc, signal.SIGCONT)
-            action.resumed = self.env.clocks.from_node(action.node, self._verify(node, action.proc.pid, stopped=False))
-        return action.resumed
-
-    @staticmethod
-    def _verify(node, pid: int, stopped: bool) -> float:
-        """The node's monotonic time once every thread of `pid` is (or no longer is) stopped."""
-        deadline = time.monotonic() + VERIFY_S
-        while True:
-            out = node.run(["sh", "-c", f"grep -h '^State:' /proc/{int(pid)}/task/*/status"], check=False).stdout
-            states = [line.split()[1] for line in out.splitlines() if line.startswith("State:")]
-            if states and all((s == "T") == stopped for s in states):
-                return node.monotonic()
-            if time.monotonic() > deadline:
-                want = "stopped" if stopped else "running again"
-                raise RuntimeError(f"{node.name}: server pid {pid} not {want} after {VERIFY_S:g}s (states {states})")
-            time.sleep(0.01)

@@ -15,26 +15,21 @@ every hop above it, waiting for the window's length).
 
 from __future__ import annotations
 
-import signal
-import time
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from harness.faults.base import FaultEnv, NoTarget, Part, target_json
+from harness.faults.base import NoTarget, Part, target_json
 from harness.faults.spec import FaultSpec, Footprint, SpecView
+from harness.faults.stop_continue import StopContinue, Stopped
 from rundir.faultkinds import FaultKindInfo
 
 if TYPE_CHECKING:
-    from harness.backends.base import Proc
     from harness.topology import Topology
     from harness.window import Window
 
 INFO = FaultKindInfo("tier_pause", colour="#e7298a", order=None)
-VERIFY_S = 2.0
 TIERS = ("web", "app", "cache", "db")
 
 
@@ -72,13 +67,6 @@ class TierPauseSpec(FaultSpec):
         return self.host
 
 
-@dataclass
-class PausedTier:
-    node: str
-    proc: Proc
-    resumed: float | None = None
-
-
 def group_pids(pgid: int) -> list[int]:
     """Every process of a process group (Mininet hosts share this machine's pids)."""
     out = []
@@ -87,42 +75,19 @@ def group_pids(pgid: int) -> list[int]:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[2]) == pgid:
+        if int(fields[2]) == pgid and fields[0] != "Z":   # a zombie never shows the stop
             out.append(int(stat.parent.name))
     return sorted(out)
 
 
-def _states(pids: list[int]) -> list[str]:
-    states = []
-    for pid in pids:
-        for status in Path(f"/proc/{pid}/task").glob("*/status"):
-            try:
-                line = next(x for x in status.read_text().splitlines() if x.startswith("State:"))
-            except (OSError, StopIteration):
-                continue
-            states.append(line.split()[1])
-    return states
-
-
-class TierPause:
+class TierPause(StopContinue):
     info = INFO
     spec = TierPauseSpec
 
-    def __init__(self, env: FaultEnv):
-        self.env = env
-        self.paused: list[PausedTier] = []
+    def pids(self, action: Stopped) -> list[int]:
+        return group_pids(action.proc.pid)
 
-    def setup(self, faults: Sequence[FaultSpec]) -> None:
-        pass
-
-    def teardown(self) -> None:
-        """Continue every tier still stopped (an interrupted run), so it can be stopped in turn."""
-        for p in self.paused:
-            if p.resumed is None:
-                self.env.backend.node(p.node).signal(p.proc, signal.SIGCONT)
-                p.resumed = self.env.clocks.from_node(p.node, self.env.backend.node(p.node).monotonic())
-
-    def describe(self, action: PausedTier) -> str:
+    def describe(self, action: Stopped) -> str:
         return f"SIGSTOP / SIGCONT to process group {action.proc.pid} ({' '.join(action.proc.argv[:3])}) on {action.node}"
 
     def inject(self, window: Window, first_id: int) -> list[Part]:
@@ -133,37 +98,11 @@ class TierPause:
         proc = next((p for t, p in (tiers.procs if tiers else []) if p.node == f.host and t == tier), None)
         if proc is None or proc.poll() is not None:
             raise NoTarget(f"no {tier} daemon running on {f.host}")
-        node = env.backend.node(f.host)
-        action = PausedTier(f.host, proc)
-        self.paused.append(action)
-        node.signal(proc, signal.SIGSTOP)
-        pids = group_pids(proc.pid)
-        start = env.clocks.from_node(f.host, self._verify(node, pids, stopped=True))
+        action, start = self.stop(f.host, proc)
+        pids = self.pids(action)
         text = f"the {tier} tier on {f.host} stopped"
         if f.host != env.spec.monitor:
             return [Part(target_json(description=text, host=f.host, tier=tier, pid=proc.pid, pids=pids, workload=i,
                                      module_key=None), self.describe(action), start, action)]
         return [Part(target_json(description=f"{text}: pid {p}", host=f.host, tier=tier, pid=p, workload=i,
                                  module_key=f"app:{p}"), self.describe(action), start, action) for p in pids]
-
-    def heal(self, part: Part) -> float:
-        action: PausedTier = part.action
-        if action.resumed is None:
-            node = self.env.backend.node(action.node)
-            node.signal(action.proc, signal.SIGCONT)
-            action.resumed = self.env.clocks.from_node(
-                action.node, self._verify(node, group_pids(action.proc.pid), stopped=False))
-        return action.resumed
-
-    @staticmethod
-    def _verify(node, pids: list[int], stopped: bool) -> float:
-        """The node's monotonic time once every thread of `pids` is (or no longer is) stopped."""
-        deadline = time.monotonic() + VERIFY_S
-        while True:
-            states = _states(pids)
-            if states and all((s == "T") == stopped for s in states):
-                return node.monotonic()
-            if time.monotonic() > deadline:
-                want = "stopped" if stopped else "running again"
-                raise RuntimeError(f"{node.name}: pids {pids} not {want} after {VERIFY_S:g}s (states {states})")
-            time.sleep(0.01)
