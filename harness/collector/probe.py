@@ -168,7 +168,8 @@ class Prober:
         rqueue, wqueue, rto_us = w.queues
         sending = bool(wqueue)
         receiving = w.progress is not None and now - w.progress <= s.hold and not rqueue
-        if not (sending or receiving):
+        if not (sending or receiving):   # idle: unarmed until its segments or queues move again
+            self.armed.discard(mid)
             return
         since = now - (w.progress if w.progress is not None else w.first)
         wait = min(s.after, rto_us / 1e6) if rto_us else s.after
