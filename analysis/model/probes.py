@@ -260,7 +260,7 @@ def ongoing(stretches, seq: int) -> dict:
 
 
 def cell_evidence(batch, d: str, cells: np.ndarray, ahead: float = AHEAD_S) -> np.ndarray:
-    """NONE, ANSWERED or UNANSWERED (int8) of direction d at the given cells of the batch (ascending flat
+    """NONE, ANSWERED, UNANSWERED or RECOVERING (int8) of direction d at the given cells of the batch (ascending flat
     indices); the rule is in the module docstring."""
     out = np.zeros(len(cells), dtype=np.int8)
     k_of = np.searchsorted(batch.offsets, cells, side="right") - 1
@@ -274,7 +274,7 @@ def cell_evidence(batch, d: str, cells: np.ndarray, ahead: float = AHEAD_S) -> n
             continue
         local = cells[a:b] - batch.offsets[k]
         row, col = local // st.t, local % st.t
-        ts = getattr(st, "tcpstate", None)
+        ts = st.tcpstate
         if ts is None:
             backoff = sent_at = np.full(len(row), np.nan)
         else:   # unknown (no tcp_info row yet): NaN, which no comparison holds for

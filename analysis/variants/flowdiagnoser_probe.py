@@ -85,8 +85,12 @@ def probe_rule(batch: Batch, d: str, res: np.ndarray, ahead: float,
     waiting = np.unique(tp[wait])        # waiting connections (over any lower layer: RECOVERING speaks there)
     if not len(waiting):
         return res
-    unclear = np.isin(waiting, tp[wait & (inactive[tc] | deaf[tc])])   # over a lower layer silent one way or both
-    stack = np.isin(waiting, tp[wait & inactive[tc]])                  # ... silent this way
+    # Marked in cell-long masks and read at `waiting` (np.isin would sort on every call).
+    unclear = np.zeros(batch.n_cells, dtype=bool)
+    unclear[tp[wait & (inactive[tc] | deaf[tc])]] = True   # over a lower layer silent one way or both
+    stack = np.zeros(batch.n_cells, dtype=bool)
+    stack[tp[wait & inactive[tc]]] = True                   # ... silent this way
+    unclear, stack = unclear[waiting], stack[waiting]
     ev = cell_evidence(batch, d, waiting, ahead)
     res = res.copy()
     res[waiting[((ev == UNANSWERED) & unclear) | (ev == RECOVERING)]] = BLOCKED   # RECOVERING: by the past outage
