@@ -43,7 +43,7 @@ def test_the_app_holds_its_replies_while_its_switch_is_set(tmp_path, monkeypatch
     monkeypatch.setattr(app, "_cache", lambda: SimpleNamespace(get=lambda k: b"v", set=lambda k, v: None))
     t = time.monotonic()
     app.application({"PATH_INFO": "/item/1", "REQUEST_METHOD": "GET"}, lambda *a: None)
-    assert 0.05 <= time.monotonic() - t < 0.5
+    assert 0.05 <= time.monotonic() - t < 5   # its own 50 ms, never app1's 9 s (loose: a loaded CI machine)
     os.unlink(tmp_path / "delay-app2")
     assert app.added_delay() == 0.0
 
