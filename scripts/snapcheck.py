@@ -112,8 +112,10 @@ def main() -> int:
     a = ap.parse_args()
     got = {}
     for p in runs_of(a.runs):
-        got[str(p.resolve())] = hash_run(p) | (hash_outputs(p) if a.files else {})
-        print(f"hashed {p} ({len(got[str(p.resolve())])} items)", file=sys.stderr)
+        # keyed by <experiment>/<run> so that a copy of the runs elsewhere compares with the baseline
+        key = "/".join(p.resolve().parts[-2:])
+        got[key] = hash_run(p) | (hash_outputs(p) if a.files else {})
+        print(f"hashed {p} ({len(got[key])} items)", file=sys.stderr)
     if a.mode == "record":
         Path(a.file).write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
         print(f"{len(got)} runs recorded in {a.file}")
