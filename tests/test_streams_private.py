@@ -117,21 +117,46 @@ class _Ledger:
         pass
 
 
+def _submit_with_flinks_client(c: cluster.FlinkCluster, graph_file: Path) -> subprocess.CompletedProcess:
+    """What any local user could do: `flink run` a jar (ours will do) against the cluster's REST port."""
+    return subprocess.run([str(c.home / "bin" / "flink"), "run", "-d", "-m", f"127.0.0.1:{c.rest.port}",
+                           "-c", cluster.JOB_CLASS, str(cluster.JOB_JAR), str(graph_file), "intruder"],
+                          env={**c.env, "LD_PRELOAD": ""}, capture_output=True, text=True, timeout=180)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not _flink_ready(), reason="Flink is not set up (./scripts/setup.sh)")
-def test_a_started_cluster_takes_no_jar_and_listens_on_loopback_only(tmp_path: Path):
+def test_a_started_cluster_runs_our_job_only_takes_no_job_or_jar_and_listens_on_loopback_only(tmp_path: Path):
+    """Issue 30, finding 5's gap: a session cluster accepts `POST /jobs` (Flink's client's endpoint,
+    no switch) from any local user; the application cluster runs the job it was started with only."""
+    from harness.streams.graph import load_graph
+
+    (tmp_path / "control").mkdir()
+    graph_file = tmp_path / "graph.txt"
+    graph_file.write_text(load_graph(Path(__file__).parents[1] / "graphs" / "mergetree.yaml")
+                          .job_text(100, 64, tmp_path / "control", 4))
     c = cluster.FlinkCluster(tmp_path, _Ledger())
+    procs = []
     try:
-        c.start()                                        # check_private passed: all on loopback
+        job = c.start(graph_file, "ours")              # check_private passed: all on loopback
+        procs = list(c.procs)
         ports = set().union(*(listening(p.pid) for p in c.procs))
         assert ports and exposed(ports) == []
         assert any(p in c.metrics_ports for _, p in ports) and any(p == c.rest.port for _, p in ports)
+        run = _submit_with_flinks_client(c, graph_file)
+        assert run.returncode != 0 and "Job has been submitted" not in run.stdout, run.stdout[-500:]
+        with pytest.raises(RuntimeError, match="HTTP 4"):
+            c.rest.call("POST", "/jobs", b"x", {"Content-Type": "multipart/form-data; boundary=b"})
         with pytest.raises(RuntimeError, match="HTTP 4.. .*(not allowed|Not Found)"):
             c.rest.call("POST", "/jars/upload", b"x", {"Content-Type": "multipart/form-data; boundary=b"})
+        jobs = c.rest.get("/jobs/overview")["jobs"]
+        assert [(j["jid"], j["name"], j["state"]) for j in jobs] == [(job, "ours", "RUNNING")]
         assert c.rest.get("/config")["features"]["web-submit"] is False
     finally:
         c.stop()
         time.sleep(0.5)
+    assert len(procs) == 2 and all(p.poll() is not None for p in procs)   # the JVMs are gone
+    assert not (tmp_path / "flink" / "tmp").exists()
 
 
 def test_a_start_whose_port_was_taken_is_tried_again_with_other_ports(tmp_path, monkeypatch):
@@ -142,17 +167,18 @@ def test_a_start_whose_port_was_taken_is_tried_again_with_other_ports(tmp_path, 
     (tmp_path / "job.jar").write_bytes(b"")
     tried, stopped = [], []
 
-    def once():
+    def once(graph_file, name):
         tried.append((c.rest.port, c.metrics_ports))
+        c.job_id = f"job{len(tried)}"
         if len(tried) < 3:
             raise cluster.PortTaken("taken")
 
     monkeypatch.setattr(c, "_start_once", once)
     monkeypatch.setattr(c, "stop", lambda: stopped.append(1))
-    c.start()
+    assert c.start(tmp_path / "graph.txt", "run") == "job3"
     assert len(tried) == 3 and len(stopped) == 2 and len(set(tried)) == 3   # new ports each time
     tried.clear()
-    monkeypatch.setattr(c, "_start_once", lambda: tried.append(1) or (_ for _ in ()).throw(cluster.PortTaken("x")))
+    monkeypatch.setattr(c, "_start_once", lambda g, n: tried.append(1) or (_ for _ in ()).throw(cluster.PortTaken("x")))
     with pytest.raises(cluster.PortTaken):
-        c.start()
+        c.start(tmp_path / "graph.txt", "run")
     assert len(tried) == cluster.START_ATTEMPTS

@@ -5,10 +5,12 @@ Everything lives in the run directory (configuration, logs, Flink's temporary fi
 is its own process group in the run's ledger, so teardown and `nestlab cleanup` stop them on every
 exit path.
 
-The cluster is private (docs/streams.md, "A private cluster"): web submission and cancellation are
-off (no jar upload and run through the REST API; our job goes in through Flink's own client, `flink
-run`), and nothing listens outside loopback: REST and RPC are bound to localhost, and the JVMs run
-with loopback/libloopbackbind.so preloaded, which turns a bind() to the wildcard address into one to
+The cluster is private (docs/streams.md, "A private cluster"): it is a standalone *application*
+cluster, whose JobManager starts our job itself (`standalone-job.sh --job-classname`, the jar fetched
+from its local path) and runs nothing else: its REST API has no job submission at all (no `POST
+/jobs`, which a session cluster keeps whatever the settings), no jar upload, no cancellation; and
+nothing listens outside loopback: REST and RPC are bound to localhost, and the JVMs run with
+loopback/libloopbackbind.so preloaded, which turns a bind() to the wildcard address into one to
 loopback (Flink's Prometheus reporter has no host setting) and with the IPv4 stack. After the start
 every listening socket of the JVMs is checked (harness.streams.listeners): one outside loopback stops
 the run. Ports are chosen below the kernel's ephemeral range (free_port), where no other process's
@@ -24,6 +26,7 @@ import json
 import os
 import random
 import re
+import secrets
 import shutil
 import socket
 import subprocess
@@ -62,7 +65,8 @@ SETTINGS = {
     "taskmanager.network.memory.buffer-debloat.enabled": "false",
     "rest.address": "localhost",
     "rest.bind-address": "localhost",
-    # Private: no jar upload and run, no cancellation through the REST API, for anyone on this machine.
+    # Private: no jar upload and run, no cancellation through the REST API, for anyone on this machine
+    # (an application cluster has no job submission endpoint at all: docs/streams.md).
     "web.submit.enable": "false",
     "web.cancel.enable": "false",
     "web.rescale.enable": "false",
@@ -207,24 +211,29 @@ class FlinkCluster:
         tmp = self.dir / "tmp"
         return {**SETTINGS, "jobmanager.rpc.port": str(self.rpc_port), "rest.port": str(self.rest.port),
                 "metrics.reporter.prom.port": ",".join(map(str, self.metrics_ports)),
-                "io.tmp.dirs": str(tmp),
+                "io.tmp.dirs": str(tmp), "web.tmpdir": str(tmp / "web"),   # not root's /tmp/flink-web-*
+                # where the application cluster puts the job's fetched jars (Flink's default is /opt)
+                "user.artifacts.base-dir": str(tmp / "artifacts"),
                 # IPv4 sockets, so that a wildcard bind becomes 127.0.0.1 (libloopbackbind), not ::1
                 "env.java.opts.all": " ".join(o for o in (_java_opts(self.home), "-Djava.net.preferIPv4Stack=true") if o)}
 
-    def start(self) -> None:
+    def start(self, graph_file: Path, name: str) -> str:
+        """Start the cluster with our job on `graph_file` as its one application, and wait until every
+        task runs; the job's id."""
         if not JOB_JAR.exists():
             raise UserError(f"no streams job jar {JOB_JAR}: run ./scripts/setup.sh (it builds it)")
         for attempt in range(START_ATTEMPTS):
             try:
-                self._start_once()
-                return
+                self._start_once(graph_file, name)
+                return self.job_id
             except PortTaken:
                 self.stop()
                 if attempt == START_ATTEMPTS - 1:
                     raise
                 self._ports()   # another process took a port: new ones
+        raise AssertionError("unreachable")
 
-    def _start_once(self) -> None:
+    def _start_once(self, graph_file: Path, name: str) -> None:
         conf, logs, tmp = self.dir / "conf", self.dir / "log", self.dir / "tmp"
         for d in (conf, logs, tmp):
             d.mkdir(parents=True, exist_ok=True)
@@ -233,12 +242,28 @@ class FlinkCluster:
         (conf / "config.yaml").write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in self.settings().items()))
         self.env = {**os.environ, "FLINK_CONF_DIR": str(conf), "FLINK_LOG_DIR": str(logs),
                     "FLINK_PID_DIR": str(self.dir), "JAVA_HOME": self.java, "LD_PRELOAD": str(loopback_lib())}
-        self._spawn("jobmanager", self.env, logs)
+        # Application mode: the JobManager runs our job's main() itself, with a job id we chose; the
+        # jar is used where it lies (local://), the job's arguments follow.
+        self.job_id = secrets.token_hex(16)
+        # (--jars takes every value up to the next option: it goes first.)
+        self._spawn("jobmanager", "standalone-job", ["--jars", _local_uri(JOB_JAR), "--job-classname", JOB_CLASS,
+                                                     "--job-id", self.job_id, str(graph_file), name])
         self._wait(lambda: self.rest.get("/overview") is not None, "the JobManager's REST API")
-        self._spawn("taskmanager", self.env, logs)
-        self._wait(lambda: (self.rest.get("/overview") or {}).get("slots-available", 0) >= 1,
-                   "a TaskManager slot")
+        self._spawn("taskmanager", "taskmanager", [])
+        self._wait(self._running, "running job")
         self.check_private()
+
+    def _running(self) -> bool:
+        try:
+            job = self.rest.get(f"/jobs/{self.job_id}")
+        except RuntimeError as e:
+            if "HTTP 404" in str(e):   # the JobManager has not submitted it to itself yet
+                return False
+            raise
+        if job["state"] in ("FAILED", "CANCELED", "FINISHED"):
+            raise UserError(f"Flink job {self.job_id} is {job['state']}; see {self.dir / 'log'}")
+        return job["state"] == "RUNNING" and bool(job["vertices"]) and \
+            all(v["status"] == "RUNNING" for v in job["vertices"])
 
     def check_private(self) -> None:
         """Every port the JVMs listen on is on loopback (else RuntimeError: the run stops), and the
@@ -254,11 +279,11 @@ class FlinkCluster:
         if self.rest.port not in mine or not mine & set(self.metrics_ports):
             raise PortTaken(f"Flink's ports {self.rest.port}, {self.metrics_ports} were taken by another process")
 
-    def _spawn(self, role: str, env: dict, logs: Path) -> None:
-        argv = [str(self.home / "bin" / f"{role}.sh"), "start-foreground"]
+    def _spawn(self, role: str, script: str, args: list[str]) -> None:
+        argv = [str(self.home / "bin" / f"{script}.sh"), "start-foreground", *args]
         with signals_held():
-            out = open(logs / f"{role}.out", "ab")
-            proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            out = open(self.dir / "log" / f"{role}.out", "ab")
+            proc = subprocess.Popen(argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, preexec_fn=unblock_held_signals, cwd=self.dir)
             out.close()
             self.procs.append(proc)
@@ -292,38 +317,6 @@ class FlinkCluster:
         return False
 
     # -- the job -------------------------------------------------------------------------------
-    def submit(self, graph_file: Path, name: str) -> str:
-        """Run the job's jar on `graph_file` through Flink's client (`flink run -d`: web submission is
-        off), and wait until every task runs."""
-        argv = [str(self.home / "bin" / "flink"), "run", "-d", "-c", JOB_CLASS, str(JOB_JAR), str(graph_file), name]
-        with signals_held():
-            proc = subprocess.Popen(argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True,
-                                    preexec_fn=unblock_held_signals, cwd=self.dir)
-            self.ledger.add_process(proc.pid, "flink run")
-        try:
-            out, _ = proc.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            kill_group(proc.pid, None, timeout=5)
-            out, _ = proc.communicate()
-        finally:
-            self.ledger.drop_process(proc.pid)
-        text = out.decode(errors="replace")
-        (self.dir / "log" / "flink-run.out").write_text(text)
-        m = re.search(r"JobID ([0-9a-f]{32})", text)
-        if proc.returncode != 0 or not m:
-            raise RuntimeError(f"flink run failed ({proc.returncode}): {' '.join(text.split())[-300:]}; "
-                               f"see {self.dir / 'log'}")
-        self.job_id = m.group(1)
-
-        def running() -> bool:
-            job = self.rest.get(f"/jobs/{self.job_id}")
-            if job["state"] in ("FAILED", "CANCELED", "FINISHED"):
-                raise UserError(f"Flink job {self.job_id} is {job['state']}; see {self.dir / 'log'}")
-            return job["state"] == "RUNNING" and all(v["status"] == "RUNNING" for v in job["vertices"])
-        self._wait(running, "running job")
-        return self.job_id
-
     def job_state(self) -> str:
         return self.rest.get(f"/jobs/{self.job_id}")["state"]
 
@@ -348,6 +341,11 @@ class FlinkCluster:
             self.ledger.drop_process(p.pid)
         self.procs = []
         shutil.rmtree(self.dir / "tmp", ignore_errors=True)
+
+
+def _local_uri(path: Path) -> str:
+    """Flink's scheme for a file the JobManager uses where it lies (file:// would copy it)."""
+    return "local" + path.resolve().as_uri()[len("file"):]
 
 
 def _java_opts(home: Path) -> str:

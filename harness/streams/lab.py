@@ -50,12 +50,11 @@ class StreamsLab(Lab):
         self.control.mkdir()
         self.run.say(f"starting Flink ({len(self.graph.pes)} PEs, {len(self.graph.connections)} connections, "
                      f"beacon {self.rate:g} tuples/s)")
-        self.cluster = FlinkCluster(self.rd.path, self.run.ledger, on_process=self._on_engine)
-        self.stopped = False
-        self.cluster.start()
         graph_file = self.rd.path.resolve() / "graph.txt"
         graph_file.write_text(self.graph.job_text(self.rate, self.spec.payload, self.control, self.spec.aggregate))
-        job = self.cluster.submit(graph_file, self.run.run_id)
+        self.cluster = FlinkCluster(self.rd.path, self.run.ledger, on_process=self._on_engine)
+        self.stopped = False
+        job = self.cluster.start(graph_file, self.run.run_id)   # an application cluster: our job, nothing else
         self.run.event("info", f"Flink job {job} running")
         self.rd.update_manifest(versions={"nestlab": __version__, "flink": _flink_version(), "java": self.cluster.java})
         self.collector = StreamsCollector(self.cluster.metrics_ports, self.graph, self.rd.db,
