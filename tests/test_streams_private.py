@@ -1,4 +1,5 @@
-"""The streams run's Flink cluster is private (issue 30, finding 5 and two of 6): web submission and
+"""The streams run's Flink cluster is private (issue 30, finding 5 and two of 6): an application
+cluster that runs our job and takes no other (no `flink run`, no `POST /jobs`), web submission and
 cancellation off, every listening socket on loopback (the Prometheus reporter has no host setting:
 libloopbackbind turns its wildcard bind into loopback), ports chosen where no automatic port takes
 them first, and the collector's scrape never goes through an http_proxy (docs/streams.md)."""
