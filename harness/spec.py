@@ -171,7 +171,9 @@ class Spec(_Strict):
     snapshot_interval: Duration = 0.1
     seed: int = 0
     repetitions: int = Field(default=1, ge=1)
-    monitor: str
+    # One host, or a list (issue 33 item 2): NeST's collector and the interceptor on each, one snapshot
+    # sequence, each module recording its host (docs/run-format.md, "Several monitored hosts").
+    monitor: str | list[str]
     congestion_control: str = Field(default="cubic", pattern=r"^[a-z0-9_]+$")
     # Load the LD_PRELOAD interceptor into the monitored host's workload processes: app and socket
     # modules, and the app_pause fault. Off only to measure the harness without it.
@@ -188,6 +190,30 @@ class Spec(_Strict):
             raise ValueError(f"{name!r} is not an experiment name: runs go to results/<name>/, and "
                              f"{name!r} is not a directory of its own there")
         return name
+
+    @field_validator("monitor")
+    @classmethod
+    def _monitor(cls, value: str | list[str]) -> str | list[str]:
+        """A list of one host is that host (the spec then reads, runs and digests as `monitor: H`)."""
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("monitor: at least one host")
+            twice = next((h for i, h in enumerate(value) if h in value[:i]), None)
+            if twice is not None:
+                raise ValueError(f"{twice!r} is listed twice")
+            if len(value) == 1:
+                return value[0]
+        return value
+
+    @property
+    def monitored(self) -> tuple[str, ...]:
+        """Every monitored host, the first being the reference clock's and the collector's."""
+        return (self.monitor,) if isinstance(self.monitor, str) else tuple(self.monitor)
+
+    @property
+    def monitor_host(self) -> str:
+        """The first monitored host: its CLOCK_MONOTONIC is the run's reference clock."""
+        return self.monitored[0]
 
     @field_validator("probe", mode="before")
     @classmethod
@@ -214,6 +240,11 @@ class Spec(_Strict):
             raise ValueError("duration must be greater than 0")
         if not 0.01 <= self.snapshot_interval <= 10:
             raise ValueError("snapshot_interval must be between 10ms and 10s")
+        if len(self.monitored) > 1 and self.probe is not None:
+            if "probe" in self.model_fields_set:
+                raise ValueError("probe: the collector's probes run with one monitored host (from several hosts "
+                                 "they are not built); with a list under 'monitor', set 'probe: off'")
+            self.probe = None   # the default, with several hosts: no probes (docs/probes.md)
         return self
 
 
@@ -355,7 +386,11 @@ def _check_against_topology(spec: Spec, doc: YamlDoc, topo: Topology) -> None:
         if not router_ok and not router_only and topo.is_router(name):
             raise doc.error(loc, f"{name!r} is a router; expected a host")
 
-    host(("monitor",), spec.monitor)
+    for k, name in enumerate(spec.monitored):
+        host(("monitor",) if isinstance(spec.monitor, str) else ("monitor", k), name)
+    if len(spec.monitored) > 1 and topo.backend != "mininet":
+        raise doc.error(("monitor",), f"several monitored hosts run on Mininet only (one collector reaches every "
+                                      f"host's namespace, on one clock); on {topo.backend} testbed nodes monitor one host")
     for i, w in enumerate(spec.workloads):
         if w.kind == "service":
             _check_service(doc, i, w, host)
@@ -373,7 +408,13 @@ def _check_against_topology(spec: Spec, doc: YamlDoc, topo: Topology) -> None:
             host(("faults", i, "at"), at, router_only=True)
         if on_host is not None:
             host(("faults", i, "host"), on_host)
-        if target is not None:
+        if target is not None and target.host is not None:
+            host(("faults", i, "target", "host"), target.host)
+            if f.rules.target_on_monitor and target.host not in spec.monitored:
+                raise doc.error(("faults", i, "target", "host"),
+                                f"{target.host!r} is not monitored (monitor: {', '.join(spec.monitored)}); the "
+                                f"fault's target modules would not be observed")
+        elif target is not None:
             if target.workload >= len(spec.workloads):
                 raise doc.error(("faults", i, "target", "workload"),
                                 f"no workload {target.workload} (the spec has {len(spec.workloads)})")
@@ -381,10 +422,10 @@ def _check_against_topology(spec: Spec, doc: YamlDoc, topo: Topology) -> None:
             if target.instance is not None and target.instance >= w.instances:
                 raise doc.error(("faults", i, "target", "instance"),
                                 f"workload {target.workload} has {w.instances} instance(s)")
-            if f.rules.target_on_monitor and w.host != spec.monitor:
+            if f.rules.target_on_monitor and w.host not in spec.monitored:
                 raise doc.error(("faults", i, "target", "workload"),
-                                f"workload {target.workload} runs on {w.host}, not on the monitored host "
-                                f"{spec.monitor}; its modules would not be observed")
+                                f"workload {target.workload} runs on {w.host}, not on a monitored host "
+                                f"({', '.join(spec.monitored)}); its modules would not be observed")
 
 
 def _check_service(doc: YamlDoc, i: int, w: Workload, host) -> None:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from pydantic import Field
 
 from harness.faults.base import FaultEnv, NoTarget, Part, target_json
-from harness.faults.spec import FaultSpec, Footprint, SpecView
+from harness.faults.spec import FaultSpec, Footprint, SpecView, monitored_hosts
 from harness.units import Duration
 from rundir.db import monotonic
 from rundir.faultkinds import FaultKindInfo
@@ -137,7 +137,7 @@ class Delay:
         self.switches.append(action)
         start = env.clocks.from_runner(monotonic())
         text = f"replies of the app tier on {f.host} held {f.by * 1000:g} ms"
-        workers = _workers(pids) if f.host == env.spec.monitor else []
+        workers = _workers(pids) if f.host in monitored_hosts(env.spec) else []
         if not workers:   # not observed: one row, no module
             return [Part(target_json(description=text, host=f.host, tier="app", pids=pids, workload=i, by=f.by,
                                      module_key=None), self.describe(action), start, action)]
