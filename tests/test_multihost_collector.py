@@ -121,3 +121,23 @@ def test_netns_of_returns_home(two_hosts):
     with pytest.raises(RuntimeError), netns_of(pid_a):
         raise RuntimeError("inside")
     assert os.stat("/proc/thread-self/ns/net").st_ino == home
+
+
+@pytest.mark.skipif(not ROOT, reason="needs root (network namespaces)")
+def test_a_hosts_sources_stay_in_its_namespace_after_setup(two_hosts):
+    """The interface source made inside a host's namespace refreshes its addresses (every few seconds
+    of a run) from there, though the collector is back in its own namespace."""
+    from harness.collector.hosts import host_sources
+
+    (_, pid_a), _ = two_hosts
+    h = host_sources(HostArg("hostA", pid_a))
+    try:
+        before = dict(h.iface.addresses)
+        assert before.get("10.77.0.1") == "ipeth:mhA0" and set(before.values()) == {"ipeth:mhA0"}
+        h.iface.refresh_addresses()
+        assert h.iface.addresses == before
+        assert [ob.key for ob in h.iface.poll()] == ["ipeth:mhA0"]
+        tcp = [ob for ob in h.poll({}) if ob.kind == "tcp"]
+        assert len(tcp) == 1 and tcp[0].attrs["host"] == "hostA" and tcp[0].children == ["ipeth:mhA0"]
+    finally:
+        h.close()

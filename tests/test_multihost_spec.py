@@ -131,3 +131,52 @@ def test_a_fault_whose_modules_are_not_observed_is_refused(tmp_path):
     with pytest.raises(SpecError, match=r"faults\[0\].target.host: 'app2' is not monitored"):
         load(tmp_path, text.replace("{FAULT}", "{kind: app_pause, target: {host: app2}, "
                                                "schedule: {at: [10s], duration: 2s}}"))
+
+
+def test_the_lab_starts_one_collector_naming_every_host_and_records_them(tmp_path):
+    """NetworkLab with several monitored hosts: the manifest's `monitored`, and one collector started
+    in the first host with --host NAME=PID=SHM_DIR for each (harness.collector.hosts)."""
+    import types
+
+    from harness.lab.network import NetworkLab
+
+    exp = load_spec(write(tmp_path, "s.yaml", NO_FAULT.replace("[web, app1, app2, cache, db]", "[web, db]")))
+    started = []
+    proc = types.SimpleNamespace(pid=4242, argv=["collector"], started=0.0, poll=lambda: None)
+    pids = {"web": 100, "db": 200}
+
+    class Node:
+        def __init__(self, name):
+            self.name, self.pid = name, pids.get(name)
+
+        def start(self, argv, log):
+            started.append((self.name, argv))
+            return proc
+
+    backend = types.SimpleNamespace(
+        node=Node, collector_db=lambda host, record: str(tmp_path / "run.db"), python=lambda host: ["py"],
+        ignored_interfaces=lambda host: [], snapshots=lambda host, record: 1, start_progress=lambda host: None)
+    processes = []
+    record = types.SimpleNamespace(db=None, process_started=lambda *a: processes.append(a))
+    rd = types.SimpleNamespace(collector_log=tmp_path / "collector.log")
+    run = types.SimpleNamespace(exp=exp, rep=0, spec=exp.spec, rd=rd, record=record, event=lambda *a, **k: None)
+    lab = NetworkLab(run)
+    manifest = lab.manifest_start()
+    assert [m["host"] for m in manifest["monitored"]] == ["web", "db"] and manifest["monitor"]["host"] == "web"
+    assert manifest["spec"]["monitor"] == ["web", "db"]
+    lab.backend, lab.shm_dirs = backend, {"web": "/dev/shm/w", "db": "/dev/shm/d"}
+    lab._start_collector()
+    ((where, argv),) = started
+    assert where == "web" and "--interceptor-dir" not in argv and "--probe" not in argv
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--host"] == ["web=100=/dev/shm/w", "db=200=/dev/shm/d"]
+    assert processes[0][2:4] == ("collector", "web")
+
+
+def test_one_monitored_host_starts_the_collector_as_before(tmp_path):
+    import types
+
+    from harness.lab.network import NetworkLab
+
+    exp = load_spec(write(tmp_path, "s.yaml", NO_FAULT.replace("[web, app1, app2, cache, db]", "app2")))
+    run = types.SimpleNamespace(exp=exp, rep=0, spec=exp.spec, rd=None, record=types.SimpleNamespace(db=None))
+    assert "monitored" not in NetworkLab(run).manifest_start()
