@@ -3,6 +3,8 @@ diagnosed alone, so no variant relates modules of different hosts; a run of one 
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 
 from analysis.diagnose import diagnose_run
@@ -78,12 +80,9 @@ def test_subset_keeps_each_modules_counters(tmp_path):
     assert np.all(st.counters["in"].tm[0, 1:] == 10.0) and np.all(st.counters["in"].tm[1] == 0.0)
 
 
-def test_labels_and_scores_of_a_fault_on_one_host(tmp_path):
-    """A fault on db's connection labels db's connection (in its impact period) and nothing of web;
-    the accuracy table is computed over both hosts' modules."""
-    import nestlab
-
-    b = RunBuilder(tmp_path / "run", N)
+def faulted(path):
+    """web and db, each an interface and a connection; db's connection silent in a tcp_drop window."""
+    b = RunBuilder(path, N)
     ids = {}
     for h in ("web", "db"):
         ip = b.module("ipeth", f"ipeth:{h}-eth0", {"host": h}, name=f"{h}: ip+eth {h}-eth0")
@@ -97,10 +96,44 @@ def test_labels_and_scores_of_a_fault_on_one_host(tmp_path):
             b.counters(tcp, d, tm)
         ids[h] = (ip, tcp)
     b.fault("tcp_drop", ids["db"][1], start=0.75, end=1.35, target={"module_key": "tcp:db", "host": "db"})
-    run = nestlab.open_run(b.write())
+    return b.write(), ids
+
+
+def test_labels_and_scores_of_a_fault_on_one_host(tmp_path):
+    """A fault on db's connection labels db's connection (in its impact period) and nothing of web;
+    the accuracy table is computed over both hosts' modules."""
+    import nestlab
+
+    path, ids = faulted(tmp_path / "run")
+    run = nestlab.open_run(path)
     labels = run.labels()
     positive = labels[labels["actual"]]
     assert set(positive["module"]) == {ids["db"][1]} and positive["seq"].nunique() == 6
     acc = run.accuracy(variants=["flowdiagnoser"])
     tcp = acc[(acc["section"] == "Inbound") & (acc["row"] == "TCP")].iloc[0]
     assert (tcp["AP"], tcp["TP"], tcp["FP"], tcp["Total"]) == (6, 6, 0, 2 * (N - 1))
+
+
+def test_the_report_names_each_modules_host(tmp_path):
+    from nestlab.cli import nestlab_main
+
+    path, ids = faulted(tmp_path / "multi")
+    out = tmp_path / "report.html"
+    assert nestlab_main(["report", str(path), "-o", str(out)]) == 0
+    assert "db: tcp" in out.read_text()   # the fault's module, named with its host
+    assert nestlab_main(["accuracy", str(path), "--out", str(tmp_path / "acc")]) == 0
+    assert (tmp_path / "acc" / "accuracy.csv").is_file()
+
+
+def test_short_names_carry_the_host():
+    import pandas as pd
+
+    from analysis.render.plots import short_name
+
+    mods = pd.DataFrame({"kind": ["app", "tcp", "app"], "name": ["db: mariadbd --port 3306", "db: tcp", "wget 7"],
+                         "attrs": [{"host": "db"}, {"host": "db", "sport": 3306, "dport": 5}, {}]},
+                        index=pd.Index([1, 2, 3], name="id"))
+    data = types.SimpleNamespace(modules=mods)
+    assert short_name(data, 1) == "db: mariadbd#1"
+    assert short_name(data, 2) == "db: tcp#2 :3306>:5"
+    assert short_name(data, 3) == "wget#3"   # one host: as before

@@ -88,6 +88,8 @@ def test_several_hosts_on_a_testbed_are_refused(tmp_path):
      lambda f: (f.host, f.target) == ("db", None)),
     ("{kind: tier_pause, target: {host: cache}, schedule: {at: [10s], duration: 2s}}",
      lambda f: f.host == "cache"),
+    ("{kind: delay, target: {host: app2}, by: 200ms, schedule: {at: [10s], duration: 2s}}",
+     lambda f: (f.host, f.by, f.target) == ("app2", 0.2, None)),
     ("{kind: tcp_drop, at: x3, target: {host: app1}, schedule: {at: [10s], duration: 2s}}",
      lambda f: f.target.host == "app1" and f.target.workload is None),
     ("{kind: app_pause, target: {host: app2}, schedule: {at: [10s], duration: 2s}}",
