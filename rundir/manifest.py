@@ -61,6 +61,7 @@ class SpecWorkload(_Record):
 class SpecFaultTarget(_Record):
     workload: int | None = None
     instance: int | None = None
+    host: str | None = None                  # a tier's host (tcp_drop, app_pause: docs/faults.md)
 
 
 class SpecFault(_Record):

@@ -182,3 +182,16 @@ def test_one_monitored_host_starts_the_collector_as_before(tmp_path):
     exp = load_spec(write(tmp_path, "s.yaml", NO_FAULT.replace("[web, app1, app2, cache, db]", "app2")))
     run = types.SimpleNamespace(exp=exp, rep=0, spec=exp.spec, rd=None, record=types.SimpleNamespace(db=None))
     assert "monitored" not in NetworkLab(run).manifest_start()
+
+
+def test_a_several_host_manifest_is_written_and_read(tmp_path):
+    from rundir.layout import RunDir
+    from rundir.manifest import read_manifest
+
+    monitored = [{"host": h, "address": f"10.0.{i}.1", "interface": f"{h}-eth0"} for i, h in enumerate(("web", "db"))]
+    RunDir(tmp_path, {"format_version": 7, "status": "complete", "monitor": monitored[0], "monitored": monitored,
+                      "spec": {"monitor": ["web", "db"],
+                               "faults": [{"kind": "app_pause", "target": {"host": "db"}}]}}).write_manifest()
+    m = read_manifest(tmp_path / "manifest.json")
+    assert m.spec.monitor == ["web", "db"] and [x.host for x in m.monitored] == ["web", "db"]
+    assert m.spec.faults[0].target.host == "db" and m.monitor.host == "web"
