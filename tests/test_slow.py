@@ -14,6 +14,7 @@ import pytest
 
 from harness.faults.cgroup import CpuCap, cpu_max, v2_cpu_problem
 from harness.faults.slow import Slow
+from harness.faults.spec import monitored_hosts
 from harness.spec import load_spec
 from harness.window import Window
 from harness.yamlload import SpecError
@@ -139,6 +140,9 @@ def test_the_kind_caps_the_tier_and_names_each_process_when_its_host_is_monitore
     monkeypatch.setattr("harness.faults.slow.v2_cpu_problem", lambda: None)
     spec = load_spec(write(tmp_path, "s.yaml", SPEC)).spec
     monkeypatch.setattr("harness.faults.slow.tier_pids", lambda env, host: (0, "db", [41, 42]))
+    # both processes are applications NeST sees, when their host is monitored
+    monkeypatch.setattr("harness.faults.slow.observed_pids",
+                        lambda env, host, pids: pids if host in monitored_hosts(env.spec) else [])
     ledger = types.SimpleNamespace(held=set())
     ledger.add_cgroup, ledger.drop_cgroup = (lambda p: ledger.held.add(str(p))), (lambda p: ledger.held.discard(str(p)))
     env = types.SimpleNamespace(spec=spec, run_id="r", clocks=types.SimpleNamespace(from_runner=lambda t: t),

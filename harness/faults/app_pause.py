@@ -2,13 +2,13 @@
 writes, through the LD_PRELOAD interceptor's signal handshake (backend.pause/resume on the process's
 host). Each process is one part: its start is the pause acknowledged, its end the resume acknowledged,
 both stamped by the process on its host's clock. The culprit is the application and its sockets.
-With `target: {host: H}` (a monitored tier host) the processes are the service tier's daemons on H
-that run with the interceptor (docs/faults.md, "Faults at tier hosts").
+With `target: {host: H}` (a monitored tier host) the processes are those of the service tier's
+daemon group on H that the collector sees as applications (under the interceptor, with a data
+socket; docs/faults.md, "Faults at tier hosts").
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -17,8 +17,8 @@ from pydantic import Field
 
 from harness.faults.base import FaultEnv, NoTarget, Part, target_json
 from harness.faults.spec import FaultSpec, FaultTarget, Loc, SpecView
-from harness.faults.tier_hosts import not_a_tier, tier_pids
-from harness.interceptor.shm import InterceptorStateError, shm_file
+from harness.faults.tier_hosts import not_a_tier, observed_pids, tier_pids
+from harness.interceptor.shm import InterceptorStateError
 from rundir.faultkinds import FaultKindInfo
 
 if TYPE_CHECKING:
@@ -107,9 +107,10 @@ class AppPause:
         env = self.env
         workload, tier, pids = tier_pids(env, host)
         shm = self._shm(host)
-        pids = [p for p in pids if shm is not None and os.path.exists(shm_file(shm, p))]
+        # The processes NeST sees as applications (a master that only listens is none): the targets.
+        pids = observed_pids(env, host, pids)
         if not pids:
-            raise NoTarget(f"no process of the {tier} tier on {host} runs with the interceptor")
+            raise NoTarget(f"no process of the {tier} tier on {host} runs with the interceptor and a data socket")
         paused: list[tuple[int, Any]] = []
         try:
             for pid in pids:

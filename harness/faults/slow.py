@@ -7,9 +7,9 @@
 The window starts when every process of the tier's daemon group is in the run's cgroup with its
 `cpu.max` verified, and ends when they are back where they came from and the cgroup is gone
 (harness.faults.cgroup.CpuCap); teardown releases a window still in force on every exit path. The
-culprit is the tier's application: when `host` is monitored each process of the group is a target,
-`app:<pid>`, one faults row each sharing the one cap; otherwise one row names the host and tier with
-no module. A machine without the cgroup v2 cpu controller refuses the spec before anything starts.
+culprit is the tier's application: when `host` is monitored each process of the group that the
+collector sees as an application is a target, `app:<pid>`, one faults row each sharing the one cap;
+otherwise one row names the host and tier with no module. A machine without the cgroup v2 cpu controller refuses the spec before anything starts.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from pydantic import Field
 
 from harness.faults.base import FaultEnv, Part, target_json
 from harness.faults.cgroup import CpuCap, v2_cpu_problem
-from harness.faults.spec import FaultSpec, Footprint, Loc, SpecView, monitored_hosts
-from harness.faults.tier_hosts import not_a_tier, tier_on, tier_pids
+from harness.faults.spec import FaultSpec, Footprint, Loc, SpecView
+from harness.faults.tier_hosts import not_a_tier, observed_pids, tier_on, tier_pids
 from harness.units import Percent
 from rundir.db import monotonic
 from rundir.faultkinds import FaultKindInfo
@@ -108,12 +108,13 @@ class Slow:
         start = env.clocks.from_runner(monotonic())
         text = f"the {tier} tier on {f.host} capped at {f.cpu:g}% of a CPU"
         pids = sorted(cap.origin)
-        if f.host not in monitored_hosts(env.spec):
+        observed = observed_pids(env, f.host, pids)   # its application modules, when the host is monitored
+        if not observed:
             return [Part(target_json(description=text, host=f.host, tier=tier, pids=pids, workload=workload,
                                      cpu=f.cpu, module_key=None), self.describe(action), start, action)]
         return [Part(target_json(description=f"{text}: pid {p}", host=f.host, tier=tier, pid=p, workload=workload,
                                  cpu=f.cpu, module_key=f"app:{p}"), self.describe(action), start, action)
-                for p in pids]
+                for p in observed]
 
     def _release(self, action: Capped) -> None:
         action.cap.release()

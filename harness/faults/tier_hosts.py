@@ -73,3 +73,24 @@ def tier_pids(env: FaultEnv, host: str) -> tuple[int, str, list[int]]:
         raise NoTarget(f"the {tier} daemon on {host} has no live process")
     return i, tier, pids
 
+
+
+def observed_pids(env: FaultEnv, host: str, pids: list[int]) -> list[int]:
+    """Those of `pids` that the collector records as application modules on a monitored `host`: a
+    process under the interceptor (a counter file in the host's directory) that has had a data socket
+    (harness.collector.appsockets reports no other; a daemon's master that only listens is none)."""
+    from harness.faults.spec import monitored_hosts
+    from harness.interceptor.shm import HF_HAD_GRAPH, read_process, shm_file
+
+    shm = (getattr(env, "shm_dirs", None) or {}).get(host)
+    if host not in monitored_hosts(env.spec) or shm is None:
+        return []
+    out = []
+    for pid in pids:
+        try:
+            snap = read_process(shm_file(shm, pid))
+        except (OSError, ValueError, RuntimeError):   # gone, or not (yet) a whole counter file
+            continue
+        if snap.flags & HF_HAD_GRAPH or any(s.is_module for s in snap.sockets):
+            out.append(pid)
+    return out

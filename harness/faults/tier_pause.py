@@ -6,8 +6,8 @@ tier, e.g. a paused cache).
     - {kind: tier_pause, host: cache, schedule: {at: [20s], duration: 3s}}
 
 The culprit is the paused tier's application on that host. When that host is monitored (its
-daemons then run with the interceptor), each process of the group is a target, `app:<pid>`, one
-faults row each sharing the one pause; otherwise the one row names the host, the tier and the group
+daemons then run with the interceptor), each process of the group that the collector sees as an
+application (one with a data socket) is a target, `app:<pid>`, one faults row each sharing the one pause; otherwise the one row names the host, the tier and the group
 leader's pid with no module (the collector does not watch that host): NeST's labels have no
 positive module in the window, and the true effect is in the requests table (the tier's hops, and
 every hop above it, waiting for the window's length).
@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 from pydantic import Field
 
 from harness.faults.base import Part, target_json
-from harness.faults.spec import FaultSpec, Footprint, SpecView, monitored_hosts
+from harness.faults.spec import FaultSpec, Footprint, SpecView
 from harness.faults.stop_continue import StopContinue, Stopped
-from harness.faults.tier_hosts import group_pids, not_a_tier, tier_daemon, tier_on
+from harness.faults.tier_hosts import group_pids, not_a_tier, observed_pids, tier_daemon, tier_on
 from rundir.faultkinds import FaultKindInfo
 
 if TYPE_CHECKING:
@@ -72,11 +72,12 @@ class TierPause(StopContinue):
         action, start = self.stop(f.host, proc)
         pids = self.pids(action)
         text = f"the {tier} tier on {f.host} stopped"
-        if f.host not in monitored_hosts(env.spec):
+        observed = observed_pids(env, f.host, pids)   # its application modules, when the host is monitored
+        if not observed:
             return [Part(target_json(description=text, host=f.host, tier=tier, pid=proc.pid, pids=pids, workload=i,
                                      module_key=None), self.describe(action), start, action)]
         return [Part(target_json(description=f"{text}: pid {p}", host=f.host, tier=tier, pid=p, workload=i,
-                                 module_key=f"app:{p}"), self.describe(action), start, action) for p in pids]
+                                 module_key=f"app:{p}"), self.describe(action), start, action) for p in observed]
 
 
 __all__ = ["TierPause", "TierPauseSpec", "group_pids", "tier_on"]
