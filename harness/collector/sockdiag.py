@@ -6,9 +6,10 @@ pyroute2 for the constants and the netlink plumbing it does well, and decode the
 struct.unpack_from of tcp_info per socket (a dump of 1,000 sockets, kernel time included: 1.0-1.5 ms).
 Both families come in one dump (one walk of the kernel's socket hash), and the Mininet hosts have a
 private hash (harness.backends.mininet.private_tcp_hash). The collector's source decodes only the
-sockets that changed since the last dump (SockDiagChanges; idle ones are compared, not decoded): at a
-50 ms interval it takes 1.5% of a core at 100 connections, 7% at 1,000 and 43 ms a snapshot at 10,000
-of which 10.6 ms are the kernel's (bench/bench_collector.py, docs/collector.md).
+sockets that changed since the last dump (SockDiag.dump with `same`): idle ones are compared, not
+decoded, a recv chunk of them at a time (_Chunk). At a 50 ms interval it takes 1.7% of a core at 100
+connections, 6.5% at 1,000 and about 36 ms a snapshot at 10,000, of which 11 ms are the kernel's dump
+(bench/bench_collector.py, docs/collector.md).
 
 Per TCP module (key 'tcp:<inode>') and direction:
   in:  total_msgs = tcpi_data_segs_in,  bytes = tcpi_bytes_received, queued = receive queue
