@@ -289,8 +289,8 @@ class _Chunk:
 
     def settle(self, diag: SockDiag, buf, n: int, out: list, same: list) -> int:
         """Compare the chunk's messages with `diag.last`: the unchanged go to `same`, the changed are
-        decoded into `out` (and remembered). Returns the bytes settled: n, or 0 (buffer untouched)
-        unless every message has this length and its tcp_info at this place."""
+        decoded into `out` (and remembered). Returns the bytes settled: those of its `m` messages,
+        or 0 (buffer untouched) unless every one of them has this length and its tcp_info at this place."""
         m = self.m
         flat = self.unpack(buf, 0)
         if (flat[0::7].count(self.length) != m or flat[3::7].count(INET_DIAG_INFO) != m
@@ -307,7 +307,7 @@ class _Chunk:
         equal = list(map(eq, map(last.get, inodes), keys))
         same.extend(compress(inodes, equal))
         if equal.count(True) == m:
-            return n
+            return end
         info_at = self.info_at
         unpack_msg, unpack_info = _MSG.unpack_from, _TCP_INFO.unpack_from
         for k in compress(range(m), map(not_, equal)):
@@ -321,18 +321,19 @@ class _Chunk:
             info = unpack_info(buf, start + info_at)   # its stamps from before they were replaced
             out.append((inode, family, state, src, sport, dst, dport, rq, wq) + info[:5] +
                        (sent[k], recv[k], ack[k]) + info[8:])
-        return n
+        return end
 
 
 _CHUNKS: dict[tuple[int, int, int], _Chunk] = {}
 
 
-def _chunk(length: int, info_at: int, n: int) -> _Chunk | None:
-    """The _Chunk for `n` bytes of messages `length` long (a stand-in that settles nothing when `n`
-    is not a whole number of them)."""
+def _chunk(length: int, info_at: int, n: int) -> _Chunk | _NoChunk:
+    """The _Chunk for as many messages `length` long as `n` bytes hold (the rest, such as a dump's
+    NLMSG_DONE, which some kernels send in the last chunk, is walked); a stand-in that settles
+    nothing when that is fewer than two."""
     step = (length + 3) & ~3
-    m, rest = divmod(n, step)
-    if rest or m < 2:
+    m = n // step
+    if m < 2:
         return _NO_CHUNK
     c = _CHUNKS.get((length, info_at, m))
     if c is None:
