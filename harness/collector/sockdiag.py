@@ -132,9 +132,9 @@ class SockDiag:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         self.buf = bytearray(_BUF + _SLACK)
         self.seq = 0
-        # inode -> its key in the last dump (_read): queues, tcp_info's bytes but its three "ms ago"
-        # stamps, and two differences of those stamps
-        self.last: dict[int, tuple] = {}
+        # inode -> its _key in the last dump given a `same`: its bytes from the queues to tcp_info's
+        # 160th, the three "ms ago" stamps replaced by two differences of them
+        self.last: dict[int, bytes] = {}
 
     def close(self) -> None:
         self.sock.close()
@@ -153,7 +153,8 @@ class SockDiag:
         stamps, which all grew by the same amount: no event since (an event resets one of them).
         Judged on their differences, which are exact, not on the stamps as times, which move with
         when in the dump the kernel filled the socket in (tens of ms apart at 10,000 sockets on a
-        busy machine). An idle socket costs a slice compare, not a decode."""
+        busy machine). An idle socket costs a bytes compare (_key), not a decode, and a chunk of
+        messages of one length is compared in one pass (_Chunk)."""
         out: list[RawSock] = []
         if families is None:
             self.seq += 1
