@@ -361,6 +361,10 @@ def _resolve_topology(spec: Spec, doc: YamlDoc, spec_path: Path) -> Path:
 
 
 def _check_against_topology(spec: Spec, doc: YamlDoc, topo: Topology) -> None:
+    if spec.trace and topo.backend != "mininet":   # one drainer reads every traced host's /dev/shm
+        raise doc.error(("trace",), f"message traces are recorded on Mininet only for now (topology {topo.name} "
+                                    f"is on {topo.backend})")
+
     def host(loc, name, router_ok=False, router_only=False):
         if name not in topo.spec.nodes:
             raise doc.error(loc, f"unknown node {name!r} in topology {topo.name} "

@@ -291,3 +291,28 @@ def test_traced_hosts_are_the_service_tiers_and_the_monitored_host():
         "app2", "client", "web", "app1", "cache", "db"]
     assert traced_hosts(NS(interceptor=True, monitor="site1n1", workloads=[wget])) == ["site1n1"]
     assert traced_hosts(NS(interceptor=False, monitor="site1n1", workloads=[wget])) == []
+
+
+def test_spec_trace_is_off_by_default_and_bad_values_are_one_line(tmp_path, capsys):
+    from harness.spec import load_spec
+    from nestlab.cli import nestlab_main
+    from tests.support.env import write
+
+    base = (f"name: t\ntopology: {REPO / 'topologies' / 'dumbbell.yaml'}\nduration: 10s\nmonitor: site1n1\n"
+            "workloads:\n  - {kind: wget, host: site1n1, server: site2n1}\n")
+    plain = load_spec(write(tmp_path, "plain.yaml", base))
+    assert plain.spec.trace is None
+    on = load_spec(write(tmp_path, "on.yaml", base + "trace: messages\n"))
+    assert on.spec.trace == "messages"
+    assert load_spec(write(tmp_path, "off.yaml", base + "trace: off\n")).spec.trace is None
+    # tracing is part of what makes a run the same run (--resume)
+    assert on.digest(0) != plain.digest(0)
+    for text, line, words in ((base + "trace: packets\n", 7, "trace: "),
+                              (base.replace("dumbbell.yaml", "dumbbell-ssh.yaml") + "trace: messages\n", 7,
+                               "Mininet only")):
+        path = write(tmp_path, "bad.yaml", text)
+        assert nestlab_main(["run", str(path), "--results", str(tmp_path / "res")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith(f"error: {path}:{line}:"), err
+        assert words in err, err
+        assert not (tmp_path / "res").exists()
