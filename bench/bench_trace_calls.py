@@ -15,7 +15,8 @@ run), so a round measures the writer's side with a ring that never fills.
 Figures: ns per call of the best round and the median round of each variant; "tracing adds" is
 traced - counting, the cost of the ring write per call (LibSockCap: about 1 µs per call in all;
 target here: <= 250 ns), judged on the best rounds: on a shared machine other work only adds time,
-and it moves the medians by hundreds of ns between runs of the same variant.
+and it moves the medians by hundreds of ns between runs of the same variant. Then, with valgrind,
+the user-space instructions per call of each variant (callgrind), which no other load moves.
 """
 
 from __future__ import annotations
@@ -49,12 +50,27 @@ def run(exe: Path, pair: str, iterations: int, rounds: int, env: dict) -> list[f
     return json.loads(line[6:])["ns_per_call"]
 
 
+def instructions(exe: Path, pair: str, env: dict) -> float:
+    """User-space instructions per call (callgrind's Ir): the difference of two runs of different
+    lengths, so the program's start and end cancel out. Deterministic, unlike time on a shared machine;
+    the system call itself is not counted (the kernel's part is the same in every variant)."""
+    counts = []
+    for n in (1000, 3000):
+        r = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", str(exe), pair, str(n),
+                            "1", "0"], env=env, capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            raise SystemExit(f"valgrind trace_calls {pair} failed ({r.returncode}): {r.stderr.strip()[-300:]}")
+        counts.append(int(next(x for x in r.stderr.splitlines() if "Collected" in x).split(":")[1]))
+    return (counts[1] - counts[0]) / (2 * 2000 * 2)   # 2 rounds (warm-up and one), 2 calls an iteration
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iterations", type=int, default=4096, help="send+receive pairs per round (events: twice)")
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--runs", type=int, default=3, help="interleaved runs of each variant")
     ap.add_argument("--pairs", default=",".join(PAIRS))
+    ap.add_argument("--no-instructions", action="store_true", help="skip the instruction counts (valgrind)")
     a = ap.parse_args(argv)
     pairs = [p for p in a.pairs.split(",") if p]
     for p in pairs:
@@ -93,6 +109,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{pair if label == 'best' else '':16s} {label:6s} {m['baseline']:9.1f} {m['counting']:9.1f} "
                       f"{m['traced']:9.1f}   {m['counting'] - m['baseline']:+13.1f} {adds:+12.1f}  "
                       f"{m['traced'] / m['counting']:.3f}")
+        if not a.no_instructions and shutil.which("valgrind"):
+            print(f"\n{'pair':16s} {'counting':>9s} {'traced':>9s}  tracing adds   (user-space instructions per call, "
+                  "callgrind)")
+            for pair in pairs:
+                c, t = (instructions(exe, pair, envs[k]) for k in ("counting", "traced"))
+                print(f"{pair:16s} {c:9.1f} {t:9.1f}  {t - c:+9.1f}")
         print(f"\ntarget: tracing adds <= {TARGET_NS:.0f} ns per call (judged on the best rounds: noise only adds); "
               f"worst pair {worst:+.1f} ns -> "
               f"{'within target' if worst <= TARGET_NS else 'OVER TARGET'}")
