@@ -143,6 +143,10 @@ def test_a_traced_service_run_records_every_tiers_messages(tmp_path, no_leftover
     equal = [f for f in both if sent.get(f, 0) == received.get(f, 0)]
     assert len(equal) >= 0.99 * len(both), [(f, sent.get(f), received.get(f)) for f in both if f not in equal][:5]
     assert {owner[f[0]] for f in both} >= tiers            # every tier's connections are among them
+    # the service health says what was traced, and warns of nothing dropped
+    health = service_health(run, load_run_data(run))
+    assert f"Message trace: {trace['events']:,} events" in service_markdown(health)
+    assert not [w for w in health.warnings if w.startswith("message trace")]
     # the black-box analysis reads it
     out = tmp_path / "paths"
     assert nestlab_main(["paths", str(run), "-a", "nesting", "--out", str(out)]) == 0
