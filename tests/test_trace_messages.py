@@ -316,3 +316,49 @@ def test_spec_trace_is_off_by_default_and_bad_values_are_one_line(tmp_path, caps
         assert len(err.splitlines()) == 1 and err.startswith(f"error: {path}:{line}:"), err
         assert words in err, err
         assert not (tmp_path / "res").exists()
+
+
+# ---- the delay fault's hold, by the interceptor ---------------------------------------------------------
+
+def test_reply_delay_holds_each_reply_once_until_cleared(lib, dirs, tmp_path):
+    from harness.interceptor.delay import live_files, replies_delayed, set_host_delay
+
+    portfile = tmp_path / "port"
+    server = peer(env_for(dirs["alpha"], 4096), "echo-server", portfile, wait=False)
+    try:
+        deadline = time.monotonic() + 30
+        while not portfile.exists():
+            assert server.poll() is None and time.monotonic() < deadline, server.stderr.read()
+            time.sleep(0.01)
+        c = socket.create_connection(("127.0.0.1", int(portfile.read_text())))
+
+        def ask() -> float:
+            t = time.monotonic()
+            c.sendall(b"?")
+            got = b""
+            while len(got) < 3:
+                got += c.recv(3 - len(got))
+            assert got == b"abc"
+            return time.monotonic() - t
+
+        fast = [ask() for _ in range(3)]
+        assert set_host_delay(dirs["alpha"], 0.2) == [server.pid]
+        held = [ask() for _ in range(3)]
+        assert set_host_delay(dirs["alpha"], 0) == [server.pid]
+        after = [ask() for _ in range(3)]
+        path = live_files(dirs["alpha"])[server.pid]
+        assert replies_delayed(path) == 3            # one hold per reply, not per send
+        c.close()
+        server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    assert max(fast) < 0.1 and max(after) < 0.1
+    assert all(0.2 <= h < 0.4 for h in held), held
+    drainer, conn = drain_into(tmp_path, dirs)
+    ev = conn.execute("SELECT mono, call, bytes FROM messages WHERE pid = ? ORDER BY mono", (server.pid,)).fetchall()
+    conn.close()
+    # in the trace: each held reply's first send leaves 200 ms after its request came in
+    gaps = [b[0] - a[0] for a, b in zip(ev, ev[1:], strict=False) if a[1] == "recv" and a[2] == 1 and b[1] == "send"]
+    assert len(gaps) == 9
+    assert [g >= 0.2 for g in gaps] == [False] * 3 + [True] * 3 + [False] * 3, gaps

@@ -157,6 +157,16 @@ static inline __attribute__((always_inline)) void call_end_io(struct nest_call *
     pause_gate();
 }
 
+/* The delay fault (header.reply_delay_ns, set by the injector): a send that starts a reply (on an
+ * accepted socket, its last completed call a receive) is held before it is made, as if the process
+ * took that much longer to answer; the rest of the reply's sends go at once. */
+static inline void reply_gate(struct nest_slot *s) {
+    uint64_t d = __atomic_load_n(&g_hdr->reply_delay_ns, RELAXED);
+    if (UNLIKELY(d) && (s->flags & NEST_SF_ACCEPTED) &&
+        __atomic_load_n(&s->dir[NEST_IN].last_ns, RELAXED) >= __atomic_load_n(&s->dir[NEST_OUT].last_ns, RELAXED))
+        reply_hold(d);
+}
+
 /* Runs when a thread is cancelled inside the real call (forced unwind, -fexceptions). */
 static inline void call_cleanup(struct nest_call *c) {
     if (UNLIKELY(c->ok))
@@ -235,6 +245,8 @@ static inline uint64_t retry_clock(int timed) {
             SOCK_RESTART(r, expr, fd, dir, 0); \
             break; \
         } \
+        if ((dir) == NEST_OUT) \
+            reply_gate(s_); \
         struct nest_call c_ __attribute__((cleanup(call_cleanup))); \
         call_begin(&c_, s_, dir); \
         SOCK_RESTART(r, expr, fd, dir, c_.t0); \

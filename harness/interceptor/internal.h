@@ -322,6 +322,7 @@ void defer_flush(void);
 void defer_apply_slot(struct nest_slot *s);
 void defer_forget(void);
 int sock_wait_left(int fd, int dir, uint64_t *t0);
+void reply_hold(uint64_t ns);
 int ms_left(int timeout, uint64_t t0);
 void ts_left(const struct timespec *full, uint64_t t0, struct timespec *out);
 

@@ -39,7 +39,7 @@
  * on stderr, the library is inert).
  *
  * Format compatibility. Fields added in what was padding (untracked .. space_errno, NO_SPACE, the
- * trace_* fields) are zero in files written by earlier builds and ignored by earlier readers; the
+ * trace_* and reply_delay fields) are zero in files written by earlier builds and ignored by earlier readers; the
  * message ring lies after the slots, where earlier readers do not look: the version stays 1. A
  * change of layout bumps NEST_VERSION.
  *
@@ -166,7 +166,11 @@ struct nest_header {              /* 4096 bytes */
     uint32_t trace_cap;           /*  192 events the message ring holds (a power of 2; 0: not tracing) */
     uint32_t trace_event_size;    /*  196 NEST_EVENT_SIZE */
     uint64_t trace_off;           /*  200 offset of the ring (struct nest_ring) from the file's start */
-    uint8_t pad0[48];             /*  208 */
+    uint64_t reply_delay_ns;      /*  208 the delay fault, written by the injector (0: none): every reply
+                                             this process starts (its first send on an accepted socket
+                                             after a receive there) is held this long before it is sent */
+    uint64_t replies_delayed;     /*  216 replies held so far */
+    uint8_t pad0[32];             /*  224 */
     uint64_t seq;                 /*  256 seqlock of retired, retired_n and the command line */
     uint64_t retired_n;           /*  264 graph sockets closed */
     struct nest_totals retired[2];/*  272 final counters of closed graph (non-listening) sockets */

@@ -5,6 +5,7 @@ are glibc's send and recv).
     trace_peer.py tcp-server PORTFILE    accept one connection: two requests (100, 50 bytes), two replies (300, 20)
     trace_peer.py tcp-client PORT        the other end
     trace_peer.py unix-pair              a socketpair and a fork: the parent sends 10 bytes, the child replies 7
+    trace_peer.py echo-server PORTFILE   accept one connection; answer each request (until EOF) with 3 sends
     trace_peer.py flood N [PORT]         N one-byte sends on one end of a socketpair, nothing read
                                          (N small: the pair's buffer), or on a TCP connection to PORT
 """
@@ -58,6 +59,18 @@ def main() -> None:
         a.sendall(b"x" * 10)
         recv_exactly(a, 7)
         os.waitpid(pid, 0)
+    elif mode == "echo-server":
+        ls = socket.socket()
+        ls.bind(("127.0.0.1", 0))
+        ls.listen(1)
+        with open(sys.argv[2] + ".tmp", "w") as f:
+            f.write(str(ls.getsockname()[1]))
+        os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+        c, _ = ls.accept()
+        while c.recv(100):
+            for part in (b"a", b"b", b"c"):    # one reply in three sends: held once, before the first
+                c.send(part)
+        c.close()
     elif mode == "flood":
         if len(sys.argv) > 3:
             a = socket.create_connection(("127.0.0.1", int(sys.argv[3])))
