@@ -78,7 +78,8 @@ def test_the_kind_sets_and_clears_the_switch_with_stamps(tmp_path):
     ("host: app2, by: 0ms", "'by' must be above 0"),
     ("host: app2, by: -200ms", "faults[0].by: expected a duration"),
     ("host: db, by: 200ms", "faults[0].host: delay at the db tier on 'db' acts through the interceptor"),
-    ("host: cache, by: 200ms", "trace messages (`trace: messages`) or monitor cache"),
+    ("host: cache, by: 200ms", "delay at the cache tier (memcached) is not available"),
+    ("host: web, by: 200ms", "delay at the web tier (nginx) is not available"),
     ("host: client, by: 200ms", "faults[0].host: 'client' runs no tier"),
     ("host: nowhere, by: 200ms", "faults[0].host: 'nowhere' runs no tier"),
     ("by: 200ms", "delay needs 'host'"),
@@ -165,7 +166,7 @@ def test_tier_pause_stops_and_continues_the_tiers_whole_group(tmp_path):
 
 
 def test_delay_at_another_tier_is_the_interceptors_hold_in_its_processes(tmp_path):
-    """db, web, cache: the kind sets reply_delay_ns in the header of every live process of the host's
+    """db: the kind sets reply_delay_ns in the header of every live process of the host's
     interceptor directory (a real process under the library here), stamps, and clears it."""
     import subprocess
     import sys

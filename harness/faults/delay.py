@@ -1,18 +1,19 @@
-"""delay: every reply a tier of a service workload sends is held for `by` (Project5's experiment:
+"""delay: every reply an app or db tier of a service workload sends is held for `by` (Project5's experiment:
 200 ms added at one web server of a multi-tier service, docs/service.md).
 
     - {kind: delay, host: app2, by: 200ms, schedule: {at: [20s], duration: 10s}}
-    - {kind: delay, host: db, by: 200ms, ...}        # web, cache, db: through the interceptor
+    - {kind: delay, host: db, by: 200ms, ...}        # db: through the interceptor
 
 An app tier: the app (harness/service/app.py) reads a switch file of its host's before each reply (a
 stat per request): the fault writes the delay there and removes it, verified by reading it back.
-The other tiers (nginx, memcached, MariaDB): the interceptor holds every reply their processes start
-(the first send on an accepted socket after a receive there) for `by`; the fault writes the delay
+The db tier (MariaDB, a thread per connection): the interceptor holds every reply its processes
+start (the first send on an accepted socket after a receive there) for `by`; the fault writes the delay
 into the header of every live process's file in that host's interceptor directory and sets it back
 to 0, each verified by reading it back (harness/interceptor/delay.py). So the host's daemons must run
 under the interceptor: the spec traces messages (`trace: messages`) or monitors that host, else it is
-refused naming the field. The window is stamped when the switch (or every header) is set, and when
-it is cleared. A request already past its check when the window opens or closes takes the state it
+refused naming the field. Not web nor cache: nginx and memcached answer many connections from each
+of a few threads, and a hold stops the thread (EVENT_LOOP_TIERS). The window is stamped when the
+switch (or every header) is set, and when it is cleared. A request already past its check when the window opens or closes takes the state it
 saw. netem is not available here (docs/faults.md).
 
 The culprit is the target tier's application (its processes on that host). When that host is the
@@ -45,6 +46,10 @@ if TYPE_CHECKING:
     from harness.window import Window
 
 INFO = FaultKindInfo("delay", colour="#8c6bb1", order=None)
+# Tiers whose daemon answers many connections from each of a few threads (an event loop): the
+# interceptor's hold stops the thread, so every connection it serves waits, not one reply (measured
+# on the real tiers: memcached's 50 ms hold gave 275 ms cache calls at 30 requests/s). Refused.
+EVENT_LOOP_TIERS = {"web": "nginx", "cache": "memcached"}
 MAX_DELAY_S = 10.0
 
 
@@ -85,6 +90,10 @@ class DelaySpec(FaultSpec):
                             for h in (w.web, *(w.apps or []), w.cache, w.db)})
             return (("host",), f"{self.host!r} runs no tier of a service workload (tiers: "
                                f"{', '.join(tiers) or 'none'}); delay acts on a tier's replies")
+        if found[1] in EVENT_LOOP_TIERS:
+            return (("host",), f"delay at the {found[1]} tier ({EVENT_LOOP_TIERS[found[1]]}) is not available: "
+                               "its few threads each answer many connections, so holding one reply holds them all "
+                               "(docs/faults.md); delay acts on the app and db tiers")
         if found[1] != "app" and not _intercepted(spec, self.host):
             return (("host",), f"delay at the {found[1]} tier on {self.host!r} acts through the interceptor: "
                                f"trace messages (`trace: messages`) or monitor {self.host}")
@@ -191,7 +200,7 @@ class Delay:
                 for w in workers]
 
     def _hold(self, f, i: int, tier: str) -> list[Part]:
-        """web, cache, db: the interceptor holds the replies of every process of the tier's host."""
+        """db: the interceptor holds the replies of every process of the tier's host."""
         env = self.env
         shm = (getattr(env.workloads, "client_env", {}) or {}).get(f.host, {}).get(ENV_SHM_DIR)
         if not shm:
