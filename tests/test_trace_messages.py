@@ -362,3 +362,71 @@ def test_reply_delay_holds_each_reply_once_until_cleared(lib, dirs, tmp_path):
     gaps = [b[0] - a[0] for a, b in zip(ev, ev[1:], strict=False) if a[1] == "recv" and a[2] == 1 and b[1] == "send"]
     assert len(gaps) == 9
     assert [g >= 0.2 for g in gaps] == [False] * 3 + [True] * 3 + [False] * 3, gaps
+
+
+def test_the_lab_traces_its_hosts_and_its_drainer_records_them_until_stopped(lib, tmp_path):
+    """harness/lab/tracing.py with a stand-in backend whose nodes are this machine: every traced host
+    gets an interceptor environment with the ring on, the drainer runs as its own process, and its
+    totals (the manifest's `trace`) count every host's events, none dropped."""
+    from types import SimpleNamespace as NS
+
+    from harness.backends.base import Proc
+    from harness.interceptor import ENV_SHM_DIR, ENV_TRACE_EVENTS
+    from harness.lab.tracing import RING_EVENTS, MessageTracing
+
+    made = []
+
+    class Node:
+        def start(self, argv, log, env=None):
+            # started inside signals_held() and not unblocked here: the drainer unblocks its own SIGTERM
+            with open(log, "ab") as out:
+                p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                     env={**os.environ, "PYTHONPATH": str(REPO)})
+            return Proc("web", p.pid, argv, log, time.monotonic(), p)
+
+        def stop(self, proc, timeout):
+            proc.handle.send_signal(signal.SIGTERM)
+            return proc.handle.wait(timeout)
+
+    class Backend:
+        def interceptor(self, host):
+            d = create_shm_dir("nestlab-trace-test-")
+            made.append(d)
+            return str(d), preload_env(d, env={})
+
+        def node(self, name):
+            return Node()
+
+        def python(self, name):
+            return [sys.executable]
+
+    spec = NS(interceptor=True, monitor="web", snapshot_interval=0.05,
+              workloads=[NS(kind="service", hosts=("client", "web", "app1", "cache", "db"))])
+    backend = Backend()
+    client_env = {}
+    _, client_env["web"] = backend.interceptor("web")           # the monitored host's, as the lab makes it
+    tracing = MessageTracing(spec, backend, "mininet")
+    processes = []
+    try:
+        tracing.add_env(client_env)
+        assert sorted(client_env) == ["app1", "cache", "client", "db", "web"]
+        assert {e[ENV_TRACE_EVENTS] for e in client_env.values()} == {str(RING_EVENTS)}
+        assert tracing.dirs == {h: e[ENV_SHM_DIR] for h, e in client_env.items()} and len(made) == 5
+        db = tmp_path / "run.db"
+        create_db(db).close()
+        tracing.start(str(db), tmp_path / "tracedrain.log", lambda *a: processes.append(a[2]))
+        dirs = {"alpha": client_env["web"][ENV_SHM_DIR], "beta": client_env["client"][ENV_SHM_DIR]}
+        spid, cpid = tcp_exchange(dirs, events=RING_EVENTS)
+        tracing.stop(lambda *a: processes.append(a[2]))
+        totals, warnings = tracing.outcome(db)
+    finally:
+        if tracing.proc is not None:
+            tracing.proc.handle.kill()
+        for d in made:
+            remove_shm_dir(d)
+    assert processes == ["collector", "ended"] and warnings == []
+    assert totals["processes"] == 2 and totals["dropped"] == 0 and totals["lost"] == 0
+    assert totals["hosts"]["web"] == 5 and totals["hosts"]["client"] >= 4
+    assert "tracedrain: " in (tmp_path / "tracedrain.log").read_text()
+    with pytest.raises(Exception, match="Mininet only"):
+        MessageTracing(spec, backend, "ssh")

@@ -134,6 +134,9 @@ def run(db_path: str, interval: float, dirs: dict[str, str]) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # a starter that held its signals while starting us (harness.ledger.signals_held) and did not
+    # unblock them in the child would leave SIGTERM pending forever: its last drain would never run
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     print("tracedrain: ready", flush=True)
     start, k = monotonic(), 0
     try:
