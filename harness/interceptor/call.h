@@ -152,7 +152,7 @@ static inline __attribute__((always_inline)) void call_end_io(struct nest_call *
     }
     defer_poll();
     struct nest_ring *g = g_ring;
-    if (g && r >= 0)
+    if (g && r >= 0 && call)
         trace_put(g, c->s, fd, call, r, call >= NEST_C_WRITE ? c->t0 : t1 ? t1 : now_ns());
     pause_gate();
 }
@@ -237,7 +237,11 @@ static inline uint64_t retry_clock(int timed) {
  * timed and counted, completed (`bytes`, an expression of r, >= 0: a message of that many bytes) or
  * failed (< 0: an error, unless errno says it would block). errno is the call's afterwards.
  * Tracing on (g_ring), a completed call is also an event in the message ring (call_end_io). */
-#define COUNT(name, rtype, dir, fd, r, expr, bytes) \
+#define COUNT(name, rtype, dir, fd, r, expr, bytes) COUNT_AS(name, TRC_##name, rtype, dir, fd, r, expr, bytes)
+
+/* COUNT with the call's code in the message trace given (`code`: NEST_C_*, or 0: not traced, e.g. a
+ * receive with MSG_PEEK, which leaves the bytes for the next one). */
+#define COUNT_AS(name, code, rtype, dir, fd, r, expr, bytes) \
     do { \
         REAL(name, rtype); \
         struct nest_slot *s_ = tracked(fd); \
@@ -251,7 +255,7 @@ static inline uint64_t retry_clock(int timed) {
         call_begin(&c_, s_, dir); \
         SOCK_RESTART(r, expr, fd, dir, c_.t0); \
         int e_ = errno; \
-        call_end_io(&c_, (bytes), e_, fd, TRC_##name); \
+        call_end_io(&c_, (bytes), e_, fd, (code)); \
         errno = e_; \
     } while (0)
 

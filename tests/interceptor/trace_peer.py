@@ -2,7 +2,7 @@
 their socket calls are exactly those written here (send, recv and sendall of Python's socket module
 are glibc's send and recv).
 
-    trace_peer.py tcp-server PORTFILE    accept one connection: two requests (100, 50 bytes), two replies (300, 20)
+    trace_peer.py tcp-server PORTFILE    accept one connection: a peek, two requests (100, 50 bytes), two replies (300, 20)
     trace_peer.py tcp-client PORT        the other end
     trace_peer.py unix-pair              a socketpair and a fork: the parent sends 10 bytes, the child replies 7
     trace_peer.py echo-server PORTFILE   accept one connection; answer each request (until EOF) with 3 sends
@@ -34,6 +34,7 @@ def main() -> None:
             f.write(str(ls.getsockname()[1]))
         os.rename(sys.argv[2] + ".tmp", sys.argv[2])
         c, _ = ls.accept()
+        assert c.recv(1, socket.MSG_PEEK) == b"q"    # a peek: counted, not traced (the bytes are read next)
         recv_exactly(c, 100)
         c.sendall(b"r" * 300)
         recv_exactly(c, 50)
