@@ -179,6 +179,11 @@ class Spec(_Strict):
     # modules, and the app_pause fault. Off only to measure the harness without it.
     interceptor: bool = True
     probe: Probe | None = Field(default_factory=Probe, description="probes of silent connections; off: none")
+    # Message traces (docs/service.md): every completed send and receive of the traced processes (a
+    # service's tiers and load generator, and the monitored host's intercepted clients) into the
+    # messages table, through the interceptor's message ring. Off (None) by default.
+    trace: Literal["messages"] | None = Field(default=None, description="messages: record every send and "
+                                              "receive of the traced processes; off: none")
     workloads: list[Workload] = Field(min_length=1)
     faults: list[Fault] = []
     isolation: Isolation = Isolation()
@@ -223,6 +228,14 @@ class Spec(_Strict):
             return None
         if value is True or (isinstance(value, str) and value.lower() == "on"):
             return {}
+        return value
+
+    @field_validator("trace", mode="before")
+    @classmethod
+    def _trace_switch(cls, value):
+        """`trace: off` (YAML reads it as false) or `none`: no trace."""
+        if value is False or (isinstance(value, str) and value.lower() in ("off", "none")):
+            return None
         return value
 
     @field_validator("repetitions")
@@ -271,7 +284,9 @@ class Experiment:
         """What makes a repetition the same run: the resolved spec (after a suite's defaults and
         scale), its topology, its seed and its planned fault windows. `--resume` keeps a complete
         run only when this is unchanged (harness.suite); every manifest records it."""
-        blob = {"spec": self.spec.model_dump(mode="json", exclude={"repetitions", "seed", "description"}),
+        # `trace` left out when off: the runs made before it existed keep their digests (--resume)
+        off = {"trace"} if self.spec.trace is None else set()
+        blob = {"spec": self.spec.model_dump(mode="json", exclude={"repetitions", "seed", "description", *off}),
                 "topology": self.topology.spec.model_dump(mode="json"), "repetition": repetition,
                 "seed": self.seed_for(repetition), "plan": [w.__dict__ for w in self.plan(repetition)]}
         text = json.dumps(blob, sort_keys=True, default=str)
@@ -377,6 +392,10 @@ def _resolve_topology(spec: Spec, doc: YamlDoc, spec_path: Path) -> Path:
 
 
 def _check_against_topology(spec: Spec, doc: YamlDoc, topo: Topology) -> None:
+    if spec.trace and topo.backend != "mininet":   # one drainer reads every traced host's /dev/shm
+        raise doc.error(("trace",), f"message traces are recorded on Mininet only for now (topology {topo.name} "
+                                    f"is on {topo.backend})")
+
     def host(loc, name, router_ok=False, router_only=False):
         if name not in topo.spec.nodes:
             raise doc.error(loc, f"unknown node {name!r} in topology {topo.name} "

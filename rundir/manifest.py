@@ -254,6 +254,16 @@ class Counts(_Record):
     faults: int | None = None
 
 
+class TraceRecord(_Record):
+    """A run's message trace (`trace: messages`), as its drainer left it (rundir.messages.trace_totals)."""
+
+    processes: int = 0                       # traced processes (rows of the traced table)
+    events: int = 0                          # message rows recorded
+    dropped: int = 0                         # events dropped: a ring was full (warned)
+    lost: int = 0                            # events reserved and never written (warned)
+    hosts: dict[str, int] = {}               # events recorded per host
+
+
 # ----------------------------------------------------------------------------- the manifest
 
 
@@ -289,6 +299,7 @@ class Manifest(_Record):
     routing: dict[str, Any] | None = None    # Mininet, multipath topologies: per router the verified ECMP routes
     health: RunHealth | None = None
     service: dict[str, ServiceLoad] | None = None   # format 7: by service workload index
+    trace: TraceRecord | None = None         # format 7, `trace: messages`: the message trace's totals
     versions: dict[str, str | dict[str, str]] = {}
     start_wall: float | None = None
     start_mono: float | None = None

@@ -37,6 +37,7 @@ from harness.collector.probe import ProbeSettings
 from harness.faults import FaultEnv, Faults, NoTarget, kinds_used
 from harness.faults.spec import monitor_host, monitored_hosts
 from harness.lab.base import FaultRow, FaultSkipped, Injection, Lab, Run
+from harness.lab.tracing import MessageTracing
 from harness.ledger import signals_held
 from harness.outline import RecordingStopped
 from harness.window import Window
@@ -67,6 +68,7 @@ class NetworkLab(Lab):
         self.faults: Faults | None = None
         self.shm_dir: str | None = None          # the interceptor's directory on the first monitored host
         self.shm_dirs: dict[str, str] = {}        # ... on each monitored host
+        self.tracing: MessageTracing | None = None   # `trace: messages` (harness/lab/tracing.py)
         self.clocks: Clocks | None = None
         self.collector_db: str | None = None    # where the collector writes (the run's own run.db, or a node's)
         self.next_queue_sample = -1e9
@@ -137,6 +139,9 @@ class NetworkLab(Lab):
             for host in monitored_hosts(spec):
                 self.shm_dirs[host], client_env[host] = backend.interceptor(host)
             self.shm_dir = self.shm_dirs[monitor_host(spec)]
+        if spec.trace:
+            self.tracing = MessageTracing(spec, backend, topo.backend)
+            self.tracing.add_env(client_env)
         self.workloads = Workloads(spec, nodes, addresses, rd.logs, client_env, on_process=self._on_process,
                                    warn=lambda message, workload: self.run.event("warning", message, workload),
                                    python=backend.python, seed=self.exp.seed_for(self.run.rep))
@@ -146,6 +151,8 @@ class NetworkLab(Lab):
                                       self.shm_dir, self.run.ledger, shm_dirs=self.shm_dirs))
         self.faults.setup()   # the kinds' shared state, e.g. the fault chain on each router
         self._start_collector()
+        if self.tracing is not None:
+            self.tracing.start(str(rd.db), rd.logs / "tracedrain.log", self._on_process)
 
     def _announce(self, step: str) -> None:
         message = self.backend.announce(step)
@@ -262,6 +269,7 @@ class NetworkLab(Lab):
             ("stop workloads", lambda: self.workloads and self.workloads.stop_clients()),
             ("stop collector", self._stop_collector),
             ("stop servers", lambda: self.workloads and self.workloads.stop_servers()),
+            ("stop the message drainer", self._stop_tracing),
             ("record the request paths", self._record_requests),
             ("remove firewall chains", self._remove_chains),
             ("bring back run.db and logs", self._bring_back),
@@ -275,6 +283,17 @@ class NetworkLab(Lab):
         if self.collector is not None:
             self.backend.node(monitor_host(self.spec)).stop(self.collector, timeout=5.0)
             self._on_process(self.collector, None, "ended", None)
+
+    def _stop_tracing(self) -> None:
+        """The drainer's last drain, then the trace's totals in the manifest and its losses warned."""
+        if self.tracing is None:
+            return
+        self.tracing.stop(self._on_process)
+        totals, warnings = self.tracing.outcome(self.rd.db)
+        self.tracing.totals = totals
+        self.rd.update_manifest(trace=totals)
+        for w in warnings:
+            self.run.event("warning", w)
 
     def _record_requests(self) -> None:
         """A service workload's true request paths (the requests table) and its load generator's
@@ -330,5 +349,9 @@ class NetworkLab(Lab):
             console.print(Text.assemble(("warning: ", "yellow"), f"columnar copy of the counters not written: {e}"))
 
     def summary(self, counts: dict[str, int]) -> str:
-        return (f"faults injected {counts['faults']} (skipped {self.run.progress.skipped}), "
+        line = (f"faults injected {counts['faults']} (skipped {self.run.progress.skipped}), "
                 f"snapshots {counts['snapshots']}, modules {counts['modules']}")
+        totals = self.tracing.totals if self.tracing is not None else None
+        if totals:
+            line += f", messages {totals['events']} (dropped {totals['dropped']}, lost {totals['lost']})"
+        return line
