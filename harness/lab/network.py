@@ -288,6 +288,9 @@ class NetworkLab(Lab):
         """The drainer's last drain, then the trace's totals in the manifest and its losses warned."""
         if self.tracing is None:
             return
+        # the process ends recorded so far are not committed yet (rundir.recorder.process_ended): their
+        # open transaction would hold run.db's write lock through the drainer's last drain
+        self.run.record.commit()
         self.tracing.stop(self._on_process)
         totals, warnings = self.tracing.outcome(self.rd.db)
         self.tracing.totals = totals
