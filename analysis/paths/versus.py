@@ -52,9 +52,10 @@ def has_messages(run: str | Path) -> bool:
 
 
 def run_rows(run: str | Path, algorithms: Sequence[tuple[str, Callable]], variants: Sequence[str],
-             warn: Callable[[str], None] | None = None) -> tuple[list[dict], dict]:
+             warn: Callable[[str], None] | None = None, data=None) -> tuple[list[dict], dict]:
     """One row per diagnoser of one run: diagnoser, family (black-box or NeST), run, and the PARTS
-    (numerators and denominators). Also what the report draws: {"trace", "results", "rankings"}."""
+    (numerators and denominators). Also what the report draws: {"trace", "results", "rankings"}.
+    data: the run's analysis.load.RunData when already loaded (NeST's side)."""
     trace = read_run(run)
     for w in trace.warnings:
         if warn:
@@ -75,7 +76,7 @@ def run_rows(run: str | Path, algorithms: Sequence[tuple[str, Callable]], varian
         from analysis.load import load_run_data
         from analysis.paths.nest_culprit import rankings
 
-        nest = rankings(load_run_data(run), trace.faults, list(variants))
+        nest = rankings(load_run_data(run) if data is None else data, trace.faults, list(variants))
         for v in variants:
             parts = culprit_scores(nest[v])
             ranks[v] = nest[v]
