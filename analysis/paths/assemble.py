@@ -209,6 +209,10 @@ class PatternTable:
         self.delay: dict[str, dict[str, float]] = {}
         self.lat: dict[str, dict[str, list[float]]] = {}
         self.left_out = 0                # distinct patterns not named (beyond max_patterns)
+        self.by_hash: dict[int, str] = {}   # subtree hash -> text, of the patterns added with their hash
+        # patterns held by hash until the table is read (linking_instances.Hashed): only the most
+        # frequent are ever named
+        self.pending: list = []
 
     def _slot(self, text: str) -> None:
         if text not in self.count:
@@ -216,10 +220,12 @@ class PatternTable:
             self.delay[text], self.lat[text] = {}, {}
 
     def add_bulk(self, text: str, count: float, raw: int, delay_sums: dict[str, float],
-                 lat_sums: dict[str, tuple[float, float]]) -> None:
+                 lat_sums: dict[str, tuple[float, float]], key: int | None = None) -> None:
         """delay_sums: node -> weighted sum of its per-path delay; lat_sums: edge -> (weighted sum,
-        weight)."""
+        weight); key: the pattern's subtree hash, where known."""
         self._slot(text)
+        if key is not None:
+            self.by_hash[key] = text
         self.count[text] += count
         self.raw[text] += raw
         d = self.delay[text]
@@ -238,6 +244,9 @@ class PatternTable:
                       {k: (sum(v) * weight, len(v) * weight) for k, v in edge_lat.items()})
 
     def patterns(self, max_patterns: int = MAX_PATTERNS) -> tuple[list[PathPattern], int]:
+        for held in self.pending:
+            held.resolve(self, max_patterns)
+        self.pending = []
         ranked = sorted(self.count, key=lambda t: (-self.count[t], t))
         out = []
         for text in ranked[:max_patterns]:
@@ -334,7 +343,7 @@ def add_forest(table: PatternTable, nodes: Nodes, messages: pd.DataFrame, parent
     kids = _children_of_trees(parent, root_of, first_root)
     for p, r in enumerate(first_root.tolist()):
         text = canonical_text(nodes, kids[r], r)
-        table.add_bulk(text, float(count[top[p]]), int(raw[top[p]]), delays[p], lats[p])
+        table.add_bulk(text, float(count[top[p]]), int(raw[top[p]]), delays[p], lats[p], key=int(uniq[top[p]]))
     return np.where(kept, root_of, -1)
 
 

@@ -48,8 +48,9 @@ spontaneity (the paper builds trees "from the root down" without saying which me
 `orphans`: "keep" (default) makes every likely-spontaneous message a root, as WAP5 does; "drop"
 keeps only the trees rooted at an untraced client's message (a spontaneous message from a server is
 then a fragment of a path whose link was lost: dropped from the trace or taken by a nearer message).
-Trees are built from the linear-time forest of likeliest links; only trees with try-both decisions
-are enumerated in Python. Messages without a receive time (an untraced receiver) cannot be parents
+Trees are built from the linear-time forest of likeliest links; the try-both instances of the trees
+with decisions are built in numpy (linking_instances.py), except the few whose instances depend on
+the order of the walk through the tree, which _Instances walks in Python. Messages without a receive time (an untraced receiver) cannot be parents
 (WAP5's A>B>A rule for them is not implemented; they are counted in the warnings).
 
 What limits it on RPC traces (measured, docs/seeds-tables.md): under the paper's monotone model the
@@ -86,9 +87,11 @@ from analysis.paths.assemble import (
     positions_in_runs,
     result_from_forest,
 )
+from analysis.paths.linking_instances import Batch, walk_order_matters
 from analysis.paths.linking_weights import edge_weights, wap5_weights
 from analysis.paths.model import PathsResult
 
+VECTORISED = True          # try-both instances in numpy (False: every tree walked in Python, as before)
 DEFAULTS: dict[str, object] = {
     "x": 2.0,               # s, longest real causal delay (WAP5: 2 s for CoDeeN/Coral, 0.1 s Slurpee)
     "y": 4.0,               # spontaneity weighs like a link of delay y*d
@@ -299,7 +302,7 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
         raise ValueError(f"linking: model must be 'wap5' or 'edges', not {p['model']!r}")
     best = likeliest(child, prob, p_spont, monotone=p["model"] == "wap5")
     map_parent = np.where(best >= 0, parent[np.maximum(best, 0)], -1)
-    _, map_parent = forest_depth(map_parent)            # cut any cycle (clock skew)
+    depth, map_parent = forest_depth(map_parent)        # cut any cycle (clock skew)
     root_of = forest_roots(map_parent)
     is_root = map_parent < 0
     if p["orphans"] == "drop" and clients:
@@ -325,7 +328,7 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
     table = PatternTable(nodes.names)
     if ambiguous_tree.any():
         _enumerate(table, nodes, t_out, t_in, t_recv, child, parent, prob, amb, map_parent, root_of,
-                   ambiguous_tree, k)
+                   ambiguous_tree, k, depth)
     plain_roots = is_root & ~ambiguous_tree
     forest = Forest(map_parent, plain_roots, np.exp(logp), warnings)
     p["trees_enumerated"] = int(ambiguous_tree.sum())
@@ -334,16 +337,36 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
 
 
 def _enumerate(table: PatternTable, nodes: Nodes, t_out, t_in, t_recv, child, parent, prob, amb,
-               map_parent, root_of, ambiguous_tree, k: int) -> None:
+               map_parent, root_of, ambiguous_tree, k: int, depth: np.ndarray | None = None) -> None:
     """The try-both instances of the trees marked ambiguous: their first k try-both decisions in
-    time order, each tried both ways."""
-    inst = _Instances(nodes, t_out, t_in, t_recv, child, parent, prob, map_parent)
+    time order, each tried both ways. In numpy (linking_instances.py) unless VECTORISED is off, or
+    for the trees whose instances depend on the walk's order (linking_instances.walk_order_matters),
+    which _Instances walks in Python."""
     amb_sel = np.flatnonzero(amb & ambiguous_tree[root_of[parent]])
     order = amb_sel[np.lexsort((t_out[child[amb_sel]], root_of[parent[amb_sel]]))]
     roots = root_of[parent[order]]
     starts = np.flatnonzero(np.r_[True, roots[1:] != roots[:-1]])
     ends = np.r_[starts[1:], len(order)]
-    for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
-        links = order[s:min(e, s + k)]
-        decisions = [(int(parent[i]), int(child[i]), float(prob[i])) for i in links]
-        inst.run(table, int(roots[s]), decisions)
+    # each tree's first k decisions
+    tree_of = np.repeat(np.arange(len(starts)), ends - starts)
+    first_k = np.arange(len(order)) - starts[tree_of] < k
+    dec, dec_tree = order[first_k], tree_of[first_k]
+    tree_roots = roots[starts]
+    walk = np.ones(len(starts), dtype=bool)
+    if VECTORISED and len(starts):
+        if depth is None:
+            depth, _ = forest_depth(map_parent)
+        batch = Batch(nodes, t_out, t_in, t_recv, child, parent, prob, map_parent, depth)
+        graft = map_parent[child[dec]] != parent[dec]
+        walk = walk_order_matters(dec_tree, graft, child[dec], parent[dec], batch.root_of, map_parent, batch.pre,
+                                  batch.size, tree_roots, len(starts))
+        fast = np.flatnonzero(~walk[dec_tree])
+        dec_ptr = np.searchsorted(dec_tree[fast], np.flatnonzero(~walk), side="left")
+        batch.add(table, tree_roots[~walk], np.r_[dec_ptr, len(fast)], dec[fast])
+    if walk.any():
+        inst = _Instances(nodes, t_out, t_in, t_recv, child, parent, prob, map_parent)
+        bounds = np.searchsorted(dec_tree, np.arange(len(starts) + 1))
+        for t in np.flatnonzero(walk).tolist():
+            links = dec[bounds[t]:bounds[t + 1]]
+            decisions = [(int(parent[i]), int(child[i]), float(prob[i])) for i in links]
+            inst.run(table, int(tree_roots[t]), decisions)

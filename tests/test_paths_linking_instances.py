@@ -1,0 +1,111 @@
+"""Linking's try-both instances built in numpy (analysis/paths/linking_instances.py) give what the walk
+in Python gives (linking.VECTORISED off: the implementation before), pattern for pattern: counts,
+raw counts, node delays, edge latencies, the patterns left out; on Maketrace traces with seeds, tags
+or none, several k, parallelism and models, and traces where the walk's order matters."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.paths import linking
+from analysis.paths.assemble import forest_depth, node_codes, subtree_hashes
+from analysis.paths.linking_instances import hash_of_text, preorder
+from analysis.paths.maketrace import maketrace, web_service
+from analysis.paths.model import patterns_of
+
+
+def both(m: pd.DataFrame, monkeypatch, **params):
+    monkeypatch.setattr(linking, "VECTORISED", False)
+    walked = linking.infer(m, **params)
+    monkeypatch.setattr(linking, "VECTORISED", True)
+    return walked, linking.infer(m, **params)
+
+
+def assert_same(a, b):
+    assert [p.pattern for p in a.patterns] == [p.pattern for p in b.patterns]
+    for x, y in zip(a.patterns, b.patterns, strict=True):
+        assert y.count == pytest.approx(x.count, rel=1e-9)
+        assert sorted(x.node_delays) == sorted(y.node_delays)
+        for k, v in x.node_delays.items():
+            assert y.node_delays[k] == pytest.approx(v, rel=1e-9, abs=1e-12)
+        assert sorted(x.edge_latencies) == sorted(y.edge_latencies)
+        for k, v in x.edge_latencies.items():
+            assert y.edge_latencies[k] == pytest.approx(v, rel=1e-9)
+    assert a.params["raw_counts"] == b.params["raw_counts"]
+    assert a.warnings == b.warnings
+    pd.testing.assert_frame_equal(a.node_delays, b.node_delays)
+
+
+@pytest.mark.parametrize("seed, parallelism, tags, params", [
+    (1, 2, False, {"untraced": "client"}),
+    (2, 4, True, {}),
+    (3, 8, False, {"untraced": "client", "k": 2}),
+    (4, 1, True, {"model": "edges"}),
+    (5, 6, False, {"untraced": "client", "k": 6}),
+    (6, 3, False, {"untraced": "client", "ambiguity": 0.3}),
+    (7, 2, True, {"orphans": "drop"}),
+])
+def test_numpy_instances_equal_the_walk(seed, parallelism, tags, params, monkeypatch):
+    tr = maketrace(web_service(), duration=25, parallelism=parallelism, seed=seed, tags=tags)
+    a, b = both(tr.messages, monkeypatch, **params)
+    assert a.params["trees_enumerated"] > 50          # the case exercises the instances
+    assert_same(a, b)
+
+
+def test_the_walks_order_cases_are_exercised(monkeypatch):
+    """With a wide ambiguity most trees have grafts of every kind (inner, outer, overlapping): the
+    numpy build still matches, and builds most of them itself."""
+    from analysis.paths import linking_instances
+
+    seen = {}
+    real = linking_instances.walk_order_matters
+
+    def spy(*args):
+        bad = real(*args)
+        seen["trees"], seen["walked"] = len(bad), int(bad.sum())
+        return bad
+
+    monkeypatch.setattr(linking, "walk_order_matters", spy)
+    tr = maketrace(web_service(), duration=20, parallelism=6, seed=11, tags=False)
+    a, b = both(tr.messages, monkeypatch, untraced="client", ambiguity=0.45, k=5)
+    assert_same(a, b)
+    assert 0 < seen["walked"] < seen["trees"] / 2
+
+
+def test_more_patterns_than_kept_are_counted_alike(monkeypatch):
+    tr = maketrace(web_service(), duration=25, parallelism=6, seed=8, tags=False)
+    a, b = both(tr.messages, monkeypatch, untraced="client", ambiguity=0.3)
+    assert any("rarer patterns left out" in w for w in a.warnings)
+    assert_same(a, b)
+
+
+def test_preorder_lays_every_subtree_out_as_one_slice():
+    rng = np.random.default_rng(3)
+    parent = np.full(400, -1)
+    for i in range(1, 400):
+        parent[i] = rng.integers(-1, i) if rng.random() < 0.9 else -1
+    depth, parent = forest_depth(parent)
+    pre, size = preorder(parent, depth)
+    assert sorted(pre.tolist()) == list(range(400))
+    anc = [set() for _ in range(400)]
+    for v in range(400):
+        a = parent[v]
+        while a >= 0:
+            anc[v].add(a)
+            a = parent[a]
+    for v in range(0, 400, 7):
+        inside = {u for u in range(400) if pre[v] <= pre[u] < pre[v] + size[v]}
+        assert inside == {u for u in range(400) if u == v or v in anc[u]}
+
+
+def test_hash_of_text_is_the_subtree_hash():
+    tr = maketrace(web_service(), duration=5, parallelism=2, seed=2)
+    m, t = tr.messages, tr.truth
+    nodes = node_codes(m)
+    depth, cause = forest_depth(t.cause)
+    h = subtree_hashes(nodes, cause, depth)
+    roots = np.flatnonzero((cause < 0) & (t.request >= 0))[:30]
+    texts = patterns_of(m["src"].astype(str).to_numpy(), m["dst"].astype(str).to_numpy(), cause, roots)
+    assert [hash_of_text(x, nodes.names) for x in texts] == [int(h[r]) for r in roots]
