@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="the seeds' running-time table beside ours")
     ap.add_argument("--quick", action="store_true", help="smaller large cases (a smoke run)")
     ap.add_argument("--only", choices=("nesting", "convolution", "linking"))
+    ap.add_argument("--case", metavar="TEXT", help="only the cases whose label contains TEXT (e.g. 'k=0')")
     args = ap.parse_args(argv)
     header = (f"{'algorithm':<12} {'trace':<22} {'messages':>10} {'dur s':>6} {'theirs CPU':>16} "
               f"{'theirs mem':>10} {'CPU s':>7} {'wall s':>7} {'peak MB':>8} {'M msg/s':>7} "
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * len(header))
     misses = []
     for algorithm, label, messages, duration, cpu_theirs, mem_theirs, params in CASES:
-        if args.only and algorithm != args.only:
+        if args.only and algorithm != args.only or args.case and args.case not in label:
             continue
         n = QUICK.get(label, messages) if args.quick else messages
         dur = duration * n / messages

@@ -109,3 +109,54 @@ def test_hash_of_text_is_the_subtree_hash():
     roots = np.flatnonzero((cause < 0) & (t.request >= 0))[:30]
     texts = patterns_of(m["src"].astype(str).to_numpy(), m["dst"].astype(str).to_numpy(), cause, roots)
     assert [hash_of_text(x, nodes.names) for x in texts] == [int(h[r]) for r in roots]
+
+
+def walk_back(t_out, t_in, arr, pos, first, cutoff, max_parents):
+    """linking.possible_parents as it was before (the reference): one arrival back at a time."""
+    child, parent = [], []
+    q = np.arange(len(t_out))
+    j = pos - 1
+    for _ in range(max_parents):
+        live = j >= first[q]
+        q, j = q[live], j[live]
+        if q.size == 0:
+            break
+        par = arr[j]
+        live = (t_out[q] - t_in[par] <= cutoff[q]) & (par != q)
+        q, j, par = q[live], j[live], par[live]
+        child.append(q)
+        parent.append(par)
+        j = j - 1
+    child = np.concatenate(child) if child else np.zeros(0, np.int64)
+    parent = np.concatenate(parent) if parent else np.zeros(0, np.int64)
+    return child, parent, t_out[child] - t_in[parent]
+
+
+@pytest.mark.parametrize("seed, parallelism, skew, selfish", [(1, 2, 0.0, False), (2, 8, 0.0, False),
+                                                              (3, 20, 0.002, False), (4, 4, 0.0, True)])
+def test_possible_parents_equal_walking_back(seed, parallelism, skew, selfish):
+    from analysis.paths.assemble import clocks
+    from analysis.paths.model import as_messages
+
+    m = maketrace(web_service(), duration=30, parallelism=parallelism, seed=seed, tags=False,
+                  clock_skew=skew).messages
+    if selfish:   # messages from a node to itself, received before they were sent: the walk stops there
+        f = m.astype({"dst": str, "src": str})
+        sel = np.arange(len(f)) % 5 == 0
+        f.loc[sel, "dst"] = f.loc[sel, "src"]
+        f.loc[sel, "t_recv"] = f.loc[sel, "t_send"] - 0.0005
+        m = as_messages(f)
+    nodes = node_codes(m)
+    t_out, _ = clocks(m)
+    t_in = m["t_recv"].to_numpy().copy()
+    arr, pos, first = linking._arrivals_and_departures(nodes, t_out, t_in)
+    d = linking.causal_delays(nodes, t_out, t_in, arr, pos, first, 2.0, 0.001)
+    stops = 0
+    for cutoff in (np.minimum(2.0, d * (4 + np.log(100))), np.full(len(m), 0.003), np.full(len(m), 5.0)):
+        for most in (32, 3, 1):
+            want = walk_back(t_out, t_in, arr, pos, first, cutoff, most)
+            got = linking.possible_parents(t_out, t_in, arr, pos, first, cutoff, most)
+            for a, b in zip(want, got, strict=True):
+                np.testing.assert_array_equal(a, b)
+            stops += len(want[0])
+    assert stops > len(m)

@@ -288,7 +288,7 @@ def _children_of_trees(parent: np.ndarray, root_of: np.ndarray,
 
 def add_forest(table: PatternTable, nodes: Nodes, messages: pd.DataFrame, parent: np.ndarray,
                is_root: np.ndarray, tree_weight: np.ndarray | None = None,
-               max_patterns: int = MAX_PATTERNS) -> np.ndarray:
+               max_patterns: int = MAX_PATTERNS, depth: np.ndarray | None = None) -> np.ndarray:
     """Add the trees of the forest whose root is marked in `is_root` to the table (trees under other
     roots are ignored; of the distinct patterns, the `max_patterns` most frequent, the rest counted in
     `table.left_out`). tree_weight: per message, read at the roots (default 1). Returns the root row
@@ -297,7 +297,8 @@ def add_forest(table: PatternTable, nodes: Nodes, messages: pd.DataFrame, parent
     if n == 0:
         return np.full(0, -1, dtype=np.int64)
     nn = nodes.n
-    depth, parent = forest_depth(parent)
+    if depth is None:   # else the caller's forest_depth of this very parent array (no cycle left)
+        depth, parent = forest_depth(parent)
     root_of = forest_roots(parent)
     kept = is_root[root_of]
     h = subtree_hashes(nodes, parent, depth)
@@ -320,14 +321,11 @@ def add_forest(table: PatternTable, nodes: Nodes, messages: pd.DataFrame, parent
     t_out, t_in = clocks(messages)
     linked = np.flatnonzero((msg_pid >= 0) & (parent >= 0))
     delay = t_out[linked] - t_in[parent[linked]]
-    dkey, dkeys = pd.factorize(msg_pid[linked] * nn + nodes.src[linked])
-    dsum = np.bincount(dkey, weights=delay * w_msg[linked], minlength=len(dkeys))
+    dkeys, (dsum,) = key_sums(msg_pid[linked] * nn + nodes.src[linked], n_pat * nn, delay * w_msg[linked])
     lat = messages["t_recv"].to_numpy(dtype=np.float64) - t_out
     seen = np.flatnonzero((msg_pid >= 0) & ~np.isnan(lat))
-    edge = nodes.src[seen] * nn + nodes.dst[seen]
-    lkey, lkeys = pd.factorize(msg_pid[seen] * nn * nn + edge)
-    lsum = np.bincount(lkey, weights=lat[seen] * w_msg[seen], minlength=len(lkeys))
-    lw = np.bincount(lkey, weights=w_msg[seen], minlength=len(lkeys))
+    lkeys, (lsum, lw) = key_sums(msg_pid[seen] * nn * nn + nodes.src[seen] * nn + nodes.dst[seen], n_pat * nn * nn,
+                                 lat[seen] * w_msg[seen], w_msg[seen])
 
     names = [str(x) for x in nodes.names]
     delays: list[dict[str, float]] = [{} for _ in range(n_pat)]
@@ -345,6 +343,17 @@ def add_forest(table: PatternTable, nodes: Nodes, messages: pd.DataFrame, parent
         text = canonical_text(nodes, kids[r], r)
         table.add_bulk(text, float(count[top[p]]), int(raw[top[p]]), delays[p], lats[p], key=int(uniq[top[p]]))
     return np.where(kept, root_of, -1)
+
+
+def key_sums(key: np.ndarray, top: int, *values: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The distinct keys (non-negative, below `top`) in ascending order and, per values array, its
+    sum per key (in the array's order, as np.bincount adds): by bincount over the key range where
+    that range is small, else over factorized keys."""
+    if top <= 4 * len(key) + (1 << 20):
+        keys = np.flatnonzero(np.bincount(key, minlength=top))
+        return keys, [np.bincount(key, weights=v, minlength=top)[keys] for v in values]
+    keys, codes = np.unique(key, return_inverse=True)
+    return keys, [np.bincount(codes, weights=v, minlength=len(keys)) for v in values]
 
 
 def node_delay_frame(nodes: Nodes, node: np.ndarray, delay: np.ndarray,
@@ -395,6 +404,7 @@ class Forest:
     is_root: np.ndarray
     tree_weight: np.ndarray | None = None
     warnings: list[str] = field(default_factory=list)
+    depth: np.ndarray | None = None     # forest_depth of parent, where the algorithm has it
 
 
 def result_from_forest(algorithm: str, messages: pd.DataFrame, nodes: Nodes, forest: Forest,
@@ -403,7 +413,7 @@ def result_from_forest(algorithm: str, messages: pd.DataFrame, nodes: Nodes, for
     """The PathsResult of a forest (plus any instances already in `table`)."""
     table = table if table is not None else PatternTable(nodes.names)
     root_of = add_forest(table, nodes, messages, forest.parent, forest.is_root, forest.tree_weight,
-                         max_patterns)
+                         max_patterns, forest.depth)
     patterns, left = table.patterns(max_patterns)
     warnings = list(forest.warnings)
     if left:

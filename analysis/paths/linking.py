@@ -148,20 +148,34 @@ def possible_parents(t_out: np.ndarray, t_in: np.ndarray, arr: np.ndarray, pos: 
                      first: np.ndarray, cutoff: np.ndarray, max_parents: int):
     """Step 2's candidates: (child, parent, gap) per possible link, each message's earlier arrivals
     at its sender within `cutoff` (per message, s), at most `max_parents` of them, latest first (a
-    child's links appear in the order of the walk back in time)."""
+    child's links appear in the order of the walk back in time: every message's latest candidate,
+    then every second latest, ...). The walk stops at a message's own arrival (a node sending to
+    itself). The messages still walking carry their own send time, cutoff and run start along
+    (compressed each step, not gathered), and arrival times are read in arrival order."""
+    n = len(t_out)
+    t_arr = t_in[arr]
+    at = np.full(n, -1, dtype=np.int64)        # where each message arrives among the arrivals
+    at[arr] = np.arange(arr.size)
+    own = (at >= first) & (at < pos)           # ... among its own sender's, before it was sent
+    q = np.flatnonzero(pos > first)
+    j, fq, tq, cq = pos[q] - 1, first[q], t_out[q], cutoff[q]
+    sq = at[q] if own.any() else None
+    del at, own
     child, parent = [], []
-    q = np.arange(len(t_out))
-    j = pos - 1
-    for _ in range(max_parents):
-        live = j >= first[q]
-        q, j = q[live], j[live]
+    for step in range(max_parents):
+        live = tq - t_arr[j] <= cq
+        if step:
+            live &= j >= fq
+        if sq is not None:
+            live &= j != sq
+        if not live.all():
+            q, j, fq, tq, cq = q[live], j[live], fq[live], tq[live], cq[live]
+            if sq is not None:
+                sq = sq[live]
         if q.size == 0:
             break
-        par = arr[j]
-        live = (t_out[q] - t_in[par] <= cutoff[q]) & (par != q)
-        q, j, par = q[live], j[live], par[live]
         child.append(q)
-        parent.append(par)
+        parent.append(arr[j])
         j = j - 1
 
     def cat(parts):
@@ -300,6 +314,7 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
                                      int(p["rounds"]), float(p["d_min"]))
     else:
         raise ValueError(f"linking: model must be 'wap5' or 'edges', not {p['model']!r}")
+    del gap
     best = likeliest(child, prob, p_spont, monotone=p["model"] == "wap5")
     map_parent = np.where(best >= 0, parent[np.maximum(best, 0)], -1)
     depth, map_parent = forest_depth(map_parent)        # cut any cycle (clock skew)
@@ -313,24 +328,29 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
         is_root &= ~orphan
 
     # per tree: log-probability of its likeliest instance (links in: p, possible links left out: 1-p)
+    # (in place: the link arrays are the largest in memory, and fresh pages cost as much as the sums)
     included = map_parent[child] == parent
     tree = root_of[parent]
-    logp = np.bincount(tree, weights=np.log(np.where(included, prob, np.clip(1 - prob, 1e-300, None))),
-                       minlength=n)
-    amb = np.abs(prob - 0.5) <= float(p["ambiguity"])
-    amb |= included & (prob < 0.5)
+    factor = np.subtract(1.0, prob)
+    np.maximum(factor, 1e-300, out=factor)
+    np.copyto(factor, prob, where=included)
+    np.log(factor, out=factor)
+    logp = np.bincount(tree, weights=factor, minlength=n)
+    del factor
     ambiguous_tree = np.zeros(n, dtype=bool)
-    ambiguous_tree[tree[amb]] = True
-    ambiguous_tree &= is_root
-    if k <= 0:
-        ambiguous_tree[:] = False
+    amb = None
+    if k > 0:
+        amb = np.abs(prob - 0.5) <= float(p["ambiguity"])
+        amb |= included & (prob < 0.5)
+        ambiguous_tree[tree[amb]] = True
+        ambiguous_tree &= is_root
 
     table = PatternTable(nodes.names)
     if ambiguous_tree.any():
         _enumerate(table, nodes, t_out, t_in, t_recv, child, parent, prob, amb, map_parent, root_of,
                    ambiguous_tree, k, depth)
     plain_roots = is_root & ~ambiguous_tree
-    forest = Forest(map_parent, plain_roots, np.exp(logp), warnings)
+    forest = Forest(map_parent, plain_roots, np.exp(logp), warnings, depth=depth)
     p["trees_enumerated"] = int(ambiguous_tree.sum())
     p["trees"] = int(is_root.sum())
     return result_from_forest("linking", m, nodes, forest, p, table)

@@ -32,6 +32,7 @@ from analysis.paths.assemble import (
     canonical_text,
     forest_depth,
     forest_roots,
+    key_sums,
     subtree_hashes,
 )
 
@@ -442,11 +443,6 @@ def _factorize(h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _sums(key: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct keys, sum of value per key): by bincount over the key range where it is small
-    (no sort), else through np.unique."""
-    top = int(key.max(initial=-1)) + 1
-    if top <= 4 * len(key) + (1 << 20):
-        present = np.flatnonzero(np.bincount(key, minlength=top))
-        return present, np.bincount(key, weights=value, minlength=top)[present]
-    uniq, inverse = np.unique(key, return_inverse=True)
-    return uniq, np.bincount(inverse, weights=value, minlength=len(uniq))
+    """(distinct keys, sum of value per key)."""
+    keys, (sums,) = key_sums(key, int(key.max(initial=-1)) + 1, value)
+    return keys, sums

@@ -26,13 +26,19 @@ import numpy as np
 
 
 def _normalise(child: np.ndarray, w: np.ndarray, w_spont: np.ndarray, n: int):
+    """(w / total, w_spont / total) per child; w is divided in place (the callers' own array)."""
     total = np.bincount(child, weights=w, minlength=n) + w_spont
-    return w / total[child], w_spont / total
+    np.divide(w, total[child], out=w)
+    return w, w_spont / total
 
 
 def wap5_weights(child: np.ndarray, gap: np.ndarray, d: np.ndarray, y: float, n: int):
-    """d: per message, its output pair's mean causal delay (s)."""
-    w = np.exp(-np.clip(gap, 0, None) / d[child])
+    """d: per message, its output pair's mean causal delay (s). In place on one array of the links'
+    size (the same values as exp(-max(gap, 0) / d))."""
+    w = np.maximum(gap, 0)
+    w /= d[child]
+    np.negative(w, out=w)
+    np.exp(w, out=w)
     return _normalise(child, w, np.full(n, math.exp(-y)), n)
 
 
