@@ -36,7 +36,7 @@ from analysis.paths.assemble import (
     subtree_hashes,
 )
 
-MAX_ROWS = 2_000_000      # copied messages per chunk of trees
+MAX_ROWS = 1_000_000      # copied messages per chunk of trees (bounds the memory)
 
 
 def preorder(parent: np.ndarray, depth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
