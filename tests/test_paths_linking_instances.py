@@ -134,9 +134,11 @@ def walk_back(t_out, t_in, arr, pos, first, cutoff, max_parents):
 
 @pytest.mark.parametrize("seed, parallelism, skew, selfish", [(1, 2, 0.0, False), (2, 8, 0.0, False),
                                                               (3, 20, 0.002, False), (4, 4, 0.0, True)])
-def test_possible_parents_equal_walking_back(seed, parallelism, skew, selfish):
+def test_possible_parents_equal_walking_back(seed, parallelism, skew, selfish, monkeypatch):
     from analysis.paths.assemble import clocks
     from analysis.paths.model import as_messages
+
+    monkeypatch.setattr(linking, "BLOCK", 1000)     # many blocks: their layout is the walk's order
 
     m = maketrace(web_service(), duration=30, parallelism=parallelism, seed=seed, tags=False,
                   clock_skew=skew).messages
@@ -160,3 +162,19 @@ def test_possible_parents_equal_walking_back(seed, parallelism, skew, selfish):
                 np.testing.assert_array_equal(a, b)
             stops += len(want[0])
     assert stops > len(m)
+
+
+@pytest.mark.parametrize("k", [0, 4])
+def test_blocks_do_not_change_the_result(k, monkeypatch):
+    """The walk back and the weights work a block of messages or links at a time: with blocks of a
+    few hundred (many blocks) the result is bit for bit that of one block."""
+    from analysis.paths import linking_weights
+
+    tr = maketrace(web_service(), duration=20, parallelism=4, seed=9, tags=False)
+    one = linking.infer(tr.messages, untraced="client", k=k)
+    monkeypatch.setattr(linking, "BLOCK", 300)
+    monkeypatch.setattr(linking_weights, "BLOCK", 700)
+    many = linking.infer(tr.messages, untraced="client", k=k)
+    assert [(p.pattern, p.count, p.node_delays, p.edge_latencies) for p in one.patterns] == \
+        [(p.pattern, p.count, p.node_delays, p.edge_latencies) for p in many.patterns]
+    pd.testing.assert_frame_equal(one.node_delays, many.node_delays)

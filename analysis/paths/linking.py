@@ -144,45 +144,64 @@ def causal_delays(nodes: Nodes, t_out: np.ndarray, t_in: np.ndarray, arr: np.nda
     return np.maximum(d, d_min)[pair]
 
 
+BLOCK = 1 << 18   # messages walked at once: the walk's temporaries stay small enough to be reused
+
+
 def possible_parents(t_out: np.ndarray, t_in: np.ndarray, arr: np.ndarray, pos: np.ndarray,
                      first: np.ndarray, cutoff: np.ndarray, max_parents: int):
     """Step 2's candidates: (child, parent, gap) per possible link, each message's earlier arrivals
     at its sender within `cutoff` (per message, s), at most `max_parents` of them, latest first (a
     child's links appear in the order of the walk back in time: every message's latest candidate,
     then every second latest, ...). The walk stops at a message's own arrival (a node sending to
-    itself). The messages still walking carry their own send time, cutoff and run start along
-    (compressed each step, not gathered), and arrival times are read in arrival order."""
+    itself). Walked a block of messages at a time (the walking messages carry their send time,
+    cutoff and run start along, compressed each step), then laid out step by step: the order of
+    walking all messages at once, without its large temporaries (fresh memory is paid for in page
+    faults, as much as the walk itself)."""
     n = len(t_out)
     t_arr = t_in[arr]
     at = np.full(n, -1, dtype=np.int64)        # where each message arrives among the arrivals
     at[arr] = np.arange(arr.size)
     own = (at >= first) & (at < pos)           # ... among its own sender's, before it was sent
-    q = np.flatnonzero(pos > first)
-    j, fq, tq, cq = pos[q] - 1, first[q], t_out[q], cutoff[q]
-    sq = at[q] if own.any() else None
-    del at, own
-    child, parent = [], []
-    for step in range(max_parents):
-        live = tq - t_arr[j] <= cq
-        if step:
-            live &= j >= fq
-        if sq is not None:
-            live &= j != sq
-        if not live.all():
-            q, j, fq, tq, cq = q[live], j[live], fq[live], tq[live], cq[live]
+    selfish = bool(own.any())
+    blocks: list[list[tuple[np.ndarray, np.ndarray]]] = []
+    for lo in range(0, n, BLOCK):
+        hi = min(n, lo + BLOCK)
+        q = lo + np.flatnonzero(pos[lo:hi] > first[lo:hi])
+        j, fq, tq, cq = pos[q] - 1, first[q], t_out[q], cutoff[q]
+        sq = at[q] if selfish else None
+        steps = []
+        for step in range(max_parents):
+            live = tq - t_arr[j] <= cq
+            if step:
+                live &= j >= fq
             if sq is not None:
-                sq = sq[live]
-        if q.size == 0:
-            break
-        child.append(q)
-        parent.append(arr[j])
-        j = j - 1
-
-    def cat(parts):
-        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
-
-    child, parent = cat(child), cat(parent)
-    return child, parent, t_out[child] - t_in[parent]
+                live &= j != sq
+            if not live.all():
+                q, j, fq, tq, cq = q[live], j[live], fq[live], tq[live], cq[live]
+                if sq is not None:
+                    sq = sq[live]
+            if q.size == 0:
+                break
+            steps.append((q, arr[j]))
+            j = j - 1
+        blocks.append(steps)
+    del at, own
+    total = sum(len(q) for steps in blocks for q, _ in steps)
+    child = np.empty(total, dtype=np.int64)
+    parent = np.empty(total, dtype=np.int64)
+    at_ = 0
+    for step in range(max(map(len, blocks), default=0)):
+        for steps in blocks:
+            if step < len(steps):
+                q, par = steps[step]
+                child[at_:at_ + q.size] = q
+                parent[at_:at_ + q.size] = par
+                at_ += q.size
+    del blocks
+    gap = np.take(t_out, child)
+    for a in range(0, total, BLOCK):
+        gap[a:a + BLOCK] -= t_in[parent[a:a + BLOCK]]
+    return child, parent, gap
 
 
 def likeliest(child: np.ndarray, prob: np.ndarray, p_spont: np.ndarray,
@@ -194,7 +213,9 @@ def likeliest(child: np.ndarray, prob: np.ndarray, p_spont: np.ndarray,
     if monotone:
         # the paper's weights fall with the gap: a child's first link in walk order is its likeliest
         first = np.full(n, -1, dtype=np.int64)
-        first[child[::-1]] = np.arange(len(child) - 1, -1, -1)
+        for b in range(len(child), 0, -BLOCK):     # the links in reverse, a block at a time
+            a = max(0, b - BLOCK)
+            first[child[a:b][::-1]] = np.arange(b - 1, a - 1, -1)
         ok = first >= 0
         ok[ok] = prob[first[ok]] > p_spont[ok]
         return np.where(ok, first, -1)
@@ -308,7 +329,7 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
     cutoff = np.minimum(x, reach * d * (y + math.log(1 / float(p["p_min"]))))
     child, parent, gap = possible_parents(t_out, t_in, arr, pos, first, cutoff, int(p["max_parents"]))
     if p["model"] == "wap5":
-        prob, p_spont = wap5_weights(child, gap, d, y, n)
+        prob, p_spont = wap5_weights(child, gap, d, y, n, reuse=True)
     elif p["model"] == "edges":
         prob, p_spont = edge_weights(child, parent, gap, nodes.src, nodes.dst, nodes.n, d, y,
                                      int(p["rounds"]), float(p["d_min"]))
@@ -329,7 +350,9 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
 
     # per tree: log-probability of its likeliest instance (links in: p, possible links left out: 1-p)
     # (in place: the link arrays are the largest in memory, and fresh pages cost as much as the sums)
-    included = map_parent[child] == parent
+    included = np.empty(len(child), dtype=bool)
+    for a in range(0, len(child), BLOCK):
+        np.equal(map_parent[child[a:a + BLOCK]], parent[a:a + BLOCK], out=included[a:a + BLOCK])
     tree = root_of[parent]
     factor = np.subtract(1.0, prob)
     np.maximum(factor, 1e-300, out=factor)
