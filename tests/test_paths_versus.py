@@ -106,3 +106,21 @@ def test_a_bad_algorithm_name_is_one_line(suite, capsys):
     assert nestlab_main(["compare", str(suite), "--blackbox", "nesting,bogus"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "bogus" in err
+
+
+def test_a_run_whose_trace_cannot_be_read_is_left_out_with_a_warning(suite, tmp_path, capsys):
+    import shutil
+    import sqlite3
+
+    root = tmp_path / "bb"
+    shutil.copytree(suite / "r0", root / "r0")
+    service_run(root / "bad", seed=6)
+    conn = sqlite3.connect(root / "bad" / "run.db")
+    conn.execute("UPDATE messages SET mono = 'soon', host = NULL")     # nothing readable is left
+    conn.commit()
+    conn.close()
+    assert nestlab_main(["compare", str(root), "-j", "1", "--blackbox", "nesting"]) == 0
+    captured = capsys.readouterr()
+    assert "bad: left out of the black-box comparison" in captured.err
+    runs = pd.read_csv(root / "analysis" / "compare-blackbox-runs.csv")
+    assert sorted(set(runs["run"].map(lambda r: r.rsplit("/", 1)[-1]))) == ["r0"]

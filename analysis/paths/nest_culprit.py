@@ -44,8 +44,8 @@ def module_hosts(data: RunData) -> pd.Series:
 
 
 def address_hosts(data: RunData, hosts: pd.Series) -> dict[str, str]:
-    """Address -> host: the topology's interface addresses, then each monitored host's connections'
-    local addresses (`src`)."""
+    """Address -> host: the topology's interface addresses, the monitored hosts' own (manifest
+    `monitored`), then each monitored host's connections' local addresses (`src`)."""
     out: dict[str, str] = {}
     manifest = data.info.manifest
     topo = getattr(manifest, "topology", None) if manifest is not None else None
@@ -53,6 +53,12 @@ def address_hosts(data: RunData, hosts: pd.Series) -> dict[str, str]:
         for iface in ifaces:
             if iface.address:
                 out[str(iface.address)] = str(iface.node or node)
+    # runs monitoring several hosts list each one's address (manifest `monitored`)
+    for rec in (getattr(manifest, "monitored", None) or []) if manifest is not None else []:
+        host, address = ((rec.get("host"), rec.get("address")) if isinstance(rec, dict)
+                         else (getattr(rec, "host", None), getattr(rec, "address", None)))
+        if host and address:
+            out.setdefault(str(address), str(host))
     for mid, attrs in data.modules["attrs"].items():
         if isinstance(attrs, dict) and attrs.get("src") and hosts.get(mid):
             out.setdefault(str(attrs["src"]), str(hosts[mid]))

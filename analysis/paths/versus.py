@@ -146,13 +146,23 @@ def versus_markdown(table: pd.DataFrame, windows: int, runs: int) -> str:
 def compare_blackbox(runs: Sequence[str | Path], variants: Sequence[str], names: Sequence[str] = ALGORITHMS,
                      params: dict[str, dict] | None = None,
                      warn: Callable[[str, str], None] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per-run rows, pooled table) of the runs with a messages table (the others are left out)."""
+    """(per-run rows, pooled table) of the runs with a messages table (the others are left out, and
+    so is a run whose trace cannot be read, with a warning)."""
+    from rundir.errors import UserError
+    from rundir.runs import guarded
+
     algos = chosen_algorithms(names, params)
     rows: list[dict] = []
     for run in runs:
         if not has_messages(run):
             continue
-        got, _ = run_rows(run, algos, variants, (lambda m, run=run: warn(str(run), m)) if warn else None)
+        try:
+            got, _ = guarded(run, run_rows, run, algos, variants,
+                             (lambda m, run=run: warn(str(run), m)) if warn else None)
+        except UserError as e:   # a run whose trace cannot be read is left out, said, as accuracy does
+            if warn:
+                warn(str(run), f"left out of the black-box comparison: {str(e).removeprefix(f'{run}: ')}")
+            continue
         rows += got
     per_run = pd.DataFrame.from_records(rows, columns=["diagnoser", "family", "run", *PARTS])
     return per_run, pooled(per_run)
