@@ -48,6 +48,18 @@ def mix(x: np.ndarray) -> np.ndarray:
         return x ^ (x >> np.uint64(31))
 
 
+def mix_into(x: np.ndarray) -> np.ndarray:
+    """mix, in place on a uint64 array of the caller's own (one temporary instead of five)."""
+    t = np.empty_like(x)
+    with np.errstate(over="ignore"):
+        for shift, mult in ((30, _M1), (27, _M2), (31, None)):
+            np.right_shift(x, np.uint64(shift), out=t)
+            x ^= t
+            if mult is not None:
+                x *= mult
+    return x
+
+
 @dataclass
 class Nodes:
     """Integer codes for the trace's nodes (the union of senders and receivers)."""
@@ -170,17 +182,21 @@ def forest_roots(parent: np.ndarray) -> np.ndarray:
     """The root of every message's tree (pointer jumping: log(depth) numpy passes)."""
     idx = np.arange(len(parent))
     root = np.where(parent >= 0, parent, idx)
+    nxt = np.empty_like(root)         # two buffers, swapped: no fresh array per pass
     while True:
-        nxt = root[root]
+        np.take(root, root, out=nxt)
         if np.array_equal(nxt, root):
             return root
-        root = nxt
+        root, nxt = nxt, root
 
 
 def subtree_hashes(nodes: Nodes, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
     """A hash per message of its subtree's canonical pattern (equal patterns, equal hashes)."""
-    label = mix(nodes.src.astype(np.uint64) * np.uint64(1_000_003) + nodes.dst.astype(np.uint64)
-                + np.uint64(1))
+    label = nodes.src.astype(np.uint64)
+    label *= np.uint64(1_000_003)
+    label += nodes.dst.astype(np.uint64)
+    label += np.uint64(1)
+    mix_into(label)
     h = np.zeros(len(parent), dtype=np.uint64)
     childsum = np.zeros(len(parent), dtype=np.uint64)
     # deepest first; depths fit 16 bits (forest_depth cuts at 10,000), where numpy's stable sort
@@ -288,7 +304,8 @@ def _children_of_trees(parent: np.ndarray, root_of: np.ndarray,
 
 def add_forest(table: PatternTable, nodes: Nodes, messages: pd.DataFrame, parent: np.ndarray,
                is_root: np.ndarray, tree_weight: np.ndarray | None = None,
-               max_patterns: int = MAX_PATTERNS, depth: np.ndarray | None = None) -> np.ndarray:
+               max_patterns: int = MAX_PATTERNS, depth: np.ndarray | None = None,
+               root_of: np.ndarray | None = None) -> np.ndarray:
     """Add the trees of the forest whose root is marked in `is_root` to the table (trees under other
     roots are ignored; of the distinct patterns, the `max_patterns` most frequent, the rest counted in
     `table.left_out`). tree_weight: per message, read at the roots (default 1). Returns the root row
@@ -297,9 +314,11 @@ def add_forest(table: PatternTable, nodes: Nodes, messages: pd.DataFrame, parent
     if n == 0:
         return np.full(0, -1, dtype=np.int64)
     nn = nodes.n
-    if depth is None:   # else the caller's forest_depth of this very parent array (no cycle left)
+    if depth is None:   # else the caller's forest_depth (and forest_roots) of this very parent array
         depth, parent = forest_depth(parent)
-    root_of = forest_roots(parent)
+        root_of = None
+    if root_of is None:
+        root_of = forest_roots(parent)
     kept = is_root[root_of]
     h = subtree_hashes(nodes, parent, depth)
     roots = np.flatnonzero(is_root & (parent < 0))
@@ -405,6 +424,7 @@ class Forest:
     tree_weight: np.ndarray | None = None
     warnings: list[str] = field(default_factory=list)
     depth: np.ndarray | None = None     # forest_depth of parent, where the algorithm has it
+    root_of: np.ndarray | None = None   # forest_roots of parent, likewise (with depth only)
 
 
 def result_from_forest(algorithm: str, messages: pd.DataFrame, nodes: Nodes, forest: Forest,
@@ -413,7 +433,7 @@ def result_from_forest(algorithm: str, messages: pd.DataFrame, nodes: Nodes, for
     """The PathsResult of a forest (plus any instances already in `table`)."""
     table = table if table is not None else PatternTable(nodes.names)
     root_of = add_forest(table, nodes, messages, forest.parent, forest.is_root, forest.tree_weight,
-                         max_patterns, forest.depth)
+                         max_patterns, forest.depth, forest.root_of)
     patterns, left = table.patterns(max_patterns)
     warnings = list(forest.warnings)
     if left:

@@ -373,7 +373,7 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
         _enumerate(table, nodes, t_out, t_in, t_recv, child, parent, prob, amb, map_parent, root_of,
                    ambiguous_tree, k, depth)
     plain_roots = is_root & ~ambiguous_tree
-    forest = Forest(map_parent, plain_roots, np.exp(logp), warnings, depth=depth)
+    forest = Forest(map_parent, plain_roots, np.exp(logp), warnings, depth=depth, root_of=root_of)
     p["trees_enumerated"] = int(ambiguous_tree.sum())
     p["trees"] = int(is_root.sum())
     return result_from_forest("linking", m, nodes, forest, p, table)
