@@ -68,3 +68,11 @@ def test_no_section_without_a_message_trace(tmp_path):
     html = build_report(evaluate([run], ["flowdiagnoser:theta=2"], keep=True), tmp_path / "r.html",
                         draw=False).read_text()
     assert 'id="paths"' not in html
+
+
+def test_several_runs_get_a_block_each(tmp_path):
+    runs = [service_run(tmp_path / "s" / f"r{i}", seed=20 + i) for i in range(2)]
+    html = build_report(evaluate(runs, ["flowdiagnoser:theta=2"], keep=True), tmp_path / "r.html",
+                        draw=False).read_text()
+    body = section(html)
+    assert body.count("<details><summary>") >= 2 and body.count("The true paths beside") == 2
