@@ -15,7 +15,6 @@ in attrs (`host`), as runs monitoring several hosts do.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -136,13 +135,3 @@ def _write_trace_tables(path: Path, events: pd.DataFrame, requests: pd.DataFrame
     finally:
         conn.close()
 
-
-def fault_targets(path: Path) -> list[dict]:
-    """The target JSON of each faults row (for tests)."""
-    import sqlite3
-
-    conn = sqlite3.connect(path / "run.db")
-    try:
-        return [json.loads(t) for (t,) in conn.execute("SELECT target FROM faults ORDER BY id")]
-    finally:
-        conn.close()
