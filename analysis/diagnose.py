@@ -100,15 +100,21 @@ def diagnose_stretches(source: RunStretches | Iterable[Stretch], variants=None, 
     stretches = source.stretches if isinstance(source, RunStretches) else list(source)
     if where is None and isinstance(source, RunStretches):
         where = str(source.path)
-    # every cell of every stretch at once, shared by the variants, with what they read of the run
     engine = source.engine_metrics if isinstance(source, RunStretches) else engine_metrics
-    batch = Batch(stretches, source=where, engine_metrics=engine)
     diags = [StretchDiagnosis(st, {}) for st in stretches]
-    for v in vs:
-        flat = _run_variant(v, batch)
-        per_dir = {d: (batch.split(flat[d][0]), batch.split(flat[d][1])) for d in DIRS}
-        for k, sd in enumerate(diags):
-            sd.results[v.name] = {d: (per_dir[d][0][k], per_dir[d][1][k]) for d in DIRS}
+    # A run of several monitored hosts: each host's stretches are diagnosed alone, so that no variant
+    # relates modules of different hosts (analysis.model.hosts). One host: one group, as always.
+    groups: dict[str | None, list[int]] = {}
+    for k, st in enumerate(stretches):
+        groups.setdefault(st.host, []).append(k)
+    for members in groups.values():
+        # every cell of the group's stretches at once, shared by the variants, with what they read of the run
+        batch = Batch([stretches[k] for k in members], source=where, engine_metrics=engine)
+        for v in vs:
+            flat = _run_variant(v, batch)
+            per_dir = {d: (batch.split(flat[d][0]), batch.split(flat[d][1])) for d in DIRS}
+            for j, k in enumerate(members):
+                diags[k].results[v.name] = {d: (per_dir[d][0][j], per_dir[d][1][j]) for d in DIRS}
     for v in vs:
         _over_time(v, diags)
     return diags

@@ -44,6 +44,7 @@ from analysis.load import workload_from_cmdline
 from analysis.model import deltas, probes
 from analysis.model import stretches as sx
 from analysis.model.engine_metrics import EngineMetrics, read_engine_metrics
+from analysis.model.hosts import module_hosts, split_by_host
 from analysis.model.stretches import DIRS, KINDS, STARTS_AT_ZERO
 from analysis.model.tcpstate import attach as attach_tcpstate
 from analysis.variants import LABELS
@@ -165,6 +166,7 @@ class LiveEngine:
         self.modules: dict[int, tuple] = {}    # id -> (id, kind, name, key, attrs, born, died)
         self.edges: dict[int, list] = {}       # rowid -> [parent, child, born, died]
         self.remote: dict[int, str | None] = {}  # module -> remote address (Stretch.remote)
+        self.hosts: dict[int, str | None] = {}   # module -> its monitored host (analysis.model.hosts)
         # Per direction, every live series (module) as arrays: its newest raw row (last_vals, last_has),
         # its anchor (apos, avals, ahas); and the rows after an anchor (pending), usually none.
         self.state = {d: {"mod": np.zeros(0, np.int64), "last_vals": np.zeros((0, 4)), "last_has": np.zeros((0, 4), bool),
@@ -236,6 +238,7 @@ class LiveEngine:
             self.modules[row[0]] = row
             self.kind[row[0]] = row[1]
         self.remote.update(sx.remote_addresses(news.modules))
+        self.hosts.update(module_hosts(news.modules))
         if self.probe:
             self.endpoints.update(probes.module_remotes(news.modules))
             if news.probes is not None and len(news.probes):
@@ -360,6 +363,7 @@ class LiveEngine:
             nxt = max(0, to + 1 - self.context)    # the next window's first snapshot
             if nxt > w0:
                 self.probe_carry = probes.ongoing(stretches, int(self.seqs[nxt - 1]))
+        stretches = split_by_host(stretches, self.hosts)   # several monitored hosts: one stretch each
         cut = []
         for st in stretches:   # only what settles now (and the context before it) is diagnosed
             if st.seqs[0] <= self.seqs[to]:

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.health import fault_spans
+from rundir.messages import drop_warnings
 from rundir.requests import read_requests
 
 TIERS = ("client", "web", "app", "cache", "db")
@@ -33,6 +34,7 @@ class ServiceHealth:
     types: dict[str, int]                   # requests by the path they took (hit, miss, write)
     load: dict                              # the load generator's summary (the manifest's `service`)
     warnings: list[str] = field(default_factory=list)
+    trace: dict | None = None               # the manifest's `trace` (a run with `trace: messages`)
 
 
 def service_health(run_dir: str | Path, data) -> ServiceHealth | None:
@@ -47,6 +49,10 @@ def service_health(run_dir: str | Path, data) -> ServiceHealth | None:
     load = next(iter(loads.values())).model_dump() if loads else {}
     h = health_from(req, fault_spans(data), load)
     h.warnings[:0] = warnings
+    trace = getattr(manifest, "trace", None)   # `trace: messages`: events its rings dropped or lost
+    if trace is not None:
+        h.trace = trace.model_dump()
+        h.warnings += drop_warnings(h.trace)
     return h
 
 
@@ -96,4 +102,9 @@ def service_markdown(h: ServiceHealth) -> str:
     load = h.load
     rate = (f"offered {load['offered_rate']:g}/s, answered {load['achieved_rate']:g}/s, refused "
             f"{load.get('refused', 0)}, errors {load.get('errors', 0)}; " if load.get("offered_rate") else "")
-    return "\n".join(lines) + f"\n\nService load: {rate}requests by path: {types}. Hop latencies in quiet time."
+    traced = ""
+    if h.trace:
+        t = h.trace
+        traced = (f" Message trace: {t['events']:,} events from {t['processes']} processes, {t['dropped']} dropped, "
+                  f"{t['lost']} lost.")
+    return "\n".join(lines) + f"\n\nService load: {rate}requests by path: {types}. Hop latencies in quiet time.{traced}"

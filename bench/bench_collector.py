@@ -12,8 +12,9 @@ send between two 50 ms snapshots, and each byte changes its connection twice: se
 
 Baselines measured in the same run, over the same sockets: `ss -tin` (what an operator would run;
 its CPU per dump, from the children's rusage), and, where the collector's time goes, its stages in
-the same namespace: one sock_diag dump decoded (SockDiag.dump), the TCP source's poll (dump +
-observations) and the module tracker's record (rows into an in-memory run.db).
+the same namespace (stages()): the kernel's share of a sock_diag dump, then per snapshot the dump,
+the rest of the TCP source's poll, the module tracker's record, its SQL writes (a run.db as the
+collector's) and the cyclic GC, with every connection decoded and with only the changed ones.
 Targets: <= 2% of a core at 100 connections and <= 10% at 1,000 at 50 ms; at 10,000, no snapshot
 lost and p99 lateness under one interval. The machine is shared: each point is measured `--rounds`
 times and the round the machine's other work held up least (the least time waiting for a CPU) is
@@ -112,58 +113,112 @@ def ss_baseline(net: Connections, dumps: int) -> tuple[float, int]:
 
 
 STAGES = """
-import sys, time
-from harness.collector.main import ModuleTracker
+import gc, os, sys, tempfile, time
+from harness.collector.iface import InterfaceSource
+from harness.collector.main import GC_THRESHOLD, ModuleTracker
 from harness.collector.sockdiag import SockDiag, TcpSource
-from rundir.db import create_db
+from rundir.db import connect, create_db
 reps, gap = int(sys.argv[1]), float(sys.argv[2])
-
-def best(f):   # calls `gap` apart (the snapshot interval: what moves between two snapshots moves)
-    times = []
-    for _ in range(reps):
-        time.sleep(gap)
-        t = time.thread_time(); f(); times.append(time.thread_time() - t)
-    return min(times) * 1000
-
-def kernel(diag):   # the dump read, messages walked but not decoded: the kernel's share and a floor
-    diag.seq += 1
-    diag.sock.send(REQUEST)
-    buf = diag.buf
-    while True:
-        n, off = diag.sock.recv_into(buf), 0
-        while off < n:
-            length, mtype = HDR(buf, off)
-            if mtype == 3:
-                return
-            off += (length + 3) & ~3
 
 import struct
 from harness.collector.sockdiag import _NLMSGHDR, _REQ_COMPAT, TCPDIAG_GETSOCK, INET_DIAG_INFO, STATE_MASK
 req = _REQ_COMPAT.pack(0, 0, 0, 1 << (INET_DIAG_INFO - 1), bytes(48), STATE_MASK, 0)
 REQUEST = _NLMSGHDR.pack(_NLMSGHDR.size + len(req), TCPDIAG_GETSOCK, 0x301, 0, 0) + req
 HDR = struct.Struct("=IH").unpack_from
-diag = SockDiag()
-out = [len(diag.dump()), best(lambda: kernel(diag)), best(diag.dump)]
-for skip in (False, True):   # False: every connection decoded and recorded (the collector before)
-    src = TcpSource(lambda a: "ipeth:nlb-c", None, skip_unchanged=skip)
-    db = create_db(":memory:")
+
+def kernel(diag):   # the dump read, messages walked but not decoded: the kernel's share and a floor
+    diag.sock.send(REQUEST)
+    buf = diag.buf
+    while True:
+        n, off = diag.sock.recv_into(buf, 1 << 20), 0
+        while off < n:
+            length, mtype = HDR(buf, off)
+            if mtype == 3:
+                return
+            off += (length + 3) & ~3
+
+def median(v):
+    return sorted(v)[len(v) // 2] * 1000
+
+walker = SockDiag()
+kernel_ms = []
+for _ in range(reps):
+    time.sleep(gap)
+    t = time.thread_time(); kernel(walker); kernel_ms.append(time.thread_time() - t)
+walker.close()
+out = [len(SockDiag().dump()), median(kernel_ms)]
+gc.set_threshold(GC_THRESHOLD)   # as the collector runs
+for skip in (False, True):   # False: every connection decoded and recorded (the collector before change-skipping)
+    iface = InterfaceSource()
+    src = TcpSource(iface.ifkey_of, None, iface.ignored, skip_unchanged=skip)
+    path = os.path.join(tempfile.mkdtemp(prefix="nestlab-bench-"), "run.db")   # a run.db as the collector's (WAL)
+    create_db(path).close()
+    db = connect(path)
     db.isolation_level = None
     tracker = ModuleTracker(db)
-    tracker.record(time.monotonic(), time.time(), src.poll())
-    out += [best(src.poll), best(lambda: tracker.record(time.monotonic(), time.time(), src.poll()))]
+    T = {k: [] for k in ("dump", "poll", "record", "sql", "gc", "total", "changed")}
+    dump, write = src.diag.dump, tracker.writer.snapshot
+    def timed_dump(families=None, same=None):
+        t = time.thread_time(); r = dump(families, same); T["dump"].append(time.thread_time() - t)
+        T["changed"].append(len(r) / 1000)
+        return r
+    def timed_write(*a, **k):
+        t = time.thread_time(); write(*a, **k); T["sql"].append(time.thread_time() - t)
+    gc_at = [0.0, 0.0]
+    def on_gc(phase, info):
+        if phase == "start":
+            gc_at[0] = time.thread_time()
+        else:
+            gc_at[1] += time.thread_time() - gc_at[0]
+    src.diag.dump, tracker.writer.snapshot = timed_dump, timed_write
+    gc.callbacks.append(on_gc)
+    def snapshot():
+        gc_at[1] = 0.0
+        t0 = time.thread_time()
+        obs = iface.poll() + src.poll()
+        t1 = time.thread_time()
+        tracker.record(time.monotonic(), time.time(), obs)
+        t2 = time.thread_time()
+        T["poll"].append(t1 - t0 - T["dump"][-1]); T["record"].append(t2 - t1 - T["sql"][-1])
+        T["total"].append(t2 - t0); T["gc"].append(gc_at[1])
+    for _ in range(3):   # births, owners and the first rows out of the way
+        time.sleep(gap); snapshot()
+    for v in T.values():
+        v.clear()
+    for _ in range(reps):
+        time.sleep(gap); snapshot()
+    gc.callbacks.remove(on_gc)
+    out += [median(T[k]) for k in ("dump", "poll", "record", "sql", "gc", "total", "changed")]
+    src.close()
+    db.close()
+    for f in os.listdir(os.path.dirname(path)):
+        os.remove(os.path.join(os.path.dirname(path), f))
+    os.rmdir(os.path.dirname(path))
 print(*out)
 """
 
+STAGE_NAMES = ("dump", "poll", "record", "sql", "gc", "total", "changed")
+
 
 def stages(net: Connections, reps: int, interval: float) -> dict:
-    """ms per call, best of `reps` calls `interval` apart, of the collector's stages over the client's
-    sockets: the kernel's dump (walked, not decoded), the full decode, and the TCP source's poll and
-    poll + record, each with every connection decoded (before) and with only the changed ones."""
+    """Where a snapshot's CPU goes over the client's sockets, ms, the median of `reps` snapshots
+    `interval` apart (thread CPU time): the kernel's dump (walked, not decoded: a floor for any
+    reader), and for the TCP source with every connection decoded ("all": the collector before
+    change-skipping) and with only the changed ("changed"): the dump, the rest of the poll, the
+    tracker's record but its SQL, the SQL writes, the cyclic GC's share of all those, the whole
+    snapshot, and the connections decoded (the changed)."""
     code = STAGES.replace("sys.argv[1]", str(reps)).replace("sys.argv[2]", str(interval))
-    n, kernel, dump, poll_all, both_all, poll_new, both_new = net.run_in_client(code).split()
-    return {"sockets": int(n), "kernel": float(kernel), "dump": float(dump),
-            "all": (float(poll_all), float(both_all) - float(poll_all)),
-            "changed": (float(poll_new), float(both_new) - float(poll_new))}
+    vals = [float(x) for x in net.run_in_client(code).split()]
+    k = len(STAGE_NAMES)
+    return {"sockets": int(vals[0]), "kernel": vals[1],
+            "all": dict(zip(STAGE_NAMES, vals[2:2 + k], strict=True)),
+            "changed": dict(zip(STAGE_NAMES, vals[2 + k:2 + 2 * k], strict=True))}
+
+
+def stage_line(name: str, st: dict) -> str:
+    return (f"  {name:<22} dump {st['dump']:6.2f} | poll {st['poll']:5.2f} | record {st['record']:5.2f} | "
+            f"SQL {st['sql']:5.2f} | GC {st['gc']:5.2f} | snapshot {st['total']:6.2f} ms "
+            f"({st['changed']:.0f} decoded)")
 
 
 def main() -> None:
@@ -191,11 +246,12 @@ def main() -> None:
         with Connections(n, private_hash=True, period=a.period) as net:
             time.sleep(1.0)
             ss_ms, ss_n = ss_baseline(net, 5 if n > 1000 else 20)
-            st = stages(net, 7, intervals[0])
-            print(f"\n{n} connections: ss -tin {ss_ms:.1f} ms CPU a dump ({ss_n} sockets). Collector stages, ms, "
-                  f"best of 7 at {intervals[0] * 1000:g} ms ({st['sockets']} sockets): kernel dump {st['kernel']:.2f}, "
-                  f"full decode {st['dump']:.2f}; poll + record every connection {st['all'][0]:.2f} + "
-                  f"{st['all'][1]:.2f}, only the changed {st['changed'][0]:.2f} + {st['changed'][1]:.2f}")
+            st = stages(net, 15, intervals[0])
+            print(f"\n{n} connections: ss -tin {ss_ms:.1f} ms CPU a dump ({ss_n} sockets). Collector stages, CPU ms, "
+                  f"median of 15 snapshots {intervals[0] * 1000:g} ms apart ({st['sockets']} sockets): kernel's dump "
+                  f"{st['kernel']:.2f}")
+            print(stage_line("every connection", st["all"]))
+            print(stage_line("only the changed", st["changed"]))
             print(head)
             for interval in intervals:
                 variants = [("off", None)] + ([("probe", probe)] if a.probe else [])

@@ -115,11 +115,34 @@ def cleanup(verbose: bool = False, include_live: bool = False) -> int:
                 subprocess.run(["sysctl", "-qw", f"{name}={value}"], capture_output=True)
         for scratch in data.get("paths", []):
             shutil.rmtree(scratch, ignore_errors=True)
+        for group in data.get("cgroups", []):
+            remove_cgroup(group)
         _mark_interrupted(Path(data["run_dir"]), "runner died; cleaned up by `nestlab cleanup`")
         if complete:
             path.unlink(missing_ok=True)
         say(f"cleanup: run {data['run_id']}: {killed} process group(s) killed, {removed} link(s) removed")
     return 2 if refused else 0
+
+
+def remove_cgroup(path: str, root: Path = Path("/sys/fs/cgroup")) -> bool:
+    """A run's cgroup (`slow`) emptied into the root cgroup and removed; only `<root>/nestlab-*`."""
+    p = Path(path)
+    if p.parent != root or not p.name.startswith("nestlab-") or not p.is_dir():
+        return False
+    try:
+        pids = (p / "cgroup.procs").read_text().split()
+    except OSError:
+        pids = []
+    for pid in pids:
+        try:
+            (root / "cgroup.procs").write_text(pid)
+        except OSError:
+            pass   # exited meanwhile
+    try:
+        p.rmdir()
+    except OSError:
+        return False
+    return True
 
 
 def stale_ledgers() -> list[str]:

@@ -142,6 +142,15 @@ class Ledger:
         self.data.setdefault("sysctls", {})[name] = value
         self._save()
 
+    def add_cgroup(self, path: Path | str) -> None:
+        """A cgroup the run made (the `slow` fault kind): emptied and removed by `nestlab cleanup`."""
+        self.data.setdefault("cgroups", []).append(str(path))
+        self._save()
+
+    def drop_cgroup(self, path: Path | str) -> None:
+        self.data["cgroups"] = [c for c in self.data.get("cgroups", []) if c != str(path)]
+        self._save()
+
     def drop_sysctl(self, name: str) -> None:
         self.data.get("sysctls", {}).pop(name, None)
         self._save()

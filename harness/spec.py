@@ -171,12 +171,19 @@ class Spec(_Strict):
     snapshot_interval: Duration = 0.1
     seed: int = 0
     repetitions: int = Field(default=1, ge=1)
-    monitor: str
+    # One host, or a list (issue 33 item 2): NeST's collector and the interceptor on each, one snapshot
+    # sequence, each module recording its host (docs/run-format.md, "Several monitored hosts").
+    monitor: str | list[str]
     congestion_control: str = Field(default="cubic", pattern=r"^[a-z0-9_]+$")
     # Load the LD_PRELOAD interceptor into the monitored host's workload processes: app and socket
     # modules, and the app_pause fault. Off only to measure the harness without it.
     interceptor: bool = True
     probe: Probe | None = Field(default_factory=Probe, description="probes of silent connections; off: none")
+    # Message traces (docs/service.md): every completed send and receive of the traced processes (a
+    # service's tiers and load generator, and the monitored host's intercepted clients) into the
+    # messages table, through the interceptor's message ring. Off (None) by default.
+    trace: Literal["messages"] | None = Field(default=None, description="messages: record every send and "
+                                              "receive of the traced processes; off: none")
     workloads: list[Workload] = Field(min_length=1)
     faults: list[Fault] = []
     isolation: Isolation = Isolation()
@@ -189,6 +196,30 @@ class Spec(_Strict):
                              f"{name!r} is not a directory of its own there")
         return name
 
+    @field_validator("monitor")
+    @classmethod
+    def _monitor(cls, value: str | list[str]) -> str | list[str]:
+        """A list of one host is that host (the spec then reads, runs and digests as `monitor: H`)."""
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("monitor: at least one host")
+            twice = next((h for i, h in enumerate(value) if h in value[:i]), None)
+            if twice is not None:
+                raise ValueError(f"{twice!r} is listed twice")
+            if len(value) == 1:
+                return value[0]
+        return value
+
+    @property
+    def monitored(self) -> tuple[str, ...]:
+        """Every monitored host, the first being the reference clock's and the collector's."""
+        return (self.monitor,) if isinstance(self.monitor, str) else tuple(self.monitor)
+
+    @property
+    def monitor_host(self) -> str:
+        """The first monitored host: its CLOCK_MONOTONIC is the run's reference clock."""
+        return self.monitored[0]
+
     @field_validator("probe", mode="before")
     @classmethod
     def _probe_switch(cls, value):
@@ -197,6 +228,14 @@ class Spec(_Strict):
             return None
         if value is True or (isinstance(value, str) and value.lower() == "on"):
             return {}
+        return value
+
+    @field_validator("trace", mode="before")
+    @classmethod
+    def _trace_switch(cls, value):
+        """`trace: off` (YAML reads it as false) or `none`: no trace."""
+        if value is False or (isinstance(value, str) and value.lower() in ("off", "none")):
+            return None
         return value
 
     @field_validator("repetitions")
@@ -214,6 +253,11 @@ class Spec(_Strict):
             raise ValueError("duration must be greater than 0")
         if not 0.01 <= self.snapshot_interval <= 10:
             raise ValueError("snapshot_interval must be between 10ms and 10s")
+        if len(self.monitored) > 1 and self.probe is not None:
+            if "probe" in self.model_fields_set:
+                raise ValueError("probe: the collector's probes run with one monitored host (from several hosts "
+                                 "they are not built); with a list under 'monitor', set 'probe: off'")
+            self.probe = None   # the default, with several hosts: no probes (docs/probes.md)
         return self
 
 
@@ -240,7 +284,9 @@ class Experiment:
         """What makes a repetition the same run: the resolved spec (after a suite's defaults and
         scale), its topology, its seed and its planned fault windows. `--resume` keeps a complete
         run only when this is unchanged (harness.suite); every manifest records it."""
-        blob = {"spec": self.spec.model_dump(mode="json", exclude={"repetitions", "seed", "description"}),
+        # `trace` left out when off: the runs made before it existed keep their digests (--resume)
+        off = {"trace"} if self.spec.trace is None else set()
+        blob = {"spec": self.spec.model_dump(mode="json", exclude={"repetitions", "seed", "description", *off}),
                 "topology": self.topology.spec.model_dump(mode="json"), "repetition": repetition,
                 "seed": self.seed_for(repetition), "plan": [w.__dict__ for w in self.plan(repetition)]}
         text = json.dumps(blob, sort_keys=True, default=str)
@@ -346,6 +392,10 @@ def _resolve_topology(spec: Spec, doc: YamlDoc, spec_path: Path) -> Path:
 
 
 def _check_against_topology(spec: Spec, doc: YamlDoc, topo: Topology) -> None:
+    if spec.trace and topo.backend != "mininet":   # one drainer reads every traced host's /dev/shm
+        raise doc.error(("trace",), f"message traces are recorded on Mininet only for now (topology {topo.name} "
+                                    f"is on {topo.backend})")
+
     def host(loc, name, router_ok=False, router_only=False):
         if name not in topo.spec.nodes:
             raise doc.error(loc, f"unknown node {name!r} in topology {topo.name} "
@@ -355,7 +405,11 @@ def _check_against_topology(spec: Spec, doc: YamlDoc, topo: Topology) -> None:
         if not router_ok and not router_only and topo.is_router(name):
             raise doc.error(loc, f"{name!r} is a router; expected a host")
 
-    host(("monitor",), spec.monitor)
+    for k, name in enumerate(spec.monitored):
+        host(("monitor",) if isinstance(spec.monitor, str) else ("monitor", k), name)
+    if len(spec.monitored) > 1 and topo.backend != "mininet":
+        raise doc.error(("monitor",), f"several monitored hosts run on Mininet only (one collector reaches every "
+                                      f"host's namespace, on one clock); on {topo.backend} testbed nodes monitor one host")
     for i, w in enumerate(spec.workloads):
         if w.kind == "service":
             _check_service(doc, i, w, host)
@@ -373,7 +427,13 @@ def _check_against_topology(spec: Spec, doc: YamlDoc, topo: Topology) -> None:
             host(("faults", i, "at"), at, router_only=True)
         if on_host is not None:
             host(("faults", i, "host"), on_host)
-        if target is not None:
+        if target is not None and target.host is not None:
+            host(("faults", i, "target", "host"), target.host)
+            if f.rules.target_on_monitor and target.host not in spec.monitored:
+                raise doc.error(("faults", i, "target", "host"),
+                                f"{target.host!r} is not monitored (monitor: {', '.join(spec.monitored)}); the "
+                                f"fault's target modules would not be observed")
+        elif target is not None:
             if target.workload >= len(spec.workloads):
                 raise doc.error(("faults", i, "target", "workload"),
                                 f"no workload {target.workload} (the spec has {len(spec.workloads)})")
@@ -381,10 +441,10 @@ def _check_against_topology(spec: Spec, doc: YamlDoc, topo: Topology) -> None:
             if target.instance is not None and target.instance >= w.instances:
                 raise doc.error(("faults", i, "target", "instance"),
                                 f"workload {target.workload} has {w.instances} instance(s)")
-            if f.rules.target_on_monitor and w.host != spec.monitor:
+            if f.rules.target_on_monitor and w.host not in spec.monitored:
                 raise doc.error(("faults", i, "target", "workload"),
-                                f"workload {target.workload} runs on {w.host}, not on the monitored host "
-                                f"{spec.monitor}; its modules would not be observed")
+                                f"workload {target.workload} runs on {w.host}, not on a monitored host "
+                                f"({', '.join(spec.monitored)}); its modules would not be observed")
 
 
 def _check_service(doc: YamlDoc, i: int, w: Workload, host) -> None:

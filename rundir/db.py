@@ -29,7 +29,10 @@ from rundir.faultkinds import LEGACY
 #    Network runs are unchanged; version 5 reads as before.
 # 7: the requests table: a service workload's true request paths, one row per hop (issue 33,
 #    docs/service.md), and the manifest's `service` (the load generator's summary). Runs without a
-#    service workload are unchanged; version 6 reads as before.
+#    service workload are unchanged; version 6 reads as before. With `trace: messages` also the
+#    messages table (every completed send and receive of the traced processes) and the traced table
+#    (each traced process's events recorded and dropped): TRACE_SCHEMA, made by the drainer only, so
+#    a run without traces has no messages table.
 FORMAT_VERSION = 7
 
 SCHEMA = """
@@ -179,6 +182,33 @@ CREATE TABLE IF NOT EXISTS requests (
 CREATE INDEX IF NOT EXISTS modules_key ON modules (key);
 """
 
+# Message traces (format 7, `trace: messages`; docs/run-format.md, docs/service.md): written by the
+# drainer (harness/collector/tracedrain.py through rundir.messages) in runs that trace, absent in others.
+TRACE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS messages (
+    mono REAL NOT NULL,              -- the host's CLOCK_MONOTONIC seconds: a receive's return, a send's call
+    host TEXT NOT NULL,              -- the host the process runs on (added by the drainer)
+    pid INTEGER NOT NULL,
+    tid INTEGER NOT NULL,
+    fd INTEGER NOT NULL,
+    call TEXT NOT NULL,              -- read readv recv recvfrom recvmsg recvmmsg | write writev send sendto sendmsg sendmmsg sendfile
+    bytes INTEGER NOT NULL,          -- what the call moved (a receive of 0: end of stream)
+    local TEXT NOT NULL,             -- 'ADDR:PORT', '[ADDR6]:PORT', 'unix/<inode>'; '' unknown
+    remote TEXT NOT NULL             -- the peer's ('unix/<peer inode>')
+);
+CREATE TABLE IF NOT EXISTS traced (
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    starttime INTEGER NOT NULL,      -- /proc/<pid>/stat field 22 (a reused pid is another process)
+    cmdline TEXT NOT NULL,
+    ring INTEGER NOT NULL,           -- events its ring holds
+    events INTEGER NOT NULL,         -- events recorded in messages
+    dropped INTEGER NOT NULL,        -- events dropped: its ring was full when the call returned
+    lost INTEGER NOT NULL,           -- events reserved and never written (the process ended in between)
+    PRIMARY KEY (host, pid, starttime)
+);
+"""
+
 # Built when a recording ends (not maintained on every insert: it would double the collector's
 # write cost); readers call ensure_indexes() on runs that ended without it (killed collector).
 INDEXES = "CREATE INDEX IF NOT EXISTS counters_module ON counters (module, seq);"
@@ -210,7 +240,7 @@ def monotonic() -> float:
     return time.clock_gettime(time.CLOCK_MONOTONIC)
 
 
-TABLES = tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", SCHEMA))
+TABLES = tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", SCHEMA + TRACE_SCHEMA))
 
 
 def settled(db_path: Path | str) -> bool:

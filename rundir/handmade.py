@@ -40,6 +40,7 @@ class RunBuilder:
         self.faults: list[tuple] = []
         self.raw: dict[tuple[int, str, int], int] = {}
         self.events: list[tuple[float, str]] = []
+        self.manifest_extra: dict = {}   # more manifest keys (over the defaults), e.g. monitor, fault_kinds
 
     @staticmethod
     def t(seq: float) -> float:
@@ -112,7 +113,7 @@ class RunBuilder:
             RunDir(self.path, {
                 "format_version": FORMAT_VERSION, "experiment": self.experiment, "status": self.status, "t0": T0,
                 "monitor": {"host": "h1", "address": "10.0.1.1", "interface": self.monitor_if},
-                "spec": {"workloads": self.workloads}}).write_manifest()
+                "spec": {"workloads": self.workloads}, **self.manifest_extra}).write_manifest()
         return self.path
 
 

@@ -61,6 +61,7 @@ class SpecWorkload(_Record):
 class SpecFaultTarget(_Record):
     workload: int | None = None
     instance: int | None = None
+    host: str | None = None                  # a tier's host (tcp_drop, app_pause: docs/faults.md)
 
 
 class SpecFault(_Record):
@@ -104,7 +105,7 @@ class RunSpec(_Record):
     snapshot_interval: float | None = None
     seed: int | None = None
     repetitions: int | None = None
-    monitor: str | None = None
+    monitor: str | list[str] | None = None   # a list: several monitored hosts (format 8)
     congestion_control: str | None = None
     interceptor: bool | None = None
     probe: SpecProbe | None = None
@@ -253,6 +254,16 @@ class Counts(_Record):
     faults: int | None = None
 
 
+class TraceRecord(_Record):
+    """A run's message trace (`trace: messages`), as its drainer left it (rundir.messages.trace_totals)."""
+
+    processes: int = 0                       # traced processes (rows of the traced table)
+    events: int = 0                          # message rows recorded
+    dropped: int = 0                         # events dropped: a ring was full (warned)
+    lost: int = 0                            # events reserved and never written (warned)
+    hosts: dict[str, int] = {}               # events recorded per host
+
+
 # ----------------------------------------------------------------------------- the manifest
 
 
@@ -277,6 +288,7 @@ class Manifest(_Record):
     clock_offsets: ClockOffsets | None = None
     clock_offsets_end: ClockOffsets | None = None
     monitor: Monitor = Monitor()
+    monitored: list[Monitor] | None = None   # format 8, several monitored hosts: each (monitor: the first)
     congestion_control: str | None = None
     snapshot_interval: float | None = None
     planned_faults: list[PlannedFault] = []
@@ -287,6 +299,7 @@ class Manifest(_Record):
     routing: dict[str, Any] | None = None    # Mininet, multipath topologies: per router the verified ECMP routes
     health: RunHealth | None = None
     service: dict[str, ServiceLoad] | None = None   # format 7: by service workload index
+    trace: TraceRecord | None = None         # format 7, `trace: messages`: the message trace's totals
     versions: dict[str, str | dict[str, str]] = {}
     start_wall: float | None = None
     start_mono: float | None = None

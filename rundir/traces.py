@@ -15,8 +15,8 @@ from rundir.errors import UserError
 
 MESSAGE_COLUMNS = ["mono", "host", "pid", "tid", "fd", "call", "bytes", "local", "remote"]
 REQUEST_COLUMNS = ["request", "type", "tier", "host", "pid", "start", "end"]
-HOW_TO_RECORD = ("the lab does not record message traces yet (`trace: messages` is planned: docs/service.md); "
-                 "give a trace with --trace or --jaeger (docs/blackbox.md)")
+HOW_TO_RECORD = ("record one with `trace: messages` in the run's spec (docs/service.md), or give a trace with "
+                 "--trace or --jaeger (docs/blackbox.md)")
 
 
 def read_trace_tables(run: str | Path, warnings: list[str]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:

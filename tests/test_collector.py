@@ -18,7 +18,7 @@ from analysis.model.stretches import load_stretches
 from harness.collector.appsockets import InterceptorSource
 from harness.collector.iface import InterfaceSource
 from harness.collector.main import ModuleTracker
-from harness.collector.sockdiag import SockDiag, SockDiagChanges, TcpSock, TcpSource
+from harness.collector.sockdiag import SockDiag, TcpSock, TcpSource
 from harness.collector.source import Observation
 from harness.interceptor import shm
 from rundir.db import connect, create_db
@@ -282,13 +282,13 @@ def test_one_dump_of_both_families_equals_a_dump_per_family(connection):
 
 
 def test_a_dump_of_changes_tells_the_idle_from_the_moved():
-    """SockDiagChanges: a connection is decoded again only when its queues, counters or state moved
+    """SockDiag.dump with `same`: a connection is decoded again only when its queues, counters or state moved
     or one of its "ms ago" stamps was reset by an event; idle ones are listed as unchanged."""
     pairs = [loopback_pair() for _ in range(3)]
     try:
         inodes = [os.fstat(cli.fileno()).st_ino for _, cli, _ in pairs]
-        diag = SockDiagChanges()
-        changed, same = diag.changes()
+        diag = SockDiag()
+        changed = diag.dump(same=(same := []))
         full = {r[0]: TcpSock.decode(r) for r in SockDiag().dump()}
         mine = {r[0]: TcpSock.decode(r) for r in changed if r[0] in inodes}
         assert set(mine) == set(inodes) and not set(same) & set(inodes)
@@ -297,11 +297,11 @@ def test_a_dump_of_changes_tells_the_idle_from_the_moved():
             assert (a.src, a.sport, a.dst, a.dport, a.segs_out, a.bytes_out) == \
                    (b.src, b.sport, b.dst, b.dport, b.segs_out, b.bytes_out)
         time.sleep(0.03)
-        changed, same = diag.changes()
+        changed = diag.dump(same=(same := []))
         assert set(inodes) <= set(same) and not {r[0] for r in changed} & set(inodes)
         pairs[1][1].sendall(b"x" * 100)
         time.sleep(0.03)
-        changed, same = diag.changes()
+        changed = diag.dump(same=(same := []))
         (moved,) = [TcpSock.decode(r) for r in changed if r[0] in inodes]
         assert moved.inode == inodes[1] and moved.bytes_out == 101 and moved.segs_out == 1   # (the SYN is acked too)
         assert {inodes[0], inodes[2]} <= set(same)

@@ -139,7 +139,7 @@ def test_culprit_found_in_its_window(trace):
 def test_culprit_scores_top1_and_top3():
     ranking = pd.DataFrame({"node": ["a", "b", "c"], "ranking": [["a", "x"], ["x", "y", "b"], ["x", "y", "z", "c"]]})
     assert culprit_scores(ranking) == {"culprit_top1": pytest.approx(1 / 3), "culprit_top3": pytest.approx(2 / 3),
-                                       "fault_windows": 3}
+                                       "fault_windows": 3, "n_top1": 1, "n_top3": 2}
     assert culprit_scores(pd.DataFrame())["fault_windows"] == 0
 
 

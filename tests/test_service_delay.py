@@ -13,7 +13,7 @@ import pytest
 
 from harness.backends.base import ClockOffset, Clocks
 from harness.faults import KINDS
-from harness.faults.base import FaultEnv
+from harness.faults.base import FaultEnv, NoTarget
 from harness.service import app
 from harness.spec import load_spec
 from harness.window import Window
@@ -77,8 +77,11 @@ def test_the_kind_sets_and_clears_the_switch_with_stamps(tmp_path):
 @pytest.mark.parametrize("fields, message", [
     ("host: app2, by: 0ms", "'by' must be above 0"),
     ("host: app2, by: -200ms", "faults[0].by: expected a duration"),
-    ("host: db, by: 200ms", "faults[0].host: 'db' runs no app tier"),
-    ("host: nowhere, by: 200ms", "faults[0].host: 'nowhere' runs no app tier"),
+    ("host: db, by: 200ms", "faults[0].host: delay at the db tier on 'db' acts through the interceptor"),
+    ("host: cache, by: 200ms", "delay at the cache tier (memcached) is not available"),
+    ("host: web, by: 200ms", "delay at the web tier (nginx) is not available"),
+    ("host: client, by: 200ms", "faults[0].host: 'client' runs no tier"),
+    ("host: nowhere, by: 200ms", "faults[0].host: 'nowhere' runs no tier"),
     ("by: 200ms", "delay needs 'host'"),
     ("host: app2", "delay needs 'by'"),
     ("host: app2, by: 200ms, at: x3", "'at' applies to"),
@@ -160,3 +163,50 @@ def test_tier_pause_stops_and_continues_the_tiers_whole_group(tmp_path):
     finally:
         os.killpg(daemon.pid, signal.SIGKILL)
         daemon.wait()
+
+
+def test_delay_at_another_tier_is_the_interceptors_hold_in_its_processes(tmp_path):
+    """db: the kind sets reply_delay_ns in the header of every live process of the host's
+    interceptor directory (a real process under the library here), stamps, and clears it."""
+    import subprocess
+    import sys
+
+    from harness.interceptor import ENV_SHM_DIR, build, create_shm_dir, preload_env, remove_shm_dir
+    from harness.interceptor.delay import DELAY, DELAY_OFF
+
+    build()
+    text = SPEC.replace("{fields}", "host: db, by: 200ms").replace("monitor: web", "monitor: web\ntrace: messages")
+    exp = load_spec(write(tmp_path, "s.yaml", text))
+    shm = create_shm_dir("nestlab-delay-test-")
+    proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "interceptor" / "trace_peer.py"), "echo-server",
+                             str(tmp_path / "port")], env=preload_env(shm, env=dict(os.environ)))
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "port").exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        workloads = SimpleNamespace(services={}, client_env={"db": {ENV_SHM_DIR: str(shm)}})
+        env = FaultEnv(exp.spec, None, Clocks("web", {}, ClockOffset()), workloads, random.Random(1), "r")
+        kind = KINDS["delay"](env)
+
+        def held_ns() -> int:
+            with open(shm / f"{proc.pid}.nest", "rb") as f:
+                f.seek(DELAY_OFF)
+                return DELAY.unpack(f.read(DELAY.size))[0]
+
+        (part,) = kind.inject(Window(0, 5.0, 5.0), 1)
+        assert held_ns() == 200_000_000
+        assert '"tier": "db"' in part.target and f'"pids": [{proc.pid}]' in part.target and "reply_delay_ns" in part.rule
+        end = kind.heal(part)
+        assert held_ns() == 0 and end >= part.start
+        kind.inject(Window(0, 5.0, 5.0), 2)
+        kind.teardown()                                   # a stopped run: no hold stays set
+        assert held_ns() == 0
+        # a host whose processes are not under the interceptor: nothing to act on
+        env.workloads = SimpleNamespace(services={}, client_env={})
+        with pytest.raises(NoTarget):
+            KINDS["delay"](env).inject(Window(0, 5.0, 5.0), 3)
+    finally:
+        proc.kill()
+        proc.wait()
+        remove_shm_dir(shm)

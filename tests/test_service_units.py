@@ -250,3 +250,6 @@ def test_service_health_per_tier_in_quiet_time_and_its_bottleneck_warnings():
     assert "40 requests/s answered of 50/s" in h.warnings[2] and "| app | 190 | 10 |" in service_markdown(h)
     quiet = health_from(req[req["outcome"] == "ok"], [], {"offered_rate": 50, "achieved_rate": 49, "refused": 0})
     assert quiet.warnings == []
+    assert "Message trace" not in service_markdown(quiet)
+    quiet.trace = {"processes": 9, "events": 12345, "dropped": 2, "lost": 0, "hosts": {}}
+    assert "Message trace: 12,345 events from 9 processes, 2 dropped, 0 lost." in service_markdown(quiet)

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from analysis.model import probes, stretch_copy, tcpstate
+from analysis.model import hosts, probes, stretch_copy, tcpstate
 from analysis.model.deltas import _QUEUED, series_deltas
 from analysis.model.dense import (
     cell_places,
@@ -120,6 +120,9 @@ class Stretch:
     # (buffers, start, stop) when the counters are views of buffers[d][field][start:stop], one flat
     # array per direction and field for a whole run (build_stretches): analysis.model.batch takes those.
     flat: Any = None
+    # The monitored host of every module of the stretch (a run of several hosts: analysis.model.hosts);
+    # None: one host, or not recorded.
+    host: str | None = None
 
     def __post_init__(self):
         self.edges = sorted(set(self.edges))  # one canonical order: every variant relies on it
@@ -161,7 +164,7 @@ class Stretch:
         return Stretch(self.modules, self.kinds, self.edges, self.seqs[cols],
                        {d: c.take(cols) for d, c in self.counters.items()}, self.detached, self.remote,
                        None if self.tcpstate is None else self.tcpstate.take(cols),
-                       None if self.probes is None else self.probes.take(cols))
+                       None if self.probes is None else self.probes.take(cols), host=self.host)
 
 
 # ---------------------------------------------------------------- JSON snapshots
@@ -337,6 +340,7 @@ def load_stretches(run_dir: str | Path) -> RunStretches:
         mark_detached(run.stretches, attached_modules(run.stretches), remote_addresses(mods))
         tcpstate.attach(run.stretches, tcp_rows, seqs, mono)
         probes.attach(run.stretches, probes.burst_table(probe_rows), seqs, mono, probes.module_remotes(mods))
+        run.stretches = hosts.split_by_host(run.stretches, hosts.module_hosts(mods))   # several hosts: one each
     return run
 
 

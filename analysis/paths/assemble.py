@@ -48,6 +48,18 @@ def mix(x: np.ndarray) -> np.ndarray:
         return x ^ (x >> np.uint64(31))
 
 
+def mix_into(x: np.ndarray) -> np.ndarray:
+    """mix, in place on a uint64 array of the caller's own (one temporary instead of five)."""
+    t = np.empty_like(x)
+    with np.errstate(over="ignore"):
+        for shift, mult in ((30, _M1), (27, _M2), (31, None)):
+            np.right_shift(x, np.uint64(shift), out=t)
+            x ^= t
+            if mult is not None:
+                x *= mult
+    return x
+
+
 @dataclass
 class Nodes:
     """Integer codes for the trace's nodes (the union of senders and receivers)."""
@@ -170,17 +182,21 @@ def forest_roots(parent: np.ndarray) -> np.ndarray:
     """The root of every message's tree (pointer jumping: log(depth) numpy passes)."""
     idx = np.arange(len(parent))
     root = np.where(parent >= 0, parent, idx)
+    nxt = np.empty_like(root)         # two buffers, swapped: no fresh array per pass
     while True:
-        nxt = root[root]
+        np.take(root, root, out=nxt)
         if np.array_equal(nxt, root):
             return root
-        root = nxt
+        root, nxt = nxt, root
 
 
 def subtree_hashes(nodes: Nodes, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
     """A hash per message of its subtree's canonical pattern (equal patterns, equal hashes)."""
-    label = mix(nodes.src.astype(np.uint64) * np.uint64(1_000_003) + nodes.dst.astype(np.uint64)
-                + np.uint64(1))
+    label = nodes.src.astype(np.uint64)
+    label *= np.uint64(1_000_003)
+    label += nodes.dst.astype(np.uint64)
+    label += np.uint64(1)
+    mix_into(label)
     h = np.zeros(len(parent), dtype=np.uint64)
     childsum = np.zeros(len(parent), dtype=np.uint64)
     # deepest first; depths fit 16 bits (forest_depth cuts at 10,000), where numpy's stable sort
@@ -209,6 +225,10 @@ class PatternTable:
         self.delay: dict[str, dict[str, float]] = {}
         self.lat: dict[str, dict[str, list[float]]] = {}
         self.left_out = 0                # distinct patterns not named (beyond max_patterns)
+        self.by_hash: dict[int, str] = {}   # subtree hash -> text, of the patterns added with their hash
+        # patterns held by hash until the table is read (linking_instances.Hashed): only the most
+        # frequent are ever named
+        self.pending: list = []
 
     def _slot(self, text: str) -> None:
         if text not in self.count:
@@ -216,10 +236,12 @@ class PatternTable:
             self.delay[text], self.lat[text] = {}, {}
 
     def add_bulk(self, text: str, count: float, raw: int, delay_sums: dict[str, float],
-                 lat_sums: dict[str, tuple[float, float]]) -> None:
+                 lat_sums: dict[str, tuple[float, float]], key: int | None = None) -> None:
         """delay_sums: node -> weighted sum of its per-path delay; lat_sums: edge -> (weighted sum,
-        weight)."""
+        weight); key: the pattern's subtree hash, where known."""
         self._slot(text)
+        if key is not None:
+            self.by_hash[key] = text
         self.count[text] += count
         self.raw[text] += raw
         d = self.delay[text]
@@ -238,6 +260,9 @@ class PatternTable:
                       {k: (sum(v) * weight, len(v) * weight) for k, v in edge_lat.items()})
 
     def patterns(self, max_patterns: int = MAX_PATTERNS) -> tuple[list[PathPattern], int]:
+        for held in self.pending:
+            held.resolve(self, max_patterns)
+        self.pending = []
         ranked = sorted(self.count, key=lambda t: (-self.count[t], t))
         out = []
         for text in ranked[:max_patterns]:
@@ -279,7 +304,8 @@ def _children_of_trees(parent: np.ndarray, root_of: np.ndarray,
 
 def add_forest(table: PatternTable, nodes: Nodes, messages: pd.DataFrame, parent: np.ndarray,
                is_root: np.ndarray, tree_weight: np.ndarray | None = None,
-               max_patterns: int = MAX_PATTERNS) -> np.ndarray:
+               max_patterns: int = MAX_PATTERNS, depth: np.ndarray | None = None,
+               root_of: np.ndarray | None = None) -> np.ndarray:
     """Add the trees of the forest whose root is marked in `is_root` to the table (trees under other
     roots are ignored; of the distinct patterns, the `max_patterns` most frequent, the rest counted in
     `table.left_out`). tree_weight: per message, read at the roots (default 1). Returns the root row
@@ -288,8 +314,11 @@ def add_forest(table: PatternTable, nodes: Nodes, messages: pd.DataFrame, parent
     if n == 0:
         return np.full(0, -1, dtype=np.int64)
     nn = nodes.n
-    depth, parent = forest_depth(parent)
-    root_of = forest_roots(parent)
+    if depth is None:   # else the caller's forest_depth (and forest_roots) of this very parent array
+        depth, parent = forest_depth(parent)
+        root_of = None
+    if root_of is None:
+        root_of = forest_roots(parent)
     kept = is_root[root_of]
     h = subtree_hashes(nodes, parent, depth)
     roots = np.flatnonzero(is_root & (parent < 0))
@@ -311,14 +340,11 @@ def add_forest(table: PatternTable, nodes: Nodes, messages: pd.DataFrame, parent
     t_out, t_in = clocks(messages)
     linked = np.flatnonzero((msg_pid >= 0) & (parent >= 0))
     delay = t_out[linked] - t_in[parent[linked]]
-    dkey, dkeys = pd.factorize(msg_pid[linked] * nn + nodes.src[linked])
-    dsum = np.bincount(dkey, weights=delay * w_msg[linked], minlength=len(dkeys))
+    dkeys, (dsum,) = key_sums(msg_pid[linked] * nn + nodes.src[linked], n_pat * nn, delay * w_msg[linked])
     lat = messages["t_recv"].to_numpy(dtype=np.float64) - t_out
     seen = np.flatnonzero((msg_pid >= 0) & ~np.isnan(lat))
-    edge = nodes.src[seen] * nn + nodes.dst[seen]
-    lkey, lkeys = pd.factorize(msg_pid[seen] * nn * nn + edge)
-    lsum = np.bincount(lkey, weights=lat[seen] * w_msg[seen], minlength=len(lkeys))
-    lw = np.bincount(lkey, weights=w_msg[seen], minlength=len(lkeys))
+    lkeys, (lsum, lw) = key_sums(msg_pid[seen] * nn * nn + nodes.src[seen] * nn + nodes.dst[seen], n_pat * nn * nn,
+                                 lat[seen] * w_msg[seen], w_msg[seen])
 
     names = [str(x) for x in nodes.names]
     delays: list[dict[str, float]] = [{} for _ in range(n_pat)]
@@ -334,8 +360,19 @@ def add_forest(table: PatternTable, nodes: Nodes, messages: pd.DataFrame, parent
     kids = _children_of_trees(parent, root_of, first_root)
     for p, r in enumerate(first_root.tolist()):
         text = canonical_text(nodes, kids[r], r)
-        table.add_bulk(text, float(count[top[p]]), int(raw[top[p]]), delays[p], lats[p])
+        table.add_bulk(text, float(count[top[p]]), int(raw[top[p]]), delays[p], lats[p], key=int(uniq[top[p]]))
     return np.where(kept, root_of, -1)
+
+
+def key_sums(key: np.ndarray, top: int, *values: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The distinct keys (non-negative, below `top`) in ascending order and, per values array, its
+    sum per key (in the array's order, as np.bincount adds): by bincount over the key range where
+    that range is small, else over factorized keys."""
+    if top <= 4 * len(key) + (1 << 20):
+        keys = np.flatnonzero(np.bincount(key, minlength=top))
+        return keys, [np.bincount(key, weights=v, minlength=top)[keys] for v in values]
+    keys, codes = np.unique(key, return_inverse=True)
+    return keys, [np.bincount(codes, weights=v, minlength=len(keys)) for v in values]
 
 
 def node_delay_frame(nodes: Nodes, node: np.ndarray, delay: np.ndarray,
@@ -386,6 +423,8 @@ class Forest:
     is_root: np.ndarray
     tree_weight: np.ndarray | None = None
     warnings: list[str] = field(default_factory=list)
+    depth: np.ndarray | None = None     # forest_depth of parent, where the algorithm has it
+    root_of: np.ndarray | None = None   # forest_roots of parent, likewise (with depth only)
 
 
 def result_from_forest(algorithm: str, messages: pd.DataFrame, nodes: Nodes, forest: Forest,
@@ -394,7 +433,7 @@ def result_from_forest(algorithm: str, messages: pd.DataFrame, nodes: Nodes, for
     """The PathsResult of a forest (plus any instances already in `table`)."""
     table = table if table is not None else PatternTable(nodes.names)
     root_of = add_forest(table, nodes, messages, forest.parent, forest.is_root, forest.tree_weight,
-                         max_patterns)
+                         max_patterns, forest.depth, forest.root_of)
     patterns, left = table.patterns(max_patterns)
     warnings = list(forest.warnings)
     if left:

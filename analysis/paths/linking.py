@@ -48,8 +48,9 @@ spontaneity (the paper builds trees "from the root down" without saying which me
 `orphans`: "keep" (default) makes every likely-spontaneous message a root, as WAP5 does; "drop"
 keeps only the trees rooted at an untraced client's message (a spontaneous message from a server is
 then a fragment of a path whose link was lost: dropped from the trace or taken by a nearer message).
-Trees are built from the linear-time forest of likeliest links; only trees with try-both decisions
-are enumerated in Python. Messages without a receive time (an untraced receiver) cannot be parents
+Trees are built from the linear-time forest of likeliest links; the try-both instances of the trees
+with decisions are built in numpy (linking_instances.py), except the few whose instances depend on
+the order of the walk through the tree, which _Instances walks in Python. Messages without a receive time (an untraced receiver) cannot be parents
 (WAP5's A>B>A rule for them is not implemented; they are counted in the warnings).
 
 What limits it on RPC traces (measured, docs/seeds-tables.md): under the paper's monotone model the
@@ -86,9 +87,11 @@ from analysis.paths.assemble import (
     positions_in_runs,
     result_from_forest,
 )
+from analysis.paths.linking_instances import Batch, walk_order_matters
 from analysis.paths.linking_weights import edge_weights, wap5_weights
 from analysis.paths.model import PathsResult
 
+VECTORISED = True          # try-both instances in numpy (False: every tree walked in Python, as before)
 DEFAULTS: dict[str, object] = {
     "x": 2.0,               # s, longest real causal delay (WAP5: 2 s for CoDeeN/Coral, 0.1 s Slurpee)
     "y": 4.0,               # spontaneity weighs like a link of delay y*d
@@ -141,31 +144,64 @@ def causal_delays(nodes: Nodes, t_out: np.ndarray, t_in: np.ndarray, arr: np.nda
     return np.maximum(d, d_min)[pair]
 
 
+BLOCK = 1 << 18   # messages walked at once: the walk's temporaries stay small enough to be reused
+
+
 def possible_parents(t_out: np.ndarray, t_in: np.ndarray, arr: np.ndarray, pos: np.ndarray,
                      first: np.ndarray, cutoff: np.ndarray, max_parents: int):
     """Step 2's candidates: (child, parent, gap) per possible link, each message's earlier arrivals
     at its sender within `cutoff` (per message, s), at most `max_parents` of them, latest first (a
-    child's links appear in the order of the walk back in time)."""
-    child, parent = [], []
-    q = np.arange(len(t_out))
-    j = pos - 1
-    for _ in range(max_parents):
-        live = j >= first[q]
-        q, j = q[live], j[live]
-        if q.size == 0:
-            break
-        par = arr[j]
-        live = (t_out[q] - t_in[par] <= cutoff[q]) & (par != q)
-        q, j, par = q[live], j[live], par[live]
-        child.append(q)
-        parent.append(par)
-        j = j - 1
-
-    def cat(parts):
-        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
-
-    child, parent = cat(child), cat(parent)
-    return child, parent, t_out[child] - t_in[parent]
+    child's links appear in the order of the walk back in time: every message's latest candidate,
+    then every second latest, ...). The walk stops at a message's own arrival (a node sending to
+    itself). Walked a block of messages at a time (the walking messages carry their send time,
+    cutoff and run start along, compressed each step), then laid out step by step: the order of
+    walking all messages at once, without its large temporaries (fresh memory is paid for in page
+    faults, as much as the walk itself)."""
+    n = len(t_out)
+    t_arr = t_in[arr]
+    at = np.full(n, -1, dtype=np.int64)        # where each message arrives among the arrivals
+    at[arr] = np.arange(arr.size)
+    own = (at >= first) & (at < pos)           # ... among its own sender's, before it was sent
+    selfish = bool(own.any())
+    blocks: list[list[tuple[np.ndarray, np.ndarray]]] = []
+    for lo in range(0, n, BLOCK):
+        hi = min(n, lo + BLOCK)
+        q = lo + np.flatnonzero(pos[lo:hi] > first[lo:hi])
+        j, fq, tq, cq = pos[q] - 1, first[q], t_out[q], cutoff[q]
+        sq = at[q] if selfish else None
+        steps = []
+        for step in range(max_parents):
+            live = tq - t_arr[j] <= cq
+            if step:
+                live &= j >= fq
+            if sq is not None:
+                live &= j != sq
+            if not live.all():
+                q, j, fq, tq, cq = q[live], j[live], fq[live], tq[live], cq[live]
+                if sq is not None:
+                    sq = sq[live]
+            if q.size == 0:
+                break
+            steps.append((q, arr[j]))
+            j = j - 1
+        blocks.append(steps)
+    del at, own
+    total = sum(len(q) for steps in blocks for q, _ in steps)
+    child = np.empty(total, dtype=np.int64)
+    parent = np.empty(total, dtype=np.int64)
+    at_ = 0
+    for step in range(max(map(len, blocks), default=0)):
+        for steps in blocks:
+            if step < len(steps):
+                q, par = steps[step]
+                child[at_:at_ + q.size] = q
+                parent[at_:at_ + q.size] = par
+                at_ += q.size
+    del blocks
+    gap = np.take(t_out, child)
+    for a in range(0, total, BLOCK):
+        gap[a:a + BLOCK] -= t_in[parent[a:a + BLOCK]]
+    return child, parent, gap
 
 
 def likeliest(child: np.ndarray, prob: np.ndarray, p_spont: np.ndarray,
@@ -177,7 +213,9 @@ def likeliest(child: np.ndarray, prob: np.ndarray, p_spont: np.ndarray,
     if monotone:
         # the paper's weights fall with the gap: a child's first link in walk order is its likeliest
         first = np.full(n, -1, dtype=np.int64)
-        first[child[::-1]] = np.arange(len(child) - 1, -1, -1)
+        for b in range(len(child), 0, -BLOCK):     # the links in reverse, a block at a time
+            a = max(0, b - BLOCK)
+            first[child[a:b][::-1]] = np.arange(b - 1, a - 1, -1)
         ok = first >= 0
         ok[ok] = prob[first[ok]] > p_spont[ok]
         return np.where(ok, first, -1)
@@ -291,15 +329,16 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
     cutoff = np.minimum(x, reach * d * (y + math.log(1 / float(p["p_min"]))))
     child, parent, gap = possible_parents(t_out, t_in, arr, pos, first, cutoff, int(p["max_parents"]))
     if p["model"] == "wap5":
-        prob, p_spont = wap5_weights(child, gap, d, y, n)
+        prob, p_spont = wap5_weights(child, gap, d, y, n, reuse=True)
     elif p["model"] == "edges":
         prob, p_spont = edge_weights(child, parent, gap, nodes.src, nodes.dst, nodes.n, d, y,
                                      int(p["rounds"]), float(p["d_min"]))
     else:
         raise ValueError(f"linking: model must be 'wap5' or 'edges', not {p['model']!r}")
+    del gap
     best = likeliest(child, prob, p_spont, monotone=p["model"] == "wap5")
     map_parent = np.where(best >= 0, parent[np.maximum(best, 0)], -1)
-    _, map_parent = forest_depth(map_parent)            # cut any cycle (clock skew)
+    depth, map_parent = forest_depth(map_parent)        # cut any cycle (clock skew)
     root_of = forest_roots(map_parent)
     is_root = map_parent < 0
     if p["orphans"] == "drop" and clients:
@@ -310,40 +349,67 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
         is_root &= ~orphan
 
     # per tree: log-probability of its likeliest instance (links in: p, possible links left out: 1-p)
-    included = map_parent[child] == parent
+    # (in place: the link arrays are the largest in memory, and fresh pages cost as much as the sums)
+    included = np.empty(len(child), dtype=bool)
+    for a in range(0, len(child), BLOCK):
+        np.equal(map_parent[child[a:a + BLOCK]], parent[a:a + BLOCK], out=included[a:a + BLOCK])
     tree = root_of[parent]
-    logp = np.bincount(tree, weights=np.log(np.where(included, prob, np.clip(1 - prob, 1e-300, None))),
-                       minlength=n)
-    amb = np.abs(prob - 0.5) <= float(p["ambiguity"])
-    amb |= included & (prob < 0.5)
+    factor = np.subtract(1.0, prob)
+    np.maximum(factor, 1e-300, out=factor)
+    np.copyto(factor, prob, where=included)
+    np.log(factor, out=factor)
+    logp = np.bincount(tree, weights=factor, minlength=n)
+    del factor
     ambiguous_tree = np.zeros(n, dtype=bool)
-    ambiguous_tree[tree[amb]] = True
-    ambiguous_tree &= is_root
-    if k <= 0:
-        ambiguous_tree[:] = False
+    amb = None
+    if k > 0:
+        amb = np.abs(prob - 0.5) <= float(p["ambiguity"])
+        amb |= included & (prob < 0.5)
+        ambiguous_tree[tree[amb]] = True
+        ambiguous_tree &= is_root
 
     table = PatternTable(nodes.names)
     if ambiguous_tree.any():
         _enumerate(table, nodes, t_out, t_in, t_recv, child, parent, prob, amb, map_parent, root_of,
-                   ambiguous_tree, k)
+                   ambiguous_tree, k, depth)
     plain_roots = is_root & ~ambiguous_tree
-    forest = Forest(map_parent, plain_roots, np.exp(logp), warnings)
+    forest = Forest(map_parent, plain_roots, np.exp(logp), warnings, depth=depth, root_of=root_of)
     p["trees_enumerated"] = int(ambiguous_tree.sum())
     p["trees"] = int(is_root.sum())
     return result_from_forest("linking", m, nodes, forest, p, table)
 
 
 def _enumerate(table: PatternTable, nodes: Nodes, t_out, t_in, t_recv, child, parent, prob, amb,
-               map_parent, root_of, ambiguous_tree, k: int) -> None:
+               map_parent, root_of, ambiguous_tree, k: int, depth: np.ndarray | None = None) -> None:
     """The try-both instances of the trees marked ambiguous: their first k try-both decisions in
-    time order, each tried both ways."""
-    inst = _Instances(nodes, t_out, t_in, t_recv, child, parent, prob, map_parent)
+    time order, each tried both ways. In numpy (linking_instances.py) unless VECTORISED is off, or
+    for the trees whose instances depend on the walk's order (linking_instances.walk_order_matters),
+    which _Instances walks in Python."""
     amb_sel = np.flatnonzero(amb & ambiguous_tree[root_of[parent]])
     order = amb_sel[np.lexsort((t_out[child[amb_sel]], root_of[parent[amb_sel]]))]
     roots = root_of[parent[order]]
     starts = np.flatnonzero(np.r_[True, roots[1:] != roots[:-1]])
     ends = np.r_[starts[1:], len(order)]
-    for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
-        links = order[s:min(e, s + k)]
-        decisions = [(int(parent[i]), int(child[i]), float(prob[i])) for i in links]
-        inst.run(table, int(roots[s]), decisions)
+    # each tree's first k decisions
+    tree_of = np.repeat(np.arange(len(starts)), ends - starts)
+    first_k = np.arange(len(order)) - starts[tree_of] < k
+    dec, dec_tree = order[first_k], tree_of[first_k]
+    tree_roots = roots[starts]
+    walk = np.ones(len(starts), dtype=bool)
+    if VECTORISED and len(starts):
+        if depth is None:
+            depth, _ = forest_depth(map_parent)
+        batch = Batch(nodes, t_out, t_in, t_recv, child, parent, prob, map_parent, depth)
+        graft = map_parent[child[dec]] != parent[dec]
+        walk = walk_order_matters(dec_tree, graft, child[dec], parent[dec], batch.root_of, map_parent, batch.pre,
+                                  batch.size, tree_roots, len(starts))
+        fast = np.flatnonzero(~walk[dec_tree])
+        dec_ptr = np.searchsorted(dec_tree[fast], np.flatnonzero(~walk), side="left")
+        batch.add(table, tree_roots[~walk], np.r_[dec_ptr, len(fast)], dec[fast])
+    if walk.any():
+        inst = _Instances(nodes, t_out, t_in, t_recv, child, parent, prob, map_parent)
+        bounds = np.searchsorted(dec_tree, np.arange(len(starts) + 1))
+        for t in np.flatnonzero(walk).tolist():
+            links = dec[bounds[t]:bounds[t + 1]]
+            decisions = [(int(parent[i]), int(child[i]), float(prob[i])) for i in links]
+            inst.run(table, int(tree_roots[t]), decisions)

@@ -24,15 +24,28 @@ import math
 
 import numpy as np
 
+BLOCK = 1 << 20   # links per step of a gather: temporaries small enough to be reused, not faulted in
+
 
 def _normalise(child: np.ndarray, w: np.ndarray, w_spont: np.ndarray, n: int):
+    """(w / total, w_spont / total) per child; w is divided in place (the callers' own array)."""
     total = np.bincount(child, weights=w, minlength=n) + w_spont
-    return w / total[child], w_spont / total
+    for a in range(0, len(w), BLOCK):
+        w[a:a + BLOCK] /= total[child[a:a + BLOCK]]
+    return w, w_spont / total
 
 
-def wap5_weights(child: np.ndarray, gap: np.ndarray, d: np.ndarray, y: float, n: int):
-    """d: per message, its output pair's mean causal delay (s)."""
-    w = np.exp(-np.clip(gap, 0, None) / d[child])
+def wap5_weights(child: np.ndarray, gap: np.ndarray, d: np.ndarray, y: float, n: int, reuse: bool = False):
+    """d: per message, its output pair's mean causal delay (s). In place on one array of the links'
+    size, a block at a time (the same values as exp(-max(gap, 0) / d)); reuse: that array is `gap`
+    itself (the caller's to give up)."""
+    w = gap if reuse else np.empty_like(gap)
+    for a in range(0, len(w), BLOCK):
+        part = w[a:a + BLOCK]
+        np.maximum(gap[a:a + BLOCK], 0, out=part)
+        part /= d[child[a:a + BLOCK]]
+        np.negative(part, out=part)
+        np.exp(part, out=part)
     return _normalise(child, w, np.full(n, math.exp(-y)), n)
 
 

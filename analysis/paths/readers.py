@@ -449,18 +449,43 @@ def truth_from_requests(messages: pd.DataFrame, requests: pd.DataFrame,
     return Truth(request=request, cause=latest_received_causes(messages, request), request_type=request_type)
 
 
+def fault_host(at_node: object, target: object) -> str | None:
+    """The tier host a faults row acts on, the culprit the diagnosis question asks for: the target's
+    `host` (delay, tier_pause, ip_drop and loss of a host record it; at_node is then the router the
+    rule sits on, or the monitored host), else at_node; None for a fault of one connection (its
+    target names a 4-tuple and no host: tcp_drop, a connection's loss), which blames no tier."""
+    t = target if isinstance(target, dict) else repair_json(target)
+    if t.get("host"):
+        return str(t["host"])
+    if any(k in t for k in ("sport", "dport", "inode")):
+        return None
+    return None if at_node is None or at_node != at_node else str(at_node)
+
+
+def repair_json(text: object) -> dict:
+    try:
+        value = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        value = None
+    return value if isinstance(value, dict) else {}
+
+
 def faults_of_run(faults: pd.DataFrame) -> pd.DataFrame | None:
-    """Trace.faults from a run's faults table: the node is where the fault was injected (at_node)."""
+    """Trace.faults from a run's faults table: the node is the tier host the fault acts on
+    (fault_host); rows of one fault on several modules (a delay on each worker of a monitored host)
+    are one window; faults of one connection are left out (no tier to name)."""
     if faults is None or faults.empty:
         return None
     f = faults.copy()
     f["start"] = pd.to_numeric(f["start"], errors="coerce")
     f["stop"] = pd.to_numeric(f["end"], errors="coerce")
-    f = f.dropna(subset=["start", "stop"])
+    f["node"] = [fault_host(a, t) for a, t in zip(f["at_node"], f["target"], strict=True)]
+    f = f.dropna(subset=["start", "stop", "node"])
     if f.empty:
         return None
-    return pd.DataFrame({"node": f["at_node"].astype(str), "start": f["start"], "stop": f["stop"],
-                         "extra_s": np.nan, "kind": f["kind"].astype(str)}).reset_index(drop=True)
+    out = pd.DataFrame({"node": f["node"].astype(str), "start": f["start"], "stop": f["stop"],
+                        "extra_s": np.nan, "kind": f["kind"].astype(str)})
+    return out.drop_duplicates(["node", "start", "stop"]).reset_index(drop=True)
 
 
 def read_run(run: str | Path, granularity: str = "host") -> Trace:

@@ -66,6 +66,11 @@ def pattern_scores(result: PathsResult, true: pd.DataFrame, share: float = SHARE
         "count_error_pct": 100 * float(np.mean(errors)) if errors else float("nan"),
         "true_patterns": len(t_counts),
         "inferred_patterns": len(inferred),
+        # numerators and denominators, for pooling over runs (analysis.paths.versus)
+        "n_found": len(found), "n_true_common": len(t_common),
+        "n_inferred_common_true": len(i_common & set(t_counts.index)), "n_inferred_common": len(i_common),
+        "n_rare_found": len(t_rare & set(inferred.index[inferred > 0])), "n_true_rare": len(t_rare),
+        "n_inferred_rare_true": len(i_rare & set(t_counts.index)), "n_inferred_rare": len(i_rare),
     }
 
 
@@ -106,9 +111,11 @@ def delay_scores(result: PathsResult, truth_delays: pd.DataFrame, true: pd.DataF
         err_pct.append(abs(got - row.mean_s) / row.mean_s * 100)
         weight.append(row.requests)
     if not weight:
-        return {"delay_error_ms": float("nan"), "delay_error_pct": float("nan")}
+        return {"delay_error_ms": float("nan"), "delay_error_pct": float("nan"), "n_delay_pct": 0.0,
+                "n_delay_weight": 0.0}
     return {"delay_error_ms": float(np.average(err_ms, weights=weight)),
-            "delay_error_pct": float(np.average(err_pct, weights=weight))}
+            "delay_error_pct": float(np.average(err_pct, weights=weight)),
+            "n_delay_pct": float(np.dot(err_pct, weight)), "n_delay_weight": float(np.sum(weight))}
 
 
 def true_link_delays(trace: Trace) -> pd.Series:
@@ -177,12 +184,15 @@ def culprit_ranking(trace: Trace, infer: Callable[[pd.DataFrame], PathsResult]) 
 
 
 def culprit_scores(ranking: pd.DataFrame) -> dict[str, float]:
+    """Top-1 and top-3 over the windows of a ranking (columns node: the culprit, ranking: a list,
+    first the most suspected); also their hit counts (n_top1, n_top3)."""
     if ranking.empty:
-        return {"culprit_top1": float("nan"), "culprit_top3": float("nan"), "fault_windows": 0}
+        return {"culprit_top1": float("nan"), "culprit_top3": float("nan"), "fault_windows": 0,
+                "n_top1": 0, "n_top3": 0}
     top1 = [bool(r) and r[0] == n for r, n in zip(ranking["ranking"], ranking["node"], strict=True)]
     top3 = [n in r[:3] for r, n in zip(ranking["ranking"], ranking["node"], strict=True)]
     return {"culprit_top1": float(np.mean(top1)), "culprit_top3": float(np.mean(top3)),
-            "fault_windows": len(ranking)}
+            "fault_windows": len(ranking), "n_top1": int(np.sum(top1)), "n_top3": int(np.sum(top3))}
 
 
 def score(result: PathsResult, trace: Trace,
@@ -191,11 +201,21 @@ def score(result: PathsResult, trace: Trace,
     """One row of paths-score.csv (SCORE_COLUMNS). `infer` (the algorithm with its parameters) is
     needed for the diagnosis, which reruns it per fault window; without it the culprit columns are
     NaN."""
+    row = score_parts(result, trace, infer, share)
+    return {c: row.get(c, float("nan")) for c in SCORE_COLUMNS}
+
+
+def score_parts(result: PathsResult, trace: Trace,
+                infer: Callable[[pd.DataFrame], PathsResult] | None = None,
+                share: float = SHARE, ranking: pd.DataFrame | None = None) -> dict[str, object]:
+    """score's row with each rate's numerator and denominator beside it (keys n_*), which pool over
+    runs; `ranking` (culprit_ranking's) when already made."""
     true = true_patterns(trace)
     row: dict[str, object] = {"algorithm": result.algorithm}
     row.update(pattern_scores(result, true, share))
     row.update(delay_scores(result, true_node_delays(trace), true, share))
     row.update(node_delay_scores(result, trace))
-    ranking = culprit_ranking(trace, infer) if infer is not None else pd.DataFrame()
+    if ranking is None:
+        ranking = culprit_ranking(trace, infer) if infer is not None else pd.DataFrame()
     row.update(culprit_scores(ranking))
-    return {c: row.get(c, float("nan")) for c in SCORE_COLUMNS}
+    return row

@@ -71,11 +71,23 @@ def is_streams(data) -> bool:
 
 
 def short_name(data, m: int) -> str:
+    """A module's label in figures and the report; with several monitored hosts, its host first
+    (`db: tcp#12 :3306>:51234`, analysis.model.hosts)."""
+    a = data.modules.loc[m]["attrs"]
+    host = a.get("host") if isinstance(a, dict) else None
+    label = _short_name(data, m, host)
+    return f"{host}: {label}" if isinstance(host, str) and host else label
+
+
+def _short_name(data, m: int, host) -> str:
     row = data.modules.loc[m]
     a = row["attrs"]
     kind = row["kind"]
     if kind == "app":
-        prog = str(row["name"]).split(" ")[0]
+        name = str(row["name"])
+        if isinstance(host, str) and name.startswith(f"{host}: "):
+            name = name[len(host) + 2:]
+        prog = name.split(" ")[0]
         return f"{prog}#{m}"
     if kind == "socket":
         return f"sock#{m} fd{a.get('fd', '?')}"

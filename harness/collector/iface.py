@@ -20,8 +20,11 @@ from harness.collector.source import Observation
 class InterfaceSource:
     name = "ipeth"
 
-    def __init__(self, ignore: set[str] = frozenset()):
+    def __init__(self, ignore: set[str] = frozenset(), proc_net: str = "/proc/net"):
         self.ipr = IPRoute()
+        # Whose counters: /proc/net/dev is this process's namespace; /proc/PID/net/dev another host's
+        # (harness.collector.hosts makes this source inside that host's namespace).
+        self.dev = f"{proc_net}/dev"
         self.ignore = set(ignore) | {"lo"}     # interfaces that are not part of the experiment
         self.addresses: dict[str, str] = {}   # local address -> 'ipeth:<ifname>'
         self.ignored_addresses: set[str] = set()
@@ -42,7 +45,7 @@ class InterfaceSource:
 
     def poll(self) -> list[Observation]:
         obs = []
-        with open("/proc/net/dev") as f:
+        with open(self.dev) as f:
             lines = f.readlines()[2:]
         for line in lines:
             name, _, rest = line.partition(":")

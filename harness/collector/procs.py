@@ -16,10 +16,11 @@ def _netns(pid: int | str) -> int | None:
         return None
 
 
-def socket_owners(inodes: list[int]) -> dict[int, dict]:
-    """{inode: {'pid': pid, 'cmdline': '...'}} for the inodes found (the first holder wins)."""
+def socket_owners(inodes: list[int], netns: int | None = None) -> dict[int, dict]:
+    """{inode: {'pid': pid, 'cmdline': '...'}} for the inodes found (the first holder wins), among the
+    processes of network namespace `netns` (its inode; default: the collector's own)."""
     wanted = {f"socket:[{i}]": i for i in inodes}
-    mine = _netns("self")
+    mine = _netns("self") if netns is None else netns
     found: dict[int, dict] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or _netns(entry.name) != mine:

@@ -6,9 +6,10 @@ pyroute2 for the constants and the netlink plumbing it does well, and decode the
 struct.unpack_from of tcp_info per socket (a dump of 1,000 sockets, kernel time included: 1.0-1.5 ms).
 Both families come in one dump (one walk of the kernel's socket hash), and the Mininet hosts have a
 private hash (harness.backends.mininet.private_tcp_hash). The collector's source decodes only the
-sockets that changed since the last dump (SockDiagChanges; idle ones are compared, not decoded): at a
-50 ms interval it takes 1.5% of a core at 100 connections, 7% at 1,000 and 43 ms a snapshot at 10,000
-of which 10.6 ms are the kernel's (bench/bench_collector.py, docs/collector.md).
+sockets that changed since the last dump (SockDiag.dump with `same`): idle ones are compared, not
+decoded, a recv chunk of them at a time (_Chunk). At a 50 ms interval it takes 1.7% of a core at 100
+connections, 6.5% at 1,000 and about 36 ms a snapshot at 10,000, of which 11 ms are the kernel's dump
+(bench/bench_collector.py, docs/collector.md).
 
 Per TCP module (key 'tcp:<inode>') and direction:
   in:  total_msgs = tcpi_data_segs_in,  bytes = tcpi_bytes_received, queued = receive queue
@@ -27,7 +28,10 @@ from __future__ import annotations
 import os
 import socket
 import struct
+from array import array
 from dataclasses import dataclass
+from itertools import compress
+from operator import eq, not_, sub
 
 from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR
 from pyroute2.netlink.diag import SOCK_DIAG_BY_FAMILY
@@ -60,10 +64,6 @@ _RTA = struct.Struct("=HH")
 _TCP_INFO = struct.Struct("=xBBBB3xI32xI4xII8xII16xI4xI16xQQ16xII")
 _TI_MIN_LEN = 160
 assert _TCP_INFO.size == _TI_MIN_LEN
-# The hot path of SockDiag.changes: a message's rqueue, wqueue and inode (at 72 past the netlink
-# header: 16 of it and 56 of inet_diag_msg), and tcp_info's three "ms ago" stamps (at 44).
-_QUEUES_INODE = struct.Struct("=II4xI")
-_AGO = struct.Struct("=I4xII")
 
 
 # One socket as dumped: raw addresses are decoded only when a connection is first seen.
@@ -116,30 +116,52 @@ def _addr(family: int, raw: bytes) -> str:
     return socket.inet_ntop(family, raw[:4] if family == socket.AF_INET else raw)
 
 
+_BUF = 1 << 20
+# What a message's fast reader may read past the bytes received (a netlink message is at most a few
+# hundred bytes here; the buffer has this much beyond what recv_into is allowed to fill).
+_SLACK = 4096
+
+
 class SockDiag:
-    """One netlink socket, reused for every dump."""
+    """One netlink socket, reused for every dump; with `same` given to dump(), it remembers each
+    socket's bytes to tell the ones that changed since the last such dump (`last`)."""
 
     def __init__(self):
         self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG)
         self.sock.bind((0, 0))
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-        self.buf = bytearray(1 << 20)
+        self.buf = bytearray(_BUF + _SLACK)
         self.seq = 0
+        # inode -> its _key in the last dump given a `same`: its bytes from the queues to tcp_info's
+        # 160th, the three "ms ago" stamps replaced by two differences of them
+        self.last: dict[int, bytes] = {}
 
     def close(self) -> None:
         self.sock.close()
 
-    def dump(self, families=None) -> list[RawSock]:
+    def forget(self, live: set[int]) -> None:
+        self.last = {i: v for i, v in self.last.items() if i in live}
+
+    def dump(self, families=None, same: list[int] | None = None) -> list[RawSock]:
         """Every live TCP socket of both families in one dump (the older TCPDIAG_GETSOCK request,
         which the kernel answers for AF_UNSPEC: one walk of the socket hash, not one per family),
-        or with `families`, one SOCK_DIAG_BY_FAMILY dump per family."""
+        or with `families`, one SOCK_DIAG_BY_FAMILY dump per family.
+
+        With `same` (a list), only the sockets that changed since the last dump given a `same` are
+        decoded and returned; the inodes of the others are appended to `same`. Unchanged: the same
+        message bytes from the queues to the end of the tcp_info we read but for its three "ms ago"
+        stamps, which all grew by the same amount: no event since (an event resets one of them).
+        Judged on their differences, which are exact, not on the stamps as times, which move with
+        when in the dump the kernel filled the socket in (tens of ms apart at 10,000 sockets on a
+        busy machine). An idle socket costs a bytes compare (_key), not a decode, and a chunk of
+        messages of one length is compared in one pass (_Chunk)."""
         out: list[RawSock] = []
         if families is None:
             self.seq += 1
             req = _REQ_COMPAT.pack(0, 0, 0, 1 << (INET_DIAG_INFO - 1), b"\0" * 48, STATE_MASK, 0)
             self.sock.send(_NLMSGHDR.pack(_NLMSGHDR.size + len(req), TCPDIAG_GETSOCK,
                                           NLM_F_REQUEST | NLM_F_DUMP, self.seq, 0) + req)
-            self._read(out)
+            self._read(out, same)
             return out
         for family in families:
             self.seq += 1
@@ -147,130 +169,84 @@ class SockDiag:
             hdr = _NLMSGHDR.pack(_NLMSGHDR.size + len(req), SOCK_DIAG_BY_FAMILY,
                                  NLM_F_REQUEST | NLM_F_DUMP, self.seq, 0)
             self.sock.send(hdr + req)
-            self._read(out)
+            self._read(out, same)
         return out
 
-    def _read(self, out: list[RawSock]) -> None:
-        buf = self.buf
-        unpack_hdr, unpack_msg, unpack_rta = _NLMSGHDR.unpack_from, _MSG.unpack_from, _RTA.unpack_from
-        unpack_info = _TCP_INFO.unpack_from
-        append = out.append
-        # Where INET_DIAG_INFO sat in the last message, and that message's length: the attributes
-        # before it are fixed-size, so a message of the same length has it at the same place (checked
-        # by its header), which saves walking four attributes per socket.
-        hint_len, hint_at = -1, 0
-        while True:
-            n = self.sock.recv_into(buf)
-            off = 0
-            while off < n:
-                length, mtype, _flags, _seq, _pid = unpack_hdr(buf, off)
-                if mtype == NLMSG_DONE:
-                    return
-                if mtype == NLMSG_ERROR:
-                    errno = -struct.unpack_from("=i", buf, off + 16)[0]
-                    if errno:
-                        raise OSError(errno, f"sock_diag: {os.strerror(errno)}")
-                    return
-                body = off + _NLMSGHDR.size
-                (family, state, _t, _r, sport, dport, src, dst, _if, _ck,
-                 _exp, rq, wq, _uid, inode) = unpack_msg(buf, body)
-                a = body + _MSG.size
-                end = off + length
-                off += (length + 3) & ~3
-                # inode 0: an orphan (FIN_WAIT/LAST_ACK after close()); no process owns it any more.
-                if not inode:
-                    continue
-                if length == hint_len:
-                    alen, atype = unpack_rta(buf, a + hint_at)
-                    if atype == INET_DIAG_INFO and alen - 4 >= _TI_MIN_LEN:
-                        append((inode, family, state, src, sport, dst, dport, rq, wq) +
-                               unpack_info(buf, a + hint_at + 4))
-                        continue
-                first = a
-                while a + 4 <= end:
-                    alen, atype = unpack_rta(buf, a)
-                    if alen < 4:
-                        break
-                    if atype == INET_DIAG_INFO and alen - 4 >= _TI_MIN_LEN:
-                        append((inode, family, state, src, sport, dst, dport, rq, wq) + unpack_info(buf, a + 4))
-                        hint_len, hint_at = length, a - first
-                        break
-                    a += (alen + 3) & ~3
-
-
-class SockDiagChanges(SockDiag):
-    """A SockDiag that also tells which sockets changed since the last dump (`changes`): the cost of
-    a snapshot then follows the connections that moved, not all of them (a server holds thousands,
-    most of them idle)."""
-
-    def __init__(self):
-        super().__init__()
-        # inode -> (queues and tcp_info's bytes but its stamps, two differences of its stamps)
-        self.last: dict[int, tuple] = {}
-
-    def forget(self, live: set[int]) -> None:
-        self.last = {i: v for i, v in self.last.items() if i in live}
-
-    def changes(self) -> tuple[list[RawSock], list[int]]:
-        """One dump like dump(): (the sockets that changed, decoded as RawSock; the inodes of those
-        that did not). Unchanged: the same queues and tcp_info bytes as in the last dump but for its
-        three "ms ago" stamps, which all grew by the same amount: no event since (an event resets
-        one of them). Judged on their differences, which are exact, not on the stamps as times,
-        which move with when in the dump the kernel filled the socket in (tens of ms apart at
-        10,000 sockets on a busy machine)."""
-        self.seq += 1
-        req = _REQ_COMPAT.pack(0, 0, 0, 1 << (INET_DIAG_INFO - 1), b"\0" * 48, STATE_MASK, 0)
-        self.sock.send(_NLMSGHDR.pack(_NLMSGHDR.size + len(req), TCPDIAG_GETSOCK,
-                                      NLM_F_REQUEST | NLM_F_DUMP, self.seq, 0) + req)
-        changed: list[RawSock] = []
-        same: list[int] = []
-        buf, last = self.buf, self.last
-        unpack_lt, unpack_msg = _LENGTH_TYPE.unpack_from, _MSG.unpack_from
-        unpack_info, unpack_qi, unpack_ago = _TCP_INFO.unpack_from, _QUEUES_INODE.unpack_from, _AGO.unpack_from
-        append_changed, append_same, get = changed.append, same.append, last.get
+    def _read(self, out: list[RawSock], same: list[int] | None) -> None:
+        buf, sock, last = self.buf, self.sock, self.last
+        track = same is not None
+        get, append = last.get, out.append
+        append_same = same.append if track else None
+        unpack_lt, unpack_msg, unpack_info = _LENGTH_TYPE.unpack_from, _MSG.unpack_from, _TCP_INFO.unpack_from
+        unpack_rta, unpack_inode, unpack_ago = _RTA.unpack_from, _INODE.unpack_from, _AGO.unpack_from
         # Messages of one length have their tcp_info at one place (the attributes before it are
-        # fixed-size): one unpack then reads the queues, inode, the attribute's header and the stamps.
-        hint_len, info_at, fast = -1, 0, None
+        # fixed-size): `fast` reads a message's length, inode and stamps in one unpack, on the guess
+        # that it is as long as the last one (checked: a message of another length takes the walk).
+        hint_len, info_at = -1, _MIN_INFO_AT
+        fast = _fast_reader(info_at)
         while True:
-            n = self.sock.recv_into(buf)
+            n = sock.recv_into(buf, _BUF)
             off = 0
+            if track and hint_len > 0:
+                # A chunk of messages all as long as the last one: compared in one pass (_Chunk);
+                # `off` past the ones it settled (all unchanged, or it decoded the changed ones).
+                off = _chunk(hint_len, info_at, n).settle(self, buf, n, out, same)
             while off < n:
-                length, mtype = unpack_lt(buf, off)
-                if mtype == NLMSG_DONE:
-                    return changed, same
-                if mtype == NLMSG_ERROR:
-                    errno = -struct.unpack_from("=i", buf, off + 16)[0]
-                    if errno:
-                        raise OSError(errno, f"sock_diag: {os.strerror(errno)}")
-                    return changed, same
                 start = off
+                length, inode, sent_ago, recv_ago, ack_ago = fast(buf, start)
                 off += (length + 3) & ~3
-                info = -1
                 if length == hint_len:
-                    rq, wq, inode, alen, atype, sent_ago, recv_ago, ack_ago = fast(buf, start + 72)
-                    if atype == INET_DIAG_INFO and alen - 4 >= _TI_MIN_LEN:
-                        info = start + info_at
+                    info = start + info_at
+                    if track:
+                        key = _key(buf, start, info, sent_ago, recv_ago, ack_ago)
+                        # Equal bytes include the attribute's header, checked when the key was stored.
+                        if get(inode) == key:
+                            append_same(inode)
+                            continue
+                    alen, atype = unpack_rta(buf, info - 4)
+                    if atype != INET_DIAG_INFO or alen - 4 < _TI_MIN_LEN:
+                        info = -1
+                else:
+                    info = -1
+                    if unpack_lt(buf, start)[1] in (NLMSG_DONE, NLMSG_ERROR):
+                        _end(buf, start)
+                        return
                 if info < 0:
                     info = _find_info(buf, start, length)
                     if info < 0:
                         continue
                     hint_len, info_at = length, info - start
                     fast = _fast_reader(info_at)
-                    rq, wq, inode = unpack_qi(buf, start + 72)
+                    (inode,) = unpack_inode(buf, start + 84)
                     sent_ago, recv_ago, ack_ago = unpack_ago(buf, info + 44)
-                if not inode:   # an orphan: no process owns it any more
+                    if track:
+                        key = _key(buf, start, info, sent_ago, recv_ago, ack_ago)
+                        if get(inode) == key:
+                            append_same(inode)
+                            continue
+                if not inode:   # an orphan (FIN_WAIT/LAST_ACK after close()): no process owns it any more
                     continue
-                now = (rq, wq, sent_ago - recv_ago, ack_ago - recv_ago, buf[info:info + 44], buf[info + 60:info + 160])
-                if get(inode) == now:
-                    append_same(inode)
-                    continue
-                last[inode] = now
+                if track:
+                    last[inode] = key
                 (family, state, _t, _r, sport, dport, src, dst, _if, _ck,
-                 _exp, _rq, _wq, _uid, _inode) = unpack_msg(buf, start + 16)
-                append_changed((inode, family, state, src, sport, dst, dport, rq, wq) + unpack_info(buf, info))
+                 _exp, rq, wq, _uid, _inode) = unpack_msg(buf, start + 16)
+                append((inode, family, state, src, sport, dst, dport, rq, wq) + unpack_info(buf, info))
 
 
 _LENGTH_TYPE = struct.Struct("=IH")
+_INODE = struct.Struct("=I")
+# tcp_info's "ms ago" stamps: last_data_sent (44), last_data_recv (52), last_ack_recv (56)
+_AGO = struct.Struct("=I4xII")
+# The least offset of tcp_info in a message: the netlink header, inet_diag_msg, an attribute header.
+_MIN_INFO_AT = _NLMSGHDR.size + _MSG.size + _RTA.size
+
+
+def _end(buf, start: int) -> None:
+    """The dump's last message (NLMSG_DONE, or NLMSG_ERROR: raised unless its errno is 0)."""
+    if _LENGTH_TYPE.unpack_from(buf, start)[1] == NLMSG_ERROR:
+        errno = -struct.unpack_from("=i", buf, start + 16)[0]
+        if errno:
+            raise OSError(errno, f"sock_diag: {os.strerror(errno)}")
 
 
 def _find_info(buf, start: int, length: int) -> int:
@@ -286,15 +262,105 @@ def _find_info(buf, start: int, length: int) -> int:
     return -1
 
 
+def _key(buf, start: int, info: int, sent_ago: int, recv_ago: int, ack_ago: int) -> bytes:
+    """What tells a socket unchanged (SockDiag.dump): the message's bytes from its queues to the end
+    of the tcp_info we read, with the three "ms ago" stamps replaced by two differences of them."""
+    return buf[start + 72:info + 44] + _DIFFS.pack(sent_ago - recv_ago, ack_ago - recv_ago) + buf[info + 60:info + 160]
+
+
+_DIFFS = struct.Struct("=qq")
+
+
+class _Chunk:
+    """A recv chunk of `m` messages of one length and layout (tcp_info `info_at` bytes in), compared
+    with the last dump in one pass, in C (unpack, map, compress) rather than a bytecode loop a socket.
+    The chunk's stamps are replaced in the buffer by their differences, so that each message's
+    _key is one slice. One bytes object a socket is also what keeps the comparison fast while the
+    kernel's walk of 10,000 sockets between two chunks evicts the caches: a tuple of five objects a
+    socket cost three times as much in the collector as in a replay of the same dump."""
+
+    def __init__(self, length: int, info_at: int, m: int):
+        step = (length + 3) & ~3
+        self.length, self.info_at, self.m, self.step, self.end = length, info_at, m, step, m * step
+        # per message: length, inode, the tcp_info attribute's header, the three stamps
+        one = f"I80xI{info_at - 92}xHH44xI4xII{step - info_at - 60}x"
+        self.unpack = struct.Struct("=" + one * m).unpack_from
+        # per message: the key (the queues to tcp_info's 160th byte, the stamps' place holding the differences)
+        self.keys = struct.Struct("=" + f"72x{info_at + 88}s{step - info_at - 160}x" * m).unpack_from
+
+    def settle(self, diag: SockDiag, buf, n: int, out: list, same: list) -> int:
+        """Compare the chunk's messages with `diag.last`: the unchanged go to `same`, the changed are
+        decoded into `out` (and remembered). Returns the bytes settled: those of its `m` messages,
+        or 0 (buffer untouched) unless every one of them has this length and its tcp_info at this place."""
+        m = self.m
+        flat = self.unpack(buf, 0)
+        if (flat[0::7].count(self.length) != m or flat[3::7].count(INET_DIAG_INFO) != m
+                or min(flat[2::7]) - 4 < _TI_MIN_LEN):
+            return 0
+        inodes, sent, recv, ack = flat[1::7], flat[4::7], flat[5::7], flat[6::7]
+        at, end, step = self.info_at + 44, self.end, self.step
+        for to, diffs in ((at, array("q", map(sub, sent, recv)).tobytes()),
+                          (at + 8, array("q", map(sub, ack, recv)).tobytes())):
+            for j in range(8):
+                buf[to + j:end:step] = diffs[j::8]
+        keys = self.keys(buf, 0)
+        last = diag.last
+        equal = list(map(eq, map(last.get, inodes), keys))
+        same.extend(compress(inodes, equal))
+        if equal.count(True) == m:
+            return end
+        info_at = self.info_at
+        unpack_msg, unpack_info = _MSG.unpack_from, _TCP_INFO.unpack_from
+        for k in compress(range(m), map(not_, equal)):
+            inode = inodes[k]
+            if not inode:   # an orphan: no process owns it any more
+                continue
+            last[inode] = keys[k]
+            start = k * step
+            (family, state, _t, _r, sport, dport, src, dst, _if, _ck,
+             _exp, rq, wq, _uid, _inode) = unpack_msg(buf, start + 16)
+            info = unpack_info(buf, start + info_at)   # its stamps from before they were replaced
+            out.append((inode, family, state, src, sport, dst, dport, rq, wq) + info[:5] +
+                       (sent[k], recv[k], ack[k]) + info[8:])
+        return end
+
+
+_CHUNKS: dict[tuple[int, int, int], _Chunk] = {}
+
+
+def _chunk(length: int, info_at: int, n: int) -> _Chunk | _NoChunk:
+    """The _Chunk for as many messages `length` long as `n` bytes hold (the rest, such as a dump's
+    NLMSG_DONE, which some kernels send in the last chunk, is walked); a stand-in that settles
+    nothing when that is fewer than two."""
+    step = (length + 3) & ~3
+    m = n // step
+    if m < 2:
+        return _NO_CHUNK
+    c = _CHUNKS.get((length, info_at, m))
+    if c is None:
+        if len(_CHUNKS) > 256:   # a handful of chunk sizes in practice
+            _CHUNKS.clear()
+        c = _CHUNKS[(length, info_at, m)] = _Chunk(length, info_at, m)
+    return c
+
+
+class _NoChunk:
+    def settle(self, *args) -> int:
+        return 0
+
+
+_NO_CHUNK = _NoChunk()
+
+
 _FAST: dict[int, object] = {}
 
 
 def _fast_reader(info_at: int):
-    """unpack_from for a message whose tcp_info is `info_at` bytes in, read from 72 bytes in: rqueue,
-    wqueue, inode, the attribute's length and type, and the three "ms ago" stamps."""
+    """unpack_from for a message whose tcp_info is `info_at` bytes in: its length, its inode (at 84:
+    16 bytes of netlink header and 68 of inet_diag_msg) and tcp_info's three "ms ago" stamps."""
     f = _FAST.get(info_at)
     if f is None:
-        f = _FAST[info_at] = struct.Struct(f"=II4xI{info_at - 4 - 88}xHH44xI4xII").unpack_from
+        f = _FAST[info_at] = struct.Struct(f"=I80xI{info_at - 88}x44xI4xII").unpack_from
     return f
 
 
@@ -310,7 +376,7 @@ class TcpSource:
         # ignored(local address): connections that are not part of the experiment (never modules);
         # skip_unchanged: a connection unchanged since the last poll gives its last observation
         # again, marked `same` (what the collector writes no row for), without being decoded.
-        self.diag = SockDiagChanges()
+        self.diag = SockDiag()
         self.skip_unchanged = skip_unchanged
         self.address_to_ifkey = address_to_ifkey
         self.owner_of_inode = owner_of_inode
@@ -318,21 +384,19 @@ class TcpSource:
         self.known: dict[int, tuple[str, str, list[str]]] = {}   # inode -> (key, name, children)
         self.ignored_inodes: set[int] = set()
         self.last: dict[int, Observation] = {}   # inode -> its last observation
+        self.given: list[Observation] = []        # the observations the last poll made (not `same`)
 
     def poll(self) -> list[Observation]:
         """One observation per live connection; a connection unchanged since the last poll
-        (SockDiagChanges.changes) gives its last observation again, marked `same`."""
-        if self.skip_unchanged:
-            raw, same = self.diag.changes()
-        else:
-            raw, same = self.diag.dump(), []
-        known, last, obs = self.known, self.last, []
+        (SockDiag.dump with `same`) gives its last observation again, marked `same`."""
+        same: list[int] = []
+        raw = self.diag.dump(same=same if self.skip_unchanged else None)
+        known, last = self.known, self.last
+        for ob in self.given:   # what the last poll gave as changed is its last observation from now on
+            ob.same = True
+        # The unchanged: their last observations, all marked `same` already (None: ignored ones).
+        obs = list(filter(None, map(last.get, same)))
         append = obs.append
-        for inode in same:
-            ob = last.get(inode)
-            if ob is not None:   # None: ignored
-                ob.same = True
-                append(ob)
         new = [r for r in raw if r[0] not in known and r[0] not in self.ignored_inodes]
         owners = self.owner_of_inode([r[0] for r in new]) if (new and self.owner_of_inode) else {}
         births = {}
@@ -345,6 +409,7 @@ class TcpSource:
             known[s.inode] = (f"tcp:{s.inode}", f"tcp {s.src}:{s.sport}>{s.dst}:{s.dport}", [ifkey] if ifkey else [])
             births[s.inode] = {"inode": s.inode, "src": s.src, "sport": s.sport, "dst": s.dst, "dport": s.dport,
                                **owners.get(s.inode, {})}
+        given = len(obs)
         for r in raw:
             inode = r[0]
             k = known.get(inode)
@@ -356,6 +421,7 @@ class TcpSource:
                 {"in": (r[23], None, r[7], None, r[22]), "out": (r[24], None, r[8], r[20], r[21])},
                 births.get(inode, _NO_ATTRS), k[2], r[TCP_INFO_FIELDS])
             append(ob)
+        self.given = obs[given:]
         live_count = len(raw) + len(same)
         if len(known) + len(self.ignored_inodes) > 2 * live_count + 1000:  # forget connections long gone
             live = {r[0] for r in raw}.union(same)

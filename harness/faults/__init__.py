@@ -17,6 +17,8 @@ teardown; harness.faults.base.FaultKind), which carries the other two as `info` 
     server_pause.py    the remote server of a workload stopped and continued
     delay.py           the replies of a service's app tier held (docs/service.md)
     tier_pause.py      a service tier's daemons stopped and continued (docs/service.md)
+    slow.py            a service tier's processes under a cgroup v2 CPU quota (cgroup.py)
+    tier_hosts.py      what the kinds aimed at a service tier's host share
 
 KINDS is the registry, one line per kind (a dict by name, looked up with rundir.errors.named, like
 every registry of the project); harness.spec makes the spec's `Fault` from it. The runner never
@@ -44,6 +46,7 @@ from harness.faults.iptables import (
 from harness.faults.loss import Loss
 from harness.faults.path_blackhole import PathBlackhole
 from harness.faults.server_pause import ServerPause
+from harness.faults.slow import Slow
 from harness.faults.tcp_drop import TcpDrop
 from harness.faults.tier_pause import TierPause
 from rundir.errors import named
@@ -60,6 +63,7 @@ KINDS: dict[str, type[FaultKind]] = {kind.info.name: kind for kind in (
     ServerPause,
     Delay,
     TierPause,
+    Slow,
 )}
 
 

@@ -47,9 +47,10 @@ class FaultEnv:
     workloads: Any                # harness.workloads.Workloads (it imports harness.spec, which imports the kinds)
     rng: random.Random            # the run's seeded stream (which connection a tcp_drop takes)
     run_id: str
-    shm_dir: str | None = None    # the interceptor's directory (app_pause)
+    shm_dir: str | None = None    # the interceptor's directory on the first monitored host (app_pause)
     ledger: Any = None            # the run's ledger: undo entries for what a killed run leaves on testbed nodes
     shared: dict[str, Any] = field(default_factory=dict)   # state several kinds share, by name
+    shm_dirs: dict[str, str] | None = None   # the interceptor's directory of each monitored host, by host
 
 
 @dataclass

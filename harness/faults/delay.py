@@ -1,21 +1,26 @@
-"""delay: every reply an application tier of a service workload sends is held for `by` (Project5's
-experiment: 200 ms added at one web server of a multi-tier service, docs/service.md).
+"""delay: every reply an app or db tier of a service workload sends is held for `by` (Project5's experiment:
+200 ms added at one web server of a multi-tier service, docs/service.md).
 
     - {kind: delay, host: app2, by: 200ms, schedule: {at: [20s], duration: 10s}}
+    - {kind: delay, host: db, by: 200ms, ...}        # db: through the interceptor
 
-The app (harness/service/app.py) reads a switch file of its host's before each reply (a stat per
-request): the fault writes the delay there and removes it, verified by reading it back; the window is
-stamped when the file is in place (or gone). A request already past its switch check when the window
-opens or closes takes the state it saw. netem is not available here (docs/faults.md), and the
-interceptor's per-call delay, which would reach any tier (nginx, memcached, MariaDB), is issue 33's
-still to come: this kind acts on the app tiers only.
+An app tier: the app (harness/service/app.py) reads a switch file of its host's before each reply (a
+stat per request): the fault writes the delay there and removes it, verified by reading it back.
+The db tier (MariaDB, a thread per connection): the interceptor holds every reply its processes
+start (the first send on an accepted socket after a receive there) for `by`; the fault writes the delay
+into the header of every live process's file in that host's interceptor directory and sets it back
+to 0, each verified by reading it back (harness/interceptor/delay.py). So the host's daemons must run
+under the interceptor: the spec traces messages (`trace: messages`) or monitors that host, else it is
+refused naming the field. Not web nor cache: nginx and memcached answer many connections from each
+of a few threads, and a hold stops the thread (EVENT_LOOP_TIERS). The window is stamped when the
+switch (or every header) is set, and when it is cleared. A request already past its check when the window opens or closes takes the state it
+saw. netem is not available here (docs/faults.md).
 
-The culprit is the target tier's application (its gunicorn workers on that host). When that host is
-the monitored one (its tier's daemons then run with the interceptor), each worker's app module is a
-target, one faults row each sharing the one switch; otherwise the one row names the host and the
-gunicorn master's pid with no module (the collector watches the monitored host only), so on NeST's
-side the window labels nothing, and the true effect is in the requests table (the app hop of that
-host up by `by`).
+The culprit is the target tier's application (its processes on that host). When that host is the
+monitored one, each of its processes' app module is a target (app tier: each gunicorn worker), one
+faults row each sharing the one action; otherwise the one row names the host and the pids with no
+module (the collector watches the monitored host only), and the true effect is in the requests table
+(that tier's hop up by `by`).
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ from typing import TYPE_CHECKING
 from pydantic import Field
 
 from harness.faults.base import FaultEnv, NoTarget, Part, target_json
-from harness.faults.spec import FaultSpec, Footprint, SpecView
+from harness.faults.spec import FaultSpec, Footprint, SpecView, monitored_hosts
+from harness.interceptor import ENV_SHM_DIR
+from harness.interceptor.delay import set_host_delay
 from harness.units import Duration
 from rundir.db import monotonic
 from rundir.faultkinds import FaultKindInfo
@@ -39,40 +46,62 @@ if TYPE_CHECKING:
     from harness.window import Window
 
 INFO = FaultKindInfo("delay", colour="#8c6bb1", order=None)
+# Tiers whose daemon answers many connections from each of a few threads (an event loop): the
+# interceptor's hold stops the thread, so every connection it serves waits, not one reply (measured
+# on the real tiers: memcached's 50 ms hold gave 275 ms cache calls at 30 requests/s). Refused.
+EVENT_LOOP_TIERS = {"web": "nginx", "cache": "memcached"}
 MAX_DELAY_S = 10.0
 
 
-def _service_of(spec: SpecView, host: str) -> int | None:
-    """The service workload whose app tier runs on `host`."""
+def _tier_of(spec: SpecView, host: str) -> tuple[int, str] | None:
+    """(service workload, tier) of the tier that runs on `host`: web, app, cache or db."""
     for i, w in enumerate(spec.workloads):
-        if w.kind == "service" and host in (w.apps or []):
-            return i
+        if w.kind != "service":
+            continue
+        for tier, name in (("web", w.web), *(("app", a) for a in (w.apps or [])), ("cache", w.cache), ("db", w.db)):
+            if name == host:
+                return i, tier
     return None
+
+
+def _intercepted(spec: SpecView, host: str) -> bool:
+    """The host's tier runs under the interceptor: the spec traces messages or monitors it."""
+    return getattr(spec, "trace", None) == "messages" or (spec.interceptor and host in monitored_hosts(spec))
 
 
 class DelaySpec(FaultSpec):
     host: str | None = Field(default=None, description="ip_drop, loss: whose traffic (default: the monitor); "
-                                                       "delay: the app tier's host whose replies are held")
+                                                       "delay: the tier's host whose replies are held")
     by: Duration | None = Field(default=None, description="delay: how long each reply is held, e.g. '200ms'")
 
     def check(self) -> None:
         if self.host is None:
-            raise ValueError("delay needs 'host': the app tier's host whose replies are held, e.g. app2")
+            raise ValueError("delay needs 'host': the tier's host whose replies are held, e.g. app2")
         if self.by is None:
             raise ValueError("delay needs 'by', e.g. '200ms'")
         if not 0 < self.by <= MAX_DELAY_S:
             raise ValueError(f"delay 'by' must be above 0 and at most {MAX_DELAY_S:g}s")
 
     def check_against(self, spec: SpecView, topology: Topology):
-        if _service_of(spec, self.host) is None:
-            apps = sorted({a for w in spec.workloads if w.kind == "service" for a in (w.apps or [])})
-            return (("host",), f"{self.host!r} runs no app tier of a service workload (app tiers: "
-                               f"{', '.join(apps) or 'none'}); delay acts on an app tier's replies")
+        found = _tier_of(spec, self.host)
+        if found is None:
+            tiers = sorted({h for w in spec.workloads if w.kind == "service"
+                            for h in (w.web, *(w.apps or []), w.cache, w.db)})
+            return (("host",), f"{self.host!r} runs no tier of a service workload (tiers: "
+                               f"{', '.join(tiers) or 'none'}); delay acts on a tier's replies")
+        if found[1] in EVENT_LOOP_TIERS:
+            return (("host",), f"delay at the {found[1]} tier ({EVENT_LOOP_TIERS[found[1]]}) is not available: "
+                               "its few threads each answer many connections, so holding one reply holds them all "
+                               "(docs/faults.md); delay acts on the app and db tiers")
+        if found[1] != "app" and not _intercepted(spec, self.host):
+            return (("host",), f"delay at the {found[1]} tier on {self.host!r} acts through the interceptor: "
+                               f"trace messages (`trace: messages`) or monitor {self.host}")
         return None
 
     def footprint(self, spec: SpecView) -> Footprint:
         """The service workload it slows."""
-        return Footprint(frozenset(), frozenset({(_service_of(spec, self.host), None)}))
+        found = _tier_of(spec, self.host)
+        return Footprint(frozenset(), frozenset({(found[0] if found else None, None)}))
 
     def same_action(self, other: FaultSpec) -> bool:
         return self.host == other.host
@@ -99,6 +128,20 @@ class Switch:
     removed: float | None = None
 
 
+@dataclass
+class Held:
+    """The interceptor's hold of one host's replies: the delay in the headers of its processes' files."""
+
+    shm_dir: str
+    host: str
+    seconds: float
+    pids: list[int]
+    removed: float | None = None
+
+    def clear(self) -> None:
+        set_host_delay(self.shm_dir, 0.0)   # every live process, also one born in the window
+
+
 class Delay:
     info = INFO
     spec = DelaySpec
@@ -113,16 +156,24 @@ class Delay:
     def teardown(self) -> None:
         for s in self.switches:
             if s.removed is None:
-                s.path.unlink(missing_ok=True)
+                if isinstance(s, Held):
+                    s.clear()
+                else:
+                    s.path.unlink(missing_ok=True)
                 s.removed = self.env.clocks.from_runner(monotonic())
 
-    def describe(self, action: Switch) -> str:
+    def describe(self, action: Switch | Held) -> str:
+        if isinstance(action, Held):
+            return (f"{action.seconds * 1000:g} ms before each reply: the interceptor's reply_delay_ns in the "
+                    f"headers of pids {', '.join(map(str, action.pids))} in {action.shm_dir}")
         return f"{action.seconds * 1000:g} ms before each reply: {action.path} holds {action.seconds:g}"
 
     def inject(self, window: Window, first_id: int) -> list[Part]:
         env = self.env
         f = env.spec.faults[window.spec_index]
-        i = _service_of(env.spec, f.host)
+        i, tier = _tier_of(env.spec, f.host)
+        if tier != "app":
+            return self._hold(f, i, tier)
         tiers = env.workloads.services.get(i)
         if tiers is None:
             raise NoTarget(f"the service workload {i} has no tiers running")
@@ -137,7 +188,7 @@ class Delay:
         self.switches.append(action)
         start = env.clocks.from_runner(monotonic())
         text = f"replies of the app tier on {f.host} held {f.by * 1000:g} ms"
-        workers = _workers(pids) if f.host == env.spec.monitor else []
+        workers = _workers(pids) if f.host in monitored_hosts(env.spec) else []
         if not workers:   # not observed: one row, no module
             return [Part(target_json(description=text, host=f.host, tier="app", pids=pids, workload=i, by=f.by,
                                      module_key=None), self.describe(action), start, action)]
@@ -147,8 +198,33 @@ class Delay:
                                  by=f.by, module_key=f"app:{w}"), self.describe(action), start, action)
                 for w in workers]
 
+    def _hold(self, f, i: int, tier: str) -> list[Part]:
+        """db: the interceptor holds the replies of every process of the tier's host."""
+        env = self.env
+        shm = (getattr(env.workloads, "client_env", {}) or {}).get(f.host, {}).get(ENV_SHM_DIR)
+        if not shm:
+            raise NoTarget(f"{f.host}'s processes do not run under the interceptor")
+        pids = set_host_delay(shm, f.by)
+        if not pids:
+            raise NoTarget(f"no process of the {tier} tier on {f.host} runs under the interceptor")
+        action = Held(shm, f.host, f.by, pids)
+        self.switches.append(action)
+        start = env.clocks.from_runner(monotonic())
+        text = f"replies of the {tier} tier on {f.host} held {f.by * 1000:g} ms"
+        if f.host not in monitored_hosts(env.spec):
+            return [Part(target_json(description=text, host=f.host, tier=tier, pids=pids, workload=i, by=f.by,
+                                     module_key=None), self.describe(action), start, action)]
+        return [Part(target_json(description=f"{text}: process {p}", host=f.host, tier=tier, pid=p, workload=i,
+                                 by=f.by, module_key=f"app:{p}"), self.describe(action), start, action)
+                for p in pids]
+
     def heal(self, part: Part) -> float:
-        action: Switch = part.action
+        action = part.action
+        if isinstance(action, Held):
+            if action.removed is None:
+                action.clear()
+                action.removed = self.env.clocks.from_runner(monotonic())
+            return action.removed
         if action.removed is None:
             action.path.unlink(missing_ok=True)
             if action.path.exists():

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pydantic import Field
 
 from harness.faults.iptables import Rule, _Drop, host_target
-from harness.faults.spec import FaultSpec, FaultTarget, Footprint, SpecView, host_footprint
+from harness.faults.spec import FaultSpec, FaultTarget, Footprint, SpecView, host_footprint, monitor_host
 from rundir.faultkinds import FaultKindInfo
 
 INFO = FaultKindInfo("ip_drop", colour="#6baed6", order=5, subgraph="workload", key="ipeth:{monitor_if}",
@@ -30,7 +30,7 @@ class IpDropSpec(FaultSpec):
         """The host's traffic stalls every workload that runs on it or is served by it."""
         if self.target is not None:
             return FaultSpec.footprint(self, spec)
-        return host_footprint(spec, self.host or spec.monitor)
+        return host_footprint(spec, self.host or monitor_host(spec))
 
 
 class IpDrop(_Drop):

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from harness.faults.base import FaultEnv, NoTarget, Part, target_json
+from harness.faults.spec import monitor_host, monitored_hosts
+from harness.faults.tier_hosts import tier_pids
 from rundir.db import monotonic
 from rundir.errors import UserError
 
@@ -270,11 +272,10 @@ def connection_key(conn: dict) -> str | None:
 
 def host_target(env: FaultEnv, fault: FaultSpec) -> tuple[str, Callable[[str], Rule]]:
     """All IP traffic of the fault's host (or the `rate` share of it): the row's target JSON and the rule."""
-    host = fault.host or env.spec.monitor
+    host = fault.host or monitor_host(env.spec)
     addr = check_address(host, env.backend.address(host))
-    # Only the monitored host's interface is observed: another host's ip_drop targets no module.
-    monitor = env.spec.monitor
-    key = f"ipeth:{env.backend.interfaces(monitor)[0].name}" if host == monitor else None
+    # Only a monitored host's interface is observed: an unmonitored host's ip_drop targets no module.
+    key = f"ipeth:{env.backend.interfaces(host)[0].name}" if host in monitored_hosts(env.spec) else None
     probability, share = _share(fault)
     target = target_json(description=f"{share}all IP traffic of {host} ({addr})", host=host, address=addr,
                          module_key=key)
@@ -282,13 +283,24 @@ def host_target(env: FaultEnv, fault: FaultSpec) -> tuple[str, Callable[[str], R
 
 
 def connection_target(env: FaultEnv, fault: FaultSpec) -> tuple[str, Callable[[str], Rule]]:
-    """One live connection of the target workload (or the `rate` share of its packets)."""
-    conn, pid = pick_connection(env, fault.target)
-    if conn is None:
-        raise NoTarget(f"workload {fault.target.workload} had no established connection")
+    """One live connection of the target workload, or of the service tier on the target host (or the
+    `rate` share of its packets)."""
+    host = getattr(fault.target, "host", None)
+    if host is not None:
+        (conn, pid), workload = pick_tier_connection(env, host), None
+        if conn is None:
+            raise NoTarget(f"the tier on {host} had no established connection to another host")
+        # Observed when the host is monitored (docs/faults.md, "Faults at tier hosts").
+        key = connection_key(conn) if host in monitored_hosts(env.spec) else None
+        extra = {"host": host}
+    else:
+        conn, pid = pick_connection(env, fault.target)
+        if conn is None:
+            raise NoTarget(f"workload {fault.target.workload} had no established connection")
+        workload, key, extra = fault.target.workload, connection_key(conn), {}
     probability, share = _share(fault)
     target = target_json(description=f"{share}tcp {conn['src']}:{conn['sport']}>{conn['dst']}:{conn['dport']}",
-                         workload=fault.target.workload, pid=pid, module_key=connection_key(conn), **conn)
+                         workload=workload, pid=pid, module_key=key, **extra, **conn)
     return target, lambda tag: tcp_drop_rule(fault.at, tag, conn, probability)
 
 
@@ -308,5 +320,25 @@ def pick_connection(env: FaultEnv, target: FaultTarget) -> tuple[dict | None, in
         if choices:
             return env.rng.choice(choices)
         if monotonic() >= deadline:
+            return None, None
+        time.sleep(0.05)
+
+
+def pick_tier_connection(env: FaultEnv, host: str, wait_s: float = 2.0) -> tuple[dict | None, int | None]:
+    """One established connection of the tier's processes on `host` to another host (the loopback
+    left out), chosen with the run's seed among them in inode order: (connection, pid), or (None,
+    None) when none came within `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        _, _, pids = tier_pids(env, host)
+        seen: dict[int, tuple[dict, int]] = {}
+        for pid in pids:
+            for c in env.backend.tcp_connections(host, pid):
+                c = check_connection(host, c)
+                if not c["dst"].startswith("127.") and c["src"] != c["dst"]:
+                    seen.setdefault(c["inode"], (c, pid))
+        if seen:
+            return env.rng.choice([seen[k] for k in sorted(seen)])
+        if time.monotonic() >= deadline:
             return None, None
         time.sleep(0.05)

@@ -12,7 +12,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from harness.faults.iptables import Rule, _Drop, connection_target, host_target
-from harness.faults.spec import FaultSpec, FaultTarget, Footprint, SpecView, host_footprint
+from harness.faults.spec import FaultSpec, FaultTarget, Footprint, SpecView, host_footprint, monitor_host
 from harness.units import Percent
 from rundir.faultkinds import FaultKindInfo
 
@@ -41,7 +41,7 @@ class LossSpec(FaultSpec):
         """A connection's loss stalls its workload; a host's, like an ip_drop, the host's workloads."""
         if self.target is not None:
             return FaultSpec.footprint(self, spec)
-        return host_footprint(spec, self.host or spec.monitor)
+        return host_footprint(spec, self.host or monitor_host(spec))
 
 
 class Loss(_Drop):

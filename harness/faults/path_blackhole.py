@@ -21,7 +21,7 @@ from pydantic import Field
 
 from harness.faults.base import Part, target_json
 from harness.faults.iptables import Rule, _Drop, check_connection, connection_key, path_rule
-from harness.faults.spec import FaultSpec, Footprint, Loc, SpecView
+from harness.faults.spec import FaultSpec, Footprint, Loc, SpecView, monitor_host
 from harness.routing import bundle_interfaces, path_of
 from rundir.faultkinds import FaultKindInfo
 
@@ -95,7 +95,7 @@ class PathBlackhole(_Drop):
         where = dict(at=f.at, path=f.path, interface=link.name)
         if not crossing:
             target = target_json(description=f"path {f.path} of {f.at} ({link.name}): no connection of "
-                                             f"{env.spec.monitor} crosses it", module_key=None, **where)
+                                             f"{monitor_host(env.spec)} crosses it", module_key=None, **where)
             return [Part(target, rule_text, start, shared)]
         return [Part(target_json(description=f"tcp {c['src']}:{c['sport']}>{c['dst']}:{c['dport']} over path "
                                              f"{f.path} of {f.at} ({ways})", workload=wl, pid=pid, ways=ways,
@@ -108,7 +108,7 @@ class PathBlackhole(_Drop):
         connections routed over `link` (`at`'s end of one bundle link) in either direction."""
         env = self.env
         topo = env.backend.topology
-        monitor = env.spec.monitor
+        monitor = monitor_host(env.spec)
         far = env.backend.node(link.peer)
         near = env.backend.node(f.at)
         far_interfaces = env.backend.interfaces(link.peer)

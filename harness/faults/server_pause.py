@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from harness.faults.base import NoTarget, Part, target_json
 from harness.faults.iptables import check_connection, connection_key
-from harness.faults.spec import FaultSpec, FaultTarget, Footprint, SpecView
+from harness.faults.spec import FaultSpec, FaultTarget, Footprint, SpecView, monitor_host, monitored_hosts
 from harness.faults.stop_continue import StopContinue, Stopped
 from rundir.faultkinds import FaultKindInfo
 
@@ -75,7 +75,7 @@ class ServerPause(StopContinue):
         text = self.describe(action)
         if not conns:
             return [Part(target_json(description=f"{w.kind} server on {w.server} stopped: no connection of "
-                                                 f"{env.spec.monitor} to it", server=w.server, server_pid=proc.pid,
+                                                 f"{monitor_host(env.spec)} to it", server=w.server, server_pid=proc.pid,
                                      module_key=None), text, start, action)]
         return [Part(target_json(description=f"tcp {c['src']}:{c['sport']}>{c['dst']}:{c['dport']}: its "
                                              f"server stopped", server=w.server, server_pid=proc.pid, workload=wl,
@@ -90,7 +90,7 @@ class ServerPause(StopContinue):
         server = env.backend.address(w.server)
         out = []
         for wl, o in enumerate(env.spec.workloads):
-            if o.host != env.spec.monitor or (o.server, o.kind) != (w.server, w.kind):
+            if o.host not in monitored_hosts(env.spec) or (o.server, o.kind) != (w.server, w.kind):
                 continue
             for _, proc in env.workloads.live(wl):
                 for c in env.backend.tcp_connections(o.host, proc.pid):

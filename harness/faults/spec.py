@@ -31,8 +31,21 @@ class Strict(BaseModel):
 
 
 class FaultTarget(Strict):
-    workload: int = Field(ge=0)
+    """What a fault acts on: a workload (`{workload: N}`, and an instance), or a host (`{host: app2}`:
+    for a kind with a `host` field the same as `host: app2`; tcp_drop and app_pause: the service
+    tier's processes on that host, docs/faults.md "Faults at tier hosts")."""
+
+    workload: int | None = Field(default=None, ge=0)
     instance: int | None = Field(default=None, ge=0, description="which instance; default: chosen by the seed")
+    host: str | None = Field(default=None, description="a host of the topology (a service tier's), instead of a workload")
+
+    @model_validator(mode="after")
+    def _one(self):
+        if (self.workload is None) == (self.host is None):
+            raise ValueError("a target names either a workload ({workload: N}) or a host ({host: H}), one of them")
+        if self.host is not None and self.instance is not None:
+            raise ValueError("'instance' goes with a workload target, not a host")
+        return self
 
 
 class RandomSchedule(Strict):
@@ -86,10 +99,21 @@ def host_footprint(spec: SpecView, host: str) -> Footprint:
                                                   if host in getattr(w, "hosts", (w.host, w.server))))
 
 
+def monitored_hosts(spec: SpecView) -> tuple[str, ...]:
+    """Every monitored host of a spec (`monitor`: one host or a list), the first the reference clock's."""
+    m = spec.monitor
+    return (m,) if isinstance(m, str) else tuple(m)
+
+
+def monitor_host(spec: SpecView) -> str:
+    """The first monitored host: its CLOCK_MONOTONIC is the run's reference clock."""
+    return monitored_hosts(spec)[0]
+
+
 class SpecView(Protocol):
     """What a fault kind reads of the experiment's spec (harness.spec.Spec)."""
 
-    monitor: str
+    monitor: str | list[str]      # one host or several: monitored_hosts(spec), monitor_host(spec)
     interceptor: bool
     workloads: Sequence[Any]     # harness.spec.Workload: kind, host, server, instances
     faults: Sequence[Any]
@@ -103,6 +127,9 @@ class FaultSpec(Strict):
 
     # A target workload must run on the monitored host: the fault's target is one of its modules.
     target_on_monitor: ClassVar[bool] = False
+    # Its `target` may name a host ({host: H}) instead of a workload (a kind with a `host` field takes
+    # that spelling as `host: H` instead).
+    host_targets: ClassVar[bool] = False
 
     def check(self) -> None:
         """Raise ValueError (one line) for a mistake in the fault's fields. A field only other kinds
@@ -114,8 +141,11 @@ class FaultSpec(Strict):
         return None
 
     def footprint(self, spec: SpecView) -> Footprint:
-        """What the fault stalls, for isolation (docs/schedules.md): by default its target workload."""
+        """What the fault stalls, for isolation (docs/schedules.md): by default its target workload (a
+        host target: the host and every workload on it)."""
         t = self.target
+        if t.host is not None:
+            return host_footprint(spec, t.host)
         return Footprint(frozenset(), frozenset({(t.workload, t.instance)}))
 
     def same_action(self, other: FaultSpec) -> bool:
@@ -124,12 +154,12 @@ class FaultSpec(Strict):
         o_at, o_host, o_target = (getattr(other, n, None) for n in ("at", "host", "target"))
         if target is None or o_target is None:
             return at == o_at and host == o_host and target is o_target
-        return target.workload == o_target.workload
+        return (target.workload, target.host) == (o_target.workload, o_target.host)
 
     def node(self, spec: SpecView) -> str:
         """Where the fault acts (the faults row's at_node): its router `at`, else the monitored host."""
         at = getattr(self, "at", None)
-        return at if at is not None else spec.monitor
+        return at if at is not None else monitor_host(spec)
 
 
 def _listed(names: list[str]) -> str:
@@ -149,12 +179,25 @@ class AnyFault(FaultSpec):
     @model_validator(mode="after")
     def _by_kind(self):
         rules = self.rules
+        self._host_target(rules)
         rules.check(self)
         for name in type(self).model_fields:
             if name not in ("kind", "schedule") and name not in rules.model_fields and getattr(self, name) is not None:
                 takers = [k for k, s in self.kinds.items() if name in s.model_fields]
                 raise ValueError(f"'{name}' applies to {_listed(takers)} only")
         return self
+
+    def _host_target(self, rules: type[FaultSpec]) -> None:
+        """`target: {host: H}` (issue 33's spelling) is `host: H` for a kind that has a `host` field."""
+        t = getattr(self, "target", None)
+        if t is None or t.host is None:
+            return
+        if "host" in rules.model_fields:
+            if self.host is not None and self.host != t.host:
+                raise ValueError(f"'host: {self.host}' and 'target: {{host: {t.host}}}' name two hosts; give one")
+            self.host, self.target = t.host, None
+        elif not rules.host_targets:
+            raise ValueError(f"{self.kind} takes 'target: {{workload: N}}', not a host")
 
     def check_against(self, spec: SpecView, topology: Topology) -> tuple[Loc, str] | None:
         return self.rules.check_against(self, spec, topology)

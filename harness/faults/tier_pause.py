@@ -5,24 +5,24 @@ tier, e.g. a paused cache).
 
     - {kind: tier_pause, host: cache, schedule: {at: [20s], duration: 3s}}
 
-The culprit is the paused tier's application on that host. When that host is the monitored one (its
-daemons then run with the interceptor), each process of the group is a target, `app:<pid>`, one
-faults row each sharing the one pause; otherwise the one row names the host, the tier and the group
-leader's pid with no module (the collector watches the monitored host only): NeST's labels have no
+The culprit is the paused tier's application on that host. When that host is monitored (its
+daemons then run with the interceptor), each process of the group that the collector sees as an
+application (one with a data socket) is a target, `app:<pid>`, one faults row each sharing the one pause; otherwise the one row names the host, the tier and the group
+leader's pid with no module (the collector does not watch that host): NeST's labels have no
 positive module in the window, and the true effect is in the requests table (the tier's hops, and
 every hop above it, waiting for the window's length).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from harness.faults.base import NoTarget, Part, target_json
+from harness.faults.base import Part, target_json
 from harness.faults.spec import FaultSpec, Footprint, SpecView
 from harness.faults.stop_continue import StopContinue, Stopped
+from harness.faults.tier_hosts import group_pids, not_a_tier, observed_pids, tier_daemon, tier_on
 from rundir.faultkinds import FaultKindInfo
 
 if TYPE_CHECKING:
@@ -31,17 +31,6 @@ if TYPE_CHECKING:
 
 INFO = FaultKindInfo("tier_pause", colour="#e7298a", order=None)
 TIERS = ("web", "app", "cache", "db")
-
-
-def tier_on(spec: SpecView, host: str) -> tuple[int, str] | None:
-    """(service workload, tier) of the tier running on `host`."""
-    for i, w in enumerate(spec.workloads):
-        if w.kind != "service":
-            continue
-        for tier, h in w.tier_hosts.items():
-            if h == host and tier != "client":
-                return i, "app" if tier.startswith("app") else tier
-    return None
 
 
 class TierPauseSpec(FaultSpec):
@@ -53,9 +42,8 @@ class TierPauseSpec(FaultSpec):
             raise ValueError("tier_pause needs 'host': the host of the service tier to stop, e.g. cache")
 
     def check_against(self, spec: SpecView, topology: Topology):
-        if tier_on(spec, self.host) is None:
-            return (("host",), f"{self.host!r} runs no tier of a service workload (web, apps, cache, db)")
-        return None
+        problem = not_a_tier(spec, self.host)
+        return None if problem is None else (("host",), problem)
 
     def footprint(self, spec: SpecView) -> Footprint:
         return Footprint(frozenset(), frozenset({(tier_on(spec, self.host)[0], None)}))
@@ -65,19 +53,6 @@ class TierPauseSpec(FaultSpec):
 
     def node(self, spec: SpecView) -> str:
         return self.host
-
-
-def group_pids(pgid: int) -> list[int]:
-    """Every process of a process group (Mininet hosts share this machine's pids)."""
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":   # a zombie never shows the stop
-            out.append(int(stat.parent.name))
-    return sorted(out)
 
 
 class TierPause(StopContinue):
@@ -93,16 +68,16 @@ class TierPause(StopContinue):
     def inject(self, window: Window, first_id: int) -> list[Part]:
         env = self.env
         f = env.spec.faults[window.spec_index]
-        i, tier = tier_on(env.spec, f.host)
-        tiers = env.workloads.services.get(i)
-        proc = next((p for t, p in (tiers.procs if tiers else []) if p.node == f.host and t == tier), None)
-        if proc is None or proc.poll() is not None:
-            raise NoTarget(f"no {tier} daemon running on {f.host}")
+        i, tier, proc = tier_daemon(env, f.host)
         action, start = self.stop(f.host, proc)
         pids = self.pids(action)
         text = f"the {tier} tier on {f.host} stopped"
-        if f.host != env.spec.monitor:
+        observed = observed_pids(env, f.host, pids)   # its application modules, when the host is monitored
+        if not observed:
             return [Part(target_json(description=text, host=f.host, tier=tier, pid=proc.pid, pids=pids, workload=i,
                                      module_key=None), self.describe(action), start, action)]
         return [Part(target_json(description=f"{text}: pid {p}", host=f.host, tier=tier, pid=p, workload=i,
-                                 module_key=f"app:{p}"), self.describe(action), start, action) for p in pids]
+                                 module_key=f"app:{p}"), self.describe(action), start, action) for p in observed]
+
+
+__all__ = ["TierPause", "TierPauseSpec", "group_pids", "tier_on"]

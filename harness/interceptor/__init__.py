@@ -3,8 +3,8 @@
 The C source is next to this file (the .c files by concern, listed in internal.h; nestintercept.h is the
 shared-memory format); `make -C harness/interceptor` builds libnestintercept.so from every .c file there
 (scripts/setup.sh does it on install). Next to it, in Python: the reader
-of the library's shared memory (harness.interceptor.shm) and the pause/resume handshake
-(harness.interceptor.pause); the collector source of app and socket modules is
+of the library's shared memory (harness.interceptor.shm), the reader of its message ring (harness.interceptor.ring) and the
+pause/resume handshake (harness.interceptor.pause); the collector source of app and socket modules is
 harness.collector.appsockets. docs/interceptor.md describes the whole thing.
 """
 
@@ -29,6 +29,7 @@ ENV_COLLECTOR_SOCK = "NESTLAB_COLLECTOR_SOCK"  # Unix datagram socket for new pr
 ENV_PAUSE_SIGNAL = "NESTLAB_PAUSE_SIGNAL"      # default SIGUSR1; 'none' disables pause/resume
 ENV_RESUME_SIGNAL = "NESTLAB_RESUME_SIGNAL"    # default SIGUSR2; equal to the pause signal: toggle
 ENV_MAX_FDS = "NESTLAB_MAX_FDS"                # slots per process (default 4096)
+ENV_TRACE_EVENTS = "NESTLAB_TRACE_EVENTS"      # message tracing: events in each process's ring (unset: off)
 
 
 def library_path() -> Path:
@@ -75,7 +76,7 @@ def _signame(sig: int | str | signal.Signals | None) -> str | None:
 def preload_env(shm_dir: str | os.PathLike, collector_sock: str | os.PathLike | None = None,
                 env: Mapping[str, str] | None = None, *,
                 pause_signal: int | str | None = None, resume_signal: int | str | None = None,
-                max_fds: int | None = None) -> dict[str, str]:
+                max_fds: int | None = None, trace_events: int | None = None) -> dict[str, str]:
     """The environment of a workload process run under the interceptor.
 
     Starts from `env` (default os.environ), puts the library first in LD_PRELOAD (keeping what was
@@ -95,4 +96,8 @@ def preload_env(shm_dir: str | os.PathLike, collector_sock: str | os.PathLike | 
             out[key] = val
     if max_fds is not None:
         out[ENV_MAX_FDS] = str(int(max_fds))
+    if trace_events:
+        out[ENV_TRACE_EVENTS] = str(int(trace_events))
+    else:
+        out.pop(ENV_TRACE_EVENTS, None)
     return out

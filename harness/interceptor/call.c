@@ -90,6 +90,19 @@ void defer_forget(void) {
     g_defer_n = 0;
 }
 
+/* The delay fault's hold (reply_gate, call.h): `ns` from now, whatever signal comes meanwhile. */
+void reply_hold(uint64_t ns) {
+    int saved = errno;
+    struct timespec ts;
+    uint64_t until = now_ns() + ns;
+    ts.tv_sec = (time_t)(until / 1000000000ull);
+    ts.tv_nsec = (long)(until % 1000000000ull);
+    while (syscall(SYS_clock_nanosleep, CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) != 0 && errno == EINTR)
+        ;
+    HCOUNT(replies_delayed);
+    errno = saved;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Restarting what our signal interrupted                                                     */
 

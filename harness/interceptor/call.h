@@ -113,6 +113,60 @@ static inline void call_end(struct nest_call *c, long r, int e) {
     pause_gate();
 }
 
+/* Message tracing (nestintercept.h): a completed call as an event in the ring, stamped `t` (its end),
+ * or dropped and counted when the ring is full. No lock: a compare-and-swap reserves the place. */
+static inline __attribute__((always_inline)) void trace_put(struct nest_ring *g, struct nest_slot *s, int fd,
+                                                            int call, long r, uint64_t t) {
+    if (UNLIKELY(!(s->flags & (NEST_SF_PEER | NEST_SF_TRACE_EP))))
+        trace_endpoints(s, fd);
+    uint64_t h = __atomic_load_n(&g->head, RELAXED);
+    do {
+        if (UNLIKELY(h - __atomic_load_n(&g->tail, __ATOMIC_ACQUIRE) > g_trace_mask)) {
+            __atomic_fetch_add(&g->drops, 1, RELAXED);
+            return;
+        }
+    } while (UNLIKELY(!__atomic_compare_exchange_n(&g->head, &h, h + 1, 1, RELAXED, RELAXED)));
+    struct nest_event *ev = &g_events[h & g_trace_mask];
+    ev->tid = my_tid();
+    ev->mono_ns = t;
+    ev->fd = fd;
+    ev->bytes = (uint32_t)r;
+    ev->call = (uint8_t)call;
+    ev->family = (uint8_t)s->family;
+    ev->lport = s->lport;
+    ev->rport = s->rport;
+    memcpy(ev->laddr, s->laddr, 16);
+    memcpy(ev->raddr, s->raddr, 16);
+    __atomic_store_n(&ev->stamp, (uint32_t)(h + 1), __ATOMIC_RELEASE);
+}
+
+/* call_end of a counted receive or send (COUNT): the call also goes into the message ring when
+ * tracing, before the pause gate. A receive is stamped when it returned, a send when it was called:
+ * the receiver may have the bytes before send() returns (loopback delivers inside the call), and a
+ * message must not arrive before it left. */
+static inline __attribute__((always_inline)) void call_end_io(struct nest_call *c, long r, int e, int fd, int call) {
+    uint64_t t1 = 0;
+    if (LIKELY(c->ok)) {
+        t1 = now_ns();
+        call_finish(c, t1, r, e, 1);
+    }
+    defer_poll();
+    struct nest_ring *g = g_ring;
+    if (g && r >= 0 && call)
+        trace_put(g, c->s, fd, call, r, call >= NEST_C_WRITE ? c->t0 : t1 ? t1 : now_ns());
+    pause_gate();
+}
+
+/* The delay fault (header.reply_delay_ns, set by the injector): a send that starts a reply (on an
+ * accepted socket, its last completed call a receive) is held before it is made, as if the process
+ * took that much longer to answer; the rest of the reply's sends go at once. */
+static inline void reply_gate(struct nest_slot *s) {
+    uint64_t d = __atomic_load_n(&g_hdr->reply_delay_ns, RELAXED);
+    if (UNLIKELY(d) && (s->flags & NEST_SF_ACCEPTED) &&
+        __atomic_load_n(&s->dir[NEST_IN].last_ns, RELAXED) >= __atomic_load_n(&s->dir[NEST_OUT].last_ns, RELAXED))
+        reply_hold(d);
+}
+
 /* Runs when a thread is cancelled inside the real call (forced unwind, -fexceptions). */
 static inline void call_cleanup(struct nest_call *c) {
     if (UNLIKELY(c->ok))
@@ -182,8 +236,12 @@ static inline uint64_t retry_clock(int timed) {
  * r = expr, restarted when our signal interrupted it (SOCK_RESTART); when fd is a socket with a slot,
  * timed and counted, completed (`bytes`, an expression of r, >= 0: a message of that many bytes) or
  * failed (< 0: an error, unless errno says it would block). errno is the call's afterwards.
- * Whatever is done with every counted call (a message tracer) is one more call after call_end. */
-#define COUNT(name, rtype, dir, fd, r, expr, bytes) \
+ * Tracing on (g_ring), a completed call is also an event in the message ring (call_end_io). */
+#define COUNT(name, rtype, dir, fd, r, expr, bytes) COUNT_AS(name, TRC_##name, rtype, dir, fd, r, expr, bytes)
+
+/* COUNT with the call's code in the message trace given (`code`: NEST_C_*, or 0: not traced, e.g. a
+ * receive with MSG_PEEK, which leaves the bytes for the next one). */
+#define COUNT_AS(name, code, rtype, dir, fd, r, expr, bytes) \
     do { \
         REAL(name, rtype); \
         struct nest_slot *s_ = tracked(fd); \
@@ -191,11 +249,13 @@ static inline uint64_t retry_clock(int timed) {
             SOCK_RESTART(r, expr, fd, dir, 0); \
             break; \
         } \
+        if ((dir) == NEST_OUT) \
+            reply_gate(s_); \
         struct nest_call c_ __attribute__((cleanup(call_cleanup))); \
         call_begin(&c_, s_, dir); \
         SOCK_RESTART(r, expr, fd, dir, c_.t0); \
         int e_ = errno; \
-        call_end(&c_, (bytes), e_); \
+        call_end_io(&c_, (bytes), e_, fd, (code)); \
         errno = e_; \
     } while (0)
 

@@ -26,7 +26,9 @@
  * straight through), NESTLAB_COLLECTOR_SOCK (path, '@name' for the abstract namespace; optional),
  * NESTLAB_PAUSE_SIGNAL / NESTLAB_RESUME_SIGNAL (USR1, SIGUSR2, 12, RTMIN+3, none), NESTLAB_MAX_FDS
  * (slots per process, default 4096: sockets with a larger fd are not counted and flagged),
- * NESTLAB_LOCK_WAIT_MS (how long a writer waits for a seqlock held by a live thread, default 1000).
+ * NESTLAB_LOCK_WAIT_MS (how long a writer waits for a seqlock held by a live thread, default 1000),
+ * NESTLAB_TRACE_EVENTS (message tracing: every completed receive and send call also goes into a ring
+ * of this many events in the file, trace.c; unset or 0: off).
  *
  * Processes: fork() (pthread_atfork child handler) gives the child its own file, with the inherited
  * sockets and zero counters; exec keeps LD_PRELOAD, so the constructor runs again and re-attaches to
@@ -91,6 +93,7 @@ static void atfork_child(void) {
     size_t osz = g_map_size;
     uint32_t on = g_nslots;
     g_on = 0;
+    trace_attach(NULL, 0);   /* the parent's ring: the child gets its own with its file */
     defer_forget();   /* they point into the parent's file */
     g_stuck_seq = NULL;
     pid_t ppid = g_pid;
@@ -106,7 +109,10 @@ static void atfork_child(void) {
         uint32_t had = 0;
         for (uint32_t fd = 0; fd < m; fd++) {
             const struct nest_slot *s = &os[fd];
-            if (s->state != NEST_OPEN)
+            /* A socket of ours at the fork (g_kind, this process's copy) is copied even if the parent
+             * closed its own fd meanwhile (state CLOSED): the child's fd is still open, and without
+             * its slot its calls would go to a free one. */
+            if (s->state != NEST_OPEN && !(KIND(g_kind[fd]) == K_SOCK && s->state == NEST_CLOSED))
                 continue;
             struct nest_slot *d = &ns[fd];
             d->gen = 1;
@@ -124,6 +130,9 @@ static void atfork_child(void) {
             if ((d->flags & NEST_SF_GRAPH) && (d->flags & NEST_SF_PEER) && !(d->flags & NEST_SF_LISTEN))
                 had = NEST_HF_HAD_GRAPH;
         }
+        for (uint32_t fd = m; fd < on && fd < g_want_slots; fd++)   /* no slot in the child's file */
+            if (KIND(g_kind[fd]) == K_SOCK)
+                g_kind[fd] = K_UNKNOWN;
         h->max_fd = m;
         h->flags |= had | (oh->flags & NEST_HF_PAUSE_OFF);
         h->paused = (uint32_t)__atomic_load_n(&g_paused, RELAXED);
@@ -131,6 +140,7 @@ static void atfork_child(void) {
         g_slots = ns;
         g_nslots = nn;
         g_map_size = map_size(nn);
+        trace_attach(h, g_map_size);
         g_on = 1;
     } else {
         g_hdr = NULL;
@@ -160,6 +170,7 @@ __attribute__((constructor)) static void nest_init(void) {
     const char *lw = getenv("NESTLAB_LOCK_WAIT_MS");
     long w = lw && *lw ? strtol(lw, NULL, 10) : 1000;
     g_lock_wait_ns = (uint64_t)(w < 1 ? 1 : w > 60000 ? 60000 : w) * 1000000ull;
+    trace_configure(getenv("NESTLAB_TRACE_EVENTS"));
 
     g_pause_sig = parse_signal(getenv("NESTLAB_PAUSE_SIGNAL"), SIGUSR1);
     g_resume_sig = parse_signal(getenv("NESTLAB_RESUME_SIGNAL"), SIGUSR2);
@@ -210,6 +221,7 @@ __attribute__((constructor)) static void nest_init(void) {
     g_nslots = nn;
     g_map_size = map_size(nn);
     g_slots = (struct nest_slot *)((char *)h + NEST_HEADER_SIZE);
+    trace_attach(h, g_map_size);
     if (reattached)
         revalidate_after_exec();
     install_signals();

@@ -15,6 +15,8 @@
  *   fds.c      wrappers: sockets and descriptors made, duplicated, closed
  *   pause.c    the application fault: the pause/resume handler, and the signal wrappers that keep it
  *   hints.c    notifications to the collector and lines on stderr (async-signal-safe formatting)
+ *   trace.c    message tracing: the ring's place in the file, endpoints looked up once (the hot
+ *              path, trace_put, is inline in call.h)
  *
  * Every file includes this header (or call.h) first. Everything declared here is hidden (the pragma
  * below, and -fvisibility=hidden for the definitions): the files reach each other's globals and
@@ -192,6 +194,10 @@ extern int g_sig_on;                   /* pause.c: our handlers are installed */
 extern volatile int g_paused;          /* pause.c */
 extern uint64_t *g_stuck_seq;          /* seqlock.c: a seqlock that outlasted the wait */
 extern uint32_t g_defer_n;             /* call.c: call ends waiting to be applied */
+extern uint32_t g_trace_want;          /* trace.c: ring events asked for (NESTLAB_TRACE_EVENTS; 0: off) */
+extern struct nest_ring *g_ring;       /* trace.c: the message ring (NULL: not tracing) */
+extern struct nest_event *g_events;    /* trace.c */
+extern uint64_t g_trace_mask;          /* trace.c: trace_cap - 1 */
 
 extern TLS uint32_t t_tid;             /* seqlock.c: this thread's id (0: not known yet; reset after fork) */
 extern TLS volatile uint32_t t_sigs;   /* pause.c: runs of our pause/resume handler on this thread */
@@ -316,8 +322,31 @@ void defer_flush(void);
 void defer_apply_slot(struct nest_slot *s);
 void defer_forget(void);
 int sock_wait_left(int fd, int dir, uint64_t *t0);
+void reply_hold(uint64_t ns);
 int ms_left(int timeout, uint64_t t0);
 void ts_left(const struct timespec *full, uint64_t t0, struct timespec *out);
+
+/* trace.c */
+void trace_configure(const char *v);
+size_t ring_bytes(uint32_t cap);
+void trace_attach(struct nest_header *h, size_t size);
+void trace_endpoints(struct nest_slot *s, int fd);
+
+/* The NEST_C_* code of a wrapped call, by its name (COUNT in call.h). */
+#define TRC_read NEST_C_READ
+#define TRC_readv NEST_C_READV
+#define TRC_recv NEST_C_RECV
+#define TRC_recvfrom NEST_C_RECVFROM
+#define TRC_recvmsg NEST_C_RECVMSG
+#define TRC_recvmmsg NEST_C_RECVMMSG
+#define TRC_write NEST_C_WRITE
+#define TRC_writev NEST_C_WRITEV
+#define TRC_send NEST_C_SEND
+#define TRC_sendto NEST_C_SENDTO
+#define TRC_sendmsg NEST_C_SENDMSG
+#define TRC_sendmmsg NEST_C_SENDMMSG
+#define TRC_sendfile NEST_C_SENDFILE
+#define TRC_sendfile64 NEST_C_SENDFILE64
 
 /* waits.c */
 int poll_r(struct pollfd *fds, nfds_t n, int timeout);

@@ -23,8 +23,13 @@ EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt) {
     COUNTED(readv, ssize_t, NEST_IN, fd, real_readv(fd, iov, cnt));
 }
 
+/* A receive with MSG_PEEK is counted as before but not traced: its bytes are read again. */
+#define PEEKED(code, flags) (((flags) & MSG_PEEK) ? 0 : (code))
+
 EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags) {
-    COUNTED(recv, ssize_t, NEST_IN, fd, real_recv(fd, buf, n, flags));
+    ssize_t r;
+    COUNT_AS(recv, PEEKED(NEST_C_RECV, flags), ssize_t, NEST_IN, fd, r, real_recv(fd, buf, n, flags), (long)r);
+    return r;
 }
 
 EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags) {
@@ -35,7 +40,10 @@ EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags)
 }
 
 EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, __SOCKADDR_ARG addr, socklen_t *alen) {
-    COUNTED(recvfrom, ssize_t, NEST_IN, fd, real_recvfrom(fd, buf, n, flags, SA_PTR(addr), alen));
+    ssize_t r;
+    COUNT_AS(recvfrom, PEEKED(NEST_C_RECVFROM, flags), ssize_t, NEST_IN, fd, r,
+             real_recvfrom(fd, buf, n, flags, SA_PTR(addr), alen), (long)r);
+    return r;
 }
 
 EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags,
@@ -71,7 +79,7 @@ static long mmsg_bytes(const struct mmsghdr *v, int r) {
 
 EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int flags) {
     ssize_t r;
-    COUNT(recvmsg, ssize_t, NEST_IN, fd, r, real_recvmsg(fd, m, flags), (long)r);
+    COUNT_AS(recvmsg, PEEKED(NEST_C_RECVMSG, flags), ssize_t, NEST_IN, fd, r, real_recvmsg(fd, m, flags), (long)r);
     if (r >= 0) {
         int e = errno;
         scm_rights_fresh(m);

@@ -15,7 +15,8 @@
  * file of a reused pid is replaced. A process never removes its file: the reader decides that a
  * process is gone from /proc/<pid>/stat (missing, zombie or another starttime) or the EXITED flag.
  *
- * Layout: a 4096-byte header, then nslots slots of 256 bytes; slot i describes file descriptor i.
+ * Layout: a 4096-byte header, then nslots slots of 256 bytes; slot i describes file descriptor i;
+ * then, when tracing messages, the message ring (below).
  * All integers are native (little-endian on x86-64), unsigned unless noted.
  *
  * Concurrency. Every per-direction block (struct nest_dir) and every slot identity and the header's
@@ -37,8 +38,9 @@
  * the pause/resume handshake still works. When not even the header fits there is no file (one line
  * on stderr, the library is inert).
  *
- * Format compatibility. Fields added in what was padding (untracked .. space_errno, NO_SPACE) are
- * zero in files written by earlier builds and ignored by earlier readers: the version stays 1. A
+ * Format compatibility. Fields added in what was padding (untracked .. space_errno, NO_SPACE, the
+ * trace_* and reply_delay fields) are zero in files written by earlier builds and ignored by earlier readers; the
+ * message ring lies after the slots, where earlier readers do not look: the version stays 1. A
  * change of layout bumps NEST_VERSION.
  *
  * Wait time. wait_ns holds the time spent in finished calls and poll-type waits; calls still in
@@ -72,6 +74,8 @@
 #define NEST_SF_CONNECT 0x08u     /* connect() was called on it */
 #define NEST_SF_INHERITED 0x10u   /* found on first use (inherited, dup'd, received), not created here */
 #define NEST_SF_GRAPH 0x20u       /* AF_INET/AF_INET6 SOCK_STREAM: has a TCP module (key tcp:<inode>) */
+#define NEST_SF_TRACE_EP 0x40u    /* message tracing looked its endpoints up (a Unix peer's inode, an
+                                     endpoint not known at first sight); not looked up again */
 
 /* header.flags */
 #define NEST_HF_EXITED 0x01u          /* the process ran exit() (destructor) */
@@ -159,7 +163,14 @@ struct nest_header {              /* 4096 bytes */
                                              interrupted them (not seen by the program) */
     uint32_t want_slots;          /*  184 slots asked for (NO_SPACE: nslots is 0) */
     int32_t space_errno;          /*  188 why the space could not be allocated (NO_SPACE) */
-    uint8_t pad0[64];             /*  192 */
+    uint32_t trace_cap;           /*  192 events the message ring holds (a power of 2; 0: not tracing) */
+    uint32_t trace_event_size;    /*  196 NEST_EVENT_SIZE */
+    uint64_t trace_off;           /*  200 offset of the ring (struct nest_ring) from the file's start */
+    uint64_t reply_delay_ns;      /*  208 the delay fault, written by the injector (0: none): every reply
+                                             this process starts (its first send on an accepted socket
+                                             after a receive there) is held this long before it is sent */
+    uint64_t replies_delayed;     /*  216 replies held so far */
+    uint8_t pad0[32];             /*  224 */
     uint64_t seq;                 /*  256 seqlock of retired, retired_n and the command line */
     uint64_t retired_n;           /*  264 graph sockets closed */
     struct nest_totals retired[2];/*  272 final counters of closed graph (non-listening) sockets */
@@ -170,6 +181,54 @@ struct nest_header {              /* 4096 bytes */
     uint8_t pad3[NEST_HEADER_SIZE - 520 - NEST_CMDLINE_MAX];
 };
 
+/*
+ * Message tracing (NESTLAB_TRACE_EVENTS=N; issue 33 item 3, docs/interceptor.md "Message traces").
+ * Every completed receive and send call on a counted socket is also an event in a ring after the
+ * slots (header.trace_off): a 256-byte struct nest_ring, then trace_cap events of 64 bytes. Writers
+ * (every thread of the process) reserve index `head` with a compare-and-swap, unless the ring is full
+ * (head - tail == trace_cap: the event is dropped and counted in `drops`), fill the event and publish
+ * it by storing its `stamp` (index + 1, low 32 bits) last. The one reader (the drainer) reads the
+ * events from `tail` while their stamp says they are published, then stores the new tail: an event's
+ * place is written again only after the reader moved past it. Nothing is locked and nothing allocated.
+ *
+ * Endpoints as the socket's slot has them: AF_INET/AF_INET6 addresses and ports; AF_UNIX: laddr's
+ * first 8 bytes are the socket's inode and raddr's its peer's (looked up once with sock_diag; 0: no
+ * peer), the ports 0.
+ */
+#define NEST_RING_SIZE 256u
+#define NEST_EVENT_SIZE 64u
+
+struct nest_ring {                /* 256 bytes, each hot word on its own cache line */
+    uint64_t head;                /*   0 next index to reserve (writers) */
+    uint8_t pad0[56];
+    uint64_t tail;                /*  64 next index to read (the reader; every index below it is read) */
+    uint8_t pad1[56];
+    uint64_t drops;               /* 128 events dropped: the ring was full */
+    uint8_t pad2[120];
+};
+
+/* event.call */
+enum {
+    NEST_C_READ = 1, NEST_C_READV, NEST_C_RECV, NEST_C_RECVFROM, NEST_C_RECVMSG, NEST_C_RECVMMSG,
+    NEST_C_WRITE = 16, NEST_C_WRITEV, NEST_C_SEND, NEST_C_SENDTO, NEST_C_SENDMSG, NEST_C_SENDMMSG,
+    NEST_C_SENDFILE, NEST_C_SENDFILE64
+};
+
+struct nest_event {               /* 64 bytes */
+    uint32_t stamp;               /*  0 index + 1 (low 32 bits) once published */
+    uint32_t tid;                 /*  4 */
+    uint64_t mono_ns;             /*  8 CLOCK_MONOTONIC ns: a receive's return, a send's call */
+    int32_t fd;                   /* 16 */
+    uint32_t bytes;               /* 20 what the call moved (Linux moves at most 2^31 - 4096 bytes a call) */
+    uint8_t call;                 /* 24 NEST_C_* (< 16: a receive) */
+    uint8_t family;               /* 25 AF_* of the socket */
+    uint16_t lport;               /* 26 host order */
+    uint16_t rport;               /* 28 */
+    uint16_t pad;                 /* 30 */
+    uint8_t laddr[16];            /* 32 */
+    uint8_t raddr[16];            /* 48 */
+};
+
 #ifdef __cplusplus
 #define NEST_STATIC_ASSERT static_assert
 #else
@@ -178,5 +237,7 @@ struct nest_header {              /* 4096 bytes */
 NEST_STATIC_ASSERT(sizeof(struct nest_dir) == 64, "nest_dir size");
 NEST_STATIC_ASSERT(sizeof(struct nest_slot) == NEST_SLOT_SIZE, "nest_slot size");
 NEST_STATIC_ASSERT(sizeof(struct nest_header) == NEST_HEADER_SIZE, "nest_header size");
+NEST_STATIC_ASSERT(sizeof(struct nest_ring) == NEST_RING_SIZE, "nest_ring size");
+NEST_STATIC_ASSERT(sizeof(struct nest_event) == NEST_EVENT_SIZE, "nest_event size");
 
 #endif

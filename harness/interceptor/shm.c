@@ -59,8 +59,10 @@ uint64_t proc_starttime(pid_t *ppid) {
     return v;
 }
 
+/* The header, the slots and, when tracing (and there are slots), the message ring after them. */
 size_t map_size(uint32_t nslots) {
-    return (size_t)NEST_HEADER_SIZE + (size_t)nslots * NEST_SLOT_SIZE;
+    size_t n = (size_t)NEST_HEADER_SIZE + (size_t)nslots * NEST_SLOT_SIZE;
+    return nslots ? n + ring_bytes(g_trace_want) : n;
 }
 
 static void shm_path(char *out, size_t cap, pid_t pid, int tmp) {
@@ -140,6 +142,11 @@ struct nest_header *shm_create(pid_t pid, pid_t ppid, uint64_t starttime,
         h->created_ns = now_ns();
         h->pause_sig = g_pause_sig;
         h->resume_sig = g_resume_sig;
+        if (n && g_trace_want) {
+            h->trace_cap = g_trace_want;
+            h->trace_event_size = NEST_EVENT_SIZE;
+            h->trace_off = (uint64_t)NEST_HEADER_SIZE + (uint64_t)n * NEST_SLOT_SIZE;
+        }
         if (from) {
             memcpy(h->cmdline, from->cmdline, NEST_CMDLINE_MAX);
             h->cmdline_len = from->cmdline_len;
@@ -189,7 +196,7 @@ struct nest_header *shm_reattach(pid_t pid, uint64_t starttime, uint32_t *nslots
             if (memcmp(h->magic, NEST_MAGIC, 8) || h->version != NEST_VERSION ||
                 h->header_size != NEST_HEADER_SIZE || h->slot_size != NEST_SLOT_SIZE ||
                 h->nslots != n || h->pid != pid || h->starttime != starttime ||
-                starttime == 0) {
+                starttime == 0 || h->trace_cap != (n ? g_trace_want : 0)) {
                 munmap(m, size);
                 h = NULL;
             }

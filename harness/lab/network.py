@@ -31,10 +31,13 @@ from rich.text import Text
 from harness.backends import make_backend
 from harness.backends.base import Clocks, Proc
 from harness.collector.appsockets import warnings_from_log
+from harness.collector.hosts import HostArg
 from harness.collector.main import command as collector_command
 from harness.collector.probe import ProbeSettings
 from harness.faults import FaultEnv, Faults, NoTarget, kinds_used
+from harness.faults.spec import monitor_host, monitored_hosts
 from harness.lab.base import FaultRow, FaultSkipped, Injection, Lab, Run
+from harness.lab.tracing import MessageTracing
 from harness.ledger import signals_held
 from harness.outline import RecordingStopped
 from harness.window import Window
@@ -63,7 +66,9 @@ class NetworkLab(Lab):
         self.workloads: Workloads | None = None
         self.collector: Proc | None = None
         self.faults: Faults | None = None
-        self.shm_dir: str | None = None
+        self.shm_dir: str | None = None          # the interceptor's directory on the first monitored host
+        self.shm_dirs: dict[str, str] = {}        # ... on each monitored host
+        self.tracing: MessageTracing | None = None   # `trace: messages` (harness/lab/tracing.py)
         self.clocks: Clocks | None = None
         self.collector_db: str | None = None    # where the collector writes (the run's own run.db, or a node's)
         self.next_queue_sample = -1e9
@@ -90,15 +95,24 @@ class NetworkLab(Lab):
     # -- the start -----------------------------------------------------------------------------
     def manifest_start(self) -> dict:
         spec, topo = self.spec, self.exp.topology
-        monitor_if = topo.interfaces[spec.monitor][0]
+        monitor_if = topo.interfaces[monitor_host(spec)][0]
         return dict(
             spec=spec.model_dump(mode="json"),
             topology={"name": topo.name, "file": str(topo.source), "spec": topo.spec.model_dump(mode="json"),
                       "addresses": {n: [i.__dict__ for i in intfs] for n, intfs in topo.interfaces.items()}},
             backend=topo.backend,
-            monitor={"host": spec.monitor, "address": monitor_if.address, "interface": monitor_if.name},
+            monitor={"host": monitor_host(spec), "address": monitor_if.address, "interface": monitor_if.name},
+            **self._monitored(topo.interfaces),
             congestion_control=spec.congestion_control, clock="CLOCK_MONOTONIC of the monitored host",
             fault_kinds=kinds_used(spec.faults))
+
+    def _monitored(self, interfaces) -> dict:
+        """Several monitored hosts: the manifest's `monitored`, each host's address and interface
+        (`monitor` stays the first's, the reference clock's). Nothing for one host."""
+        if len(monitored_hosts(self.spec)) < 2:
+            return {}
+        return {"monitored": [{"host": h, "address": interfaces[h][0].address, "interface": interfaces[h][0].name}
+                              for h in monitored_hosts(self.spec)]}
 
     def setup(self) -> None:
         spec, topo, rd = self.spec, self.exp.topology, self.rd
@@ -107,30 +121,38 @@ class NetworkLab(Lab):
         backend.preflight()   # programs, permissions, connections: before anything is made
         self._announce("build")
         backend.build()
-        self.clocks = backend.clocks(spec.monitor)
-        monitor_if = backend.interfaces(spec.monitor)[0]
+        self.clocks = backend.clocks(monitor_host(spec))
+        monitor_if = backend.interfaces(monitor_host(spec))[0]
         interfaces = {n: [i.__dict__ for i in backend.interfaces(n)] for n in topo.spec.nodes}
-        monitor = {"host": spec.monitor, "address": monitor_if.address, "interface": monitor_if.name,
-                   **backend.manifest_monitor(spec.monitor)}
+        monitor = {"host": monitor_host(spec), "address": monitor_if.address, "interface": monitor_if.name,
+                   **backend.manifest_monitor(monitor_host(spec))}
         # start_mono was read on the runner's clock (the same clock on Mininet: offset 0).
         rd.update_manifest(status="running", topology={**rd.manifest["topology"], "addresses": interfaces},
                            versions={"nestlab": __version__, **backend.versions()},
                            clock_offsets=self.clocks.as_dict(), monitor=monitor, link_model=backend.link_model,
+                           **self._monitored({n: backend.interfaces(n) for n in monitored_hosts(spec)}),
                            **backend.manifest_extra(), start_mono=self.runner_time(rd.manifest["start_mono"]))
         nodes = {n: backend.node(n) for n in topo.spec.nodes}
         addresses = {n: backend.address(n) for n in topo.spec.nodes}
         client_env = {}
-        if spec.interceptor:
-            self.shm_dir, client_env[spec.monitor] = backend.interceptor(spec.monitor)
+        if spec.interceptor:   # each monitored host's clients and tiers run with the interceptor
+            for host in monitored_hosts(spec):
+                self.shm_dirs[host], client_env[host] = backend.interceptor(host)
+            self.shm_dir = self.shm_dirs[monitor_host(spec)]
+        if spec.trace:
+            self.tracing = MessageTracing(spec, backend, topo.backend)
+            self.tracing.add_env(client_env)
         self.workloads = Workloads(spec, nodes, addresses, rd.logs, client_env, on_process=self._on_process,
                                    warn=lambda message, workload: self.run.event("warning", message, workload),
                                    python=backend.python, seed=self.exp.seed_for(self.run.rep))
         self.run.ledger.add_path(self.workloads.www)
         self.workloads.start_servers()
         self.faults = Faults(FaultEnv(spec, backend, self.clocks, self.workloads, self.rng, self.run.run_id,
-                                      self.shm_dir, self.run.ledger))
+                                      self.shm_dir, self.run.ledger, shm_dirs=self.shm_dirs))
         self.faults.setup()   # the kinds' shared state, e.g. the fault chain on each router
         self._start_collector()
+        if self.tracing is not None:
+            self.tracing.start(str(rd.db), rd.logs / "tracedrain.log", self._on_process)
 
     def _announce(self, step: str) -> None:
         message = self.backend.announce(step)
@@ -138,15 +160,17 @@ class NetworkLab(Lab):
             self.run.say(message)
 
     def _start_collector(self) -> None:
-        backend, monitor, log = self.backend, self.spec.monitor, self.rd.collector_log
+        backend, monitor, log = self.backend, monitor_host(self.spec), self.rd.collector_log
         node = backend.node(monitor)
         self.collector_db = backend.collector_db(monitor, self.record)
         probe = None if self.spec.probe is None else ProbeSettings(**self.spec.probe.model_dump())
+        hosts = [HostArg(h, backend.node(h).pid, self.shm_dirs.get(h)) for h in monitored_hosts(self.spec)] \
+            if len(monitored_hosts(self.spec)) > 1 else []   # one collector reaches every host (harness.collector.hosts)
         argv = collector_command(backend.python(monitor), self.collector_db, self.spec.snapshot_interval,
-                                 self.shm_dir, backend.ignored_interfaces(monitor), probe)
+                                 None if hosts else self.shm_dir, backend.ignored_interfaces(monitor), probe, hosts)
         with signals_held():
             self.collector = node.start(argv, log)
-            self._on_process(self.collector, None, "collector", self.spec.monitor)
+            self._on_process(self.collector, None, "collector", monitor_host(self.spec))
         deadline = monotonic() + COLLECTOR_READY_S
         while monotonic() < deadline:
             if backend.snapshots(monitor, self.record) > 0:
@@ -174,7 +198,7 @@ class NetworkLab(Lab):
 
     # -- every tick ----------------------------------------------------------------------------
     def snapshots(self) -> int:
-        return self.backend.progress_snapshots(self.spec.monitor, self.record)
+        return self.backend.progress_snapshots(monitor_host(self.spec), self.record)
 
     def check(self, t: float, snaps: int, quiet_s: float) -> None:
         self._check_recording(t, snaps, quiet_s, max(COLLECTOR_STALL_S, 50 * self.spec.snapshot_interval))
@@ -245,6 +269,7 @@ class NetworkLab(Lab):
             ("stop workloads", lambda: self.workloads and self.workloads.stop_clients()),
             ("stop collector", self._stop_collector),
             ("stop servers", lambda: self.workloads and self.workloads.stop_servers()),
+            ("stop the message drainer", self._stop_tracing),
             ("record the request paths", self._record_requests),
             ("remove firewall chains", self._remove_chains),
             ("bring back run.db and logs", self._bring_back),
@@ -256,8 +281,22 @@ class NetworkLab(Lab):
 
     def _stop_collector(self) -> None:
         if self.collector is not None:
-            self.backend.node(self.spec.monitor).stop(self.collector, timeout=5.0)
+            self.backend.node(monitor_host(self.spec)).stop(self.collector, timeout=5.0)
             self._on_process(self.collector, None, "ended", None)
+
+    def _stop_tracing(self) -> None:
+        """The drainer's last drain, then the trace's totals in the manifest and its losses warned."""
+        if self.tracing is None:
+            return
+        # the process ends recorded so far are not committed yet (rundir.recorder.process_ended): their
+        # open transaction would hold run.db's write lock through the drainer's last drain
+        self.run.record.commit()
+        self.tracing.stop(self._on_process)
+        totals, warnings = self.tracing.outcome(self.rd.db)
+        self.tracing.totals = totals
+        self.rd.update_manifest(trace=totals)
+        for w in warnings:
+            self.run.event("warning", w)
 
     def _record_requests(self) -> None:
         """A service workload's true request paths (the requests table) and its load generator's
@@ -297,7 +336,7 @@ class NetworkLab(Lab):
         """Link each fault to the module it targets, now that the collector has recorded them."""
         if self.backend is None or self.clocks is None:
             return
-        link_fault_targets(self.db, self.spec.monitor, self.backend.interfaces(self.spec.monitor)[0].name)
+        link_fault_targets(self.db, monitor_host(self.spec), self.backend.interfaces(monitor_host(self.spec))[0].name)
 
     def finished(self, path: Path) -> None:
         """The analysis's columnar copy of the counters (rundir.columnar), now that run.db is complete:
@@ -313,5 +352,9 @@ class NetworkLab(Lab):
             console.print(Text.assemble(("warning: ", "yellow"), f"columnar copy of the counters not written: {e}"))
 
     def summary(self, counts: dict[str, int]) -> str:
-        return (f"faults injected {counts['faults']} (skipped {self.run.progress.skipped}), "
+        line = (f"faults injected {counts['faults']} (skipped {self.run.progress.skipped}), "
                 f"snapshots {counts['snapshots']}, modules {counts['modules']}")
+        totals = self.tracing.totals if self.tracing is not None else None
+        if totals:
+            line += f", messages {totals['events']} (dropped {totals['dropped']}, lost {totals['lost']})"
+        return line

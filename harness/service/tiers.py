@@ -62,6 +62,11 @@ class TierHosts:
     db: str
 
 
+# The interceptor's pause and resume signals in the tiers' daemons (app_pause at a tier host): glibc
+# keeps RTMIN..RTMIN+2 for itself; no tier uses these.
+TIER_PAUSE_SIGNALS = ("RTMIN+8", "RTMIN+9")
+
+
 class ServiceTiers:
     """The tiers of one service workload: start(), the daemons' pids by tier, stop()."""
 
@@ -72,10 +77,11 @@ class ServiceTiers:
         self.on_process = on_process       # (proc, workload, role, host) as for the other servers
         self.procs: list[tuple[str, Proc]] = []   # (tier, process), in start order (kept after stop: pids())
         self.stopped: set[int] = set()
-        # The interceptor's environment on the monitored host: its tier's daemons are observed like
-        # its clients (app and socket modules), without the pause signals (no fault pauses a tier
-        # through them, and nginx and gunicorn use SIGUSR1 and SIGUSR2 themselves).
-        self.host_env = {h: {**e, "NESTLAB_PAUSE_SIGNAL": "none", "NESTLAB_RESUME_SIGNAL": "none"}
+        # The interceptor's environment on each monitored host: its tier's daemons are observed like
+        # its clients (app and socket modules); app_pause's signals are real-time ones (TIER_PAUSE_SIGNALS),
+        # as nginx and gunicorn use SIGUSR1 and SIGUSR2 themselves.
+        self.host_env = {h: {**e, "NESTLAB_PAUSE_SIGNAL": TIER_PAUSE_SIGNALS[0],
+                             "NESTLAB_RESUME_SIGNAL": TIER_PAUSE_SIGNALS[1]}
                          for h, e in (host_env or {}).items() if e}
 
     @property

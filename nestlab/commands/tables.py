@@ -71,6 +71,10 @@ def register(subparsers) -> None:
     p.add_argument("--against", metavar="NAME",
                    help="then compare cell by cell with a seed ablation table (paper-table-8, or a YAML file); "
                         "implies --ablations when no variant is given. Writes against-NAME.md/.csv/.tex")
+    p.add_argument("--blackbox", default="nesting,convolution,linking", metavar="A[,B]",
+                   help="runs with a messages table (service runs): these black-box algorithms beside NeST's "
+                        "variants on the same faults, written to compare-blackbox.csv (default all three; "
+                        "'none': skip; docs/blackbox.md)")
     p.set_defaults(func=_compare)
 
     p = subparsers.add_parser(
@@ -279,6 +283,11 @@ def _compare(args) -> int:
         variants = ablation_variants(seed or load_seed_table("paper-table-8"))
     else:
         variants = variants_from(args, args.sweep)
+    blackbox = _blackbox_runs(args)
+    if len(variants) < 2 and blackbox and not args.variant and not args.sweep:
+        from analysis.render.html import REPORT_VARIANTS  # the seeds' two rule systems
+
+        variants = variants_from(argparse_ns(variant=list(REPORT_VARIANTS)))
     if len(variants) < 2:
         raise UserError("compare needs at least two variants: --variant A --variant B, --sweep theta=1..4 "
                         "or --ablations")
@@ -299,8 +308,32 @@ def _compare(args) -> int:
 
         files += _against(ablation_vs_seed(ev.counts, variants, seed), seed, ev, out,
                           f"Ablations against {seed.name} ({{runs}})")
+    if blackbox:
+        from analysis.paths.versus import compare_blackbox, write_versus
+        from rundir.runs import guarded
+
+        names = [a.strip() for a in args.blackbox.split(",") if a.strip()]
+        per_run, table = guarded(out, compare_blackbox, [str(r) for r in blackbox], variants, names, None, _warn)
+        md, more = write_versus(per_run, table, out)
+        print(f"\n{md}")
+        files += more
     print(f"\nwritten: {', '.join(str(f) for f in files)}")
     return 0
+
+
+def _blackbox_runs(args) -> list[Path]:
+    """The runs named that have a message trace, when --blackbox is not 'none' (their algorithms'
+    names checked first: a bad name is one line before any run is read)."""
+    if args.blackbox.strip().lower() in ("none", ""):
+        return []
+    from analysis.paths.algorithms import algorithm
+    from analysis.paths.versus import has_messages
+    from rundir.runs import find_runs
+
+    for name in (a.strip() for a in args.blackbox.split(",")):
+        if name:
+            algorithm(name)
+    return [r for r in find_runs(args.runs, args.results, []) if has_messages(r)]
 
 
 def _module_id(data, text: str) -> int:

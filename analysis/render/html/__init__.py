@@ -6,7 +6,8 @@ Sections: the runs (status, duration, faults, warnings), network health (table a
 accuracy table per variant (thesis Table 3.3; with 2 or more runs the across-runs table), the
 variant comparison (paper Table 8 layout; with 2 or more variants), the seeds' numbers beside ours
 (thesis-3.3 for flowdiagnoser:theta=2, paper-table-6 for nest-cf, paper-table-8 for nest-cf's
-ablations, when those variants were evaluated), the thesis chapter 5 figures and stalled-modules
+ablations, when those variants were evaluated), for runs with a message trace the causal paths (the
+true ones and each black-box algorithm's, analysis.render.html.paths), the thesis chapter 5 figures and stalled-modules
 list, and a section per fault. With several runs the figures and faults of each run go in a
 collapsible block, within the caps below so that the page stays quick to open.
 
@@ -29,6 +30,7 @@ from analysis.labels_streams import is_streams
 from analysis.render.html import figures, sections
 from analysis.render.html.faults import faults_part
 from analysis.render.html.html import details, esc, note, page, png, section, table
+from analysis.render.html.paths import paths_section
 from analysis.render.tables import stalled_top
 from analysis.variants import DEFAULT_VARIANT
 from rundir.layout import RunDir, fresh, output_dir
@@ -184,6 +186,7 @@ def build_report(ev: Evaluation, out: str | Path, *, figures_of: dict | None = N
         if len(ev.variants) >= 2:
             add("compare", "Variant comparison", sections.compare_section(ev))
         add("against", "Against the seeds", sections.against_section(ev))
+        add("paths", "Causal paths (black-box: Project5, WAP5)", paths_section(ev))
         if one:
             run = ev.runs[0]
             if draw:

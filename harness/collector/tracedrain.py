@@ -1,0 +1,188 @@
+"""The message drainer: empties the interceptor's message rings (harness.interceptor.ring) of every
+traced process into run.db's messages table, at every snapshot interval, with the host added.
+
+    python -m harness.collector.tracedrain --db RUN/run.db --interval 0.1 --dir HOST=SHM_DIR [--dir ...]
+
+Each --dir is one host's interceptor directory (on Mininet every host's /dev/shm is this machine's,
+so one drainer reads them all). A process's file is taken up when it appears with a ring; its events
+are drained until the process is gone and once more after (the files stay until the run's
+directory is removed). Each drain is one transaction: the new message rows and the traced rows of the
+processes whose counts moved (events recorded, dropped because the ring was full, lost). SIGTERM or
+SIGINT: a last drain of every ring, then exit 0. The rows' writer is rundir.messages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+
+from harness.interceptor.ring import CALLS, TraceRing, endpoint, trace_capacity
+from harness.interceptor.shm import CMDLINE_MAX, CMDLINE_OFF, SUFFIX, InterceptorStateError, process_alive
+from rundir.db import connect, monotonic
+from rundir.messages import MessageWriter
+
+
+@dataclass
+class _Traced:
+    host: str
+    ring: TraceRing
+    cmdline: str
+    gone: bool = False
+    last: tuple = ()
+
+
+def _cmdline(path: str) -> str:
+    with open(path, "rb") as f:
+        f.seek(512)
+        n = int.from_bytes(f.read(4), "little")
+        f.seek(CMDLINE_OFF)
+        raw = f.read(min(n, CMDLINE_MAX))
+    return " ".join(p.decode(errors="replace") for p in raw.split(b"\0") if p)
+
+
+class TraceDrainer:
+    """The rings of the processes in some hosts' interceptor directories, drained into a MessageWriter."""
+
+    def __init__(self, dirs: dict[str, str], writer: MessageWriter):
+        self.dirs = dirs
+        self.writer = writer
+        self.traced: dict[tuple[str, int], _Traced] = {}     # (path, inode) -> its ring
+        self.skip: set[tuple[str, int]] = set()               # files without a ring
+        self.names: dict[tuple, str] = {}                      # (family, raw, port) -> endpoint text
+
+    def _scan(self) -> None:
+        for host, d in self.dirs.items():
+            try:
+                entries = list(os.scandir(d))
+            except OSError:
+                continue
+            for e in entries:
+                if not e.name.endswith(SUFFIX):
+                    continue
+                try:
+                    key = (e.path, e.inode())
+                except OSError:
+                    continue
+                if key in self.traced or key in self.skip:
+                    continue
+                try:
+                    if not trace_capacity(e.path):
+                        self.skip.add(key)
+                        continue
+                    self.traced[key] = _Traced(host, TraceRing(e.path), _cmdline(e.path))
+                except (OSError, InterceptorStateError) as err:
+                    print(f"tracedrain: {e.path}: {err}", file=sys.stderr, flush=True)
+                    self.skip.add(key)
+
+    def _name(self, family: int, raw: bytes, port: int) -> str:
+        key = (family, raw, port)
+        name = self.names.get(key)
+        if name is None:
+            name = self.names[key] = endpoint(family, raw, port)
+        return name
+
+    def drain(self, final: bool = False) -> int:
+        """One drain of every ring; returns the message rows written."""
+        self._scan()
+        rows, traced_rows = [], []
+        name = self._name
+        for t in self.traced.values():
+            if t.gone:
+                continue
+            ring = t.ring
+            gone = final or not process_alive(ring.pid, ring.starttime)
+            host, pid = t.host, ring.pid
+            for e in ring.drain(final=gone):
+                rows.append((e.mono_ns / 1e9, host, pid, e.tid, e.fd, CALLS.get(e.call, str(e.call)), e.bytes,
+                             name(e.family, e.laddr, e.lport), name(e.family, e.raddr, e.rport)))
+            row = (host, pid, ring.starttime, t.cmdline, ring.cap, ring.read, ring.drops(), ring.lost)
+            if row != t.last:
+                traced_rows.append(row)
+                t.last = row
+            if gone:
+                t.gone = True
+                ring.close()
+        if rows or traced_rows:
+            self.writer.write(rows, traced_rows)
+        return len(rows)
+
+    def totals(self) -> tuple[int, int, int, int]:
+        """(processes, events, dropped, lost) so far."""
+        lasts = [t.last for t in self.traced.values() if t.last]
+        return len(lasts), sum(r[5] for r in lasts), sum(r[6] for r in lasts), sum(r[7] for r in lasts)
+
+    def close(self) -> None:
+        for t in self.traced.values():
+            if not t.gone:
+                t.ring.close()
+                t.gone = True
+
+
+def run(db_path: str, interval: float, dirs: dict[str, str]) -> int:
+    conn = connect(db_path)
+    conn.isolation_level = None
+    drainer = TraceDrainer(dirs, MessageWriter(conn))
+    stop = False
+
+    def on_signal(signum, frame):
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    # a starter that held its signals while starting us (harness.ledger.signals_held) and did not
+    # unblock them in the child would leave SIGTERM pending forever: its last drain would never run
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
+    print("tracedrain: ready", flush=True)
+    start, k = monotonic(), 0
+    try:
+        while not stop:
+            drainer.drain()
+            k += 1
+            deadline = start + k * interval
+            now = monotonic()
+            if now > deadline:   # overran: skip the deadlines already missed
+                k = int((now - start) / interval) + 1
+                deadline = start + k * interval
+            while not stop and monotonic() < deadline:
+                time.sleep(min(0.05, max(0.0, deadline - monotonic())))
+        drainer.drain(final=True)
+    finally:
+        n, events, dropped, lost = drainer.totals()
+        print(f"tracedrain: {events} events from {n} processes, {dropped} dropped, {lost} lost", flush=True)
+        drainer.close()
+        conn.close()
+    return 0
+
+
+def command(python: list[str], db: str, interval: float, dirs: dict[str, str]) -> list[str]:
+    """The drainer's command line (`python`: the argv prefix that runs this package's modules)."""
+    argv = [*python, "-m", "harness.collector.tracedrain", "--db", db, "--interval", str(interval)]
+    for host, d in dirs.items():
+        argv += ["--dir", f"{host}={d}"]
+    return argv
+
+
+def _host_dir(text: str) -> tuple[str, str]:
+    host, sep, d = text.partition("=")
+    if not sep or not host or not d:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected HOST=DIR")
+    return host, d
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--db", required=True)
+    p.add_argument("--interval", type=float, default=0.1)
+    p.add_argument("--dir", type=_host_dir, action="append", default=[], required=True,
+                   help="HOST=DIR: a host's interceptor directory")
+    a = p.parse_args(argv)
+    return run(a.db, a.interval, dict(a.dir))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

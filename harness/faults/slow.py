@@ -1,0 +1,134 @@
+"""slow: a service tier's processes on one host capped at a share of a CPU by a cgroup v2 CPU quota
+(issue 33 item 5; docs/faults.md, "`slow`: a tier under a CPU quota").
+
+    - {kind: slow, host: db, cpu: 20%, schedule: {at: [20s], duration: 10s}}
+    - {kind: slow, target: {host: db}, cpu: 20%, ...}       (the same)
+
+The window starts when every process of the tier's daemon group is in the run's cgroup with its
+`cpu.max` verified, and ends when they are back where they came from and the cgroup is gone
+(harness.faults.cgroup.CpuCap); teardown releases a window still in force on every exit path. The
+culprit is the tier's application: when `host` is monitored each process of the group that the
+collector sees as an application is a target, `app:<pid>`, one faults row each sharing the one cap;
+otherwise one row names the host and tier with no module. A machine without the cgroup v2 cpu controller refuses the spec before anything starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pydantic import Field
+
+from harness.faults.base import FaultEnv, Part, target_json
+from harness.faults.cgroup import CpuCap, v2_cpu_problem
+from harness.faults.spec import FaultSpec, Footprint, Loc, SpecView
+from harness.faults.tier_hosts import not_a_tier, observed_pids, tier_on, tier_pids
+from harness.units import Percent
+from rundir.db import monotonic
+from rundir.faultkinds import FaultKindInfo
+
+if TYPE_CHECKING:
+    from harness.topology import Topology
+    from harness.window import Window
+
+INFO = FaultKindInfo("slow", colour="#a6761d", order=None)
+
+
+class SlowSpec(FaultSpec):
+    host: str | None = Field(default=None, description="ip_drop, loss: whose traffic (default: the monitor); "
+                                                       "delay: the app tier's host whose replies are held")
+    cpu: Percent | None = Field(default=None, description="slow: the tier's CPU share under the quota, e.g. '20%'")
+
+    def check(self) -> None:
+        if self.host is None:
+            raise ValueError("slow needs 'host' (or 'target: {host: H}'): the host of the service tier to slow, e.g. db")
+        if self.cpu is None:
+            raise ValueError("slow needs 'cpu': the tier's share of one CPU under the quota, e.g. '20%'")
+        if not 0 < self.cpu < 100:
+            raise ValueError("slow 'cpu' must be above 0% and below 100%")
+
+    def check_against(self, spec: SpecView, topology: Topology) -> tuple[Loc, str] | None:
+        problem = not_a_tier(spec, self.host)
+        if problem is not None:
+            return ("host",), problem
+        missing = v2_cpu_problem()
+        if missing is not None:
+            return ("cpu",), f"slow needs the cgroup v2 cpu controller, and this machine has none: {missing}"
+        return None
+
+    def footprint(self, spec: SpecView) -> Footprint:
+        """The service workload the tier belongs to."""
+        return Footprint(frozenset(), frozenset({(tier_on(spec, self.host)[0], None)}))
+
+    def same_action(self, other: FaultSpec) -> bool:
+        return self.host == other.host
+
+    def node(self, spec: SpecView) -> str:
+        return self.host
+
+
+@dataclass
+class Capped:
+    host: str
+    tier: str
+    cap: CpuCap
+    cpu: float
+    released: float | None = None
+
+
+class Slow:
+    info = INFO
+    spec = SlowSpec
+
+    def __init__(self, env: FaultEnv):
+        self.env = env
+        self.capped: list[Capped] = []
+
+    def setup(self, faults: Sequence[FaultSpec]) -> None:
+        pass
+
+    def describe(self, action: Capped) -> str:
+        return (f"cgroup v2 {action.cap.path}: cpu.max {action.cpu:g}% of a CPU for the {action.tier} tier "
+                f"on {action.host}")
+
+    def cap_for(self, host: str) -> CpuCap:
+        return CpuCap(f"nestlab-{self.env.run_id}-{host}")
+
+    def inject(self, window: Window, first_id: int) -> list[Part]:
+        env = self.env
+        f = env.spec.faults[window.spec_index]
+        workload, tier, pids = tier_pids(env, f.host)
+        cap = self.cap_for(f.host)
+        action = Capped(f.host, tier, cap, f.cpu)
+        self.capped.append(action)
+        if env.ledger is not None:   # a killed run's cgroup: `nestlab cleanup` removes it
+            env.ledger.add_cgroup(cap.path)
+        cap.apply(pids, f.cpu)
+        start = env.clocks.from_runner(monotonic())
+        text = f"the {tier} tier on {f.host} capped at {f.cpu:g}% of a CPU"
+        pids = sorted(cap.origin)
+        observed = observed_pids(env, f.host, pids)   # its application modules, when the host is monitored
+        if not observed:
+            return [Part(target_json(description=text, host=f.host, tier=tier, pids=pids, workload=workload,
+                                     cpu=f.cpu, module_key=None), self.describe(action), start, action)]
+        return [Part(target_json(description=f"{text}: pid {p}", host=f.host, tier=tier, pid=p, workload=workload,
+                                 cpu=f.cpu, module_key=f"app:{p}"), self.describe(action), start, action)
+                for p in observed]
+
+    def _release(self, action: Capped) -> None:
+        action.cap.release()
+        action.released = self.env.clocks.from_runner(monotonic())
+        self.capped.remove(action)
+        if self.env.ledger is not None:
+            self.env.ledger.drop_cgroup(action.cap.path)
+
+    def heal(self, part: Part) -> float:
+        action: Capped = part.action
+        if action.released is None:
+            self._release(action)
+        return action.released
+
+    def teardown(self) -> None:
+        for action in list(self.capped):   # an interrupted run: no process stays capped
+            self._release(action)

@@ -1,0 +1,96 @@
+"""What the fault kinds aimed at a service tier's host share (issue 33 item 5; docs/faults.md, "Faults
+at tier hosts"): which tier runs on a host, the processes of that tier there (its daemon's process
+group: nginx and its workers, gunicorn and its workers, memcached, mariadbd), and a spec check that a
+host target names a tier.
+
+tcp_drop and app_pause take `target: {host: H}`; slow and tier_pause `host: H` (and the same spelling).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness.faults.base import NoTarget
+
+if TYPE_CHECKING:
+    from harness.faults.base import FaultEnv
+    from harness.faults.spec import SpecView
+
+
+def tier_on(spec: SpecView, host: str) -> tuple[int, str] | None:
+    """(service workload, tier) of the tier running on `host` (tier: web, app, cache or db)."""
+    for i, w in enumerate(spec.workloads):
+        if w.kind != "service":
+            continue
+        for tier, h in w.tier_hosts.items():
+            if h == host and tier != "client":
+                return i, "app" if tier.startswith("app") else tier
+    return None
+
+
+def not_a_tier(spec: SpecView, host: str) -> str | None:
+    """The spec error when `host` runs no service tier (None: it runs one)."""
+    if tier_on(spec, host) is not None:
+        return None
+    tiers = sorted({h for w in spec.workloads if w.kind == "service"
+                    for t, h in w.tier_hosts.items() if t != "client"})
+    return f"{host!r} runs no tier of a service workload (tier hosts: {', '.join(tiers) or 'none'})"
+
+
+def group_pids(pgid: int, proc: str = "/proc") -> list[int]:
+    """Every live process of a process group (Mininet hosts share this machine's pids); zombies left out
+    (a stopped master cannot reap them, and a Z task never shows a stop)."""
+    out = []
+    for stat in Path(proc).glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return sorted(out)
+
+
+def tier_daemon(env: FaultEnv, host: str) -> tuple[int, str, Any]:
+    """(service workload, tier, daemon process) of the tier on `host`; NoTarget when it is not running."""
+    found = tier_on(env.spec, host)
+    if found is None:
+        raise NoTarget(f"{host} runs no service tier")
+    i, tier = found
+    tiers = env.workloads.services.get(i)
+    proc = next((p for t, p in (tiers.procs if tiers else []) if p.node == host and t == tier), None)
+    if proc is None or proc.poll() is not None:
+        raise NoTarget(f"no {tier} daemon running on {host}")
+    return i, tier, proc
+
+
+def tier_pids(env: FaultEnv, host: str) -> tuple[int, str, list[int]]:
+    """(service workload, tier, every process of the tier's daemon group on `host`)."""
+    i, tier, proc = tier_daemon(env, host)
+    pids = group_pids(proc.pid)
+    if not pids:
+        raise NoTarget(f"the {tier} daemon on {host} has no live process")
+    return i, tier, pids
+
+
+
+def observed_pids(env: FaultEnv, host: str, pids: list[int]) -> list[int]:
+    """Those of `pids` that the collector records as application modules on a monitored `host`: a
+    process under the interceptor (a counter file in the host's directory) that has had a data socket
+    (harness.collector.appsockets reports no other; a daemon's master that only listens is none)."""
+    from harness.faults.spec import monitored_hosts
+    from harness.interceptor.shm import HF_HAD_GRAPH, read_process, shm_file
+
+    shm = (getattr(env, "shm_dirs", None) or {}).get(host)
+    if host not in monitored_hosts(env.spec) or shm is None:
+        return []
+    out = []
+    for pid in pids:
+        try:
+            snap = read_process(shm_file(shm, pid))
+        except (OSError, ValueError, RuntimeError):   # gone, or not (yet) a whole counter file
+            continue
+        if snap.flags & HF_HAD_GRAPH or any(s.is_module for s in snap.sockets):
+            out.append(pid)
+    return out
