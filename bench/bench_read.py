@@ -17,8 +17,7 @@ the run ends) and the stretches' (analysis/model/stretch_copy.py, written by the
 copies live in its per-user cache (rundir/copies.py; here a temporary one), each checked on load
 (Arrow validation, a CRC-32 of what the analysis reads, read back once by the copy's writer, which
 leaves a proof of the copy's identity that spares readers the CRC: docs/run-format.md): the figures
-include those checks. Each round also times accuracy with the stretches copy's proof removed (the
-reader sums the copy's bytes, as before the proofs), for the saving in the same conditions. The rounds
+include those checks. The rounds
 time accuracy with both (the figure compared), and with the counters' alone (the stretches made from
 it, as after a change to the code that makes them); the first analysis of a run with neither (an
 older run: read from run.db, both copies written) is timed once. Targets: accuracy at most half the
@@ -118,15 +117,12 @@ def main(argv=None) -> int:
         size_mb = columnar.copy_path(run).stat().st_size / 2**20
         # With the counters copy alone (the stretches made from it; as after a change to the code that
         # makes them), then with both (as run-experiment leaves a run: its report wrote the stretches').
-        fetches, runs, counters_only, unproven = [], [], [], []
+        fetches, runs, counters_only = [], [], []
         for _ in range(a.rounds):
             fetches.append(fetch_all(db))
             stretches_copy.unlink(missing_ok=True)
             counters_only.append(accuracy(run, out))
             runs.append(accuracy(run, out))
-            # The same without the writer's proof: the reader sums the copy's bytes (as before the proofs).
-            stretches_copy.with_name(stretches_copy.name + copies.PROOF).unlink(missing_ok=True)
-            unproven.append(accuracy(run, out))
         stretches_mb = stretches_copy.stat().st_size / 2**20 if stretches_copy.exists() else float("nan")
     finally:
         shutil.rmtree(out, ignore_errors=True)
@@ -141,8 +137,6 @@ def main(argv=None) -> int:
     print(f"nestlab accuracy {' '.join(VARIANTS)}")
     print(f"  start to files written        {acc_s:6.2f} s   (rounds: {', '.join(f'{s:.2f}' for s, _ in runs)}), "
           f"peak RSS {peak_mb:.0f} MB (rounds: {', '.join(f'{m:.0f}' for _, m in runs)})")
-    print(f"  the same, no proof (CRC)      {min(s for s, _ in unproven):6.2f} s   (rounds: "
-          f"{', '.join(f'{s:.2f}' for s, _ in unproven)}): ratio {min(s for s, _ in unproven) / fetch_s:.2f}")
     print(f"  counters copy only            {min(s for s, _ in counters_only):6.2f} s   (makes the stretches, "
           f"writes their copy), peak RSS {max(m for _, m in counters_only):.0f} MB")
     print(f"  first analysis, no copy yet   {first_s:6.2f} s   (reads run.db, writes both copies), peak RSS "
