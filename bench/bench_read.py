@@ -15,9 +15,7 @@ times each (the best of each is compared: the machine's other load only ever add
 A run as run-experiment leaves it has two copies (rundir/columnar.py): the counters' (the runner's, when
 the run ends) and the stretches' (analysis/model/stretch_copy.py, written by the run's report). A reader's
 copies live in its per-user cache (rundir/copies.py; here a temporary one), each checked on load
-(Arrow validation, a CRC-32 of what the analysis reads, read back once by the copy's writer, which
-leaves a proof of the copy's identity that spares readers the CRC: docs/run-format.md): the figures
-include those checks. The rounds
+(Arrow validation, a CRC-32 of what the analysis reads): the figures include those checks. The rounds
 time accuracy with both (the figure compared), and with the counters' alone (the stretches made from
 it, as after a change to the code that makes them); the first analysis of a run with neither (an
 older run: read from run.db, both copies written) is timed once. Targets: accuracy at most half the

@@ -17,7 +17,7 @@ counter, the counters table's max(rowid) and the snapshots' count and max(seq) (
 counters would cost 0.1 s on that run; any write changes the modification time anyway).
 `read_counters` uses the copy only when the stamp matches run.db as it is now and the copy proves to
 hold what it was made with (Arrow's full validation, then a checksum of its head and columns:
-rundir.copies.digest, read back by the writer and proven once: rundir.copies, "proof"); otherwise it reads run.db (a copy that failed a check is one warning) and
+rundir.copies.digest); otherwise it reads run.db (a copy that failed a check is one warning) and
 writes the copy again for the next reader (`write_copy`). Where copies live (rundir.copies): the
 runner writes the run's own into `<run>/columnar/` when a run ends (harness/lab/network.py), so a fresh
 run is analysed from it; a reader writes its own into a private per-user cache, never into the run.
@@ -158,50 +158,25 @@ def write_copy(run_dir: Path, rows: dict[str, np.ndarray], unplaced: Unplaced, w
 
 
 def _write_table(run_dir: Path, name: str, table, into_run: bool = False) -> Path | None:
-    """Write an Arrow table as the IPC file `name` of the run's copies (rundir.copies.write_file), and
-    prove it: read back, it matches its checksum (the reader then need not read it all again)."""
+    """Write an Arrow table as the IPC file `name` of the run's copies (rundir.copies.write_file)."""
     import pyarrow.ipc as ipc
 
     def write(f) -> None:
         with ipc.new_file(f, table.schema) as w:
             w.write_table(table)
-    claim = table.schema.metadata[_SUM].decode()
-    return copies.write_file(run_dir, name, write, into_run, proof=(claim, lambda mm: _sum_of(mm) == claim))
-
-
-def _sum_of(mm) -> str | None:
-    """The checksum of a mapped copy's head and columns as read back (None: not a valid Arrow file)."""
-    import mmap
-
-    import pyarrow as pa
-    import pyarrow.ipc as ipc
-
-    def parts():
-        yield (reader.schema.metadata or {}).get(_KEY, b"")
-        for k in table.column_names:
-            yield _column(table, k)
-            mm.madvise(mmap.MADV_DONTNEED)   # the pages read leave this process (its peak memory)
-
-    try:
-        reader = ipc.open_file(pa.BufferReader(pa.py_buffer(mm)))
-        table = reader.read_all()
-        table.validate(full=True)
-        return copies.digest(parts())
-    except Exception:  # noqa: BLE001 - not what was written: no proof
-        return None
+    return copies.write_file(run_dir, name, write, into_run)
 
 
 def _tables(run_dir: Path, name: str):
-    """(path, head, sum, proven, table-reader) of each trusted copy `name` (rundir.copies.mapped_files;
-    proven: the checksum its proof vouches for, or None)."""
+    """(path, head, sum, table-reader) of each trusted copy `name` (rundir.copies.mapped_files)."""
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
-    for where, mm, proven in copies.mapped_files(run_dir, name):
+    for where, mm in copies.mapped_files(run_dir, name):
         try:
             reader = ipc.open_file(pa.BufferReader(pa.py_buffer(mm)))
             meta = reader.schema.metadata or {}
-            yield where, meta.get(_KEY, b"{}"), meta.get(_SUM, b"").decode("ascii", "replace"), proven, reader
+            yield where, meta.get(_KEY, b"{}"), meta.get(_SUM, b"").decode("ascii", "replace"), reader
         except Exception:  # noqa: BLE001 - not an Arrow file (damaged, foreign): run.db is the record
             continue
 
@@ -247,7 +222,7 @@ def _load(run_dir: Path, now: dict, warnings: list[str]
           ) -> tuple[dict[str, np.ndarray], Unplaced, list[str]] | None:
     """The copy's arrays when its stamp is `now` and it proves to hold what it was made with (checked,
     checksum); None when there is none or it is stale (silently), or it fails a check (a warning)."""
-    for where, head, digest, proven, reader in _tables(run_dir, COUNTERS):
+    for where, head, digest, reader in _tables(run_dir, COUNTERS):
         try:
             meta = json.loads(head)
             if not isinstance(meta, dict) or meta.get("stamp") != now:
@@ -262,7 +237,7 @@ def _load(run_dir: Path, now: dict, warnings: list[str]
                 cols = {k: _column(table, k) for k in _COUNTER_TYPES}
             except Exception as e:  # noqa: BLE001 - checked above; anything else: made again
                 why = f"not a counters copy ({type(e).__name__})"
-        if why is None and proven != digest and copies.digest([head, *cols.values()]) != digest:
+        if why is None and copies.digest([head, *cols.values()]) != digest:
             why = "does not match its checksum (edited or damaged)"
         if why is not None:
             warnings.append(_mismatch(where, why))
@@ -326,7 +301,7 @@ def read_arrays(run_dir: str | Path, name: str, key: dict, warnings: list[str] |
     `warnings`) when it fails its checks or its checksum."""
 
     said = warnings if warnings is not None else []
-    for where, raw, digest, proven, reader in _tables(Path(run_dir), name):
+    for where, raw, digest, reader in _tables(Path(run_dir), name):
         try:
             head = json.loads(raw)
             if not isinstance(head, dict) or head.get("key") != key:
@@ -342,7 +317,7 @@ def read_arrays(run_dir: str | Path, name: str, key: dict, warnings: list[str] |
         if why is None:
             if len({len(a) for a in columns.values()}) > 1:
                 why = "columns of different lengths"
-            elif proven != digest and copies.digest([raw, *columns.values()]) != digest:
+            elif copies.digest([raw, *columns.values()]) != digest:
                 why = "does not match its checksum (edited or damaged)"
         if why is not None:
             said.append(_mismatch(where, why))

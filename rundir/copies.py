@@ -15,28 +15,17 @@ Every operation is relative to a directory descriptor opened with O_NOFOLLOW: a 
 `columnar/` or cache directory is refused, a file is created under an unpredictable temporary name
 with O_CREAT | O_EXCL | O_NOFOLLOW and renamed over the final name (a link planted there is replaced,
 never followed). Nothing here ever fails a reader: a place that cannot be used is skipped.
-
-A copy's bytes are proven once, by its writer, not on every load: after writing it, the writer waits
-until the file system's clock has moved past the copy's last change (a file made beside it has a
-later ctime), reads the copy back against its checksum, and leaves `<name>.proof` beside it: the
-copy's identity then (device, inode, size, mtime and ctime in ns). Every later change to the copy
-(a write, a truncation, a file renamed over it) sets its ctime to that clock, which no user can set
-back, so a reader that finds the identity unchanged knows the bytes are the proven ones without
-reading them (digest's ~25 ms on a 63 MB copy); otherwise it checks the checksum itself, as before.
-The proof is trusted as the copy is (a regular file, the reader's own, closed to others' writes).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import mmap
 import os
 import secrets
 import stat
-import time
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -45,9 +34,6 @@ from rundir.layout import COLUMNAR
 DIR = COLUMNAR
 CACHE_ENV = "NESTLAB_CACHE"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-PROOF = ".proof"          # <name>.proof: the copy's identity when its writer proved its bytes
-_PROOF_MAX = 4096
 _claimed: set[str] = set()
 
 
@@ -162,13 +148,11 @@ def _places(run_dir: str | Path, create: bool, into_run: bool = False) -> Iterat
             os.close(fd)
 
 
-def write_file(run_dir: str | Path, name: str, write: Callable[[object], None], into_run: bool = False,
-               proof: tuple[str, Callable[[mmap.mmap], bool]] | None = None) -> Path | None:
+def write_file(run_dir: str | Path, name: str, write: Callable[[object], None], into_run: bool = False
+               ) -> Path | None:
     """Make `name` in the run's place for copies (`write(file)` writes it; into_run: the run's own
     columnar/, else the cache unless this process claimed the run), atomically and without following
-    any link; its path, or None when there is nowhere to write it. `proof`: (the checksum the copy
-    carries, a check that its mapped bytes match it): the copy is read back and proven (module
-    docstring)."""
+    any link; its path, or None when there is nowhere to write it."""
     with _places(run_dir, create=True, into_run=into_run) as places:
         if not places:
             return None
@@ -184,8 +168,6 @@ def write_file(run_dir: str | Path, name: str, write: Callable[[object], None], 
                 write(f)
             os.replace(tmp, name, src_dir_fd=d, dst_dir_fd=d)
             tmp = None
-            if proof is not None:
-                _prove(d, name, *proof, mode)
             return Path(where) / name
         except OSError:
             return None
@@ -197,15 +179,14 @@ def write_file(run_dir: str | Path, name: str, write: Callable[[object], None], 
                     pass
 
 
-def mapped_files(run_dir: str | Path, name: str) -> Iterator[tuple[str, mmap.mmap, str | None]]:
-    """(path, read-only mapping, the checksum its proof vouches for or None) of each copy `name` of the
-    run a reader may trust (module docstring), in reading order: regular files, the reader's own,
-    opened without following a link."""
+def mapped_files(run_dir: str | Path, name: str) -> Iterator[tuple[str, mmap.mmap]]:
+    """(path, read-only mapping) of each copy `name` of the run a reader may trust (module docstring),
+    in reading order: regular files, the reader's own, opened without following a link."""
     with _places(run_dir, create=False) as places:
         for where, d in places:
             try:
                 # O_NONBLOCK: a FIFO planted at the name must not block the open (it is not a regular file)
-                fd = os.open(name, _READ_FLAGS, dir_fd=d)
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=d)
             except OSError:
                 continue
             try:
@@ -217,74 +198,10 @@ def mapped_files(run_dir: str | Path, name: str) -> Iterator[tuple[str, mmap.mma
                 continue
             finally:
                 os.close(fd)
-            yield f"{where}/{name}", mm, _proven(d, name, st)
+            yield f"{where}/{name}", mm
 
 
-def _identity(st: os.stat_result) -> list[int]:
-    """What any change to a file's bytes changes: device, inode, size, mtime and ctime (ns)."""
-    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
-
-
-def _prove(d: int, name: str, claim: str, check: Callable[[mmap.mmap], bool], mode: int) -> None:
-    """Leave `<name>.proof` beside the copy just written in directory `d` (module docstring); nothing
-    when it cannot be proven (a clock that does not move, a check or a write that fails)."""
-    tmp, fd, pfd = f".{name}{PROOF}.{secrets.token_hex(8)}.tmp", None, None
-    try:
-        fd = os.open(name, _READ_FLAGS, dir_fd=d)
-        st = os.fstat(fd)
-        pfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=d)
-        # Read the bytes only once this file system's clock is past the copy's ctime: a change made
-        # while or after they are read then gets a later ctime, which the identity compared catches.
-        for _ in range(100):
-            if os.fstat(pfd).st_ctime_ns > st.st_ctime_ns:
-                break
-            time.sleep(0.002)
-            os.utime(pfd)
-        else:
-            return
-        if not stat.S_ISREG(st.st_mode) or not check(mmap.mmap(fd, 0, access=mmap.ACCESS_READ)):
-            return
-        if _identity(os.stat(name, dir_fd=d, follow_symlinks=False)) != _identity(st):
-            return
-        os.write(pfd, json.dumps({"identity": _identity(st), "checksum": claim}).encode())
-        os.replace(tmp, name + PROOF, src_dir_fd=d, dst_dir_fd=d)
-        tmp = None
-    except (OSError, ValueError):
-        return
-    finally:
-        for f in (fd, pfd):
-            if f is not None:
-                os.close(f)
-        if tmp is not None and pfd is not None:
-            try:
-                os.unlink(tmp, dir_fd=d)
-            except OSError:
-                pass
-
-
-def _proven(d: int, name: str, st: os.stat_result) -> str | None:
-    """The checksum `<name>.proof` in directory `d` vouches for, when it names the identity `st` of the
-    copy as it is now and was made after its last change; else None (the reader checks the bytes)."""
-    try:
-        fd = os.open(name + PROOF, _READ_FLAGS, dir_fd=d)
-    except OSError:
-        return None
-    try:
-        pst = os.fstat(fd)
-        if not stat.S_ISREG(pst.st_mode) or not _own(pst, private=False) or pst.st_size > _PROOF_MAX \
-                or pst.st_ctime_ns <= st.st_ctime_ns:
-            return None
-        got = json.loads(os.read(fd, _PROOF_MAX))
-        if isinstance(got, dict) and got.get("identity") == _identity(st) and isinstance(got.get("checksum"), str):
-            return got["checksum"]
-        return None
-    except (OSError, ValueError, RecursionError):
-        return None
-    finally:
-        os.close(fd)
-
-
-def digest(parts: Iterable) -> str:
+def digest(parts: list) -> str:
     """The checksum a copy carries of what the analysis reads of it: CRC-32 over each array's bytes and
     each text in order, with their total length (zlib's: ~3 GB/s here, half SHA-256's time; a check
     against damage and edits, not a signature: a copy made to lie under a fresh checksum is what the

@@ -119,4 +119,4 @@ def test_another_users_copy_in_the_run_is_not_mapped(run, monkeypatch):
     """A copy in the run that someone else could change under the mapping is not used."""
     assert columnar.write_after_run(run)
     columnar.copy_path(run).chmod(0o666)
-    assert [p for p, *_ in copies.mapped_files(run, columnar.COUNTERS)] == []
+    assert [p for p, _ in copies.mapped_files(run, columnar.COUNTERS)] == []

@@ -31,8 +31,7 @@ ANALYSED = [name for name in DAMAGES if name not in FATAL]
 # Damage that changes nothing the scores depend on: the table must be the good run's, exactly.
 SAME_TABLE = ("manifest_not_an_object", "manifest_wrong_types", "manifest_too_deep", "manifest_nan_t0",
               "fault_target_missing", "text_in_other_tables", "copy_counters_zeroed", "copy_stretch_bounds_shifted",
-              "copy_stretch_ids_forged", "copy_stretches_edited_after_proof", "copy_counters_batch_too_long",
-              "copy_counters_batch_far_too_long")
+              "copy_stretch_ids_forged", "copy_counters_batch_too_long", "copy_counters_batch_far_too_long")
 COMMANDS = {
     "accuracy": lambda run, out: ["accuracy", str(run), "--out", str(out)],
     "compare": lambda run, out: ["compare", str(run), "--variant", VARIANT, "--variant", "nest-cf", "--out", str(out)],

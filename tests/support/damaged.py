@@ -453,36 +453,6 @@ def copy_stretch_ids_forged(run: Path) -> Damage:
     return Damage(("stretches.arrow", "not a module of the run", "made again from run.db"))
 
 
-def flip_in_place(path: Path, column: str | None = None) -> None:
-    """Flip one bit of a value of an Arrow copy's column (the first, unless named) in place, then put
-    its modification time back: size, inode and mtime as before, only its ctime tells."""
-    import os
-
-    import pyarrow as pa
-    import pyarrow.ipc as ipc
-
-    st = path.stat()
-    data = pa.py_buffer(path.read_bytes())
-    table = ipc.open_file(pa.BufferReader(data)).read_all()
-    values = table.column(column or 0).chunks[0]
-    values = values.flatten() if isinstance(values, pa.FixedSizeListArray) else values
-    at = values.buffers()[1].address - data.address + values.type.bit_width // 8   # the second value
-    fd = os.open(path, os.O_RDWR)
-    try:
-        os.pwrite(fd, bytes([os.pread(fd, 1, at)[0] ^ 0x40]), at)
-    finally:
-        os.close(fd)
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-
-
-def copy_stretches_edited_after_proof(run: Path) -> Damage:
-    """A bit of the stretches copy's cells flipped in place after its writer proved it, its mtime put
-    back (rundir.copies, "proof": the changed ctime sends the reader to the checksum)."""
-    _copies(run, stretches=True)
-    flip_in_place(run / "columnar" / "stretches.arrow")
-    return Damage(("stretches.arrow", "does not match its checksum", "read from run.db"))
-
-
 def lengthen_batch(path: Path, rows: int) -> None:
     """Make the Arrow IPC file's record batch claim `rows` rows more than its buffers hold (its
     metadata's length and field-node lengths patched in place): a reader that does not validate reads
@@ -524,8 +494,7 @@ def copy_counters_batch_far_too_long(run: Path) -> Damage:
 
 
 DAMAGES: dict[str, Callable[[Path], Damage]] = {f.__name__: f for f in (
-    copy_counters_zeroed, copy_stretch_bounds_shifted, copy_stretch_ids_forged, copy_stretches_edited_after_proof,
-    copy_counters_batch_too_long,
+    copy_counters_zeroed, copy_stretch_bounds_shifted, copy_stretch_ids_forged, copy_counters_batch_too_long,
     copy_counters_batch_far_too_long, db_recursive_views,
     manifest_not_an_object, manifest_wrong_types, manifest_too_deep, manifest_nan_t0, counter_text, counter_blob_and_inf,
     counter_keys_not_numbers, snapshot_time_text, snapshot_time_backwards, snapshot_row_missing,
