@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.faults.base import NoTarget
 from harness.faults.cgroup import (
     Hierarchy,
     NoCpuController,
@@ -228,6 +229,11 @@ def test_the_kind_caps_the_tier_and_names_each_process_when_its_host_is_monitore
     (part,) = kind.inject(Window(0, 20.0, 2.0, 0.0), 5)
     assert json.loads(part.target)["module_key"] is None and json.loads(part.target)["pids"] == [41, 42]
     kind.heal(part)
+    # the tier gone by the time the window comes: the window is skipped, nothing held
+    monkeypatch.setattr("harness.faults.slow.tier_pids", lambda env, host: (0, "db", [98]))
+    with pytest.raises(NoTarget, match="no process left to cap"):
+        kind.inject(Window(0, 25.0, 2.0, 0.0), 6)
+    assert not kind.capped and not ledger.held and not (tree.root / "nestlab-r-db").exists()
 
 
 def test_slow_is_refused_in_one_line_where_no_cpu_controller_exists(tmp_path, capsys, monkeypatch):

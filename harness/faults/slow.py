@@ -111,7 +111,13 @@ class Slow:
         self.capped.append(action)
         if env.ledger is not None:   # a killed run's cgroup: `nestlab cleanup` removes it
             env.ledger.add_cgroup(cap.path)
-        cap.apply(pids, f.cpu)
+        try:
+            cap.apply(pids, f.cpu)   # undoes itself on a failure
+        except BaseException as e:
+            self._release(action)
+            if isinstance(e, ProcessLookupError):   # the tier's processes exited meanwhile: nothing to cap
+                raise NoTarget(f"the {tier} tier on {f.host} has no process left to cap") from None
+            raise
         start = env.clocks.from_runner(monotonic())
         text = f"the {tier} tier on {f.host} capped at {f.cpu:g}% of a CPU"
         pids = sorted(cap.origin)
