@@ -6,11 +6,11 @@ cgroup v2 or, where the cpu controller is bound to v1, cgroup v1 (issue 33 item 
     - {kind: slow, target: {host: db}, cpu: 20%, ...}       (the same)
 
 The window starts when every process of the tier's daemon group is in the run's cgroup with its
-quota verified (v2 `cpu.max`, v1 `cpu.cfs_quota_us`), and ends when they are back where they came from and the cgroup is gone
-(harness.faults.cgroup.CpuCap); teardown releases a window still in force on every exit path. The
-culprit is the tier's application: when `host` is monitored each process of the group that the
-collector sees as an application is a target, `app:<pid>`, one faults row each sharing the one cap;
-otherwise one row names the host and tier with no module. Each row records the hierarchy used
+quota verified (v2 `cpu.max`, v1 `cpu.cfs_quota_us`), and ends when they are back where they came
+from and the cgroup is gone (harness.faults.cgroup.CpuCap); teardown releases a window still in
+force on every exit path. The culprit is the tier's application: when `host` is monitored each
+process of the group that the collector sees as an application is a target, `app:<pid>`, one faults
+row each sharing the one cap; otherwise one row names the host and tier with no module. Each row records the hierarchy used
 (`hierarchy`: 'cgroup v1' or 'cgroup v2', `cgroup`: the directory, `limit`: what was written). A
 machine with neither v2's nor v1's cpu controller refuses the spec before anything starts.
 """
