@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from harness import ledger
@@ -124,10 +125,17 @@ def cleanup(verbose: bool = False, include_live: bool = False) -> int:
     return 2 if refused else 0
 
 
-def remove_cgroup(path: str, root: Path = Path("/sys/fs/cgroup")) -> bool:
-    """A run's cgroup (`slow`) emptied into the root cgroup and removed; only `<root>/nestlab-*`."""
+def remove_cgroup(path: str, roots: Sequence[Path] | None = None) -> bool:
+    """A run's cgroup (`slow`, on cgroup v2 or v1) emptied into its hierarchy's top cgroup and removed;
+    only `<mount>/nestlab-*`, `<mount>` one of `roots` (default: this machine's cgroup mounts a CPU
+    quota could be in, read from /proc/self/mountinfo)."""
+    if roots is None:
+        from harness.faults.cgroup import cpu_mounts
+
+        roots = cpu_mounts()
     p = Path(path)
-    if p.parent != root or not p.name.startswith("nestlab-") or not p.is_dir():
+    root = p.parent
+    if root not in [Path(r) for r in roots] or not p.name.startswith("nestlab-") or not p.is_dir():
         return False
     try:
         pids = (p / "cgroup.procs").read_text().split()

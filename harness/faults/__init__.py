@@ -17,7 +17,7 @@ teardown; harness.faults.base.FaultKind), which carries the other two as `info` 
     server_pause.py    the remote server of a workload stopped and continued
     delay.py           the replies of a service's app tier held (docs/service.md)
     tier_pause.py      a service tier's daemons stopped and continued (docs/service.md)
-    slow.py            a service tier's processes under a cgroup v2 CPU quota (cgroup.py)
+    slow.py            a service tier's processes under a cgroup CPU quota, v2 or v1 (cgroup.py)
     tier_hosts.py      what the kinds aimed at a service tier's host share
 
 KINDS is the registry, one line per kind (a dict by name, looked up with rundir.errors.named, like

@@ -1,71 +1,185 @@
-"""A cgroup v2 CPU quota over a set of processes (the `slow` fault kind, docs/faults.md).
+"""A CPU quota over a set of processes, on cgroup v2 or cgroup v1 (the `slow` fault kind, docs/faults.md).
 
-`CpuCap(name).apply(pids, percent)` makes `<root>/<name>`, writes its `cpu.max` (`QUOTA PERIOD`, read
-back), and moves each process into it (writing its pid into `cgroup.procs`, which moves all its
-threads), each move verified in `/proc/PID/cgroup`; `release()` moves every process back into the
-cgroup it came from and removes the cgroup; it is idempotent, and tolerates processes that exited.
-Needs the v2 `cpu` controller (`v2_cpu_problem` says what is missing): the root's
-`cgroup.controllers` lists `cpu`; `apply` enables it in the root's `cgroup.subtree_control` when it
-is not. Mininet hosts share the machine's cgroup tree and pids, so the runner does all of it.
+Both are the kernel's CFS bandwidth control: a quota of CPU time per period. `cpu_hierarchy()` finds
+where it is, from /proc/self/mountinfo (no path is assumed): a cgroup2 mount whose
+`cgroup.controllers` lists `cpu`, else a cgroup v1 mount carrying the `cpu` controller (a machine
+whose controllers are bound to v1, like this one: `/sys/fs/cgroup/cpu`); `NoCpuController` says what
+is missing when neither exists.
+
+`CpuCap(name, hierarchy).apply(pids, percent)` makes `<mount>/<name>`, writes the quota and reads it
+back (v2: `cpu.max` = `QUOTA PERIOD`, the `cpu` controller enabled in the mount's
+`cgroup.subtree_control` when it is not; v1: `cpu.cfs_quota_us` = percent x the cgroup's
+`cpu.cfs_period_us`), and moves each process in by writing its pid to `cgroup.procs` (the whole
+thread group), verified on every thread in `/proc/PID/task/TID/cgroup` (on v1 a stray thread is
+moved by writing its tid to `tasks`). `release()` moves every process (and, on v1, each thread that
+was elsewhere than its leader) back into the cgroup it came from, moves processes forked into the
+cgroup meanwhile to where the first process came from, and removes the cgroup; it is idempotent and
+tolerates processes that exited. Mininet hosts share the machine's cgroup tree and pids, so the
+runner does all of it.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import re
 import time
 from collections.abc import Sequence
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 
-ROOT = Path("/sys/fs/cgroup")
+MOUNTINFO = Path("/proc/self/mountinfo")
 PERIOD_US = 100_000
 MIN_QUOTA_US = 1_000      # the kernel's smallest quota
 RMDIR_S = 2.0             # how long a cgroup just emptied may take to be removable
 
 
-def v2_cpu_problem(root: Path = ROOT) -> str | None:
-    """What is missing for a cgroup v2 CPU quota on this machine (None: nothing)."""
-    controllers = root / "cgroup.controllers"
-    if not controllers.is_file():
-        v1 = " (the cpu controller is mounted on cgroup v1: " + str(root / "cpu") + ")" if (root / "cpu").is_dir() else ""
-        return f"no cgroup v2 hierarchy at {root}: {controllers} does not exist{v1}"
+class NoCpuController(LookupError):  # noqa: N818 - reads as what the machine lacks
+    """Neither cgroup v2 nor cgroup v1 offers the cpu controller here (the message says what was found)."""
+
+
+@dataclass(frozen=True)
+class Hierarchy:
+    """A mounted cgroup hierarchy with the cpu controller: `version` 1 or 2, where it is mounted, and
+    `root`, the cgroup path of the mount's top (mountinfo's root field: '/' unless the mount shows
+    a subtree, as in some containers)."""
+
+    version: int
+    mount: Path
+    root: str = "/"
+
+    @property
+    def name(self) -> str:
+        return f"cgroup v{self.version}"
+
+    def cgroup_in(self, text: str) -> str | None:
+        """This hierarchy's cgroup path in a /proc/PID/cgroup text ('0::/p' on v2; 'N:cpu,cpuacct:/p' on
+        v1), None when it has no line for it."""
+        for line in text.splitlines():
+            parts = line.split(":", 2)
+            if len(parts) != 3:
+                continue
+            if (self.version == 2 and parts[0] == "0" and parts[1] == "") or \
+                    (self.version == 1 and "cpu" in parts[1].split(",")):
+                return parts[2].strip() or "/"
+        return None
+
+    def dir_of(self, cgroup: str) -> Path:
+        """The directory of a cgroup path (the mount's top when the path lies outside the mount)."""
+        path, top = PurePosixPath(cgroup), PurePosixPath(self.root)
+        try:
+            rel = path.relative_to(top)
+        except ValueError:
+            return self.mount
+        return self.mount / rel if str(rel) != "." else self.mount
+
+    def path_of(self, directory: Path) -> str:
+        """The cgroup path of a directory under the mount."""
+        rel = Path(directory).relative_to(self.mount).as_posix()
+        return str(PurePosixPath(self.root) / rel) if rel != "." else self.root
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path field ('\\040' is a space)."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def cgroup_mounts(mountinfo: Path = MOUNTINFO) -> list[tuple[int, Path, str, list[str]]]:
+    """(version, mount point, root, super options) of every cgroup mount in a mountinfo file."""
+    out = []
     try:
-        have = controllers.read_text().split()
-    except OSError as e:
-        return f"{controllers} cannot be read: {e.strerror or e}"
-    if "cpu" not in have:
-        return f"the cgroup v2 cpu controller is not available ({controllers} lists: {' '.join(have) or 'nothing'})"
+        lines = Path(mountinfo).read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        fields = line.split()
+        if " - " not in line or len(fields) < 5:
+            continue
+        fstype, _source, *opts = line.split(" - ", 1)[1].split()
+        if fstype in ("cgroup", "cgroup2"):
+            out.append((2 if fstype == "cgroup2" else 1, Path(_unescape(fields[4])), _unescape(fields[3]),
+                        (opts[0] if opts else "").split(",")))
+    return out
+
+
+def cpu_mounts(mountinfo: Path = MOUNTINFO) -> list[Path]:
+    """Where a run's cgroup could be: every cgroup2 mount and every v1 mount with the cpu controller."""
+    return [m for v, m, _r, opts in cgroup_mounts(mountinfo) if v == 2 or "cpu" in opts]
+
+
+def cpu_hierarchy(mountinfo: Path = MOUNTINFO) -> Hierarchy:
+    """The hierarchy a CPU quota goes in: v2 when its cpu controller is available, else v1's cpu
+    hierarchy; NoCpuController saying what was found when neither is."""
+    mounts = cgroup_mounts(mountinfo)
+    seen = []
+    for version, mount, root, _opts in mounts:
+        if version != 2:
+            continue
+        try:
+            have = (mount / "cgroup.controllers").read_text().split()
+        except OSError as e:
+            seen.append(f"{mount}/cgroup.controllers cannot be read: {e.strerror or e}")
+            continue
+        if "cpu" in have:
+            return Hierarchy(2, mount, root)
+        seen.append(f"cgroup2 at {mount} lists {' '.join(have) or 'no controller'}")
+    for version, mount, root, opts in mounts:
+        if version == 1 and "cpu" in opts:
+            return Hierarchy(1, mount, root)
+    v1 = sorted({o for v, _m, _r, opts in mounts if v == 1 for o in opts if o not in ("rw", "ro")})
+    seen.append(f"cgroup v1 mounts carry {', '.join(v1)}" if v1 else "no cgroup v1 mount")
+    raise NoCpuController(f"no cgroup v2 or v1 hierarchy with the cpu controller in {mountinfo} "
+                          f"({'; '.join(seen) if mounts else 'no cgroup mounted at all'})")
+
+
+def cpu_problem(mountinfo: Path = MOUNTINFO) -> str | None:
+    """What is missing for a CPU quota on this machine (None: nothing)."""
+    try:
+        cpu_hierarchy(mountinfo)
+    except NoCpuController as e:
+        return str(e)
     return None
 
 
-def cpu_max(percent: float, period_us: int = PERIOD_US) -> str:
-    """cpu.max for `percent` of one CPU: 'QUOTA PERIOD' in microseconds."""
+def quota_us(percent: float, period_us: int = PERIOD_US) -> int:
+    """The CPU time per period, in microseconds, for `percent` of one CPU."""
     if not 0 < percent <= 100:
         raise ValueError(f"a CPU share above 0% and at most 100%, not {percent:g}%")
-    return f"{max(MIN_QUOTA_US, round(period_us * percent / 100.0))} {period_us}"
+    return max(MIN_QUOTA_US, round(period_us * percent / 100.0))
+
+
+def cpu_max(percent: float, period_us: int = PERIOD_US) -> str:
+    """v2's cpu.max for `percent` of one CPU: 'QUOTA PERIOD' in microseconds."""
+    return f"{quota_us(percent, period_us)} {period_us}"
 
 
 class CpuCap:
-    """One cgroup under `root` holding capped processes (module docstring)."""
+    """One cgroup at the top of `hierarchy` holding capped processes (module docstring)."""
 
-    def __init__(self, name: str, root: Path = ROOT, proc: Path = Path("/proc")):
+    def __init__(self, name: str, hierarchy: Hierarchy, proc: Path = Path("/proc")):
         if not name or "/" in name or name.startswith("."):
             raise ValueError(f"not a cgroup name: {name!r}")
-        self.root, self.proc = Path(root), Path(proc)
-        self.path = self.root / name
-        self.origin: dict[int, str] = {}     # pid -> the cgroup it came from ('/...', relative to root)
+        self.hierarchy, self.proc = hierarchy, Path(proc)
+        self.path = hierarchy.mount / name
+        self.origin: dict[int, str] = {}     # pid -> the cgroup its leader came from
+        self.thread_origin: dict[int, dict[int, str]] = {}   # v1: pid -> {tid: cgroup} of threads elsewhere
+        self.home: str | None = None         # where processes forked into the cgroup meanwhile go back to
+        self.limit = ""                      # what was written, e.g. 'cpu.max 20000 100000'
         self.made = False
 
-    def cgroup_of(self, pid: int) -> str | None:
-        """The v2 cgroup of a process ('0::/path' in /proc/PID/cgroup), None when it is gone."""
+    def cgroup_of(self, pid: int, tid: int | None = None) -> str | None:
+        """The cgroup of a process (or one of its threads) in this hierarchy, None when it is gone."""
+        where = self.proc / str(pid) if tid is None else self.proc / str(pid) / "task" / str(tid)
         try:
-            text = (self.proc / str(pid) / "cgroup").read_text()
+            return self.hierarchy.cgroup_in((where / "cgroup").read_text())
         except OSError:
             return None
-        for line in text.splitlines():
-            if line.startswith("0::"):
-                return line[3:].strip() or "/"
-        return None
+
+    def threads(self, pid: int) -> list[int]:
+        try:
+            return sorted(int(t) for t in os.listdir(self.proc / str(pid) / "task") if t.isdigit())
+        except OSError:
+            return []
 
     def _write(self, path: Path, text: str) -> None:
         with open(path, "w") as f:
@@ -74,59 +188,100 @@ class CpuCap:
     def _move(self, pid: int, cgroup_dir: Path) -> None:
         self._write(cgroup_dir / "cgroup.procs", str(pid))
 
+    def _move_thread(self, tid: int, cgroup_dir: Path) -> None:
+        self._write(cgroup_dir / "tasks", str(tid))
+
+    def _mkdir(self) -> None:
+        self.path.mkdir(exist_ok=True)   # the kernel fills it with the control files
+
     def _rmdir(self) -> None:
         os.rmdir(self.path)
 
-    def apply(self, pids: Sequence[int], percent: float) -> None:
-        """The processes capped at `percent` of a CPU, verified. On a failure what was done is undone."""
-        want = cpu_max(percent)
-        control = self.root / "cgroup.subtree_control"
-        try:
+    def _set_quota(self, percent: float) -> None:
+        if self.hierarchy.version == 2:
+            control = self.hierarchy.mount / "cgroup.subtree_control"
             if "cpu" not in control.read_text().split():
                 self._write(control, "+cpu")
-            self.path.mkdir(exist_ok=True)
+            file, want, of = "cpu.max", cpu_max(percent), ""
+        else:   # the period the kernel gave the new cgroup (100 ms unless changed)
+            period = int((self.path / "cpu.cfs_period_us").read_text())
+            file, want, of = "cpu.cfs_quota_us", str(quota_us(percent, period)), f" of cpu.cfs_period_us {period}"
+        self._write(self.path / file, want)
+        got = (self.path / file).read_text().split()
+        if got != want.split():
+            raise RuntimeError(f"{self.path / file} reads {' '.join(got)!r}, not {want!r}")
+        self.limit = f"{file} {want}{of}"
+
+    def _verify(self, pid: int, mine: str) -> None:
+        """Every thread of `pid` in `mine` (v1: a stray thread moved by its tid, once)."""
+        for tid in [None, *self.threads(pid)]:
+            now = self.cgroup_of(pid, tid)
+            if now is not None and now != mine and tid is not None and self.hierarchy.version == 1:
+                self._move_thread(tid, self.path)
+                now = self.cgroup_of(pid, tid)
+            if now is not None and now != mine:
+                who = f"process {pid}" if tid is None else f"thread {tid} of process {pid}"
+                raise RuntimeError(f"{who} is in {now}, not {mine}, after the move")
+
+    def apply(self, pids: Sequence[int], percent: float) -> None:
+        """The processes capped at `percent` of a CPU, verified. On a failure what was done is undone."""
+        try:
+            self._mkdir()
             self.made = True
-            self._write(self.path / "cpu.max", want)
-            got = (self.path / "cpu.max").read_text().split()
-            if got != want.split():
-                raise RuntimeError(f"{self.path}/cpu.max reads {' '.join(got)!r}, not {want!r}")
-            mine = "/" + self.path.relative_to(self.root).as_posix()
+            self._set_quota(percent)
+            mine = self.hierarchy.path_of(self.path)
             for pid in pids:
+                threads = {tid: self.cgroup_of(pid, tid) for tid in self.threads(pid)}
                 origin = self.cgroup_of(pid)
                 if origin is None:
                     continue   # gone meanwhile
                 self.origin.setdefault(pid, origin)
+                self.home = self.home or origin
+                stray = {t: c for t, c in threads.items() if c is not None and c != origin}
+                if stray and self.hierarchy.version == 1:
+                    self.thread_origin[pid] = stray
                 self._move(pid, self.path)
-                now = self.cgroup_of(pid)
-                if now is not None and now != mine:
-                    raise RuntimeError(f"process {pid} is in {now}, not {mine}, after the move")
+                self._verify(pid, mine)
             if not self.origin:
                 raise ProcessLookupError("no process left to cap")
         except BaseException:
             self.release()
             raise
 
+    def _back(self, move, ident: int, cgroup: str) -> None:
+        """One process or thread into `cgroup` (the mount's top when that cgroup is gone); nothing when
+        it exited."""
+        dest = self.hierarchy.dir_of(cgroup)
+        if not dest.is_dir():
+            dest = self.hierarchy.mount
+        try:
+            move(ident, dest)
+        except OSError as e:
+            if e.errno not in (errno.ESRCH, errno.ENOENT):   # exited meanwhile: nothing to move
+                raise
+
     def release(self) -> None:
         """Every process back where it came from, the cgroup removed. Idempotent."""
         for pid, origin in list(self.origin.items()):
-            dest = self.root / origin.lstrip("/")
-            try:
-                if self.cgroup_of(pid) is not None:
-                    self._move(pid, dest)
-            except OSError as e:
-                if e.errno not in (errno.ESRCH, errno.ENOENT):   # exited meanwhile: nothing to move
-                    raise
+            if self.cgroup_of(pid) is not None:
+                self._back(self._move, pid, origin)
+                for tid, cgroup in self.thread_origin.get(pid, {}).items():
+                    self._back(self._move_thread, tid, cgroup)
             del self.origin[pid]
-        if self.made:
-            deadline = time.monotonic() + RMDIR_S
-            while True:
-                try:
-                    self._rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError as e:
-                    if e.errno != errno.EBUSY or time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.05)
-            self.made = False
+            self.thread_origin.pop(pid, None)
+        if not self.made:
+            return
+        deadline = time.monotonic() + RMDIR_S
+        while True:
+            try:
+                for pid in (self.path / "cgroup.procs").read_text().split():   # forked in meanwhile
+                    self._back(self._move, int(pid), self.home or self.hierarchy.root)
+                self._rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError as e:
+                if e.errno != errno.EBUSY or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        self.made = False

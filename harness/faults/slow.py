@@ -1,15 +1,18 @@
-"""slow: a service tier's processes on one host capped at a share of a CPU by a cgroup v2 CPU quota
-(issue 33 item 5; docs/faults.md, "`slow`: a tier under a CPU quota").
+"""slow: a service tier's processes on one host capped at a share of a CPU by a cgroup CPU quota, on
+cgroup v2 or, where the cpu controller is bound to v1, cgroup v1 (issue 33 item 5; docs/faults.md,
+"`slow`: a tier under a CPU quota").
 
     - {kind: slow, host: db, cpu: 20%, schedule: {at: [20s], duration: 10s}}
     - {kind: slow, target: {host: db}, cpu: 20%, ...}       (the same)
 
 The window starts when every process of the tier's daemon group is in the run's cgroup with its
-`cpu.max` verified, and ends when they are back where they came from and the cgroup is gone
-(harness.faults.cgroup.CpuCap); teardown releases a window still in force on every exit path. The
-culprit is the tier's application: when `host` is monitored each process of the group that the
-collector sees as an application is a target, `app:<pid>`, one faults row each sharing the one cap;
-otherwise one row names the host and tier with no module. A machine without the cgroup v2 cpu controller refuses the spec before anything starts.
+quota verified (v2 `cpu.max`, v1 `cpu.cfs_quota_us`), and ends when they are back where they came
+from and the cgroup is gone (harness.faults.cgroup.CpuCap); teardown releases a window still in
+force on every exit path. The culprit is the tier's application: when `host` is monitored each
+process of the group that the collector sees as an application is a target, `app:<pid>`, one faults
+row each sharing the one cap; otherwise one row names the host and tier with no module. Each row records the hierarchy used
+(`hierarchy`: 'cgroup v1' or 'cgroup v2', `cgroup`: the directory, `limit`: what was written). A
+machine with neither v2's nor v1's cpu controller refuses the spec before anything starts.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from harness.faults.base import FaultEnv, Part, target_json
-from harness.faults.cgroup import CpuCap, v2_cpu_problem
+from harness.faults.base import FaultEnv, NoTarget, Part, target_json
+from harness.faults.cgroup import CpuCap, NoCpuController, cpu_hierarchy, cpu_problem
 from harness.faults.spec import FaultSpec, Footprint, Loc, SpecView
 from harness.faults.tier_hosts import not_a_tier, observed_pids, tier_on, tier_pids
 from harness.units import Percent
@@ -52,9 +55,9 @@ class SlowSpec(FaultSpec):
         problem = not_a_tier(spec, self.host)
         if problem is not None:
             return ("host",), problem
-        missing = v2_cpu_problem()
+        missing = cpu_problem()
         if missing is not None:
-            return ("cpu",), f"slow needs the cgroup v2 cpu controller, and this machine has none: {missing}"
+            return ("cpu",), f"slow needs the cgroup cpu controller (v2 or v1), and this machine has none: {missing}"
         return None
 
     def footprint(self, spec: SpecView) -> Footprint:
@@ -89,11 +92,15 @@ class Slow:
         pass
 
     def describe(self, action: Capped) -> str:
-        return (f"cgroup v2 {action.cap.path}: cpu.max {action.cpu:g}% of a CPU for the {action.tier} tier "
-                f"on {action.host}")
+        return (f"{action.cap.hierarchy.name} {action.cap.path}: {action.cap.limit} ({action.cpu:g}% of a CPU) "
+                f"for the {action.tier} tier on {action.host}")
 
     def cap_for(self, host: str) -> CpuCap:
-        return CpuCap(f"nestlab-{self.env.run_id}-{host}")
+        try:
+            hierarchy = cpu_hierarchy()
+        except NoCpuController as e:   # checked with the spec; gone since (a remount): skip the window
+            raise NoTarget(str(e)) from None
+        return CpuCap(f"nestlab-{self.env.run_id}-{host}", hierarchy)
 
     def inject(self, window: Window, first_id: int) -> list[Part]:
         env = self.env
@@ -104,16 +111,23 @@ class Slow:
         self.capped.append(action)
         if env.ledger is not None:   # a killed run's cgroup: `nestlab cleanup` removes it
             env.ledger.add_cgroup(cap.path)
-        cap.apply(pids, f.cpu)
+        try:
+            cap.apply(pids, f.cpu)   # undoes itself on a failure
+        except BaseException as e:
+            self._release(action)
+            if isinstance(e, ProcessLookupError):   # the tier's processes exited meanwhile: nothing to cap
+                raise NoTarget(f"the {tier} tier on {f.host} has no process left to cap") from None
+            raise
         start = env.clocks.from_runner(monotonic())
         text = f"the {tier} tier on {f.host} capped at {f.cpu:g}% of a CPU"
         pids = sorted(cap.origin)
+        where = {"hierarchy": cap.hierarchy.name, "cgroup": str(cap.path), "limit": cap.limit}
         observed = observed_pids(env, f.host, pids)   # its application modules, when the host is monitored
         if not observed:
             return [Part(target_json(description=text, host=f.host, tier=tier, pids=pids, workload=workload,
-                                     cpu=f.cpu, module_key=None), self.describe(action), start, action)]
+                                     cpu=f.cpu, module_key=None, **where), self.describe(action), start, action)]
         return [Part(target_json(description=f"{text}: pid {p}", host=f.host, tier=tier, pid=p, workload=workload,
-                                 cpu=f.cpu, module_key=f"app:{p}"), self.describe(action), start, action)
+                                 cpu=f.cpu, module_key=f"app:{p}", **where), self.describe(action), start, action)
                 for p in observed]
 
     def _release(self, action: Capped) -> None:

@@ -28,8 +28,12 @@ def leftovers() -> list[str]:
         found += [f"{tool}: {line}" for line in r.stdout.splitlines() if "NESTLAB" in line]
     # Scratch directories (served files, interceptor shared memory, SSH node workdirs) and ledgers;
     # nestlab-bench-* is a benchmark's deliberate cache of its synthetic input.
+    # `slow`'s cgroups: on cgroup v2 or v1's cpu hierarchy, wherever the machine mounts them
+    from harness.faults.cgroup import cpu_mounts
+
+    cgroups = [f"{m}/nestlab-*" for m in sorted({*cpu_mounts(), Path("/sys/fs/cgroup")})]
     for pattern in ("/tmp/nestlab-*", "/dev/shm/nestlab-*", "/run/nestlab/*.json", "/tmp/flink-*", "/tmp/blobStore-*",
-                    "/sys/fs/cgroup/nestlab-*"):
+                    *cgroups):
         found += [f"path: {p}" for p in glob.glob(pattern) if not Path(p).name.startswith("nestlab-bench-")]
     child_hash = Path("/proc/sys/net/ipv4/tcp_child_ehash_entries")
     if child_hash.exists() and child_hash.read_text().strip() != "0":   # private_tcp_hash puts 0 back
