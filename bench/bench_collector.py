@@ -117,6 +117,7 @@ import gc, os, sys, tempfile, time
 from harness.collector.iface import InterfaceSource
 from harness.collector.main import GC_THRESHOLD, ModuleTracker
 from harness.collector.sockdiag import SockDiag, TcpSource
+from harness.collector.source import reporter
 from rundir.db import connect, create_db
 reps, gap = int(sys.argv[1]), float(sys.argv[2])
 
@@ -150,6 +151,7 @@ out = [len(SockDiag().dump()), median(kernel_ms)]
 gc.set_threshold(GC_THRESHOLD)   # as the collector runs
 for skip in (False, True):   # False: every connection decoded and recorded (the collector before change-skipping)
     iface = InterfaceSource()
+    iface_report = reporter(iface)
     src = TcpSource(iface.ifkey_of, None, iface.ignored, skip_unchanged=skip)
     path = os.path.join(tempfile.mkdtemp(prefix="nestlab-bench-"), "run.db")   # a run.db as the collector's (WAL)
     create_db(path).close()
@@ -175,9 +177,9 @@ for skip in (False, True):   # False: every connection decoded and recorded (the
     def snapshot():
         gc_at[1] = 0.0
         t0 = time.thread_time()
-        obs = iface.poll() + src.poll()
+        reports = [iface_report(), src.report()]
         t1 = time.thread_time()
-        tracker.record(time.monotonic(), time.time(), obs)
+        tracker.record_reports(time.monotonic(), time.time(), reports)
         t2 = time.thread_time()
         T["poll"].append(t1 - t0 - T["dump"][-1]); T["record"].append(t2 - t1 - T["sql"][-1])
         T["total"].append(t2 - t0); T["gc"].append(gc_at[1])

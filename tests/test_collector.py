@@ -312,8 +312,8 @@ def test_a_dump_of_changes_tells_the_idle_from_the_moved():
 
 
 def test_skipping_unchanged_connections_writes_the_same_counters(tmp_path):
-    """The collector's TCP source with skip_unchanged (unchanged connections given again as `same`,
-    which the tracker passes over) writes the very counter rows the source without it writes, keeps
+    """The collector's TCP source with skip_unchanged (reporting only the connections born, changed or
+    dead, Report) writes the very counter rows the source without it writes, keeps
     the idle connections alive, and notices their end."""
     pairs = [loopback_pair() for _ in range(3)]
     try:
@@ -336,9 +336,10 @@ def test_skipping_unchanged_connections_writes_the_same_counters(tmp_path):
                     s.close()
             time.sleep(0.02)
             for src, tr in runs:
-                obs = sorted((o for o in src.poll() if o.key in keys), key=lambda o: o.key)
-                tr.record(float(k), time.time(), obs)
-            sames.append(sum(o.same for o in obs))
+                rep = src.report()
+                rep.changed = sorted((o for o in rep.changed if o.key in keys), key=lambda o: o.key)
+                tr.record_reports(float(k), time.time(), [rep])
+            sames.append(sum(key in keys for key in rep.unchanged()))
         for _, tr in runs:
             tr.close(8.0)
         q = "SELECT seq, m.key, dir, total_msgs, queued, errors, bytes FROM counters c JOIN modules m ON m.id = c.module"

@@ -15,7 +15,7 @@ import pytest
 from harness.collector.main import ModuleTracker, ProbeFeed
 from harness.collector.probe import Prober, ProbeSettings, plain_remote
 from harness.collector.sockdiag import TcpSource
-from harness.collector.source import Observation
+from harness.collector.source import Observation, Report
 from harness.collector.synprobe import SynProbe, syn_segment
 from harness.spec import load_spec
 from harness.yamlload import SpecError
@@ -249,7 +249,7 @@ def test_the_tracker_writes_the_probes_with_the_snapshot(tmp_path, listener):
                      {"inode": 7, "dst": "127.0.0.1", "dport": port}, [], (0, 0, 0, 0, 200_000) + (0,) * 6)
     for _ in range(4):
         tr.record(monotonic(), time.time(), [ob], prober.take())
-        feed.feed(monotonic(), tr.seq - 1, [ob], tr.ids)
+        feed.feed(monotonic(), tr.seq - 1, [Report([ob])], tr.ids)
         prober.wait(monotonic() + 0.05)
     prober.close()
     tr.close(monotonic(), prober.take())
@@ -305,13 +305,13 @@ def test_the_interface_counters_leave_the_probes_packets_out():
     ob, other = iface(100, 50), Observation("ipeth:lo", "ipeth", "ip+eth lo",
                                              {"in": {"total_msgs": 5, "bytes": 9, "errors": 0},
                                               "out": {"total_msgs": 5, "bytes": 9, "errors": 0}})
-    feed.discount([ob, other])
+    feed.discount([Report([ob, other])])
     assert ob.counters["out"]["total_msgs"] == 97 and ob.counters["out"]["bytes"] == 10_000 - 162
     assert ob.counters["in"]["total_msgs"] == 48 and ob.counters["in"]["bytes"] == 5_000 - 148
     assert other.counters["in"]["total_msgs"] == 5                       # another interface: untouched
     p.traffic["10.0.1.1"][2] += 1        # an answer read a moment before the interface counted it
     ob = iface(100, 50)
-    feed.discount([ob])
+    feed.discount([Report([ob])])
     assert ob.counters["in"]["total_msgs"] == 48                          # held, not 47
 
 

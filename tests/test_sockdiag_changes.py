@@ -128,9 +128,13 @@ def record(dumps: list[list[bytes]], skip: bool, tmp_path, tamper=None) -> dict[
     tracker = ModuleTracker(db)
     sames = []
     for k in range(len(dumps)):
-        obs = src.poll()
-        sames.append(sum(o.same for o in obs))
-        tracker.record(k * INTERVAL, 0.0, obs)
+        if skip:   # births, changes and deaths only (Report), as the collector runs
+            rep = src.report()
+            sames.append(len(rep.unchanged()))
+            tracker.record_reports(k * INTERVAL, 0.0, [rep])
+        else:      # every live connection, decoded: the tracker finds births and deaths
+            tracker.record(k * INTERVAL, 0.0, src.poll())
+            sames.append(0)
     tracker.close(len(dumps) * INTERVAL)
     key = "JOIN modules m ON m.id = t.module"
     out = {"modules": db.execute("SELECT key, kind, name, attrs, born, died FROM modules ORDER BY key").fetchall(),

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from harness.collector.iface import InterfaceSource
 from harness.collector.procs import socket_owners
-from harness.collector.source import Observation, Source
+from harness.collector.source import Observation, Report, Source, reporter
 
 CLONE_NEWNET = 0x40000000
 
@@ -92,9 +92,22 @@ class HostSources:
     iface: InterfaceSource
     born: set[str] = field(default_factory=set)   # keys already labelled with the host
 
-    def poll(self, known: dict[str, int]) -> list[Observation]:
-        """Every source's observations; a module new to the collector (not in `known`, its live keys)
+    reporters: list = field(default_factory=list)   # each source's report (source.reporter)
+
+    def reports(self, known: dict[str, int]) -> list[Report]:
+        """Every source's report; a module new to the collector (not in `known`, its live keys)
         gets its host in attrs and name (label)."""
+        if not self.reporters:
+            self.reporters = [reporter(src) for src in self.sources]
+        out = [report() for report in self.reporters]
+        for rep in out:
+            for ob in rep.changed:
+                if ob.key not in known:
+                    label(ob, self.name)
+        return out
+
+    def poll(self, known: dict[str, int]) -> list[Observation]:
+        """Every source's observations, every live module (its sources' poll())."""
         out: list[Observation] = []
         for src in self.sources:
             out.extend(src.poll())

@@ -29,7 +29,7 @@ from harness.collector.iface import InterfaceSource
 from harness.collector.probe import Prober, ProbeSettings
 from harness.collector.procs import socket_owners
 from harness.collector.sockdiag import TcpSource
-from harness.collector.source import Observation, Source
+from harness.collector.source import Changes, Observation, Report, Source, reporter
 from rundir.db import connect, monotonic
 from rundir.snapshots import SnapshotWriter
 
@@ -38,63 +38,75 @@ GC_THRESHOLD = 100_000   # net new containers between two cyclic collections (gc
 
 
 class ModuleTracker:
-    """Turns per-snapshot observations into module/edge lifetimes and counter rows."""
+    """Turns per-snapshot reports (births, changes, deaths) into module/edge lifetimes and counter rows."""
 
     def __init__(self, db: sqlite3.Connection):
         self.writer = SnapshotWriter(db)
         self.ids: dict[str, int] = {}                # live key -> module id
+        self.children: dict[str, list[str]] = {}     # live key -> its children's keys, when it has any
         self.last: dict[tuple[int, str], tuple] = {}   # (module id, dir) -> values last written
         self.last_info: dict[int, tuple] = {}          # module id -> tcp_info values last written
         self.edges: set[tuple[int, int]] = set()     # live (parent id, child id)
         self.next_id, self.seq = self.writer.next_ids()
+        self.full = Changes()                        # record(): a full list, as births and deaths
 
     def record(self, now: float, wall: float, observations: list[Observation], probes=()) -> None:
-        ids = self.ids
-        seen: dict[str, int] = {}
+        """A snapshot given as every live module (births and deaths found here)."""
+        self.record_reports(now, wall, [self.full(observations)], probes)
+
+    def record_reports(self, now: float, wall: float, reports: list[Report], probes=()) -> None:
+        """A snapshot given as births, changes and deaths (Report): a live module no report names
+        costs nothing here, which is most of them on a busy host."""
+        ids, children, last, last_info = self.ids, self.children, self.last, self.last_info
+        deaths = []
+        for rep in reports:
+            for key in rep.gone:
+                mid = ids.pop(key, None)
+                if mid is None:
+                    continue
+                deaths.append((now, mid))
+                children.pop(key, None)
+                last.pop((mid, "in"), None)
+                last.pop((mid, "out"), None)
+                last_info.pop(mid, None)
         births = []
         # A row only when a module/direction's values differ from the last row written (always at
         # birth): readers carry values forward within the module's lifetime (docs/run-format.md).
-        # Idle connections then cost nothing to store, which is most of them on a busy host.
-        # One pass over the observations, with lookups hoisted: it runs for every module every snapshot.
-        seq, last, last_info, rows, info_rows = self.seq, self.last, self.last_info, [], []
-        for ob in observations:
-            key = ob.key
-            mid = ids.get(key)
-            if ob.same and mid is not None:   # its rows are those written when it last changed
-                seen[key] = mid
-                continue
-            if mid is None:
-                mid = self.next_id
-                self.next_id += 1
-                births.append((mid, ob.kind, ob.name, key, json.dumps(ob.attrs), now))
-            seen[key] = mid
-            for d, c in ob.counters.items():
-                vals = c if type(c) is tuple else (c.get("total_msgs"), c.get("wait_ms"), c.get("queued"),
-                                                   c.get("errors"), c.get("bytes"))
-                if last.get((mid, d)) != vals:
-                    last[(mid, d)] = vals
-                    rows.append((seq, mid, d, *vals))
-            if ob.tcp_info is not None:
-                row = _info_row(now, ob.tcp_info, last_info.get(mid))
-                if row is not None:
-                    last_info[mid] = row
-                    info_rows.append((seq, mid) + row[0] + row[1])
+        # One pass over the changed, with lookups hoisted.
+        seq, rows, info_rows = self.seq, [], []
+        for rep in reports:
+            for ob in rep.changed:
+                key = ob.key
+                mid = ids.get(key)
+                if mid is None:
+                    mid = ids[key] = self.next_id
+                    self.next_id += 1
+                    births.append((mid, ob.kind, ob.name, key, json.dumps(ob.attrs), now))
+                if ob.children:
+                    children[key] = ob.children
+                elif children:
+                    children.pop(key, None)
+                for d, c in ob.counters.items():
+                    vals = c if type(c) is tuple else (c.get("total_msgs"), c.get("wait_ms"), c.get("queued"),
+                                                       c.get("errors"), c.get("bytes"))
+                    if last.get((mid, d)) != vals:
+                        last[(mid, d)] = vals
+                        rows.append((seq, mid, d, *vals))
+                if ob.tcp_info is not None:
+                    row = _info_row(now, ob.tcp_info, last_info.get(mid))
+                    if row is not None:
+                        last_info[mid] = row
+                        info_rows.append((seq, mid) + row[0] + row[1])
         # A module's children are fixed while it lives, or change only as other modules are born and
-        # die (an app's sockets); so the edges and deaths need a look only when the set of modules changed.
-        if births or len(seen) != len(ids):
-            edges = {(seen[ob.key], seen[child]) for ob in observations for child in ob.children if child in seen}
-            deaths = [(now, mid) for key, mid in ids.items() if key not in seen]
+        # die (an app's sockets); so the edges need a look only when the set of modules changed.
+        if births or deaths:
+            edges = {(ids[key], ids[child]) for key, kids in children.items() for child in kids if child in ids}
         else:
-            edges, deaths = self.edges, []
-        for _, mid in deaths:
-            last.pop((mid, "in"), None)
-            last.pop((mid, "out"), None)
-            self.last_info.pop(mid, None)
-
+            edges = self.edges
         changed = edges != self.edges
         self.writer.snapshot(seq, now, wall, births, deaths, rows, info_rows,
                              edges - self.edges if changed else (), self.edges - edges if changed else (), probes)
-        self.ids, self.edges, self.seq = seen, edges, seq + 1
+        self.edges, self.seq = edges, seq + 1
 
     def close(self, now: float, probes=()) -> None:
         """Mark everything still alive as dying at the end of the recording."""
@@ -111,8 +123,9 @@ class ProbeFeed:
         self.remotes: dict[int, tuple[int, str, int]] = {}   # module id -> (family, address, port)
         self.last: dict[tuple[str, str, str], int] = {}      # (ipeth key, dir, field) -> value last given
 
-    def discount(self, observations: list[Observation]) -> None:
-        """Take the probes' packets and bytes out of their interface's cumulative counters."""
+    def discount(self, reports: list[Report]) -> None:
+        """Take the probes' packets and bytes out of their interface's cumulative counters (interfaces
+        are always among the changed: their source reports every one, Changes)."""
         if not self.prober.traffic:
             return
         by_key = {}
@@ -124,7 +137,7 @@ class ProbeFeed:
                 t[1] += b_out
                 t[2] += p_in
                 t[3] += b_in
-        for ob in observations:
+        for ob in (ob for rep in reports for ob in rep.changed):
             t = by_key.get(ob.key) if ob.kind == "ipeth" else None
             if t is None:
                 continue
@@ -135,20 +148,21 @@ class ProbeFeed:
                 value = max(ob.counters[d][field] - n, self.last.get((ob.key, d, field), 0))
                 ob.counters[d][field] = self.last[(ob.key, d, field)] = value
 
-    def feed(self, now: float, seq: int, observations: list[Observation], ids: dict[str, int]) -> None:
+    def feed(self, now: float, seq: int, reports: list[Report], ids: dict[str, int]) -> None:
+        """The changed TCP modules' values, and the ids of the live ones left out (their values are
+        those the prober was given last)."""
         conns, same = [], []
-        for ob in observations:
-            if ob.kind != "tcp":
-                continue
-            mid = ids[ob.key]
-            if ob.same:   # the values the prober was given last snapshot
-                same.append(mid)
-                continue
-            remote = self.remotes.get(mid)
-            if remote is None:
-                remote = self.remotes[mid] = _remote(ob)
-            c_in, c_out = ob.counters["in"], ob.counters["out"]
-            conns.append((mid, remote, c_in[0], c_out[0], c_in[2], c_out[2], ob.tcp_info[4] if ob.tcp_info else None))
+        for rep in reports:
+            for ob in rep.changed:
+                if ob.kind != "tcp":
+                    continue
+                mid = ids[ob.key]
+                remote = self.remotes.get(mid)
+                if remote is None:
+                    remote = self.remotes[mid] = _remote(ob)
+                c_in, c_out = ob.counters["in"], ob.counters["out"]
+                conns.append((mid, remote, c_in[0], c_out[0], c_in[2], c_out[2], ob.tcp_info[4] if ob.tcp_info else None))
+            same.extend(map(ids.__getitem__, rep.unchanged()))
         if len(self.remotes) > 2 * (len(conns) + len(same)) + 1000:   # forget connections long gone
             live = {c[0] for c in conns}.union(same)
             self.remotes = {m: r for m, r in self.remotes.items() if m in live}
@@ -217,6 +231,7 @@ def run(db_path: str, interval: float, interceptor_dir: str | None = None,
     else:
         sources, iface = make_sources(interceptor_dir, ignore_interfaces)
     feed = ProbeFeed(prober, iface.ifkey_of) if prober else None
+    reporters = [reporter(src) for src in sources]
     stop = False
 
     def on_signal(signum, frame):
@@ -236,14 +251,12 @@ def run(db_path: str, interval: float, interceptor_dir: str | None = None,
     try:
         while not stop:
             now = monotonic()
-            observations: list[Observation] = []
-            for src in sources:
-                observations.extend(src.poll())
+            reports = [report() for report in reporters]
             if feed is not None:
-                feed.discount(observations)
-            tracker.record(now, time.time(), observations, prober.take() if prober else ())
+                feed.discount(reports)
+            tracker.record_reports(now, time.time(), reports, prober.take() if prober else ())
             if feed is not None:
-                feed.feed(now, tracker.seq - 1, observations, tracker.ids)
+                feed.feed(now, tracker.seq - 1, reports, tracker.ids)
             if max_snapshots is not None and tracker.seq >= max_snapshots:
                 break
             if now >= next_refresh:
@@ -273,7 +286,7 @@ def run(db_path: str, interval: float, interceptor_dir: str | None = None,
 
 
 class _AllHosts:
-    """Every monitored host's sources as one source (poll, close) and one interface source
+    """Every monitored host's sources as one source (report, close) and one interface source
     (refresh_addresses). A module new to the tracker (not among its live keys) is labelled with its host."""
 
     name = "hosts"
@@ -281,11 +294,10 @@ class _AllHosts:
     def __init__(self, hosts: list[HostSources], tracker: ModuleTracker):
         self.hosts, self.tracker = hosts, tracker
 
-    def poll(self) -> list[Observation]:
-        out: list[Observation] = []
-        for h in self.hosts:
-            out.extend(h.poll(self.tracker.ids))
-        return out
+    def report(self) -> Report:
+        reports = [rep for h in self.hosts for rep in h.reports(self.tracker.ids)]
+        return Report([ob for rep in reports for ob in rep.changed], [key for rep in reports for key in rep.gone],
+                      lambda: [key for rep in reports for key in rep.unchanged()])
 
     def refresh_addresses(self) -> None:
         for h in self.hosts:

@@ -36,7 +36,7 @@ from operator import eq, not_, sub
 from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR
 from pyroute2.netlink.diag import SOCK_DIAG_BY_FAMILY
 
-from harness.collector.source import Observation
+from harness.collector.source import Changes, Observation, Report
 
 NETLINK_SOCK_DIAG = 4
 INET_DIAG_INFO = 2
@@ -374,28 +374,56 @@ class TcpSource:
         # address_to_ifkey(local address) -> 'ipeth:<ifname>' (the tcp -> ipeth edge);
         # owner_of_inode(inodes) -> {inode: {pid, cmdline}}: who holds each new socket (attrs only);
         # ignored(local address): connections that are not part of the experiment (never modules);
-        # skip_unchanged: a connection unchanged since the last poll gives its last observation
-        # again, marked `same` (what the collector writes no row for), without being decoded.
+        # skip_unchanged: report() gives only the connections born or changed since the last report
+        # and those that died, without decoding the others (else every connection, decoded).
         self.diag = SockDiag()
         self.skip_unchanged = skip_unchanged
         self.address_to_ifkey = address_to_ifkey
         self.owner_of_inode = owner_of_inode
         self.ignored = ignored
         self.known: dict[int, tuple[str, str, list[str]]] = {}   # inode -> (key, name, children)
+        self.keys: dict[int, str] = {}            # inode -> key, of the known
         self.ignored_inodes: set[int] = set()
         self.last: dict[int, Observation] = {}   # inode -> its last observation
-        self.given: list[Observation] = []        # the observations the last poll made (not `same`)
+        self.alive: set[int] = set()              # the inodes of the last report's dump (ignored ones too)
+        self.changes = Changes()
 
     def poll(self) -> list[Observation]:
-        """One observation per live connection; a connection unchanged since the last poll
-        (SockDiag.dump with `same`) gives its last observation again, marked `same`."""
+        """One observation per live connection, every one decoded."""
+        return self._observe(self.diag.dump())
+
+    def report(self) -> Report:
+        """The connections born or changed since the last report (SockDiag.dump with `same`: the
+        others are compared, not decoded) and those that died; without skip_unchanged, every one."""
+        if not self.skip_unchanged:
+            return self.changes(self.poll())
         same: list[int] = []
-        raw = self.diag.dump(same=same if self.skip_unchanged else None)
-        known, last = self.known, self.last
-        for ob in self.given:   # what the last poll gave as changed is its last observation from now on
-            ob.same = True
-        # The unchanged: their last observations, all marked `same` already (None: ignored ones).
-        obs = list(filter(None, map(last.get, same)))
+        raw = self.diag.dump(same=same)
+        changed = self._observe(raw)
+        alive = set(same)
+        alive.update([r[0] for r in raw])
+        gone, back = [], []
+        if alive != self.alive:   # a set compare in C: Python looks at sockets only when some came or went
+            before, known, last = self.alive, self.known, self.last
+            gone = [known[i][0] for i in before - alive if i in known]
+            # Unchanged since it was last seen, yet missing from the last dump (a socket whose connect
+            # failed, connecting again): born again, with its last observation.
+            back = [last[i] for i in same if i not in before and i in last]
+        self.alive = alive
+        keys = self.keys
+
+        def unchanged() -> list[str]:
+            out = list(filter(None, map(keys.get, same)))
+            if back:
+                again = {ob.key for ob in back}
+                out = [k for k in out if k not in again]
+            return out
+        self._forget(alive)
+        return Report(back + changed if back else changed, gone, unchanged)
+
+    def _observe(self, raw: list[RawSock]) -> list[Observation]:
+        """An observation for each dumped socket (decoded), the new ones named (and owned) first."""
+        known, last, obs = self.known, self.last, []
         append = obs.append
         new = [r for r in raw if r[0] not in known and r[0] not in self.ignored_inodes]
         owners = self.owner_of_inode([r[0] for r in new]) if (new and self.owner_of_inode) else {}
@@ -406,10 +434,10 @@ class TcpSource:
                 self.ignored_inodes.add(s.inode)
                 continue
             ifkey = self.address_to_ifkey(s.src)
-            known[s.inode] = (f"tcp:{s.inode}", f"tcp {s.src}:{s.sport}>{s.dst}:{s.dport}", [ifkey] if ifkey else [])
+            key = self.keys[s.inode] = f"tcp:{s.inode}"
+            known[s.inode] = (key, f"tcp {s.src}:{s.sport}>{s.dst}:{s.dport}", [ifkey] if ifkey else [])
             births[s.inode] = {"inode": s.inode, "src": s.src, "sport": s.sport, "dst": s.dst, "dport": s.dport,
                                **owners.get(s.inode, {})}
-        given = len(obs)
         for r in raw:
             inode = r[0]
             k = known.get(inode)
@@ -421,15 +449,18 @@ class TcpSource:
                 {"in": (r[23], None, r[7], None, r[22]), "out": (r[24], None, r[8], r[20], r[21])},
                 births.get(inode, _NO_ATTRS), k[2], r[TCP_INFO_FIELDS])
             append(ob)
-        self.given = obs[given:]
-        live_count = len(raw) + len(same)
-        if len(known) + len(self.ignored_inodes) > 2 * live_count + 1000:  # forget connections long gone
-            live = {r[0] for r in raw}.union(same)
-            self.known = {i: v for i, v in known.items() if i in live}
-            self.last = {i: v for i, v in last.items() if i in live}
+        if not self.skip_unchanged:
+            self._forget({r[0] for r in raw})
+        return obs
+
+    def _forget(self, live: set[int]) -> None:
+        """Forget connections long gone, now and then (when they are as many as the live)."""
+        if len(self.known) + len(self.ignored_inodes) > 2 * len(live) + 1000:
+            self.known = {i: v for i, v in self.known.items() if i in live}
+            self.keys = {i: v for i, v in self.keys.items() if i in live}
+            self.last = {i: v for i, v in self.last.items() if i in live}
             self.ignored_inodes &= live
             self.diag.forget(live)
-        return obs
 
     def close(self) -> None:
         self.diag.close()
