@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analysis.paths.model import COLUMNS, PathPattern, PathsResult, as_messages
+from analysis.paths.model import COLUMNS, THREAD_COLUMNS, PathPattern, PathsResult, as_messages, has_threads
 
 # Histogram bin edges for node delays, s (log-spaced: delays of interest span 0.1 ms to seconds).
 HIST_EDGES_S = (0.0, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, np.inf)
@@ -76,8 +76,9 @@ class Nodes:
 def ensure_messages(messages: pd.DataFrame) -> pd.DataFrame:
     """The frame itself when it already has the model's columns, dtypes, order and index (no copy),
     else model.as_messages of it."""
-    ok = (list(messages.columns) == list(COLUMNS)
-          and all(str(messages[c].dtype) == d for c, d in COLUMNS.items())
+    types = {**COLUMNS, **THREAD_COLUMNS} if has_threads(messages) else COLUMNS
+    ok = (list(messages.columns) == list(types)
+          and all(str(messages[c].dtype) == d for c, d in types.items())
           and isinstance(messages.index, pd.RangeIndex) and messages.index.start == 0
           and messages.index.step == 1
           and bool((np.diff(messages["t_send"].to_numpy()) >= 0).all()))

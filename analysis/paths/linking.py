@@ -89,7 +89,7 @@ from analysis.paths.assemble import (
 )
 from analysis.paths.linking_instances import Batch, walk_order_matters
 from analysis.paths.linking_weights import edge_weights, wap5_weights
-from analysis.paths.model import PathsResult
+from analysis.paths.model import PathsResult, has_threads
 
 VECTORISED = True          # try-both instances in numpy (False: every tree walked in Python, as before)
 DEFAULTS: dict[str, object] = {
@@ -105,7 +105,44 @@ DEFAULTS: dict[str, object] = {
     "reach": 4.0,           # model="edges": how much further back than the paper's cutoff to look
     "untraced": "auto",     # nodes treated as untraced clients: names, or "auto" (see docstring)
     "orphans": "keep",      # "drop": only trees rooted at an untraced client's message are kept
+    "granularity": "auto",  # "thread", "node", or "auto": thread when the trace has thread ids
 }
+GRANULARITIES = ("auto", "node", "thread")
+
+
+def link_groups(messages: pd.DataFrame, nodes: Nodes, granularity: str) -> tuple[Nodes, str, list[str]]:
+    """Who a message may be linked within (WAP5 2: "nodes" from computers down to single threads):
+    per message the group of its sender (src) and of its receiver (dst), as a Nodes whose `n` is the
+    number of groups. "node": the tier nodes themselves. "thread": (node, thread), so a message a
+    thread sends can only be caused by a message that same thread received; a node with any message
+    of an unknown thread (-1: untraced end, or a trace recorded without tids) falls back to the
+    node as a whole. "auto": thread when the trace has thread columns with a known thread, else node.
+    Returns the groups, the granularity used and warnings."""
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"linking: granularity must be one of {', '.join(GRANULARITIES)}, not {granularity!r}")
+    threaded = has_threads(messages) and bool((messages["src_thread"].to_numpy() >= 0).any())
+    if granularity == "node" or (granularity == "auto" and not threaded):
+        return nodes, "node", []
+    if not threaded:
+        return nodes, "node", ["granularity=thread: the trace has no thread ids; linked per node"]
+    st = messages["src_thread"].to_numpy(dtype=np.int64)
+    dt = messages["dst_thread"].to_numpy(dtype=np.int64)
+    seen = ~np.isnan(messages["t_recv"].to_numpy(dtype=np.float64))
+    # a node is threaded only if every message it sends, and every one it receives, has its thread
+    unknown = np.zeros(nodes.n, dtype=bool)
+    unknown[nodes.src[st < 0]] = True
+    unknown[nodes.dst[seen & (dt < 0)]] = True
+    warnings = []
+    if unknown.any():
+        warnings.append("granularity=thread: messages of unknown thread at "
+                        f"{', '.join(sorted(str(x) for x in nodes.names[unknown]))}; linked per node there")
+    st = np.where(unknown[nodes.src], -1, st)
+    dt = np.where(unknown[nodes.dst], -1, dt)
+    n = len(st)
+    both = np.concatenate([nodes.src, nodes.dst]) * (int(max(st.max(), dt.max())) + 2) + np.concatenate([st, dt]) + 1
+    codes, uniq = pd.factorize(both)
+    return Nodes(np.arange(len(uniq)), codes[:n].astype(np.int64), codes[n:].astype(np.int64)), "thread", warnings
+
 
 
 def untraced_nodes(messages: pd.DataFrame, nodes: Nodes, spec: object) -> set[str]:
@@ -320,7 +357,10 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
     unseen = int(np.isnan(t_recv).sum())
     if unseen:
         warnings.append(f"{unseen} messages without a receive time cannot be parents")
-    arr, pos, first = _arrivals_and_departures(nodes, t_out, t_in)
+    groups, p["granularity"], more = link_groups(m, nodes, str(p["granularity"]))
+    warnings += more
+    arr, pos, first = _arrivals_and_departures(groups, t_out, t_in)
+    # d stays per tier node pair (a thread pool's threads share their node's delays)
     d = causal_delays(nodes, t_out, t_in, arr, pos, first, x, float(p["d_min"]))
     # a link weaker than p_min whatever the other candidates (exp(-gap/d) < p_min * exp(-y)) is
     # "probably false" under the paper's model; the edge model may learn longer delays, so it looks

@@ -24,13 +24,14 @@ across all its instances): two million messages generate in about a second.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import heapq
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from analysis.paths.model import COLUMNS, Trace, Truth, pattern_of
+from analysis.paths.model import COLUMNS, Trace, Truth, has_threads, pattern_of
 
 
 @dataclass(frozen=True)
@@ -84,8 +85,15 @@ class _Slots:
     triggers: list[list[int]] = field(default_factory=list)   # slots whose arrival at src triggers
     mean: list[float] = field(default_factory=list)           # the sender's delay after the trigger
     pair: list[int] = field(default_factory=list)             # call/return pair index in the template
+    # the hop (0: the root's, pair + 1: the callee's of that pair) the sender serves when sending it,
+    # and the one the receiver serves when receiving it: the thread model's unit of work
+    src_hop: list[int] = field(default_factory=list)
+    dst_hop: list[int] = field(default_factory=list)
 
-    def add(self, src: str, dst: str, kind: str, triggers: list[int], mean: float, pair: int) -> int:
+    def add(self, src: str, dst: str, kind: str, triggers: list[int], mean: float, pair: int,
+            hops: tuple[int, int] = (0, 0)) -> int:
+        self.src_hop.append(hops[0])
+        self.dst_hop.append(hops[1])
         self.src.append(src)
         self.dst.append(dst)
         self.kind.append(kind)
@@ -99,19 +107,19 @@ def compile_template(t: Template) -> _Slots:
     slots = _Slots()
     n_pairs = [0]
 
-    def visit(caller: str, hop: Hop, triggers: list[int]) -> int:
+    def visit(caller: str, caller_hop: int, hop: Hop, triggers: list[int]) -> int:
         pair = n_pairs[0]
         n_pairs[0] += 1
-        c = slots.add(caller, hop.node, "call", triggers, hop.wait, pair)
+        c = slots.add(caller, hop.node, "call", triggers, hop.wait, pair, (caller_hop, pair + 1))
         if hop.parallel and hop.children:
-            last = [visit(hop.node, ch, [c]) for ch in hop.children]
+            last = [visit(hop.node, pair + 1, ch, [c]) for ch in hop.children]
         else:
             last = [c]
             for ch in hop.children:
-                last = [visit(hop.node, ch, last)]
-        return slots.add(hop.node, caller, "return", last, hop.delay, pair)
+                last = [visit(hop.node, pair + 1, ch, last)]
+        return slots.add(hop.node, caller, "return", last, hop.delay, pair, (pair + 1, caller_hop))
 
-    visit(t.root, t.first, [])
+    visit(t.root, 0, t.first, [])
     return slots
 
 
@@ -177,7 +185,7 @@ def maketrace(templates: Sequence[Template], duration: float = 50.0, *, rate: fl
               parallelism: float | None = None, seed: int = 0, delay_sd: float = 0.1,
               net_mean: float = 0.0005, net_sd: float = 0.0001, clock_skew: float = 0.0,
               drop_rate: float = 0.0, noise: float = 0.0, faults: Sequence[Fault] = (),
-              tags: bool = True) -> Trace:
+              tags: bool = True, threads: int | Mapping[str, int] | None = None) -> Trace:
     """A synthetic trace of paths started in [0, duration) s.
 
     rate: path starts per second (Poisson arrivals), or parallelism: the mean number of paths in
@@ -188,6 +196,16 @@ def maketrace(templates: Sequence[Template], duration: float = 50.0, *, rate: fl
     the share of messages missing from the trace. noise: extra unrelated call/return pairs between
     the nodes the templates connect, as a share of the paths' messages (request -1 in the truth).
     tags: False leaves kind "" and msg -1 (what convolution and linking assume).
+    threads: the thread model (None, the default: off; the trace has no thread columns and is
+    exactly what it was without the model). Each node serves each call it receives (a *hop*: from
+    the call's arrival to its return's departure; the root's hop from its first call to its last
+    reply) on one thread of a pool, and that thread sends the hop's downstream calls, receives
+    their returns and sends its return: the messages get `src_thread` and `dst_thread`. An int is
+    every node's pool size, a mapping gives it per node ("*": the other nodes); 0 is an unbounded
+    pool (a thread per hop in flight). A hop takes the thread idle longest; when all N are busy it
+    shares the one that frees first, interleaving with its hops: that is an event loop when N = 1
+    (nginx-like: one thread serves every call at the node). Queueing for a thread is not modelled
+    (timing is the same with or without the model: the seeded outputs do not change).
 
     Truth: request and cause per message; a dropped message's children point to its nearest kept
     ancestor (or -1); `node_delay` and `patterns` (what each request really did) are exact
@@ -216,6 +234,7 @@ def maketrace(templates: Sequence[Template], duration: float = 50.0, *, rate: fl
         s, t_send, t_recv, cause, delay = _instances(t, starts, rng, delay_sd, net_mean, net_sd,
                                                      faults)
         m = len(s.src)
+        hops = max(s.pair) + 2             # per instance: the root's hop and one per pair
         src = np.array([nodes.setdefault(x, len(nodes)) for x in s.src])
         dst = np.array([nodes.setdefault(x, len(nodes)) for x in s.dst])
         # instance-major flattening: row = instance * m + slot
@@ -229,6 +248,8 @@ def maketrace(templates: Sequence[Template], duration: float = 50.0, *, rate: fl
             cause=np.where(cause_t >= 0, inst * m + cause_t, -1).ravel(),
             request=np.repeat(np.arange(req_base, req_base + n), m),
             delay=delay.T.ravel(),
+            src_hop=(inst * hops + np.array(s.src_hop)[None, :]).ravel(),
+            dst_hop=(inst * hops + np.array(s.dst_hop)[None, :]).ravel(), hops=n * hops,
             patterns=_patterns(s, cause_t),
             name=t.name, n=n, m=m))
         req_base += n
@@ -240,6 +261,8 @@ def maketrace(templates: Sequence[Template], duration: float = 50.0, *, rate: fl
         cols = _add_noise(cols, parts, rng, int(round(noise * len(cols["t_send"]) / 2)), duration,
                           net_mean, net_sd)
     names = list(nodes)
+    if threads is not None:
+        cols["src_thread"], cols["dst_thread"] = _threads(cols, names, threads)
     if clock_skew > 0:
         offset = rng.uniform(-clock_skew, clock_skew, len(names))
         cols["t_send"] = cols["t_send"] + offset[cols["src"]]
@@ -261,6 +284,9 @@ def maketrace(templates: Sequence[Template], duration: float = 50.0, *, rate: fl
         "msg": cols["pair"].astype("int64") if tags else np.full(len(cols["pair"]), -1, "int64"),
     })
     assert list(msgs.columns) == list(COLUMNS)
+    if threads is not None:
+        msgs["src_thread"] = cols["src_thread"].astype("int64")
+        msgs["dst_thread"] = cols["dst_thread"].astype("int64")
     pats = pd.concat([p["patterns"].assign(request=p["patterns"]["request"] + base, type=p["name"])
                       for p, base in zip(parts, np.cumsum([0] + [p["n"] for p in parts])[:-1], strict=True)],
                      ignore_index=True)
@@ -285,13 +311,17 @@ def _patterns(s: _Slots, cause_t: np.ndarray) -> pd.DataFrame:
     return pd.DataFrame({"request": np.arange(len(cause_t)), "pattern": texts[inverse.ravel()]})
 
 
-_FIELDS = ("t_send", "t_recv", "src", "dst", "kind", "pair", "cause", "request", "delay")
+_FIELDS = ("t_send", "t_recv", "src", "dst", "kind", "pair", "cause", "request", "delay", "src_hop",
+           "dst_hop")
 
 
 def _concat(parts: list[dict]) -> dict[str, np.ndarray]:
     offsets = np.cumsum([0] + [p["n"] * p["m"] for p in parts])[:-1]
     pair_off = np.cumsum([0] + [int(p["pair"].max()) + 1 for p in parts])[:-1]
+    hop_off = np.cumsum([0] + [p["hops"] for p in parts])[:-1]
     out = {k: np.concatenate([p[k] for p in parts]) for k in _FIELDS}
+    for k in ("src_hop", "dst_hop"):
+        out[k] = np.concatenate([p[k] + o for p, o in zip(parts, hop_off, strict=True)])
     out["cause"] = np.concatenate([np.where(p["cause"] >= 0, p["cause"] + o, -1)
                                    for p, o in zip(parts, offsets, strict=True)])
     out["pair"] = np.concatenate([p["pair"] + o for p, o in zip(parts, pair_off, strict=True)])
@@ -312,6 +342,7 @@ def _add_noise(cols: dict, parts: list[dict], rng: np.random.Generator, n_pairs:
     t3 = t2 + _normal(rng, net_mean, net_sd, n_pairs)
     base = len(cols["t_send"])
     pair0 = int(cols["pair"].max()) + 1
+    hop0 = int(max(cols["src_hop"].max(), cols["dst_hop"].max())) + 1
     noise = {
         "t_send": np.concatenate([t0, t2]), "t_recv": np.concatenate([t1, t3]),
         "src": np.concatenate([pick[:, 0], pick[:, 1]]), "dst": np.concatenate([pick[:, 1], pick[:, 0]]),
@@ -321,8 +352,49 @@ def _add_noise(cols: dict, parts: list[dict], rng: np.random.Generator, n_pairs:
         "cause": np.concatenate([np.full(n_pairs, -1), base + np.arange(n_pairs)]),
         "request": np.full(2 * n_pairs, -1),
         "delay": np.concatenate([np.full(n_pairs, np.nan), t2 - t1]),
+        # each noise pair: a caller's hop and a callee's hop of its own
+        "src_hop": hop0 + np.concatenate([2 * np.arange(n_pairs), 2 * np.arange(n_pairs) + 1]),
+        "dst_hop": hop0 + np.concatenate([2 * np.arange(n_pairs) + 1, 2 * np.arange(n_pairs)]),
     }
     return {k: np.concatenate([cols[k], noise[k]]) for k in _FIELDS}
+
+
+def _threads(cols: dict, names: list[str], threads: int | Mapping[str, int]) -> tuple[np.ndarray, np.ndarray]:
+    """(src_thread, dst_thread) per row under the thread model (maketrace's `threads`): each hop's
+    interval from its first to its last event (true times), hops given threads node by node in
+    order of their start."""
+    sizes = ({n: int(threads) for n in names} if not isinstance(threads, Mapping)
+             else {n: int(threads.get(n, threads.get("*", 0))) for n in names})
+    n_hops = int(max(cols["src_hop"].max(), cols["dst_hop"].max())) + 1
+    start = np.full(n_hops, np.inf)
+    end = np.full(n_hops, -np.inf)
+    node = np.full(n_hops, -1, dtype=np.int64)
+    for hop, t, who in ((cols["src_hop"], cols["t_send"], cols["src"]),
+                        (cols["dst_hop"], cols["t_recv"], cols["dst"])):
+        np.minimum.at(start, hop, t)
+        np.maximum.at(end, hop, t)
+        node[hop] = who
+    thread = np.full(n_hops, -1, dtype=np.int64)
+    used = np.flatnonzero(node >= 0)
+    used = used[np.lexsort((start[used], node[used]))]
+    bounds = np.searchsorted(node[used], np.arange(len(names) + 1))
+    for v, name in enumerate(names):
+        size = sizes[name]
+        idle: list[tuple[float, int]] = []        # (free from, thread): the one idle longest first
+        made = 0
+        hs = used[bounds[v]:bounds[v + 1]]
+        for h, t0, t1 in zip(hs.tolist(), start[hs].tolist(), end[hs].tolist(), strict=True):
+            if idle and idle[0][0] <= t0:
+                _, tid = heapq.heappop(idle)
+                heapq.heappush(idle, (t1, tid))
+            elif size <= 0 or made < size:
+                tid, made = made, made + 1
+                heapq.heappush(idle, (t1, tid))
+            else:                                  # all busy: interleave on the first to free
+                free, tid = heapq.heappop(idle)
+                heapq.heappush(idle, (max(free, t1), tid))
+            thread[h] = tid
+    return thread[cols["src_hop"]], thread[cols["dst_hop"]]
 
 
 def _drop(cols: dict, keep: np.ndarray) -> dict:
@@ -408,6 +480,9 @@ def socket_events(trace: Trace, chunk: int = 0, seed: int = 0) -> pd.DataFrame:
     t = m["t_recv"].to_numpy()[idx] - (reads[idx] - 1 - k) * 1e-6
     parts.append(pd.DataFrame({"mono": t, "host": m["dst"].astype(str).to_numpy()[idx], "call": "recv",
                                "bytes": got, "local": dst_ep[idx], "remote": src_ep[idx]}))
+    if has_threads(m):      # the thread model's threads, as a tracer records tids
+        sends["tid"] = m["src_thread"].to_numpy()
+        parts[1]["tid"] = m["dst_thread"].to_numpy()[idx]
     ev = pd.concat(parts, ignore_index=True)
     ev["pid"] = 1
     return ev.sort_values("mono", kind="stable").reset_index(drop=True)

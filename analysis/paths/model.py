@@ -12,6 +12,15 @@ send and receive events, WAP5 section 4), sorted by `t_send`:
     kind     category  "call" | "return" | "" (unknown: convolution and linking need no tags)
     msg      int64     the message id for pairing a call with its return (-1: none); never a request id
 
+Optionally (only when the source knows them; a frame without them is exactly as before):
+
+    src_thread  int64  the sender's thread (a trace's host/pid/tid, as a number unique within the
+                       node; -1: not known)
+    dst_thread  int64  the receiver's thread (-1: not known)
+
+Linking reads them (`granularity="thread"`: WAP5's nodes "down to single threads"); the other
+algorithms, and every reported node, stay at `src`/`dst`.
+
 What an algorithm never sees is kept beside it, in `Truth` (same row order): which request each
 message belongs to and which earlier message caused it. Truth comes from the generator (Maketrace),
 from a service run's `requests` table, or from a Jaeger export's parent links.
@@ -35,6 +44,12 @@ import pandas as pd
 COLUMNS = {"t_send": "float64", "t_recv": "float64", "src": "category", "dst": "category",
            "kind": "category", "msg": "int64"}
 KINDS = ("call", "return", "")
+THREAD_COLUMNS = {"src_thread": "int64", "dst_thread": "int64"}
+
+
+def has_threads(frame: pd.DataFrame) -> bool:
+    """Whether the frame carries the optional thread columns."""
+    return all(c in frame for c in THREAD_COLUMNS)
 
 
 def empty_messages() -> pd.DataFrame:
@@ -43,7 +58,8 @@ def empty_messages() -> pd.DataFrame:
 
 def as_messages(frame: pd.DataFrame) -> pd.DataFrame:
     """The frame with the model's columns and dtypes, sorted by t_send (stable), index 0..n-1.
-    Missing optional columns are filled: t_recv NaN, kind "", msg -1."""
+    Missing optional columns are filled: t_recv NaN, kind "", msg -1. The thread columns are kept
+    when both are there (missing values: -1), else left out."""
     f = frame.copy()
     if "t_recv" not in f:
         f["t_recv"] = np.nan
@@ -51,9 +67,14 @@ def as_messages(frame: pd.DataFrame) -> pd.DataFrame:
         f["kind"] = ""
     if "msg" not in f:
         f["msg"] = -1
-    f = f[list(COLUMNS)]
+    types = dict(COLUMNS)
+    if has_threads(f):
+        types.update(THREAD_COLUMNS)
+        for c in THREAD_COLUMNS:
+            f[c] = pd.to_numeric(f[c], errors="coerce").fillna(-1)
+    f = f[list(types)]
     f["kind"] = f["kind"].fillna("").astype(str)
-    f = f.astype(COLUMNS)
+    f = f.astype(types)
     return f.sort_values("t_send", kind="stable").reset_index(drop=True)
 
 

@@ -18,6 +18,9 @@ these aliases (first found wins):
     request, cause                                        optional truth (write_trace writes them):
                                                           request id (-1 none) and the row (0-based,
                                                           in the file) of the causing message (-1)
+    src_thread, dst_thread (or sender_thread,          optional, both: the sender's and receiver's
+    receiver_thread)                                      thread (any value, e.g. pid/tid; empty or -1:
+                                                          unknown), for linking at thread granularity
 
 **Jaeger** (`read_jaeger`, a file or a directory of *.json): `{"data": [trace, ...]}` or a list of
 traces, each with `spans` (traceID, spanID, operationName, references, startTime and duration in
@@ -38,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.paths.model import Trace, Truth, as_messages
+from analysis.paths.model import Trace, Truth, as_messages, has_threads
 from analysis.paths.reconcile import ReconcileError, reconcile
 from rundir.errors import UserError
 from rundir.traces import read_trace_tables
@@ -52,6 +55,8 @@ ALIASES = {
     "msg": ("msg", "msg_id", "message_id", "callid", "call_id", "id"),
     "request": ("request",),
     "cause": ("cause",),
+    "src_thread": ("src_thread", "sender_thread"),
+    "dst_thread": ("dst_thread", "receiver_thread"),
 }
 KIND_WORDS = {"call": "call", "req": "call", "request": "call", "c": "call",
               "return": "return", "ret": "return", "reply": "return", "response": "return", "r": "return",
@@ -148,6 +153,11 @@ def read_trace_file(path: str | Path) -> Trace:
         f["msg"] = (_ints(raw[cols["msg"]]) if ids.notna().all()
                     else pd.Series(pd.factorize(_text(raw[cols["msg"]]).replace("", None))[0],
                                    index=raw.index))
+    if cols["src_thread"] and cols["dst_thread"]:
+        # threads as numbers or names (e.g. pid/tid): a number per distinct value, -1 where empty
+        for c in ("src_thread", "dst_thread"):
+            text = _text(raw[cols[c]]).replace({"": None, "nan": None, "-1": None})
+            f[c] = pd.factorize(text)[0]
     truth_cols = cols["request"] is not None and cols["cause"] is not None
     if truth_cols:
         f["request"] = _ints(raw[cols["request"]])
@@ -189,6 +199,9 @@ def write_trace(trace: Trace, path: str | Path) -> None:
     """The trace as CSV (or Parquet, by suffix) in read_trace_file's columns, truth included."""
     out = trace.messages[["t_send", "t_recv", "src", "dst", "kind", "msg"]].copy()
     out.columns = ["time", "t_recv", "sender", "receiver", "kind", "msg"]
+    if has_threads(trace.messages):
+        out["src_thread"] = trace.messages["src_thread"].to_numpy()
+        out["dst_thread"] = trace.messages["dst_thread"].to_numpy()
     if trace.truth is not None:
         out["request"], out["cause"] = trace.truth.request, trace.truth.cause
     path = Path(path)

@@ -6,7 +6,9 @@ table records them (issue 33 item 3; LibSockCap's records, WAP5 table 1):
     column   meaning
     mono     the host's CLOCK_MONOTONIC time of the call's completion (s)
     host     the host the process runs on
-    pid      process id (tid: thread id, fd: file descriptor; kept for messages, not needed)
+    pid      process id (fd: file descriptor, not needed; tid: thread id, optional: when any event
+             has one, each message keeps its sender's and receiver's thread as `src_thread` and
+             `dst_thread`, -1 where unknown, for linking at thread granularity)
     call     the socket call: send, write, writev, sendmsg, sendto, sendfile (a send) or recv, read,
              readv, recvmsg, recvfrom (a receive); or a column `dir` with "send"/"recv"
     bytes    bytes the call moved (a receive of 0 bytes, end of stream, is ignored)
@@ -81,6 +83,14 @@ def reconcile(events: pd.DataFrame, nodes: Mapping[str, str] | None = None,
         side_node = ev["host"].astype(str)
     host_codes, hosts = pd.factorize(side_node)
     ev["node"] = np.array([nodes.get(h, h) for h in hosts], dtype=object)[host_codes]
+    # threads: (host, pid, tid) as a number, -1 where the event has no tid (kept only when some has)
+    threaded = "tid" in ev and bool(pd.to_numeric(ev["tid"], errors="coerce").notna().any())
+    if threaded:
+        tid = pd.to_numeric(ev["tid"], errors="coerce")
+        key = ev["host"].astype(str) + "/" + ev["pid"].astype(str) + "/" + tid.astype(str)
+        ev["thread"] = np.where(tid.notna(), pd.factorize(key)[0], -1).astype(np.int64)
+    else:
+        ev["thread"] = np.int64(-1)
     # endpoints as integer codes from here on (names: ep_names[code]); strings are slow in bulk
     n = len(ev)
     codes, ep_names = pd.factorize(pd.concat([ev["local"], ev["remote"]], ignore_index=True))
@@ -98,7 +108,8 @@ def reconcile(events: pd.DataFrame, nodes: Mapping[str, str] | None = None,
     sends = ev[ev["send"]]
     msgs = sends.groupby("run", sort=False).agg(
         t_send=("mono", "first"), bytes=("bytes", "sum"), src=("node", "first"),
-        src_endpoint=("local", "first"), dst_endpoint=("remote", "first"), conn=("conn", "first"))
+        src_endpoint=("local", "first"), dst_endpoint=("remote", "first"), conn=("conn", "first"),
+        src_thread=("thread", "first"))
     msgs = msgs.reset_index(drop=True)
     msgs["end_byte"] = msgs.groupby(["conn", "src_endpoint"], sort=False)["bytes"].cumsum()
 
@@ -111,6 +122,7 @@ def reconcile(events: pd.DataFrame, nodes: Mapping[str, str] | None = None,
     r_flow_s, r_cum_s = r_flow[order], recvs["cum"].to_numpy()[order]
     r_time_s = recvs["mono"].to_numpy()[order]
     r_node_s = recvs["node"].to_numpy()[order]
+    r_thread_s = recvs["thread"].to_numpy()[order]
     # one sorted key per (flow, cumulative byte): the flow's rank, then bytes (exact in float64)
     flows = np.unique(np.r_[r_flow, m_flow])
     scale = float(max(msgs["end_byte"].max(), recvs["cum"].max() if len(recvs) else 0) + 1)
@@ -122,6 +134,9 @@ def reconcile(events: pd.DataFrame, nodes: Mapping[str, str] | None = None,
     msgs["t_recv"] = np.where(ok, r_time_s[np.minimum(idx, max(len(key_r) - 1, 0))] if len(key_r) else np.nan,
                               np.nan)
     dst = np.where(ok, r_node_s[np.minimum(idx, max(len(key_r) - 1, 0))] if len(key_r) else None, None)
+    # the receiver's thread: the one whose read delivered the message's last byte
+    msgs["dst_thread"] = np.where(ok, r_thread_s[np.minimum(idx, max(len(key_r) - 1, 0))] if len(key_r) else -1,
+                                  -1).astype(np.int64)
     unseen = ~ok
     if unseen.any():
         # the receiving end: its node from any event there, else from `nodes`, else its address
@@ -138,7 +153,8 @@ def reconcile(events: pd.DataFrame, nodes: Mapping[str, str] | None = None,
     _pair(msgs, ev, warnings)
     msgs["src_endpoint"] = ep_names[msgs["src_endpoint"].to_numpy()]
     msgs["dst_endpoint"] = ep_names[msgs["dst_endpoint"].to_numpy()]
-    out = as_messages(msgs[["t_send", "t_recv", "src", "dst", "kind", "msg"]])
+    cols = ["t_send", "t_recv", "src", "dst", "kind", "msg"]
+    out = as_messages(msgs[cols + ["src_thread", "dst_thread"] if threaded else cols])
     extra = msgs.sort_values("t_send", kind="stable").reset_index(drop=True)
     for c in ("src_endpoint", "dst_endpoint", "bytes"):
         out[c] = extra[c].to_numpy()
@@ -177,8 +193,10 @@ def _receive_only(msgs: pd.DataFrame, recvs: pd.DataFrame, width: np.int64, ev: 
         return msgs
     runs = lone.groupby("run", sort=False).agg(
         t_recv=("mono", "last"), bytes=("bytes", "sum"), dst=("node", "first"),
-        src_endpoint=("remote", "first"), dst_endpoint=("local", "first"), conn=("conn", "first"))
+        src_endpoint=("remote", "first"), dst_endpoint=("local", "first"), conn=("conn", "first"),
+        dst_thread=("thread", "last"))
     runs["t_send"] = runs["t_recv"]
+    runs["src_thread"] = np.int64(-1)
     runs["src"] = _names(runs["src_endpoint"].to_numpy(), owner_of(ev), ep_names, nodes)[0]
     warnings.append(f"{_plural(len(runs), 'message')} whose sender was not traced (only its receive seen): "
                     "its send time taken as its receive time")
