@@ -43,12 +43,16 @@ CASES = [
     ("convolution", "PetStore-sized, 20 ms", 234_036, 2000, "6,301 s", "25.0 MB", {"step": 0.02}),
     ("convolution", "one hour, 20 ms", 1_000_000, 3600, "1-4 h (WAP5)", "< 1 MB", {"step": 0.02}),
     ("linking", "CoDeeN-sized, k=0", 4_702_865, 3600, "-", "-", {"k": 0, "untraced": "client"}),
+    # the same messages with Maketrace's thread model on (pools of 16): linking per thread
+    ("linking", "CoDeeN-sized, k=0, threads", 4_702_865, 3600, "-", "-",
+     {"k": 0, "untraced": "client", "threads": 16}),
     ("linking", "CoDeeN-sized (1 h)", 4_702_865, 3600, "5-10 min (WAP5)", "O(n)", {"untraced": "client"}),
     # the try-both instances built in numpy against the walk in Python they replaced, same trace
     ("linking", "300k, k=4", 300_000, 230, "-", "-", {"untraced": "client"}),
     ("linking", "300k, k=4, walked", 300_000, 230, "-", "-", {"untraced": "client", "vectorised": False}),
 ]
 QUICK = {"multi-tier (long)": 400_000, "CoDeeN-sized (1 h)": 300_000, "CoDeeN-sized, k=0": 300_000,
+         "CoDeeN-sized, k=0, threads": 300_000,
          "one hour, 20 ms": 300_000}
 MSGS_PER_S_TARGET = 1e6
 CONV_HOUR_TARGET_S = 60.0
@@ -69,8 +73,9 @@ def child(algorithm: str, messages: int, duration: float, params: dict) -> dict:
     probe = maketrace(web_service(), duration=20.0, parallelism=4, seed=1)
     per_s = len(probe.messages) / 20.0
     par = 4 * messages / max(per_s * duration, 1)
+    params = dict(params)
     trace = maketrace(web_service(), duration=duration, parallelism=par, seed=1,
-                      tags=algorithm == "nesting")
+                      tags=algorithm == "nesting", threads=params.pop("threads", None))
     m = trace.messages
     del probe, trace
     from analysis.paths.model import as_messages
@@ -82,7 +87,6 @@ def child(algorithm: str, messages: int, duration: float, params: dict) -> dict:
     del shuffled
     module = importlib.import_module(f"analysis.paths.{algorithm}")
     infer = module.infer
-    params = dict(params)
     if "vectorised" in params:      # linking: the instances walked in Python (the implementation before)
         module.VECTORISED = params.pop("vectorised")
     rss0 = _rss_mb()

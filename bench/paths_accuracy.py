@@ -14,6 +14,11 @@
 4. Linking's ceiling: per parallelism, the share of messages whose true cause is the latest arrival
    at their sender (what WAP5's monotone model makes the likeliest parent) and of requests all of
    whose causes are.
+5. Linking at thread granularity (`--sections threads`): Maketrace's thread model (thread pools of
+   16 and of 4 threads per node, and an nginx-like event loop, one thread, at web1 and web2 with
+   pools of 16 elsewhere), per parallelism: the ceiling per sending thread, and linking's scores per
+   node (the same messages: the thread model changes no timing) and per thread, with the paper's
+   try-both limit (k = 4, the default) and without try-both (k = 0).
 
 "linking (edges)" is linking with model="edges" (analysis/paths/linking_weights.py), beside the
 paper's model.
@@ -142,6 +147,56 @@ def others(duration: float, seed: int, algorithms: tuple[str, ...]) -> str:
     return table(rows, HEAD)
 
 
+def _latest_right(tr, granularity: str) -> tuple[float, float]:
+    """The share of linked messages whose true cause is the latest arrival at their sender's node or
+    thread (linking.link_groups), and of requests all of whose causes are (client untraced)."""
+    import numpy as np
+    import pandas as pd
+
+    from analysis.paths.assemble import clocks, node_codes, positions_in_runs
+
+    m, truth = tr.messages, tr.truth
+    nodes = node_codes(m)
+    groups, _, _ = linking.link_groups(m, nodes, granularity)
+    t_out, _ = clocks(m)
+    t_in = m["t_recv"].to_numpy(dtype=np.float64).copy()
+    t_in[nodes.names[nodes.dst] == "client"] = np.nan
+    arr = np.flatnonzero(~np.isnan(t_in))
+    arr = arr[np.lexsort((t_in[arr], groups.dst[arr]))]
+    pos, first = positions_in_runs(groups.dst[arr], t_in[arr], groups.src, t_out)
+    latest = np.where(pos > first, arr[np.maximum(pos - 1, 0)], -1)
+    linked = truth.cause >= 0
+    right = np.where(linked, latest == truth.cause, True)
+    whole = pd.Series(right).groupby(truth.request).all()
+    return float(right[linked].mean()), float(whole[whole.index >= 0].mean())
+
+
+THREAD_MODELS = (("pools of 16", 16), ("pools of 4", 4),
+                 ("event loop at web", {"web1": 1, "web2": 1, "*": 16}))
+
+
+def thread_granularity(duration: float, seed: int) -> str:
+    rows = []
+    for par in (1, 2, 4, 8, 16):
+        for model, threads in THREAD_MODELS:
+            tr = maketrace(web_service(), duration=duration, parallelism=par, seed=seed, tags=False,
+                           threads=threads)
+            runs = [("node", "node", {}), ("thread", "thread", {}), ("thread, k=0", "thread", {"k": 0})]
+            for label, gran, extra in runs:
+                if gran == "node" and model != THREAD_MODELS[0][0]:
+                    continue            # the same messages whatever the thread model
+                msg_ok, req_ok = _latest_right(tr, gran)
+                result = linking.infer(tr.messages, untraced="client", granularity=gran, **extra)
+                s = score(result, tr)
+                rows.append([str(par), "-" if gran == "node" else model, label, f"{len(tr.messages):,}",
+                             _pct(msg_ok), _pct(req_ok), _pct(s["pattern_recall"]),
+                             _pct(s["pattern_precision"]), _pct(s["request_recall"]),
+                             _num(s["delay_error_pct"])])
+    return table(rows, ["parallelism", "threads", "linking per", "messages", "causes the latest arrival",
+                        "requests all so", "common recall", "common precision", "requests found",
+                        "delay error %"])
+
+
 def recency_ceiling(duration: float, seed: int) -> str:
     """What WAP5's monotone model can get right at best: per parallelism, the share of messages whose
     true cause is the latest arrival at their sender (the likeliest parent under the paper's model)
@@ -172,7 +227,7 @@ def recency_ceiling(duration: float, seed: int) -> str:
                         "requests with every cause the latest arrival"])
 
 
-SECTIONS = ("added", "parallelism", "others", "ceiling")
+SECTIONS = ("added", "parallelism", "others", "ceiling", "threads")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     if "ceiling" in ap_sections:
         parts += ["\n### Linking's ceiling: causes that are the latest arrival (client untraced)\n",
                   recency_ceiling(args.duration, args.seed)]
+    if "threads" in ap_sections:
+        parts += ["\n### Linking at thread granularity: thread pools and an event loop\n",
+                  thread_granularity(args.duration, args.seed)]
     text = "\n".join(parts) + "\n"
     print(text)
     if args.out:
