@@ -150,3 +150,18 @@ def test_trace_files_keep_threads(tmp_path):
     assert has_threads(back.messages)
     _same(linking.infer(tr.messages, untraced="client"), linking.infer(back.messages, untraced="client"),
           exact=False)
+
+
+def test_a_node_that_hands_work_between_threads_is_linked_per_node(monkeypatch):
+    tr = _trace(2, threads=16)
+    m = tr.messages.copy()
+    m.loc[(m["src"] == "db").to_numpy(), "src_thread"] = 99    # db replies from a thread that never reads
+    r = linking.infer(m, untraced="client", k=0)
+    assert any("handed between threads" in w and "db" in w for w in r.warnings)
+    s = score(r, tr)
+    monkeypatch.setattr(linking, "HANDOFF_SHARE", 1.1)          # the check off: db's replies all roots
+    off = linking.infer(m, untraced="client", k=0)
+    assert not any("handed" in w for w in off.warnings)
+    assert s["request_recall"] > 0.9 > score(off, tr)["request_recall"]
+    # a thread pool is not taken for a hand-off
+    assert not any("handed" in w for w in linking.infer(tr.messages, untraced="client").warnings)

@@ -58,7 +58,9 @@ Granularity (WAP5 2: its "nodes" span "entire computers down to single threads")
 received (host, pid, tid: the trace's `src_thread`/`dst_thread`), i.e. steps 1 and 2 look back over
 the sending thread's arrivals only; d stays per tier node pair (a pool's threads share their node's
 delays, and each thread alone has few samples), and patterns, node delays and culprits are per tier
-node, as for the other algorithms. A node with any message of unknown thread is linked per node.
+node, as for the other algorithms. A node with any message of unknown thread is linked per node,
+and so is one whose threads hand work to one another (most of its messages sent by a thread that
+received nothing within `x`: an I/O thread reads, a worker sends; handoff_nodes, warned).
 "auto" (default): thread when the trace has thread ids (the data: on Maketrace's web service with
 thread pools, the sending thread's latest arrival is the true cause of 100% of messages at
 parallelism 1-16, against 90-49% per node; with an event loop, one thread, at the web tier 97-79%:
@@ -121,14 +123,16 @@ DEFAULTS: dict[str, object] = {
 GRANULARITIES = ("auto", "node", "thread")
 
 
-def link_groups(messages: pd.DataFrame, nodes: Nodes, granularity: str) -> tuple[Nodes, str, list[str]]:
+def link_groups(messages: pd.DataFrame, nodes: Nodes, granularity: str,
+                per_node: np.ndarray | None = None) -> tuple[Nodes, str, list[str]]:
     """Who a message may be linked within (WAP5 2: "nodes" from computers down to single threads):
     per message the group of its sender (src) and of its receiver (dst), as a Nodes whose `n` is the
     number of groups. "node": the tier nodes themselves. "thread": (node, thread), so a message a
     thread sends can only be caused by a message that same thread received; a node with any message
     of an unknown thread (-1: untraced end, or a trace recorded without tids) falls back to the
-    node as a whole. "auto": thread when the trace has thread columns with a known thread, else node.
-    Returns the groups, the granularity used and warnings."""
+    node as a whole, and so do the nodes marked in `per_node` (handoff_nodes). "auto": thread when the
+    trace has thread columns with a known thread, else node. Returns the groups, the granularity used
+    and warnings."""
     if granularity not in GRANULARITIES:
         raise ValueError(f"linking: granularity must be one of {', '.join(GRANULARITIES)}, not {granularity!r}")
     threaded = has_threads(messages) and bool((messages["src_thread"].to_numpy() >= 0).any())
@@ -144,9 +148,13 @@ def link_groups(messages: pd.DataFrame, nodes: Nodes, granularity: str) -> tuple
     unknown[nodes.src[st < 0]] = True
     unknown[nodes.dst[seen & (dt < 0)]] = True
     warnings = []
+    if per_node is not None:
+        unknown &= ~per_node        # said once, by the caller
     if unknown.any():
         warnings.append("granularity=thread: messages of unknown thread at "
                         f"{', '.join(sorted(str(x) for x in nodes.names[unknown]))}; linked per node there")
+    if per_node is not None:
+        unknown |= per_node
     st = np.where(unknown[nodes.src], -1, st)
     dt = np.where(unknown[nodes.dst], -1, dt)
     n = len(st)
@@ -154,6 +162,22 @@ def link_groups(messages: pd.DataFrame, nodes: Nodes, granularity: str) -> tuple
     codes, uniq = pd.factorize(both)
     return Nodes(np.arange(len(uniq)), codes[:n].astype(np.int64), codes[n:].astype(np.int64)), "thread", warnings
 
+
+HANDOFF_SHARE = 0.5     # a node whose threads send this share of its messages with nothing received
+
+
+def handoff_nodes(nodes: Nodes, t_out: np.ndarray, t_in: np.ndarray, arr: np.ndarray,
+                  pos: np.ndarray, first: np.ndarray, x: float, skip: np.ndarray) -> np.ndarray:
+    """Per node, whether its threads hand work to one another (an I/O thread reads, a worker sends):
+    more than HANDOFF_SHARE of the messages it sends come from a thread that received nothing within
+    `x` before. Linked per thread, they would all be spontaneous; such a node is linked per node.
+    `skip`: nodes not checked (untraced clients, whose messages are roots anyway). A worker that
+    also reads its own downstream replies is not caught (its earlier replies are inputs)."""
+    has = pos > first
+    has[has] = t_out[has] - t_in[arr[pos[has] - 1]] <= x
+    sends = np.bincount(nodes.src, minlength=nodes.n)
+    lone = np.bincount(nodes.src[~has], minlength=nodes.n)
+    return (lone > HANDOFF_SHARE * np.maximum(sends, 1)) & ~skip
 
 
 def untraced_nodes(messages: pd.DataFrame, nodes: Nodes, spec: object) -> set[str]:
@@ -371,6 +395,15 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
     groups, p["granularity"], more = link_groups(m, nodes, str(p["granularity"]))
     warnings += more
     arr, pos, first = _arrivals_and_departures(groups, t_out, t_in)
+    if p["granularity"] == "thread":
+        skip = np.isin(nodes.names.astype(str), sorted(clients))
+        handoff = handoff_nodes(nodes, t_out, t_in, arr, pos, first, x, skip)
+        if handoff.any():
+            warnings.append("granularity=thread: at " + ", ".join(sorted(str(v) for v in nodes.names[handoff]))
+                            + f" most messages come from threads that received nothing within x={x:g} s "
+                            "(work handed between threads); linked per node there")
+            groups, _, _ = link_groups(m, nodes, "thread", per_node=handoff)
+            arr, pos, first = _arrivals_and_departures(groups, t_out, t_in)
     # d stays per tier node pair (a thread pool's threads share their node's delays)
     d = causal_delays(nodes, t_out, t_in, arr, pos, first, x, float(p["d_min"]))
     # a link weaker than p_min whatever the other candidates (exp(-gap/d) < p_min * exp(-y)) is
