@@ -112,6 +112,30 @@ def test_release_tolerates_a_process_that_exited(tmp_path):
     assert tree.where(11) == "/system.slice" and not cap.path.exists()
 
 
+def test_release_moves_out_a_process_forked_inside_the_cgroup(tmp_path):
+    """A capped daemon forked a process while capped (it inherits the cgroup, it was never moved
+    in): release moves it out too, so the cgroup can be removed (the kernel refuses to remove a
+    populated one) and nothing stays capped."""
+    tree = FakeTree(tmp_path)
+    tree.process(11)
+    tree.process(12, "/")
+    base = type(tree.cap())
+
+    class Kernel(base):
+        def _rmdir(self):
+            if any(tree.where(int(p.name)) == "/nestlab-r-db" for p in tree.proc.iterdir()):
+                raise OSError(errno.EBUSY, "Device or resource busy")
+            super()._rmdir()
+
+    cap = Kernel("nestlab-r-db", tree.root, tree.proc)
+    cap.apply([11, 12], 20)
+    tree.process(77, "/nestlab-r-db")                       # forked by 11 while capped
+    (cap.path / "cgroup.procs").write_text("11\n12\n77\n")  # what the kernel lists
+    cap.release()
+    assert (tree.where(11), tree.where(12), tree.where(77)) == ("/system.slice", "/", "/system.slice")
+    assert not cap.path.exists()
+
+
 def test_a_failed_apply_undoes_itself(tmp_path):
     tree = FakeTree(tmp_path)
     tree.process(11)

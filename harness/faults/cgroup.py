@@ -3,7 +3,7 @@
 `CpuCap(name).apply(pids, percent)` makes `<root>/<name>`, writes its `cpu.max` (`QUOTA PERIOD`, read
 back), and moves each process into it (writing its pid into `cgroup.procs`, which moves all its
 threads), each move verified in `/proc/PID/cgroup`; `release()` moves every process back into the
-cgroup it came from and removes the cgroup; it is idempotent, and tolerates processes that exited.
+cgroup it came from (one a capped process forked meanwhile into the first one's) and removes the cgroup; it is idempotent, and tolerates processes that exited.
 Needs the v2 `cpu` controller (`v2_cpu_problem` says what is missing): the root's
 `cgroup.controllers` lists `cpu`; `apply` enables it in the root's `cgroup.subtree_control` when it
 is not. Mininet hosts share the machine's cgroup tree and pids, so the runner does all of it.
@@ -54,6 +54,7 @@ class CpuCap:
         self.root, self.proc = Path(root), Path(proc)
         self.path = self.root / name
         self.origin: dict[int, str] = {}     # pid -> the cgroup it came from ('/...', relative to root)
+        self.home: str | None = None         # the first capped process's cgroup: where strays go back
         self.made = False
 
     def cgroup_of(self, pid: int) -> str | None:
@@ -96,6 +97,7 @@ class CpuCap:
                 if origin is None:
                     continue   # gone meanwhile
                 self.origin.setdefault(pid, origin)
+                self.home = self.home or origin
                 self._move(pid, self.path)
                 now = self.cgroup_of(pid)
                 if now is not None and now != mine:
@@ -105,6 +107,24 @@ class CpuCap:
         except BaseException:
             self.release()
             raise
+
+    def _strays_home(self) -> None:
+        """Processes in the cgroup that were not moved in (a capped daemon forked them, e.g. a
+        worker respawned) back into the first capped process's cgroup: else the cgroup stays
+        populated, cannot be removed, and they stay capped after the run."""
+        try:
+            listed = (self.path / "cgroup.procs").read_text().split()
+        except OSError:
+            return
+        mine = "/" + self.path.relative_to(self.root).as_posix()
+        for pid in map(int, listed):
+            if self.cgroup_of(pid) != mine:
+                continue
+            try:
+                self._move(pid, self.root / (self.home or "/").lstrip("/"))
+            except OSError as e:
+                if e.errno not in (errno.ESRCH, errno.ENOENT):
+                    raise
 
     def release(self) -> None:
         """Every process back where it came from, the cgroup removed. Idempotent."""
@@ -118,6 +138,7 @@ class CpuCap:
                     raise
             del self.origin[pid]
         if self.made:
+            self._strays_home()
             deadline = time.monotonic() + RMDIR_S
             while True:
                 try:
