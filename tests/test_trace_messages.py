@@ -265,6 +265,21 @@ def test_events_drained_while_run_db_is_locked_are_written_by_the_next_drain(lib
     assert traced == (10, 0, 0)
 
 
+@pytest.mark.timeout(30)
+def test_a_scribbled_ring_head_does_not_hold_the_final_drain(lib, dirs):
+    """A process that wrote over its ring's head (far past what any writer reserves) costs the final
+    drain at most one ring of lost places, not a walk to that head."""
+    p = peer(env_for(dirs["alpha"], 16), "flood", 10)
+    ring = ringmod.TraceRing(shm_file(dirs["alpha"], p.pid))
+    try:
+        ringmod.U64.pack_into(ring.mm, ring.ring + ringmod.HEAD_OFF, ring.tail + 10**15)
+        events = ring.drain(final=True)
+        assert [(e.call, e.bytes) for e in events] == [(18, 1)] * 10
+        assert (ring.read, ring.lost, ring.tail) == (10, 6, 16)
+    finally:
+        ring.close()
+
+
 # ---- tracing off ------------------------------------------------------------------------------------
 
 def test_tracing_off_gives_no_ring_and_no_rows(lib, dirs, tmp_path):
