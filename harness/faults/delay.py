@@ -204,12 +204,13 @@ class Delay:
         shm = (getattr(env.workloads, "client_env", {}) or {}).get(f.host, {}).get(ENV_SHM_DIR)
         if not shm:
             raise NoTarget(f"{f.host}'s processes do not run under the interceptor")
-        pids = set_host_delay(shm, f.by)
-        if not pids:
-            raise NoTarget(f"no process of the {tier} tier on {f.host} runs under the interceptor")
-        action = Held(shm, f.host, f.by, pids)
-        self.switches.append(action)
+        action = Held(shm, f.host, f.by, [])
+        self.switches.append(action)   # first: teardown clears what a hold interrupted midway (Ctrl-C) set
+        pids = action.pids = set_host_delay(shm, f.by)
         start = env.clocks.from_runner(monotonic())
+        if not pids:
+            action.removed = start
+            raise NoTarget(f"no process of the {tier} tier on {f.host} runs under the interceptor")
         text = f"replies of the {tier} tier on {f.host} held {f.by * 1000:g} ms"
         if f.host not in monitored_hosts(env.spec):
             return [Part(target_json(description=text, host=f.host, tier=tier, pids=pids, workload=i, by=f.by,
