@@ -35,6 +35,7 @@ from pydantic import Field
 
 from harness.faults.base import FaultEnv, NoTarget, Part, target_json
 from harness.faults.spec import FaultSpec, Footprint, SpecView, monitored_hosts
+from harness.faults.tier_hosts import observed_pids
 from harness.interceptor import ENV_SHM_DIR
 from harness.interceptor.delay import set_host_delay
 from harness.units import Duration
@@ -212,12 +213,15 @@ class Delay:
             action.removed = start
             raise NoTarget(f"no process of the {tier} tier on {f.host} runs under the interceptor")
         text = f"replies of the {tier} tier on {f.host} held {f.by * 1000:g} ms"
-        if f.host not in monitored_hosts(env.spec):
+        # a row per process the collector records as an application module (a daemon's master that only
+        # listens is none, and a row naming it would resolve to nothing); else one row without a module
+        observed = observed_pids(env, f.host, sorted(pids))
+        if not observed:
             return [Part(target_json(description=text, host=f.host, tier=tier, pids=pids, workload=i, by=f.by,
                                      module_key=None), self.describe(action), start, action)]
         return [Part(target_json(description=f"{text}: process {p}", host=f.host, tier=tier, pid=p, workload=i,
                                  by=f.by, module_key=f"app:{p}"), self.describe(action), start, action)
-                for p in pids]
+                for p in observed]
 
     def heal(self, part: Part) -> float:
         action = part.action
