@@ -461,7 +461,7 @@ def test_the_lab_traces_its_hosts_and_its_drainer_records_them_until_stopped(lib
             tracing.proc.handle.kill()
         for d in made:
             remove_shm_dir(d)
-    assert processes == ["collector", "ended"] and warnings == []
+    assert processes == ["tracedrain", "ended"] and warnings == []
     assert totals["processes"] == 2 and totals["dropped"] == 0 and totals["lost"] == 0
     assert totals["hosts"]["web"] == 5 and totals["hosts"]["client"] >= 4
     assert "tracedrain: " in (tmp_path / "tracedrain.log").read_text()
