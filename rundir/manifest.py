@@ -105,7 +105,7 @@ class RunSpec(_Record):
     snapshot_interval: float | None = None
     seed: int | None = None
     repetitions: int | None = None
-    monitor: str | list[str] | None = None   # a list: several monitored hosts (format 8)
+    monitor: str | list[str] | None = None   # a list: several monitored hosts (format 7, no bump: docs/run-format.md)
     congestion_control: str | None = None
     interceptor: bool | None = None
     probe: SpecProbe | None = None
@@ -288,7 +288,7 @@ class Manifest(_Record):
     clock_offsets: ClockOffsets | None = None
     clock_offsets_end: ClockOffsets | None = None
     monitor: Monitor = Monitor()
-    monitored: list[Monitor] | None = None   # format 8, several monitored hosts: each (monitor: the first)
+    monitored: list[Monitor] | None = None   # several monitored hosts (format 7, no bump): each (monitor: the first)
     congestion_control: str | None = None
     snapshot_interval: float | None = None
     planned_faults: list[PlannedFault] = []

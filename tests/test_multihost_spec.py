@@ -195,3 +195,31 @@ def test_a_several_host_manifest_is_written_and_read(tmp_path):
     m = read_manifest(tmp_path / "manifest.json")
     assert m.spec.monitor == ["web", "db"] and [x.host for x in m.monitored] == ["web", "db"]
     assert m.spec.faults[0].target.host == "db" and m.monitor.host == "web"
+
+
+def test_a_process_end_without_an_event_leaves_run_db_unlocked(tmp_path):
+    """The collector's or a server's end (no workload_end event follows to commit it) is committed at
+    once: its open transaction held run.db's write lock through stopping the servers, past the
+    message drainer's busy timeout (its drains failed, and its last one with them)."""
+    import sqlite3
+    import types
+
+    from harness.lab.network import NetworkLab
+    from rundir.recorder import RunRecorder
+
+    exp = load_spec(write(tmp_path, "s.yaml", NO_FAULT))
+    record = RunRecorder.create(tmp_path / "run.db")
+    events = []
+    run = types.SimpleNamespace(exp=exp, rep=0, spec=exp.spec, rd=None, record=record,
+                                event=lambda *a, **k: events.append(a))
+    lab = NetworkLab(run)
+    proc = types.SimpleNamespace(pid=4242, argv=["collector"], started=1.0, poll=lambda: 0)
+    lab._on_process(proc, None, "collector", "web")
+    lab._on_process(proc, None, "ended", None)
+    other = sqlite3.connect(tmp_path / "run.db", timeout=0)   # the drainer: must get the lock at once
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("ROLLBACK")
+    other.close()
+    assert record.db.execute("SELECT exit_code FROM processes WHERE pid = 4242").fetchone() == (0,)
+    assert events == []
+    record.close()

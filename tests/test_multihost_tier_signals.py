@@ -74,3 +74,33 @@ def wait_for(check, seconds: float = 10.0) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, TimeoutError])
+def test_a_tier_pause_interrupted_midway_resumes_what_it_paused(monkeypatch, error):
+    """app_pause at a tier host pauses its processes one by one; an error other than the
+    interceptor's (Ctrl-C, a timeout) after the first leaves no process paused: none is a part yet,
+    so nothing else would resume it."""
+    from harness.faults import app_pause
+    from harness.interceptor.shm import InterceptorStateError
+
+    calls = []
+
+    class Backend:
+        def pause(self, host, shm, pid):
+            if pid == 12:
+                raise error()
+            calls.append(("pause", pid))
+            return types.SimpleNamespace(pause_signal=42, resume_signal=43, ack_mono=1.0)
+
+        def resume(self, host, shm, pid):
+            calls.append(("resume", pid))
+            if pid == 10:
+                raise InterceptorStateError("process 10 is gone")
+
+    monkeypatch.setattr(app_pause, "tier_pids", lambda env, host: (0, "cache", [10, 11, 12]))
+    monkeypatch.setattr(app_pause, "observed_pids", lambda env, host, pids: pids)
+    env = types.SimpleNamespace(backend=Backend(), shm_dirs={"cache": "/dev/shm/x"}, shm_dir=None)
+    with pytest.raises(error):
+        app_pause.AppPause(env)._pause_tier("cache")
+    assert calls == [("pause", 10), ("pause", 11), ("resume", 10), ("resume", 11)]

@@ -82,6 +82,20 @@ def test_nest_names_the_far_end_of_stalled_connections(tmp_path):
     assert r.loc[1, "ranking"] == []     # nothing rose in the cache's window: a miss, not a guess
 
 
+def test_a_run_without_snapshots_misses_every_window(tmp_path):
+    """No snapshot recorded: NeST saw nothing, so each window is a miss (an empty ranking), not an
+    IndexError and not a window left out of the count."""
+    from analysis.load import load_run_data
+    from analysis.paths.nest_culprit import rankings
+
+    data = load_run_data(service_run(tmp_path / "r", stalled=lambda node: None))
+    data.snapshots = data.snapshots.iloc[:0]
+    windows = pd.DataFrame({"node": ["db", "cache"], "start": [T0 + 10, T0 + 20], "stop": [T0 + 12, T0 + 22]})
+    diag = pd.DataFrame({"variant": [], "dir": [], "module": [], "kind": [], "seq": [], "positive": []})
+    r = rankings(data, windows, ["v"], diagnosis=diag)["v"]
+    assert r["ranking"].tolist() == [[], []] and r["node"].tolist() == ["db", "cache"]
+
+
 def test_fault_windows_name_the_target_tier_not_the_router():
     faults = pd.DataFrame({
         "kind": ["ip_drop", "delay", "delay", "tcp_drop", "app_pause"],

@@ -210,3 +210,31 @@ def test_delay_at_another_tier_is_the_interceptors_hold_in_its_processes(tmp_pat
         proc.kill()
         proc.wait()
         remove_shm_dir(shm)
+
+
+def test_a_hold_interrupted_midway_is_cleared_by_teardown(tmp_path, monkeypatch):
+    """Ctrl-C while the delay is set process by process: the processes already held are cleared by
+    the kind's teardown (the hold is registered before the first header is written)."""
+    from harness.faults import delay as delay_kind
+    from harness.interceptor import ENV_SHM_DIR
+
+    held = {}
+
+    def set_host_delay(shm, seconds):
+        if seconds:
+            held[101] = seconds          # the first process held, then the interrupt
+            raise KeyboardInterrupt
+        held.clear()
+        return []
+
+    monkeypatch.setattr(delay_kind, "set_host_delay", set_host_delay)
+    text = SPEC.replace("{fields}", "host: db, by: 200ms").replace("monitor: web", "monitor: web\ntrace: messages")
+    exp = load_spec(write(tmp_path, "s.yaml", text))
+    workloads = SimpleNamespace(services={}, client_env={"db": {ENV_SHM_DIR: "/dev/shm/none"}})
+    env = FaultEnv(exp.spec, None, Clocks("web", {}, ClockOffset()), workloads, random.Random(1), "r")
+    kind = KINDS["delay"](env)
+    with pytest.raises(KeyboardInterrupt):
+        kind.inject(Window(0, 5.0, 5.0), 1)
+    assert held == {101: 0.2}
+    kind.teardown()
+    assert held == {}

@@ -243,6 +243,43 @@ def test_drained_while_running_every_event_is_recorded_or_counted_dropped(lib, d
     assert monos == sorted(monos)        # one thread: events in the order of the calls
 
 
+def test_events_drained_while_run_db_is_locked_are_written_by_the_next_drain(lib, dirs, tmp_path):
+    """Another writer holding run.db's lock past the busy timeout: the drained events (their ring's
+    tail has moved) are kept and written by the next drain, none lost."""
+    p = peer(env_for(dirs["alpha"], 64), "flood", 10)
+    conn = create_db(tmp_path / "run.db")
+    conn.isolation_level = None
+    drainer = TraceDrainer(dirs, MessageWriter(conn))
+    conn.execute("PRAGMA busy_timeout=50")
+    other = create_db(tmp_path / "run.db")
+    other.isolation_level = None
+    other.execute("BEGIN IMMEDIATE")            # e.g. the runner's open transaction
+    assert drainer.drain() == 0
+    other.execute("ROLLBACK")
+    other.close()
+    assert drainer.drain() == 10
+    rows = conn.execute("SELECT call, bytes FROM messages WHERE pid = ?", (p.pid,)).fetchall()
+    traced = conn.execute("SELECT events, dropped, lost FROM traced WHERE pid = ?", (p.pid,)).fetchone()
+    conn.close()
+    assert rows == [("send", 1)] * 10
+    assert traced == (10, 0, 0)
+
+
+@pytest.mark.timeout(30)
+def test_a_scribbled_ring_head_does_not_hold_the_final_drain(lib, dirs):
+    """A process that wrote over its ring's head (far past what any writer reserves) costs the final
+    drain at most one ring of lost places, not a walk to that head."""
+    p = peer(env_for(dirs["alpha"], 16), "flood", 10)
+    ring = ringmod.TraceRing(shm_file(dirs["alpha"], p.pid))
+    try:
+        ringmod.U64.pack_into(ring.mm, ring.ring + ringmod.HEAD_OFF, ring.tail + 10**15)
+        events = ring.drain(final=True)
+        assert [(e.call, e.bytes) for e in events] == [(18, 1)] * 10
+        assert (ring.read, ring.lost, ring.tail) == (10, 6, 16)
+    finally:
+        ring.close()
+
+
 # ---- tracing off ------------------------------------------------------------------------------------
 
 def test_tracing_off_gives_no_ring_and_no_rows(lib, dirs, tmp_path):
@@ -424,7 +461,7 @@ def test_the_lab_traces_its_hosts_and_its_drainer_records_them_until_stopped(lib
             tracing.proc.handle.kill()
         for d in made:
             remove_shm_dir(d)
-    assert processes == ["collector", "ended"] and warnings == []
+    assert processes == ["tracedrain", "ended"] and warnings == []
     assert totals["processes"] == 2 and totals["dropped"] == 0 and totals["lost"] == 0
     assert totals["hosts"]["web"] == 5 and totals["hosts"]["client"] >= 4
     assert "tracedrain: " in (tmp_path / "tracedrain.log").read_text()

@@ -1,4 +1,4 @@
-"""Runs of several monitored hosts (run format 8, docs/run-format.md "Several monitored hosts"): every
+"""Runs of several monitored hosts (run format 7, no bump; docs/run-format.md "Several monitored hosts"): every
 module records its host (attrs `host`), and the analysis keeps the hosts apart.
 
 A stretch of such a run holds one host's modules (`Stretch.host`): `split_by_host` cuts each stretch
@@ -8,8 +8,8 @@ hosts (an interface on web with a connection on db; two hosts' connections to on
 flowdiagnoser:shared=on; one host's probes for another's connections). Labels follow: a fault's
 targets and collateral are modules and their graph neighbours, which never cross hosts.
 
-A run whose modules have one host, or none recorded (every run before format 8, and every run of one
-monitored host), is left as it is: the same stretches, the same results.
+A run whose modules have one host, or none recorded (every run older than several monitored
+hosts, and every run of one monitored host), is left as it is: the same stretches, the same results.
 """
 
 from __future__ import annotations

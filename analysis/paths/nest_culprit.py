@@ -97,6 +97,10 @@ def rankings(data: RunData, windows: pd.DataFrame | None, variants: list[str],
         diagnosis = diagnose_run(data.run, variants)
     votes = blame(data, diagnosis)
     snaps = data.snapshots
+    if snaps.empty:   # no snapshot recorded: nothing seen, every window a miss (an empty ranking)
+        rows = [(i, str(w.node), w.start, w.stop, [], float("nan"))
+                for i, w in enumerate(windows.itertuples(index=False))]
+        return {v: pd.DataFrame(rows, columns=COLUMNS) for v in variants}
     mono = snaps["mono"].to_numpy(float)
     first = mono[0] - (mono[1] - mono[0] if len(mono) > 1 else 0.1)
     begin = snaps["start"].fillna(first).to_numpy(float)

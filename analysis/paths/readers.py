@@ -44,6 +44,7 @@ import pandas as pd
 from analysis.paths.model import Trace, Truth, as_messages, has_threads
 from analysis.paths.reconcile import ReconcileError, reconcile
 from rundir.errors import UserError
+from rundir.repair import as_dict
 from rundir.traces import read_trace_tables
 
 ALIASES = {
@@ -467,20 +468,12 @@ def fault_host(at_node: object, target: object) -> str | None:
     `host` (delay, tier_pause, ip_drop and loss of a host record it; at_node is then the router the
     rule sits on, or the monitored host), else at_node; None for a fault of one connection (its
     target names a 4-tuple and no host: tcp_drop, a connection's loss), which blames no tier."""
-    t = target if isinstance(target, dict) else repair_json(target)
+    t = as_dict(target)
     if t.get("host"):
         return str(t["host"])
     if any(k in t for k in ("sport", "dport", "inode")):
         return None
     return None if at_node is None or at_node != at_node else str(at_node)
-
-
-def repair_json(text: object) -> dict:
-    try:
-        value = json.loads(text) if isinstance(text, str) else None
-    except ValueError:
-        value = None
-    return value if isinstance(value, dict) else {}
 
 
 def faults_of_run(faults: pd.DataFrame) -> pd.DataFrame | None:

@@ -7,7 +7,8 @@ Each --dir is one host's interceptor directory (on Mininet every host's /dev/shm
 so one drainer reads them all). A process's file is taken up when it appears with a ring; its events
 are drained until the process is gone and once more after (the files stay until the run's
 directory is removed). Each drain is one transaction: the new message rows and the traced rows of the
-processes whose counts moved (events recorded, dropped because the ring was full, lost). SIGTERM or
+processes whose counts moved (events recorded, dropped because the ring was full, lost); when run.db
+stays locked past the busy timeout, its rows are kept for the next drain. SIGTERM or
 SIGINT: a last drain of every ring, then exit 0. The rows' writer is rundir.messages.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sqlite3
 import sys
 import time
 from dataclasses import dataclass
@@ -53,6 +55,8 @@ class TraceDrainer:
         self.traced: dict[tuple[str, int], _Traced] = {}     # (path, inode) -> its ring
         self.skip: set[tuple[str, int]] = set()               # files without a ring
         self.names: dict[tuple, str] = {}                      # (family, raw, port) -> endpoint text
+        # rows taken out of the rings and not yet committed (run.db was locked): written with the next drain
+        self.pending: tuple[list[tuple], list[tuple]] = ([], [])
 
     def _scan(self) -> None:
         for host, d in self.dirs.items():
@@ -106,8 +110,26 @@ class TraceDrainer:
             if gone:
                 t.gone = True
                 ring.close()
-        if rows or traced_rows:
+        return self._write(rows, traced_rows, final)
+
+    def _write(self, rows: list[tuple], traced_rows: list[tuple], final: bool) -> int:
+        """Write this drain's rows after any a locked run.db kept back; returns the message rows written.
+        The rings' tails have moved past them already: a failed write keeps them for the next drain
+        (another writer holding run.db's lock longer than the busy timeout must not lose events)."""
+        rows = self.pending[0] + rows
+        traced_rows = self.pending[1] + traced_rows
+        if not rows and not traced_rows:
+            return 0
+        try:
             self.writer.write(rows, traced_rows)
+        except sqlite3.OperationalError as err:
+            self.pending = (rows, traced_rows)
+            if final:
+                raise
+            print(f"tracedrain: run.db not written ({err}); {len(rows)} message rows kept for the next drain",
+                  file=sys.stderr, flush=True)
+            return 0
+        self.pending = ([], [])
         return len(rows)
 
     def totals(self) -> tuple[int, int, int, int]:

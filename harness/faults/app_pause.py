@@ -115,10 +115,11 @@ class AppPause:
         try:
             for pid in pids:
                 paused.append((pid, env.backend.pause(host, shm, pid)))
-        except InterceptorStateError as e:
-            for pid, _ in paused:
-                env.backend.resume(host, shm, pid)
-            raise NoTarget(f"the {tier} tier on {host}: {e}") from e
+        except BaseException as e:   # e.g. Ctrl-C: the processes paused so far are no part, nothing would resume them
+            self._resume_quietly(host, shm, [pid for pid, _ in paused])
+            if isinstance(e, InterceptorStateError):
+                raise NoTarget(f"the {tier} tier on {host}: {e}") from e
+            raise
         parts = []
         for pid, state in paused:
             action = Paused(host, pid, state.pause_signal, state.resume_signal)
@@ -126,6 +127,14 @@ class AppPause:
                                  workload=workload, pid=pid, module_key=f"app:{pid}")
             parts.append(Part(target, self.describe(action), env.clocks.from_node(host, state.ack_mono), action))
         return parts
+
+    def _resume_quietly(self, host: str, shm: str | None, pids: list[int]) -> None:
+        """Resume each of `pids`, whatever the others do (one gone meanwhile is nothing to resume)."""
+        for pid in pids:
+            try:
+                self.env.backend.resume(host, shm, pid)
+            except InterceptorStateError:
+                pass
 
     def heal(self, part: Part) -> float:
         p: Paused = part.action

@@ -35,6 +35,7 @@ from pydantic import Field
 
 from harness.faults.base import FaultEnv, NoTarget, Part, target_json
 from harness.faults.spec import FaultSpec, Footprint, SpecView, monitored_hosts
+from harness.faults.tier_hosts import observed_pids
 from harness.interceptor import ENV_SHM_DIR
 from harness.interceptor.delay import set_host_delay
 from harness.units import Duration
@@ -204,19 +205,23 @@ class Delay:
         shm = (getattr(env.workloads, "client_env", {}) or {}).get(f.host, {}).get(ENV_SHM_DIR)
         if not shm:
             raise NoTarget(f"{f.host}'s processes do not run under the interceptor")
-        pids = set_host_delay(shm, f.by)
-        if not pids:
-            raise NoTarget(f"no process of the {tier} tier on {f.host} runs under the interceptor")
-        action = Held(shm, f.host, f.by, pids)
-        self.switches.append(action)
+        action = Held(shm, f.host, f.by, [])
+        self.switches.append(action)   # first: teardown clears what a hold interrupted midway (Ctrl-C) set
+        pids = action.pids = set_host_delay(shm, f.by)
         start = env.clocks.from_runner(monotonic())
+        if not pids:
+            action.removed = start
+            raise NoTarget(f"no process of the {tier} tier on {f.host} runs under the interceptor")
         text = f"replies of the {tier} tier on {f.host} held {f.by * 1000:g} ms"
-        if f.host not in monitored_hosts(env.spec):
+        # a row per process the collector records as an application module (a daemon's master that only
+        # listens is none, and a row naming it would resolve to nothing); else one row without a module
+        observed = observed_pids(env, f.host, sorted(pids))
+        if not observed:
             return [Part(target_json(description=text, host=f.host, tier=tier, pids=pids, workload=i, by=f.by,
                                      module_key=None), self.describe(action), start, action)]
         return [Part(target_json(description=f"{text}: process {p}", host=f.host, tier=tier, pid=p, workload=i,
                                  by=f.by, module_key=f"app:{p}"), self.describe(action), start, action)
-                for p in pids]
+                for p in observed]
 
     def heal(self, part: Part) -> float:
         action = part.action

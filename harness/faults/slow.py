@@ -25,8 +25,8 @@ from pydantic import Field
 
 from harness.faults.base import FaultEnv, NoTarget, Part, target_json
 from harness.faults.cgroup import CpuCap, NoCpuController, cpu_hierarchy, cpu_problem
-from harness.faults.spec import FaultSpec, Footprint, Loc, SpecView
-from harness.faults.tier_hosts import not_a_tier, observed_pids, tier_on, tier_pids
+from harness.faults.spec import FaultSpec, Loc, SpecView
+from harness.faults.tier_hosts import TierHostSpec, observed_pids, tier_pids
 from harness.units import Percent
 from rundir.db import monotonic
 from rundir.faultkinds import FaultKindInfo
@@ -38,9 +38,7 @@ if TYPE_CHECKING:
 INFO = FaultKindInfo("slow", colour="#a6761d", order=None)
 
 
-class SlowSpec(FaultSpec):
-    host: str | None = Field(default=None, description="ip_drop, loss: whose traffic (default: the monitor); "
-                                                       "delay: the app tier's host whose replies are held")
+class SlowSpec(TierHostSpec):
     cpu: Percent | None = Field(default=None, description="slow: the tier's CPU share under the quota, e.g. '20%'")
 
     def check(self) -> None:
@@ -52,23 +50,13 @@ class SlowSpec(FaultSpec):
             raise ValueError("slow 'cpu' must be above 0% and below 100%")
 
     def check_against(self, spec: SpecView, topology: Topology) -> tuple[Loc, str] | None:
-        problem = not_a_tier(spec, self.host)
+        problem = TierHostSpec.check_against(self, spec, topology)
         if problem is not None:
-            return ("host",), problem
+            return problem
         missing = cpu_problem()
         if missing is not None:
             return ("cpu",), f"slow needs the cgroup cpu controller (v2 or v1), and this machine has none: {missing}"
         return None
-
-    def footprint(self, spec: SpecView) -> Footprint:
-        """The service workload the tier belongs to."""
-        return Footprint(frozenset(), frozenset({(tier_on(spec, self.host)[0], None)}))
-
-    def same_action(self, other: FaultSpec) -> bool:
-        return self.host == other.host
-
-    def node(self, spec: SpecView) -> str:
-        return self.host
 
 
 @dataclass

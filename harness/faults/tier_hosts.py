@@ -1,7 +1,8 @@
 """What the fault kinds aimed at a service tier's host share (issue 33 item 5; docs/faults.md, "Faults
 at tier hosts"): which tier runs on a host, the processes of that tier there (its daemon's process
 group: nginx and its workers, gunicorn and its workers, memcached, mariadbd), and a spec check that a
-host target names a tier.
+host target names a tier; `TierHostSpec`, the spec rules of the kinds that act on one tier host's
+processes (slow, tier_pause).
 
 tcp_drop and app_pause take `target: {host: H}`; slow and tier_pause `host: H` (and the same spelling).
 """
@@ -11,11 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import Field
+
 from harness.faults.base import NoTarget
+from harness.faults.spec import FaultSpec, Footprint, Loc, SpecView
 
 if TYPE_CHECKING:
     from harness.faults.base import FaultEnv
-    from harness.faults.spec import SpecView
+    from harness.topology import Topology
 
 
 def tier_on(spec: SpecView, host: str) -> tuple[int, str] | None:
@@ -36,6 +40,28 @@ def not_a_tier(spec: SpecView, host: str) -> str | None:
     tiers = sorted({h for w in spec.workloads if w.kind == "service"
                     for t, h in w.tier_hosts.items() if t != "client"})
     return f"{host!r} runs no tier of a service workload (tier hosts: {', '.join(tiers) or 'none'})"
+
+
+class TierHostSpec(FaultSpec):
+    """The spec rules of a kind acting on the processes of the service tier on one host (`host: H`):
+    the host must run a tier, the fault's footprint is that tier's service workload, one action per host."""
+
+    host: str | None = Field(default=None, description="ip_drop, loss: whose traffic (default: the monitor); "
+                                                       "delay: the app tier's host whose replies are held")
+
+    def check_against(self, spec: SpecView, topology: Topology) -> tuple[Loc, str] | None:
+        problem = not_a_tier(spec, self.host)
+        return None if problem is None else (("host",), problem)
+
+    def footprint(self, spec: SpecView) -> Footprint:
+        """The service workload the tier belongs to."""
+        return Footprint(frozenset(), frozenset({(tier_on(spec, self.host)[0], None)}))
+
+    def same_action(self, other: FaultSpec) -> bool:
+        return self.host == other.host
+
+    def node(self, spec: SpecView) -> str:
+        return self.host
 
 
 def group_pids(pgid: int, proc: str = "/proc") -> list[int]:

@@ -17,42 +17,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pydantic import Field
-
 from harness.faults.base import Part, target_json
-from harness.faults.spec import FaultSpec, Footprint, SpecView
 from harness.faults.stop_continue import StopContinue, Stopped
-from harness.faults.tier_hosts import group_pids, not_a_tier, observed_pids, tier_daemon, tier_on
+from harness.faults.tier_hosts import TierHostSpec, group_pids, observed_pids, tier_daemon, tier_on
 from rundir.faultkinds import FaultKindInfo
 
 if TYPE_CHECKING:
-    from harness.topology import Topology
     from harness.window import Window
 
 INFO = FaultKindInfo("tier_pause", colour="#e7298a", order=None)
 TIERS = ("web", "app", "cache", "db")
 
 
-class TierPauseSpec(FaultSpec):
-    host: str | None = Field(default=None, description="ip_drop, loss: whose traffic (default: the monitor); "
-                                                       "delay: the app tier's host whose replies are held")
-
+class TierPauseSpec(TierHostSpec):
     def check(self) -> None:
         if self.host is None:
             raise ValueError("tier_pause needs 'host': the host of the service tier to stop, e.g. cache")
-
-    def check_against(self, spec: SpecView, topology: Topology):
-        problem = not_a_tier(spec, self.host)
-        return None if problem is None else (("host",), problem)
-
-    def footprint(self, spec: SpecView) -> Footprint:
-        return Footprint(frozenset(), frozenset({(tier_on(spec, self.host)[0], None)}))
-
-    def same_action(self, other: FaultSpec) -> bool:
-        return self.host == other.host
-
-    def node(self, spec: SpecView) -> str:
-        return self.host
 
 
 class TierPause(StopContinue):

@@ -302,6 +302,7 @@ void revalidate_after_exec(void);
 
 /* slots.c */
 void set_endpoint(const struct sockaddr *sa, uint8_t *addr, uint16_t *port);
+int sock_endpoints(int fd, uint8_t *la, uint16_t *lp, uint8_t *ra, uint16_t *rp);
 void retire_slot(int fd);
 void untracked_fd(int fd);
 void adopt_socket(int fd, uint32_t extra);

@@ -107,8 +107,9 @@ class TraceRing:
         """The events published since the last drain (at most `limit`), oldest first. final: the
         process is gone; places reserved and never published are counted in `lost` and skipped."""
         mm, tail, mask, base = self.mm, self.tail, self.mask, self.events
-        head = self.head()
-        end = head if limit is None else min(head, tail + limit)
+        # a head more than the ring past the tail is no writer's (they reserve at most cap places ahead):
+        # a scribbled file must not make the final drain count lost places for ever
+        end = min(self.head(), tail + self.cap if limit is None else tail + min(limit, self.cap))
         out: list[Event] = []
         i = tail
         while i < end:

@@ -23,6 +23,20 @@ void set_endpoint(const struct sockaddr *sa, uint8_t *addr, uint16_t *port) {
     }
 }
 
+/* An AF_INET/AF_INET6 socket's own endpoint and its peer's, as the kernel has them now (zeros when it
+ * says nothing); 1 when it has a peer. */
+int sock_endpoints(int fd, uint8_t *la, uint16_t *lp, uint8_t *ra, uint16_t *rp) {
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+        set_endpoint((struct sockaddr *)&ss, la, lp);
+    sl = sizeof ss;
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) != 0)
+        return 0;
+    set_endpoint((struct sockaddr *)&ss, ra, rp);
+    return 1;
+}
+
 static void bump_max_fd(int fd) {
     uint32_t want = (uint32_t)fd + 1, cur = __atomic_load_n(&g_hdr->max_fd, RELAXED);
     while (cur < want &&
@@ -87,17 +101,8 @@ static void install_slot(int fd, uint64_t ino, uint32_t extra) {
         flags |= NEST_SF_GRAPH;
     uint8_t la[16] = {0}, ra[16] = {0};
     uint16_t lp = 0, rp = 0;
-    if (dom == AF_INET || dom == AF_INET6) {
-        struct sockaddr_storage ss;
-        socklen_t sl = sizeof ss;
-        if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
-            set_endpoint((struct sockaddr *)&ss, la, &lp);
-        sl = sizeof ss;
-        if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
-            set_endpoint((struct sockaddr *)&ss, ra, &rp);
-            flags |= NEST_SF_PEER;
-        }
-    }
+    if ((dom == AF_INET || dom == AF_INET6) && sock_endpoints(fd, la, &lp, ra, &rp))
+        flags |= NEST_SF_PEER;
     uint64_t hs = seq_force(&s->seq);
     uint64_t h0 = seq_force(&s->dir[0].seq);
     uint64_t h1 = seq_force(&s->dir[1].seq);

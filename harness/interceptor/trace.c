@@ -100,16 +100,8 @@ void trace_endpoints(struct nest_slot *s, int fd) {
         uint64_t me = s->inode, peer = unix_peer_inode(me);
         memcpy(la, &me, 8);
         memcpy(ra, &peer, 8);
-    } else if (s->family == AF_INET || s->family == AF_INET6) {
-        struct sockaddr_storage ss;
-        socklen_t sl = sizeof ss;
-        if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
-            set_endpoint((struct sockaddr *)&ss, la, &lp);
-        sl = sizeof ss;
-        if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
-            set_endpoint((struct sockaddr *)&ss, ra, &rp);
-            flags |= NEST_SF_PEER;
-        }
+    } else if ((s->family == AF_INET || s->family == AF_INET6) && sock_endpoints(fd, la, &lp, ra, &rp)) {
+        flags |= NEST_SF_PEER;
     }
     uint64_t q = seq_force(&s->seq);
     if (s->family == AF_UNIX || (flags & NEST_SF_PEER)) {

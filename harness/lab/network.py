@@ -87,6 +87,8 @@ class NetworkLab(Lab):
             self.record.process_ended(proc.pid, started, self.now(), code)
             if workload is not None:
                 self.run.event("workload_end", f"pid {proc.pid} exit {code}", workload)
+            else:   # no event follows to commit it: its open transaction would hold run.db's write lock
+                self.record.commit()   # through the next steps (stopping the servers), past the drainer's busy timeout
             return
         self.record.process_started(proc.pid, workload, role, host, " ".join(proc.argv), started)
         if workload is not None:
@@ -288,8 +290,7 @@ class NetworkLab(Lab):
         """The drainer's last drain, then the trace's totals in the manifest and its losses warned."""
         if self.tracing is None:
             return
-        # the process ends recorded so far are not committed yet (rundir.recorder.process_ended): their
-        # open transaction would hold run.db's write lock through the drainer's last drain
+        # nothing the runner wrote may hold run.db's write lock through the drainer's last drain
         self.run.record.commit()
         self.tracing.stop(self._on_process)
         totals, warnings = self.tracing.outcome(self.rd.db)

@@ -67,7 +67,7 @@ class MessageTracing:
         argv = drainer_command(self.backend.python(host), db, self.spec.snapshot_interval, self.dirs)
         with signals_held():
             self.proc = node.start(argv, log)
-            on_process(self.proc, None, "collector", host)
+            on_process(self.proc, None, "tracedrain", host)
 
     def stop(self, on_process) -> None:
         """Stop the drainer (its last drain), after every traced process ended."""
