@@ -144,10 +144,16 @@ def test_reconciliation_keeps_each_end_s_thread():
 
 
 def test_trace_files_keep_threads(tmp_path):
-    tr = _trace(2, threads=4, duration=10)
+    tr = _trace(4, threads=16, duration=10)
     write_trace(tr, tmp_path / "t.csv")
     back = read_trace_file(tmp_path / "t.csv")
     assert has_threads(back.messages)
+    # a thread keeps one number whether it sends or receives
+    a_ids = pd.concat([tr.messages[["src", "src_thread"]].set_axis(["n", "x"], axis=1),
+                       tr.messages[["dst", "dst_thread"]].set_axis(["n", "x"], axis=1)], ignore_index=True)
+    b_ids = pd.concat([back.messages["src_thread"], back.messages["dst_thread"]], ignore_index=True)
+    pairs = a_ids.assign(n=a_ids["n"].astype(str), y=b_ids.to_numpy()).drop_duplicates()
+    assert pairs.groupby(["n", "x"]).size().max() == 1 and pairs.groupby(["n", "y"]).size().max() == 1
     _same(linking.infer(tr.messages, untraced="client"), linking.infer(back.messages, untraced="client"),
           exact=False)
 

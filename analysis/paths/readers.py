@@ -155,10 +155,11 @@ def read_trace_file(path: str | Path) -> Trace:
                     else pd.Series(pd.factorize(_text(raw[cols["msg"]]).replace("", None))[0],
                                    index=raw.index))
     if cols["src_thread"] and cols["dst_thread"]:
-        # threads as numbers or names (e.g. pid/tid): a number per distinct value, -1 where empty
-        for c in ("src_thread", "dst_thread"):
-            text = _text(raw[cols[c]]).replace({"": None, "nan": None, "-1": None})
-            f[c] = pd.factorize(text)[0]
+        # threads as numbers or names (e.g. pid/tid): a number per distinct value, the same in both
+        # columns (a thread sends and receives), -1 where empty
+        text = pd.concat([_text(raw[cols[c]]) for c in ("src_thread", "dst_thread")], ignore_index=True)
+        codes = pd.factorize(text.replace({"": None, "nan": None, "-1": None}))[0]
+        f["src_thread"], f["dst_thread"] = codes[:len(raw)], codes[len(raw):]
     truth_cols = cols["request"] is not None and cols["cause"] is not None
     if truth_cols:
         f["request"] = _ints(raw[cols["request"]])
