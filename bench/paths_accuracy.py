@@ -197,6 +197,22 @@ def thread_granularity(duration: float, seed: int) -> str:
                         "delay error %"])
 
 
+def thread_added_delay(duration: float, seed: int) -> str:
+    """Slide 26's 200 ms at web2 (parallelism 2, fault in the middle third) with the thread model:
+    the rise of web2's delay per link and the nodes ranked by their rise, per node and per thread."""
+    rows = []
+    for model, threads in (("-", None), *THREAD_MODELS[::2]):
+        tr = maketrace(web_service(), duration=duration, parallelism=2, seed=seed, tags=False,
+                       threads=threads, faults=[Fault("web2", 0.2, duration / 3, 2 * duration / 3)])
+        for k in (4, 0):
+            infer = partial(linking.infer, untraced="client", k=k)
+            r = culprit_ranking(tr, infer).iloc[0]
+            rank = list(r["ranking"])
+            rows.append([model, "node" if threads is None else "thread", str(k), ", ".join(rank[:3]),
+                         _num(1000 * r["rise_s"]) if rank and rank[0] == "web2" else "-"])
+    return table(rows, ["threads", "linking per", "k", "rise ranking (top 3)", "web2's rise per link (ms)"])
+
+
 def recency_ceiling(duration: float, seed: int) -> str:
     """What WAP5's monotone model can get right at best: per parallelism, the share of messages whose
     true cause is the latest arrival at their sender (the likeliest parent under the paper's model)
@@ -254,7 +270,9 @@ def main(argv: list[str] | None = None) -> int:
                   recency_ceiling(args.duration, args.seed)]
     if "threads" in ap_sections:
         parts += ["\n### Linking at thread granularity: thread pools and an event loop\n",
-                  thread_granularity(args.duration, args.seed)]
+                  thread_granularity(args.duration, args.seed),
+                  "\nThe 200 ms at web2 (slide 26's case) with threads:\n",
+                  thread_added_delay(args.duration, args.seed)]
     text = "\n".join(parts) + "\n"
     print(text)
     if args.out:
