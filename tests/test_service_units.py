@@ -210,7 +210,7 @@ def test_the_blackbox_suite_plans(tmp_path):
 
     suite = load_suite(REPO / "experiments" / "blackbox.yaml")
     _, rows = describe_plan(suite)
-    assert len(rows) == 24 and {r[6] for r in rows} == {"service 20/s", "service 80/s"}
+    assert len(rows) == 26 and {r[6] for r in rows} == {"service 20/s", "service 80/s"}
     assert sum(r[7] == "none (control)" for r in rows) == 2
 
 
