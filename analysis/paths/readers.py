@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.paths.hops import last_send_times, message_requests, unmatched_summary
 from analysis.paths.model import Trace, Truth, as_messages, has_threads
 from analysis.paths.reconcile import ReconcileError, reconcile
 from rundir.errors import UserError
@@ -405,8 +406,10 @@ def read_jaeger(path: str | Path) -> Trace:
 
 
 def trace_from_events(events: pd.DataFrame, source: str, nodes: dict[str, str] | None = None,
-                      warnings: list[str] | None = None, granularity: str = "host") -> Trace:
-    """A trace of reconciled per-process events (reconcile's input frame), no truth."""
+                      warnings: list[str] | None = None, granularity: str = "host",
+                      endpoints: bool = False) -> Trace:
+    """A trace of reconciled per-process events (reconcile's input frame), no truth; `endpoints`:
+    keep reconcile's src_endpoint, dst_endpoint and t_send_last columns (for truth_from_requests)."""
     warnings = list(warnings or [])
     try:
         messages, more = reconcile(events, nodes=nodes, granularity=granularity)
@@ -415,53 +418,34 @@ def trace_from_events(events: pd.DataFrame, source: str, nodes: dict[str, str] |
     warnings += more
     if messages.empty:
         raise UserError(f"{source}: no messages after reconciliation (no usable send or receive events)")
-    return Trace(messages=messages.drop(columns=["src_endpoint", "dst_endpoint", "bytes"]),
-                 warnings=warnings, source=source)
+    gone = ["bytes"] if endpoints else ["src_endpoint", "dst_endpoint", "bytes", "t_send_last"]
+    return Trace(messages=messages.drop(columns=gone), warnings=warnings, source=source)
 
 
-MATCH_S = 0.005   # a hop's logged start (end) within this of a call's arrival (a return's departure)
-
-
-def truth_from_requests(messages: pd.DataFrame, requests: pd.DataFrame,
+def truth_from_requests(messages: pd.DataFrame, requests: pd.DataFrame | None,
                         warnings: list[str], granularity: str = "host") -> Truth | None:
     """The true request of each message from a service run's `requests` (one row per hop: request,
-    type, tier, host, pid, start, end on the host's clock): a call belongs to the request whose hop
-    at its receiver started nearest its arrival, a return (or an untagged message) to the one whose
-    hop at its sender ended nearest its departure, within MATCH_S; causes by the latest-received
-    convention. None without requests."""
+    type, tier, host, pid, start, end on the host's clock), joined by who timed each hop on which
+    clock and on which connection (analysis/paths/hops.py: a caller-timed hop takes the messages its
+    caller sent or received within it, a callee-timed hop the call/return pair that encloses it);
+    causes by the latest-received convention. None without requests."""
     if requests is None or requests.empty:
         return None
-    hops = requests.dropna(subset=["start", "end"]).copy()
-    hops["host"] = hops["host"].astype(str)
-    if granularity == "process":     # the messages' nodes are host/pid
-        hops["host"] = hops["host"] + "/" + hops["pid"].astype(str)
-    n = len(messages)
-    rows = pd.DataFrame({"row": np.arange(n), "src": messages["src"].astype(str).to_numpy(),
-                         "dst": messages["dst"].astype(str).to_numpy(),
-                         "t_arr": messages["t_recv"].fillna(messages["t_send"]).to_numpy(),
-                         "t_dep": messages["t_send"].to_numpy(),
-                         "call": (messages["kind"].astype(str) == "call").to_numpy()})
-
-    def nearest(on_msg: str, host_col: str, on_hop: str) -> pd.Series:
-        left = rows.sort_values(on_msg)[["row", host_col, on_msg]].rename(columns={host_col: "host",
-                                                                                   on_msg: "t"})
-        right = hops.sort_values(on_hop)[["host", on_hop, "request"]].rename(columns={on_hop: "t"})
-        hit = pd.merge_asof(left, right, on="t", by="host", direction="nearest", tolerance=MATCH_S)
-        return hit.set_index("row")["request"].reindex(np.arange(n))
-
-    by_start = nearest("t_arr", "dst", "start")
-    by_end = nearest("t_dep", "src", "end")
-    req = np.where(rows["call"], by_start.fillna(by_end), by_end.fillna(by_start))
-    req = pd.to_numeric(pd.Series(req), errors="coerce")
-    codes, uniques = pd.factorize(req)
-    request = np.where(req.notna(), codes, -1).astype(np.int64)
+    request, keys, hops = message_requests(messages, requests, warnings, granularity)
     missing = int((request < 0).sum())
     if missing:
-        warnings.append(f"requests: {_plural(missing, 'message')} matched no request's hop within "
-                        f"{MATCH_S * 1000:g} ms; taken as noise in the truth")
-    types = hops.drop_duplicates("request").set_index("request")["type"].astype(str)
-    request_type = {i: types.get(u, "") for i, u in enumerate(uniques)}
-    return Truth(request=request, cause=latest_received_causes(messages, request), request_type=request_type)
+        warnings.append(f"requests: {_plural(missing, 'message')} inside no request's hop (readiness checks, "
+                        f"Unix channels, untraced far ends; most: {unmatched_summary(messages, request)}); "
+                        "taken as noise in the truth")
+    types = hops.drop_duplicates("key").set_index("key")["type"].astype(str)
+    request_type = {i: str(types.get(k, "")) for i, k in enumerate(keys)}
+    # causes and delays by each message's last send: a fat message's first send can be a whole
+    # request earlier (hops.last_send_times)
+    last = last_send_times(messages)
+    cause = latest_received_causes(messages.assign(t_send=last), request)
+    t_recv = messages["t_recv"].fillna(messages["t_send"]).to_numpy(dtype=float)
+    node_delay = np.where(cause >= 0, last - t_recv[np.maximum(cause, 0)], np.nan)
+    return Truth(request=request, cause=cause, request_type=request_type, node_delay=node_delay)
 
 
 def fault_host(at_node: object, target: object) -> str | None:
@@ -501,7 +485,9 @@ def read_run(run: str | Path, granularity: str = "host") -> Trace:
     a node per host/pid (WAP5 2.5's choice)."""
     warnings: list[str] = []
     events, requests, faults = read_trace_tables(run, warnings)
-    trace = trace_from_events(events, str(run), warnings=warnings, granularity=granularity)
+    trace = trace_from_events(events, str(run), warnings=warnings, granularity=granularity, endpoints=True)
+    # the connections settle messages inside two requests' hops (hops.py); the algorithms never see them
     trace.truth = truth_from_requests(trace.messages, requests, trace.warnings, granularity)
+    trace.messages = trace.messages.drop(columns=["src_endpoint", "dst_endpoint", "t_send_last"])
     trace.faults = faults_of_run(faults)
     return trace

@@ -16,7 +16,9 @@ table records them (issue 33 item 3; LibSockCap's records, WAP5 table 1):
     remote   the peer's endpoint
 
 Output (`reconcile`): the model's messages frame (t_send, t_recv, src, dst, kind, msg) plus the
-reconciliation's own columns (src_endpoint, dst_endpoint, bytes), and warnings with counts.
+reconciliation's own columns (src_endpoint, dst_endpoint, bytes, and t_send_last: the time of the
+message's last send, which a fat message's first send, t_send, may precede by a whole request: a
+memcached `set` with noreply, then the next `get` on the connection), and warnings with counts.
 
 How (the choices where WAP5 leaves room):
 
@@ -50,6 +52,7 @@ from analysis.paths.model import as_messages
 SEND_CALLS = frozenset({"send", "write", "writev", "sendmsg", "sendto", "sendfile", "sendmmsg"})
 RECV_CALLS = frozenset({"recv", "read", "readv", "recvmsg", "recvfrom", "recvmmsg"})
 EVENT_COLUMNS = ("mono", "host", "pid", "call", "bytes", "local", "remote")
+EXTRA_COLUMNS = ("src_endpoint", "dst_endpoint", "bytes", "t_send_last")   # reconcile's own, beside the model's
 
 
 class ReconcileError(ValueError):
@@ -107,7 +110,7 @@ def reconcile(events: pd.DataFrame, nodes: Mapping[str, str] | None = None,
     ev["run"] = run_start.cumsum() - 1
     sends = ev[ev["send"]]
     msgs = sends.groupby("run", sort=False).agg(
-        t_send=("mono", "first"), bytes=("bytes", "sum"), src=("node", "first"),
+        t_send=("mono", "first"), t_send_last=("mono", "last"), bytes=("bytes", "sum"), src=("node", "first"),
         src_endpoint=("local", "first"), dst_endpoint=("remote", "first"), conn=("conn", "first"),
         src_thread=("thread", "first"))
     msgs = msgs.reset_index(drop=True)
@@ -156,7 +159,7 @@ def reconcile(events: pd.DataFrame, nodes: Mapping[str, str] | None = None,
     cols = ["t_send", "t_recv", "src", "dst", "kind", "msg"]
     out = as_messages(msgs[cols + ["src_thread", "dst_thread"] if threaded else cols])
     extra = msgs.sort_values("t_send", kind="stable").reset_index(drop=True)
-    for c in ("src_endpoint", "dst_endpoint", "bytes"):
+    for c in EXTRA_COLUMNS:
         out[c] = extra[c].to_numpy()
     return out, warnings
 
@@ -195,7 +198,7 @@ def _receive_only(msgs: pd.DataFrame, recvs: pd.DataFrame, width: np.int64, ev: 
         t_recv=("mono", "last"), bytes=("bytes", "sum"), dst=("node", "first"),
         src_endpoint=("remote", "first"), dst_endpoint=("local", "first"), conn=("conn", "first"),
         dst_thread=("thread", "last"))
-    runs["t_send"] = runs["t_recv"]
+    runs["t_send"] = runs["t_send_last"] = runs["t_recv"]
     runs["src_thread"] = np.int64(-1)
     runs["src"] = _names(runs["src_endpoint"].to_numpy(), owner_of(ev), ep_names, nodes)[0]
     warnings.append(f"{_plural(len(runs), 'message')} whose sender was not traced (only its receive seen): "
@@ -267,4 +270,5 @@ def _empty() -> pd.DataFrame:
     for c in ("src_endpoint", "dst_endpoint"):
         out[c] = pd.Series([], dtype=object)
     out["bytes"] = pd.Series([], dtype="float64")
+    out["t_send_last"] = pd.Series([], dtype="float64")
     return out
