@@ -127,3 +127,33 @@ def test_maketrace_through_socket_events_and_back():
         assert (m[c].astype(str).to_numpy() == a[c].astype(str).to_numpy()).all()
     # the same pairs (ids differ): each reconciled id maps to exactly one generated id
     assert pd.crosstab(m["msg"], a["msg"]).gt(0).sum(axis=1).eq(1).all()
+
+
+def test_sends_with_other_socket_calls_of_their_thread_between_are_two_messages():
+    """A memcached set with noreply at the end of one request, the next request's get on the same
+    connection 80 ms later (the thread answered web and read its next request in between): two
+    messages, the set a call with no return; without threads (WAP5's rule alone) one fat message.
+    A reply written in two adjacent calls of its thread stays one message."""
+    app, cache, web_up, web = "10.0.5.1:6001", "10.0.7.1:11211", "10.0.5.1:8000", "10.0.3.1:5001"
+    rows = [
+        (1.000, "app", 3, 7, "send", 30, app, cache),          # set item:5 noreply
+        (1.001, "cache", 9, 1, "read", 30, cache, app),
+        (1.002, "app", 3, 7, "send", 100, web_up, web),        # the reply to web, in two writes
+        (1.0021, "app", 3, 7, "send", 50, web_up, web),
+        (1.003, "web", 2, 4, "recv", 150, web, web_up),
+        (1.080, "web", 2, 4, "send", 120, web, web_up),        # the next request
+        (1.081, "app", 3, 7, "recv", 120, web_up, web),
+        (1.082, "app", 3, 7, "send", 16, app, cache),          # get session:1
+        (1.083, "cache", 9, 1, "read", 16, cache, app),
+        (1.084, "cache", 9, 1, "sendmsg", 36, cache, app),
+        (1.085, "app", 3, 7, "recv", 36, app, cache),
+    ]
+    ev = pd.DataFrame(rows, columns=["mono", "host", "pid", "tid", "call", "bytes", "local", "remote"])
+    m, warnings = reconcile(ev)
+    to_cache = m[m["dst"].astype(str) == "cache"]
+    assert to_cache["t_send"].tolist() == [1.000, 1.082] and to_cache["t_recv"].tolist() == [1.001, 1.083]
+    assert to_cache["kind"].tolist() == ["", "call"] and any("1 call with no return" in w for w in warnings)
+    assert m[m["src_endpoint"] == web_up]["bytes"].tolist() == [150]       # adjacent: one message
+    merged, _ = reconcile(ev.drop(columns="tid"))
+    fat = merged[merged["dst"].astype(str) == "cache"]
+    assert fat["t_send"].tolist() == [1.000] and fat["t_send_last"].tolist() == [1.082]

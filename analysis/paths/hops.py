@@ -36,9 +36,10 @@ so the join has two rules:
   pair. Where the caller-timed and the callee-timed rules disagree (client and web), the
   caller-timed one (µs, containment) wins (counted).
 
-A message's time at its sender is its *last* send (reconcile's t_send_last): reconciliation merges a
-memcached set sent with noreply at the end of one request with the next request's first get on that
-connection into one message whose t_send is the set's; it belongs to the request its reply answers.
+A message's time at its sender is its *last* send (reconcile's t_send_last): where the events have
+no thread, reconciliation merges a memcached set sent with noreply at the end of one request with
+the next request's first get on that connection into one message whose t_send is the set's; it
+belongs to the request its reply answers.
 
 Measured on the stored service runs (2026-11-27, 50 requests/s): the caller-side times lie inside
 their hops by construction (the app stamps start before its send and end after its receive); at the
@@ -68,8 +69,8 @@ def _plural(n: int, what: str) -> str:
 
 def last_send_times(messages: pd.DataFrame) -> np.ndarray:
     """Each message's last send (reconcile's t_send_last; t_send where the frame has none): the
-    moment a fat message was complete, in its sender's hop (a memcached set sent with noreply is
-    merged with the next request's get into one message whose t_send is the set's)."""
+    moment a fat message was complete, in its sender's hop (without threads, reconcile merges a
+    memcached set sent with noreply with the next request's get into one message: t_send the set's)."""
     if "t_send_last" in messages:
         return messages["t_send_last"].fillna(messages["t_send"]).to_numpy(dtype=float)
     return messages["t_send"].to_numpy(dtype=float)

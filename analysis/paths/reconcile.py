@@ -28,7 +28,11 @@ How (the choices where WAP5 leaves room):
   address (warned: the algorithms then see an extra node).
 - Fat messages: the bytes one side sends between two of its receives on that connection make one
   logical message (WAP5: "we combine adjacent messages in a flow into a single large message");
-  t_send is its first send. Its t_recv is the time of the receive, at the other side, that
+  t_send is its first send. Where events carry a thread, sends are adjacent only when their
+  thread made no other socket call in between: a memcached `set` with noreply (no answer) and the
+  next request's `get` on the connection, 70-110 ms later with the thread's other calls between,
+  are two messages (merged, they made 570 and 620 orphan `app>cache` calls on the stored service
+  runs, sent when the set was, answered when the get was). Its t_recv is the time of the receive, at the other side, that
   delivers its last byte (cumulative bytes per direction, so the reader's chunking does not
   matter). A message whose last byte no receive delivers (the receiver untraced, or its events
   lost) has t_recv NaN (WAP5's nil).
@@ -102,11 +106,19 @@ def reconcile(events: pd.DataFrame, nodes: Mapping[str, str] | None = None,
     width = np.int64(len(ep_names))
     lo, re = ev["local"].to_numpy(), ev["remote"].to_numpy()
     ev["conn"] = pd.factorize(np.minimum(lo, re) * width + np.maximum(lo, re))[0]
+    if threaded:    # each thread's own sequence of socket calls
+        ev["seq"] = ev.sort_values("mono", kind="stable").groupby("thread", sort=False).cumcount()
     ev = ev.sort_values(["conn", "local", "mono"], kind="stable").reset_index(drop=True)
 
     # runs: a side's consecutive calls in one direction
     side_change = (ev["conn"].ne(ev["conn"].shift()) | ev["local"].ne(ev["local"].shift()))
     run_start = side_change | ev["send"].ne(ev["send"].shift())
+    if threaded:
+        # a send its thread did not make right after its previous send on this side (it received
+        # or sent on another socket in between) starts a message of its own
+        thread = ev["thread"].to_numpy()
+        gap = (ev["seq"].diff().to_numpy() > 1) & (thread >= 0) & (thread == np.r_[-2, thread[:-1]])
+        run_start = run_start | (ev["send"].to_numpy() & gap)
     ev["run"] = run_start.cumsum() - 1
     sends = ev[ev["send"]]
     msgs = sends.groupby("run", sort=False).agg(
