@@ -36,7 +36,9 @@ The default, `impact`, is the seeds' criteria (thesis 3.5.2, NeST paper 5.2-5.3)
 
 `aftereffect=exclude` scores apart what TCP's back-off leaves after a fault ended (issue 35): the
 snapshots of an impact period (a target's, or a neighbour's as `collateral` finds it) that begin at
-or after the fault's end are left out (cause `aftereffect`). By the seeds those are a target's
+or after the fault's end are left out (cause `aftereffect`), the period taken to go on until new data
+moves (as `retrans=continues` takes it): a retransmission that went unanswered, or that a second
+fault of the same connection dropped, leaves the connection silent by the first fault's doing. By the seeds those are a target's
 positives and a neighbour's negatives; the module is silent only because its retransmission timer,
 backed off during the outage, has not fired yet (docs/diagnosis.md, "After-effects").
 
@@ -305,7 +307,8 @@ class _Policy:
                         hit = rows[how(rows, f0, f1, (m, out))]
                         pos[hit] = True
                         if need_tail:
-                            tail[hit[f.t_start(hit) >= f1]] = True
+                            long = rows[self._mark_tail(f, rows, f0, f1, (m, out))]
+                            tail[long[f.t_start(long) >= f1]] = True
                         if ids is not None:
                             ids[hit] = np.where(ids[hit] == 0, fid + 1, ids[hit])
         # `cover` counts only where it meets a fault's positive (label: fp & cover), so a neighbour
@@ -350,6 +353,11 @@ class _Policy:
         raise NotImplementedError
 
     def _mark_masking(self, f: Rows, rows: np.ndarray, f0: float, f1: float, key: tuple[int, bool]) -> np.ndarray:
+        return self._mark(f, rows, f0, f1, key)
+
+    def _mark_tail(self, f: Rows, rows: np.ndarray, f0: float, f1: float, key: tuple[int, bool]) -> np.ndarray:
+        """The rows of series `key` whose snapshots from the fault's end on are its after-effect
+        (aftereffect=exclude): by default the rows `_mark` marks."""
         return self._mark(f, rows, f0, f1, key)
 
 
@@ -399,6 +407,16 @@ class ImpactPolicy(_Policy):
 
     def _mark_masking(self, f, rows, f0, f1, key):
         return self._impact(f, rows, f0, f1, 0.0)
+
+    def _mark_tail(self, f, rows, f0, f1, key):
+        # The silence a fault leaves goes on until new data moves: a retransmission that went
+        # unanswered (or was dropped again) is no progress, whatever `retrans` says of the impact.
+        lookback = self.values["lookback"]
+        if self._carried is not None and lookback > 0:
+            if not self._carried.carried_data(*key, f0 - lookback, f1):
+                return np.zeros(len(rows), dtype=bool)
+        idle = f.idle(rows, progress=True)
+        return impact_mask(f.t_start(rows), f.t_end(rows), idle, f.invalid[rows], f0, f1, lookback)
 
     def _impact(self, f: Rows, rows: np.ndarray, f0: float, f1: float, lookback: float) -> np.ndarray:
         idle = f.idle(rows, progress=self.values["retrans"] == "continues")

@@ -420,3 +420,28 @@ def test_aftereffect_exclude_scores_the_back_off_after_a_fault_apart(tmp_path):
     assert tcp_cut.loc[51:57, "exclude"].all() and not tcp_cut.loc[40:50, "exclude"].any()
     other = ~((keep["module"].isin([m["ipeth"], m["tcp"]])) & keep["seq"].between(51, 57))
     assert (keep.loc[other, ["actual", "exclude"]] == cut.loc[other, ["actual", "exclude"]]).all().all()
+
+
+def test_aftereffect_exclude_lasts_until_new_data_moves(tmp_path):
+    """issue 35: the upload dropped [2.05, 3.05] (seq 21-31 positive: 31 begins inside) retransmits at seq 33 into
+    nothing (lost again: by the seeds that ends the impact, and seq 33-39 are negatives) and moves new
+    data from seq 40. aftereffect=exclude leaves out everything from the drop's end until then: the
+    connection is silent by the drop's doing, an unanswered retransmission is no progress."""
+    b = RunBuilder(tmp_path / "r", 50)
+    tcp = b.module("tcp", "tcp:1", {"inode": 1})
+    seq = np.arange(50)
+    sent = np.where((seq >= 21) & (seq < 40), 0, 10)
+    sent[33] = 1
+    b.counters(tcp, "out", sent, nbytes=sent * 1448)
+    b.counters(tcp, "in", 0)
+    b.fault("tcp_drop", tcp, start=2.05, end=3.05, target={"inode": 1})
+    data, _ = labelled(b)
+    data.counters.loc[(data.counters["module"] == tcp) & (data.counters["dir"] == "out")
+                      & (data.counters["seq"] == 33), "errors"] = 1
+    keep = label_run(data, "impact")
+    cut = label_run(data, "impact:aftereffect=exclude")
+    out = cut[(cut["module"] == tcp) & (cut["dir"] == "out")].sort_values("seq").set_index("seq")
+    assert spans(positives(keep, tcp, "out")) == [(21, 32)]
+    assert out.loc[21:31, "actual"].all() and not out.loc[21:31, "exclude"].any()
+    assert out.loc[32:39, "exclude"].all() and (out.loc[32:39, "cause"] == "aftereffect").all()
+    assert not out.loc[40:, "exclude"].any() and not out.loc[1:20, "exclude"].any()   # seq 0: the baseline

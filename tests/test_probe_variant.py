@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from analysis.diagnose import diagnose_run, diagnose_stretches
 from analysis.model import probes
+from analysis.model.batch import Batch
 from analysis.model.stretches import DIRS, load_stretches, stretch_from_json
 from analysis.model.tcpstate import TcpState
 from analysis.variants import BLOCKED, LABELS, STALLED, Variant, parse_variant, systems
@@ -225,7 +226,6 @@ def evidence_at(times: list[float], tm: list[float], rows: list[tuple], ahead=1.
     s = stretch_from_json(doc)
     probes.attach([s], probes.burst_table(pd.DataFrame(rows, columns=PROBE_COLUMNS)), s.seqs, np.array(times),
                   {"c": A}, before)
-    from analysis.model.batch import Batch
     fast = probes.cell_evidence(Batch([s]), "in", np.arange(n), ahead).tolist()
     assert fast == ref_evidence([s], ahead)[0]["in"][0].tolist()
     return fast
@@ -263,6 +263,22 @@ def test_evidence_windows():
     # A silence from the first snapshot: its window starts at the time before (here none: -inf).
     assert evidence_at(times, [0, 0, 5, 5, 5], answered(A, sent=0.5)) == [1, 1, 0, 0, 0]
     assert evidence_at(times, [0, 0, 5, 5, 5], answered(A, sent=0.5), before=0.9) == [0, 0, 0, 0, 0]
+
+
+def test_an_answer_just_after_an_outage_is_its_aftermath():
+    """Issue 35: a download silent through an outage (burst at 1.2 unanswered) moves a segment at time
+    3 once the path is back, and is silent again from 3 (a = 3); the burst at 3.3 is answered (w =
+    3.302). The unanswered one was sent 1.8 s before the silence (within LOOKBACK_S): AFTERMATH while the
+    silence is no longer than the outage the probes saw (m - 3 <= 3.302 - 1.2), ANSWERED after; sent
+    more than LOOKBACK_S before it, ANSWERED from the start."""
+    times = [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 5.5, 6.0]
+    tm = [0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0]
+    rows = burst(5, 5, 0, A, 0, 1.2, [("timeout", 1.0)]) + answered(A, sent=3.3)
+    A_, U, M = probes.ANSWERED, probes.UNANSWERED, probes.AFTERMATH
+    assert probes.LOOKBACK_S == 2.0
+    assert evidence_at(times, tm, rows, before=0.5) == [0, U, U, U, 0, M, M, M, M, A_, A_]
+    late = burst(5, 5, 0, A, 0, 0.9, [("timeout", 1.0)]) + answered(A, sent=3.3)
+    assert evidence_at(times, tm, late, before=0.5) == [U, U, U, U, 0, A_, A_, A_, A_, A_, A_]
 
 
 def test_bursts_sent_at_one_instant_count_as_one():
@@ -491,8 +507,11 @@ def test_a_run_built_by_hand_with_many_stretches(tmp_path):
 def test_a_retransmission_does_not_end_an_outbound_silence():
     """An upload silent through an ip_drop sends its RTO's retransmission (data segments out = the
     retransmitted ones): no progress, so the silence goes on and keeps its first burst (unanswered,
-    during the drop), and a burst answered after the drop does not blame the connection. A segment of
-    new data would end the silence, and the next one takes the answered burst."""
+    during the drop), and a burst answered after the drop does not blame the connection: RECOVERING,
+    the interface keeps the outage's blame. A segment of new data ends the silence, and the next one
+    takes the answered burst: the unanswered one came just before it (AFTERMATH), so the connection is
+    still BLOCKED by the past outage, and the interface, which carried the new data and the probe, is
+    cleared."""
     def doc(resend_errors):
         d = host([conn("a1", None)], ipeth_tm=0, d="out")
         snap = d["snapshots"][0]["out"]
@@ -516,5 +535,7 @@ def test_a_retransmission_does_not_end_an_outbound_silence():
         v = parse_variant(PROBE)
         (fast,) = diagnose_stretches([s], [v])
         assert_same(fast.results[v.name], reference(s, v), v.name)
-        out[resend_errors] = LABELS[int(fast.results[v.name]["out"][0][s.modules.index("a1"), 3])]
-    assert out == {1: "BLOCKED", 0: "STALLED"}
+        res = fast.results[v.name]["out"][0]
+        ev = int(probes.cell_evidence(Batch([s]), "out", np.array([s.modules.index("a1") * s.t + 3]))[0])
+        out[resend_errors] = (ev, *(LABELS[int(res[s.modules.index(m), 3])] for m in ("a1", "ipeth")))
+    assert out == {1: (probes.RECOVERING, "BLOCKED", "STALLED"), 0: (probes.AFTERMATH, "BLOCKED", "BLOCKED")}

@@ -1,7 +1,8 @@
 """Probe evidence (run format 5's `probes` table): for each TCP connection, direction and snapshot,
 whether the burst of the collector's probes to the connection's remote that speaks for the snapshot
 was answered (ANSWERED), was not (UNANSWERED), was answered after an unanswered one while the
-connection still backs off from that outage (RECOVERING), or no burst speaks for it (NONE).
+connection still backs off from that outage (RECOVERING, or AFTERMATH when that outage ended just
+before the silence began), or no burst speaks for it (NONE).
 `flowdiagnoser:probe=on` (analysis.variants.flowdiagnoser_probe) reads it; docs/diagnosis.md has the
 rule with a worked example.
 
@@ -44,6 +45,15 @@ waits for its next retransmission, still silent; the bursts then are answered, a
 come would blame the connection for the path's outage (on the stored net_fault runs with probes, 222
 TCP false positives in the tails of ip_drops; on thesis-3.3, 46 of the 52 left).
 
+**AFTERMATH** replaces ANSWERED where the unanswered burst came *before* the silence, sent at s_u
+within LOOKBACK_S (2 s) before it began: the path was dead, the connection moved a little once it
+returned (an RTO's retransmission and what it released) and is silent again, while the remote's timer,
+backed off by the outage, may still hold the next retransmission. It lasts while the silence is no
+longer than the outage the probes saw: m - a <= w - s_u (a backed-off RTO is at most about as long as
+the outage that backed it off). A receiver cannot see its sender's timer, and these silences are a
+download's: thesis-3.3's three repetitions had 55 TCP false positives of this kind 0.4-2 s after an
+ip_drop (docs/probes.md).
+
 Everything a snapshot's evidence depends on is known `ahead` seconds after it (the burst's probes
 done by T, the silence's snapshots up to T), and its silence's start: the live engine settles a
 snapshot once it has read that far and carries the start of each silence from one window to the
@@ -61,7 +71,12 @@ import pandas as pd
 from rundir.db import PROBE_ANSWERED
 from rundir.repair import as_dict
 
-NONE, ANSWERED, UNANSWERED, RECOVERING = 0, 1, 2, 3
+NONE, ANSWERED, UNANSWERED, RECOVERING, AFTERMATH = 0, 1, 2, 3, 4
+# AFTERMATH's look-back: an unanswered burst sent this long before a silence began still speaks for
+# it. TCP's loss recovery after an outage of 1-3 s moves a segment or two and goes silent again within
+# about 2 s of the path's return (thesis-3.3: the downloads' silences 0.4-1.2 s after an ip_drop
+# ended); 3 s took 5 snapshots of tcp_drop runs whose bursts timed out in a congested queue.
+LOOKBACK_S = 2.0
 # Look-ahead: a silence's first burst goes `after` (0.3 s) into it and a timeout is known `timeout`
 # (1 s) later, so its outcome is known about 1.3 s after the silence's first snapshot, plus a snapshot
 # or two of the collector's timing: 1.5 s lets the silence's first snapshots have it. With 1.0 the
@@ -260,7 +275,7 @@ def ongoing(stretches, seq: int) -> dict:
 
 
 def cell_evidence(batch, d: str, cells: np.ndarray, ahead: float = AHEAD_S) -> np.ndarray:
-    """NONE, ANSWERED, UNANSWERED or RECOVERING (int8) of direction d at the given cells of the batch (ascending flat
+    """NONE, ANSWERED, UNANSWERED, RECOVERING or AFTERMATH (int8) of direction d at the given cells of the batch (ascending flat
     indices); the rule is in the module docstring."""
     out = np.zeros(len(cells), dtype=np.int8)
     k_of = np.searchsorted(batch.offsets, cells, side="right") - 1
@@ -296,7 +311,8 @@ def _evidence(b: Bursts, k: np.ndarray, m: np.ndarray, since: np.ndarray, until:
     """Evidence of silent cells with remotes k, times m, intervals (prev, m] and silence windows
     (since, until]: the module docstring's rule (the burst whose scope covers the snapshot, else the
     next one known, else the last one; RECOVERING for an answer that follows an unanswered burst of the
-    silence within the back-off bound)."""
+    silence within the back-off bound, AFTERMATH for one that follows an unanswered burst sent within
+    LOOKBACK_S before the silence)."""
     n = len(k)
     horizon = m + ahead
     hi = np.minimum(until, horizon)
@@ -334,33 +350,39 @@ def _evidence(b: Bursts, k: np.ndarray, m: np.ndarray, since: np.ndarray, until:
     ans = np.zeros(n, dtype=bool)
     ans[has] = b.answer[speak[has]] <= horizon[has]
     ev[has] = np.where(ans[has], ANSWERED, UNANSWERED)
-    # RECOVERING: walk back from an answered speaking burst over the known bursts of the silence; an
-    # unanswered one found -> w, the answer of the first answered one after it.
+    # RECOVERING: walk back from an answered speaking burst over the known bursts of the silence (and
+    # of the LOOKBACK_S before it: AFTERMATH); an unanswered one found -> w, the answer of the first
+    # answered one after it, and s_u, when it was sent.
+    jb = _count_le(b.key, b.sent, k, since - LOOKBACK_S)   # ... and of the LOOKBACK_S before it
     rows = np.flatnonzero(ans)
     w = b.answer[speak[rows]].copy() if len(rows) else np.zeros(0)
     j = speak[rows] - 1
     found = np.zeros(n, dtype=bool)
     wall = np.full(n, np.nan)
+    s_u = np.full(n, np.inf)
     while len(rows):
-        ok = j >= j0[rows]
+        ok = j >= jb[rows]
         rows, j, w = rows[ok], j[ok], w[ok]
         kn = known(j, rows)
         una = kn & (b.answer[j] > horizon[rows])
         found[rows[una]] = True
         wall[rows[una]] = w[una]
+        s_u[rows[una]] = b.sent[j[una]]
         go = ~una
         upd = go & kn
         w = np.where(upd, b.answer[j], w)
         rows, j, w = rows[go], j[go] - 1, w[go]
     # The connection's own timer where tcp_info says it is backed off (backoff >= 1): recovering while it
     # has sent nothing since the path was seen working; else the doubling bound (a receiver cannot see
-    # the sender's timer; a run without tcp_info).
+    # the sender's timer; a run without tcp_info). AFTERMATH (the unanswered burst before the silence):
+    # the silence no longer than the outage the probes saw (from s_u to w), timer or not.
+    late = s_u <= since
     bound = m - wall <= wall - since
     if backoff is not None:
-        timer = backoff >= 1
-        bound = np.where(timer, sent_at <= wall, bound)
+        bound = np.where(backoff >= 1, sent_at <= wall, bound)
+    bound = np.where(late, m - since <= wall - s_u, bound)
     rec = found & bound
-    ev[rec] = RECOVERING
+    ev[rec] = np.where(late[rec], AFTERMATH, RECOVERING)
     return ev
 
 

@@ -7,7 +7,7 @@ fewer than Θ waiting connections -> connection and interface both STALLED; at l
 interface alone. A burst of probes to the connection's remote from fresh source ports (another
 5-tuple) tells them apart: answered, the path through this host's stack works and the connection is
 at fault; not answered, the path (or the interface) is dead. analysis.model.probes turns bursts into
-evidence per connection, direction and snapshot (ANSWERED, UNANSWERED, RECOVERING, NONE). The rule, per
+evidence per connection, direction and snapshot (ANSWERED, UNANSWERED, RECOVERING, AFTERMATH, NONE). The rule, per
 direction and snapshot, on the results of the rule it extends (Θ, then shared=on):
 
 - **Where it applies**: a TCP connection without a wait counter that *waits* (inactive, BLOCKED or
@@ -35,6 +35,11 @@ direction and snapshot, on the results of the rule it extends (Θ, then shared=o
   over any lower layer (over an interface that moves both ways too: the other connections recovered
   first); the lower layer keeps the extended rule's result, as for UNANSWERED. Not STALLED: it has
   work and no fault of its own (Table 2.2 (c)); the interface, silent, is still the outage's target.
+- **AFTERMATH** (an answer after an unanswered burst sent just before this silence began: the
+  connection moved a little after the outage and waits again on a timer the outage backed off, issue
+  35): the connection is BLOCKED by the past outage, over any lower layer, and the answer clears the
+  silent lower layers below it as ANSWERED does: the outage is over (the connection moved data since
+  the path was seen dead, and the probe got through), so no module of this host is at fault.
 - **NONE**: the connection keeps its result; a lower-layer module keeps it unless an answered
   connection above it clears it. So with no probe in a snapshot, every result is the extended rule's.
 - Applications and sockets never change. With tcpstate=on, the tcpstate rule runs after this one
@@ -47,7 +52,7 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.model.batch import Batch
-from analysis.model.probes import ANSWERED, RECOVERING, UNANSWERED, cell_evidence
+from analysis.model.probes import AFTERMATH, ANSWERED, RECOVERING, UNANSWERED, cell_evidence
 from analysis.model.stretches import KINDS
 from analysis.variants.base import BLOCKED, STALLED
 
@@ -94,9 +99,10 @@ def probe_rule(batch: Batch, d: str, res: np.ndarray, ahead: float,
     ev = cell_evidence(batch, d, waiting, ahead)
     res = res.copy()
     res[waiting[((ev == UNANSWERED) & unclear) | (ev == RECOVERING)]] = BLOCKED   # RECOVERING: by the past outage
-    answered = waiting[(ev == ANSWERED) & stack]
+    res[waiting[ev == AFTERMATH]] = BLOCKED                             # ... and AFTERMATH
+    res[waiting[(ev == ANSWERED) & stack]] = STALLED
+    answered = waiting[((ev == ANSWERED) | (ev == AFTERMATH)) & stack]  # these clear the path below
     if len(answered):
-        res[answered] = STALLED
         flag = np.zeros(batch.n_cells, dtype=bool)
         flag[answered] = True
         clear = np.zeros(batch.n_cells, dtype=bool)

@@ -161,7 +161,10 @@ class ProbeFeed:
                 if remote is None:
                     remote = self.remotes[mid] = _remote(ob)
                 c_in, c_out = ob.counters["in"], ob.counters["out"]
-                conns.append((mid, remote, c_in[0], c_out[0], c_in[2], c_out[2], ob.tcp_info[4] if ob.tcp_info else None))
+                # Progress is data delivered: bytes received, bytes the remote acknowledged. Not data segments,
+                # which an RTO's retransmission into a dead path moves (each one restarted the silence:
+                # an upload's first burst of an ip_drop went ~1 s late, past the analysis's look-ahead).
+                conns.append((mid, remote, c_in[4], c_out[4], c_in[2], c_out[2], ob.tcp_info[4] if ob.tcp_info else None))
             same.extend(map(ids.__getitem__, rep.unchanged()))
         if len(self.remotes) > 2 * (len(conns) + len(same)) + 1000:   # forget connections long gone
             live = {c[0] for c in conns}.union(same)

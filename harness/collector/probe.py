@@ -2,7 +2,7 @@
 docs/probes.md).
 
 A passive host with one flow cannot tell "my path is dead" from "this one connection is dead"
-(thesis 3.3.2, 3.5.2.3). One small probe can: when a busy TCP connection has made no progress for
+(thesis 3.3.2, 3.5.2.3). One small probe can: when a busy TCP connection has made no progress (no byte received or acknowledged) for
 `after` seconds (at most its RTO), the collector sends a *burst* of `count` half-open TCP probes to
 the connection's remote address and port (harness.collector.synprobe: a SYN from a fresh source
 port, which our kernel resets when the SYN-ACK comes, so the remote application never sees it). A
@@ -90,9 +90,9 @@ class _Watch:
     """One TCP connection as the prober follows it."""
 
     remote: tuple[int, str, int]        # family, address, port
-    segs: tuple                         # (data segments in, out) last seen
+    segs: tuple                         # (progress in, out) last seen: bytes received, bytes acked
     first: float                        # when the prober first saw it
-    progress: float | None = None       # when the segments last moved (None: not since first seen)
+    progress: float | None = None       # when they last moved (None: not since first seen)
     next_burst: float = 0.0
     queues: tuple = (0, 0, None)        # (receive queue, send queue, rto_us) last seen
 
@@ -129,8 +129,8 @@ class Prober:
     traffic: dict[str, list[int]] = field(default_factory=dict)
 
     def observe(self, now: float, seq: int, connections, unchanged=()) -> None:
-        """connections: (module id, remote (family, address, port), data segments in, out, receive
-        queue, send queue, rto_us or None) of the live TCP modules in the snapshot just taken;
+        """connections: (module id, remote (family, address, port), progress in, out (bytes received,
+        bytes acknowledged: a retransmission is no progress), receive queue, send queue, rto_us or None) of the live TCP modules in the snapshot just taken;
         unchanged: the module ids of the other live ones, whose values are those last given (only
         those that may want a probe are looked at: the cost follows what moves, not the host's size)."""
         watches, armed = self.watches, self.armed
@@ -162,7 +162,7 @@ class Prober:
             self.remotes = {k: r for k, r in self.remotes.items() if r.room(now, 0) and r.sent}
 
     def _consider(self, now: float, seq: int, mid: int, w: _Watch) -> None:
-        """A burst for a connection whose segments did not move, if it is busy, silent long enough,
+        """A burst for a connection that made no progress, if it is busy, silent long enough,
         due, and the budget has room."""
         s = self.settings
         rqueue, wqueue, rto_us = w.queues

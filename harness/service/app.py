@@ -62,7 +62,11 @@ def _cache():
     if c is None:
         from pymemcache.client.base import Client
 
-        c = _local.cache = Client(_split(CACHE), connect_timeout=TIMEOUT_S, timeout=TIMEOUT_S, no_delay=True)
+        # default_noreply=False: every set waits for memcached's STORED, as an RPC does. pymemcache's
+        # default sends sets without a reply: a call with no return, which Project5's nesting (call and
+        # return pairs) cannot see, and which reconciliation merged with the next request's get.
+        c = _local.cache = Client(_split(CACHE), connect_timeout=TIMEOUT_S, timeout=TIMEOUT_S, no_delay=True,
+                                  default_noreply=False)
     return c
 
 

@@ -19,7 +19,8 @@ from analysis.variants import BLOCKED, STALLED
 from tests.support import reference as _reference
 from tests.support.reference_shared_peer import ref_flowdiagnoser_shared
 
-NONE, ANSWERED, UNANSWERED, RECOVERING = 0, 1, 2, 3
+NONE, ANSWERED, UNANSWERED, RECOVERING, AFTERMATH = 0, 1, 2, 3, 4
+LOOKBACK = 2.0   # s before a silence in which an unanswered burst makes a later answer AFTERMATH
 LOWER = ("ipeth", "ip", "eth")
 _inner = _reference.REFERENCE["flowdiagnoser"]
 
@@ -82,7 +83,8 @@ def _one(bursts: list[dict], a: float, b: float, p: float, m: float, ahead: floa
     else the last sent by m. Answered after an unanswered one of the silence, with the time since the
     path was seen working (w: the answer of the first answered one after the last unanswered one) no
     longer than the silence had lasted then (m - w <= w - a): RECOVERING; where tcp_info says the
-    connection is backed off (backoff >= 1), RECOVERING while it sent nothing after w instead."""
+    connection is backed off (backoff >= 1), RECOVERING while it sent nothing after w instead. The
+    unanswered one sent within LOOKBACK before the silence (at s_u <= a): AFTERMATH while m - a <= w - s_u."""
     horizon = m + ahead
     known = [x for x in bursts if x["done"] <= horizon and a < x["sent"] <= min(b, horizon)]
     groups: dict[float, bool] = {}
@@ -107,11 +109,20 @@ def _one(bursts: list[dict], a: float, b: float, p: float, m: float, ahead: floa
         speak = by_m[-1]
     if not groups[speak]:
         return UNANSWERED
-    before = [s for s in order if s < speak]
-    unanswered = [s for s in before if not groups[s]]
+    # The bursts sent within LOOKBACK before the silence, known by then, join the walk back.
+    for x in bursts:
+        if x["done"] <= horizon and a - LOOKBACK < x["sent"] <= a:
+            s = x["sent"]
+            groups[s] = groups.get(s, False) or x["answer"] <= horizon
+            if x["answer"] <= horizon:
+                first_answer[s] = min(first_answer.get(s, np.inf), x["answer"])
+    every = sorted(groups)
+    unanswered = [s for s in every if s < speak and not groups[s]]
     if not unanswered:
         return ANSWERED
-    w = first_answer[min(s for s in order if s > unanswered[-1] and groups[s])]
+    w = first_answer[min(s for s in every if s > unanswered[-1] and groups[s])]
+    if unanswered[-1] <= a:   # the path was dead just before the silence: AFTERMATH, outage-long
+        return AFTERMATH if m - a <= w - unanswered[-1] else ANSWERED
     if backoff >= 1:   # tcp_info: its own backed-off timer, nothing sent since the path worked again
         return RECOVERING if sent_at <= w else ANSWERED
     return RECOVERING if m - w <= w - a else ANSWERED
@@ -139,6 +150,15 @@ def apply_probe_rule(stretch: Stretch, base: dict, evidence: dict) -> dict:
                 lowers = [ch for ch in children[m] if stretch.kinds[ch] in LOWER]
                 if waits and ev == RECOVERING and lowers:   # over any lower layer: blocked by the past outage
                     res[m, t] = BLOCKED
+                    continue
+                if waits and ev == AFTERMATH and lowers:    # the same, and the answer clears the silent stack
+                    res[m, t] = BLOCKED
+                    todo = silent_lower(m)
+                    while todo:
+                        low = todo.pop()
+                        if low not in cleared:
+                            cleared.add(low)
+                            todo += silent_lower(low)
                     continue
                 if not waits or ev == NONE or not (silent_lower(m) or deaf_lower(m)):
                     continue
