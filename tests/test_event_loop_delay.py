@@ -71,6 +71,7 @@ def daemons():
         wait_port(port, p, what)
         return p
 
+    start.adopt = procs.append
     yield start
     for p in procs:
         try:
@@ -229,6 +230,89 @@ def test_a_hold_mode_delay_still_holds_the_thread_for_comparison(shm, daemons):
     _, wall = timed(ask, 8)
     set_host_delay(shm, 0)
     assert wall >= 8 * 0.05 * 0.9, wall
+
+
+# ---- the deferral's paths, with a small server of ours (tests/interceptor/reply_server.py) -----------------
+
+SERVER = Path(__file__).resolve().parent / "interceptor" / "reply_server.py"
+
+
+def pattern(n: int) -> bytes:
+    return (bytes(i % 251 for i in range(251)) * (n // 251 + 1))[:n]
+
+
+def start_server(shm, tmp_path, daemons, *args, **env_extra):
+    portfile = tmp_path / f"port-{time.monotonic_ns()}"
+    env = preload_env(shm, env=dict(os.environ))
+    env.update({k: str(v) for k, v in env_extra.items()})
+    p = subprocess.Popen([sys.executable, str(SERVER), str(portfile), *args], env=env, start_new_session=True)
+    deadline = time.monotonic() + 20
+    while not portfile.exists():
+        assert p.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    daemons.adopt(p)
+    wait_files(shm, 1)
+    return int(portfile.read_text())
+
+
+def fetch(port: int, request: bytes, wait: float = 0.0) -> tuple[bytes, float]:
+    """The whole reply (until the server's close or shutdown) and how long it took; `wait`: read
+    nothing for that long first (the socket's buffers fill: the library's writes meet EAGAIN)."""
+    with socket.socket() as c:
+        if wait:   # a small receive buffer: the server's socket fills (seen with strace: EAGAIN, then POLLOUT)
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        c.settimeout(20)
+        c.connect(("127.0.0.1", port))
+        t = time.monotonic()
+        c.sendall(request)
+        time.sleep(wait)
+        got = bytearray()
+        while part := c.recv(1 << 16):
+            got += part
+        return bytes(got), time.monotonic() - t
+
+
+def test_a_long_reply_leaves_late_whole_in_order_and_then_closes(shm, daemons, tmp_path):
+    """4 MB in 64 KiB sends: queued at once (the server closes right after), then written by the
+    library's thread as the socket drains (EAGAIN, POLLOUT); the close waits for the last byte."""
+    port = start_server(shm, tmp_path, daemons)
+    set_host_delay(shm, DELAY_S, DEFER)
+    for request, n, wait in ((b"4000000\n", 4_000_000, 0.5), (b"4000000\n", 4_000_000, 0),
+                             (b"300000 shut\n", 300_000, 0)):
+        got, took = fetch(port, request, wait)
+        assert len(got) == n and got == pattern(n) and took >= DELAY_S * 0.97, (len(got), took)
+    set_host_delay(shm, 0)
+    got, took = fetch(port, b"1000\n")
+    assert got == pattern(1000) and took < DELAY_S * 0.8
+    (path,) = live_files(shm).values()
+    assert replies_delayed(path) == 3 and defer_counts(path) == (0, 0)
+
+
+def test_past_the_cap_sends_are_not_deferred_and_are_counted(shm, daemons, tmp_path):
+    """NESTLAB_DEFER_MAX_BYTES: a reply whose first send does not fit goes at once; one whose later
+    sends do not fit waits for its queue, then goes on in order. Both counted."""
+    port = start_server(shm, tmp_path, daemons, NESTLAB_DEFER_MAX_BYTES=100_000)
+    set_host_delay(shm, DELAY_S, DEFER)
+    got, took = fetch(port, b"1000000\n")             # 64 KiB queued, the next 64 KiB waits for it
+    assert got == pattern(1_000_000) and took >= DELAY_S * 0.97
+    (path,) = live_files(shm).values()
+    assert defer_counts(path)[0] >= 1
+    before = defer_counts(path)[0]
+    got, took = fetch(port, b"1000\n")                # fits: deferred
+    assert got == pattern(1000) and took >= DELAY_S * 0.97 and defer_counts(path)[0] == before
+    set_host_delay(shm, 0)
+
+
+def test_a_child_forked_in_the_window_defers_and_sends_before_it_exits(shm, daemons, tmp_path):
+    """A child made after the delay was set takes its parent's delay (its own file); it exits right
+    after its reply, and the library sends what it queued first."""
+    port = start_server(shm, tmp_path, daemons, "fork")
+    set_host_delay(shm, DELAY_S, DEFER)
+    got, took = fetch(port, b"200000\n")
+    assert got == pattern(200_000) and took >= DELAY_S * 0.97
+    set_host_delay(shm, 0)
+    got, took = fetch(port, b"200000\n")
+    assert got == pattern(200_000) and took < DELAY_S * 0.8
 
 
 if __name__ == "__main__":

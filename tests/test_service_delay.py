@@ -274,3 +274,65 @@ def test_sends_a_deferral_had_no_room_for_are_warned_once(tmp_path, monkeypatch)
     (w,) = kind.take_warnings()
     assert "cache tier on cache: 7 send(s) not deferred" in w and "150 ms" in w
     assert kind.take_warnings() == []
+
+
+# ---- the interceptor's delay fields, on header files made here (no library) ----------------------------
+
+def _header_file(d, pid: int) -> str:
+    """A file with an interceptor header for `pid` (its real start time: a live process)."""
+    import mmap
+
+    from harness.interceptor.shm import HDR, HEADER_SIZE, MAGIC, SUFFIX, VERSION
+
+    stat = open(f"/proc/{pid}/stat", "rb").read()
+    start = int(stat[stat.rfind(b")") + 2:].split()[19])
+    head = bytearray(max(HEADER_SIZE, mmap.PAGESIZE))
+    fields = [0] * len(HDR.unpack(bytes(HDR.size)))
+    fields[0], fields[1], fields[2], fields[5], fields[7] = MAGIC, VERSION, HEADER_SIZE, pid, start
+    HDR.pack_into(head, 0, *fields)
+    path = d / f"{pid}{SUFFIX}"
+    path.write_bytes(bytes(head))
+    return str(path)
+
+
+def test_the_delay_and_its_mode_are_written_and_read_back(tmp_path):
+    import struct
+
+    from harness.interceptor.delay import DEFER, DELAY, DELAY_OFF, HOLD, MODE_OFF, set_reply_delay
+    from harness.interceptor.shm import InterceptorStateError
+
+    path = _header_file(tmp_path, os.getpid())
+
+    def fields():
+        raw = open(path, "rb").read()
+        return DELAY.unpack_from(raw, DELAY_OFF)[0], struct.unpack_from("<I", raw, MODE_OFF)[0]
+
+    assert set_reply_delay(path, 0.15, DEFER) == 150_000_000 and fields() == (150_000_000, DEFER)
+    assert set_reply_delay(path, 0) == 0 and fields() == (0, DEFER)     # cleared: the mode is left
+    assert set_reply_delay(path, 0.2, HOLD) == 200_000_000 and fields() == (200_000_000, HOLD)
+    with pytest.raises(ValueError):
+        set_reply_delay(path, 0.2, 7)
+    other = tmp_path / "x.nest"
+    other.write_bytes(b"\0" * 4096)
+    with pytest.raises(InterceptorStateError):
+        set_reply_delay(other, 0.2, DEFER)
+
+
+def test_undeferred_sends_are_summed_over_the_live_processes_of_a_host(tmp_path):
+    import struct
+    import subprocess
+
+    from harness.interceptor.delay import DEFER, MODE_OFF, defer_counts, host_undeferred, set_host_delay
+
+    mine = _header_file(tmp_path, os.getpid())
+    gone = subprocess.Popen(["sleep", "30"])
+    dead = _header_file(tmp_path, gone.pid)
+    gone.kill()
+    gone.wait()
+    for path, counts in ((mine, (3, 512)), (dead, (40, 0))):
+        raw = bytearray(open(path, "rb").read())
+        struct.pack_into("<QQ", raw, MODE_OFF + 8, *counts)
+        open(path, "wb").write(raw)
+    assert defer_counts(mine) == (3, 512) and defer_counts(dead) == (40, 0)
+    assert host_undeferred(tmp_path) == 3                # the dead process is not the host's any more
+    assert set_host_delay(tmp_path, 0.1, DEFER) == [os.getpid()]

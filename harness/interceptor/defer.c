@@ -15,7 +15,8 @@
  * the fd number stays taken until then. Memory: at most NESTLAB_DEFER_MAX_BYTES queued in a process
  * (default 64 MiB): past that a new reply is sent at once, and a send behind queued data waits until
  * its socket's queue is drained (the order of a stream is kept); both are counted in
- * header.replies_undeferred. A process that exits with replies queued loses them, as if it crashed.
+ * header.replies_undeferred. A process that exits (exit(), not _exit()) with replies queued waits for
+ * them, at most until the last one is due and 1 s more; killed, it loses them, as if it crashed.
  */
 #include "call.h"
 
@@ -358,4 +359,25 @@ void defer_after_fork(void) {
     g_hi = 0;
     g_bytes = 0;
     g_pend_n = 0;
+}
+
+/* The destructor (init.c): the replies still queued are sent before the process goes, within reason. */
+void defer_drain_at_exit(void) {
+    if (!__atomic_load_n(&g_pend_n, RELAXED) || !g_thread_on || !same_process())
+        return;
+    pthread_mutex_lock(&g_mu);
+    uint64_t last = now_ns();
+    for (uint32_t fd = 0; fd < g_hi; fd++)
+        if (g_pend[fd].tail && g_pend[fd].tail->due > last)
+            last = g_pend[fd].tail->due;
+    uint64_t left = last + 1000000000ull - now_ns();
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    uint64_t ns = (uint64_t)until.tv_nsec + left % 1000000000ull;
+    until.tv_sec += (time_t)(left / 1000000000ull + ns / 1000000000ull);
+    until.tv_nsec = (long)(ns % 1000000000ull);
+    while (__atomic_load_n(&g_pend_n, RELAXED))
+        if (pthread_cond_timedwait(&g_drained, &g_mu, &until) == ETIMEDOUT)
+            break;
+    pthread_mutex_unlock(&g_mu);
 }

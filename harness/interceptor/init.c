@@ -242,6 +242,7 @@ out:
 __attribute__((destructor)) static void nest_fini(void) {
     if (!g_on || !g_hdr || !same_process())
         return;
+    defer_drain_at_exit();   /* the delay fault's replies still queued (defer.c) */
     __atomic_store_n(&g_hdr->exited_ns, now_ns(), RELAXED);
     __atomic_fetch_or(&g_hdr->flags, NEST_HF_EXITED, __ATOMIC_SEQ_CST);
     if (g_notify_len)

@@ -203,6 +203,7 @@ long defer_send(int fd, const struct iovec *iov, int cnt, int can, int call);
 long defer_sendfile(int out, int in, off64_t *off, size_t n, int call);
 int defer_close(int fd, int how);
 void defer_after_fork(void);
+void defer_drain_at_exit(void);
 
 /* trace.c */
 extern uint64_t g_trace_mask;          /* trace.c: trace_cap - 1 */
@@ -342,6 +343,7 @@ long defer_send(int fd, const struct iovec *iov, int cnt, int can, int call);
 long defer_sendfile(int out, int in, off64_t *off, size_t n, int call);
 int defer_close(int fd, int how);
 void defer_after_fork(void);
+void defer_drain_at_exit(void);
 
 /* trace.c */
 void trace_configure(const char *v);
