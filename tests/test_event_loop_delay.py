@@ -241,9 +241,9 @@ def pattern(n: int) -> bytes:
     return (bytes(i % 251 for i in range(251)) * (n // 251 + 1))[:n]
 
 
-def start_server(shm, tmp_path, daemons, *args, **env_extra):
+def start_server(shm, tmp_path, daemons, *args, trace_events=None, **env_extra):
     portfile = tmp_path / f"port-{time.monotonic_ns()}"
-    env = preload_env(shm, env=dict(os.environ))
+    env = preload_env(shm, env=dict(os.environ), trace_events=trace_events)
     env.update({k: str(v) for k, v in env_extra.items()})
     p = subprocess.Popen([sys.executable, str(SERVER), str(portfile), *args], env=env, start_new_session=True)
     deadline = time.monotonic() + 20
@@ -313,6 +313,30 @@ def test_a_child_forked_in_the_window_defers_and_sends_before_it_exits(shm, daem
     set_host_delay(shm, 0)
     got, took = fetch(port, b"200000\n")
     assert got == pattern(200_000) and took < DELAY_S * 0.8
+
+
+def test_the_trace_shows_a_deferred_reply_leaving_late_from_the_programs_thread(shm, daemons, tmp_path):
+    """The message trace (as WAP5 and Project5 read it): the send is stamped when the library's thread
+    wrote it, `by` after the request came in, and carries the id of the thread that made the call."""
+    from harness.interceptor.ring import TraceRing
+
+    port = start_server(shm, tmp_path, daemons, trace_events=4096)
+    set_host_delay(shm, DELAY_S, DEFER)
+    fetch(port, b"1000\n")
+    set_host_delay(shm, 0)
+    fetch(port, b"1000\n")
+    (path,) = live_files(shm).values()
+    ring = TraceRing(path)
+    try:
+        events = ring.drain(final=True)
+    finally:
+        ring.close()
+    gaps = []
+    for recv, send in zip(events, events[1:], strict=False):
+        if recv.call == 3 and send.call == 18 and send.fd == recv.fd and send.bytes == 1000:   # recv, send
+            assert send.tid == recv.tid
+            gaps.append((send.mono_ns - recv.mono_ns) / 1e9)
+    assert len(gaps) == 2 and gaps[0] >= DELAY_S and gaps[1] < DELAY_S / 2, gaps
 
 
 if __name__ == "__main__":
