@@ -78,8 +78,7 @@ def test_the_kind_sets_and_clears_the_switch_with_stamps(tmp_path):
     ("host: app2, by: 0ms", "'by' must be above 0"),
     ("host: app2, by: -200ms", "faults[0].by: expected a duration"),
     ("host: db, by: 200ms", "faults[0].host: delay at the db tier on 'db' acts through the interceptor"),
-    ("host: cache, by: 200ms", "delay at the cache tier (memcached) is not available"),
-    ("host: web, by: 200ms", "delay at the web tier (nginx) is not available"),
+    ("host: cache, by: 200ms", "faults[0].host: delay at the cache tier on 'cache' acts through the interceptor"),
     ("host: client, by: 200ms", "faults[0].host: 'client' runs no tier"),
     ("host: nowhere, by: 200ms", "faults[0].host: 'nowhere' runs no tier"),
     ("by: 200ms", "delay needs 'host'"),
@@ -90,6 +89,14 @@ def test_bad_delay_specs_are_one_line(tmp_path, fields, message):
     with pytest.raises(SpecError) as e:
         load_spec(write(tmp_path, "s.yaml", SPEC.replace("{fields}", fields)))
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("host, extra", [("web", ""), ("cache", "trace: messages\n"), ("db", "trace: messages\n")])
+def test_delay_at_an_event_loop_tier_is_accepted_when_intercepted(tmp_path, host, extra):
+    """web (monitored, so under the interceptor) and cache (traced): deferred, no longer refused."""
+    exp = load_spec(write(tmp_path, "s.yaml", SPEC.replace("{fields}", f"host: {host}, by: 150ms")
+                          .replace("monitor: web\n", "monitor: web\n" + extra)))
+    assert (exp.spec.faults[0].host, exp.spec.faults[0].by) == (host, 0.15)
 
 
 def test_the_service_suite_has_projects5_delay():
@@ -165,17 +172,20 @@ def test_tier_pause_stops_and_continues_the_tiers_whole_group(tmp_path):
         daemon.wait()
 
 
-def test_delay_at_another_tier_is_the_interceptors_hold_in_its_processes(tmp_path):
-    """db: the kind sets reply_delay_ns in the header of every live process of the host's
-    interceptor directory (a real process under the library here), stamps, and clears it."""
+@pytest.mark.parametrize("tier, mode", [("db", 0), ("cache", 1), ("web", 1)])
+def test_delay_at_another_tier_is_the_interceptors_hold_in_its_processes(tmp_path, tier, mode):
+    """db, cache, web: the kind sets reply_delay_ns in the header of every live process of the host's
+    interceptor directory (a real process under the library here), stamps, and clears it; the db's
+    replies are held (mode 0), an event loop's deferred (mode 1)."""
+    import struct
     import subprocess
     import sys
 
     from harness.interceptor import ENV_SHM_DIR, build, create_shm_dir, preload_env, remove_shm_dir
-    from harness.interceptor.delay import DELAY, DELAY_OFF
+    from harness.interceptor.delay import DELAY, DELAY_OFF, MODE_OFF
 
     build()
-    text = SPEC.replace("{fields}", "host: db, by: 200ms").replace("monitor: web", "monitor: web\ntrace: messages")
+    text = SPEC.replace("{fields}", f"host: {tier}, by: 200ms").replace("monitor: web", "monitor: web\ntrace: messages")
     exp = load_spec(write(tmp_path, "s.yaml", text))
     shm = create_shm_dir("nestlab-delay-test-")
     proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "interceptor" / "trace_peer.py"), "echo-server",
@@ -185,7 +195,7 @@ def test_delay_at_another_tier_is_the_interceptors_hold_in_its_processes(tmp_pat
         while not (tmp_path / "port").exists():
             assert proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.01)
-        workloads = SimpleNamespace(services={}, client_env={"db": {ENV_SHM_DIR: str(shm)}})
+        workloads = SimpleNamespace(services={}, client_env={tier: {ENV_SHM_DIR: str(shm)}})
         env = FaultEnv(exp.spec, None, Clocks("web", {}, ClockOffset()), workloads, random.Random(1), "r")
         kind = KINDS["delay"](env)
 
@@ -196,7 +206,11 @@ def test_delay_at_another_tier_is_the_interceptors_hold_in_its_processes(tmp_pat
 
         (part,) = kind.inject(Window(0, 5.0, 5.0), 1)
         assert held_ns() == 200_000_000
-        assert '"tier": "db"' in part.target and f'"pids": [{proc.pid}]' in part.target and "reply_delay_ns" in part.rule
+        with open(shm / f"{proc.pid}.nest", "rb") as f:
+            f.seek(MODE_OFF)
+            assert struct.unpack("<I", f.read(4))[0] == mode
+        assert ("deferred" in part.rule) == bool(mode)
+        assert f'"tier": "{tier}"' in part.target and f'"pids": [{proc.pid}]' in part.target and "reply_delay_ns" in part.rule
         end = kind.heal(part)
         assert held_ns() == 0 and end >= part.start
         kind.inject(Window(0, 5.0, 5.0), 2)
@@ -220,7 +234,7 @@ def test_a_hold_interrupted_midway_is_cleared_by_teardown(tmp_path, monkeypatch)
 
     held = {}
 
-    def set_host_delay(shm, seconds):
+    def set_host_delay(shm, seconds, mode=0):
         if seconds:
             held[101] = seconds          # the first process held, then the interrupt
             raise KeyboardInterrupt
@@ -238,3 +252,87 @@ def test_a_hold_interrupted_midway_is_cleared_by_teardown(tmp_path, monkeypatch)
     assert held == {101: 0.2}
     kind.teardown()
     assert held == {}
+
+
+def test_sends_a_deferral_had_no_room_for_are_warned_once(tmp_path, monkeypatch):
+    """The host's replies_undeferred grew while the window was in force: one warning, with the count."""
+    from harness.faults import delay as delay_kind
+    from harness.interceptor import ENV_SHM_DIR
+
+    counts = iter([5, 12])                  # at inject, at heal
+    monkeypatch.setattr(delay_kind, "host_undeferred", lambda shm: next(counts))
+    monkeypatch.setattr(delay_kind, "set_host_delay", lambda shm, seconds, mode=0: [4242])
+    monkeypatch.setattr(delay_kind, "observed_pids", lambda env, host, pids: [])
+    text = SPEC.replace("{fields}", "host: cache, by: 150ms").replace("monitor: web", "monitor: web\ntrace: messages")
+    exp = load_spec(write(tmp_path, "s.yaml", text))
+    workloads = SimpleNamespace(services={}, client_env={"cache": {ENV_SHM_DIR: "/dev/shm/none"}})
+    env = FaultEnv(exp.spec, None, Clocks("web", {}, ClockOffset()), workloads, random.Random(1), "r")
+    kind = KINDS["delay"](env)
+    (part,) = kind.inject(Window(0, 5.0, 5.0), 1)
+    assert kind.take_warnings() == []
+    kind.heal(part)
+    (w,) = kind.take_warnings()
+    assert "cache tier on cache: 7 send(s) not deferred" in w and "150 ms" in w
+    assert kind.take_warnings() == []
+
+
+# ---- the interceptor's delay fields, on header files made here (no library) ----------------------------
+
+def _header_file(d, pid: int) -> str:
+    """A file with an interceptor header for `pid` (its real start time: a live process)."""
+    import mmap
+
+    from harness.interceptor.shm import HDR, HEADER_SIZE, MAGIC, SUFFIX, VERSION
+
+    stat = open(f"/proc/{pid}/stat", "rb").read()
+    start = int(stat[stat.rfind(b")") + 2:].split()[19])
+    head = bytearray(max(HEADER_SIZE, mmap.PAGESIZE))
+    fields = [0] * len(HDR.unpack(bytes(HDR.size)))
+    fields[0], fields[1], fields[2], fields[5], fields[7] = MAGIC, VERSION, HEADER_SIZE, pid, start
+    HDR.pack_into(head, 0, *fields)
+    path = d / f"{pid}{SUFFIX}"
+    path.write_bytes(bytes(head))
+    return str(path)
+
+
+def test_the_delay_and_its_mode_are_written_and_read_back(tmp_path):
+    import struct
+
+    from harness.interceptor.delay import DEFER, DELAY, DELAY_OFF, HOLD, MODE_OFF, set_reply_delay
+    from harness.interceptor.shm import InterceptorStateError
+
+    path = _header_file(tmp_path, os.getpid())
+
+    def fields():
+        raw = open(path, "rb").read()
+        return DELAY.unpack_from(raw, DELAY_OFF)[0], struct.unpack_from("<I", raw, MODE_OFF)[0]
+
+    assert set_reply_delay(path, 0.15, DEFER) == 150_000_000 and fields() == (150_000_000, DEFER)
+    assert set_reply_delay(path, 0) == 0 and fields() == (0, DEFER)     # cleared: the mode is left
+    assert set_reply_delay(path, 0.2, HOLD) == 200_000_000 and fields() == (200_000_000, HOLD)
+    with pytest.raises(ValueError):
+        set_reply_delay(path, 0.2, 7)
+    other = tmp_path / "x.nest"
+    other.write_bytes(b"\0" * 4096)
+    with pytest.raises(InterceptorStateError):
+        set_reply_delay(other, 0.2, DEFER)
+
+
+def test_undeferred_sends_are_summed_over_the_live_processes_of_a_host(tmp_path):
+    import struct
+    import subprocess
+
+    from harness.interceptor.delay import DEFER, MODE_OFF, defer_counts, host_undeferred, set_host_delay
+
+    mine = _header_file(tmp_path, os.getpid())
+    gone = subprocess.Popen(["sleep", "30"])
+    dead = _header_file(tmp_path, gone.pid)
+    gone.kill()
+    gone.wait()
+    for path, counts in ((mine, (3, 512)), (dead, (40, 0))):
+        raw = bytearray(open(path, "rb").read())
+        struct.pack_into("<QQ", raw, MODE_OFF + 8, *counts)
+        open(path, "wb").write(raw)
+    assert defer_counts(mine) == (3, 512) and defer_counts(dead) == (40, 0)
+    assert host_undeferred(tmp_path) == 3                # the dead process is not the host's any more
+    assert set_host_delay(tmp_path, 0.1, DEFER) == [os.getpid()]

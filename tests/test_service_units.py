@@ -210,8 +210,11 @@ def test_the_blackbox_suite_plans(tmp_path):
 
     suite = load_suite(REPO / "experiments" / "blackbox.yaml")
     _, rows = describe_plan(suite)
-    assert len(rows) == 26 and {r[6] for r in rows} == {"service 20/s", "service 80/s"}
+    assert len(rows) == 30 and {r[6] for r in rows} == {"service 20/s", "service 80/s"}
     assert sum(r[7] == "none (control)" for r in rows) == 2
+    # a delay at each tier (web and cache: the interceptor's deferral)
+    delayed = {f.host for e in suite.experiments for f in e.spec.faults if f.kind == "delay"}
+    assert delayed == {"web", "app1", "app2", "cache", "db"}
 
 
 def test_a_missing_tier_package_is_one_line_naming_it_and_setup(monkeypatch):

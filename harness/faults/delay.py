@@ -1,20 +1,28 @@
-"""delay: every reply an app or db tier of a service workload sends is held for `by` (Project5's experiment:
+"""delay: every reply a tier of a service workload sends is delayed by `by` (Project5's experiment:
 200 ms added at one web server of a multi-tier service, docs/service.md).
 
     - {kind: delay, host: app2, by: 200ms, schedule: {at: [20s], duration: 10s}}
-    - {kind: delay, host: db, by: 200ms, ...}        # db: through the interceptor
+    - {kind: delay, host: db, by: 200ms, ...}        # db, web, cache: through the interceptor
 
 An app tier: the app (harness/service/app.py) reads a switch file of its host's before each reply (a
 stat per request): the fault writes the delay there and removes it, verified by reading it back.
-The db tier (MariaDB, a thread per connection): the interceptor holds every reply its processes
-start (the first send on an accepted socket after a receive there) for `by`; the fault writes the delay
+The other tiers act through the interceptor (harness/interceptor/delay.py): the fault writes the delay
 into the header of every live process's file in that host's interceptor directory and sets it back
-to 0, each verified by reading it back (harness/interceptor/delay.py). So the host's daemons must run
-under the interceptor: the spec traces messages (`trace: messages`) or monitors that host, else it is
-refused naming the field. Not web nor cache: nginx and memcached answer many connections from each
-of a few threads, and a hold stops the thread (EVENT_LOOP_TIERS). The window is stamped when the
-switch (or every header) is set, and when it is cleared. A request already past its check when the window opens or closes takes the state it
-saw. netem is not available here (docs/faults.md).
+to 0, each verified by reading it back. How the library delays a reply (the first send on an accepted
+socket after a receive there) depends on the daemon:
+
+- db (MariaDB, a thread per connection): HOLD, the sending thread sleeps `by` before the call;
+- web and cache (nginx and memcached, event loops: a few threads each answer many connections, so a
+  hold would stop every connection of the thread; measured: memcached's 50 ms hold gave 275 ms cache
+  calls at 30 requests/s): DEFER, the reply's bytes are queued and the call returns at once, and the
+  library's own thread sends them `by` later, in order (harness/interceptor/defer.c). Its queue is
+  bounded (NESTLAB_DEFER_MAX_BYTES, 64 MiB): a send it had no room for goes without the delay and is
+  counted; the fault warns with the count when it ends.
+
+So the host's daemons must run under the interceptor: the spec traces messages (`trace: messages`) or
+monitors that host, else it is refused naming the field. The window is stamped when the switch (or
+every header) is set, and when it is cleared. A request already past its check when the window opens
+or closes takes the state it saw. netem is not available here (docs/faults.md).
 
 The culprit is the target tier's application (its processes on that host). When that host is the
 monitored one, each of its processes' app module is a target (app tier: each gunicorn worker), one
@@ -37,7 +45,7 @@ from harness.faults.base import FaultEnv, NoTarget, Part, target_json
 from harness.faults.spec import FaultSpec, Footprint, SpecView, monitored_hosts
 from harness.faults.tier_hosts import observed_pids
 from harness.interceptor import ENV_SHM_DIR
-from harness.interceptor.delay import set_host_delay
+from harness.interceptor.delay import DEFER, HOLD, host_undeferred, set_host_delay
 from harness.units import Duration
 from rundir.db import monotonic
 from rundir.faultkinds import FaultKindInfo
@@ -47,9 +55,8 @@ if TYPE_CHECKING:
     from harness.window import Window
 
 INFO = FaultKindInfo("delay", colour="#8c6bb1", order=None)
-# Tiers whose daemon answers many connections from each of a few threads (an event loop): the
-# interceptor's hold stops the thread, so every connection it serves waits, not one reply (measured
-# on the real tiers: memcached's 50 ms hold gave 275 ms cache calls at 30 requests/s). Refused.
+# Tiers whose daemon answers many connections from each of a few threads (an event loop): a hold
+# would stop the thread, so every connection it serves would wait; their replies are deferred instead.
 EVENT_LOOP_TIERS = {"web": "nginx", "cache": "memcached"}
 MAX_DELAY_S = 10.0
 
@@ -90,10 +97,6 @@ class DelaySpec(FaultSpec):
                             for h in (w.web, *(w.apps or []), w.cache, w.db)})
             return (("host",), f"{self.host!r} runs no tier of a service workload (tiers: "
                                f"{', '.join(tiers) or 'none'}); delay acts on a tier's replies")
-        if found[1] in EVENT_LOOP_TIERS:
-            return (("host",), f"delay at the {found[1]} tier ({EVENT_LOOP_TIERS[found[1]]}) is not available: "
-                               "its few threads each answer many connections, so holding one reply holds them all "
-                               "(docs/faults.md); delay acts on the app and db tiers")
         if found[1] != "app" and not _intercepted(spec, self.host):
             return (("host",), f"delay at the {found[1]} tier on {self.host!r} acts through the interceptor: "
                                f"trace messages (`trace: messages`) or monitor {self.host}")
@@ -138,6 +141,12 @@ class Held:
     seconds: float
     pids: list[int]
     removed: float | None = None
+    tier: str = "db"
+    undeferred: int = 0      # the host's sends a deferral had no room for, when the window opened
+
+    @property
+    def mode(self) -> int:
+        return DEFER if self.tier in EVENT_LOOP_TIERS else HOLD
 
     def clear(self) -> None:
         set_host_delay(self.shm_dir, 0.0)   # every live process, also one born in the window
@@ -150,6 +159,7 @@ class Delay:
     def __init__(self, env: FaultEnv):
         self.env = env
         self.switches: list[Switch] = []
+        self.warnings: list[str] = []
 
     def setup(self, faults: Sequence[FaultSpec]) -> None:
         pass
@@ -165,8 +175,9 @@ class Delay:
 
     def describe(self, action: Switch | Held) -> str:
         if isinstance(action, Held):
-            return (f"{action.seconds * 1000:g} ms before each reply: the interceptor's reply_delay_ns in the "
-                    f"headers of pids {', '.join(map(str, action.pids))} in {action.shm_dir}")
+            how = "deferred (sent later by the library's thread)" if action.mode == DEFER else "held"
+            return (f"{action.seconds * 1000:g} ms before each reply, {how}: the interceptor's reply_delay_ns in "
+                    f"the headers of pids {', '.join(map(str, action.pids))} in {action.shm_dir}")
         return f"{action.seconds * 1000:g} ms before each reply: {action.path} holds {action.seconds:g}"
 
     def inject(self, window: Window, first_id: int) -> list[Part]:
@@ -199,20 +210,35 @@ class Delay:
                                  by=f.by, module_key=f"app:{w}"), self.describe(action), start, action)
                 for w in workers]
 
+    def _count_undeferred(self, action: Held) -> None:
+        """The sends of the window that went without the delay (the queue was full): a warning."""
+        if action.mode != DEFER:
+            return
+        missed = host_undeferred(action.shm_dir) - action.undeferred
+        if missed > 0:
+            self.warnings.append(f"delay at the {action.tier} tier on {action.host}: {missed} send(s) not deferred "
+                                 "(the interceptor's queue was full, NESTLAB_DEFER_MAX_BYTES): they went without "
+                                 f"the {action.seconds * 1000:g} ms")
+
+    def take_warnings(self) -> list[str]:
+        """What went wrong while a window was in force, once (the lab puts it in the run's warnings)."""
+        out, self.warnings = self.warnings, []
+        return out
+
     def _hold(self, f, i: int, tier: str) -> list[Part]:
-        """db: the interceptor holds the replies of every process of the tier's host."""
+        """db, web, cache: the interceptor delays the replies of every process of the tier's host."""
         env = self.env
         shm = (getattr(env.workloads, "client_env", {}) or {}).get(f.host, {}).get(ENV_SHM_DIR)
         if not shm:
             raise NoTarget(f"{f.host}'s processes do not run under the interceptor")
-        action = Held(shm, f.host, f.by, [])
+        action = Held(shm, f.host, f.by, [], tier=tier, undeferred=host_undeferred(shm))
         self.switches.append(action)   # first: teardown clears what a hold interrupted midway (Ctrl-C) set
-        pids = action.pids = set_host_delay(shm, f.by)
+        pids = action.pids = set_host_delay(shm, f.by, action.mode)
         start = env.clocks.from_runner(monotonic())
         if not pids:
             action.removed = start
             raise NoTarget(f"no process of the {tier} tier on {f.host} runs under the interceptor")
-        text = f"replies of the {tier} tier on {f.host} held {f.by * 1000:g} ms"
+        text = f"replies of the {tier} tier on {f.host} {'deferred' if action.mode == DEFER else 'held'} {f.by * 1000:g} ms"
         # a row per process the collector records as an application module (a daemon's master that only
         # listens is none, and a row naming it would resolve to nothing); else one row without a module
         observed = observed_pids(env, f.host, sorted(pids))
@@ -229,6 +255,7 @@ class Delay:
             if action.removed is None:
                 action.clear()
                 action.removed = self.env.clocks.from_runner(monotonic())
+                self._count_undeferred(action)
             return action.removed
         if action.removed is None:
             action.path.unlink(missing_ok=True)

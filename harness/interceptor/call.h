@@ -115,8 +115,8 @@ static inline void call_end(struct nest_call *c, long r, int e) {
 
 /* Message tracing (nestintercept.h): a completed call as an event in the ring, stamped `t` (its end),
  * or dropped and counted when the ring is full. No lock: a compare-and-swap reserves the place. */
-static inline __attribute__((always_inline)) void trace_put(struct nest_ring *g, struct nest_slot *s, int fd,
-                                                            int call, long r, uint64_t t) {
+static inline __attribute__((always_inline)) void trace_put_tid(struct nest_ring *g, struct nest_slot *s, int fd,
+                                                                int call, long r, uint64_t t, uint32_t tid) {
     if (UNLIKELY(!(s->flags & (NEST_SF_PEER | NEST_SF_TRACE_EP))))
         trace_endpoints(s, fd);
     uint64_t h = __atomic_load_n(&g->head, RELAXED);
@@ -127,7 +127,7 @@ static inline __attribute__((always_inline)) void trace_put(struct nest_ring *g,
         }
     } while (UNLIKELY(!__atomic_compare_exchange_n(&g->head, &h, h + 1, 1, RELAXED, RELAXED)));
     struct nest_event *ev = &g_events[h & g_trace_mask];
-    ev->tid = my_tid();
+    ev->tid = tid;
     ev->mono_ns = t;
     ev->fd = fd;
     ev->bytes = (uint32_t)r;
@@ -138,6 +138,11 @@ static inline __attribute__((always_inline)) void trace_put(struct nest_ring *g,
     memcpy(ev->laddr, s->laddr, 16);
     memcpy(ev->raddr, s->raddr, 16);
     __atomic_store_n(&ev->stamp, (uint32_t)(h + 1), __ATOMIC_RELEASE);
+}
+
+static inline __attribute__((always_inline)) void trace_put(struct nest_ring *g, struct nest_slot *s, int fd,
+                                                            int call, long r, uint64_t t) {
+    trace_put_tid(g, s, fd, call, r, t, my_tid());
 }
 
 /* call_end of a counted receive or send (COUNT): the call also goes into the message ring when
@@ -157,15 +162,41 @@ static inline __attribute__((always_inline)) void call_end_io(struct nest_call *
     pause_gate();
 }
 
-/* The delay fault (header.reply_delay_ns, set by the injector): a send that starts a reply (on an
- * accepted socket, its last completed call a receive) is held before it is made, as if the process
- * took that much longer to answer; the rest of the reply's sends go at once. */
+/* A send on s starts a reply: an accepted socket whose last completed call is a receive. */
+static inline int reply_starts(struct nest_slot *s) {
+    return (s->flags & NEST_SF_ACCEPTED) &&
+           __atomic_load_n(&s->dir[NEST_IN].last_ns, RELAXED) >= __atomic_load_n(&s->dir[NEST_OUT].last_ns, RELAXED);
+}
+
+/* The delay fault (header.reply_delay_ns, set by the injector), NEST_DELAY_HOLD: a send that starts
+ * a reply is held before it is made, as if the process took that much longer to answer; the rest of
+ * the reply's sends go at once. (NEST_DELAY_DEFER: defer.c, before the call, defer_armed.) */
 static inline void reply_gate(struct nest_slot *s) {
     uint64_t d = __atomic_load_n(&g_hdr->reply_delay_ns, RELAXED);
-    if (UNLIKELY(d) && (s->flags & NEST_SF_ACCEPTED) &&
-        __atomic_load_n(&s->dir[NEST_IN].last_ns, RELAXED) >= __atomic_load_n(&s->dir[NEST_OUT].last_ns, RELAXED))
+    if (UNLIKELY(d) && __atomic_load_n(&g_hdr->reply_delay_mode, RELAXED) == NEST_DELAY_HOLD && reply_starts(s))
         reply_hold(d);
 }
+
+/* A send wrapper asks defer.c first when a deferral may concern it: the fault is armed in defer mode,
+ * or some socket has data queued (its later sends must queue behind it). Off: a load or two. */
+static inline int defer_armed(void) {
+    if (UNLIKELY(__atomic_load_n(&g_pend_n, RELAXED)))
+        return 1;
+    struct nest_header *h = g_hdr;
+    return h && g_on && UNLIKELY(__atomic_load_n(&h->reply_delay_mode, RELAXED) == NEST_DELAY_DEFER) &&
+           __atomic_load_n(&h->reply_delay_ns, RELAXED);
+}
+
+/* In a send wrapper, before its COUNTED: the call's bytes (iov, cnt) queued by defer.c, and their
+ * count returned to the program; or on to the real call. `can`: the call may be copied. */
+#define DEFERRABLE(fd, iov, cnt, can, code) \
+    do { \
+        if (UNLIKELY(defer_armed())) { \
+            long d_ = defer_send((fd), (iov), (cnt), (can), (code)); \
+            if (d_ >= 0) \
+                return d_; \
+        } \
+    } while (0)
 
 /* Runs when a thread is cancelled inside the real call (forced unwind, -fexceptions). */
 static inline void call_cleanup(struct nest_call *c) {

@@ -86,12 +86,22 @@ EXPORT int close(int fd) {
     uint32_t k = __atomic_load_n(&g_kind[fd], RELAXED);
     if ((k == K_SOCK || k == K_EPOLL) && !same_process())
         return real_close(fd);   /* a vfork child: its fd table is not ours */
+    if (UNLIKELY(__atomic_load_n(&g_pend_n, RELAXED)) && defer_close(fd, -1))
+        return 0;   /* replies queued on it (defer.c): closed once they are sent */
     forget_begin(fd);
     int r = real_close(fd);
     int e = errno;
     forget_end(fd);
     errno = e;
     return r;
+}
+
+/* shutdown(SHUT_WR) of a socket with replies queued (defer.c) waits for them, as its FIN would. */
+EXPORT int shutdown(int fd, int how) {
+    REAL(shutdown, int);
+    if (UNLIKELY(__atomic_load_n(&g_pend_n, RELAXED)) && g_on && defer_close(fd, how))
+        return 0;
+    return real_shutdown(fd, how);
 }
 
 EXPORT int fclose(FILE *fp) {

@@ -28,7 +28,8 @@
  * (slots per process, default 4096: sockets with a larger fd are not counted and flagged),
  * NESTLAB_LOCK_WAIT_MS (how long a writer waits for a seqlock held by a live thread, default 1000),
  * NESTLAB_TRACE_EVENTS (message tracing: every completed receive and send call also goes into a ring
- * of this many events in the file, trace.c; unset or 0: off).
+ * of this many events in the file, trace.c; unset or 0: off), NESTLAB_DEFER_MAX_BYTES (bytes the delay
+ * fault may queue in a process at an event loop, defer.c; default 64 MiB).
  *
  * Processes: fork() (pthread_atfork child handler) gives the child its own file, with the inherited
  * sockets and zero counters; exec keeps LD_PRELOAD, so the constructor runs again and re-attaches to
@@ -95,6 +96,7 @@ static void atfork_child(void) {
     g_on = 0;
     trace_attach(NULL, 0);   /* the parent's ring: the child gets its own with its file */
     defer_forget();   /* they point into the parent's file */
+    defer_after_fork();   /* the parent's deferred sends and their thread */
     g_stuck_seq = NULL;
     pid_t ppid = g_pid;
     g_pid = (pid_t)syscall(SYS_getpid);
@@ -171,6 +173,9 @@ __attribute__((constructor)) static void nest_init(void) {
     long w = lw && *lw ? strtol(lw, NULL, 10) : 1000;
     g_lock_wait_ns = (uint64_t)(w < 1 ? 1 : w > 60000 ? 60000 : w) * 1000000ull;
     trace_configure(getenv("NESTLAB_TRACE_EVENTS"));
+    const char *dm = getenv("NESTLAB_DEFER_MAX_BYTES");
+    if (dm && *dm)
+        g_defer_cap = strtoull(dm, NULL, 10);
 
     g_pause_sig = parse_signal(getenv("NESTLAB_PAUSE_SIGNAL"), SIGUSR1);
     g_resume_sig = parse_signal(getenv("NESTLAB_RESUME_SIGNAL"), SIGUSR2);
@@ -237,6 +242,7 @@ out:
 __attribute__((destructor)) static void nest_fini(void) {
     if (!g_on || !g_hdr || !same_process())
         return;
+    defer_drain_at_exit();   /* the delay fault's replies still queued (defer.c) */
     __atomic_store_n(&g_hdr->exited_ns, now_ns(), RELAXED);
     __atomic_fetch_or(&g_hdr->flags, NEST_HF_EXITED, __ATOMIC_SEQ_CST);
     if (g_notify_len)

@@ -15,6 +15,7 @@
  *   fds.c      wrappers: sockets and descriptors made, duplicated, closed
  *   pause.c    the application fault: the pause/resume handler, and the signal wrappers that keep it
  *   hints.c    notifications to the collector and lines on stderr (async-signal-safe formatting)
+ *   defer.c    the delay fault at an event loop: replies queued and sent later by a thread of ours
  *   trace.c    message tracing: the ring's place in the file, endpoints looked up once (the hot
  *              path, trace_put, is inline in call.h)
  *
@@ -132,6 +133,7 @@ sighandler_t bsd_signal(int, sighandler_t);
     X(accept, int, (int, struct sockaddr *, socklen_t *)) \
     X(accept4, int, (int, struct sockaddr *, socklen_t *, int)) \
     X(listen, int, (int, int)) \
+    X(shutdown, int, (int, int)) \
     X(close, int, (int)) \
     X(fclose, int, (FILE *)) \
     X(dup, int, (int)) \
@@ -196,8 +198,17 @@ extern uint64_t *g_stuck_seq;          /* seqlock.c: a seqlock that outlasted th
 extern uint32_t g_defer_n;             /* call.c: call ends waiting to be applied */
 extern uint32_t g_trace_want;          /* trace.c: ring events asked for (NESTLAB_TRACE_EVENTS; 0: off) */
 extern struct nest_ring *g_ring;       /* trace.c: the message ring (NULL: not tracing) */
-extern struct nest_event *g_events;    /* trace.c */
+extern struct nest_event *g_events;    /* defer.c */
+long defer_send(int fd, const struct iovec *iov, int cnt, int can, int call);
+long defer_sendfile(int out, int in, off64_t *off, size_t n, int call);
+int defer_close(int fd, int how);
+void defer_after_fork(void);
+void defer_drain_at_exit(void);
+
+/* trace.c */
 extern uint64_t g_trace_mask;          /* trace.c: trace_cap - 1 */
+extern uint32_t g_pend_n;              /* defer.c: sockets with a deferred send or close waiting */
+extern uint64_t g_defer_cap;           /* defer.c: NESTLAB_DEFER_MAX_BYTES */
 
 extern TLS uint32_t t_tid;             /* seqlock.c: this thread's id (0: not known yet; reset after fork) */
 extern TLS volatile uint32_t t_sigs;   /* pause.c: runs of our pause/resume handler on this thread */
@@ -326,6 +337,13 @@ int sock_wait_left(int fd, int dir, uint64_t *t0);
 void reply_hold(uint64_t ns);
 int ms_left(int timeout, uint64_t t0);
 void ts_left(const struct timespec *full, uint64_t t0, struct timespec *out);
+
+/* defer.c */
+long defer_send(int fd, const struct iovec *iov, int cnt, int can, int call);
+long defer_sendfile(int out, int in, off64_t *off, size_t n, int call);
+int defer_close(int fd, int how);
+void defer_after_fork(void);
+void defer_drain_at_exit(void);
 
 /* trace.c */
 void trace_configure(const char *v);

@@ -1,7 +1,7 @@
 /*
  * io.c - the receive and send calls, counted per socket (call.h): read, readv, recv, recvfrom,
  * recvmsg, recvmmsg and their _chk forms; write, writev, send, sendto, sendmsg, sendmmsg, sendfile,
- * sendfile64, connect.
+ * sendfile64, connect. A send may be deferred by the delay fault at an event loop (DEFERRABLE, defer.c).
  */
 #include "call.h"
 
@@ -98,23 +98,32 @@ EXPORT int recvmmsg(int fd, struct mmsghdr *v, unsigned int vlen, int flags, str
 /* Send-type calls                                                                            */
 
 EXPORT ssize_t write(int fd, const void *buf, size_t n) {
+    struct iovec v_ = {(void *)buf, n};
+    DEFERRABLE(fd, &v_, 1, 1, NEST_C_WRITE);
     COUNTED(write, ssize_t, NEST_OUT, fd, real_write(fd, buf, n));
 }
 
 EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt) {
+    DEFERRABLE(fd, iov, cnt, 1, NEST_C_WRITEV);
     COUNTED(writev, ssize_t, NEST_OUT, fd, real_writev(fd, iov, cnt));
 }
 
 EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags) {
+    struct iovec v_ = {(void *)buf, n};
+    DEFERRABLE(fd, &v_, 1, !(flags & MSG_OOB), NEST_C_SEND);
     COUNTED(send, ssize_t, NEST_OUT, fd, real_send(fd, buf, n, flags));
 }
 
 EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags, __CONST_SOCKADDR_ARG addr,
                       socklen_t alen) {
+    struct iovec v_ = {(void *)buf, n};
+    DEFERRABLE(fd, &v_, 1, !(flags & MSG_OOB) && !SA_PTR(addr), NEST_C_SENDTO);
     COUNTED(sendto, ssize_t, NEST_OUT, fd, real_sendto(fd, buf, n, flags, SA_PTR(addr), alen));
 }
 
 EXPORT ssize_t sendmsg(int fd, const struct msghdr *m, int flags) {
+    DEFERRABLE(fd, m->msg_iov, (int)m->msg_iovlen, !(flags & MSG_OOB) && !m->msg_controllen && !m->msg_name,
+               NEST_C_SENDMSG);
     COUNTED(sendmsg, ssize_t, NEST_OUT, fd, real_sendmsg(fd, m, flags));
 }
 
@@ -125,10 +134,20 @@ EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned int vlen, int flags) {
 }
 
 EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t n) {
+    if (UNLIKELY(defer_armed())) {
+        long d = defer_sendfile(out, in, (off64_t *)off, n, NEST_C_SENDFILE);
+        if (d >= 0)
+            return d;
+    }
     COUNTED(sendfile, ssize_t, NEST_OUT, out, real_sendfile(out, in, off, n));
 }
 
 EXPORT ssize_t sendfile64(int out, int in, off64_t *off, size_t n) {
+    if (UNLIKELY(defer_armed())) {
+        long d = defer_sendfile(out, in, off, n, NEST_C_SENDFILE64);
+        if (d >= 0)
+            return d;
+    }
     COUNTED(sendfile64, ssize_t, NEST_OUT, out, real_sendfile64(out, in, off, n));
 }
 

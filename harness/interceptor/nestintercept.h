@@ -169,8 +169,16 @@ struct nest_header {              /* 4096 bytes */
     uint64_t reply_delay_ns;      /*  208 the delay fault, written by the injector (0: none): every reply
                                              this process starts (its first send on an accepted socket
                                              after a receive there) is held this long before it is sent */
-    uint64_t replies_delayed;     /*  216 replies held so far */
-    uint8_t pad0[32];             /*  224 */
+    uint64_t replies_delayed;     /*  216 replies held (or deferred) so far */
+    uint32_t reply_delay_mode;    /*  224 NEST_DELAY_HOLD (0): the sending thread sleeps before the reply
+                                             (a thread per connection); NEST_DELAY_DEFER (1): the reply is
+                                             queued and sent `reply_delay_ns` later by the library's own
+                                             thread (event loops: defer.c) */
+    uint32_t pad0;                /*  228 */
+    uint64_t replies_undeferred;  /*  232 sends not deferred for lack of room (NESTLAB_DEFER_MAX_BYTES):
+                                             sent at once, or after the socket's queue drained */
+    uint64_t deferred_bytes;      /*  240 bytes queued for a deferred send now */
+    uint8_t pad0b[8];             /*  248 */
     uint64_t seq;                 /*  256 seqlock of retired, retired_n and the command line */
     uint64_t retired_n;           /*  264 graph sockets closed */
     struct nest_totals retired[2];/*  272 final counters of closed graph (non-listening) sockets */
@@ -195,6 +203,8 @@ struct nest_header {              /* 4096 bytes */
  * first 8 bytes are the socket's inode and raddr's its peer's (looked up once with sock_diag; 0: no
  * peer), the ports 0.
  */
+enum { NEST_DELAY_HOLD = 0, NEST_DELAY_DEFER = 1 };   /* header.reply_delay_mode */
+
 #define NEST_RING_SIZE 256u
 #define NEST_EVENT_SIZE 64u
 

@@ -150,6 +150,10 @@ struct nest_header *shm_create(pid_t pid, pid_t ppid, uint64_t starttime,
         if (from) {
             memcpy(h->cmdline, from->cmdline, NEST_CMDLINE_MAX);
             h->cmdline_len = from->cmdline_len;
+            /* a child born while the delay fault is in force is delayed as its parent (the fault
+             * clears every live process's file, this one too) */
+            h->reply_delay_mode = from->reply_delay_mode;
+            h->reply_delay_ns = __atomic_load_n(&from->reply_delay_ns, RELAXED);
         } else {
             fill_cmdline(h);
         }

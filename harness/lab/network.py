@@ -262,6 +262,9 @@ class NetworkLab(Lab):
             except Exception as e:  # noqa: BLE001 - e.g. a paused process that exited meanwhile
                 ends.append(self.now())
                 self.run.event("warning", f"fault {fid}: ending it failed ({type(e).__name__}: {e}); end stamped now")
+        for kind in {id(row.handle[0]): row.handle[0] for row in injection.rows}.values():
+            for w in getattr(kind, "take_warnings", list)():   # e.g. delay: replies it could not defer
+                self.run.event("warning", w)
         return ends
 
     # -- the end -------------------------------------------------------------------------------
