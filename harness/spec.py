@@ -64,6 +64,9 @@ class Workload(_Strict):
     rate: PerSecond | None = Field(default=None, description="service: Poisson arrivals per second")
     concurrency: int = Field(default=32, ge=1, le=1024, description="service: requests in flight, at most")
     mix: dict[Literal["hit", "miss", "write"], Percent] | None = None
+    db_work: int = Field(default=0, ge=0, le=10_000_000,
+                         description="service: MD5 evaluations MariaDB makes in each miss's query (BENCHMARK): the "
+                                     "database's CPU per query, about 0.4 us each here; 0: an index lookup only")
 
     @property
     def tier_hosts(self) -> dict[str, str]:
@@ -81,6 +84,8 @@ class Workload(_Strict):
     @model_validator(mode="after")
     def _by_kind(self):
         service_only = ("client", "web", "apps", "cache", "db", "rate", "mix")
+        if self.kind != "service" and self.db_work:
+            raise ValueError("db_work applies to kind service only")
         if self.kind == "service":
             return self._service()
         given = [f for f in service_only if getattr(self, f) is not None]
@@ -286,7 +291,11 @@ class Experiment:
         run only when this is unchanged (harness.suite); every manifest records it."""
         # `trace` left out when off: the runs made before it existed keep their digests (--resume)
         off = {"trace"} if self.spec.trace is None else set()
-        blob = {"spec": self.spec.model_dump(mode="json", exclude={"repetitions", "seed", "description", *off}),
+        spec = self.spec.model_dump(mode="json", exclude={"repetitions", "seed", "description", *off})
+        for w in spec.get("workloads", ()):   # db_work left out at 0: the same for the runs made before it
+            if not w.get("db_work"):
+                w.pop("db_work", None)
+        blob = {"spec": spec,
                 "topology": self.topology.spec.model_dump(mode="json"), "repetition": repetition,
                 "seed": self.seed_for(repetition), "plan": [w.__dict__ for w in self.plan(repetition)]}
         text = json.dumps(blob, sort_keys=True, default=str)

@@ -116,7 +116,7 @@ class Workloads:
             self._wait_listening(node, self.addresses[server], port, proc)
 
     def _start_service(self, i: int, w: Workload) -> None:
-        hosts = TierHosts(w.web, tuple(w.apps), w.cache, w.db)
+        hosts = TierHosts(w.web, tuple(w.apps), w.cache, w.db, w.db_work)
         if any(self.nodes[h].workdir is not None for h in (*hosts.apps, hosts.web, hosts.cache, hosts.db)):
             raise UserError("the service workload runs on Mininet only for now (its tiers' files are the runner's)")
         tiers = self.services[i] = ServiceTiers(hosts, self.nodes, self.addresses, self.www / f"service-{i}",

@@ -183,6 +183,7 @@ workloads:
     ("rate: 5, apps: [app1, app1]", "apps[1]: 'app1' already runs the app1 tier"),
     ("rate: 5, host: web", "not host and server"),
     ("rate: 5, mix: {browse: 5%}", "mix.browse"),
+    ("rate: 5, db_work: -1", "db_work"),
 ])
 def test_bad_service_specs_are_one_line_naming_the_field(tmp_path, fields, message):
     with pytest.raises(SpecError) as e:
@@ -195,6 +196,35 @@ def test_a_service_spec_defaults_its_tiers_and_mix(tmp_path):
     assert (w.rate, w.host, w.server) == (10, "client", "web")
     assert w.tier_hosts == {"client": "client", "web": "web", "app1": "app1", "app2": "app2", "cache": "cache", "db": "db"}
     assert w.mix == {"hit": 80, "miss": 15, "write": 5}
+
+
+def test_db_work_makes_the_miss_query_cost_the_database_cpu_and_keeps_old_digests(tmp_path, monkeypatch):
+    """db_work: N MD5s in MariaDB per miss (BENCHMARK), so that a `slow` database shows; 0 (the
+    default) is the plain lookup, and a spec without it keeps the digest it had before the field."""
+    from harness.suite import load_suite
+
+    queries = []
+    monkeypatch.setattr(app, "_cache", lambda: _Cache())
+    monkeypatch.setattr(app, "_query", lambda sql, args: queries.append((sql, args)) or ("v",))
+    monkeypatch.setattr(app, "HOPS", "")
+    for work in (0, 50000):
+        monkeypatch.setattr(app, "DB_WORK", work)
+        app.application({"PATH_INFO": "/item/1000009", "REQUEST_METHOD": "GET", "HTTP_X_REQUEST_ID": "w"},
+                        lambda *_: None)
+    assert queries == [(app.SQL["read_item"], (1000009 % app.ROWS,)),
+                       (app.SQL["read_item_work"], (50000, 1000009 % app.ROWS))]
+    assert "BENCHMARK(%s, MD5(value))" in app.SQL["read_item_work"]
+    w = load_spec(write(tmp_path, "s.yaml", SPEC.replace("{fields}", "rate: 5, db_work: 50000"))).spec.workloads[0]
+    assert w.db_work == 50000
+    with pytest.raises(SpecError, match="db_work applies to kind service only"):
+        load_spec(write(tmp_path, "w.yaml", SPEC.replace("{fields}", "rate: 5").replace(
+            "kind: service, rate: 5", "kind: wget, host: client, server: web, db_work: 5")))
+    exp = load_suite(REPO / "experiments" / "service.yaml").experiments[0]
+    before = exp.digest(0)
+    exp.spec.workloads[0].db_work = 7
+    assert exp.digest(0) != before
+    exp.spec.workloads[0].db_work = 0
+    assert exp.digest(0) == before and "db_work" not in str(before)
 
 
 def test_the_service_experiment_loads():
@@ -210,11 +240,13 @@ def test_the_blackbox_suite_plans(tmp_path):
 
     suite = load_suite(REPO / "experiments" / "blackbox.yaml")
     _, rows = describe_plan(suite)
-    assert len(rows) == 30 and {r[6] for r in rows} == {"service 20/s", "service 80/s"}
+    assert len(rows) == 32 and {r[6] for r in rows} == {"service 20/s", "service 80/s"}
     assert sum(r[7] == "none (control)" for r in rows) == 2
     # a delay at each tier (web and cache: the interceptor's deferral)
     delayed = {f.host for e in suite.experiments for f in e.spec.faults if f.kind == "delay"}
     assert delayed == {"web", "app1", "app2", "cache", "db"}
+    slowed = [(e.spec.workloads[0].db_work, f.host) for e in suite.experiments for f in e.spec.faults if f.kind == "slow"]
+    assert slowed == [(50000, "db"), (50000, "db")]   # a database with work to slow down
 
 
 def test_a_missing_tier_package_is_one_line_naming_it_and_setup(monkeypatch):

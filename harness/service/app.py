@@ -25,6 +25,7 @@ DB = os.environ.get("NESTLAB_SVC_DB", "127.0.0.1:3306")
 HOPS = os.environ.get("NESTLAB_SVC_HOPS", "")
 HOST = os.environ.get("NESTLAB_SVC_HOST", "app")
 ROWS = int(os.environ.get("NESTLAB_SVC_ROWS", "1000"))
+DB_WORK = int(os.environ.get("NESTLAB_SVC_DB_WORK", "0"))   # MD5s per miss query: the database's CPU
 CONTROL = os.environ.get("NESTLAB_SVC_CONTROL", "")   # the delay fault's switch: <CONTROL>/delay-<host>
 SESSIONS = 64          # session keys: always in the cache (a hit on every request)
 TIMEOUT_S = 5.0
@@ -135,7 +136,10 @@ def _read(req: Request, key: int) -> bytes:
         req.type = "hit"
         return value
     req.type = "miss"
-    row = req.call("db", _query, SQL["read_item"], (key % ROWS,))
+    if DB_WORK:   # a query that costs the database CPU (a `slow` database shows), not only a lookup
+        row = req.call("db", _query, SQL["read_item_work"], (DB_WORK, key % ROWS))
+    else:
+        row = req.call("db", _query, SQL["read_item"], (key % ROWS,))
     value = (row[0] if row else "").encode()
     req.call("cache", cache.set, f"item:{key}", value)
     return value

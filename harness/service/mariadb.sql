@@ -7,5 +7,7 @@ INSERT INTO nestlab.items (id, value) WITH RECURSIVE s(n) AS (SELECT 0 UNION ALL
     SELECT n, CONCAT('value-', n) FROM s;
 -- name: read_item
 SELECT value FROM items WHERE id = %s
+-- name: read_item_work
+SELECT value, BENCHMARK(%s, MD5(value)) FROM items WHERE id = %s
 -- name: write_item
 UPDATE items SET value = %s, writes = writes + 1 WHERE id = %s

@@ -60,6 +60,7 @@ class TierHosts:
     apps: tuple[str, ...]
     cache: str
     db: str
+    db_work: int = 0      # MD5 evaluations per miss query (the app's NESTLAB_SVC_DB_WORK)
 
 
 # The interceptor's pause and resume signals in the tiers' daemons (app_pause at a tier host): glibc
@@ -161,6 +162,7 @@ class ServiceTiers:
         env = {"NESTLAB_SVC_CACHE": f"{self.addresses[self.hosts.cache]}:{CACHE_PORT}",
                "NESTLAB_SVC_DB": f"{self.addresses[self.hosts.db]}:{DB_PORT}",
                "NESTLAB_SVC_HOPS": str(self.hops_dir), "NESTLAB_SVC_HOST": host, "NESTLAB_SVC_ROWS": str(ROWS),
+               "NESTLAB_SVC_DB_WORK": str(self.hosts.db_work),
                "NESTLAB_SVC_CONTROL": str(self.control_dir)}
         self._spawn("app", host, ["gunicorn", "--bind", f"{self.addresses[host]}:{APP_PORT}", "--workers", "2",
                                   "--worker-class", "gthread", "--threads", "16", "--graceful-timeout", "2",
