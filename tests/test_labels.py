@@ -376,7 +376,7 @@ def test_a_target_still_backing_off_is_covered_by_the_next_faults_collateral(tmp
     assert rows.loc[21:35, "actual"].all() and not rows.loc[21:35, "exclude"].any()
 
 
-def test_a_retransmission_ends_the_impact_period_unless_retrans_continues(tmp_path):
+def _upload_dropped_then_resent(tmp_path):
     """An upload connection dropped [2.05, 3.05]: silent from seq 21, one RTO retransmission at
     seq 33 (after the fault; lost again), new data only from seq 40."""
     b = RunBuilder(tmp_path / "r", 50)
@@ -387,6 +387,13 @@ def test_a_retransmission_ends_the_impact_period_unless_retrans_continues(tmp_pa
     b.counters(tcp, "out", sent, nbytes=sent * 1448)
     b.counters(tcp, "in", 0)
     b.fault("tcp_drop", tcp, start=2.05, end=3.05, target={"inode": 1})
+    return b, tcp
+
+
+def test_a_retransmission_ends_the_impact_period_unless_retrans_continues(tmp_path):
+    """An upload connection dropped [2.05, 3.05]: silent from seq 21, one RTO retransmission at
+    seq 33 (after the fault; lost again), new data only from seq 40."""
+    b, tcp = _upload_dropped_then_resent(tmp_path)
     data, lab = labelled(b)
     assert spans(positives(lab, tcp, "out")) == [(21, 32)]          # the seeds: the retransmission ends it
     # errors: the collector's tcpi_total_retrans; RunBuilder writes 0, so set the retransmission here
@@ -427,14 +434,7 @@ def test_aftereffect_exclude_lasts_until_new_data_moves(tmp_path):
     nothing (lost again: by the seeds that ends the impact, and seq 33-39 are negatives) and moves new
     data from seq 40. aftereffect=exclude leaves out everything from the drop's end until then: the
     connection is silent by the drop's doing, an unanswered retransmission is no progress."""
-    b = RunBuilder(tmp_path / "r", 50)
-    tcp = b.module("tcp", "tcp:1", {"inode": 1})
-    seq = np.arange(50)
-    sent = np.where((seq >= 21) & (seq < 40), 0, 10)
-    sent[33] = 1
-    b.counters(tcp, "out", sent, nbytes=sent * 1448)
-    b.counters(tcp, "in", 0)
-    b.fault("tcp_drop", tcp, start=2.05, end=3.05, target={"inode": 1})
+    b, tcp = _upload_dropped_then_resent(tmp_path)
     data, _ = labelled(b)
     data.counters.loc[(data.counters["module"] == tcp) & (data.counters["dir"] == "out")
                       & (data.counters["seq"] == 33), "errors"] = 1

@@ -143,6 +143,14 @@ def apply_probe_rule(stretch: Stretch, base: dict, evidence: dict) -> dict:
             def deaf_lower(m, t=t, other=other):
                 return [ch for ch in children[m] if stretch.kinds[ch] in LOWER and other.tm[ch, t] == 0]
             cleared = set()
+
+            def clear_below(m, silent_lower=silent_lower, cleared=cleared):
+                todo = silent_lower(m)
+                while todo:
+                    low = todo.pop()
+                    if low not in cleared:
+                        cleared.add(low)
+                        todo += silent_lower(low)
             for m in range(stretch.n):
                 waits = (stretch.kinds[m] == "tcp" and c.tm[m, t] == 0 and not c.has_wait[m, t]
                          and base[d][m, t] in (BLOCKED, STALLED))
@@ -153,12 +161,7 @@ def apply_probe_rule(stretch: Stretch, base: dict, evidence: dict) -> dict:
                     continue
                 if waits and ev == AFTERMATH and lowers:    # the same, and the answer clears the silent stack
                     res[m, t] = BLOCKED
-                    todo = silent_lower(m)
-                    while todo:
-                        low = todo.pop()
-                        if low not in cleared:
-                            cleared.add(low)
-                            todo += silent_lower(low)
+                    clear_below(m)
                     continue
                 if not waits or ev == NONE or not (silent_lower(m) or deaf_lower(m)):
                     continue
@@ -168,12 +171,7 @@ def apply_probe_rule(stretch: Stretch, base: dict, evidence: dict) -> dict:
                 if not silent_lower(m):    # an answer changes only the silent stack
                     continue
                 res[m, t] = STALLED
-                todo = silent_lower(m)
-                while todo:
-                    low = todo.pop()
-                    if low not in cleared:
-                        cleared.add(low)
-                        todo += silent_lower(low)
+                clear_below(m)
             for low in cleared:
                 if res[low, t] == STALLED:
                     res[low, t] = BLOCKED
