@@ -53,6 +53,14 @@ def test_spontaneous_when_nothing_came_in_for_long():
     assert r.params["raw_counts"]["A>B(B>C)"] == 4
 
 
+def test_messages_with_no_possible_parent_at_all_are_each_a_root():
+    """A trace (a fault window's slice of one) whose messages are all further apart than x and never
+    into their sender: no candidate link at all, every message its own path (it was an IndexError:
+    the black-box comparison left out the runs whose web host was cut off)."""
+    r = linking.infer(trace([(0.0, 0.001, "A", "B"), (10.0, 10.001, "C", "D")]), untraced=())
+    assert {p.pattern: p.count for p in r.patterns} == {"A>B": pytest.approx(1.0), "C>D": pytest.approx(1.0)}
+
+
 def test_try_both_makes_two_instances_of_an_even_link():
     # two calls into B equally far (2 ms) before B>C, learnt d = 2 ms: each link ~ 0.5 - e^-4
     rows = [(i * 1.0, i * 1.0 + 0.001, "A", "B") for i in range(5)]

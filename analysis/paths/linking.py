@@ -421,7 +421,8 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
         raise ValueError(f"linking: model must be 'wap5' or 'edges', not {p['model']!r}")
     del gap
     best = likeliest(child, prob, p_spont, monotone=p["model"] == "wap5")
-    map_parent = np.where(best >= 0, parent[np.maximum(best, 0)], -1)
+    # no possible parent at all (a window of a few messages far apart): every message is a root
+    map_parent = np.where(best >= 0, parent[np.maximum(best, 0)], -1) if len(parent) else np.full(len(best), -1)
     depth, map_parent = forest_depth(map_parent)        # cut any cycle (clock skew)
     root_of = forest_roots(map_parent)
     is_root = map_parent < 0
