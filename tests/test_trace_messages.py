@@ -272,7 +272,7 @@ def test_a_scribbled_ring_head_does_not_hold_the_final_drain(lib, dirs):
     p = peer(env_for(dirs["alpha"], 16), "flood", 10)
     ring = ringmod.TraceRing(shm_file(dirs["alpha"], p.pid))
     try:
-        ringmod.U64.pack_into(ring.mm, ring.ring + ringmod.HEAD_OFF, ring.tail + 10**15)
+        os.pwrite(ring.fd, ringmod.U64.pack(ring.tail + 10**15), ring.ring + ringmod.HEAD_OFF)
         events = ring.drain(final=True)
         assert [(e.call, e.bytes) for e in events] == [(18, 1)] * 10
         assert (ring.read, ring.lost, ring.tail) == (10, 6, 16)

@@ -15,6 +15,7 @@ SIGINT: a last drain of every ring, then exit 0. The rows' writer is rundir.mess
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import signal
 import sqlite3
@@ -27,6 +28,8 @@ from harness.interceptor.shm import CMDLINE_MAX, CMDLINE_OFF, SUFFIX, Intercepto
 from rundir.db import connect, monotonic
 from rundir.messages import MessageWriter
 
+NAMES_MAX = 65536     # endpoints' texts kept (a few MiB)
+
 
 @dataclass
 class _Traced:
@@ -37,12 +40,10 @@ class _Traced:
     last: tuple = ()
 
 
-def _cmdline(path: str) -> str:
-    with open(path, "rb") as f:
-        f.seek(512)
-        n = int.from_bytes(f.read(4), "little")
-        f.seek(CMDLINE_OFF)
-        raw = f.read(min(n, CMDLINE_MAX))
+def _cmdline(ring: TraceRing) -> str:
+    """The process's command line from its header (read through the ring's own descriptor)."""
+    n = int.from_bytes(ring.pread(4, 512), "little")
+    raw = ring.pread(min(n, CMDLINE_MAX), CMDLINE_OFF)
     return " ".join(p.decode(errors="replace") for p in raw.split(b"\0") if p)
 
 
@@ -54,7 +55,9 @@ class TraceDrainer:
         self.writer = writer
         self.traced: dict[tuple[str, int], _Traced] = {}     # (path, inode) -> its ring
         self.skip: set[tuple[str, int]] = set()               # files without a ring
-        self.names: dict[tuple, str] = {}                      # (family, raw, port) -> endpoint text
+        # (family, raw, port) -> endpoint text, for the last NAMES_MAX endpoints seen: bounded, as a
+        # run (or a process writing its own ring) can show millions of distinct endpoints
+        self._name = functools.lru_cache(maxsize=NAMES_MAX)(endpoint)
         # rows taken out of the rings and not yet committed (run.db was locked): written with the next drain
         self.pending: tuple[list[tuple], list[tuple]] = ([], [])
 
@@ -73,21 +76,18 @@ class TraceDrainer:
                     continue
                 if key in self.traced or key in self.skip:
                     continue
+                ring = None
                 try:
                     if not trace_capacity(e.path):
                         self.skip.add(key)
                         continue
-                    self.traced[key] = _Traced(host, TraceRing(e.path), _cmdline(e.path))
+                    ring = TraceRing(e.path)
+                    self.traced[key] = _Traced(host, ring, _cmdline(ring))
                 except (OSError, InterceptorStateError) as err:
+                    if ring is not None:
+                        ring.close()
                     print(f"tracedrain: {e.path}: {err}", file=sys.stderr, flush=True)
                     self.skip.add(key)
-
-    def _name(self, family: int, raw: bytes, port: int) -> str:
-        key = (family, raw, port)
-        name = self.names.get(key)
-        if name is None:
-            name = self.names[key] = endpoint(family, raw, port)
-        return name
 
     def drain(self, final: bool = False) -> int:
         """One drain of every ring; returns the message rows written."""
@@ -100,10 +100,16 @@ class TraceDrainer:
             ring = t.ring
             gone = final or not process_alive(ring.pid, ring.starttime)
             host, pid = t.host, ring.pid
-            for e in ring.drain(final=gone):
+            try:
+                events = ring.drain(final=gone)
+                drops = ring.drops()
+            except (OSError, InterceptorStateError) as err:   # truncated by its process: read no more
+                print(f"tracedrain: {err}; its events from now on are not recorded", file=sys.stderr, flush=True)
+                events, drops, gone = [], t.last[6] if t.last else 0, True
+            for e in events:
                 rows.append((e.mono_ns / 1e9, host, pid, e.tid, e.fd, CALLS.get(e.call, str(e.call)), e.bytes,
                              name(e.family, e.laddr, e.lport), name(e.family, e.raddr, e.rport)))
-            row = (host, pid, ring.starttime, t.cmdline, ring.cap, ring.read, ring.drops(), ring.lost)
+            row = (host, pid, ring.starttime, t.cmdline, ring.cap, ring.read, drops, ring.lost)
             if row != t.last:
                 traced_rows.append(row)
                 t.last = row

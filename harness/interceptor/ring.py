@@ -2,7 +2,7 @@
 every traced process puts in its shared-memory file, taken out by one reader, the drainer
 (harness.collector.tracedrain).
 
-`TraceRing(path)` maps a process's file read-write (the reader's only write is the ring's `tail`,
+`TraceRing(path)` opens a process's file read-write (the reader's only write is the ring's `tail`,
 which frees the places it read) and `drain()` returns the events published since the last drain, in
 the order they were reserved, as `Event` tuples; the writers' count of events dropped because the
 ring was full is `drops()`. Events are read in two passes: the stamps first (an event is published
@@ -10,23 +10,33 @@ once its stamp is its index + 1), then the bytes of the published prefix, so no 
 its writer is still filling it (x86-64 keeps loads in order; its place is not written again until the
 tail moves past it). An event reserved by a writer that died before publishing it blocks the events
 after it until the process is gone; `drain(final=True)` then counts it as lost and moves on.
+
+The reader runs as root over files the traced processes own (issue 40 items 4 and 9): it reads with
+pread, never through a mapping (a file truncated under it is an InterceptorStateError, not SIGBUS),
+opens regular files only, without following links and without blocking (a FIFO named N.nest is
+refused), accepts no ring larger than the library makes (MAX_EVENTS) or than the file, reads a ring
+CHUNK events at a time, and refuses a file whose header's pid is not the one in its name.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import socket
+import stat
 import struct
 from typing import NamedTuple
 
-from harness.interceptor.shm import HDR, HEADER_SIZE, MAGIC, SLOT_SIZE, VERSION, InterceptorStateError
+import numpy as np
+
+from harness.interceptor.shm import HDR, HEADER_SIZE, MAGIC, SLOT_SIZE, SUFFIX, VERSION, InterceptorStateError
 
 TRACE_OFF = 192                          # header: trace_cap trace_event_size trace_off
 TRACE = struct.Struct("<IIQ")
 RING_SIZE = 256
 HEAD_OFF, TAIL_OFF, DROPS_OFF = 0, 64, 128
 EVENT_SIZE = 64
+MAX_EVENTS = 1 << 24      # the most events a ring holds (trace.c's bound on NESTLAB_TRACE_EVENTS)
+CHUNK = 4096              # events read at once
 # stamp tid mono_ns fd bytes call family lport rport pad laddr raddr
 EVENT = struct.Struct("<IIQiIBBHHH16s16s")
 U32 = struct.Struct("<I")
@@ -52,85 +62,134 @@ class Event(NamedTuple):
     raddr: bytes
 
 
+def open_file(path: str | os.PathLike, flags: int = os.O_RDONLY) -> tuple[int, os.stat_result]:
+    """(fd, its stat) of the regular file at `path`. The drainer runs as root over files any traced
+    process can replace: a link is not followed, a FIFO or device is refused before it is opened (and
+    the open never blocks: O_NONBLOCK), and the file opened must be the one looked at."""
+    path = os.fspath(path)
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise InterceptorStateError(f"{path}: not a regular file")
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        got = os.fstat(fd)
+        if not stat.S_ISREG(got.st_mode) or (got.st_dev, got.st_ino) != (st.st_dev, st.st_ino):
+            raise InterceptorStateError(f"{path}: replaced while being opened")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, got
+
+
 def trace_capacity(path: str | os.PathLike) -> int:
-    """The ring's events in a process's file (0: it does not trace)."""
-    with open(path, "rb") as f:
-        head = f.read(TRACE_OFF + TRACE.size)
+    """The ring's events in a process's file (0: it does not trace, or it is no interceptor file)."""
+    fd, _st = open_file(path)
+    try:
+        head = os.pread(fd, TRACE_OFF + TRACE.size, 0)
+    finally:
+        os.close(fd)
     if len(head) < TRACE_OFF + TRACE.size or head[:8] != MAGIC:
         return 0
     return TRACE.unpack_from(head, TRACE_OFF)[0]
 
 
 class TraceRing:
-    """One traced process's ring, mapped read-write (the reader writes `tail` only)."""
+    """One traced process's ring, read with pread and its `tail` written with pwrite (no mapping: a
+    file truncated under a mapping would kill the reader with SIGBUS; a short read here is an error)."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = str(path)
-        fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        self.fd, st = open_file(self.path, os.O_RDWR)
         try:
-            st = os.fstat(fd)
-            head = os.pread(fd, HEADER_SIZE, 0)
+            head = os.pread(self.fd, HEADER_SIZE, 0)
             if len(head) < HEADER_SIZE:
                 raise InterceptorStateError(f"{self.path}: truncated header")
             h = HDR.unpack_from(head, 0)
             if h[0] != MAGIC or h[1] != VERSION or h[3] != SLOT_SIZE:
                 raise InterceptorStateError(f"{self.path}: not an interceptor file of format version {VERSION}")
             self.pid, self.starttime = h[5], h[7]
+            # the library names its file by its own pid (shm_file): a header claiming another pid is
+            # a forgery (a process writing rows in another's name)
+            name = os.path.basename(self.path)
+            if name != f"{self.pid}{SUFFIX}":
+                raise InterceptorStateError(f"{self.path}: its header claims pid {self.pid}, not the file's "
+                                            f"name; ring refused")
             cap, esize, off = TRACE.unpack_from(head, TRACE_OFF)
             if not cap:
                 raise InterceptorStateError(f"{self.path}: the process does not trace messages")
-            size = off + RING_SIZE + cap * EVENT_SIZE
-            if esize != EVENT_SIZE or cap & (cap - 1) or off < HEADER_SIZE or st.st_size < size:
+            self.size = off + RING_SIZE + cap * EVENT_SIZE
+            if esize != EVENT_SIZE or cap & (cap - 1) or cap > MAX_EVENTS or off < HEADER_SIZE or \
+                    off % EVENT_SIZE or st.st_size < self.size:
                 raise InterceptorStateError(f"{self.path}: a message ring this reader does not know "
                                             f"({cap} events of {esize} bytes at {off}, file of {st.st_size})")
-            self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
-            os.close(fd)
+        except BaseException:
+            os.close(self.fd)
+            raise
         self.cap, self.mask = cap, cap - 1
         self.ring = off
         self.events = off + RING_SIZE
-        self.tail = U64.unpack_from(self.mm, self.ring + TAIL_OFF)[0]
+        self.tail = self._u64(TAIL_OFF)
         self.lost = 0               # reserved and never published (the process ended first)
         self.read = 0               # events this reader took out
 
     def close(self) -> None:
-        self.mm.close()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def pread(self, n: int, off: int) -> bytes:
+        """n bytes at off, all of them (InterceptorStateError: the file was cut short)."""
+        got = os.pread(self.fd, n, off)
+        if len(got) < n:
+            raise InterceptorStateError(f"{self.path}: the file was truncated under its reader")
+        return got
+
+    def _u64(self, at: int) -> int:
+        return U64.unpack(self.pread(8, self.ring + at))[0]
 
     def drops(self) -> int:
         """Events the writers dropped because the ring was full (cumulative)."""
-        return U64.unpack_from(self.mm, self.ring + DROPS_OFF)[0]
+        return self._u64(DROPS_OFF)
 
     def head(self) -> int:
-        return U64.unpack_from(self.mm, self.ring + HEAD_OFF)[0]
+        return self._u64(HEAD_OFF)
+
+    def _stamps_ok(self, i: int, n: int) -> np.ndarray:
+        """Which of the n places from index i (not wrapping) are published: stamp == index + 1."""
+        raw = self.pread(n * EVENT_SIZE, self.events + (i & self.mask) * EVENT_SIZE)
+        stamps = np.frombuffer(raw, dtype="<u4")[::EVENT_SIZE // 4]
+        return stamps == (np.arange(i + 1, i + n + 1, dtype=np.uint64) & 0xffffffff).astype(np.uint32)
 
     def drain(self, final: bool = False, limit: int | None = None) -> list[Event]:
         """The events published since the last drain (at most `limit`), oldest first. final: the
         process is gone; places reserved and never published are counted in `lost` and skipped."""
-        mm, tail, mask, base = self.mm, self.tail, self.mask, self.events
+        if os.fstat(self.fd).st_size < self.size:
+            raise InterceptorStateError(f"{self.path}: the file was truncated under its reader")
+        tail = self.tail
         # a head more than the ring past the tail is no writer's (they reserve at most cap places ahead):
         # a scribbled file must not make the final drain count lost places for ever
         end = min(self.head(), tail + self.cap if limit is None else tail + min(limit, self.cap))
         out: list[Event] = []
         i = tail
         while i < end:
-            n = 0   # the published run from i
-            while i + n < end and U32.unpack_from(mm, base + ((i + n) & mask) * EVENT_SIZE)[0] == (i + n + 1) & 0xffffffff:
-                n += 1
-            k = i
-            while k < i + n:   # the run's bytes, in at most two pieces (the ring wraps)
-                start = k & mask
-                m = min(i + n - k, self.cap - start)
-                chunk = mm[base + start * EVENT_SIZE:base + (start + m) * EVENT_SIZE]
-                out.extend(Event._make(e[1:9] + e[10:]) for e in EVENT.iter_unpack(chunk))
-                k += m
-            i += n
-            if i < end:
-                if not final:
-                    break
-                self.lost += 1   # a writer reserved it and never published it: the process is gone
-                i += 1
+            n = min(end - i, CHUNK, self.cap - (i & self.mask))   # a piece that does not wrap
+            ok = self._stamps_ok(i, n)
+            take = n if final or ok.all() else int(np.argmin(ok))   # the published run from i
+            if take:
+                # the bytes read again after their stamps: no event is read while its writer fills it
+                chunk = self.pread(take * EVENT_SIZE, self.events + (i & self.mask) * EVENT_SIZE)
+                if ok[:take].all():
+                    out.extend(Event._make(e[1:9] + e[10:]) for e in EVENT.iter_unpack(chunk))
+                else:     # final: a writer reserved these and never published them (the process is gone)
+                    for k in np.flatnonzero(ok[:take]):
+                        e = EVENT.unpack_from(chunk, int(k) * EVENT_SIZE)
+                        out.append(Event._make(e[1:9] + e[10:]))
+                    self.lost += take - int(ok[:take].sum())
+            i += take
+            if take < n:
+                break
         if i != tail:
-            struct.pack_into("<Q", mm, self.ring + TAIL_OFF, i)
+            os.pwrite(self.fd, U64.pack(i), self.ring + TAIL_OFF)
             self.tail = i
         self.read += len(out)
         return out
