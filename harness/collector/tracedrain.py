@@ -28,7 +28,7 @@ from harness.interceptor.shm import CMDLINE_MAX, CMDLINE_OFF, SUFFIX, Intercepto
 from rundir.db import connect, monotonic
 from rundir.messages import MessageWriter
 
-NAMES_MAX = 65536     # endpoints' texts kept (a few MiB)
+NAMES_MAX = 4096      # endpoints' texts kept (about 1.3 MiB: ~330 bytes each)
 
 
 @dataclass
@@ -55,7 +55,7 @@ class TraceDrainer:
         self.writer = writer
         self.traced: dict[tuple[str, int], _Traced] = {}     # (path, inode) -> its ring
         self.skip: set[tuple[str, int]] = set()               # files without a ring
-        # (family, raw, port) -> endpoint text, for the last NAMES_MAX endpoints seen: bounded, as a
+        # (family, raw, port) -> endpoint text, for the NAMES_MAX endpoints last seen: bounded, as a
         # run (or a process writing its own ring) can show millions of distinct endpoints
         self._name = functools.lru_cache(maxsize=NAMES_MAX)(endpoint)
         # rows taken out of the rings and not yet committed (run.db was locked): written with the next drain

@@ -42,7 +42,11 @@ def write_ring(path: str | os.PathLike, pid: int, cap: int, events: list[bytes] 
         R.U64.pack_into(ring, R.TAIL_OFF, tail)
         f.seek(off)
         f.write(ring)
-        for k, e in enumerate(events):
-            f.seek(off + R.RING_SIZE + ((tail + k) % cap) * R.EVENT_SIZE)
-            f.write(e)
+        events = list(events)[-cap:] if events else []
+        first = tail + max(0, len(events) - cap) if events else tail
+        split = min(len(events), cap - first % cap)    # up to the ring's end, then from its start
+        for at, part in ((first % cap, events[:split]), (0, events[split:])):
+            if part:
+                f.seek(off + R.RING_SIZE + at * R.EVENT_SIZE)
+                f.write(b"".join(part))
     return path
