@@ -11,6 +11,10 @@ Where a registry's entries come from, in this order:
    `NESTLAB_PLUGINS=FILE.py:FILE.py`. A file lists what it adds in module-level lists `variants = [...]`
    (RuleSystem objects) and `policies = [...]` (policy classes).
 
+Under euid 0 a plug-in file runs only if it and every directory above it are owned by root or the
+invoking user and writable by no one else (`read_source`; issue 40 item 6): the commands refuse
+another with one line and exit status 2 (`check_trusted`), a worker leaves it out.
+
 Every entry is checked (`check` of the registry: its type, its name, the contract version it states);
 one that fails to import or is badly defined is left out with one line naming it and the problem (said
 once per process, on stderr, and again if its name is asked for), and the others still work. A
@@ -29,10 +33,13 @@ import importlib.metadata
 import importlib.util
 import os
 import re
+import stat
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from rundir.errors import UserError
 
 # The version of the contract between the lab and a plug-in (docs/plugins.md): what a rule system
 # receives and returns. A plug-in states the version it was written for; the lab refuses another.
@@ -40,6 +47,9 @@ CONTRACT = 1
 ENV = "NESTLAB_PLUGINS"
 PROJECT = "nestlab"
 NAME = re.compile(r"[a-z0-9][a-z0-9_.-]*\Z")
+MAX_SOURCE = 16 << 20                # a plug-in file's size at most (bytes)
+TRUST = ("root loads only plug-in files owned by root or the invoking user, writable by no one else, "
+         "in directories the same (docs/plugins.md)")
 
 _files: list[Path] = []              # plug-in files, in the order given (the environment's first)
 _modules: dict[Path, Any] = {}       # file -> its module, or the one-line problem when it did not load
@@ -83,6 +93,64 @@ def files() -> list[Path]:
     return list(_files)
 
 
+class Untrusted(Exception):  # noqa: N818 - reads as what the file is
+    """A plug-in file root must not run (the message says why)."""
+
+
+def _owners() -> set[int]:
+    """Who may own a plug-in file root runs: root, the real user, and the user sudo ran us for."""
+    owners = {0, os.getuid()}
+    sudo = os.environ.get("SUDO_UID", "")
+    if sudo.isdigit():
+        owners.add(int(sudo))
+    return owners
+
+
+def _check_owner(what: str, st: os.stat_result, owners: set[int], sticky_ok: bool) -> None:
+    if st.st_uid not in owners:
+        raise Untrusted(f"{what} is owned by uid {st.st_uid}")
+    # a sticky directory (/tmp) lets others add files but not replace ours: the file's own check decides
+    if st.st_mode & 0o022 and not (sticky_ok and st.st_mode & stat.S_ISVTX):
+        raise Untrusted(f"{what} is writable by others (mode {stat.S_IMODE(st.st_mode):o})")
+
+
+def read_source(path: Path) -> bytes:
+    """A plug-in file's source, read through one descriptor (no link followed, no FIFO waited on).
+    Under euid 0 the file and every directory above it must be owned by root or the invoking user and
+    writable by no one else (a sticky directory excepted): Untrusted otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Untrusted("not a regular file")
+        if os.geteuid() == 0:
+            owners = _owners()
+            _check_owner("the file", st, owners, sticky_ok=False)
+            for d in Path(path).parents:
+                dst = os.lstat(d)
+                if stat.S_ISLNK(dst.st_mode):
+                    raise Untrusted(f"its directory {d} is a symbolic link")
+                _check_owner(f"its directory {d}", dst, owners, sticky_ok=True)
+        data = f.read(MAX_SOURCE + 1)
+    if len(data) > MAX_SOURCE:
+        raise Untrusted(f"larger than {MAX_SOURCE >> 20} MiB")
+    return data
+
+
+def check_trusted() -> None:
+    """Under euid 0: UserError naming the first plug-in file given (--plugin, NESTLAB_PLUGINS) that
+    root must not run (a missing file stays a warning at its loading: there is nothing to run)."""
+    if os.geteuid() != 0:
+        return
+    for path in files():
+        try:
+            read_source(path)
+        except Untrusted as e:
+            raise UserError(f"plug-in file {path}: {e}; {TRUST}") from None
+        except OSError:
+            continue
+
+
 def _load_file(path: Path) -> Any:
     """The module of a plug-in file (loaded once per process), or its problem as a str."""
     if path not in _modules:
@@ -94,10 +162,19 @@ def _load_file(path: Path) -> Any:
             digest = hashlib.sha1(str(path).encode()).hexdigest()[:8]   # str hashes differ between processes
             name = "nestlab_plugin_" + re.sub(r"\W", "_", path.stem) + "_" + digest
             try:
+                source = read_source(path)
+            except Untrusted as e:
+                _modules[path] = f"plug-in file {path}: {e}; not loaded: {TRUST}"
+                return _modules[path]
+            except OSError as e:
+                _modules[path] = f"plug-in file {path}: cannot read: {e.strerror or e}"
+                return _modules[path]
+            try:
+                # compiled from the source checked above: never from a __pycache__ someone else wrote
                 spec = importlib.util.spec_from_file_location(name, path)
                 module = importlib.util.module_from_spec(spec)
                 sys.modules[name] = module
-                spec.loader.exec_module(module)
+                exec(compile(source, str(path), "exec"), module.__dict__)  # noqa: S102 - a plug-in is code to run
                 _modules[path] = module
             except Exception as e:  # noqa: BLE001 - a broken plug-in is one line, the built-ins go on
                 sys.modules.pop(name, None)

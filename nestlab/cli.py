@@ -68,6 +68,7 @@ def nestlab_main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     plugins.add_files(files)   # this process's registries and, through the environment, its children's
     try:
+        plugins.check_trusted()    # root runs no plug-in file another user could have written
         return int(args.func(args) or 0)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
