@@ -105,7 +105,7 @@ def test_apply_caps_every_process_and_release_puts_each_back(tmp_path, version):
     cap.apply([11, 12, 99], 20)   # 99: already gone, left out
     if version == 2:
         assert (cap.path / "cpu.max").read_text().split() == ["20000", "100000"]
-        assert "+cpu" in (tree.root / "cgroup.subtree_control").read_text()
+        assert "cpu" in (tree.root / "cgroup.subtree_control").read_text().split()
         assert cap.limit == "cpu.max 20000 100000"
     else:
         assert (cap.path / "cpu.cfs_quota_us").read_text().strip() == "20000"
@@ -291,3 +291,31 @@ def test_cleanup_removes_only_the_runs_cgroups(tmp_path):
     assert remove_cgroup(str(v1 / "nestlab-x-db"), roots) and not (v1 / "nestlab-x-db").exists()   # v1's too
     assert (v2 / "system.slice").exists() and (v1 / "system.slice").exists()
     assert not remove_cgroup(str(tmp_path / "other" / "nestlab-x-db"), roots)
+
+
+def test_the_cpu_controller_this_process_enabled_is_disabled_again_by_the_last_release(tmp_path):
+    """Issue 40 item 15: `+cpu` at the hierarchy's top was never reverted."""
+    tree = FakeTree(tmp_path, 2, subtree="memory")
+    tree.process(11)
+    tree.process(12)
+    control = tree.root / "cgroup.subtree_control"
+    a, b = tree.cap("nestlab-r-a"), tree.cap("nestlab-r-b")
+    a.apply([11], 20)
+    b.apply([12], 30)
+    a.release()
+    assert "cpu" in control.read_text().split()      # b still relies on it
+    b.release()
+    b.release()
+    assert control.read_text().split() == ["memory"]
+    with pytest.raises(ProcessLookupError):           # a failed apply reverts it too
+        tree.cap("nestlab-r-c").apply([99], 20)
+    assert control.read_text().split() == ["memory"]
+
+
+def test_a_cpu_controller_enabled_before_is_left_enabled(tmp_path):
+    tree = FakeTree(tmp_path, 2, subtree="cpu memory")
+    tree.process(11)
+    cap = tree.cap()
+    cap.apply([11], 20)
+    cap.release()
+    assert sorted((tree.root / "cgroup.subtree_control").read_text().split()) == ["cpu", "memory"]

@@ -58,22 +58,25 @@ def _setns(fd: int) -> None:
 
 
 @contextmanager
-def netns_of(pid: int) -> Iterator[None]:
-    """This thread inside process `pid`'s network namespace for the block, then back in its own.
+def in_netns(fd: int) -> Iterator[None]:
+    """This thread inside the network namespace of descriptor `fd` for the block, then back in its own.
     Sockets made inside stay in that namespace."""
-    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:
-        target = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
+        _setns(fd)
         try:
-            _setns(target)
-            try:
-                yield
-            finally:
-                _setns(own)
+            yield
         finally:
-            os.close(target)
+            _setns(own)
     finally:
         os.close(own)
+
+
+@contextmanager
+def netns_of(pid: int) -> Iterator[None]:
+    """This thread inside process `pid`'s network namespace for the block (in_netns)."""
+    with PinnedProcess(pid) as proc, in_netns(proc.nsfd):
+        yield
 
 
 def netns_inode(pid: int | str) -> int | None:
@@ -81,6 +84,39 @@ def netns_inode(pid: int | str) -> int | None:
         return os.stat(f"/proc/{pid}/ns/net").st_ino
     except OSError:
         return None
+
+
+class PinnedProcess:
+    """A monitored host's process held by a descriptor of its /proc directory (issue 40 item 15): its
+    namespace (`nsfd`, `netns`) and its /proc/PID/net (`proc_net`) are read through it, so a pid
+    reused after the process ends never makes them another process's: they fail instead."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.dirfd = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            self.nsfd = os.open("ns/net", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.dirfd)
+        except BaseException:
+            os.close(self.dirfd)
+            raise
+        self.netns = os.fstat(self.nsfd).st_ino
+
+    @property
+    def proc_net(self) -> str:
+        """Its /proc/PID/net, through the held directory (this process's /proc/self/fd)."""
+        return f"/proc/self/fd/{self.dirfd}/net"
+
+    def close(self) -> None:
+        for fd in (self.nsfd, self.dirfd):
+            if fd >= 0:
+                os.close(fd)
+        self.nsfd = self.dirfd = -1
+
+    def __enter__(self) -> PinnedProcess:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 @dataclass
@@ -93,6 +129,7 @@ class HostSources:
     born: set[str] = field(default_factory=set)   # keys already labelled with the host
 
     reporters: list = field(default_factory=list)   # each source's report (source.reporter)
+    pinned: PinnedProcess | None = None              # the process its sources read through
 
     def reports(self, known: dict[str, int]) -> list[Report]:
         """Every source's report; a module new to the collector (not in `known`, its live keys)
@@ -119,6 +156,8 @@ class HostSources:
     def close(self) -> None:
         for src in self.sources:
             src.close()
+        if self.pinned is not None:
+            self.pinned.close()
 
 
 def label(ob: Observation, host: str) -> None:
@@ -132,14 +171,19 @@ def host_sources(host: HostArg, ignore_interfaces=()) -> HostSources:
     """The sources of one monitored host, made inside its network namespace."""
     from harness.collector.sockdiag import TcpSource
 
-    with netns_of(host.pid):
-        iface = InterfaceSource(set(ignore_interfaces), proc_net=f"/proc/{host.pid}/net")
-        owners = functools.partial(socket_owners, netns=netns_inode(host.pid))
-        sources: list[Source] = [iface, TcpSource(iface.ifkey_of, owners, iface.ignored, skip_unchanged=True)]
-    if host.shm_dir:
-        from harness.collector.appsockets import InterceptorSource
+    proc = PinnedProcess(host.pid)   # one open of the process: its namespace and /proc are the same one's
+    try:
+        with in_netns(proc.nsfd):
+            iface = InterfaceSource(set(ignore_interfaces), proc_net=proc.proc_net)
+            owners = functools.partial(socket_owners, netns=proc.netns)
+            sources: list[Source] = [iface, TcpSource(iface.ifkey_of, owners, iface.ignored, skip_unchanged=True)]
+        if host.shm_dir:
+            from harness.collector.appsockets import InterceptorSource
 
-        src = InterceptorSource(host.shm_dir)
-        src.netns = netns_inode(host.pid)   # that host's processes (Mininet hosts share /proc)
-        sources.insert(0, src)
-    return HostSources(host.name, sources, iface)
+            src = InterceptorSource(host.shm_dir)
+            src.netns = proc.netns   # that host's processes (Mininet hosts share /proc)
+            sources.insert(0, src)
+    except BaseException:
+        proc.close()
+        raise
+    return HostSources(host.name, sources, iface, pinned=proc)

@@ -8,7 +8,8 @@ is missing when neither exists.
 
 `CpuCap(name, hierarchy).apply(pids, percent)` makes `<mount>/<name>`, writes the quota and reads it
 back (v2: `cpu.max` = `QUOTA PERIOD`, the `cpu` controller enabled in the mount's
-`cgroup.subtree_control` when it is not; v1: `cpu.cfs_quota_us` = percent x the cgroup's
+`cgroup.subtree_control` when it is not, and disabled again by the release of the last cap relying on
+it; v1: `cpu.cfs_quota_us` = percent x the cgroup's
 `cpu.cfs_period_us`), and moves each process in by writing its pid to `cgroup.procs` (the whole
 thread group), verified on every thread in `/proc/PID/task/TID/cgroup` (on v1 a stray thread is
 moved by writing its tid to `tasks`). `release()` moves every process (and, on v1, each thread that
@@ -32,6 +33,9 @@ MOUNTINFO = Path("/proc/self/mountinfo")
 PERIOD_US = 100_000
 MIN_QUOTA_US = 1_000      # the kernel's smallest quota
 RMDIR_S = 2.0             # how long a cgroup just emptied may take to be removable
+# v2 mounts where this process enabled the cpu controller (cgroup.subtree_control) -> the caps relying on
+# it: disabled again when the last of them is released, on every path (issue 40 item 15)
+_ENABLED: dict[Path, int] = {}
 
 
 class NoCpuController(LookupError):  # noqa: N818 - reads as what the machine lacks
@@ -166,6 +170,7 @@ class CpuCap:
         self.home: str | None = None         # where processes forked into the cgroup meanwhile go back to
         self.limit = ""                      # what was written, e.g. 'cpu.max 20000 100000'
         self.made = False
+        self.holds_cpu = False               # counted in _ENABLED (the controller is ours to disable)
 
     def cgroup_of(self, pid: int, tid: int | None = None) -> str | None:
         """The cgroup of a process (or one of its threads) in this hierarchy, None when it is gone."""
@@ -199,9 +204,14 @@ class CpuCap:
 
     def _set_quota(self, percent: float) -> None:
         if self.hierarchy.version == 2:
-            control = self.hierarchy.mount / "cgroup.subtree_control"
+            mount = self.hierarchy.mount
+            control = mount / "cgroup.subtree_control"
             if "cpu" not in control.read_text().split():
                 self._write(control, "+cpu")
+                _ENABLED[mount] = _ENABLED.get(mount, 0)
+            if mount in _ENABLED and not self.holds_cpu:
+                _ENABLED[mount] += 1
+                self.holds_cpu = True
             file, want, of = "cpu.max", cpu_max(percent), ""
         else:   # the period the kernel gave the new cgroup (100 ms unless changed)
             period = int((self.path / "cpu.cfs_period_us").read_text())
@@ -261,7 +271,30 @@ class CpuCap:
                 raise
 
     def release(self) -> None:
-        """Every process back where it came from, the cgroup removed. Idempotent."""
+        """Every process back where it came from, the cgroup removed, the cpu controller disabled again
+        if this process enabled it and no other cap of it still relies on it. Idempotent."""
+        try:
+            self._release()
+        finally:
+            self._release_cpu()
+
+    def _release_cpu(self) -> None:
+        if not self.holds_cpu:
+            return
+        self.holds_cpu = False
+        mount = self.hierarchy.mount
+        _ENABLED[mount] -= 1
+        if _ENABLED[mount] > 0:
+            return
+        del _ENABLED[mount]
+        try:
+            self._write(mount / "cgroup.subtree_control", "-cpu")
+        except OSError as e:
+            # EBUSY: a cgroup below enabled it for its own children since; theirs now
+            if e.errno not in (errno.EBUSY, errno.ENOENT):
+                raise
+
+    def _release(self) -> None:
         for pid, origin in list(self.origin.items()):
             if self.cgroup_of(pid) is not None:
                 self._back(self._move, pid, origin)

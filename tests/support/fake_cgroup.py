@@ -91,7 +91,12 @@ class FakeTree:
                 tree._sync()
 
             def _write(self, path, text):
-                if path.name in ("cpu.cfs_quota_us", "cpu.max", "cgroup.subtree_control"):
+                if path.name == "cgroup.subtree_control":   # +ctrl enables, -ctrl disables
+                    have = path.read_text().split()
+                    have = [c for c in have if c != text[1:]] + ([text[1:]] if text[0] == "+" else [])
+                    path.write_text(" ".join(have) + "\n")
+                    return
+                if path.name in ("cpu.cfs_quota_us", "cpu.max"):
                     path.write_text(text + "\n")
                     return
                 if not path.parent.is_dir():
