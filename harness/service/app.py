@@ -22,6 +22,8 @@ import time
 
 CACHE = os.environ.get("NESTLAB_SVC_CACHE", "127.0.0.1:11211")
 DB = os.environ.get("NESTLAB_SVC_DB", "127.0.0.1:3306")
+DB_USER = os.environ.get("NESTLAB_SVC_DB_USER", "nestlab")
+DB_PASSWORD = os.environ.get("NESTLAB_SVC_DB_PASSWORD", "")
 HOPS = os.environ.get("NESTLAB_SVC_HOPS", "")
 HOST = os.environ.get("NESTLAB_SVC_HOST", "app")
 ROWS = int(os.environ.get("NESTLAB_SVC_ROWS", "1000"))
@@ -77,8 +79,8 @@ def _db():
         import pymysql
 
         host, port = _split(DB)
-        c = _local.db = pymysql.connect(host=host, port=port, user="root", database="nestlab", autocommit=True,
-                                        connect_timeout=TIMEOUT_S, read_timeout=TIMEOUT_S, write_timeout=TIMEOUT_S)
+        c = _local.db = pymysql.connect(host=host, port=port, user=DB_USER, password=DB_PASSWORD,
+                                        database="nestlab", autocommit=True, connect_timeout=TIMEOUT_S, read_timeout=TIMEOUT_S, write_timeout=TIMEOUT_S)
     return c
 
 

@@ -3,14 +3,19 @@ gunicorn with our WSGI app (`apps`), nginx balancing over them (`web`).
 
 Started in that order (each answers before the next starts: its listening socket on its own address,
 its process alive, then a first real query), stopped in the reverse order by process group. Every
-file a tier writes (configuration, MariaDB's data directory, pid files, nginx's temporary files, the
-app's hop logs and nginx's access log) lives in the run's scratch directory, which the network lab
-removes at the end; the daemons' own logs go to the run's logs. No system service, file or port
-outside the run's namespaces is used (scripts/setup.sh disables the packages' system services).
+file a tier writes (configuration, MariaDB's data directory and its secure_file_priv directory, pid
+files, nginx's temporary files, gunicorn's worker files, the app's hop logs and nginx's access log)
+lives in the run's scratch directory, which the network lab removes at the end; the daemons' own logs
+go to the run's logs. No system service, file or port outside the run's namespaces is used
+(scripts/setup.sh disables the packages' system services), and each daemon listens on its host's
+address only. MariaDB keeps its grant tables: the app's account may read and update the items table
+and nothing else; root is reachable on the server's unix socket only (docs/service.md, "What the
+tiers expose").
 """
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import subprocess
 import time
@@ -29,6 +34,9 @@ ROWS = 1000                  # rows of the items table
 SESSIONS = 64                # session keys in memcached (harness.service.app.SESSIONS)
 READY_S = 20.0
 SYSTEM_PYTHON = "/usr/bin/python3"   # Debian's gunicorn runs on it; it has pymemcache and pymysql
+# The app's MariaDB account: SELECT and UPDATE on nestlab.items, nothing else (no FILE: no file
+# statements), with a password made for the run; root is reachable only on the server's unix socket
+DB_USER = "nestlab"
 # program -> the Debian package scripts/setup.sh installs it from
 PROGRAMS = {"nginx": "nginx", "gunicorn": "gunicorn", "memcached": "memcached", "mariadbd": "mariadb-server",
             "mariadb-install-db": "mariadb-server", "mariadb": "mariadb-client"}
@@ -78,6 +86,7 @@ class ServiceTiers:
         self.on_process = on_process       # (proc, workload, role, host) as for the other servers
         self.procs: list[tuple[str, Proc]] = []   # (tier, process), in start order (kept after stop: pids())
         self.stopped: set[int] = set()
+        self.db_password = secrets.token_hex(16)   # the app's MariaDB password, this run only
         # The interceptor's environment on each monitored host: its tier's daemons are observed like
         # its clients (app and socket modules); app_pause's signals are real-time ones (TIER_PAUSE_SIGNALS),
         # as nginx and gunicorn use SIGUSR1 and SIGUSR2 themselves.
@@ -131,27 +140,48 @@ class ServiceTiers:
         _wait_listening(node, self.addresses[host], port, proc)
         return proc
 
+    @property
+    def db_files(self) -> Path:
+        """MariaDB's secure_file_priv: the one directory its file statements may read or write."""
+        return self.dir / "db" / "files"
+
+    def db_argv(self, host: str) -> list[str]:
+        """mariadbd's command line: its grant tables on, listening on its host's address only, file
+        statements confined to db_files, LOAD DATA LOCAL off, every file in the scratch directory."""
+        d = self.dir / "db"
+        return ["mariadbd", "--no-defaults", f"--datadir={d / 'data'}", f"--socket={d / 'mysqld.sock'}",
+                f"--pid-file={d / 'mysqld.pid'}", f"--bind-address={self.addresses[host]}", f"--port={DB_PORT}",
+                "--user=root", "--skip-name-resolve", f"--secure-file-priv={self.db_files}", "--local-infile=0",
+                "--symbolic-links=0", "--innodb-buffer-pool-size=64M", f"--tmpdir={d / 'tmp'}",
+                "--max-connections=500"]
+
+    def db_setup(self) -> str:
+        """The SQL run as root on the server's socket: the schema and the app's account."""
+        sql = statements()
+        return (sql["schema"].replace("{last}", str(ROWS - 1)) + "\n"
+                + sql["app_account"].replace("{user}", DB_USER).replace("{password}", self.db_password))
+
     def _start_db(self) -> None:
         host = self.hosts.db
         node, d = self.nodes[host], self.dir / "db"
         (d / "tmp").mkdir(parents=True, exist_ok=True)
-        sock = d / "mysqld.sock"
+        self.db_files.mkdir(parents=True, exist_ok=True)
+        # root@localhost authenticated by the unix socket (the OS user root): the installer's default
         node.run(["mariadb-install-db", "--no-defaults", f"--datadir={d / 'data'}", "--skip-test-db",
-                  "--auth-root-authentication-method=normal", "--user=root"], timeout=120)
-        # No grant tables: any user may connect (the tiers are alone in the run's namespaces).
-        self._spawn("db", host, ["mariadbd", "--no-defaults", f"--datadir={d / 'data'}", f"--socket={sock}",
-                                 f"--pid-file={d / 'mysqld.pid'}", f"--bind-address={self.addresses[host]}",
-                                 f"--port={DB_PORT}", "--user=root", "--skip-grant-tables", "--skip-name-resolve",
-                                 "--innodb-buffer-pool-size=64M", f"--tmpdir={d / 'tmp'}", "--max-connections=500"],
-                    DB_PORT)
-        schema = statements()["schema"].replace("{last}", str(ROWS - 1))
-        node.run(["mariadb", "--no-defaults", f"--socket={sock}", "-e", schema])
+                  "--user=root"], timeout=120)
+        self._spawn("db", host, self.db_argv(host), DB_PORT)
+        # on stdin: the account's password never shows in a process list
+        node.run(["mariadb", "--no-defaults", f"--socket={d / 'mysqld.sock'}"], input=self.db_setup())
+
+    def cache_argv(self, host: str) -> list[str]:
+        """memcached's command line: TCP on its host's address only, UDP off; it writes no file."""
+        return ["memcached", "-u", "root", "-l", self.addresses[host], "-p", str(CACHE_PORT), "-U", "0",
+                "-m", "64", "-t", "2", "-c", "1024"]
 
     def _start_cache(self) -> None:
         host = self.hosts.cache
         addr = self.addresses[host]
-        self._spawn("cache", host, ["memcached", "-u", "root", "-l", addr, "-p", str(CACHE_PORT), "-U", "0",
-                                    "-m", "64", "-t", "2", "-c", "1024"], CACHE_PORT)
+        self._spawn("cache", host, self.cache_argv(host), CACHE_PORT)
         # The hot keys and the sessions: reads of them are hits from the first request on.
         warm = ("import sys; from pymemcache.client.base import Client; c = Client((sys.argv[1], int(sys.argv[2])));"
                 f"c.set_many({{**{{f'item:{{k}}': b'value-%d' % k for k in range({HOT_KEYS})}},"
@@ -161,13 +191,11 @@ class ServiceTiers:
     def _start_app(self, host: str) -> None:
         env = {"NESTLAB_SVC_CACHE": f"{self.addresses[self.hosts.cache]}:{CACHE_PORT}",
                "NESTLAB_SVC_DB": f"{self.addresses[self.hosts.db]}:{DB_PORT}",
+               "NESTLAB_SVC_DB_USER": DB_USER, "NESTLAB_SVC_DB_PASSWORD": self.db_password,
                "NESTLAB_SVC_HOPS": str(self.hops_dir), "NESTLAB_SVC_HOST": host, "NESTLAB_SVC_ROWS": str(ROWS),
                "NESTLAB_SVC_DB_WORK": str(self.hosts.db_work),
                "NESTLAB_SVC_CONTROL": str(self.control_dir)}
-        self._spawn("app", host, ["gunicorn", "--bind", f"{self.addresses[host]}:{APP_PORT}", "--workers", "2",
-                                  "--worker-class", "gthread", "--threads", "16", "--graceful-timeout", "2",
-                                  "--pythonpath", str(REPO), "--chdir", str(self.dir),
-                                  "harness.service.app:application"], APP_PORT, env=env)
+        self._spawn("app", host, self.app_argv(host), APP_PORT, env=env)
         node = self.nodes[host]
         deadline = time.monotonic() + READY_S   # the app answers (its module imported, its tiers reachable)
         while node.run(["/usr/bin/env", SYSTEM_PYTHON, "-c", _GET, f"http://{self.addresses[host]}:{APP_PORT}/item/0"],
@@ -176,16 +204,24 @@ class ServiceTiers:
                 raise RuntimeError(f"{host}: the app does not answer /item/0 (see {self.logs}/service-app-{host}.log)")
             time.sleep(0.2)
 
-    def _start_web(self) -> None:
-        host = self.hosts.web
+    def app_argv(self, host: str) -> list[str]:
+        """gunicorn's command line: its address only; its workers' heartbeat files in the scratch
+        directory (by default they go to /tmp)."""
+        tmp = self.dir / f"gunicorn-{host}"
+        tmp.mkdir(parents=True, exist_ok=True)
+        return ["gunicorn", "--bind", f"{self.addresses[host]}:{APP_PORT}", "--workers", "2",
+                "--worker-class", "gthread", "--threads", "16", "--graceful-timeout", "2",
+                "--worker-tmp-dir", str(tmp), "--pythonpath", str(REPO), "--chdir", str(self.dir),
+                "harness.service.app:application"]
+
+    def web_conf(self, host: str) -> str:
+        """nginx's configuration: it listens on its host's address only; its pid, temporary files and
+        access log in the scratch directory, its error log in the run's logs."""
         d = self.dir / "nginx"
-        for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
-            (d / sub).mkdir(parents=True, exist_ok=True)
         # max_fails=0: nginx never marks an app server down on its own (after a pause or a drop it
         # would refuse every request for fail_timeout, a second fault the spec did not ask for).
         upstreams = "".join(f"    server {self.addresses[a]}:{APP_PORT} max_fails=0;\n" for a in self.hosts.apps)
-        conf = d / "nginx.conf"
-        conf.write_text(
+        return (
             "daemon off;\nmaster_process on;\nworker_processes 2;\nuser root;\n"
             f"pid {d / 'nginx.pid'};\nerror_log {self.logs / f'service-web-{host}.error.log'} warn;\n"
             "events { worker_connections 1024; }\n"
@@ -200,6 +236,14 @@ class ServiceTiers:
             "    location / {\n      proxy_pass http://apps;\n      proxy_http_version 1.1;\n"
             '      proxy_set_header Connection "";\n      proxy_set_header X-Request-ID $http_x_request_id;\n'
             "    }\n  }\n}\n")
+
+    def _start_web(self) -> None:
+        host = self.hosts.web
+        d = self.dir / "nginx"
+        for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
+            (d / sub).mkdir(parents=True, exist_ok=True)
+        conf = d / "nginx.conf"
+        conf.write_text(self.web_conf(host))
         self._spawn("web", host, ["nginx", "-c", str(conf), "-p", str(d), "-e",
                                   str(self.logs / f"service-web-{host}.error.log")], WEB_PORT)
 
