@@ -1,5 +1,6 @@
 """The hostile-input campaign (issue 30): crafted run directories, derived copies, suite and shard
-indexes, spec files and exports, each given to the command that reads it, in a child process with a
+indexes, spec files and exports, and (issue 40; bench/hostile_cases_surfaces.py) message rings for the
+drainer as root and plug-in files for root, each given to the command that reads it, in a child process with a
 time limit, with the outcome it must have:
 
 - `warn`: exit status 0 and a line on stderr (a warning or a note) holding the expected words;
@@ -9,7 +10,8 @@ time limit, with the outcome it must have:
 Never, in any case: a traceback, a hang (over --timeout, 10 s), a crash (a negative exit status: a
 signal such as SIGSEGV), or a write outside the case's run and output directory (every file of the
 campaign's workspace but those is snapshotted before and after: type, size, modification time, link
-target). No root, no network: the runs are tests/support's synthetic ones.
+target). No network: the runs are tests/support's synthetic ones. Run as root (as the lab is), the plug-in
+cases check what root refuses to run; as another user they are judged by what that user may load.
 
     .venv/bin/python bench/hostile_campaign.py [--keep DIR] [--only WORD] [--timeout 10]
 
@@ -38,6 +40,8 @@ from hostile_cases import CASES, Case, Workspace  # noqa: E402
 
 NESTLAB = "import sys; from nestlab.cli import nestlab_main; sys.exit(nestlab_main(sys.argv[1:]))"
 RUN_EXPERIMENT = "import sys; from nestlab.cli import run_experiment_main; sys.exit(run_experiment_main(sys.argv[1:]))"
+TRACEDRAIN = "import sys; from harness.collector.tracedrain import main; sys.exit(main(sys.argv[1:]))"
+PROGRAMS = {"nestlab": NESTLAB, "run-experiment": RUN_EXPERIMENT, "tracedrain": TRACEDRAIN}
 
 
 def snapshot(root: Path, skip: tuple[Path, ...]) -> dict[str, tuple]:
@@ -99,7 +103,7 @@ def run_case(ws: Workspace, case: Case, timeout: float) -> Outcome:
     argv, allowed, *more = case.build(ws, where)
     skip = (*allowed, ws.cache, ws.home)   # home: the user's own caches (matplotlib's fonts)
     before = snapshot(ws.root, skip)
-    code_text = RUN_EXPERIMENT if case.program == "run-experiment" else NESTLAB
+    code_text = PROGRAMS[case.program]
     env = {**os.environ, "PYTHONPATH": str(REPO), "NESTLAB_CACHE": str(ws.cache), "HOME": str(ws.home),
            "http_proxy": "http://127.0.0.1:9", "NO_COLOR": "1", "COLUMNS": "200", **(more[0] if more else {})}
     env.pop("NESTLAB_DEBUG", None)

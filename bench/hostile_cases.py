@@ -440,3 +440,10 @@ def export_diagnose_json_deep(ws, where):
 def export_diagnose_json_nan(ws, where):
     (where / "snaps.json").write_text('{"snapshots": [{"modules": [{"id": NaN, "total_msgs": 1e400}]}]}')
     return ["diagnose", "--json", str(where / "snaps.json")], (where,)
+
+
+# ----------------------------------------------------------------------------- issue 40's surfaces
+
+from hostile_cases_surfaces import SURFACE_CASES  # noqa: E402 - rings for the drainer, plug-in files for root
+
+CASES.extend(Case(*c) for c in SURFACE_CASES)

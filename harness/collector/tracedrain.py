@@ -9,7 +9,7 @@ are drained until the process is gone and once more after (the files stay until 
 directory is removed). Each drain is one transaction: the new message rows and the traced rows of the
 processes whose counts moved (events recorded, dropped because the ring was full, lost); when run.db
 stays locked past the busy timeout, its rows are kept for the next drain. SIGTERM or
-SIGINT: a last drain of every ring, then exit 0. The rows' writer is rundir.messages.
+SIGINT: a last drain of every ring, then exit 0 (--once: that last drain at once). The rows' writer is rundir.messages.
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ class TraceDrainer:
                 t.gone = True
 
 
-def run(db_path: str, interval: float, dirs: dict[str, str]) -> int:
+def run(db_path: str, interval: float, dirs: dict[str, str], once: bool = False) -> int:
     conn = connect(db_path)
     conn.isolation_level = None
     drainer = TraceDrainer(dirs, MessageWriter(conn))
@@ -168,7 +168,7 @@ def run(db_path: str, interval: float, dirs: dict[str, str]) -> int:
     print("tracedrain: ready", flush=True)
     start, k = monotonic(), 0
     try:
-        while not stop:
+        while not stop and not once:
             drainer.drain()
             k += 1
             deadline = start + k * interval
@@ -208,8 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--interval", type=float, default=0.1)
     p.add_argument("--dir", type=_host_dir, action="append", default=[], required=True,
                    help="HOST=DIR: a host's interceptor directory")
+    p.add_argument("--once", action="store_true", help="one last drain of every ring, then exit (rings "
+                                                        "looked at after a run, or crafted ones)")
     a = p.parse_args(argv)
-    return run(a.db, a.interval, dict(a.dir))
+    return run(a.db, a.interval, dict(a.dir), once=a.once)
 
 
 if __name__ == "__main__":
