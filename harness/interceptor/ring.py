@@ -175,16 +175,17 @@ class TraceRing:
             n = min(end - i, CHUNK, self.cap - (i & self.mask))   # a piece that does not wrap
             ok = self._stamps_ok(i, n)
             take = n if final or ok.all() else int(np.argmin(ok))   # the published run from i
-            if take:
+            published = int(ok[:take].sum())
+            if published:
                 # the bytes read again after their stamps: no event is read while its writer fills it
                 chunk = self.pread(take * EVENT_SIZE, self.events + (i & self.mask) * EVENT_SIZE)
-                if ok[:take].all():
+                if published == take:
                     out.extend(Event._make(e[1:9] + e[10:]) for e in EVENT.iter_unpack(chunk))
-                else:     # final: a writer reserved these and never published them (the process is gone)
+                else:     # final: the others were reserved and never published (the process is gone)
                     for k in np.flatnonzero(ok[:take]):
                         e = EVENT.unpack_from(chunk, int(k) * EVENT_SIZE)
                         out.append(Event._make(e[1:9] + e[10:]))
-                    self.lost += take - int(ok[:take].sum())
+            self.lost += take - published
             i += take
             if take < n:
                 break
