@@ -1,7 +1,7 @@
 """The hostile-input campaign (issue 30): crafted run directories, derived copies, suite and shard
-indexes, spec files and exports, and (issue 40; bench/hostile_cases_surfaces.py) message rings for the
-drainer as root and plug-in files for root, each given to the command that reads it, in a child process with a
-time limit, with the outcome it must have:
+indexes, spec files and exports, and (issue 40; bench/hostile_cases_surfaces.py) message rings for
+the drainer and plug-in files for root, each given to the command that reads it, in a child process
+with a time limit, with the outcome it must have:
 
 - `warn`: exit status 0 and a line on stderr (a warning or a note) holding the expected words;
 - `exit2`: exit status 2 and one line, `error: ...`, holding the expected words;
@@ -10,8 +10,9 @@ time limit, with the outcome it must have:
 Never, in any case: a traceback, a hang (over --timeout, 10 s), a crash (a negative exit status: a
 signal such as SIGSEGV), or a write outside the case's run and output directory (every file of the
 campaign's workspace but those is snapshotted before and after: type, size, modification time, link
-target). No network: the runs are tests/support's synthetic ones. Run as root (as the lab is), the plug-in
-cases check what root refuses to run; as another user they are judged by what that user may load.
+target). No network: the runs are tests/support's synthetic ones. Run as root (as the lab is): the
+plug-in cases check what root refuses to run, and are left out under another user (nothing is
+refused there).
 
     .venv/bin/python bench/hostile_campaign.py [--keep DIR] [--only WORD] [--timeout 10]
 
