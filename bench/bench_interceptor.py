@@ -1,6 +1,7 @@
 """Cost of the LD_PRELOAD interceptor on the hot path: one-byte send() calls on loopback.
 
     .venv/bin/python bench/bench_interceptor.py [--calls 300000] [--rounds 11] [--kinds eagain,tcp,unix]
+                                                [--instructions] [--before OLD.so] [--no-timing]
 
 Builds the library (make) and tests/interceptor/nestprobe.c (gcc, into a temporary directory), then
 runs `nestprobe bench N KIND` without the library (baseline), with the library but no NESTLAB_SHM_DIR
@@ -19,6 +20,11 @@ the interceptor's cost per call at that rate.
 The sender runs on CPU 0 and the drain thread on CPU 1 (when there are two). Loopback sends with a
 live reader vary by hundreds of ns from run to run on a small VM, so the added cost is the median of
 the per-round differences (active - baseline), with their interquartile range. Target: <= 100 ns.
+
+--instructions: user-space instructions per call counted by callgrind (valgrind), which no other load
+moves, for bench/trace_calls.c's pairs (two calls an iteration: eagain, poll, write/read, ...) under the
+library counting; --before OLD.so adds the same count for an earlier build of the library (a copy
+kept before a change), so that a change's cost is measured in one run: "now - before" per call.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -52,6 +59,40 @@ def run(probe: Path, calls: int, kind: str, env: dict, cpus: tuple[int, int]) ->
     return json.loads(line[6:])["ns_per_call"]
 
 
+INSN_PAIRS = ("eagain", "poll", "write/read", "send/recv", "sendmsg/recvmsg", "writev/readv")
+
+
+def instructions(exe: Path, pair: str, env: dict) -> float:
+    """User-space instructions per call (callgrind's Ir): the difference of two runs of different
+    lengths, so that the program's start and end cancel out (2 rounds a run, 2 calls an iteration)."""
+    counts = []
+    for n in (1000, 3000):
+        r = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", str(exe), pair, str(n),
+                            "1", "0"], env=env, capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            raise SystemExit(f"valgrind trace_calls {pair} failed ({r.returncode}): {r.stderr.strip()[-300:]}")
+        counts.append(int(next(x for x in r.stderr.splitlines() if "Collected" in x).split(":")[1]))
+    return (counts[1] - counts[0]) / (2 * 2000 * 2)
+
+
+def instruction_table(tmp: Path, envs: dict, before: Path | None) -> None:
+    exe = tmp / "trace_calls"
+    subprocess.run(["gcc", "-O2", "-I", str(REPO / "harness/interceptor"), "-o", str(exe),
+                    str(REPO / "bench/trace_calls.c")], check=True)
+    variants = {"baseline": envs["baseline"], "now": envs["active"]}
+    if before is not None:
+        variants["before"] = {**envs["active"], "LD_PRELOAD": str(before)}
+    print("\nuser-space instructions per call (callgrind; bench/trace_calls.c, the library counting)")
+    print(f"  {'pair':16s} " + " ".join(f"{k:>9s}" for k in variants)
+          + ("   now-before" if before else "") + "   now-baseline")
+    for pair in INSN_PAIRS:
+        v = {k: instructions(exe, pair, e) for k, e in variants.items()}
+        row = f"  {pair:16s} " + " ".join(f"{x:9.1f}" for x in v.values())
+        if before is not None:
+            row += f"   {v['now'] - v['before']:+10.1f}"
+        print(row + f"   {v['now'] - v['baseline']:+12.1f}")
+
+
 def quartiles(xs: list[float]) -> tuple[float, float]:
     if len(xs) < 4:
         return min(xs), max(xs)
@@ -64,7 +105,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=300_000)
     ap.add_argument("--rounds", type=int, default=11)
     ap.add_argument("--kinds", default="eagain,tcp")
+    ap.add_argument("--instructions", action="store_true", help="also count instructions per call (valgrind)")
+    ap.add_argument("--before", type=Path, help="an earlier build of the library, counted beside this one")
+    ap.add_argument("--no-timing", action="store_true", help="only the instruction counts")
     a = ap.parse_args(argv)
+    if a.before is not None and not a.before.is_file():
+        raise SystemExit(f"--before: no such library: {a.before}")
+    if (a.instructions or a.before) and shutil.which("valgrind") is None:
+        raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
     kinds = [k for k in a.kinds.split(",") if k]
     for k in kinds:
         if k not in LABELS:
@@ -83,6 +131,10 @@ def main(argv: list[str] | None = None) -> int:
             "inert": {**clean, "LD_PRELOAD": str(lib)},
             "active": preload_env(shm, env=clean),
         }
+        if a.instructions or a.before:
+            instruction_table(tmp, envs, a.before)
+        if a.no_timing:
+            return 0
         cpus = (0, 1) if (os.cpu_count() or 1) >= 2 else (0, 0)
         print(f"interceptor benchmark: {a.calls:,} one-byte send() calls per run, {a.rounds} interleaved rounds, "
               f"{os.cpu_count()} CPUs (sender on CPU {cpus[0]}, drainer on CPU {cpus[1]})")

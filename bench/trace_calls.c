@@ -7,6 +7,9 @@
  * PAIR: write/read, send/recv, sendto/recvfrom, sendmsg/recvmsg, writev/readv on a Unix socketpair,
  * or tcp (send/recv on a loopback TCP connection to itself). Each iteration sends one byte on one end
  * with the send call and receives it on the other with the receive call: two calls, never blocking.
+ * eagain: a send on a full socketpair and a recv on an empty one, both MSG_DONTWAIT (both fail with
+ * EAGAIN: a real system call with no peer activity); poll: a poll and an epoll_wait of timeout 0 on a
+ * socket with nothing to read (the waits' path). Two calls an iteration too.
  * Prints one line `BENCH {"pair": ..., "ns_per_call": [one per round]}`.
  *
  * Between rounds, outside the timed part, the program empties its own message ring when it has one
@@ -23,6 +26,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -96,6 +101,20 @@ int main(int argc, char **argv) {
         tcp_pair(sv);
     else if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
         die("socketpair");
+    int full[2], ep = -1;
+    if (!strcmp(pair, "eagain")) {   /* fill full[0]'s buffer: every send fails with EAGAIN */
+        if (socketpair(AF_UNIX, SOCK_STREAM, 0, full))
+            die("socketpair");
+        static char blk[65536];
+        while (send(full[0], blk, sizeof blk, MSG_DONTWAIT) > 0)
+            ;
+    }
+    if (!strcmp(pair, "poll")) {
+        struct epoll_event e = {.events = EPOLLIN, .data.fd = sv[1]};
+        if ((ep = epoll_create1(0)) < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, sv[1], &e))
+            die("epoll");
+    }
+    long want = 2 * n;
     struct nest_ring *ring = NULL;
     char c = 'x', r;
     struct iovec wv = {&c, 1}, rv = {&r, 1};
@@ -123,13 +142,23 @@ int main(int argc, char **argv) {
         } else if (!strcmp(pair, "writev/readv")) {
             for (long i = 0; i < n; i++)
                 ok += writev(sv[0], &wv, 1) + readv(sv[1], &rv, 1);
+        } else if (!strcmp(pair, "eagain")) {
+            want = -2 * n;
+            for (long i = 0; i < n; i++)
+                ok += send(full[0], &c, 1, MSG_DONTWAIT) + recv(sv[1], &r, 1, MSG_DONTWAIT);
+        } else if (!strcmp(pair, "poll")) {
+            want = 0;
+            struct pollfd pf = {sv[1], POLLIN, 0};
+            struct epoll_event ev;
+            for (long i = 0; i < n; i++)
+                ok += poll(&pf, 1, 0) + epoll_wait(ep, &ev, 1, 0);
         } else {
             fprintf(stderr, "unknown pair %s\n", pair);
             return 2;
         }
         uint64_t t1 = now_ns();
-        if (ok != 2 * n) {
-            fprintf(stderr, "calls moved %ld bytes, expected %ld\n", ok, 2 * n);
+        if (ok != want) {
+            fprintf(stderr, "calls returned %ld in all, expected %ld\n", ok, want);
             return 1;
         }
         if (k)

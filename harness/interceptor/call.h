@@ -187,16 +187,25 @@ static inline int defer_armed(void) {
            __atomic_load_n(&h->reply_delay_ns, RELAXED);
 }
 
-/* In a send wrapper, before its COUNTED: the call's bytes (iov, cnt) queued by defer.c, and their
- * count returned to the program; or on to the real call. `can`: the call may be copied. */
-#define DEFERRABLE(fd, iov, cnt, can, code) \
+/* What a deferral made of a send (defer_send, defer_sendmsg, defer_sendfile: `expr`): its bytes
+ * queued, their count returned to the program; -2: it would have to wait behind the socket's queue and
+ * must not (non-blocking): EAGAIN; -1: on to the real call. */
+#define DEFERRED(expr) \
     do { \
         if (UNLIKELY(defer_armed())) { \
-            long d_ = defer_send((fd), (iov), (cnt), (can), (code)); \
+            long d_ = (expr); \
             if (d_ >= 0) \
                 return d_; \
+            if (d_ == -2) { \
+                errno = EAGAIN; \
+                return -1; \
+            } \
         } \
     } while (0)
+
+/* In a send wrapper, before its COUNTED: the call's bytes (iov, cnt) queued by defer.c. `can`: the
+ * call may be copied; flags: the call's (MSG_DONTWAIT: it must not wait). */
+#define DEFERRABLE(fd, iov, cnt, can, code, flags) DEFERRED(defer_send((fd), (iov), (cnt), (can), (code), (flags)))
 
 /* Runs when a thread is cancelled inside the real call (forced unwind, -fexceptions). */
 static inline void call_cleanup(struct nest_call *c) {

@@ -4,19 +4,32 @@
  *
  * A send that starts a reply (reply_starts, call.h: an accepted socket whose last completed call is a
  * receive), and every send after it on that socket while anything is queued there, is copied into the
- * socket's queue and reported to the program as sent in full; the library's own thread (one per
- * process, started at the first deferral, again in a fork child) writes each chunk `reply_delay_ns`
- * after the program's call, in order, waiting for POLLOUT when the socket is full. The sends are
- * counted, and traced, when that thread completes them (with the program thread's id), so the
- * counters and the message trace show the reply leaving late, as they do for a hold.
+ * socket's queue and reported to the program as sent; the library's own thread (one per process,
+ * started at the first deferral, again in a fork child) writes each chunk `reply_delay_ns` after the
+ * program's call, in order, waiting for POLLOUT when the socket is full. The sends are counted, and
+ * traced, when that thread completes them (with the program thread's id), so the counters and the
+ * message trace show the reply leaving late, as they do for a hold.
+ *
+ * Never misdelivered: each chunk carries its socket's identity (the slot's generation and the inode),
+ * checked before every write and before a waiting close; a socket closed or replaced by a call that
+ * cannot wait in the background (fclose, dup2/dup3 onto it, close_range, closefrom) has its queue
+ * written first (defer_settle), and what cannot be written in time, or no longer has its socket, is
+ * dropped and counted (header.replies_dropped), never written to another socket.
+ *
+ * Never why a program dies or blocks: the program's buffers, iovecs and msghdr are read with
+ * process_vm_readv, so a bad pointer or length is not deferred and the real call fails as it would
+ * (EFAULT, EINVAL); a non-blocking send (O_NONBLOCK, MSG_DONTWAIT) takes at most a socket buffer's
+ * worth (a partial count, as the kernel would) and gets EAGAIN when that much is queued, never a
+ * wait; a signal handler that sends while its thread is inside the deferral sends at once.
  *
  * A close() or shutdown(SHUT_WR) of a socket with queued data is done by that thread once the queue
- * is drained; the close takes the socket out of the program's epoll set at once (a close would), and
- * the fd number stays taken until then. Memory: at most NESTLAB_DEFER_MAX_BYTES queued in a process
- * (default 64 MiB): past that a new reply is sent at once, and a send behind queued data waits until
- * its socket's queue is drained (the order of a stream is kept); both are counted in
- * header.replies_undeferred. A process that exits (exit(), not _exit()) with replies queued waits for
- * them, at most until the last one is due and 1 s more; killed, it loses them, as if it crashed.
+ * is drained; the close takes the socket out of every epoll set of the program at once (a close
+ * would), and the fd number stays taken until then (a fork child closes its copy at once). Memory: at
+ * most NESTLAB_DEFER_MAX_BYTES queued in a process (default 64 MiB): past that a new reply is sent at
+ * once, and a blocking send behind queued data waits until its socket's queue is drained (the order of
+ * a stream is kept); both are counted in header.replies_undeferred. A process that exits (exit(), not
+ * _exit()) with replies queued waits for them, at most until the last one is due and 1 s more; killed,
+ * it loses them, as if it crashed.
  */
 #include "call.h"
 
@@ -24,7 +37,7 @@
 
 struct chunk {
     struct chunk *next;
-    uint64_t due, gen;
+    uint64_t due, gen, ino;
     uint32_t tid;
     int call;
     size_t len, off;
@@ -33,8 +46,12 @@ struct chunk {
 
 struct pend {
     struct chunk *head, *tail;
+    uint64_t bytes;                  /* queued on this fd */
     uint8_t close_after, shut_after;
+    uint8_t counted;                 /* in g_pend_n */
 };
+
+#define NB_MIN_ROOM (64u << 10)      /* a non-blocking socket may queue at least this much */
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_drained = PTHREAD_COND_INITIALIZER;
@@ -44,10 +61,38 @@ static int g_wake = -1;              /* eventfd: a socket got its first chunk */
 static int g_thread_on;
 static uint32_t g_hi;                /* fds below this may have a queue */
 static uint64_t g_bytes;
+static TLS int t_inside;             /* this thread holds or waits for g_mu: a signal handler's send
+                                        must not wait for it (it would wait for itself) */
 uint64_t g_defer_cap = 64ull << 20;  /* init.c: NESTLAB_DEFER_MAX_BYTES */
 uint32_t g_pend_n;                   /* sockets with data queued or a close waiting (read on every send) */
 
 static int active(const struct pend *p) { return p->head || p->close_after || p->shut_after; }
+
+/* Under g_mu, after any change to p: g_pend_n counts the fds with something queued or waiting (a send
+ * wrapper reads it on every call); 1 when p has just become active. */
+static int update(struct pend *p) {
+    int a = active(p);
+    if (a == p->counted)
+        return 0;
+    p->counted = (uint8_t)a;
+    if (a) {
+        __atomic_fetch_add(&g_pend_n, 1, RELAXED);
+        return 1;
+    }
+    __atomic_fetch_sub(&g_pend_n, 1, RELAXED);
+    pthread_cond_broadcast(&g_drained);
+    return 0;
+}
+
+static void lock(void) {
+    t_inside = 1;
+    pthread_mutex_lock(&g_mu);
+}
+
+static void unlock(void) {
+    pthread_mutex_unlock(&g_mu);
+    t_inside = 0;
+}
 
 /* A completed (r >= 0) or failed send of a chunk, counted and traced as the program's call, at `t`:
  * when its last write was called (the peer may have its bytes, and answer, before that write returns;
@@ -76,20 +121,59 @@ static void account(int fd, const struct chunk *c, long r, int e, uint64_t t) {
         trace_put_tid(g, s, fd, c->call, r, t, c->tid);
 }
 
+/* fd is still the socket the chunk was queued for: same slot generation, open, same inode. */
+static int same_socket(int fd, uint64_t gen, uint64_t ino) {
+    struct nest_slot *s = &g_slots[fd];
+    if (__atomic_load_n(&s->gen, RELAXED) != gen || __atomic_load_n(&s->state, RELAXED) != NEST_OPEN)
+        return 0;
+    struct stat st;
+    int saved = errno, ok = fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) && (uint64_t)st.st_ino == ino;
+    errno = saved;
+    return ok;
+}
+
 static void pop(struct pend *p) {
     struct chunk *c = p->head;
     p->head = c->next;
     if (!p->head)
         p->tail = NULL;
     g_bytes -= c->len;
+    p->bytes -= c->len;
     __atomic_store_n(&g_hdr->deferred_bytes, g_bytes, RELAXED);
     free(c);
+}
+
+/* Under g_mu: the queue given up (never written elsewhere), its close and shutdown with it. */
+static void drop(struct pend *p) {
+    while (p->head) {
+        pop(p);
+        HCOUNT(replies_dropped);
+    }
+}
+
+/* Under g_mu: fd's queue is empty (or dropped); the close or shutdown the program asked for meanwhile,
+ * on its own socket only (`ours`). */
+static void finish(int fd, struct pend *p, int ours) {
+    if (ours && p->shut_after)
+        real_shutdown(fd, SHUT_WR);
+    if (ours && p->close_after) {
+        forget_begin(fd);
+        real_close(fd);
+        forget_end(fd);
+    }
+    p->close_after = p->shut_after = 0;
+    update(p);
 }
 
 /* Under g_mu: write fd's chunks that are due; 1 when the socket is full (wait for POLLOUT). */
 static int drain_fd(int fd, struct pend *p, uint64_t now) {
     struct chunk *c;
     while ((c = p->head) && c->due <= now) {
+        if (!same_socket(fd, c->gen, c->ino)) {   /* closed or replaced under us: not its bytes */
+            drop(p);
+            finish(fd, p, 0);          /* its close was done by whoever replaced it */
+            return 0;
+        }
         uint64_t t = now_ns();
         ssize_t r = real_send(fd, c->data + c->off, c->len - c->off, MSG_DONTWAIT | MSG_NOSIGNAL);
         if (r < 0 && errno == EINTR)
@@ -98,8 +182,7 @@ static int drain_fd(int fd, struct pend *p, uint64_t now) {
             return 1;
         if (r < 0) {                   /* the peer is gone: the rest of the stream goes nowhere */
             account(fd, c, -1, errno, t);
-            while (p->head)
-                pop(p);
+            drop(p);
             return 0;
         }
         c->off += (size_t)r;
@@ -111,20 +194,6 @@ static int drain_fd(int fd, struct pend *p, uint64_t now) {
     return 0;
 }
 
-/* Under g_mu: fd's queue is empty; the close or shutdown the program asked for meanwhile. */
-static void finish(int fd, struct pend *p) {
-    if (p->shut_after)
-        real_shutdown(fd, SHUT_WR);
-    if (p->close_after) {
-        forget_begin(fd);
-        real_close(fd);
-        forget_end(fd);
-    }
-    p->close_after = p->shut_after = 0;
-    __atomic_fetch_sub(&g_pend_n, 1, RELAXED);
-    pthread_cond_broadcast(&g_drained);
-}
-
 static void *drainer(void *arg) {
     (void)arg;
     my_tid();
@@ -132,7 +201,6 @@ static void *drainer(void *arg) {
     for (;;) {
         uint64_t now = now_ns(), next = UINT64_MAX;
         nfds_t np = 1;
-        int emptied = 0;
         for (uint32_t fd = 0; fd < g_hi; fd++) {
             struct pend *p = &g_pend[fd];
             if (!active(p))
@@ -141,13 +209,9 @@ static void *drainer(void *arg) {
                 g_pfd[np++] = (struct pollfd){(int)fd, POLLOUT, 0};
             else if (p->head)
                 next = p->head->due < next ? p->head->due : next;
-            else {
-                finish((int)fd, p);
-                emptied = 1;
-            }
+            else
+                finish((int)fd, p, 1);
         }
-        if (emptied)
-            pthread_cond_broadcast(&g_drained);
         g_pfd[0] = (struct pollfd){g_wake, POLLIN, 0};
         pthread_mutex_unlock(&g_mu);
         struct timespec ts, *tp = NULL;
@@ -198,28 +262,52 @@ static int ready(void) {
     return g_thread_on;
 }
 
-/* Under g_mu: 1 = queue this send of len bytes on fd, due at *due; 0 = the caller makes it now
- * (after fd's queue drained, so that the stream keeps its order). `can`: the call can be copied. */
-static int decide(int fd, struct nest_slot *s, size_t len, int can, uint64_t *due) {
+/* Under g_mu: wait until fd's queue is drained (a blocking send behind it; never a non-blocking one). */
+static void wait_drained(int fd) {
+    while (g_pend[fd].head)
+        pthread_cond_wait(&g_drained, &g_mu);
+}
+
+/* The send is not deferred: the caller makes the real call now (after fd's queue, when blocking). */
+#define NOT_DEFERRED (-1)
+/* The send would have to wait behind the queue, and it must not (non-blocking): -1 with EAGAIN. */
+#define WOULD_BLOCK (-2)
+
+/* Under g_mu: how much of a send of len bytes on fd to queue (into *take), due at *due; or
+ * NOT_DEFERRED / WOULD_BLOCK. `can`: the call may be copied; `nb`: it must not wait. */
+static long decide(int fd, struct nest_slot *s, size_t len, int can, int nb, size_t *take, uint64_t *due) {
     struct pend *p = &g_pend[fd];
     uint64_t d = __atomic_load_n(&g_hdr->reply_delay_ns, RELAXED);
     int defer = d && __atomic_load_n(&g_hdr->reply_delay_mode, RELAXED) == NEST_DELAY_DEFER;
+    size_t n = len;
+    if (nb && can) {                   /* at most a socket buffer's worth queued, as the kernel would take */
+        int sb = 0;
+        socklen_t l = sizeof sb;
+        uint64_t room = getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sb, &l) == 0 && sb > (int)NB_MIN_ROOM
+                            ? (uint64_t)sb : NB_MIN_ROOM;
+        if (p->bytes >= room)
+            return p->head ? WOULD_BLOCK : NOT_DEFERRED;
+        if (n > room - p->bytes)
+            n = (size_t)(room - p->bytes);
+    }
     if (!p->head) {
         if (!defer || !reply_starts(s))
-            return 0;
-        if (!can || g_bytes + len > g_defer_cap) {
+            return NOT_DEFERRED;
+        if (!can || g_bytes + n > g_defer_cap) {
             HCOUNT(replies_undeferred);
-            return 0;
+            return NOT_DEFERRED;
         }
         HCOUNT(replies_delayed);
-    } else if (!can || g_bytes + len > g_defer_cap) {
+    } else if (!can || g_bytes + n > g_defer_cap) {
         HCOUNT(replies_undeferred);
-        while (p->head)
-            pthread_cond_wait(&g_drained, &g_mu);
-        return 0;
+        if (nb)
+            return WOULD_BLOCK;
+        wait_drained(fd);
+        return NOT_DEFERRED;
     }
+    *take = n;
     *due = now_ns() + (defer ? d : 0);
-    return 1;
+    return 0;
 }
 
 /* Under g_mu: c (its data filled) at the end of fd's queue. */
@@ -228,19 +316,19 @@ static void enqueue(int fd, struct nest_slot *s, struct chunk *c, int call, uint
     c->next = NULL;
     c->due = due;
     c->gen = s->gen;
+    c->ino = s->inode;
     c->tid = my_tid();
     c->call = call;
     c->off = 0;
     g_bytes += c->len;
+    p->bytes += c->len;
     __atomic_store_n(&g_hdr->deferred_bytes, g_bytes, RELAXED);
-    int was = active(p);
     if (p->tail)
         p->tail->next = c;
     else
         p->head = c;
     p->tail = c;
-    if (!was) {
-        __atomic_fetch_add(&g_pend_n, 1, RELAXED);
+    if (update(p)) {
         if ((uint32_t)fd >= g_hi)
             g_hi = (uint32_t)fd + 1;
         uint64_t one = 1;
@@ -248,91 +336,133 @@ static void enqueue(int fd, struct nest_slot *s, struct chunk *c, int call, uint
     }
 }
 
+static int nonblocking(int fd, int flags) {
+    if (flags & MSG_DONTWAIT)
+        return 1;
+    int saved = errno, fl = fcntl(fd, F_GETFL);
+    errno = saved;
+    return fl >= 0 && (fl & O_NONBLOCK);
+}
+
 /* The send wrappers (io.c) while a deferral is armed (defer_armed, call.h): the call's bytes queued
- * and their count returned, or -1: not deferred, the caller makes the call. errno is kept. */
-long defer_send(int fd, const struct iovec *iov, int cnt, int can, int call) {
+ * and their count returned; NOT_DEFERRED: the caller makes the call; WOULD_BLOCK: the caller returns
+ * -1 with EAGAIN. errno is kept. */
+long defer_send(int fd, const struct iovec *iov, long cnt, int can, int call, int flags) {
     struct nest_slot *s = tracked(fd);
-    if (!s || !g_hdr)
-        return -1;
+    if (!s || !g_hdr || t_inside)
+        return NOT_DEFERRED;
     int saved = errno;
+    struct iovec local[8], *v = NULL;
     size_t len = 0;
-    for (int i = 0; i < cnt; i++)
-        len += iov[i].iov_len;
-    long r = -1;
+    if (user_iovecs(iov, cnt, local, 8, &v, &len) != 0 || len == 0) {
+        if (v && v != local)
+            free(v);
+        errno = saved;
+        return NOT_DEFERRED;           /* never waits: the real call fails, or sends nothing */
+    }
+    int nb = nonblocking(fd, flags);
+    long r = NOT_DEFERRED;
+    size_t take = 0;
     uint64_t due;
-    pthread_mutex_lock(&g_mu);
+    lock();
     if (!ready()) {
         if (__atomic_load_n(&g_hdr->reply_delay_mode, RELAXED) == NEST_DELAY_DEFER)
             HCOUNT(replies_undeferred);
-    } else if (decide(fd, s, len, can && len > 0 && cnt >= 0, &due)) {
-        struct chunk *c = malloc(sizeof *c + len);
-        if (c) {
-            c->len = len;
-            size_t at = 0;
-            for (int i = 0; i < cnt; i++) {
-                memcpy(c->data + at, iov[i].iov_base, iov[i].iov_len);
-                at += iov[i].iov_len;
-            }
+    } else if ((r = decide(fd, s, len, can, nb, &take, &due)) == 0) {
+        struct chunk *c = malloc(sizeof *c + take);
+        if (c && user_gather(c->data, v, cnt, take) == 0) {
+            c->len = take;
             enqueue(fd, s, c, call, due);
-            r = (long)len;
+            r = (long)take;
+        } else if (c) {                /* unreadable bytes: not ours to judge, the real call fails */
+            free(c);
+            r = NOT_DEFERRED;
         } else {                       /* no memory: in order, after what is queued */
             HCOUNT(replies_undeferred);
-            while (g_pend[fd].head)
-                pthread_cond_wait(&g_drained, &g_mu);
+            r = g_pend[fd].head && nb ? WOULD_BLOCK : NOT_DEFERRED;
+            if (r == NOT_DEFERRED)
+                wait_drained(fd);
         }
     }
-    pthread_mutex_unlock(&g_mu);
+    unlock();
+    if (v != local)
+        free(v);
     errno = saved;
     return r;
 }
 
+/* sendmsg: the header read safely first (NULL or a bad pointer: the real call says EFAULT). */
+long defer_sendmsg(int fd, const struct msghdr *m, int flags, int call) {
+    struct msghdr h;
+    if (!m || t_inside || user_read(&h, m, sizeof h) != 0 || h.msg_iovlen > (size_t)IOV_MAX)
+        return NOT_DEFERRED;
+    return defer_send(fd, h.msg_iov, (long)h.msg_iovlen, !(flags & MSG_OOB) && !h.msg_controllen && !h.msg_name,
+                      call, flags);
+}
+
 /* sendfile: the file's bytes read now (at most 1 MiB, as a sendfile may send less than asked) and
- * queued like a send. -1: not deferred. */
+ * queued like a send. NOT_DEFERRED or WOULD_BLOCK as defer_send. */
 long defer_sendfile(int out, int in, off64_t *off, size_t n, int call) {
     struct nest_slot *s = tracked(out);
-    if (!s || !g_hdr)
-        return -1;
+    if (!s || !g_hdr || t_inside)
+        return NOT_DEFERRED;
     int saved = errno;
+    off64_t at = 0;
+    if (off && user_read(&at, off, sizeof at) != 0)
+        return NOT_DEFERRED;
     if (n > (1u << 20))
         n = 1u << 20;
-    long r = -1;
+    int nb = nonblocking(out, 0);
+    long r = NOT_DEFERRED;
+    size_t take = 0;
     uint64_t due;
-    pthread_mutex_lock(&g_mu);
-    if (ready() && decide(out, s, n, n > 0, &due)) {
-        struct chunk *c = malloc(sizeof *c + n);
+    lock();
+    if (ready() && (r = decide(out, s, n, n > 0, nb, &take, &due)) == 0) {
+        struct chunk *c = malloc(sizeof *c + take);
         ssize_t got = -1;
         if (c)
-            got = off ? pread64(in, c->data, n, *off) : real_read(in, c->data, n);
-        if (got > 0) {
+            got = off ? pread64(in, c->data, take, at) : real_read(in, c->data, take);
+        off64_t next = at + (got > 0 ? got : 0);
+        if (got > 0 && (!off || user_write(off, &next, sizeof next) == 0)) {
             c->len = (size_t)got;
-            if (off)
-                *off += got;
             enqueue(out, s, c, call, due);
             r = got;
         } else {                       /* nothing to queue: the real call says why */
             free(c);
-            while (g_pend[out].head)
-                pthread_cond_wait(&g_drained, &g_mu);
+            r = NOT_DEFERRED;
+            if (g_pend[out].head && nb)
+                r = WOULD_BLOCK;
+            else
+                wait_drained(out);
         }
     }
-    pthread_mutex_unlock(&g_mu);
+    unlock();
     errno = saved;
     return r;
+}
+
+/* A deferred close takes fd out of every epoll set of the program now, as the close would (the
+ * socket stays open until its queue is written; its events must not reach the program). */
+static void epoll_forget(int fd) {
+    for (uint32_t e = 0; e < g_nslots; e++)
+        if (KIND(__atomic_load_n(&g_kind[e], RELAXED)) == K_EPOLL)
+            real_epoll_ctl((int)e, EPOLL_CTL_DEL, fd, NULL);
 }
 
 /* close() (how < 0) or shutdown(how) of fd with data queued: done by the thread once it is sent;
  * 1 when so (the caller returns 0), 0 when the caller makes the call itself. */
 int defer_close(int fd, int how) {
-    if ((unsigned)fd >= g_nslots || !same_process())
+    if ((unsigned)fd >= g_nslots || !same_process() || t_inside)
         return 0;
     int r = 0;
-    pthread_mutex_lock(&g_mu);
+    lock();
     struct pend *p = g_pend ? &g_pend[fd] : NULL;
     if (p && p->head) {
+        int saved = errno;
         if (how < 0) {
-            int32_t o = __atomic_load_n(&g_ep_owner[fd], RELAXED);
-            if (o > 0)
-                real_epoll_ctl(o - 1, EPOLL_CTL_DEL, fd, NULL);   /* no event for a closed fd */
+            ENSURE(epoll_ctl);
+            if (real_epoll_ctl)
+                epoll_forget(fd);
             p->close_after = 1;
             r = 1;
         } else if (how == SHUT_WR || how == SHUT_RDWR) {
@@ -341,17 +471,70 @@ int defer_close(int fd, int how) {
             p->shut_after = 1;
             r = 1;
         }
+        errno = saved;
     }
-    pthread_mutex_unlock(&g_mu);
+    unlock();
     return r;
 }
 
-/* The fork child: the parent's queues and thread are not its own; it starts afresh. */
+/* fds lo..hi are about to be closed or replaced by a call that cannot be done later (fclose, dup2 or
+ * dup3 onto one, close_range, closefrom): their queued sends are written first, waiting at most until
+ * the last is due and 1 s more; what is left is dropped. A close or shutdown that was waiting for them
+ * is done (close: by the caller's call, which closes the fd anyway). */
+void defer_settle(unsigned lo, unsigned hi) {
+    if (!__atomic_load_n(&g_pend_n, RELAXED) || !g_pend || t_inside || !same_process())
+        return;
+    int saved = errno;
+    lock();
+    if (hi >= g_hi)
+        hi = g_hi ? g_hi - 1 : 0;
+    uint64_t last = now_ns();
+    int any = 0;
+    for (unsigned fd = lo; fd <= hi && fd < g_hi; fd++)
+        if (active(&g_pend[fd])) {
+            any = 1;
+            if (g_pend[fd].tail && g_pend[fd].tail->due > last)
+                last = g_pend[fd].tail->due;
+        }
+    if (any) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        uint64_t left = last + 1000000000ull - now_ns(), ns = (uint64_t)until.tv_nsec + left % 1000000000ull;
+        until.tv_sec += (time_t)(left / 1000000000ull + ns / 1000000000ull);
+        until.tv_nsec = (long)(ns % 1000000000ull);
+        for (unsigned fd = lo; fd <= hi && fd < g_hi; fd++) {
+            struct pend *p = &g_pend[fd];
+            while (active(p) && pthread_cond_timedwait(&g_drained, &g_mu, &until) != ETIMEDOUT)
+                ;
+            if (active(p)) {           /* not written in time: given up, never sent elsewhere */
+                drop(p);
+                finish((int)fd, p, 0);
+            }
+        }
+    }
+    unlock();
+    errno = saved;
+}
+
+/* The fork child (atfork_child, after its file is made): the parent's queues and thread are not its
+ * own; the sockets the program closed while their replies were queued are closed in the child now
+ * (it would hold them open for ever: the peer would never see the end of the stream). */
 void defer_after_fork(void) {
     pthread_mutex_init(&g_mu, NULL);
     pthread_cond_init(&g_drained, NULL);
     if (g_wake >= 0 && real_close)
         real_close(g_wake);
+    for (uint32_t fd = 0; g_pend && fd < g_hi; fd++) {
+        if (!g_pend[fd].close_after || !real_close)
+            continue;
+        if (g_slots && fd < g_nslots) {
+            forget_begin((int)fd);
+            real_close((int)fd);
+            forget_end((int)fd);
+        } else {
+            real_close((int)fd);
+        }
+    }
     g_wake = -1;
     g_pend = NULL;                     /* the parent's chunks, copied: left (their sockets are the parent's) */
     g_pfd = NULL;
@@ -359,25 +542,12 @@ void defer_after_fork(void) {
     g_hi = 0;
     g_bytes = 0;
     g_pend_n = 0;
+    t_inside = 0;
 }
 
 /* The destructor (init.c): the replies still queued are sent before the process goes, within reason. */
 void defer_drain_at_exit(void) {
-    if (!__atomic_load_n(&g_pend_n, RELAXED) || !g_thread_on || !same_process())
+    if (!__atomic_load_n(&g_pend_n, RELAXED) || !g_thread_on || !same_process() || t_inside)
         return;
-    pthread_mutex_lock(&g_mu);
-    uint64_t last = now_ns();
-    for (uint32_t fd = 0; fd < g_hi; fd++)
-        if (g_pend[fd].tail && g_pend[fd].tail->due > last)
-            last = g_pend[fd].tail->due;
-    uint64_t left = last + 1000000000ull - now_ns();
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    uint64_t ns = (uint64_t)until.tv_nsec + left % 1000000000ull;
-    until.tv_sec += (time_t)(left / 1000000000ull + ns / 1000000000ull);
-    until.tv_nsec = (long)(ns % 1000000000ull);
-    while (__atomic_load_n(&g_pend_n, RELAXED))
-        if (pthread_cond_timedwait(&g_drained, &g_mu, &until) == ETIMEDOUT)
-            break;
-    pthread_mutex_unlock(&g_mu);
+    defer_settle(0, UINT_MAX);
 }

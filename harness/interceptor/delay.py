@@ -9,7 +9,9 @@ send. A send that starts a reply (on an accepted socket, after a receive there) 
 
 Set here, in the files of a host's interceptor directory, by the fault kind (harness/faults/delay.py);
 `replies_delayed` counts the replies delayed, `replies_undeferred` the sends a deferral had no room for
-(NESTLAB_DEFER_MAX_BYTES: sent at once, not delayed) and `deferred_bytes` the bytes queued now.
+(NESTLAB_DEFER_MAX_BYTES: sent at once, not delayed), `deferred_bytes` the bytes queued now and
+`replies_dropped` the deferred sends never written (their socket closed or replaced under them, or its
+peer gone: never written to another socket).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ DELAY_OFF = 208          # reply_delay_ns, replies_delayed, reply_delay_mode, pa
 DELAY = struct.Struct("<QQ")
 MODE_OFF = 224
 DEFER_COUNTS = struct.Struct("<QQ")   # at 232: replies_undeferred, deferred_bytes
+DROPPED_OFF = 248                     # replies_dropped
 HOLD, DEFER = 0, 1
 
 
@@ -66,6 +69,13 @@ def defer_counts(path: str | os.PathLike) -> tuple[int, int]:
     with open(path, "rb") as f:
         f.seek(MODE_OFF + 8)
         return DEFER_COUNTS.unpack(f.read(DEFER_COUNTS.size))
+
+
+def replies_dropped(path: str | os.PathLike) -> int:
+    """Deferred sends of one process that were never written (0 in files of earlier builds: padding)."""
+    with open(path, "rb") as f:
+        f.seek(DROPPED_OFF)
+        return struct.unpack("<Q", f.read(8))[0]
 
 
 def live_files(shm_dir: str | os.PathLike) -> dict[int, Path]:

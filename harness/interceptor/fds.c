@@ -109,6 +109,7 @@ EXPORT int fclose(FILE *fp) {
     int fd = g_on && fp ? fileno(fp) : -1;
     if (fd < 0 || (unsigned)fd >= g_nslots || g_kind[fd] != K_SOCK)
         return real_fclose(fp);
+    defer_settle((unsigned)fd, (unsigned)fd);   /* its queued replies first, never to the next socket */
     forget_begin(fd);
     int r = real_fclose(fp);
     int e = errno;
@@ -137,6 +138,7 @@ static int dup_to(int old, int new, int flags, int is3) {
             untracked_fd(r);
         return r;
     }
+    defer_settle((unsigned)new, (unsigned)new);
     forget_begin(new);
     int r = is3 ? real_dup3(old, new, flags) : real_dup2(old, new);
     int e = errno;
@@ -172,8 +174,10 @@ static void forget_range(unsigned lo, unsigned hi, int end) {
 EXPORT int close_range(unsigned int lo, unsigned int hi, int flags) {
     REAL(close_range, int);
     int mine = g_on && !(flags & CLOSE_RANGE_CLOEXEC) && same_process();
-    if (mine)
+    if (mine) {
+        defer_settle(lo, hi);
         forget_range(lo, hi, 0);
+    }
     int r = real_close_range(lo, hi, flags);
     int e = errno;
     if (mine)
@@ -187,8 +191,10 @@ EXPORT void closefrom(int lo) {
     if (!real_closefrom)
         return;
     int mine = g_on && lo >= 0 && same_process();
-    if (mine)
+    if (mine) {
+        defer_settle((unsigned)lo, UINT_MAX);
         forget_range((unsigned)lo, UINT_MAX, 0);
+    }
     real_closefrom(lo);
     if (mine)
         forget_range((unsigned)lo, UINT_MAX, 1);

@@ -96,7 +96,6 @@ static void atfork_child(void) {
     g_on = 0;
     trace_attach(NULL, 0);   /* the parent's ring: the child gets its own with its file */
     defer_forget();   /* they point into the parent's file */
-    defer_after_fork();   /* the parent's deferred sends and their thread */
     g_stuck_seq = NULL;
     pid_t ppid = g_pid;
     g_pid = (pid_t)syscall(SYS_getpid);
@@ -149,6 +148,7 @@ static void atfork_child(void) {
         g_slots = NULL;
         g_nslots = 0;
     }
+    defer_after_fork();   /* the parent's deferred sends and their thread; its deferred closes done */
     munmap(oh, osz);
     real_pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (g_on)

@@ -16,6 +16,7 @@
  *   pause.c    the application fault: the pause/resume handler, and the signal wrappers that keep it
  *   hints.c    notifications to the collector and lines on stderr (async-signal-safe formatting)
  *   defer.c    the delay fault at an event loop: replies queued and sent later by a thread of ours
+ *   usermem.c  the program's memory read without trusting its pointers (process_vm_readv)
  *   trace.c    message tracing: the ring's place in the file, endpoints looked up once (the hot
  *              path, trace_put, is inline in call.h)
  *
@@ -198,14 +199,7 @@ extern uint64_t *g_stuck_seq;          /* seqlock.c: a seqlock that outlasted th
 extern uint32_t g_defer_n;             /* call.c: call ends waiting to be applied */
 extern uint32_t g_trace_want;          /* trace.c: ring events asked for (NESTLAB_TRACE_EVENTS; 0: off) */
 extern struct nest_ring *g_ring;       /* trace.c: the message ring (NULL: not tracing) */
-extern struct nest_event *g_events;    /* defer.c */
-long defer_send(int fd, const struct iovec *iov, int cnt, int can, int call);
-long defer_sendfile(int out, int in, off64_t *off, size_t n, int call);
-int defer_close(int fd, int how);
-void defer_after_fork(void);
-void defer_drain_at_exit(void);
-
-/* trace.c */
+extern struct nest_event *g_events;    /* trace.c */
 extern uint64_t g_trace_mask;          /* trace.c: trace_cap - 1 */
 extern uint32_t g_pend_n;              /* defer.c: sockets with a deferred send or close waiting */
 extern uint64_t g_defer_cap;           /* defer.c: NESTLAB_DEFER_MAX_BYTES */
@@ -339,11 +333,19 @@ int ms_left(int timeout, uint64_t t0);
 void ts_left(const struct timespec *full, uint64_t t0, struct timespec *out);
 
 /* defer.c */
-long defer_send(int fd, const struct iovec *iov, int cnt, int can, int call);
+long defer_send(int fd, const struct iovec *iov, long cnt, int can, int call, int flags);
+long defer_sendmsg(int fd, const struct msghdr *m, int flags, int call);
 long defer_sendfile(int out, int in, off64_t *off, size_t n, int call);
 int defer_close(int fd, int how);
+void defer_settle(unsigned lo, unsigned hi);
 void defer_after_fork(void);
 void defer_drain_at_exit(void);
+
+/* usermem.c */
+int user_read(void *dst, const void *src, size_t n);
+int user_write(void *dst, const void *src, size_t n);
+int user_iovecs(const struct iovec *iov, long cnt, struct iovec *v, size_t nv, struct iovec **out, size_t *len);
+int user_gather(char *dst, const struct iovec *a, long cnt, size_t n);
 
 /* trace.c */
 void trace_configure(const char *v);

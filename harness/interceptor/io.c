@@ -99,31 +99,30 @@ EXPORT int recvmmsg(int fd, struct mmsghdr *v, unsigned int vlen, int flags, str
 
 EXPORT ssize_t write(int fd, const void *buf, size_t n) {
     struct iovec v_ = {(void *)buf, n};
-    DEFERRABLE(fd, &v_, 1, 1, NEST_C_WRITE);
+    DEFERRABLE(fd, &v_, 1, 1, NEST_C_WRITE, 0);
     COUNTED(write, ssize_t, NEST_OUT, fd, real_write(fd, buf, n));
 }
 
 EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt) {
-    DEFERRABLE(fd, iov, cnt, 1, NEST_C_WRITEV);
+    DEFERRABLE(fd, iov, cnt, 1, NEST_C_WRITEV, 0);
     COUNTED(writev, ssize_t, NEST_OUT, fd, real_writev(fd, iov, cnt));
 }
 
 EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags) {
     struct iovec v_ = {(void *)buf, n};
-    DEFERRABLE(fd, &v_, 1, !(flags & MSG_OOB), NEST_C_SEND);
+    DEFERRABLE(fd, &v_, 1, !(flags & MSG_OOB), NEST_C_SEND, flags);
     COUNTED(send, ssize_t, NEST_OUT, fd, real_send(fd, buf, n, flags));
 }
 
 EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags, __CONST_SOCKADDR_ARG addr,
                       socklen_t alen) {
     struct iovec v_ = {(void *)buf, n};
-    DEFERRABLE(fd, &v_, 1, !(flags & MSG_OOB) && !SA_PTR(addr), NEST_C_SENDTO);
+    DEFERRABLE(fd, &v_, 1, !(flags & MSG_OOB) && !SA_PTR(addr), NEST_C_SENDTO, flags);
     COUNTED(sendto, ssize_t, NEST_OUT, fd, real_sendto(fd, buf, n, flags, SA_PTR(addr), alen));
 }
 
 EXPORT ssize_t sendmsg(int fd, const struct msghdr *m, int flags) {
-    DEFERRABLE(fd, m->msg_iov, (int)m->msg_iovlen, !(flags & MSG_OOB) && !m->msg_controllen && !m->msg_name,
-               NEST_C_SENDMSG);
+    DEFERRED(defer_sendmsg(fd, m, flags, NEST_C_SENDMSG));   /* m read safely there: NULL is EFAULT */
     COUNTED(sendmsg, ssize_t, NEST_OUT, fd, real_sendmsg(fd, m, flags));
 }
 
@@ -134,20 +133,12 @@ EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned int vlen, int flags) {
 }
 
 EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t n) {
-    if (UNLIKELY(defer_armed())) {
-        long d = defer_sendfile(out, in, (off64_t *)off, n, NEST_C_SENDFILE);
-        if (d >= 0)
-            return d;
-    }
+    DEFERRED(defer_sendfile(out, in, (off64_t *)off, n, NEST_C_SENDFILE));
     COUNTED(sendfile, ssize_t, NEST_OUT, out, real_sendfile(out, in, off, n));
 }
 
 EXPORT ssize_t sendfile64(int out, int in, off64_t *off, size_t n) {
-    if (UNLIKELY(defer_armed())) {
-        long d = defer_sendfile(out, in, off, n, NEST_C_SENDFILE64);
-        if (d >= 0)
-            return d;
-    }
+    DEFERRED(defer_sendfile(out, in, off, n, NEST_C_SENDFILE64));
     COUNTED(sendfile64, ssize_t, NEST_OUT, out, real_sendfile64(out, in, off, n));
 }
 

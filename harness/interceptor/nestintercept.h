@@ -178,7 +178,8 @@ struct nest_header {              /* 4096 bytes */
     uint64_t replies_undeferred;  /*  232 sends not deferred for lack of room (NESTLAB_DEFER_MAX_BYTES):
                                              sent at once, or after the socket's queue drained */
     uint64_t deferred_bytes;      /*  240 bytes queued for a deferred send now */
-    uint8_t pad0b[8];             /*  248 */
+    uint64_t replies_dropped;     /*  248 deferred sends never written: their socket was closed or
+                                             replaced under them, or its peer was gone */
     uint64_t seq;                 /*  256 seqlock of retired, retired_n and the command line */
     uint64_t retired_n;           /*  264 graph sockets closed */
     struct nest_totals retired[2];/*  272 final counters of closed graph (non-listening) sockets */

@@ -99,7 +99,17 @@ static void waits_cleanup(struct nest_waits *w) {
         waits_end(w);
 }
 
+/* The program's array of n bytes at p may be read before the real call: not NULL or a small number,
+ * not beyond user space, no wrap (a cheap check, no system call: an unmapped address inside user space
+ * is still read). Else the wait is not counted and the real call says EFAULT, as without us. */
+static inline int plausible(const void *p, size_t n) {
+    uintptr_t a = (uintptr_t)p;
+    return a >= 4096 && n <= (1ull << 40) && a + n >= a && a + n <= 0x7ffffffff000ull;
+}
+
 static void waits_from_pollfds(struct nest_waits *w, const struct pollfd *fds, nfds_t n) {
+    if (n > (1u << 20) || !plausible(fds, n * sizeof *fds))
+        return;
     for (nfds_t i = 0; i < n; i++) {
         if (fds[i].fd < 0)
             continue;
@@ -113,6 +123,8 @@ static void waits_from_pollfds(struct nest_waits *w, const struct pollfd *fds, n
 static void waits_from_fdsets(struct nest_waits *w, int nfds, const fd_set *r, const fd_set *wr) {
     if (nfds > FD_SETSIZE)
         nfds = FD_SETSIZE;
+    if (nfds <= 0 || (r && !plausible(r, (size_t)(nfds + 7) / 8)) || (wr && !plausible(wr, (size_t)(nfds + 7) / 8)))
+        return;
     for (int fd = 0; fd < nfds; fd++) {
         if (r && FD_ISSET(fd, r))
             waits_add(w, fd, NEST_IN);
