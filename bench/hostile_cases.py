@@ -440,3 +440,4 @@ def export_diagnose_json_deep(ws, where):
 def export_diagnose_json_nan(ws, where):
     (where / "snaps.json").write_text('{"snapshots": [{"modules": [{"id": NaN, "total_msgs": 1e400}]}]}')
     return ["diagnose", "--json", str(where / "snaps.json")], (where,)
+import hostile_cases_paths  # noqa: E402, F401 - registers the cases of `nestlab paths` (issues 40, 43)

@@ -28,7 +28,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analysis.paths.model import COLUMNS, THREAD_COLUMNS, PathPattern, PathsResult, as_messages, has_threads
+from analysis.paths.model import (
+    COLUMNS,
+    THREAD_COLUMNS,
+    PathPattern,
+    PathsResult,
+    as_messages,
+    edge_key,
+    has_threads,
+)
 
 # Histogram bin edges for node delays, s (log-spaced: delays of interest span 0.1 ms to seconds).
 HIST_EDGES_S = (0.0, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, np.inf)
@@ -279,7 +287,7 @@ class PatternTable:
 def canonical_text(nodes: Nodes, children: dict[int, list[int]], root: int) -> str:
     def text(i: int) -> str:
         kids = sorted(text(c) for c in children.get(i, ()))
-        label = f"{nodes.names[nodes.src[i]]}>{nodes.names[nodes.dst[i]]}"
+        label = edge_key(nodes.names[nodes.src[i]], nodes.names[nodes.dst[i]])
         return label + (f"({','.join(kids)})" if kids else "")
 
     limit = sys.getrecursionlimit()
@@ -354,7 +362,7 @@ def add_forest(table: PatternTable, nodes: Nodes, messages: pd.DataFrame, parent
     lats: list[dict[str, tuple[float, float]]] = [{} for _ in range(n_pat)]
     for k, s, w in zip(np.asarray(lkeys).tolist(), lsum.tolist(), lw.tolist(), strict=True):
         e = k % (nn * nn)
-        lats[k // (nn * nn)][f"{names[e // nn]}>{names[e % nn]}"] = (s, w)
+        lats[k // (nn * nn)][edge_key(names[e // nn], names[e % nn])] = (s, w)
     first_of = np.full(len(uniq), -1, dtype=np.int64)
     first_of[pid_root[::-1]] = roots[::-1]              # the first root of each pattern
     first_root = first_of[top]

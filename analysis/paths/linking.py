@@ -102,7 +102,7 @@ from analysis.paths.assemble import (
 )
 from analysis.paths.linking_instances import Batch, walk_order_matters
 from analysis.paths.linking_weights import edge_weights, wap5_weights
-from analysis.paths.model import PathsResult, has_threads
+from analysis.paths.model import PathsResult, edge_key, has_threads
 
 VECTORISED = True          # try-both instances in numpy (False: every tree walked in Python, as before)
 DEFAULTS: dict[str, object] = {
@@ -354,7 +354,7 @@ class _Instances:
         lat: dict[str, list[float]] = {}
         for m in seen:
             if not math.isnan(self.t_recv[m]):
-                lat.setdefault(f"{names[src[m]]}>{names[dst[m]]}", []).append(self.t_recv[m] - self.t_out[m])
+                lat.setdefault(edge_key(names[src[m]], names[dst[m]]), []).append(self.t_recv[m] - self.t_out[m])
         for m, cs in children.items():
             for c in cs:
                 node = names[src[c]]

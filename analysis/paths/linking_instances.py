@@ -35,6 +35,7 @@ from analysis.paths.assemble import (
     key_sums,
     subtree_hashes,
 )
+from analysis.paths.model import edge_key
 
 MAX_ROWS = 1_000_000      # copied messages per chunk of trees (bounds the memory)
 
@@ -381,7 +382,7 @@ class Hashed:
         sel = np.isin(lk, keys[chosen])
         for k, e, v, w in zip(lk[sel].tolist(), le[sel].tolist(), ls[sel].tolist(), lw[sel].tolist(), strict=True):
             d = lats.setdefault(k, {})
-            edge = f"{names[e // nn]}>{names[e % nn]}"
+            edge = edge_key(names[e // nn], names[e % nn])
             s0, w0 = d.get(edge, (0.0, 0.0))
             d[edge] = (s0 + v, w0 + w)
         return delays, lats

@@ -35,13 +35,14 @@ received for that request before sending it (the convention the algorithms use).
 from __future__ import annotations
 
 import csv
-import json
+import stat
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from analysis.paths.hops import last_send_times, message_requests, unmatched_summary
+from analysis.paths.inputs import json_documents
 from analysis.paths.model import Trace, Truth, as_messages, has_threads
 from analysis.paths.reconcile import ReconcileError, reconcile
 from rundir.errors import UserError
@@ -77,6 +78,8 @@ def _read_table(path: Path, warnings: list[str]) -> pd.DataFrame:
         raise UserError(f"{path}: no such file")
     if path.is_dir():
         raise UserError(f"{path}: a directory, not a trace file (CSV or Parquet)")
+    if not stat.S_ISREG(path.stat().st_mode):     # a FIFO would block the read; a device would never end
+        raise UserError(f"{path}: not a regular file (a FIFO, device or socket); give a trace file")
     if path.suffix.lower() in (".parquet", ".pq"):
         try:
             return pd.read_parquet(path)
@@ -276,15 +279,6 @@ def _shared_codes(messages: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 # ----------------------------------------------------------------------------- Jaeger
 
 
-def _jaeger_files(path: Path) -> list[Path]:
-    if not path.exists():
-        raise UserError(f"{path}: no such file or directory")
-    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
-    if not files:
-        raise UserError(f"{path}: no *.json files (a Jaeger export)")
-    return files
-
-
 def _traces_of(doc: object) -> list[dict]:
     if isinstance(doc, dict) and isinstance(doc.get("data"), list):
         doc = doc["data"]
@@ -306,15 +300,36 @@ def _kind_of(span: dict) -> str:
     return ""
 
 
+MAX_US = 10**17     # µs: beyond the year 5000, or a duration of 3000 years: not a time
+
+
+def micros(value: object) -> int | None:
+    """A time or duration in whole µs (an int, an integral float or the text of one), None if it is
+    not one or out of range (a 400-digit time)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        value = value.strip()
+        if not (value.isdigit() or (value[:1] == "-" and value[1:].isdigit())) or len(value) > 20:
+            return None
+        value = int(value)
+    if isinstance(value, float):
+        if not np.isfinite(value) or value != int(value):
+            return None
+        value = int(value)
+    if not isinstance(value, int) or abs(value) > MAX_US:
+        return None
+    return value
+
+
 def _span(s: object, procs: dict) -> tuple[str, tuple] | None:
     """(spanID, (start, end, service, parent spanID or None, span.kind, operation)) of one span, times
-    in s; None when it lacks what a message needs (an id, finite times, a service)."""
-    if not isinstance(s, dict):
+    in whole µs; None when it lacks what a message needs (an id, times in range, a service)."""
+    if not isinstance(s, dict) or "spanID" not in s:
         return None
-    try:
-        sid = str(s["spanID"])
-        start, dur = float(s["startTime"]) / 1e6, float(s["duration"]) / 1e6
-    except (KeyError, TypeError, ValueError):
+    sid = str(s["spanID"])
+    start, dur = micros(s.get("startTime")), micros(s.get("duration"))
+    if start is None or dur is None:
         return None
     process = s.get("process")
     pid = s.get("processID")
@@ -323,7 +338,7 @@ def _span(s: object, procs: dict) -> tuple[str, tuple] | None:
         service = process.get("serviceName")
     if service is None and isinstance(pid, str):
         service = pid
-    if not isinstance(service, str) or not service or not np.isfinite(start) or not np.isfinite(dur) or dur < 0:
+    if not isinstance(service, str) or not service or dur < 0:
         return None
     parent = next((str(r.get("spanID")) for r in _listed(s.get("references"))
                    if isinstance(r, dict) and r.get("refType", "CHILD_OF") == "CHILD_OF"), None)
@@ -339,13 +354,7 @@ def read_jaeger(path: str | Path) -> Trace:
     bad_spans = orphans = 0
     n_req = 0
     read_any = False
-    for file in _jaeger_files(path):
-        try:
-            doc = json.loads(file.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            where = f" (line {e.lineno}, column {e.colno})" if isinstance(e, json.JSONDecodeError) else ""
-            warnings.append(f"{file.name}: not readable JSON{where}: {type(e).__name__}; skipped")
-            continue
+    for file, doc in json_documents(path, "a Jaeger export", warnings):
         traces = _traces_of(doc)
         if not traces:
             warnings.append(f"{file.name}: no Jaeger traces (data[].spans); skipped")
@@ -386,20 +395,26 @@ def read_jaeger(path: str | Path) -> Trace:
         raise UserError(f"{path}: no readable Jaeger export (" + "; ".join(warnings)[:200] + ")")
     if bad_spans:
         warnings.append(f"{path.name}: {_plural(bad_spans, 'span')} without spanID, startTime, duration or "
-                        "service (or with a negative duration); left out")
+                        "service, or with a time out of range (not whole µs under 10^17) or a negative "
+                        "duration; left out")
     if orphans:
         warnings.append(f"{path.name}: {_plural(orphans, 'span')} whose parent is not in the export; taken "
                         "as roots (called by `client`)")
     if not rows:
         raise UserError(f"{path}: no spans to make messages of")
     frame = pd.DataFrame(rows, columns=["t_send", "t_recv", "src", "dst", "kind", "msg", "request"])
+    # whole µs to seconds since the export's first time: equal µs stay equal (no float step of
+    # 0.24 µs at today's epoch, issue 43)
+    base = int(frame[["t_send", "t_recv"]].min().min()) // 1_000_000
+    for c in ("t_send", "t_recv"):
+        frame[c] = (frame[c].astype(np.int64) - base * 1_000_000) / 1e6
     frame = frame.sort_values("t_send", kind="stable").reset_index(drop=True)
     # ids stripped: the pairing id is renumbered in time order, carrying nothing of the spans
     frame["msg"] = pd.factorize(frame["msg"])[0]
     request = frame["request"].to_numpy().astype(np.int64)
     messages = as_messages(frame.drop(columns="request"))
     truth = Truth(request=request, cause=latest_received_causes(messages, request), request_type=types)
-    return Trace(messages=messages, truth=truth, warnings=warnings, source=str(path))
+    return Trace(messages=messages, truth=truth, warnings=warnings, source=str(path), time_base=base)
 
 
 # ----------------------------------------------------------------------------- run directories

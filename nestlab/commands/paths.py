@@ -8,6 +8,12 @@ and analysis.paths.score.SCORE_COLUMNS: algorithm, pattern_recall, pattern_preci
 rare_precision, request_recall, count_error_pct, delay_error_ms, delay_error_pct,
 node_delay_error_ms, node_delay_error_pct, culprit_top1, culprit_top3, ...). Warnings about the input
 (damaged rows, unpaired messages) go to stderr.
+
+What it writes goes through the project's output guards (as `compare` and `dump` write): the output
+directory is refused when it is a symbolic link (a run whose analysis/ links elsewhere), a link
+planted at a file's name is replaced, never followed, and a CSV text cell a spreadsheet would take for
+a formula gets a leading quote (dump's guard). Node names and labels reach the terminal with control
+characters escaped and rich markup shown as written.
 """
 
 from __future__ import annotations
@@ -24,10 +30,11 @@ from rich.console import Console
 from analysis.paths.algorithms import ALGORITHMS, algorithm, parse_params
 from analysis.paths.model import Trace
 from analysis.paths.readers import read_faults_file, read_jaeger, read_run, read_trace_file
-from analysis.paths.render import call_tree, paths_frame
+from analysis.paths.render import call_tree, paths_frame, plain_text, shown_text
 from analysis.paths.score import SCORE_COLUMNS, score
+from nestlab.commands.dump import FORMULA_START, _no_formulas
 from rundir.errors import UserError
-from rundir.layout import RunDir
+from rundir.layout import RunDir, fresh, output_dir
 from rundir.runs import common_root, find_runs, guarded
 
 
@@ -44,7 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                    "optionally kind call/return and a message id)")
     p.add_argument("--jaeger", metavar="PATH", help="a Jaeger JSON export: a file or a directory of them")
     p.add_argument("--faults", metavar="FILE",
-                   help="fault windows for --trace/--jaeger (CSV: node, start, stop in the trace's seconds): "
+                   help="fault windows for --trace/--jaeger (CSV: node, start, stop in the trace's seconds; "
+                        "for --jaeger the spans' epoch seconds): "
                         "scores the culprit question")
     p.add_argument("--algorithm", "-a", default="nesting", metavar="A[,B]",
                    help=f"one or more of {', '.join(ALGORITHMS)} (default nesting)")
@@ -92,6 +100,7 @@ def _paths(args: argparse.Namespace) -> int:
                             f"(known: {', '.join(sorted(known))})")
     params = {name: parse_params(args.param, defaults, name) for name, _, defaults in chosen}
     sources, out = _traces(args)
+    output_dir(out)          # refused before any work when it is a symbolic link
     windows = read_faults_file(args.faults) if args.faults else None
     if windows is not None and args.runs:
         raise UserError("--faults goes with --trace or --jaeger (a run's faults come from its faults table)")
@@ -100,39 +109,48 @@ def _paths(args: argparse.Namespace) -> int:
     for label, load in sources:
         trace: Trace = load()
         if windows is not None:
-            trace.faults = windows
+            # a span export's times count from its first whole second; the windows are epoch seconds
+            trace.faults = windows.assign(start=windows["start"] - trace.time_base,
+                                          stop=windows["stop"] - trace.time_base)
         where = f"{label}: " if args.runs else ""     # a file's warnings name the file already
         for w in trace.warnings:
-            print(f"warning: {where}{w}", file=sys.stderr)
+            print(plain_text(f"warning: {where}{w}"), file=sys.stderr)
         for name, infer, _ in chosen:
             run = partial(infer, **params[name])
             # whatever an algorithm did not expect of a damaged trace is one line, not a traceback
             result = guarded(label, run, trace.messages)
             for w in result.warnings:
-                print(f"warning: {where}{name}: {w}", file=sys.stderr)
+                print(plain_text(f"warning: {where}{name}: {w}"), file=sys.stderr)
             _show(console, label, name, result, args.top, len(trace.messages))
             path_rows.append(paths_frame(result, label))
             if trace.truth is not None and not args.no_score:
                 row = guarded(label, score, result, trace, run)
                 score_rows.append({"source": label, **row})
-    out.mkdir(parents=True, exist_ok=True)
+    output_dir(out)
     frames = [f for f in path_rows if not f.empty]
     paths = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
         columns=["source", "algorithm", "rank", "pattern", "count", "share"])
-    paths.to_csv(out / "paths.csv", index=False, float_format="%.6g")
+    _csv_safe(paths).to_csv(fresh(out / "paths.csv"), index=False, float_format="%.6g")
     written = [out / "paths.csv"]
     if score_rows:
-        pd.DataFrame(score_rows, columns=["source", *SCORE_COLUMNS]).to_csv(
-            out / "paths-score.csv", index=False, float_format="%.6g")
+        _csv_safe(pd.DataFrame(score_rows, columns=["source", *SCORE_COLUMNS])).to_csv(
+            fresh(out / "paths-score.csv"), index=False, float_format="%.6g")
         written.append(out / "paths-score.csv")
         _show_scores(console, score_rows)
-    console.print("wrote " + ", ".join(str(w) for w in written))
+    console.print("wrote " + ", ".join(shown_text(w) for w in written))
     return 0
+
+
+def _csv_safe(frame: pd.DataFrame) -> pd.DataFrame:
+    """dump's formula guard on the cells and on the header too (paths.csv names a column per node)."""
+    frame = _no_formulas(frame)
+    frame.columns = ["'" + c if isinstance(c, str) and c.startswith(FORMULA_START) else c for c in frame.columns]
+    return frame
 
 
 def _show(console: Console, label: str, name: str, result, top: int, n_messages: int) -> None:
     total = sum(p.count for p in result.patterns)
-    console.print(f"[bold]{label}[/] — {name}: {len(result.patterns)} patterns, {total:,.0f} paths "
+    console.print(f"[bold]{shown_text(label)}[/] — {name}: {len(result.patterns)} patterns, {total:,.0f} paths "
                   f"from {n_messages:,} messages")
     for p in result.patterns[:top]:
         console.print(call_tree(p, total))
@@ -144,7 +162,7 @@ def _show_scores(console: Console, rows: list[dict]) -> None:
 
     for r in rows:
         err = r["delay_error_pct"]
-        console.print(f"score {r['source']} {r['algorithm']}: patterns recall {pct(r['pattern_recall'])} "
+        console.print(f"score {shown_text(r['source'])} {r['algorithm']}: patterns recall {pct(r['pattern_recall'])} "
                       f"precision {pct(r['pattern_precision'])} (rare: {pct(r['rare_recall'])}), delay error "
                       f"{'-' if err != err else f'{err:.1f}%'}, culprit top-1 {pct(r['culprit_top1'])} "
                       f"top-3 {pct(r['culprit_top3'])} over {r['fault_windows']} fault windows")
