@@ -234,6 +234,7 @@ class PatternTable:
         self.delay: dict[str, dict[str, float]] = {}
         self.lat: dict[str, dict[str, list[float]]] = {}
         self.left_out = 0                # distinct patterns not named (beyond max_patterns)
+        self.left_count = 0.0            # their count (paths), for shares over all patterns
         self.by_hash: dict[int, str] = {}   # subtree hash -> text, of the patterns added with their hash
         # patterns held by hash until the table is read (linking_instances.Hashed): only the most
         # frequent are ever named
@@ -338,6 +339,7 @@ def add_forest(table: PatternTable, nodes: Nodes, messages: pd.DataFrame, parent
     # only the most frequent patterns are named (naming is the Python part, per distinct pattern)
     top = np.argsort(-count, kind="stable")[:max_patterns]
     table.left_out += len(uniq) - len(top)
+    table.left_count += float(count.sum() - count[top].sum())
     rank = np.full(len(uniq), -1, dtype=np.int64)
     rank[top] = np.arange(len(top))
     pid = np.full(n, -1, dtype=np.int64)
@@ -453,4 +455,8 @@ def result_from_forest(algorithm: str, messages: pd.DataFrame, nodes: Nodes, for
     delays = node_delay_frame(nodes, nodes.src[linked], t_out[linked] - t_in[forest.parent[linked]], w)
     params = dict(params)
     params["raw_counts"] = {p.pattern: table.raw[p.pattern] for p in patterns}
-    return PathsResult(algorithm, patterns, delays, edge_latency_frame(nodes, messages), params, warnings)
+    # the patterns beyond max_patterns that were named and then cut here count in the total too
+    total = sum(table.count.values()) + table.left_count
+    parent = np.where(root_of >= 0, forest.parent, -1)
+    return PathsResult(algorithm, patterns, delays, edge_latency_frame(nodes, messages), params, warnings,
+                       parent=parent, total=float(total))

@@ -57,10 +57,10 @@ def read_bounded(file: Path, limit: int) -> bytes | str:
         os.close(fd)
 
 
-def json_documents(path: Path, what: str, warnings: list[str],
-                   limit: int | None = None) -> Iterator[tuple[Path, object]]:
-    """(file, parsed JSON) of each readable file of an export; files left out are counted in
-    `warnings` by reason (not a regular file, too large, not JSON)."""
+def export_bytes(path: Path, what: str, warnings: list[str],
+                 limit: int | None = None) -> Iterator[tuple[Path, bytes]]:
+    """(file, its bytes) of each readable file of an export; files left out are counted in
+    `warnings` by reason (not a regular file, too large)."""
     limit = MAX_BYTES if limit is None else limit
     skipped: dict[str, list[str]] = {}
     for file in export_files(path, what):
@@ -68,12 +68,17 @@ def json_documents(path: Path, what: str, warnings: list[str],
         if isinstance(data, str):
             skipped.setdefault(data, []).append(file.name)
             continue
-        try:
-            doc = json.loads(data)
-        except (ValueError, RecursionError) as e:   # ValueError: bad UTF-8, bad JSON, an int over 4300 digits
-            where = f" (line {e.lineno}, column {e.colno})" if isinstance(e, json.JSONDecodeError) else ""
-            warnings.append(f"{file.name}: not readable JSON{where}: {type(e).__name__}; skipped")
-            continue
-        yield file, doc
+        yield file, data
     for reason, names in skipped.items():
         warnings.append(f"{_plural(len(names), 'file')} {reason}; skipped (first: {names[0]})")
+
+
+def loads(file: Path, data: bytes, warnings: list[str]) -> object | None:
+    """The JSON document in `data` (Python's own parser: any depth error, bad UTF-8, an int over 4300
+    digits is a warning and None)."""
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as e:   # ValueError: bad UTF-8, bad JSON, an int over 4300 digits
+        where = f" (line {e.lineno}, column {e.colno})" if isinstance(e, json.JSONDecodeError) else ""
+        warnings.append(f"{file.name}: not readable JSON{where}: {type(e).__name__}; skipped")
+        return None

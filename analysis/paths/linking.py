@@ -461,7 +461,10 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
     forest = Forest(map_parent, plain_roots, np.exp(logp), warnings, depth=depth, root_of=root_of)
     p["trees_enumerated"] = int(ambiguous_tree.sum())
     p["trees"] = int(is_root.sum())
-    return result_from_forest("linking", m, nodes, forest, p, table)
+    result = result_from_forest("linking", m, nodes, forest, p, table)
+    # per message, its likeliest parent (the enumerated trees' too), in the trees kept
+    result.parent = np.where(is_root[root_of], map_parent, -1)
+    return result
 
 
 def _enumerate(table: PatternTable, nodes: Nodes, t_out, t_in, t_recv, child, parent, prob, amb,

@@ -358,6 +358,7 @@ class Hashed:
         else:
             name = unknown
         table.left_out += len(unknown) - len(name)
+        table.left_count += float(count[np.setdiff1d(unknown, name)].sum())
         chosen = np.r_[np.flatnonzero(known), name]
         delays, lats = self._sums_of(keys, chosen)
         texts = self._texts(keys[name])

@@ -154,6 +154,11 @@ class PathsResult:
     edge_latencies: pd.DataFrame              # src, dst, mean_s, count
     params: dict[str, object] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # Per message of the trace given (its row order), the message inferred to have caused it (-1: a
+    # path's root, or in no path), where the algorithm links messages (not convolution): what
+    # request_accuracy compares with the truth's causes
+    parent: np.ndarray | None = None
+    total: float | None = None          # paths over all patterns, those beyond `patterns` too
 
 
 def pattern_of(src: Sequence[str], dst: Sequence[str], parent: Sequence[int], root: int) -> str:
