@@ -447,3 +447,4 @@ def export_diagnose_json_nan(ws, where):
 from hostile_cases_surfaces import SURFACE_CASES  # noqa: E402 - rings for the drainer, plug-in files for root
 
 CASES.extend(Case(*c) for c in SURFACE_CASES)
+import hostile_cases_paths  # noqa: E402, F401 - registers the cases of `nestlab paths` (issues 40, 43)

@@ -107,3 +107,25 @@ def test_a_recorded_run_scored_end_to_end(tmp_path):
     score = pd.read_csv(run / "analysis" / "paths-score.csv").iloc[0]   # one run: its own analysis/
     assert score["source"] == str(run.resolve())
     assert score["pattern_recall"] == 1 and score["culprit_top1"] == 1
+
+
+def test_repeated_algorithms_all_run(tmp_path):
+    (tmp_path / "e.json").write_text(json.dumps(jaeger_doc(3)))
+    r = nestlab("paths", "--jaeger", str(tmp_path / "e.json"), "-a", "nesting", "-a", "linking,oracle",
+                "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    score = pd.read_csv(tmp_path / "paths-score.csv")
+    assert score["algorithm"].tolist() == ["nesting", "linking", "oracle"]   # only the last ran before
+    assert {"request_accuracy", "mapping_accuracy"} <= set(score.columns)
+    assert score.set_index("algorithm").loc["nesting", "request_accuracy"] == 1
+    services = pd.read_csv(tmp_path / "paths-services.csv")
+    assert set(services["service"]) >= {"frontend", "backend"}
+
+
+def test_all_algorithms(tmp_path):
+    from analysis.paths.algorithms import ALGORITHMS
+    (tmp_path / "e.json").write_text(json.dumps(jaeger_doc(3)))
+    r = nestlab("paths", "--jaeger", str(tmp_path / "e.json"), "-a", "all", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    ran = pd.read_csv(tmp_path / "paths.csv")["algorithm"].unique().tolist()
+    assert set(ALGORITHMS) <= set(ran) | {"convolution"}     # convolution may find no pattern in 3 requests

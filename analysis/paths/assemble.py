@@ -28,7 +28,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analysis.paths.model import COLUMNS, THREAD_COLUMNS, PathPattern, PathsResult, as_messages, has_threads
+from analysis.paths.model import (
+    COLUMNS,
+    THREAD_COLUMNS,
+    PathPattern,
+    PathsResult,
+    as_messages,
+    edge_key,
+    has_threads,
+)
 
 # Histogram bin edges for node delays, s (log-spaced: delays of interest span 0.1 ms to seconds).
 HIST_EDGES_S = (0.0, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, np.inf)
@@ -226,6 +234,7 @@ class PatternTable:
         self.delay: dict[str, dict[str, float]] = {}
         self.lat: dict[str, dict[str, list[float]]] = {}
         self.left_out = 0                # distinct patterns not named (beyond max_patterns)
+        self.left_count = 0.0            # their count (paths), for shares over all patterns
         self.by_hash: dict[int, str] = {}   # subtree hash -> text, of the patterns added with their hash
         # patterns held by hash until the table is read (linking_instances.Hashed): only the most
         # frequent are ever named
@@ -279,7 +288,7 @@ class PatternTable:
 def canonical_text(nodes: Nodes, children: dict[int, list[int]], root: int) -> str:
     def text(i: int) -> str:
         kids = sorted(text(c) for c in children.get(i, ()))
-        label = f"{nodes.names[nodes.src[i]]}>{nodes.names[nodes.dst[i]]}"
+        label = edge_key(nodes.names[nodes.src[i]], nodes.names[nodes.dst[i]])
         return label + (f"({','.join(kids)})" if kids else "")
 
     limit = sys.getrecursionlimit()
@@ -330,6 +339,7 @@ def add_forest(table: PatternTable, nodes: Nodes, messages: pd.DataFrame, parent
     # only the most frequent patterns are named (naming is the Python part, per distinct pattern)
     top = np.argsort(-count, kind="stable")[:max_patterns]
     table.left_out += len(uniq) - len(top)
+    table.left_count += float(count.sum() - count[top].sum())
     rank = np.full(len(uniq), -1, dtype=np.int64)
     rank[top] = np.arange(len(top))
     pid = np.full(n, -1, dtype=np.int64)
@@ -354,7 +364,7 @@ def add_forest(table: PatternTable, nodes: Nodes, messages: pd.DataFrame, parent
     lats: list[dict[str, tuple[float, float]]] = [{} for _ in range(n_pat)]
     for k, s, w in zip(np.asarray(lkeys).tolist(), lsum.tolist(), lw.tolist(), strict=True):
         e = k % (nn * nn)
-        lats[k // (nn * nn)][f"{names[e // nn]}>{names[e % nn]}"] = (s, w)
+        lats[k // (nn * nn)][edge_key(names[e // nn], names[e % nn])] = (s, w)
     first_of = np.full(len(uniq), -1, dtype=np.int64)
     first_of[pid_root[::-1]] = roots[::-1]              # the first root of each pattern
     first_root = first_of[top]
@@ -445,4 +455,8 @@ def result_from_forest(algorithm: str, messages: pd.DataFrame, nodes: Nodes, for
     delays = node_delay_frame(nodes, nodes.src[linked], t_out[linked] - t_in[forest.parent[linked]], w)
     params = dict(params)
     params["raw_counts"] = {p.pattern: table.raw[p.pattern] for p in patterns}
-    return PathsResult(algorithm, patterns, delays, edge_latency_frame(nodes, messages), params, warnings)
+    # the patterns beyond max_patterns that were named and then cut here count in the total too
+    total = sum(table.count.values()) + table.left_count
+    parent = np.where(root_of >= 0, forest.parent, -1)
+    return PathsResult(algorithm, patterns, delays, edge_latency_frame(nodes, messages), params, warnings,
+                       parent=parent, total=float(total))

@@ -50,7 +50,7 @@ from analysis.paths.assemble import (
     ensure_messages,
     node_codes,
 )
-from analysis.paths.model import PathPattern, PathsResult
+from analysis.paths.model import PathPattern, PathsResult, edge_key
 
 DEFAULTS: dict[str, object] = {
     "step": 0.020,          # s, the time step of the signals (slides: 20 ms)
@@ -120,7 +120,7 @@ def find_links(messages: pd.DataFrame, p: dict) -> tuple[pd.DataFrame, pd.DataFr
     counts = np.bincount(codes, minlength=len(uniq))
     edges = pd.DataFrame({"edge": np.arange(len(uniq)), "src": np.asarray(uniq) // nodes.n,
                           "dst": np.asarray(uniq) % nodes.n, "count": counts})
-    edges["name"] = [f"{nodes.names[s]}>{nodes.names[d]}" for s, d in zip(edges["src"], edges["dst"], strict=True)]
+    edges["name"] = [edge_key(nodes.names[s], nodes.names[d]) for s, d in zip(edges["src"], edges["dst"], strict=True)]
     warnings = []
     small = edges["count"] < int(p["min_messages"])
     if small.any():
@@ -253,8 +253,8 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
     nodes = node_codes(m)
     lat = edge_latency_frame(nodes, m)
     for pat in patterns:
-        pat.edge_latencies = {f"{r.src}>{r.dst}": float(r.mean_s) for r in lat.itertuples(index=False)
-                              if f"{r.src}>{r.dst}" in pat.pattern}
+        pat.edge_latencies = {edge_key(r.src, r.dst): float(r.mean_s) for r in lat.itertuples(index=False)
+                              if edge_key(r.src, r.dst) in pat.pattern}
     p["links"] = [(edges.loc[r.in_edge, "name"], edges.loc[r.out_edge, "name"], round(r.delay_s, 6),
                    round(r.mass, 1)) for r in links.itertuples(index=False)]
     return PathsResult("convolution", patterns, delays, lat, p, warnings)

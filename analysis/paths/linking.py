@@ -102,7 +102,7 @@ from analysis.paths.assemble import (
 )
 from analysis.paths.linking_instances import Batch, walk_order_matters
 from analysis.paths.linking_weights import edge_weights, wap5_weights
-from analysis.paths.model import PathsResult, has_threads
+from analysis.paths.model import PathsResult, edge_key, has_threads
 
 VECTORISED = True          # try-both instances in numpy (False: every tree walked in Python, as before)
 DEFAULTS: dict[str, object] = {
@@ -354,7 +354,7 @@ class _Instances:
         lat: dict[str, list[float]] = {}
         for m in seen:
             if not math.isnan(self.t_recv[m]):
-                lat.setdefault(f"{names[src[m]]}>{names[dst[m]]}", []).append(self.t_recv[m] - self.t_out[m])
+                lat.setdefault(edge_key(names[src[m]], names[dst[m]]), []).append(self.t_recv[m] - self.t_out[m])
         for m, cs in children.items():
             for c in cs:
                 node = names[src[c]]
@@ -461,7 +461,10 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
     forest = Forest(map_parent, plain_roots, np.exp(logp), warnings, depth=depth, root_of=root_of)
     p["trees_enumerated"] = int(ambiguous_tree.sum())
     p["trees"] = int(is_root.sum())
-    return result_from_forest("linking", m, nodes, forest, p, table)
+    result = result_from_forest("linking", m, nodes, forest, p, table)
+    # per message, its likeliest parent (the enumerated trees' too), in the trees kept
+    result.parent = np.where(is_root[root_of], map_parent, -1)
+    return result
 
 
 def _enumerate(table: PatternTable, nodes: Nodes, t_out, t_in, t_recv, child, parent, prob, amb,

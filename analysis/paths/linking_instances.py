@@ -35,6 +35,7 @@ from analysis.paths.assemble import (
     key_sums,
     subtree_hashes,
 )
+from analysis.paths.model import edge_key
 
 MAX_ROWS = 1_000_000      # copied messages per chunk of trees (bounds the memory)
 
@@ -357,6 +358,7 @@ class Hashed:
         else:
             name = unknown
         table.left_out += len(unknown) - len(name)
+        table.left_count += float(count[np.setdiff1d(unknown, name)].sum())
         chosen = np.r_[np.flatnonzero(known), name]
         delays, lats = self._sums_of(keys, chosen)
         texts = self._texts(keys[name])
@@ -381,7 +383,7 @@ class Hashed:
         sel = np.isin(lk, keys[chosen])
         for k, e, v, w in zip(lk[sel].tolist(), le[sel].tolist(), ls[sel].tolist(), lw[sel].tolist(), strict=True):
             d = lats.setdefault(k, {})
-            edge = f"{names[e // nn]}>{names[e % nn]}"
+            edge = edge_key(names[e // nn], names[e % nn])
             s0, w0 = d.get(edge, (0.0, 0.0))
             d[edge] = (s0 + v, w0 + w)
         return delays, lats

@@ -30,7 +30,9 @@ of it (WAP5's "caused by", Project5's nesting: a call's nested calls and its ret
 of a path is that tree with times dropped, written canonically so that equal shapes are equal
 strings: `src>dst` for a message, its children in parentheses, siblings sorted, e.g.
 `client>web(web>app1(app1>cache(cache>app1(app1>web(web>client)))))`. Algorithms that infer call
-nesting rather than message causality convert to this form (`pattern_of`).
+nesting rather than message causality convert to this form (`pattern_of`). A node name holding the
+syntax's characters (`>`, `(`, `)`, `,` or a backslash) is written with a backslash before each of
+them (`token`), so that every name makes a pattern `render.parse_pattern` reads back exactly.
 """
 
 from __future__ import annotations
@@ -45,6 +47,26 @@ COLUMNS = {"t_send": "float64", "t_recv": "float64", "src": "category", "dst": "
            "kind": "category", "msg": "int64"}
 KINDS = ("call", "return", "")
 THREAD_COLUMNS = {"src_thread": "int64", "dst_thread": "int64"}
+
+
+SYNTAX = str.maketrans({c: "\\" + c for c in "\\>(),"})
+
+
+def token(name: object) -> str:
+    """A node name as it is written in a pattern or an edge key: `>`, `(`, `)`, `,` and `\\`
+    escaped with a backslash (names without them are unchanged)."""
+    return str(name).translate(SYNTAX)
+
+
+def edge_key(src: object, dst: object) -> str:
+    """The key of an edge in PathPattern.edge_latencies: `src>dst`, both names as `token` writes them."""
+    return f"{token(src)}>{token(dst)}"
+
+
+def tokens(names: Sequence[object]) -> np.ndarray:
+    """`token` of each name, computed once per distinct name."""
+    codes, uniq = pd.factorize(np.asarray(names, dtype=object))
+    return np.asarray([token(x) for x in uniq] + [""], dtype=object)[codes]
 
 
 def has_threads(frame: pd.DataFrame) -> bool:
@@ -103,6 +125,9 @@ class Trace:
     # Fault windows where known (Maketrace's faults, a run's faults table): node, start, stop (s, the
     # trace's clock), extra_s (the delay added, NaN: unknown), kind.
     faults: pd.DataFrame | None = None
+    # The epoch second the times count from, where the source's times were absolute whole µs (a span
+    # export: seconds since then keep every µs exact; at today's epoch a float's step is 0.24 µs)
+    time_base: int = 0
 
 
 @dataclass
@@ -129,6 +154,11 @@ class PathsResult:
     edge_latencies: pd.DataFrame              # src, dst, mean_s, count
     params: dict[str, object] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # Per message of the trace given (its row order), the message inferred to have caused it (-1: a
+    # path's root, or in no path), where the algorithm links messages (not convolution): what
+    # request_accuracy compares with the truth's causes
+    parent: np.ndarray | None = None
+    total: float | None = None          # paths over all patterns, those beyond `patterns` too
 
 
 def pattern_of(src: Sequence[str], dst: Sequence[str], parent: Sequence[int], root: int) -> str:
@@ -141,6 +171,7 @@ def patterns_of(src: Sequence[str], dst: Sequence[str], parent: Sequence[int],
                 roots: Sequence[int]) -> list[str]:
     """pattern_of for many roots at once: the children are indexed once (linear in the messages,
     not messages x roots), and trees are walked without recursion (any depth)."""
+    src, dst = tokens(src), tokens(dst)
     children: dict[int, list[int]] = {}
     for i, p in enumerate(np.asarray(parent).tolist()):
         if p >= 0:

@@ -22,20 +22,14 @@ these aliases (first found wins):
     receiver_thread)                                      thread (any value, e.g. pid/tid; empty or -1:
                                                           unknown), for linking at thread granularity
 
-**Jaeger** (`read_jaeger`, a file or a directory of *.json): `{"data": [trace, ...]}` or a list of
-traces, each with `spans` (traceID, spanID, operationName, references, startTime and duration in
-µs, processID) and `processes` (processID -> serviceName). A span whose parent is in another
-service is a call from the parent's service to the span's at the span's start and a return at its
-end (the parent's own start and end when the parent is a client span: the caller's clock); a span
-in its parent's service makes no message; a root span is a call from the node `client`. Span ids
-go; the truth is each message's request (its trace) and cause: the latest message its sender
-received for that request before sending it (the convention the algorithms use).
+**Span exports** (`read_jaeger`, `read_otlp`: Jaeger JSON and OpenTelemetry OTLP JSON) are read by
+spans.py, whose docstring says how spans become messages and the truth.
 """
 
 from __future__ import annotations
 
 import csv
-import json
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +38,7 @@ import pandas as pd
 from analysis.paths.hops import last_send_times, message_requests, unmatched_summary
 from analysis.paths.model import Trace, Truth, as_messages, has_threads
 from analysis.paths.reconcile import ReconcileError, reconcile
+from analysis.paths.spans import read_jaeger, read_otlp  # noqa: F401 - the readers' names for them
 from rundir.errors import UserError
 from rundir.repair import as_dict
 from rundir.traces import read_trace_tables
@@ -77,6 +72,8 @@ def _read_table(path: Path, warnings: list[str]) -> pd.DataFrame:
         raise UserError(f"{path}: no such file")
     if path.is_dir():
         raise UserError(f"{path}: a directory, not a trace file (CSV or Parquet)")
+    if not stat.S_ISREG(path.stat().st_mode):     # a FIFO would block the read; a device would never end
+        raise UserError(f"{path}: not a regular file (a FIFO, device or socket); give a trace file")
     if path.suffix.lower() in (".parquet", ".pq"):
         try:
             return pd.read_parquet(path)
@@ -271,135 +268,6 @@ def latest_received_causes(messages: pd.DataFrame, request: np.ndarray) -> np.nd
 def _shared_codes(messages: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     names = pd.Index(pd.unique(pd.concat([messages["src"].astype(str), messages["dst"].astype(str)])))
     return names.get_indexer(messages["src"].astype(str)), names.get_indexer(messages["dst"].astype(str))
-
-
-# ----------------------------------------------------------------------------- Jaeger
-
-
-def _jaeger_files(path: Path) -> list[Path]:
-    if not path.exists():
-        raise UserError(f"{path}: no such file or directory")
-    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
-    if not files:
-        raise UserError(f"{path}: no *.json files (a Jaeger export)")
-    return files
-
-
-def _traces_of(doc: object) -> list[dict]:
-    if isinstance(doc, dict) and isinstance(doc.get("data"), list):
-        doc = doc["data"]
-    elif isinstance(doc, dict) and "spans" in doc:
-        doc = [doc]
-    if not isinstance(doc, list):
-        return []
-    return [t for t in doc if isinstance(t, dict) and isinstance(t.get("spans"), list)]
-
-
-def _listed(value: object) -> list:
-    return value if isinstance(value, list) else []
-
-
-def _kind_of(span: dict) -> str:
-    for tag in _listed(span.get("tags")):
-        if isinstance(tag, dict) and tag.get("key") == "span.kind":
-            return str(tag.get("value", ""))
-    return ""
-
-
-def _span(s: object, procs: dict) -> tuple[str, tuple] | None:
-    """(spanID, (start, end, service, parent spanID or None, span.kind, operation)) of one span, times
-    in s; None when it lacks what a message needs (an id, finite times, a service)."""
-    if not isinstance(s, dict):
-        return None
-    try:
-        sid = str(s["spanID"])
-        start, dur = float(s["startTime"]) / 1e6, float(s["duration"]) / 1e6
-    except (KeyError, TypeError, ValueError):
-        return None
-    process = s.get("process")
-    pid = s.get("processID")
-    service = procs.get(pid) if isinstance(pid, str) else None
-    if service is None and isinstance(process, dict):
-        service = process.get("serviceName")
-    if service is None and isinstance(pid, str):
-        service = pid
-    if not isinstance(service, str) or not service or not np.isfinite(start) or not np.isfinite(dur) or dur < 0:
-        return None
-    parent = next((str(r.get("spanID")) for r in _listed(s.get("references"))
-                   if isinstance(r, dict) and r.get("refType", "CHILD_OF") == "CHILD_OF"), None)
-    return sid, (start, start + dur, service, parent, _kind_of(s), str(s.get("operationName", "")))
-
-
-def read_jaeger(path: str | Path) -> Trace:
-    """A Jaeger JSON export (a file or a directory of them): the module's docstring."""
-    path = Path(path)
-    warnings: list[str] = []
-    rows: list[tuple] = []          # t_send, t_recv, src, dst, kind, msg, request
-    types: dict[int, str] = {}
-    bad_spans = orphans = 0
-    n_req = 0
-    read_any = False
-    for file in _jaeger_files(path):
-        try:
-            doc = json.loads(file.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            where = f" (line {e.lineno}, column {e.colno})" if isinstance(e, json.JSONDecodeError) else ""
-            warnings.append(f"{file.name}: not readable JSON{where}: {type(e).__name__}; skipped")
-            continue
-        traces = _traces_of(doc)
-        if not traces:
-            warnings.append(f"{file.name}: no Jaeger traces (data[].spans); skipped")
-            continue
-        read_any = True
-        for tr in traces:
-            raw_procs = tr.get("processes")
-            procs = {k: v.get("serviceName") for k, v in (raw_procs.items() if isinstance(raw_procs, dict) else ())
-                     if isinstance(k, str) and isinstance(v, dict) and isinstance(v.get("serviceName"), str)}
-            spans = {}
-            for s in tr["spans"]:
-                got = _span(s, procs)
-                if got is None:
-                    bad_spans += 1
-                else:
-                    spans[got[0]] = got[1]
-            if not spans:
-                continue
-            req = n_req
-            n_req += 1
-            for start, end, service, parent, _kind, op in spans.values():
-                if parent is not None and parent not in spans:
-                    orphans += 1
-                    parent = None
-                if parent is None:
-                    types.setdefault(req, op)
-                    caller, c_send, r_recv = "client", start, end
-                else:
-                    p_start, p_end, p_service, _, p_kind, _ = spans[parent]
-                    if p_service == service:
-                        continue
-                    caller = p_service
-                    c_send, r_recv = (p_start, p_end) if p_kind == "client" else (start, end)
-                msg_id = len(rows)
-                rows.append((c_send, start, caller, service, "call", msg_id, req))
-                rows.append((end, r_recv, service, caller, "return", msg_id, req))
-    if not read_any:
-        raise UserError(f"{path}: no readable Jaeger export (" + "; ".join(warnings)[:200] + ")")
-    if bad_spans:
-        warnings.append(f"{path.name}: {_plural(bad_spans, 'span')} without spanID, startTime, duration or "
-                        "service (or with a negative duration); left out")
-    if orphans:
-        warnings.append(f"{path.name}: {_plural(orphans, 'span')} whose parent is not in the export; taken "
-                        "as roots (called by `client`)")
-    if not rows:
-        raise UserError(f"{path}: no spans to make messages of")
-    frame = pd.DataFrame(rows, columns=["t_send", "t_recv", "src", "dst", "kind", "msg", "request"])
-    frame = frame.sort_values("t_send", kind="stable").reset_index(drop=True)
-    # ids stripped: the pairing id is renumbered in time order, carrying nothing of the spans
-    frame["msg"] = pd.factorize(frame["msg"])[0]
-    request = frame["request"].to_numpy().astype(np.int64)
-    messages = as_messages(frame.drop(columns="request"))
-    truth = Truth(request=request, cause=latest_received_causes(messages, request), request_type=types)
-    return Trace(messages=messages, truth=truth, warnings=warnings, source=str(path))
 
 
 # ----------------------------------------------------------------------------- run directories

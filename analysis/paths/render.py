@@ -6,9 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pandas as pd
+from rich.markup import escape
 from rich.tree import Tree
 
-from analysis.paths.model import PathPattern, PathsResult
+from analysis.paths.model import PathPattern, PathsResult, edge_key
 
 
 @dataclass
@@ -19,19 +20,30 @@ class Msg:
 
 
 def parse_pattern(text: str) -> Msg:
-    """The tree of a canonical pattern `a>b(b>c,...)` (model.pattern_of's form); ValueError if it is
-    not one."""
+    """The tree of a canonical pattern `a>b(b>c,...)` (model.pattern_of's form, names escaped as
+    model.token writes them: read back unescaped); ValueError if it is not one."""
     pos = 0
+
+    def name(stop: str) -> str:
+        nonlocal pos
+        out = []
+        while pos < len(text) and text[pos] not in stop:
+            if text[pos] == "\\" and pos + 1 < len(text):
+                pos += 1
+            out.append(text[pos])
+            pos += 1
+        return "".join(out)
 
     def message() -> Msg:
         nonlocal pos
-        end = pos
-        while end < len(text) and text[end] not in "(),":
-            end += 1
-        src, sep, dst = text[pos:end].partition(">")
-        if not sep or not src or not dst:
-            raise ValueError(f"not a path pattern at {pos}: {text[pos:pos + 30]!r}")
-        pos = end
+        start = pos
+        src = name(">(),")
+        if pos >= len(text) or text[pos] != ">":
+            raise ValueError(f"not a path pattern at {start}: {text[start:start + 30]!r}")
+        pos += 1
+        dst = name(">(),")
+        if not src or not dst or (pos < len(text) and text[pos] == ">"):
+            raise ValueError(f"not a path pattern at {start}: {text[start:start + 30]!r}")
         m = Msg(src, dst)
         if pos < len(text) and text[pos] == "(":
             pos += 1
@@ -50,6 +62,20 @@ def parse_pattern(text: str) -> Msg:
     return root
 
 
+def plain_text(text: object) -> str:
+    """Text safe for a terminal: control characters (escape sequences, carriage returns, bells)
+    written as \\xNN escapes."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def shown_text(text: object) -> str:
+    """plain_text, and rich markup in it escaped (a name `[bold]x` is shown as written)."""
+    return escape(plain_text(text))
+
+
 def _ms(s: float | None) -> str:
     return "" if s is None or s != s else f"{s * 1000:.1f} ms"
 
@@ -62,11 +88,11 @@ def call_tree(p: PathPattern, total: float) -> Tree:
     shown: set[str] = set()
 
     def add(parent: Tree, m: Msg) -> None:
-        lat = p.edge_latencies.get(f"{m.src}>{m.dst}")
-        label = f"{m.src} → [cyan]{m.dst}[/]" + (f" [dim]{_ms(lat)}[/]" if lat is not None else "")
+        lat = p.edge_latencies.get(edge_key(m.src, m.dst))
+        label = f"{shown_text(m.src)} → [cyan]{shown_text(m.dst)}[/]" + (f" [dim]{_ms(lat)}[/]" if lat is not None else "")
         if m.dst not in shown and m.dst in p.node_delays:
             shown.add(m.dst)
-            label += f"  [yellow]{m.dst} {_ms(p.node_delays[m.dst])}[/]"
+            label += f"  [yellow]{shown_text(m.dst)} {_ms(p.node_delays[m.dst])}[/]"
         branch = parent.add(label)
         for c in m.children:
             add(branch, c)
@@ -74,7 +100,7 @@ def call_tree(p: PathPattern, total: float) -> Tree:
     try:
         add(tree, parse_pattern(p.pattern))
     except ValueError:
-        tree.add(p.pattern)
+        tree.add(shown_text(p.pattern))
     return tree
 
 

@@ -9,6 +9,11 @@ export's parent links, a service run's `requests`).
   that truly occurred (any number of times). The rare ones separately: recall, the share of the
   true rare patterns inferred at all; precision, the share of inferred rare patterns that occurred.
   Also the share of requests whose (common) pattern was found, and the count error of the found ones.
+  An inferred pattern's share is taken over all the paths the algorithm inferred, those of the
+  patterns beyond the kept list (MAX_PATTERNS) too (PathsResult.total).
+- **Requests** (`accuracy.request_scores`): request_accuracy, the share of requests whose whole
+  inferred tree is the true one, and mapping_accuracy, the share of caused messages whose inferred
+  cause is the true one (accuracy.py).
 - **Delays** (`delay_scores`): for each found common pattern and each node in it, the inferred mean
   node delay (PathPattern.node_delays: a node's delays summed over its visits in one path, mean over
   the pattern's paths) against the true mean of the same sum (Truth.node_delay, or from the causes),
@@ -29,11 +34,12 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from analysis.paths.accuracy import request_scores
 from analysis.paths.model import PathsResult, Trace, true_patterns
 
 SHARE = 0.01
 SCORE_COLUMNS = ("algorithm", "pattern_recall", "pattern_precision", "rare_recall", "rare_precision",
-                 "request_recall", "count_error_pct", "delay_error_ms", "delay_error_pct",
+                 "request_recall", "request_accuracy", "mapping_accuracy", "count_error_pct", "delay_error_ms", "delay_error_pct",
                  "node_delay_error_ms", "node_delay_error_pct",
                  "culprit_top1", "culprit_top3", "fault_windows", "true_patterns", "inferred_patterns")
 
@@ -51,7 +57,8 @@ def pattern_scores(result: PathsResult, true: pd.DataFrame, share: float = SHARE
     t_rare = set(t_share.index[t_share < share])
     inferred = pd.Series({p.pattern: p.count for p in result.patterns}, dtype="float64")
     inferred = inferred.groupby(level=0).sum()
-    total = float(inferred.sum())
+    # shares over every inferred path, those of patterns beyond the kept list too (result.total)
+    total = float(result.total) if result.total else float(inferred.sum())
     i_share = inferred / total if total > 0 else inferred * 0
     i_common = set(i_share.index[i_share >= share])
     i_rare = set(i_share.index[(i_share < share) & (inferred > 0)])
@@ -213,6 +220,7 @@ def score_parts(result: PathsResult, trace: Trace,
     true = true_patterns(trace)
     row: dict[str, object] = {"algorithm": result.algorithm}
     row.update(pattern_scores(result, true, share))
+    row.update(request_scores(result, trace))
     row.update(delay_scores(result, true_node_delays(trace), true, share))
     row.update(node_delay_scores(result, trace))
     if ranking is None:

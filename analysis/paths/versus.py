@@ -33,6 +33,8 @@ FIGURES = {
     "pattern_precision": ("n_inferred_common_true", "n_inferred_common"),
     "rare_recall": ("n_rare_found", "n_true_rare"),
     "rare_precision": ("n_inferred_rare_true", "n_inferred_rare"),
+    "request_accuracy": ("n_requests_right", "n_requests"),
+    "mapping_accuracy": ("n_mapped_right", "n_mapped"),
     "delay_error_pct": ("n_delay_pct", "n_delay_weight"),
     "culprit_top1": ("n_top1", "fault_windows"),
     "culprit_top3": ("n_top3", "fault_windows"),
@@ -129,7 +131,7 @@ def _cell(r, fig: str) -> str:
 def versus_markdown(table: pd.DataFrame, windows: int, runs: int) -> str:
     """The side-by-side table: a row per diagnoser, figures in % with [interval across runs]."""
     heads = ["diagnoser", "common recall", "common precision", "rare recall", "rare precision",
-             "delay error %", "culprit top-1", "culprit top-3"]
+             "request accuracy", "mapping accuracy", "delay error %", "culprit top-1", "culprit top-3"]
     lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for r in table.to_dict("records"):
         label = r["diagnoser"] if r["family"] == "black-box" else f"NeST {r['diagnoser']}"
@@ -137,7 +139,9 @@ def versus_markdown(table: pd.DataFrame, windows: int, runs: int) -> str:
     note = (f"{runs} run{'s' if runs != 1 else ''}, {windows} fault window{'s' if windows != 1 else ''} with a "
             "tier culprit. Figures in % pooled over the runs, [95% interval across runs: bootstrap over runs "
             "(BCa)] with 2 or more runs. Patterns and delays: the black-box algorithms' inferred paths against "
-            "the requests table (common: at least 1% of requests). Culprit: the tier host first (top-1) or among "
+            "the requests table (common: at least 1% of requests); request accuracy: the requests whose whole "
+            "inferred tree is the true one, mapping accuracy: the caused messages whose inferred cause is "
+            "the true one (convolution links no messages: –). Culprit: the tier host first (top-1) or among "
             "the first three (top-3) in each fault window; the black-box algorithms rank nodes by the rise of "
             "their delay per link, NeST's variants hosts by the rise of their STALLED modules (docs/blackbox.md).")
     return "\n".join(lines) + "\n\n" + note
@@ -172,9 +176,9 @@ def write_versus(per_run: pd.DataFrame, table: pd.DataFrame, out: Path) -> tuple
     """Markdown of the side-by-side table, and compare-blackbox.csv (the pooled table, figures as
     fractions, delay error in %) and compare-blackbox-runs.csv (per run and diagnoser, the numerators
     and denominators) in `out`."""
-    from rundir.layout import fresh
+    from rundir.layout import fresh, output_dir
 
-    out.mkdir(parents=True, exist_ok=True)
+    output_dir(out)
     files = [out / "compare-blackbox.csv", out / "compare-blackbox-runs.csv"]
     table.to_csv(fresh(files[0]), index=False, na_rep="", float_format="%.6g")
     per_run.to_csv(fresh(files[1]), index=False, na_rep="", float_format="%.6g")

@@ -1,13 +1,21 @@
-"""`nestlab paths RUNS | --trace FILE | --jaeger PATH --algorithm nesting|convolution|linking`: black-box
-causal path inference from message traces (docs/blackbox.md).
+"""`nestlab paths RUNS | --trace FILE | --jaeger PATH | --otlp PATH [-a A]... [--export FILE]`: black-box
+causal path inference from message traces (docs/blackbox.md). `-a` is repeatable, takes
+comma-separated names, and `all`.
 
 Prints each trace's dominant path patterns as call trees with their delays (WAP5 figure 9) and
 writes paths.csv (source, algorithm, rank, pattern, count, share, <node>_ms per node) and, where the
 trace carries its truth (Maketrace, a Jaeger export, a run with `requests`), paths-score.csv (source
 and analysis.paths.score.SCORE_COLUMNS: algorithm, pattern_recall, pattern_precision, rare_recall,
-rare_precision, request_recall, count_error_pct, delay_error_ms, delay_error_pct,
-node_delay_error_ms, node_delay_error_pct, culprit_top1, culprit_top3, ...). Warnings about the input
-(damaged rows, unpaired messages) go to stderr.
+rare_precision, request_recall, request_accuracy, mapping_accuracy, count_error_pct, delay_error_ms,
+delay_error_pct, node_delay_error_ms, node_delay_error_pct, culprit_top1, culprit_top3, ...) and
+paths-services.csv (source, algorithm, service, messages, mapping_accuracy: per sending service).
+Warnings about the input (damaged rows, unpaired messages) go to stderr.
+
+What it writes goes through the project's output guards (as `compare` and `dump` write): the output
+directory is refused when it is a symbolic link (a run whose analysis/ links elsewhere), a link
+planted at a file's name is replaced, never followed, and a CSV text cell a spreadsheet would take for
+a formula gets a leading quote (dump's guard). Node names and labels reach the terminal with control
+characters escaped and rich markup shown as written.
 """
 
 from __future__ import annotations
@@ -21,13 +29,15 @@ from pathlib import Path
 import pandas as pd
 from rich.console import Console
 
+from analysis.paths.accuracy import service_mapping
 from analysis.paths.algorithms import ALGORITHMS, algorithm, parse_params
 from analysis.paths.model import Trace
-from analysis.paths.readers import read_faults_file, read_jaeger, read_run, read_trace_file
-from analysis.paths.render import call_tree, paths_frame
+from analysis.paths.readers import read_faults_file, read_jaeger, read_otlp, read_run, read_trace_file
+from analysis.paths.render import call_tree, paths_frame, plain_text, shown_text
 from analysis.paths.score import SCORE_COLUMNS, score
+from nestlab.commands.dump import FORMULA_START, _no_formulas
 from rundir.errors import UserError
-from rundir.layout import RunDir
+from rundir.layout import RunDir, fresh, output_dir
 from rundir.runs import common_root, find_runs, guarded
 
 
@@ -43,11 +53,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace", metavar="FILE", help="a message trace: CSV or Parquet (time, sender, receiver, "
                                                    "optionally kind call/return and a message id)")
     p.add_argument("--jaeger", metavar="PATH", help="a Jaeger JSON export: a file or a directory of them")
+    p.add_argument("--otlp", metavar="PATH", help="an OpenTelemetry OTLP JSON export: a file or a directory of them")
     p.add_argument("--faults", metavar="FILE",
-                   help="fault windows for --trace/--jaeger (CSV: node, start, stop in the trace's seconds): "
+                   help="fault windows for --trace/--jaeger (CSV: node, start, stop in the trace's seconds; "
+                        "for --jaeger the spans' epoch seconds): "
                         "scores the culprit question")
-    p.add_argument("--algorithm", "-a", default="nesting", metavar="A[,B]",
-                   help=f"one or more of {', '.join(ALGORITHMS)} (default nesting)")
+    p.add_argument("--algorithm", "-a", action="append", metavar="A[,B]",
+                   help=f"one or more of {', '.join(ALGORITHMS)}, or all (repeatable, or comma-separated; "
+                        "default nesting)")
     p.add_argument("--param", action="append", metavar="NAME=VALUE",
                    help="an algorithm parameter, named as the seeds name it (repeatable)")
     p.add_argument("--granularity", choices=("host", "process"), default="host",
@@ -62,13 +75,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _traces(args: argparse.Namespace) -> tuple[list[tuple[str, Callable[[], Trace]]], Path]:
-    given = [bool(args.runs), args.trace is not None, args.jaeger is not None]
+    given = [bool(args.runs), args.trace is not None, args.jaeger is not None, args.otlp is not None]
     if sum(given) != 1:
-        raise UserError("name the trace to analyse: RUNS, or --trace FILE, or --jaeger PATH (one of them)")
+        raise UserError("name the trace to analyse: RUNS, or --trace FILE, or --jaeger PATH, or --otlp PATH "
+                        "(one of them)")
     if args.trace is not None:
         return [(args.trace, partial(guarded, args.trace, read_trace_file, args.trace))], Path(args.out or ".")
     if args.jaeger is not None:
         return [(args.jaeger, partial(guarded, args.jaeger, read_jaeger, args.jaeger))], Path(args.out or ".")
+    if args.otlp is not None:
+        return [(args.otlp, partial(guarded, args.otlp, read_otlp, args.otlp))], Path(args.out or ".")
     runs = find_runs(args.runs, args.results)
     out = Path(args.out) if args.out else RunDir(common_root(runs)).analysis
     return [(str(r), partial(guarded, r, read_run, r, args.granularity)) for r in runs], out
@@ -77,9 +93,7 @@ def _traces(args: argparse.Namespace) -> tuple[list[tuple[str, Callable[[], Trac
 def _paths(args: argparse.Namespace) -> int:
     if args.top < 0:
         raise UserError(f"--top {args.top}: give 0 or more")
-    names = [a.strip() for a in args.algorithm.split(",") if a.strip()]
-    if not names:
-        raise UserError("--algorithm: name at least one algorithm")
+    names = algorithm_names(args.algorithm or ["nesting"])
     chosen = []
     for name in names:
         infer, defaults = algorithm(name)
@@ -92,47 +106,79 @@ def _paths(args: argparse.Namespace) -> int:
                             f"(known: {', '.join(sorted(known))})")
     params = {name: parse_params(args.param, defaults, name) for name, _, defaults in chosen}
     sources, out = _traces(args)
+    output_dir(out)          # refused before any work when it is a symbolic link
     windows = read_faults_file(args.faults) if args.faults else None
     if windows is not None and args.runs:
-        raise UserError("--faults goes with --trace or --jaeger (a run's faults come from its faults table)")
+        raise UserError("--faults goes with --trace, --jaeger or --otlp (a run's faults come from its faults "
+                        "table)")
     console = Console(highlight=False, soft_wrap=True)   # long patterns and score lines stay whole
-    path_rows, score_rows = [], []
+    path_rows, score_rows, service_rows = [], [], []
     for label, load in sources:
         trace: Trace = load()
         if windows is not None:
-            trace.faults = windows
+            # a span export's times count from its first whole second; the windows are epoch seconds
+            trace.faults = windows.assign(start=windows["start"] - trace.time_base,
+                                          stop=windows["stop"] - trace.time_base)
         where = f"{label}: " if args.runs else ""     # a file's warnings name the file already
         for w in trace.warnings:
-            print(f"warning: {where}{w}", file=sys.stderr)
+            print(plain_text(f"warning: {where}{w}"), file=sys.stderr)
         for name, infer, _ in chosen:
             run = partial(infer, **params[name])
             # whatever an algorithm did not expect of a damaged trace is one line, not a traceback
             result = guarded(label, run, trace.messages)
             for w in result.warnings:
-                print(f"warning: {where}{name}: {w}", file=sys.stderr)
+                print(plain_text(f"warning: {where}{name}: {w}"), file=sys.stderr)
             _show(console, label, name, result, args.top, len(trace.messages))
             path_rows.append(paths_frame(result, label))
             if trace.truth is not None and not args.no_score:
                 row = guarded(label, score, result, trace, run)
                 score_rows.append({"source": label, **row})
-    out.mkdir(parents=True, exist_ok=True)
+                service_rows.append(service_mapping(result, trace).assign(source=label, algorithm=name))
+    output_dir(out)
     frames = [f for f in path_rows if not f.empty]
     paths = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
         columns=["source", "algorithm", "rank", "pattern", "count", "share"])
-    paths.to_csv(out / "paths.csv", index=False, float_format="%.6g")
+    _csv_safe(paths).to_csv(fresh(out / "paths.csv"), index=False, float_format="%.6g")
     written = [out / "paths.csv"]
     if score_rows:
-        pd.DataFrame(score_rows, columns=["source", *SCORE_COLUMNS]).to_csv(
-            out / "paths-score.csv", index=False, float_format="%.6g")
+        _csv_safe(pd.DataFrame(score_rows, columns=["source", *SCORE_COLUMNS])).to_csv(
+            fresh(out / "paths-score.csv"), index=False, float_format="%.6g")
         written.append(out / "paths-score.csv")
+        services = [f for f in service_rows if not f.empty]
+        if services:
+            frame = pd.concat(services, ignore_index=True)[["source", "algorithm", "service", "messages",
+                                                             "mapping_accuracy"]]
+            _csv_safe(frame).to_csv(fresh(out / "paths-services.csv"), index=False, float_format="%.6g")
+            written.append(out / "paths-services.csv")
         _show_scores(console, score_rows)
-    console.print("wrote " + ", ".join(str(w) for w in written))
+    console.print("wrote " + ", ".join(shown_text(w) for w in written))
     return 0
+
+
+def algorithm_names(given: list[str]) -> list[str]:
+    """The algorithms named by repeated and comma-separated -a values, in order, once each; `all`:
+    every algorithm the lab has."""
+    names: list[str] = []
+    for value in given:
+        for name in (a.strip() for a in value.split(",")):
+            for one in (list(ALGORITHMS) if name == "all" else [name] if name else []):
+                if one not in names:
+                    names.append(one)
+    if not names:
+        raise UserError("--algorithm: name at least one algorithm")
+    return names
+
+
+def _csv_safe(frame: pd.DataFrame) -> pd.DataFrame:
+    """dump's formula guard on the cells and on the header too (paths.csv names a column per node)."""
+    frame = _no_formulas(frame)
+    frame.columns = ["'" + c if isinstance(c, str) and c.startswith(FORMULA_START) else c for c in frame.columns]
+    return frame
 
 
 def _show(console: Console, label: str, name: str, result, top: int, n_messages: int) -> None:
     total = sum(p.count for p in result.patterns)
-    console.print(f"[bold]{label}[/] — {name}: {len(result.patterns)} patterns, {total:,.0f} paths "
+    console.print(f"[bold]{shown_text(label)}[/] — {name}: {len(result.patterns)} patterns, {total:,.0f} paths "
                   f"from {n_messages:,} messages")
     for p in result.patterns[:top]:
         console.print(call_tree(p, total))
@@ -144,7 +190,8 @@ def _show_scores(console: Console, rows: list[dict]) -> None:
 
     for r in rows:
         err = r["delay_error_pct"]
-        console.print(f"score {r['source']} {r['algorithm']}: patterns recall {pct(r['pattern_recall'])} "
+        console.print(f"score {shown_text(r['source'])} {r['algorithm']}: requests {pct(r['request_accuracy'])} "
+                      f"exactly right (mappings {pct(r['mapping_accuracy'])}), patterns recall {pct(r['pattern_recall'])} "
                       f"precision {pct(r['pattern_precision'])} (rare: {pct(r['rare_recall'])}), delay error "
                       f"{'-' if err != err else f'{err:.1f}%'}, culprit top-1 {pct(r['culprit_top1'])} "
                       f"top-3 {pct(r['culprit_top3'])} over {r['fault_windows']} fault windows")
