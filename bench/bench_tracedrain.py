@@ -24,6 +24,7 @@ sys.path.insert(0, str(REPO))
 
 from harness.collector import tracedrain  # noqa: E402
 from rundir.db import create_db  # noqa: E402
+from rundir.layout import RunDir  # noqa: E402
 from rundir.messages import MessageWriter  # noqa: E402
 from tests.support.rings import event, write_ring  # noqa: E402
 
@@ -71,10 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ring of {a.events:,} events (capacity {cap:,}), each to a distinct far end: "
               f"written in {time.perf_counter() - t0:.1f} s")
         bounded = tracedrain.NAMES_MAX
-        now = one(ring_dir, work / "run.db", bounded, memory=True)
-        was = one(ring_dir, work / "run.db", None, memory=True)
-        now["s"] = one(ring_dir, work / "run.db", bounded, memory=False)["s"]
-        was["s"] = one(ring_dir, work / "run.db", None, memory=False)["s"]
+        now = one(ring_dir, RunDir(work).db, bounded, memory=True)
+        was = one(ring_dir, RunDir(work).db, None, memory=True)
+        now["s"] = one(ring_dir, RunDir(work).db, bounded, memory=False)["s"]
+        was["s"] = one(ring_dir, RunDir(work).db, None, memory=False)["s"]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"{'cache':>22} {'entries':>10} {'kept MiB':>9} {'peak MiB':>9} {'drain s':>8} {'events/s':>10}")

@@ -22,6 +22,7 @@ if str(REPO) not in sys.path:
 from harness.interceptor import ring as R  # noqa: E402
 from harness.interceptor.shm import HEADER_SIZE  # noqa: E402
 from rundir.db import create_db  # noqa: E402
+from rundir.layout import RunDir  # noqa: E402
 from tests.support.rings import event, header, write_ring  # noqa: E402
 
 SURFACE_CASES: list[tuple] = []
@@ -41,12 +42,12 @@ def case(what: str, expect: str, *words: str, program: str = "nestlab", check=No
 def drain(where: Path) -> tuple[list[str], tuple[Path, ...]]:
     """The drainer's one last drain of where/shm into where/run.db: it may write only there."""
     (where / "shm").mkdir(exist_ok=True)
-    create_db(where / "run.db").close()
-    return ["--db", str(where / "run.db"), "--dir", f"h={where / 'shm'}", "--once"], (where,)
+    create_db(RunDir(where).db).close()
+    return ["--db", str(RunDir(where).db), "--dir", f"h={where / 'shm'}", "--once"], (where,)
 
 
 def rows(where: Path, sql: str) -> list[tuple]:
-    conn = sqlite3.connect(where / "run.db")
+    conn = sqlite3.connect(RunDir(where).db)
     try:
         return conn.execute(sql).fetchall()
     finally:
