@@ -488,6 +488,7 @@ int defer_close(int fd, int how) {
             ENSURE(epoll_ctl);
             if (real_epoll_ctl)
                 epoll_forget(fd);
+            fcntl(fd, F_SETFD, FD_CLOEXEC);   /* closed for the program: an exec must not inherit it */
             p->close_after = 1;
             r = 1;
         } else if (how == SHUT_WR || how == SHUT_RDWR) {
