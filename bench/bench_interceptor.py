@@ -24,7 +24,8 @@ the per-round differences (active - baseline), with their interquartile range. T
 --instructions: user-space instructions per call counted by callgrind (valgrind), which no other load
 moves, for bench/trace_calls.c's pairs (two calls an iteration: eagain, poll, write/read, ...) under the
 library counting; --before OLD.so adds the same count for an earlier build of the library (a copy
-kept before a change), so that a change's cost is measured in one run: "now - before" per call.
+kept before a change), so that a change's cost is measured in one run: "now - before" per call, and
+times it beside the others (variant "before", counting like "active").
 """
 
 from __future__ import annotations
@@ -133,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         }
         if a.instructions or a.before:
             instruction_table(tmp, envs, a.before)
+        if a.before is not None:               # timed beside the others, as a fourth variant
+            envs["before"] = {**envs["active"], "LD_PRELOAD": str(a.before)}
         if a.no_timing:
             return 0
         cpus = (0, 1) if (os.cpu_count() or 1) >= 2 else (0, 0)
@@ -144,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             res: dict[str, list[float]] = {k: [] for k in envs}
             order = list(envs)
             for i in range(a.rounds):
-                for name in order[i % 3:] + order[:i % 3]:      # rotate, so no variant always runs first
+                for name in order[i % len(order):] + order[:i % len(order)]:   # rotate: none always first
                     res[name].append(run(probe, a.calls, kind, envs[name], cpus))
             print(f"\n{kind}: {LABELS[kind]}")
             print("  ns per call    median     min     max")
@@ -152,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                 v = res[name]
                 print(f"  {name:10s} {statistics.median(v):9.1f} {min(v):7.1f} {max(v):7.1f}"
                       f"   ({1e3 / statistics.median(v):.2f} M calls/s, best {1e3 / min(v):.2f})")
-            for name in ("inert", "active"):
+            for name in [x for x in ("inert", "active", "before") if x in envs]:
                 diffs = [x - b for x, b in zip(res[name], res["baseline"], strict=True)]
                 lo, hi = quartiles(diffs)
                 med = statistics.median(diffs)

@@ -15,7 +15,7 @@
  * numbers; valid buffers, NULL, (void *)16, (void *)-1, a PROT_NONE page, a read-only page, a buffer
  * ending at a PROT_NONE page; lengths 0, small, SIZE_MAX, SSIZE_MAX, SSIZE_MAX+1, 2^40; iovec and
  * mmsghdr arrays with wrapping lengths, bad bases, counts -1, 0, IOV_MAX, IOV_MAX+1; random flags.
- * A SIGALRM 30 ms into the call (no SA_RESTART; its handler sends a byte on a socketpair, as
+ * A SIGALRM 100 ms into the call (no SA_RESTART; its handler sends a byte on a socketpair, as
  * libevent's does) turns a call that would block into EINTR, the same with and without the library;
  * the parent kills a case that is not done within 5 s (a hang). A line per case:
  *
@@ -373,12 +373,12 @@ static long c_poll(void) {
     }
     unsigned k = pick(4);
     say(" n=%u%s", n, k == 0 ? " fds=16" : "");
-    static const int tmo[] = {0, 10, -1};
+    static const int tmo[] = {0, 1, -1};   /* 1 ms: far from the guard's 100 ms on a loaded machine */
     int t = tmo[pick(3)];
     say(" t=%d", t);
     if (pick(2))
         return poll(k == 0 ? (struct pollfd *)16 : p, n, t);
-    struct timespec ts = {0, t > 0 ? 10000000 : 0};
+    struct timespec ts = {0, t > 0 ? 1000000 : 0};
     return ppoll(k == 0 ? (struct pollfd *)16 : p, n, t < 0 ? NULL : &ts, NULL);
 }
 
@@ -393,7 +393,7 @@ static long c_select(void) {
     }
     static const int nfds[] = {0, 64, FD_SETSIZE, -1};
     int n = nfds[pick(4)];
-    struct timeval tv = {0, pick(2) ? 0 : 10000};
+    struct timeval tv = {0, pick(2) ? 0 : 1000};
     say(" nfds=%d t=%ld", n, (long)tv.tv_usec);
     return select(n, &r, &w, NULL, &tv);
 }
@@ -405,7 +405,7 @@ static long c_epoll_wait(void) {
     int m = mx[pick(4)];
     unsigned k = pick(4);
     say(" max=%d%s", m, k == 0 ? " ev=16" : "");
-    return epoll_wait(ep, k == 0 ? (struct epoll_event *)16 : ev, m, pick(2) ? 0 : 10);
+    return epoll_wait(ep, k == 0 ? (struct epoll_event *)16 : ev, m, pick(2) ? 0 : 1);
 }
 
 static long c_epoll_ctl(void) {
@@ -547,7 +547,7 @@ static void one_case(uint64_t seed, long n, int defer) {
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_alarm;   /* no SA_RESTART: a call that would block returns EINTR */
     sigaction(SIGALRM, &sa, NULL);
-    struct itimerval it = {{0, 0}, {0, 30000}};
+    struct itimerval it = {{0, 0}, {0, 100000}};
     setitimer(ITIMER_REAL, &it, NULL);
     errno = 0;
     long r = calls[which].fn();

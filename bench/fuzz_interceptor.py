@@ -1,6 +1,7 @@
 """Differential fuzz of the interceptor's wrapped calls (issue 40, deliver 2: the library is never why a
 program dies): the same cases run without the library, under it counting, and under it with the delay
-fault's deferral armed must give the same return values and errno, with no crash and no hang.
+fault's deferral armed and message tracing on must give the same return values and errno, with no crash
+and no hang.
 
     .venv/bin/python bench/fuzz_interceptor.py [--cases 3000] [--seed 1] [--show 20]
 
@@ -46,6 +47,8 @@ def run_mode(exe: Path, mode: str, seed: int, first: int, count: int) -> dict[in
     shm = create_shm_dir("nestlab-fuzz-") if mode != "baseline" else None
     try:
         env = clean if shm is None else {**preload_env(shm, env=clean), "NESTLAB_MAX_FDS": "64"}
+        if mode == "deferral":   # and message tracing on: every part of the library at work
+            env["NESTLAB_TRACE_EVENTS"] = "1024"
         args = [str(exe), str(seed), str(first), str(count)] + (["defer"] if mode == "deferral" else [])
         r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60 + 6 * count)
         if r.returncode != 0:

@@ -119,3 +119,9 @@ def test_a_fork_child_closes_the_sockets_closed_behind_a_queued_reply(exe, shm):
     got = run(exe, ["forkclose"], lib_env(shm))
     assert got["reply"] == "REPLY"
     assert 0 <= got["eof_ms"] < 1500, got     # the child (alive 3 s) does not hold the socket open
+
+
+@pytest.mark.timeout(60)
+def test_an_exec_does_not_inherit_a_socket_closed_behind_a_queued_reply(exe, shm):
+    got = run(exe, ["execclose"], lib_env(shm))   # the server execs `sleep 3` with the close pending
+    assert 0 <= got["eof_ms"] < 2000, got

@@ -3,33 +3,36 @@
  * (tracked), the application fault's gate (pause_gate), the call timed and counted under its
  * direction's seqlock (call_begin, call_end), its restart when our pause/resume signal interrupted it
  * (RESTART, SOCK_RESTART). COUNT puts them together, after the prologue every wrapper starts with
- * (REAL, internal.h), for the receive and send wrappers (io.c); waits.c does the same for waits.
+ * (REAL, reals.h), for the receive and send wrappers (io.c); waits.c does the same for waits.
  *
- * It is all static inline, in each file that wraps calls, so the compiler inlines as much of it as
- * when the library was one file: no function call and no branch were added to the hot path by the
- * split. The rare paths (first sight of an fd, a busy seqlock, a paused process, a call interrupted by
- * our signal, call ends waiting to be applied) are calls into slots.c, seqlock.c, pause.c and call.c.
+ * It puts the core and the parts together: the slot (slots.h), the seqlocks (seqlock.h), ends applied
+ * late (late.h), the pause gate (pause.h), the message ring (trace.h), the delay fault (defer.h). It
+ * is all static inline, in each file that wraps calls (io.c, waits.c), so the compiler inlines as much
+ * of it as when the library was one file: no function call and no branch were added to the hot path
+ * by the split. The rare paths (first sight of an fd, a busy seqlock, a paused process, a call
+ * interrupted by our signal, call ends waiting to be applied) are calls into those files and call.c.
  */
 #ifndef NEST_CALL_H
 #define NEST_CALL_H
 
 #include "internal.h"
 
-/* The slot of fd if fd is a socket we count, else NULL. The hot path. */
-static inline struct nest_slot *tracked(int fd) {
-    if (UNLIKELY(!g_on) || (unsigned)fd >= g_nslots)
-        return NULL;
-    uint32_t k = __atomic_load_n(&g_kind[fd], __ATOMIC_ACQUIRE);
-    if (LIKELY(k == K_SOCK))
-        return &g_slots[fd];
-    return tracked_slow(fd, k);
-}
+#include "defer.h"
+#include "late.h"
+#include "pause.h"
+#include "reals.h"
+#include "seqlock.h"
+#include "shm.h"
+#include "slots.h"
+#include "trace.h"
 
-/* The application fault (thesis 3.5.1): before and after the real call, park while paused (pause.c). */
-static inline void pause_gate(void) {
-    if (UNLIKELY(__atomic_load_n(&g_paused, RELAXED)))
-        pause_wait();
-}
+#pragma GCC visibility push(hidden)
+
+/* call.c: restarting what our pause/resume signal interrupted */
+int sock_wait_left(int fd, int dir, uint64_t *t0);
+int ms_left(int timeout, uint64_t t0);
+void ts_left(const struct timespec *full, uint64_t t0, struct timespec *out);
+int poll_r(struct pollfd *fds, nfds_t n, int timeout);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Call accounting                                                                            */
@@ -40,35 +43,6 @@ struct nest_call {
     uint64_t gen, t0;
     int ok;
 };
-
-static inline int is_error(int e) {
-    return !(e == EAGAIN || e == EWOULDBLOCK || e == EINTR || e == EINPROGRESS || e == EALREADY ||
-             e == EISCONN);
-}
-
-/* The end of a call or wait: it is no longer in progress; a call is a message or an error. */
-static inline void end_apply(struct nest_slot *s, struct nest_dir *d, uint64_t gen, uint64_t t0,
-                             uint64_t t1, long r, int e, int is_call) {
-    if (LIKELY(s->gen == gen && s->state == NEST_OPEN)) {
-        d->pend_n--;
-        d->pend_sum -= t0;
-        d->wait_ns += t1 - t0;
-        if (is_call) {
-            if (r >= 0) {
-                d->msgs++;
-                d->bytes += (uint64_t)r;
-            } else if (is_error(e)) {
-                d->errors++;
-            }
-            d->last_ns = t1;
-        }
-    }
-}
-
-static inline void defer_poll(void) {
-    if (UNLIKELY(__atomic_load_n(&g_defer_n, RELAXED)))
-        defer_flush();
-}
 
 static inline void call_begin(struct nest_call *c, struct nest_slot *s, int dir) {
     pause_gate();
@@ -100,7 +74,7 @@ static inline __attribute__((always_inline)) void call_finish(struct nest_call *
         end_apply(c->s, d, c->gen, c->t0, t1, r, e, is_call);
         seq_unlock(&d->seq, q);
     } else {
-        defer_end(c->s, d, c->gen, c->t0, t1, r, e, is_call);
+        late_end(c->s, d, c->gen, c->t0, t1, r, e, is_call);
     }
     c->ok = 0;
 }
@@ -109,40 +83,8 @@ static inline __attribute__((always_inline)) void call_finish(struct nest_call *
 static inline void call_end(struct nest_call *c, long r, int e) {
     if (LIKELY(c->ok))
         call_finish(c, now_ns(), r, e, 1);
-    defer_poll();
+    late_poll();
     pause_gate();
-}
-
-/* Message tracing (nestintercept.h): a completed call as an event in the ring, stamped `t` (its end),
- * or dropped and counted when the ring is full. No lock: a compare-and-swap reserves the place. */
-static inline __attribute__((always_inline)) void trace_put_tid(struct nest_ring *g, struct nest_slot *s, int fd,
-                                                                int call, long r, uint64_t t, uint32_t tid) {
-    if (UNLIKELY(!(s->flags & (NEST_SF_PEER | NEST_SF_TRACE_EP))))
-        trace_endpoints(s, fd);
-    uint64_t h = __atomic_load_n(&g->head, RELAXED);
-    do {
-        if (UNLIKELY(h - __atomic_load_n(&g->tail, __ATOMIC_ACQUIRE) > g_trace_mask)) {
-            __atomic_fetch_add(&g->drops, 1, RELAXED);
-            return;
-        }
-    } while (UNLIKELY(!__atomic_compare_exchange_n(&g->head, &h, h + 1, 1, RELAXED, RELAXED)));
-    struct nest_event *ev = &g_events[h & g_trace_mask];
-    ev->tid = tid;
-    ev->mono_ns = t;
-    ev->fd = fd;
-    ev->bytes = (uint32_t)r;
-    ev->call = (uint8_t)call;
-    ev->family = (uint8_t)s->family;
-    ev->lport = s->lport;
-    ev->rport = s->rport;
-    memcpy(ev->laddr, s->laddr, 16);
-    memcpy(ev->raddr, s->raddr, 16);
-    __atomic_store_n(&ev->stamp, (uint32_t)(h + 1), __ATOMIC_RELEASE);
-}
-
-static inline __attribute__((always_inline)) void trace_put(struct nest_ring *g, struct nest_slot *s, int fd,
-                                                            int call, long r, uint64_t t) {
-    trace_put_tid(g, s, fd, call, r, t, my_tid());
 }
 
 /* call_end of a counted receive or send (COUNT): the call also goes into the message ring when
@@ -155,57 +97,12 @@ static inline __attribute__((always_inline)) void call_end_io(struct nest_call *
         t1 = now_ns();
         call_finish(c, t1, r, e, 1);
     }
-    defer_poll();
-    struct nest_ring *g = g_ring;
+    late_poll();
+    struct nest_ring *g = g_trace.ring;
     if (g && r >= 0 && call)
         trace_put(g, c->s, fd, call, r, call >= NEST_C_WRITE ? c->t0 : t1 ? t1 : now_ns());
     pause_gate();
 }
-
-/* A send on s starts a reply: an accepted socket whose last completed call is a receive. */
-static inline int reply_starts(struct nest_slot *s) {
-    return (s->flags & NEST_SF_ACCEPTED) &&
-           __atomic_load_n(&s->dir[NEST_IN].last_ns, RELAXED) >= __atomic_load_n(&s->dir[NEST_OUT].last_ns, RELAXED);
-}
-
-/* The delay fault (header.reply_delay_ns, set by the injector), NEST_DELAY_HOLD: a send that starts
- * a reply is held before it is made, as if the process took that much longer to answer; the rest of
- * the reply's sends go at once. (NEST_DELAY_DEFER: defer.c, before the call, defer_armed.) */
-static inline void reply_gate(struct nest_slot *s) {
-    uint64_t d = __atomic_load_n(&g_hdr->reply_delay_ns, RELAXED);
-    if (UNLIKELY(d) && __atomic_load_n(&g_hdr->reply_delay_mode, RELAXED) == NEST_DELAY_HOLD && reply_starts(s))
-        reply_hold(d);
-}
-
-/* A send wrapper asks defer.c first when a deferral may concern it: the fault is armed in defer mode,
- * or some socket has data queued (its later sends must queue behind it). Off: a load or two. */
-static inline int defer_armed(void) {
-    if (UNLIKELY(__atomic_load_n(&g_pend_n, RELAXED)))
-        return 1;
-    struct nest_header *h = g_hdr;
-    return h && g_on && UNLIKELY(__atomic_load_n(&h->reply_delay_mode, RELAXED) == NEST_DELAY_DEFER) &&
-           __atomic_load_n(&h->reply_delay_ns, RELAXED);
-}
-
-/* What a deferral made of a send (defer_send, defer_sendmsg, defer_sendfile: `expr`): its bytes
- * queued, their count returned to the program; -2: it would have to wait behind the socket's queue and
- * must not (non-blocking): EAGAIN; -1: on to the real call. */
-#define DEFERRED(expr) \
-    do { \
-        if (UNLIKELY(defer_armed())) { \
-            long d_ = (expr); \
-            if (d_ >= 0) \
-                return d_; \
-            if (d_ == -2) { \
-                errno = EAGAIN; \
-                return -1; \
-            } \
-        } \
-    } while (0)
-
-/* In a send wrapper, before its COUNTED: the call's bytes (iov, cnt) queued by defer.c. `can`: the
- * call may be copied; flags: the call's (MSG_DONTWAIT: it must not wait). */
-#define DEFERRABLE(fd, iov, cnt, can, code, flags) DEFERRED(defer_send((fd), (iov), (cnt), (can), (code), (flags)))
 
 /* Runs when a thread is cancelled inside the real call (forced unwind, -fexceptions). */
 static inline void call_cleanup(struct nest_call *c) {
@@ -242,7 +139,7 @@ static inline int ours_since(uint32_t *k) {
 /* The waits SA_RESTART does not restart are restarted for what is left of their timeout (waits.c,
  * sleeps.c): their start time, when a retry may need it. */
 static inline uint64_t retry_clock(int timed) {
-    return timed && g_sig_on ? now_ns() : 0;
+    return timed && g_pause.on ? now_ns() : 0;
 }
 
 /* r = expr, where expr waits with the timeout `cur`, restarted when our signal interrupted it with
@@ -306,5 +203,7 @@ static inline uint64_t retry_clock(int timed) {
         COUNT(name, rtype, dir, fd, r_, expr, (long)r_); \
         return r_; \
     } while (0)
+
+#pragma GCC visibility pop
 
 #endif

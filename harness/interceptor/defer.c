@@ -2,7 +2,7 @@
  * defer.c - the delay fault at an event loop (header.reply_delay_mode NEST_DELAY_DEFER; nginx and
  * memcached, where one thread answers many connections and the hold of call.c would stop them all).
  *
- * A send that starts a reply (reply_starts, call.h: an accepted socket whose last completed call is a
+ * A send that starts a reply (reply_starts, slots.h: an accepted socket whose last completed call is a
  * receive), and every send after it on that socket while anything is queued there, is copied into the
  * socket's queue and reported to the program as sent; the library's own thread (one per process,
  * started at the first deferral, again in a fork child) writes each chunk `reply_delay_ns` after the
@@ -31,7 +31,14 @@
  * _exit()) with replies queued waits for them, at most until the last one is due and 1 s more; killed,
  * it loses them, as if it crashed.
  */
-#include "call.h"
+#include "defer.h"
+
+#include "env.h"
+#include "late.h"
+#include "reals.h"
+#include "seqlock.h"
+#include "trace.h"
+#include "usermem.h"
 
 #include <sys/eventfd.h>
 
@@ -48,14 +55,14 @@ struct pend {
     struct chunk *head, *tail;
     uint64_t bytes;                  /* queued on this fd */
     uint8_t close_after, shut_after;
-    uint8_t counted;                 /* in g_pend_n */
+    uint8_t counted;                 /* in g_defer.pend_n */
 };
 
 #define NB_MIN_ROOM (64u << 10)      /* a non-blocking socket may queue at least this much */
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_drained = PTHREAD_COND_INITIALIZER;
-static struct pend *g_pend;          /* per fd, g_nslots entries, made at the first deferral */
+static struct pend *g_pend;          /* per fd, g_core.nslots entries, made at the first deferral */
 static struct pollfd *g_pfd;         /* the thread's poll set: the wake-up fd, then full sockets */
 static int g_wake = -1;              /* eventfd: a socket got its first chunk */
 static int g_thread_on;
@@ -63,12 +70,30 @@ static uint32_t g_hi;                /* fds below this may have a queue */
 static uint64_t g_bytes;
 static TLS int t_inside;             /* this thread holds or waits for g_mu: a signal handler's send
                                         must not wait for it (it would wait for itself) */
-uint64_t g_defer_cap = 64ull << 20;  /* init.c: NESTLAB_DEFER_MAX_BYTES */
-uint32_t g_pend_n;                   /* sockets with data queued or a close waiting (read on every send) */
+struct nest_defer_state g_defer = {.cap = 64ull << 20};
+
+void defer_configure(const char *v) {   /* NESTLAB_DEFER_MAX_BYTES (unset: 64 MiB) */
+    if (v && *v)
+        g_defer.cap = strtoull(v, NULL, 10);
+}
+
+/* The delay fault's hold (reply_gate, defer.h): `ns` from now, whatever signal comes meanwhile. */
+void reply_hold(uint64_t ns) {
+    int saved = errno;
+    struct timespec ts;
+    uint64_t until = now_ns() + ns;
+    ts.tv_sec = (time_t)(until / 1000000000ull);
+    ts.tv_nsec = (long)(until % 1000000000ull);
+    while (syscall(SYS_clock_nanosleep, CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) != 0 && errno == EINTR)
+        ;
+    HCOUNT(replies_delayed);
+    errno = saved;
+}
+
 
 static int active(const struct pend *p) { return p->head || p->close_after || p->shut_after; }
 
-/* Under g_mu, after any change to p: g_pend_n counts the fds with something queued or waiting (a send
+/* Under g_mu, after any change to p: g_defer.pend_n counts the fds with something queued or waiting (a send
  * wrapper reads it on every call); 1 when p has just become active. */
 static int update(struct pend *p) {
     int a = active(p);
@@ -76,10 +101,10 @@ static int update(struct pend *p) {
         return 0;
     p->counted = (uint8_t)a;
     if (a) {
-        __atomic_fetch_add(&g_pend_n, 1, RELAXED);
+        __atomic_fetch_add(&g_defer.pend_n, 1, RELAXED);
         return 1;
     }
-    __atomic_fetch_sub(&g_pend_n, 1, RELAXED);
+    __atomic_fetch_sub(&g_defer.pend_n, 1, RELAXED);
     pthread_cond_broadcast(&g_drained);
     return 0;
 }
@@ -98,7 +123,7 @@ static void unlock(void) {
  * when its last write was called (the peer may have its bytes, and answer, before that write returns;
  * a later stamp would make the next request look older than this reply: reply_starts). */
 static void account(int fd, const struct chunk *c, long r, int e, uint64_t t) {
-    struct nest_slot *s = &g_slots[fd];
+    struct nest_slot *s = &g_core.slots[fd];
     struct nest_dir *d = &s->dir[NEST_OUT];
     uint64_t q = seq_lock(&d->seq);
     if (!q) {
@@ -116,14 +141,14 @@ static void account(int fd, const struct chunk *c, long r, int e, uint64_t t) {
         d->last_ns = t;
     }
     seq_unlock(&d->seq, q);
-    struct nest_ring *g = g_ring;
+    struct nest_ring *g = g_trace.ring;
     if (mine && g && r >= 0 && c->call)
         trace_put_tid(g, s, fd, c->call, r, t, c->tid);
 }
 
 /* fd is still the socket the chunk was queued for: same slot generation, open, same inode. */
 static int same_socket(int fd, uint64_t gen, uint64_t ino) {
-    struct nest_slot *s = &g_slots[fd];
+    struct nest_slot *s = &g_core.slots[fd];
     if (__atomic_load_n(&s->gen, RELAXED) != gen || __atomic_load_n(&s->state, RELAXED) != NEST_OPEN)
         return 0;
     struct stat st;
@@ -139,7 +164,7 @@ static void pop(struct pend *p) {
         p->tail = NULL;
     g_bytes -= c->len;
     p->bytes -= c->len;
-    __atomic_store_n(&g_hdr->deferred_bytes, g_bytes, RELAXED);
+    __atomic_store_n(&g_core.hdr->deferred_bytes, g_bytes, RELAXED);
     free(c);
 }
 
@@ -242,9 +267,9 @@ static int ready(void) {
     if (!real_send || !real_ppoll || !real_read || !real_close)
         return 0;
     if (!g_pend)
-        g_pend = calloc(g_nslots, sizeof *g_pend);
+        g_pend = calloc(g_core.nslots, sizeof *g_pend);
     if (!g_pfd)
-        g_pfd = calloc((size_t)g_nslots + 1, sizeof *g_pfd);
+        g_pfd = calloc((size_t)g_core.nslots + 1, sizeof *g_pfd);
     if (g_wake < 0)
         g_wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (!g_pend || !g_pfd || g_wake < 0)
@@ -277,8 +302,8 @@ static void wait_drained(int fd) {
  * NOT_DEFERRED / WOULD_BLOCK. `can`: the call may be copied; `nb`: it must not wait. */
 static long decide(int fd, struct nest_slot *s, size_t len, int can, int nb, size_t *take, uint64_t *due) {
     struct pend *p = &g_pend[fd];
-    uint64_t d = __atomic_load_n(&g_hdr->reply_delay_ns, RELAXED);
-    int defer = d && __atomic_load_n(&g_hdr->reply_delay_mode, RELAXED) == NEST_DELAY_DEFER;
+    uint64_t d = __atomic_load_n(&g_core.hdr->reply_delay_ns, RELAXED);
+    int defer = d && __atomic_load_n(&g_core.hdr->reply_delay_mode, RELAXED) == NEST_DELAY_DEFER;
     size_t n = len;
     if (nb && can) {                   /* at most a socket buffer's worth queued, as the kernel would take */
         int sb = 0;
@@ -293,12 +318,12 @@ static long decide(int fd, struct nest_slot *s, size_t len, int can, int nb, siz
     if (!p->head) {
         if (!defer || !reply_starts(s))
             return NOT_DEFERRED;
-        if (!can || g_bytes + n > g_defer_cap) {
+        if (!can || g_bytes + n > g_defer.cap) {
             HCOUNT(replies_undeferred);
             return NOT_DEFERRED;
         }
         HCOUNT(replies_delayed);
-    } else if (!can || g_bytes + n > g_defer_cap) {
+    } else if (!can || g_bytes + n > g_defer.cap) {
         HCOUNT(replies_undeferred);
         if (nb)
             return WOULD_BLOCK;
@@ -322,7 +347,7 @@ static void enqueue(int fd, struct nest_slot *s, struct chunk *c, int call, uint
     c->off = 0;
     g_bytes += c->len;
     p->bytes += c->len;
-    __atomic_store_n(&g_hdr->deferred_bytes, g_bytes, RELAXED);
+    __atomic_store_n(&g_core.hdr->deferred_bytes, g_bytes, RELAXED);
     if (p->tail)
         p->tail->next = c;
     else
@@ -344,12 +369,12 @@ static int nonblocking(int fd, int flags) {
     return fl >= 0 && (fl & O_NONBLOCK);
 }
 
-/* The send wrappers (io.c) while a deferral is armed (defer_armed, call.h): the call's bytes queued
+/* The send wrappers (io.c) while a deferral is armed (defer_armed, defer.h): the call's bytes queued
  * and their count returned; NOT_DEFERRED: the caller makes the call; WOULD_BLOCK: the caller returns
  * -1 with EAGAIN. errno is kept. */
 long defer_send(int fd, const struct iovec *iov, long cnt, int can, int call, int flags) {
     struct nest_slot *s = tracked(fd);
-    if (!s || !g_hdr || t_inside)
+    if (!s || !g_core.hdr || t_inside)
         return NOT_DEFERRED;
     int saved = errno;
     struct iovec local[8], *v = NULL;
@@ -366,7 +391,7 @@ long defer_send(int fd, const struct iovec *iov, long cnt, int can, int call, in
     uint64_t due;
     lock();
     if (!ready()) {
-        if (__atomic_load_n(&g_hdr->reply_delay_mode, RELAXED) == NEST_DELAY_DEFER)
+        if (__atomic_load_n(&g_core.hdr->reply_delay_mode, RELAXED) == NEST_DELAY_DEFER)
             HCOUNT(replies_undeferred);
     } else if ((r = decide(fd, s, len, can, nb, &take, &due)) == 0) {
         struct chunk *c = malloc(sizeof *c + take);
@@ -404,7 +429,7 @@ long defer_sendmsg(int fd, const struct msghdr *m, int flags, int call) {
  * queued like a send. NOT_DEFERRED or WOULD_BLOCK as defer_send. */
 long defer_sendfile(int out, int in, off64_t *off, size_t n, int call) {
     struct nest_slot *s = tracked(out);
-    if (!s || !g_hdr || t_inside)
+    if (!s || !g_core.hdr || t_inside)
         return NOT_DEFERRED;
     int saved = errno;
     off64_t at = 0;
@@ -444,15 +469,15 @@ long defer_sendfile(int out, int in, off64_t *off, size_t n, int call) {
 /* A deferred close takes fd out of every epoll set of the program now, as the close would (the
  * socket stays open until its queue is written; its events must not reach the program). */
 static void epoll_forget(int fd) {
-    for (uint32_t e = 0; e < g_nslots; e++)
-        if (KIND(__atomic_load_n(&g_kind[e], RELAXED)) == K_EPOLL)
+    for (uint32_t e = 0; e < g_core.nslots; e++)
+        if (KIND(__atomic_load_n(&g_fds.kind[e], RELAXED)) == K_EPOLL)
             real_epoll_ctl((int)e, EPOLL_CTL_DEL, fd, NULL);
 }
 
 /* close() (how < 0) or shutdown(how) of fd with data queued: done by the thread once it is sent;
  * 1 when so (the caller returns 0), 0 when the caller makes the call itself. */
 int defer_close(int fd, int how) {
-    if ((unsigned)fd >= g_nslots || !same_process() || t_inside)
+    if ((unsigned)fd >= g_core.nslots || !same_process() || t_inside)
         return 0;
     int r = 0;
     lock();
@@ -463,6 +488,7 @@ int defer_close(int fd, int how) {
             ENSURE(epoll_ctl);
             if (real_epoll_ctl)
                 epoll_forget(fd);
+            fcntl(fd, F_SETFD, FD_CLOEXEC);   /* closed for the program: an exec must not inherit it */
             p->close_after = 1;
             r = 1;
         } else if (how == SHUT_WR || how == SHUT_RDWR) {
@@ -482,7 +508,7 @@ int defer_close(int fd, int how) {
  * the last is due and 1 s more; what is left is dropped. A close or shutdown that was waiting for them
  * is done (close: by the caller's call, which closes the fd anyway). */
 void defer_settle(unsigned lo, unsigned hi) {
-    if (!__atomic_load_n(&g_pend_n, RELAXED) || !g_pend || t_inside || !same_process())
+    if (!__atomic_load_n(&g_defer.pend_n, RELAXED) || !g_pend || t_inside || !same_process())
         return;
     int saved = errno;
     lock();
@@ -527,7 +553,7 @@ void defer_after_fork(void) {
     for (uint32_t fd = 0; g_pend && fd < g_hi; fd++) {
         if (!g_pend[fd].close_after || !real_close)
             continue;
-        if (g_slots && fd < g_nslots) {
+        if (g_core.slots && fd < g_core.nslots) {
             forget_begin((int)fd);
             real_close((int)fd);
             forget_end((int)fd);
@@ -541,13 +567,13 @@ void defer_after_fork(void) {
     g_thread_on = 0;
     g_hi = 0;
     g_bytes = 0;
-    g_pend_n = 0;
+    g_defer.pend_n = 0;
     t_inside = 0;
 }
 
 /* The destructor (init.c): the replies still queued are sent before the process goes, within reason. */
 void defer_drain_at_exit(void) {
-    if (!__atomic_load_n(&g_pend_n, RELAXED) || !g_thread_on || !same_process() || t_inside)
+    if (!__atomic_load_n(&g_defer.pend_n, RELAXED) || !g_thread_on || !same_process() || t_inside)
         return;
     defer_settle(0, UINT_MAX);
 }

@@ -3,11 +3,12 @@
  * fd number is classified again when it is handed out anew, and a socket's slot is closed with it.
  */
 #include "call.h"
+#include "env.h"
 
 EXPORT int socket(int domain, int type, int proto) {
     REAL(socket, int);
     int r = real_socket(domain, type, proto);
-    if (r >= 0 && g_on) {
+    if (r >= 0 && g_core.on) {
         int e = errno;
         adopt_socket(r, 0);
         errno = e;
@@ -18,7 +19,7 @@ EXPORT int socket(int domain, int type, int proto) {
 EXPORT int socketpair(int domain, int type, int proto, int sv[2]) {
     REAL(socketpair, int);
     int r = real_socketpair(domain, type, proto, sv);
-    if (r == 0 && g_on) {
+    if (r == 0 && g_core.on) {
         int e = errno;
         adopt_socket(sv[0], 0);
         adopt_socket(sv[1], 0);
@@ -31,7 +32,7 @@ EXPORT int accept(int fd, __SOCKADDR_ARG addr, socklen_t *alen) {
     REAL(accept, int);
     int r;
     SOCK_RESTART(r, real_accept(fd, SA_PTR(addr), alen), fd, NEST_IN, 0);
-    if (r >= 0 && g_on) {
+    if (r >= 0 && g_core.on) {
         int e = errno;
         adopt_socket(r, NEST_SF_ACCEPTED);
         errno = e;
@@ -43,7 +44,7 @@ EXPORT int accept4(int fd, __SOCKADDR_ARG addr, socklen_t *alen, int flags) {
     REAL(accept4, int);
     int r;
     SOCK_RESTART(r, real_accept4(fd, SA_PTR(addr), alen, flags), fd, NEST_IN, 0);
-    if (r >= 0 && g_on) {
+    if (r >= 0 && g_core.on) {
         int e = errno;
         adopt_socket(r, NEST_SF_ACCEPTED);
         errno = e;
@@ -81,12 +82,12 @@ EXPORT int listen(int fd, int backlog) {
 
 EXPORT int close(int fd) {
     REAL(close, int);
-    if (!g_on || (unsigned)fd >= g_nslots)
+    if (!g_core.on || (unsigned)fd >= g_core.nslots)
         return real_close(fd);
-    uint32_t k = __atomic_load_n(&g_kind[fd], RELAXED);
+    uint32_t k = __atomic_load_n(&g_fds.kind[fd], RELAXED);
     if ((k == K_SOCK || k == K_EPOLL) && !same_process())
         return real_close(fd);   /* a vfork child: its fd table is not ours */
-    if (UNLIKELY(__atomic_load_n(&g_pend_n, RELAXED)) && defer_close(fd, -1))
+    if (UNLIKELY(__atomic_load_n(&g_defer.pend_n, RELAXED)) && defer_close(fd, -1))
         return 0;   /* replies queued on it (defer.c): closed once they are sent */
     forget_begin(fd);
     int r = real_close(fd);
@@ -99,15 +100,15 @@ EXPORT int close(int fd) {
 /* shutdown(SHUT_WR) of a socket with replies queued (defer.c) waits for them, as its FIN would. */
 EXPORT int shutdown(int fd, int how) {
     REAL(shutdown, int);
-    if (UNLIKELY(__atomic_load_n(&g_pend_n, RELAXED)) && g_on && defer_close(fd, how))
+    if (UNLIKELY(__atomic_load_n(&g_defer.pend_n, RELAXED)) && g_core.on && defer_close(fd, how))
         return 0;
     return real_shutdown(fd, how);
 }
 
 EXPORT int fclose(FILE *fp) {
     REAL(fclose, int);
-    int fd = g_on && fp ? fileno(fp) : -1;
-    if (fd < 0 || (unsigned)fd >= g_nslots || g_kind[fd] != K_SOCK)
+    int fd = g_core.on && fp ? fileno(fp) : -1;
+    if (fd < 0 || (unsigned)fd >= g_core.nslots || g_fds.kind[fd] != K_SOCK)
         return real_fclose(fp);
     defer_settle((unsigned)fd, (unsigned)fd);   /* its queued replies first, never to the next socket */
     forget_begin(fd);
@@ -121,7 +122,7 @@ EXPORT int fclose(FILE *fp) {
 EXPORT int dup(int old) {
     REAL(dup, int);
     int r = real_dup(old);
-    if (r >= 0 && g_on) {
+    if (r >= 0 && g_core.on) {
         int e = errno;
         fresh_fd(r);
         errno = e;
@@ -130,9 +131,9 @@ EXPORT int dup(int old) {
 }
 
 static int dup_to(int old, int new, int flags, int is3) {
-    if (!g_on || old == new || !same_process())
+    if (!g_core.on || old == new || !same_process())
         return is3 ? real_dup3(old, new, flags) : real_dup2(old, new);
-    if ((unsigned)new >= g_nslots) {
+    if ((unsigned)new >= g_core.nslots) {
         int r = is3 ? real_dup3(old, new, flags) : real_dup2(old, new);
         if (r >= 0)
             untracked_fd(r);
@@ -158,12 +159,12 @@ EXPORT int dup3(int old, int new, int flags) {
 }
 
 static void forget_range(unsigned lo, unsigned hi, int end) {
-    if (!g_nslots)
+    if (!g_core.nslots)
         return;
-    if (hi >= g_nslots)
-        hi = g_nslots - 1;
+    if (hi >= g_core.nslots)
+        hi = g_core.nslots - 1;
     for (unsigned fd = lo; fd <= hi; fd++) {
-        uint32_t k = __atomic_load_n(&g_kind[fd], RELAXED);
+        uint32_t k = __atomic_load_n(&g_fds.kind[fd], RELAXED);
         if (end)
             forget_end((int)fd);
         else if (k != K_UNKNOWN)
@@ -173,7 +174,7 @@ static void forget_range(unsigned lo, unsigned hi, int end) {
 
 EXPORT int close_range(unsigned int lo, unsigned int hi, int flags) {
     REAL(close_range, int);
-    int mine = g_on && !(flags & CLOSE_RANGE_CLOEXEC) && same_process();
+    int mine = g_core.on && !(flags & CLOSE_RANGE_CLOEXEC) && same_process();
     if (mine) {
         defer_settle(lo, hi);
         forget_range(lo, hi, 0);
@@ -190,7 +191,7 @@ EXPORT void closefrom(int lo) {
     ENSURE(closefrom);
     if (!real_closefrom)
         return;
-    int mine = g_on && lo >= 0 && same_process();
+    int mine = g_core.on && lo >= 0 && same_process();
     if (mine) {
         defer_settle((unsigned)lo, UINT_MAX);
         forget_range((unsigned)lo, UINT_MAX, 0);

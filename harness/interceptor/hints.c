@@ -1,42 +1,29 @@
 /*
  * hints.c - notifications to the collector: one JSON object per datagram on the Unix datagram
  * socket $NESTLAB_COLLECTOR_SOCK (a fresh socket per message, MSG_DONTWAIT: dropped when the
- * collector is absent or slow). They are hints; the files alone are complete. And lines on stderr.
- * The text is made without malloc (async-signal-safe: the pause handler and the fork child use it).
+ * collector is absent or slow). They are hints; the files alone are complete. The text is made
+ * without malloc (text.c: async-signal-safe, the pause handler and the fork child use it).
  */
-#include "internal.h"
+#include "hints.h"
 
-struct sockaddr_un g_notify_addr;
-socklen_t g_notify_len;
+#include "env.h"
+#include "reals.h"
+#include "shm.h"
+#include "text.h"
 
-static void b_raw(struct buf *b, const char *s, size_t n) {
-    if (b->n + n >= b->cap)
-        n = b->cap > b->n + 1 ? b->cap - b->n - 1 : 0;
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
+static struct sockaddr_un g_notify_addr;
+static socklen_t g_notify_len;         /* 0: no collector socket */
 
-void b_str(struct buf *b, const char *s) { b_raw(b, s, strlen(s)); }
-
-void b_u64(struct buf *b, uint64_t v) {
-    char t[24];
-    int i = 23;
-    t[i] = 0;
-    do {
-        t[--i] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    b_str(b, t + i);
-}
-
-void b_i64(struct buf *b, int64_t v) {
-    if (v < 0) {
-        b_raw(b, "-", 1);
-        b_u64(b, (uint64_t)(-(v + 1)) + 1);
-    } else {
-        b_u64(b, (uint64_t)v);
-    }
+void hints_configure(const char *sock) {
+    g_notify_len = 0;
+    if (!sock || !*sock || strlen(sock) >= sizeof g_notify_addr.sun_path)
+        return;
+    g_notify_addr.sun_family = AF_UNIX;
+    size_t l = strlen(sock);
+    memcpy(g_notify_addr.sun_path, sock, l);
+    if (sock[0] == '@')
+        g_notify_addr.sun_path[0] = 0;   /* abstract namespace */
+    g_notify_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + l + (sock[0] == '@' ? 0 : 1));
 }
 
 static void b_jstr(struct buf *b, const char *s, size_t n) {   /* a JSON string literal */
@@ -55,25 +42,6 @@ static void b_jstr(struct buf *b, const char *s, size_t n) {   /* a JSON string 
         }
     }
     b_raw(b, "\"", 1);
-}
-
-void log_stderr(const char *msg) {
-    char t[512];
-    struct buf b = {t, 0, sizeof t};
-    char comm[64];
-    int n = read_file("/proc/self/comm", comm, sizeof comm - 1);
-    while (n > 0 && (comm[n - 1] == '\n' || comm[n - 1] == 0))
-        n--;
-    comm[n > 0 ? n : 0] = 0;
-    b_str(&b, "nestlab-intercept[");
-    b_i64(&b, g_pid);
-    b_str(&b, "] ");
-    b_str(&b, comm);
-    b_str(&b, ": ");
-    b_str(&b, msg);
-    b_str(&b, "\n");
-    if (real_write)
-        (void)!real_write(2, t, b.n);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -96,15 +64,15 @@ static void b_head(struct buf *b, const char *ev) {
     b_str(b, "{\"v\":1,\"ev\":\"");
     b_str(b, ev);
     b_str(b, "\",\"pid\":");
-    b_i64(b, g_pid);
+    b_i64(b, g_env.pid);
 }
 
 void notify_proc(const char *ev) {
-    if (!g_notify_len || !g_hdr)
+    if (!g_notify_len || !g_core.hdr)
         return;
     char t[NEST_CMDLINE_MAX * 2 + 512];
     struct buf b = {t, 0, sizeof t};
-    struct nest_header *h = g_hdr;
+    struct nest_header *h = g_core.hdr;
     b_head(&b, ev);
     b_str(&b, ",\"ppid\":");
     b_i64(&b, h->ppid);
@@ -115,9 +83,9 @@ void notify_proc(const char *ev) {
     b_str(&b, ",\"shm\":");
     char path[PATH_MAX];
     struct buf pb = {path, 0, sizeof path};
-    b_str(&pb, g_dir);
+    b_str(&pb, g_env.dir);
     b_str(&pb, "/");
-    b_i64(&pb, g_pid);
+    b_i64(&pb, g_env.pid);
     b_str(&pb, ".nest");
     b_jstr(&b, path, pb.n);
     b_str(&b, ",\"cmdline\":[");
@@ -156,9 +124,9 @@ static void b_endpoint(struct buf *b, int family, const uint8_t *addr, uint16_t 
 }
 
 void notify_sock(const char *ev, int fd) {
-    if (!g_notify_len || !g_slots)
+    if (!g_notify_len || !g_core.slots)
         return;
-    struct nest_slot *s = &g_slots[fd];
+    struct nest_slot *s = &g_core.slots[fd];
     char t[512];
     struct buf b = {t, 0, sizeof t};
     b_head(&b, ev);

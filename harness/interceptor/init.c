@@ -1,7 +1,7 @@
 /*
  * libnestintercept.so - the nestlab LD_PRELOAD interceptor (NeST application and socket modules).
  * init.c: the real functions, the environment, the constructor, the fork child and the destructor.
- * internal.h lists the other files; docs/interceptor.md describes the whole.
+ * internal.h lists the other files by layer; docs/interceptor.md describes the whole.
  *
  * What it does, for an unmodified dynamically linked program started with
  *     LD_PRELOAD=.../libnestintercept.so NESTLAB_SHM_DIR=/dev/shm/<run dir> program ...
@@ -42,22 +42,29 @@
  */
 #include "internal.h"
 
-#define DEFINE_REAL(name, ret, args) ret(*real_##name) args;
-REALS(DEFINE_REAL)
-#undef DEFINE_REAL
+#include "defer.h"
+#include "env.h"
+#include "hints.h"
+#include "late.h"
+#include "pause.h"
+#include "reals.h"
+#include "seqlock.h"
+#include "shm.h"
+#include "slots.h"
+#include "text.h"
+#include "trace.h"
 
-static void resolve_all(void) {
-#define RESOLVE(name, ret, args) ENSURE(name);
-    REALS(RESOLVE)
-#undef RESOLVE
-}
-
-int g_on;
-pid_t g_pid;
-uint32_t g_want_slots;
-char g_dir[PATH_MAX - 32];
-uint64_t g_lock_wait_ns = 1000000000ull;
 static size_t g_map_size;              /* of our mapping */
+
+/* The counting core and the parts on the file just mapped (h, nn slots); NULL: none. */
+static void attach(struct nest_header *h, uint32_t nn) {
+    g_core.hdr = h;
+    g_core.nslots = h ? nn : 0;
+    g_core.slots = h ? (struct nest_slot *)((char *)h + NEST_HEADER_SIZE) : NULL;
+    g_map_size = h ? map_size(nn) : 0;
+    seqlock_attach(h);
+    trace_attach(h, g_map_size);
+}
 
 static void warn_inert(const char *what) {
     char t[PATH_MAX + 128];
@@ -65,7 +72,7 @@ static void warn_inert(const char *what) {
     b_str(&b, "not counting: ");
     b_str(&b, what);
     b_str(&b, " (NESTLAB_SHM_DIR=");
-    b_str(&b, g_dir);
+    b_str(&b, g_env.dir);
     b_str(&b, ")");
     log_stderr(t);
     notify_msg("warn", t);
@@ -83,25 +90,24 @@ static void warn_no_space(const struct nest_header *h) {
 }
 
 static void atfork_child(void) {
-    t_tid = 0;   /* this thread has another id in the child */
-    if (!g_on)
+    seqlock_after_fork();   /* this thread has another id in the child */
+    if (!g_core.on)
         return;
     sigset_t all, old;
     sigfillset(&all);
     real_pthread_sigmask(SIG_BLOCK, &all, &old);
-    struct nest_header *oh = g_hdr;
-    struct nest_slot *os = g_slots;
+    struct nest_header *oh = g_core.hdr;
+    struct nest_slot *os = g_core.slots;
     size_t osz = g_map_size;
-    uint32_t on = g_nslots;
-    g_on = 0;
-    trace_attach(NULL, 0);   /* the parent's ring: the child gets its own with its file */
-    defer_forget();   /* they point into the parent's file */
-    g_stuck_seq = NULL;
-    pid_t ppid = g_pid;
-    g_pid = (pid_t)syscall(SYS_getpid);
+    uint32_t on = g_core.nslots;
+    g_core.on = 0;
+    attach(NULL, 0);   /* the parent's file and ring: the child gets its own */
+    late_forget();   /* they point into the parent's file */
+    pid_t ppid = g_env.pid;
+    g_env.pid = (pid_t)syscall(SYS_getpid);
     uint64_t st = proc_starttime(NULL);
     uint32_t nn = 0;
-    struct nest_header *h = shm_create(g_pid, ppid, st, oh, &nn);
+    struct nest_header *h = shm_create(g_env.pid, ppid, st, oh, &nn);
     if (h) {
         struct nest_slot *ns = (struct nest_slot *)((char *)h + NEST_HEADER_SIZE);
         uint32_t m = oh->max_fd < on ? oh->max_fd : on;
@@ -110,10 +116,10 @@ static void atfork_child(void) {
         uint32_t had = 0;
         for (uint32_t fd = 0; fd < m; fd++) {
             const struct nest_slot *s = &os[fd];
-            /* A socket of ours at the fork (g_kind, this process's copy) is copied even if the parent
+            /* A socket of ours at the fork (g_fds.kind, this process's copy) is copied even if the parent
              * closed its own fd meanwhile (state CLOSED): the child's fd is still open, and without
              * its slot its calls would go to a free one. */
-            if (s->state != NEST_OPEN && !(KIND(g_kind[fd]) == K_SOCK && s->state == NEST_CLOSED))
+            if (s->state != NEST_OPEN && !(KIND(g_fds.kind[fd]) == K_SOCK && s->state == NEST_CLOSED))
                 continue;
             struct nest_slot *d = &ns[fd];
             d->gen = 1;
@@ -131,107 +137,78 @@ static void atfork_child(void) {
             if ((d->flags & NEST_SF_GRAPH) && (d->flags & NEST_SF_PEER) && !(d->flags & NEST_SF_LISTEN))
                 had = NEST_HF_HAD_GRAPH;
         }
-        for (uint32_t fd = m; fd < on && fd < g_want_slots; fd++)   /* no slot in the child's file */
-            if (KIND(g_kind[fd]) == K_SOCK)
-                g_kind[fd] = K_UNKNOWN;
+        for (uint32_t fd = m; fd < on && fd < g_env.want_slots; fd++)   /* no slot in the child's file */
+            if (KIND(g_fds.kind[fd]) == K_SOCK)
+                g_fds.kind[fd] = K_UNKNOWN;
         h->max_fd = m;
         h->flags |= had | (oh->flags & NEST_HF_PAUSE_OFF);
-        h->paused = (uint32_t)__atomic_load_n(&g_paused, RELAXED);
-        g_hdr = h;
-        g_slots = ns;
-        g_nslots = nn;
-        g_map_size = map_size(nn);
-        trace_attach(h, g_map_size);
-        g_on = 1;
-    } else {
-        g_hdr = NULL;
-        g_slots = NULL;
-        g_nslots = 0;
+        h->paused = (uint32_t)__atomic_load_n(&g_pause.paused, RELAXED);
+        attach(h, nn);
+        g_core.on = 1;
     }
     defer_after_fork();   /* the parent's deferred sends and their thread; its deferred closes done */
     munmap(oh, osz);
     real_pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (g_on)
+    if (g_core.on)
         notify_proc("fork");
-    if (g_on && (h->flags & NEST_HF_NO_SPACE))
+    if (g_core.on && (h->flags & NEST_HF_NO_SPACE))
         warn_no_space(h);
 }
 
 __attribute__((constructor)) static void nest_init(void) {
     int saved = errno;
-    resolve_all();
+    reals_resolve();
     const char *dir = getenv("NESTLAB_SHM_DIR");
-    if (!dir || !*dir || strlen(dir) >= sizeof g_dir)
+    if (!dir || !*dir || strlen(dir) >= sizeof g_env.dir)
         goto out;
-    strcpy(g_dir, dir);
-    g_pid = getpid();
+    strcpy(g_env.dir, dir);
+    g_env.pid = getpid();
 
     const char *ms = getenv("NESTLAB_MAX_FDS");
     long n = ms && *ms ? strtol(ms, NULL, 10) : NEST_DEFAULT_SLOTS;
-    g_want_slots = (uint32_t)(n < 64 ? 64 : n > 65536 ? 65536 : n);
+    g_env.want_slots = (uint32_t)(n < 64 ? 64 : n > 65536 ? 65536 : n);
     const char *lw = getenv("NESTLAB_LOCK_WAIT_MS");
     long w = lw && *lw ? strtol(lw, NULL, 10) : 1000;
-    g_lock_wait_ns = (uint64_t)(w < 1 ? 1 : w > 60000 ? 60000 : w) * 1000000ull;
+    g_env.lock_wait_ns = (uint64_t)(w < 1 ? 1 : w > 60000 ? 60000 : w) * 1000000ull;
     trace_configure(getenv("NESTLAB_TRACE_EVENTS"));
-    const char *dm = getenv("NESTLAB_DEFER_MAX_BYTES");
-    if (dm && *dm)
-        g_defer_cap = strtoull(dm, NULL, 10);
-
-    g_pause_sig = parse_signal(getenv("NESTLAB_PAUSE_SIGNAL"), SIGUSR1);
-    g_resume_sig = parse_signal(getenv("NESTLAB_RESUME_SIGNAL"), SIGUSR2);
-    if (g_pause_sig < 0 || g_resume_sig < 0) {
+    defer_configure(getenv("NESTLAB_DEFER_MAX_BYTES"));
+    if (pause_configure(getenv("NESTLAB_PAUSE_SIGNAL"), getenv("NESTLAB_RESUME_SIGNAL")) != 0) {
         warn_inert("bad NESTLAB_PAUSE_SIGNAL/NESTLAB_RESUME_SIGNAL");
         goto out;
     }
-    if (!g_pause_sig || !g_resume_sig)
-        g_pause_sig = g_resume_sig = 0;
+    hints_configure(getenv("NESTLAB_COLLECTOR_SOCK"));
+    /* what the file is made with: the ring after the slots, the signals the header names */
+    g_core.trace_cap = g_trace.want;
+    g_core.ring_bytes = ring_bytes(g_trace.want);
+    g_core.pause_sig = g_pause.pause_sig;
+    g_core.resume_sig = g_pause.resume_sig;
 
-    const char *sock = getenv("NESTLAB_COLLECTOR_SOCK");
-    if (sock && *sock && strlen(sock) < sizeof g_notify_addr.sun_path) {
-        g_notify_addr.sun_family = AF_UNIX;
-        size_t l = strlen(sock);
-        memcpy(g_notify_addr.sun_path, sock, l);
-        if (sock[0] == '@')
-            g_notify_addr.sun_path[0] = 0;   /* abstract namespace */
-        g_notify_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + l + (sock[0] == '@' ? 0 : 1));
-    }
-
-    size_t priv = (size_t)g_want_slots * (4 + 4 + 4);
-    void *p = mmap(NULL, priv, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
+    if (slots_init(g_env.want_slots) != 0) {
         warn_inert("no memory");
         goto out;
     }
-    g_ep_owner = (int32_t *)p;
-    g_ep_events = (uint32_t *)((char *)p + (size_t)g_want_slots * 4);
-    g_kind = (uint32_t *)((char *)p + (size_t)g_want_slots * 8);
 
     pid_t ppid = getppid();
     uint64_t st = proc_starttime(NULL);
     int reattached = 0;
     uint32_t nn = 0;
-    struct nest_header *h = shm_reattach(g_pid, st, &nn);
+    struct nest_header *h = shm_reattach(g_env.pid, st, &nn);
     if (h) {
         reattached = 1;
     } else {
-        h = shm_create(g_pid, ppid, st, NULL, &nn);
+        h = shm_create(g_env.pid, ppid, st, NULL, &nn);
     }
     if (!h) {
         warn_inert(strerror(errno));
-        munmap(p, priv);
-        g_kind = NULL;
+        slots_free(g_env.want_slots);
         goto out;
     }
-    g_hdr = h;
-    g_nslots = nn;
-    g_map_size = map_size(nn);
-    g_slots = (struct nest_slot *)((char *)h + NEST_HEADER_SIZE);
-    trace_attach(h, g_map_size);
+    attach(h, nn);
     if (reattached)
-        revalidate_after_exec();
+        slots_after_exec();
     install_signals();
     pthread_atfork(NULL, NULL, atfork_child);
-    __atomic_store_n(&g_on, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&g_core.on, 1, __ATOMIC_SEQ_CST);
     notify_proc(reattached ? "exec" : "start");
     if (h->flags & NEST_HF_NO_SPACE)
         warn_no_space(h);
@@ -240,11 +217,10 @@ out:
 }
 
 __attribute__((destructor)) static void nest_fini(void) {
-    if (!g_on || !g_hdr || !same_process())
+    if (!g_core.on || !g_core.hdr || !same_process())
         return;
     defer_drain_at_exit();   /* the delay fault's replies still queued (defer.c) */
-    __atomic_store_n(&g_hdr->exited_ns, now_ns(), RELAXED);
-    __atomic_fetch_or(&g_hdr->flags, NEST_HF_EXITED, __ATOMIC_SEQ_CST);
-    if (g_notify_len)
-        notify_msg("exit", "exit");
+    __atomic_store_n(&g_core.hdr->exited_ns, now_ns(), RELAXED);
+    __atomic_fetch_or(&g_core.hdr->flags, NEST_HF_EXITED, __ATOMIC_SEQ_CST);
+    notify_msg("exit", "exit");
 }

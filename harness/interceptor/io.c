@@ -4,6 +4,7 @@
  * sendfile64, connect. A send may be deferred by the delay fault at an event loop (DEFERRABLE, defer.c).
  */
 #include "call.h"
+#include "hints.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Receive-type calls                                                                         */
@@ -55,7 +56,7 @@ EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int fl
 }
 
 static void scm_rights_fresh(const struct msghdr *m) {
-    if (!g_on || !m || !m->msg_control || m->msg_controllen < sizeof(struct cmsghdr))
+    if (!g_core.on || !m || !m->msg_control || m->msg_controllen < sizeof(struct cmsghdr))
         return;
     for (struct cmsghdr *c = CMSG_FIRSTHDR((struct msghdr *)m); c; c = CMSG_NXTHDR((struct msghdr *)m, c)) {
         if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
@@ -209,7 +210,7 @@ EXPORT int connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t alen) {
         s->flags |= NEST_SF_PEER | NEST_SF_CONNECT;
         seq_release(&s->seq, q);
         if ((s->flags & NEST_SF_GRAPH) && !(s->flags & NEST_SF_LISTEN))
-            __atomic_fetch_or(&g_hdr->flags, NEST_HF_HAD_GRAPH, RELAXED);
+            __atomic_fetch_or(&g_core.hdr->flags, NEST_HF_HAD_GRAPH, RELAXED);
     }
     call_end(&c, started ? 0 : -1, e);
     if (started)

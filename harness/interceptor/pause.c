@@ -2,7 +2,7 @@
  * pause.c - the application fault of thesis 3.5.1 for unmodified programs: the pause signal
  * ($NESTLAB_PAUSE_SIGNAL, default SIGUSR1) sets a flag; before and after the real call every
  * intercepted read/write-type call on a socket loops in 10 ms sleeps while it is set (pause_gate in
- * call.h, pause_wait here); the resume signal ($NESTLAB_RESUME_SIGNAL, default SIGUSR2; the same
+ * pause.h, pause_wait here); the resume signal ($NESTLAB_RESUME_SIGNAL, default SIGUSR2; the same
  * signal as pause = toggle) clears it. That sleeping is outside the timed interval: it is not wait
  * time. The handler stamps CLOCK_MONOTONIC and bumps ack_seq in the header so the harness knows when
  * it was delivered.
@@ -13,22 +13,25 @@
  * logged once on stderr and to the collector and flagged in the header. The handler counts its runs
  * per thread (t_sigs), so that the calls it interrupted are restarted (call.h, call.c).
  */
-#include "internal.h"
+#include "pause.h"
 
-int g_pause_sig, g_resume_sig;
-int g_sig_on;
-volatile int g_paused;
+#include "hints.h"
+#include "reals.h"
+#include "shm.h"
+#include "text.h"
+
+struct nest_pause g_pause;
 static struct sigaction g_app_act[2];  /* what the program asked for (never installed) */
 static int g_logged_handler, g_logged_mask;
 TLS volatile uint32_t t_sigs;
 
 void pause_wait(void) {
-    struct nest_header *h = g_hdr;
+    struct nest_header *h = g_core.hdr;
     if (h)
         __atomic_fetch_add(&h->paused_threads, 1, RELAXED);
     struct timespec ten_ms = {0, 10 * 1000 * 1000};
     ENSURE(clock_nanosleep);
-    while (__atomic_load_n(&g_paused, __ATOMIC_ACQUIRE))
+    while (__atomic_load_n(&g_pause.paused, __ATOMIC_ACQUIRE))
         real_clock_nanosleep(CLOCK_MONOTONIC, 0, &ten_ms, NULL);
     if (h)
         __atomic_fetch_sub(&h->paused_threads, 1, RELAXED);
@@ -40,10 +43,10 @@ static void pause_handler(int sig, siginfo_t *si, void *uc) {
     int saved = errno;
     t_sigs++;   /* the call this thread was in, if any, is restarted (RESTART, call.h) */
     uint64_t t = now_ns();
-    int pausing = (g_pause_sig == g_resume_sig) ? !__atomic_load_n(&g_paused, RELAXED)
-                                                : (sig == g_pause_sig);
-    __atomic_store_n(&g_paused, pausing, __ATOMIC_SEQ_CST);
-    struct nest_header *h = g_hdr;
+    int pausing = (g_pause.pause_sig == g_pause.resume_sig) ? !__atomic_load_n(&g_pause.paused, RELAXED)
+                                                : (sig == g_pause.pause_sig);
+    __atomic_store_n(&g_pause.paused, pausing, __ATOMIC_SEQ_CST);
+    struct nest_header *h = g_core.hdr;
     uint64_t seq = 0;
     if (h) {
         if (pausing) {
@@ -63,11 +66,11 @@ static void pause_handler(int sig, siginfo_t *si, void *uc) {
 }
 
 static int sig_slot(int sig) {   /* 0 pause, 1 resume, -1 not ours */
-    if (!g_sig_on || sig <= 0)
+    if (!g_pause.on || sig <= 0)
         return -1;
-    if (sig == g_pause_sig)
+    if (sig == g_pause.pause_sig)
         return 0;
-    if (sig == g_resume_sig)
+    if (sig == g_pause.resume_sig)
         return 1;
     return -1;
 }
@@ -81,9 +84,9 @@ static const char *sig_name(int sig) {
 }
 
 static void handler_kept(int sig) {
-    if (g_hdr) {
-        __atomic_fetch_or(&g_hdr->flags, NEST_HF_HANDLER_KEPT, RELAXED);
-        __atomic_fetch_add(&g_hdr->refused, 1, RELAXED);
+    if (g_core.hdr) {
+        __atomic_fetch_or(&g_core.hdr->flags, NEST_HF_HANDLER_KEPT, RELAXED);
+        __atomic_fetch_add(&g_core.hdr->refused, 1, RELAXED);
     }
     if (__atomic_exchange_n(&g_logged_handler, 1, RELAXED))
         return;
@@ -99,9 +102,9 @@ static void handler_kept(int sig) {
 }
 
 static void mask_kept(void) {
-    if (g_hdr) {
-        __atomic_fetch_or(&g_hdr->flags, NEST_HF_MASK_KEPT, RELAXED);
-        __atomic_fetch_add(&g_hdr->refused, 1, RELAXED);
+    if (g_core.hdr) {
+        __atomic_fetch_or(&g_core.hdr->flags, NEST_HF_MASK_KEPT, RELAXED);
+        __atomic_fetch_add(&g_core.hdr->refused, 1, RELAXED);
     }
     if (__atomic_exchange_n(&g_logged_mask, 1, RELAXED))
         return;
@@ -141,10 +144,21 @@ int parse_signal(const char *v, int dflt) {
     return (int)n;
 }
 
+/* NESTLAB_PAUSE_SIGNAL and NESTLAB_RESUME_SIGNAL; either one off: both off. */
+int pause_configure(const char *pause, const char *resume) {
+    g_pause.pause_sig = parse_signal(pause, SIGUSR1);
+    g_pause.resume_sig = parse_signal(resume, SIGUSR2);
+    if (g_pause.pause_sig < 0 || g_pause.resume_sig < 0)
+        return -1;
+    if (!g_pause.pause_sig || !g_pause.resume_sig)
+        g_pause.pause_sig = g_pause.resume_sig = 0;
+    return 0;
+}
+
 void install_signals(void) {
-    if (!g_pause_sig) {
-        if (g_hdr)
-            __atomic_fetch_or(&g_hdr->flags, NEST_HF_PAUSE_OFF, RELAXED);
+    if (!g_pause.pause_sig) {
+        if (g_core.hdr)
+            __atomic_fetch_or(&g_core.hdr->flags, NEST_HF_PAUSE_OFF, RELAXED);
         return;
     }
     struct sigaction sa;
@@ -152,25 +166,25 @@ void install_signals(void) {
     sa.sa_sigaction = pause_handler;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&sa.sa_mask);
-    sigaddset(&sa.sa_mask, g_pause_sig);
-    sigaddset(&sa.sa_mask, g_resume_sig);
-    int sigs[2] = {g_pause_sig, g_resume_sig};
+    sigaddset(&sa.sa_mask, g_pause.pause_sig);
+    sigaddset(&sa.sa_mask, g_pause.resume_sig);
+    int sigs[2] = {g_pause.pause_sig, g_pause.resume_sig};
     for (int i = 0; i < 2; i++) {
-        if (i == 1 && g_resume_sig == g_pause_sig)
+        if (i == 1 && g_pause.resume_sig == g_pause.pause_sig)
             break;
         struct sigaction old;
         if (real_sigaction(sigs[i], &sa, &old) == 0)
             g_app_act[i] = old;   /* what the program would see as the current disposition */
     }
-    if (g_resume_sig == g_pause_sig)
+    if (g_pause.resume_sig == g_pause.pause_sig)
         g_app_act[1] = g_app_act[0];
     /* The program may have inherited them blocked: unblock in this thread (inherited by threads). */
     sigset_t un;
     sigemptyset(&un);
-    sigaddset(&un, g_pause_sig);
-    sigaddset(&un, g_resume_sig);
+    sigaddset(&un, g_pause.pause_sig);
+    sigaddset(&un, g_pause.resume_sig);
     real_pthread_sigmask(SIG_UNBLOCK, &un, NULL);
-    g_sig_on = 1;
+    g_pause.on = 1;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -228,13 +242,13 @@ EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old
 }
 
 static const sigset_t *strip_ours(int how, const sigset_t *set, sigset_t *copy) {
-    if (!g_sig_on || !set || how == SIG_UNBLOCK)
+    if (!g_pause.on || !set || how == SIG_UNBLOCK)
         return set;
-    if (!sigismember(set, g_pause_sig) && !sigismember(set, g_resume_sig))
+    if (!sigismember(set, g_pause.pause_sig) && !sigismember(set, g_pause.resume_sig))
         return set;
     *copy = *set;
-    sigdelset(copy, g_pause_sig);
-    sigdelset(copy, g_resume_sig);
+    sigdelset(copy, g_pause.pause_sig);
+    sigdelset(copy, g_pause.resume_sig);
     mask_kept();
     return copy;
 }

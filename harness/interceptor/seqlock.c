@@ -1,18 +1,35 @@
 /*
  * seqlock.c - the seqlocks' slow paths. The fast path (one compare-and-swap) is inline in
- * internal.h; here a writer that found the lock held waits for a live holder, takes it over from a
+ * seqlock.h; here a writer that found the lock held waits for a live holder, takes it over from a
  * dead one and never waits for itself (nestintercept.h, Concurrency).
  */
-#include "internal.h"
+#include "seqlock.h"
 
-uint64_t *g_stuck_seq;                 /* a seqlock that outlasted the wait (and its value then): */
+#include "env.h"
+#include "reals.h"
+
+static uint64_t *g_stuck_seq;          /* a seqlock that outlasted the wait (and its value then): */
 static uint64_t g_stuck_val;           /* later writers give up on it at once while it stays so */
+static uint64_t *g_forced;             /* the header's `forced` */
 TLS uint32_t t_tid;
 
+void seqlock_attach(struct nest_header *h) { g_forced = h ? &h->forced : NULL; }
+
+void seqlock_after_fork(void) {
+    t_tid = 0;   /* this thread has another id in the child */
+    g_stuck_seq = NULL;
+}
+
+static void count_forced(void) {
+    uint64_t *f = g_forced;
+    if (f)
+        __atomic_fetch_add(f, 1, RELAXED);
+}
+
 int thread_gone(uint32_t tid) {   /* tid is no thread of this process any more */
-    if (!tid || !g_pid)
+    if (!tid || !g_env.pid)
         return 0;
-    return syscall(SYS_tgkill, g_pid, tid, 0) != 0 && errno == ESRCH;
+    return syscall(SYS_tgkill, g_env.pid, tid, 0) != 0 && errno == ESRCH;
 }
 
 void nap(unsigned i) {            /* back off: 20 us, doubling to 1 ms */
@@ -71,12 +88,12 @@ uint64_t seq_lock_slow(uint64_t *seq, uint32_t tid, int *why) {
         if ((i & 3) == 0 && thread_gone(owner)) {
             h = seq_mine(s, tid);
             if (__atomic_compare_exchange_n(seq, &s, h, 0, __ATOMIC_ACQUIRE, RELAXED)) {
-                HCOUNT(forced);
+                count_forced();
                 break;
             }
             continue;
         }
-        if (t - since >= g_lock_wait_ns) {
+        if (t - since >= g_env.lock_wait_ns) {
             __atomic_store_n(&g_stuck_val, s, RELAXED);
             __atomic_store_n(&g_stuck_seq, seq, RELAXED);
             *why = SEQ_STUCK;
@@ -100,7 +117,7 @@ uint64_t seq_force(uint64_t *seq) {
     int why = 0;
     h = seq_lock_slow(seq, tid, &why);
     if (!h && why == SEQ_STUCK)
-        HCOUNT(forced);
+        count_forced();
     return h;
 }
 

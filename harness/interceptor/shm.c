@@ -4,29 +4,13 @@
  * SIGBUS) and renamed into place, or re-attached after exec. The constructor and the fork child
  * (init.c) make or find it.
  */
-#include "internal.h"
+#include "shm.h"
 
-uint32_t g_nslots;
-struct nest_header *g_hdr;
-struct nest_slot *g_slots;
+#include "env.h"
+#include "reals.h"
+#include "text.h"
 
-int read_file(const char *path, char *out, size_t cap) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    size_t n = 0;
-    while (n < cap) {
-        ssize_t r = real_read ? real_read(fd, out + n, cap - n) : -1;
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        n += (size_t)r;
-    }
-    if (real_close)
-        real_close(fd);
-    return (int)n;
-}
+struct nest_core g_core;
 
 /* /proc/self/stat field 22 (starttime) and 4 (ppid). */
 uint64_t proc_starttime(pid_t *ppid) {
@@ -62,18 +46,18 @@ uint64_t proc_starttime(pid_t *ppid) {
 /* The header, the slots and, when tracing (and there are slots), the message ring after them. */
 size_t map_size(uint32_t nslots) {
     size_t n = (size_t)NEST_HEADER_SIZE + (size_t)nslots * NEST_SLOT_SIZE;
-    return nslots ? n + ring_bytes(g_trace_want) : n;
+    return nslots ? n + g_core.ring_bytes : n;
 }
 
 static void shm_path(char *out, size_t cap, pid_t pid, int tmp) {
     struct buf b = {out, 0, cap};
-    b_str(&b, g_dir);
+    b_str(&b, g_env.dir);
     b_str(&b, tmp ? "/." : "/");
     b_i64(&b, pid);
     b_str(&b, tmp ? ".tmp" : ".nest");
 }
 
-static void fill_cmdline(struct nest_header *h) {
+void shm_fill_cmdline(struct nest_header *h) {
     char c[NEST_CMDLINE_MAX];
     int n = read_file("/proc/self/cmdline", c, sizeof c);
     if (n < 0)
@@ -117,7 +101,7 @@ struct nest_header *shm_create(pid_t pid, pid_t ppid, uint64_t starttime,
     }
     if (fd < 0)
         return NULL;
-    uint32_t n = g_want_slots;
+    uint32_t n = g_env.want_slots;
     int space = -1;
     struct nest_header *h = NULL;
     if (fchmod(fd, 0600) == 0 && (space = shm_allocate(fd, &n)) >= 0) {
@@ -131,7 +115,7 @@ struct nest_header *shm_create(pid_t pid, pid_t ppid, uint64_t starttime,
         h->header_size = NEST_HEADER_SIZE;
         h->slot_size = NEST_SLOT_SIZE;
         h->nslots = n;
-        h->want_slots = g_want_slots;
+        h->want_slots = g_env.want_slots;
         if (space > 0) {
             h->flags = NEST_HF_NO_SPACE;
             h->space_errno = space;
@@ -140,10 +124,10 @@ struct nest_header *shm_create(pid_t pid, pid_t ppid, uint64_t starttime,
         h->ppid = ppid;
         h->starttime = starttime;
         h->created_ns = now_ns();
-        h->pause_sig = g_pause_sig;
-        h->resume_sig = g_resume_sig;
-        if (n && g_trace_want) {
-            h->trace_cap = g_trace_want;
+        h->pause_sig = g_core.pause_sig;
+        h->resume_sig = g_core.resume_sig;
+        if (n && g_core.trace_cap) {
+            h->trace_cap = g_core.trace_cap;
             h->trace_event_size = NEST_EVENT_SIZE;
             h->trace_off = (uint64_t)NEST_HEADER_SIZE + (uint64_t)n * NEST_SLOT_SIZE;
         }
@@ -155,7 +139,7 @@ struct nest_header *shm_create(pid_t pid, pid_t ppid, uint64_t starttime,
             h->reply_delay_mode = from->reply_delay_mode;
             h->reply_delay_ns = __atomic_load_n(&from->reply_delay_ns, RELAXED);
         } else {
-            fill_cmdline(h);
+            shm_fill_cmdline(h);
         }
         __atomic_store_n(&h->version, NEST_VERSION, __ATOMIC_RELEASE);
         if (rename(tmp, path) != 0) {
@@ -187,8 +171,8 @@ struct nest_header *shm_reattach(pid_t pid, uint64_t starttime, uint32_t *nslots
     uint32_t n = 0;
     int ok = 0;
     if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
-        if ((size_t)st.st_size == map_size(g_want_slots))
-            n = g_want_slots, ok = 1;
+        if ((size_t)st.st_size == map_size(g_env.want_slots))
+            n = g_env.want_slots, ok = 1;
         else if ((size_t)st.st_size == map_size(0))
             ok = 1;
     }
@@ -200,7 +184,7 @@ struct nest_header *shm_reattach(pid_t pid, uint64_t starttime, uint32_t *nslots
             if (memcmp(h->magic, NEST_MAGIC, 8) || h->version != NEST_VERSION ||
                 h->header_size != NEST_HEADER_SIZE || h->slot_size != NEST_SLOT_SIZE ||
                 h->nslots != n || h->pid != pid || h->starttime != starttime ||
-                starttime == 0 || h->trace_cap != (n ? g_trace_want : 0)) {
+                starttime == 0 || h->trace_cap != (n ? g_core.trace_cap : 0)) {
                 munmap(m, size);
                 h = NULL;
             }
@@ -210,52 +194,4 @@ struct nest_header *shm_reattach(pid_t pid, uint64_t starttime, uint32_t *nslots
     if (h)
         *nslots = n;
     return h;
-}
-
-/* After exec in the same process: keep the sockets still open, close the others. */
-void revalidate_after_exec(void) {
-    struct nest_header *h = g_hdr;
-    /* Threads of the old image may have died inside a seqlock: we are alone now, release them. */
-    uint32_t mx = __atomic_load_n(&h->max_fd, RELAXED);
-    for (uint32_t fd = 0; fd < mx && fd < g_nslots; fd++) {
-        struct nest_slot *s = &g_slots[fd];
-        if (s->seq & 1)
-            seq_heal(&s->seq);
-        for (int d = 0; d < 2; d++)
-            if (s->dir[d].seq & 1)
-                seq_heal(&s->dir[d].seq);
-    }
-    if (h->seq & 1)
-        seq_heal(&h->seq);
-    uint64_t hh = seq_force(&h->seq);
-    fill_cmdline(h);
-    h->exec_count++;
-    seq_release(&h->seq, hh);
-    __atomic_and_fetch(&h->flags, ~(uint32_t)NEST_HF_EXITED, RELAXED);
-    h->paused = 0;
-    h->paused_threads = 0;
-    h->pause_sig = g_pause_sig;
-    h->resume_sig = g_resume_sig;
-    uint32_t m = __atomic_load_n(&h->max_fd, RELAXED);
-    uint64_t t = now_ns();
-    for (uint32_t fd = 0; fd < m && fd < g_nslots; fd++) {
-        struct nest_slot *s = &g_slots[fd];
-        if (s->state != NEST_OPEN)
-            continue;
-        struct stat st;
-        if (fstat((int)fd, &st) == 0 && S_ISSOCK(st.st_mode) && (uint64_t)st.st_ino == s->inode) {
-            /* calls in progress died with the old image's threads: end them now */
-            for (int d = 0; d < 2; d++) {
-                uint64_t hd = seq_force(&s->dir[d].seq);
-                struct nest_dir *x = &s->dir[d];
-                x->wait_ns += x->pend_n * t - x->pend_sum;
-                x->pend_n = 0;
-                x->pend_sum = 0;
-                seq_release(&x->seq, hd);
-            }
-            g_kind[fd] = K_SOCK;
-        } else {
-            retire_slot((int)fd);
-        }
-    }
 }

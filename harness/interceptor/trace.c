@@ -2,31 +2,30 @@
  * trace.c - message tracing (NESTLAB_TRACE_EVENTS; the ring's format is in nestintercept.h): the
  * ring's place in the file, and the rare path of an event, a socket's endpoints looked up once when
  * its slot does not have them (a Unix socket's own and peer inodes, through sock_diag). The hot path,
- * an event put in the ring, is inline in call.h (trace_put).
+ * an event put in the ring, is inline in trace.h (trace_put).
  */
-#include "internal.h"
+#include "trace.h"
+
+#include "slots.h"
 
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <linux/sock_diag.h>
 #include <linux/unix_diag.h>
 
-uint32_t g_trace_want;                 /* events asked for (0: not tracing) */
-struct nest_ring *g_ring;              /* NULL: not tracing */
-struct nest_event *g_events;
-uint64_t g_trace_mask;
+struct nest_trace g_trace;
 
 /* NESTLAB_TRACE_EVENTS: unset, empty or 0: off; else rounded up to a power of 2 in [16, 2^24]. */
 void trace_configure(const char *v) {
     long n = v && *v ? strtol(v, NULL, 10) : 0;
     if (n <= 0) {
-        g_trace_want = 0;
+        g_trace.want = 0;
         return;
     }
     uint32_t c = 16;
     while (c < (uint32_t)(n > (1L << 24) ? (1L << 24) : n))
         c <<= 1;
-    g_trace_want = c;
+    g_trace.want = c;
 }
 
 size_t ring_bytes(uint32_t cap) {
@@ -35,15 +34,15 @@ size_t ring_bytes(uint32_t cap) {
 
 /* The ring of a mapped file of `size` bytes, if it has one that fits. */
 void trace_attach(struct nest_header *h, size_t size) {
-    g_ring = NULL;
-    g_events = NULL;
-    g_trace_mask = 0;
+    g_trace.ring = NULL;
+    g_trace.events = NULL;
+    g_trace.mask = 0;
     if (!h || !h->trace_cap || h->trace_event_size != NEST_EVENT_SIZE || (h->trace_cap & (h->trace_cap - 1)) ||
         h->trace_off < NEST_HEADER_SIZE || h->trace_off + ring_bytes(h->trace_cap) > size)
         return;
-    g_events = (struct nest_event *)((char *)h + h->trace_off + NEST_RING_SIZE);
-    g_trace_mask = h->trace_cap - 1;
-    __atomic_store_n(&g_ring, (struct nest_ring *)((char *)h + h->trace_off), __ATOMIC_RELEASE);
+    g_trace.events = (struct nest_event *)((char *)h + h->trace_off + NEST_RING_SIZE);
+    g_trace.mask = h->trace_cap - 1;
+    __atomic_store_n(&g_trace.ring, (struct nest_ring *)((char *)h + h->trace_off), __ATOMIC_RELEASE);
 }
 
 /* The inode of the peer of Unix socket `ino` (sock_diag, UDIAG_SHOW_PEER), 0 when it has none or the

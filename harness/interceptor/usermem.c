@@ -5,7 +5,9 @@
  * plain copy would be SIGSEGV, so that a bad argument fails the call as the kernel would, never the
  * program. Where process_vm_readv is refused (a seccomp filter), plain copies, as before.
  */
-#include "internal.h"
+#include "usermem.h"
+
+#include "env.h"
 
 static int g_no_vm_read;             /* process_vm_readv refused here: plain copies */
 
@@ -16,7 +18,7 @@ int user_read(void *dst, const void *src, size_t n) {
         return 0;
     if (!g_no_vm_read) {
         struct iovec l = {dst, n}, r = {(void *)src, n};
-        long k = syscall(SYS_process_vm_readv, (long)g_pid, &l, 1L, &r, 1L, 0L);
+        long k = syscall(SYS_process_vm_readv, (long)g_env.pid, &l, 1L, &r, 1L, 0L);
         if (k == (long)n)
             return 0;
         if (k >= 0 || errno == EFAULT)
@@ -32,7 +34,7 @@ int user_read(void *dst, const void *src, size_t n) {
 int user_write(void *dst, const void *src, size_t n) {
     if (!g_no_vm_read) {
         struct iovec l = {(void *)src, n}, r = {dst, n};
-        long k = syscall(SYS_process_vm_writev, (long)g_pid, &l, 1L, &r, 1L, 0L);
+        long k = syscall(SYS_process_vm_writev, (long)g_env.pid, &l, 1L, &r, 1L, 0L);
         if (k == (long)n)
             return 0;
         if (k >= 0 || errno == EFAULT)

@@ -83,7 +83,7 @@ static void waits_end(struct nest_waits *w) {
             end_apply(x->s, d, x->gen, w->t0, t1, 0, 0, 0);
             seq_unlock(&d->seq, q);
         } else {
-            defer_end(x->s, d, x->gen, w->t0, t1, 0, 0, 0);
+            late_end(x->s, d, x->gen, w->t0, t1, 0, 0, 0);
         }
         x->ok = 0;
     }
@@ -91,7 +91,7 @@ static void waits_end(struct nest_waits *w) {
         free(w->e);
     w->heap = 0;
     w->n = 0;
-    defer_poll();
+    late_poll();
 }
 
 static void waits_cleanup(struct nest_waits *w) {
@@ -134,13 +134,13 @@ static void waits_from_fdsets(struct nest_waits *w, int nfds, const fd_set *r, c
 }
 
 static void waits_from_epoll(struct nest_waits *w, int epfd) {
-    if ((unsigned)epfd >= g_nslots)
+    if ((unsigned)epfd >= g_core.nslots)
         return;
-    uint32_t m = __atomic_load_n(&g_hdr->max_fd, RELAXED);
-    for (uint32_t fd = 0; fd < m && fd < g_nslots; fd++) {
-        if (__atomic_load_n(&g_ep_owner[fd], RELAXED) != epfd + 1 || g_kind[fd] != K_SOCK)
+    uint32_t m = __atomic_load_n(&g_core.hdr->max_fd, RELAXED);
+    for (uint32_t fd = 0; fd < m && fd < g_core.nslots; fd++) {
+        if (__atomic_load_n(&g_fds.ep_owner[fd], RELAXED) != epfd + 1 || g_fds.kind[fd] != K_SOCK)
             continue;
-        uint32_t ev = __atomic_load_n(&g_ep_events[fd], RELAXED);
+        uint32_t ev = __atomic_load_n(&g_fds.ep_events[fd], RELAXED);
         if (ev & (EPOLLIN | EPOLLPRI | EPOLLRDHUP))
             waits_add(w, (int)fd, NEST_IN);
         if (ev & EPOLLOUT)
@@ -153,7 +153,7 @@ static void waits_from_epoll(struct nest_waits *w, int epfd) {
 #define WAIT(name, rtype, fill, expr) \
     do { \
         REAL(name, rtype); \
-        if (!g_on) \
+        if (!g_core.on) \
             return expr; \
         struct nest_waits w_ __attribute__((cleanup(waits_cleanup))); \
         waits_init(&w_); \
@@ -170,13 +170,6 @@ static void waits_from_epoll(struct nest_waits *w, int epfd) {
 
 /* ------------------------------------------------------------------------------------------ */
 /* Restarted after our signal                                                                 */
-
-int poll_r(struct pollfd *fds, nfds_t n, int timeout) {
-    ENSURE(poll);
-    int r, cur;
-    MS_RESTART(r, real_poll(fds, n, cur), timeout, cur);
-    return r;
-}
 
 static int ppoll_r(struct pollfd *fds, nfds_t n, const struct timespec *tmo, const sigset_t *mask) {
     int r;
@@ -283,31 +276,31 @@ EXPORT int epoll_pwait2(int epfd, struct epoll_event *ev, int max, const struct 
 EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev) {
     REAL(epoll_ctl, int);
     int r = real_epoll_ctl(epfd, op, fd, ev);
-    if (r != 0 || !g_on || (unsigned)fd >= g_nslots || (unsigned)epfd >= g_nslots)
+    if (r != 0 || !g_core.on || (unsigned)fd >= g_core.nslots || (unsigned)epfd >= g_core.nslots)
         return r;
     int e = errno;
     uint32_t k = K_OTHER;
-    __atomic_compare_exchange_n(&g_kind[epfd], &k, K_EPOLL, 0, RELAXED, RELAXED);
+    __atomic_compare_exchange_n(&g_fds.kind[epfd], &k, K_EPOLL, 0, RELAXED, RELAXED);
     k = K_UNKNOWN;
-    __atomic_compare_exchange_n(&g_kind[epfd], &k, K_EPOLL, 0, RELAXED, RELAXED);
+    __atomic_compare_exchange_n(&g_fds.kind[epfd], &k, K_EPOLL, 0, RELAXED, RELAXED);
     if (op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD) {
         if (tracked(fd)) {
-            __atomic_store_n(&g_ep_events[fd], ev ? ev->events : 0, RELAXED);
-            __atomic_store_n(&g_ep_owner[fd], epfd + 1, RELAXED);
+            __atomic_store_n(&g_fds.ep_events[fd], ev ? ev->events : 0, RELAXED);
+            __atomic_store_n(&g_fds.ep_owner[fd], epfd + 1, RELAXED);
         }
     } else if (op == EPOLL_CTL_DEL) {
         int32_t o = epfd + 1;
-        __atomic_compare_exchange_n(&g_ep_owner[fd], &o, 0, 0, RELAXED, RELAXED);
+        __atomic_compare_exchange_n(&g_fds.ep_owner[fd], &o, 0, 0, RELAXED, RELAXED);
     }
     errno = e;
     return r;
 }
 
 static int new_epoll_fd(int r) {
-    if (r >= 0 && g_on && (unsigned)r < g_nslots) {
+    if (r >= 0 && g_core.on && (unsigned)r < g_core.nslots) {
         int e = errno;
         fresh_fd(r);
-        __atomic_store_n(&g_kind[r], K_EPOLL, __ATOMIC_RELEASE);
+        __atomic_store_n(&g_fds.kind[r], K_EPOLL, __ATOMIC_RELEASE);
         errno = e;
     }
     return r;

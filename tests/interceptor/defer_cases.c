@@ -22,6 +22,8 @@
  *                   more: events each set still reports for it.
  *   forkclose       a reply deferred, the socket closed, then fork (the child lives 3 s): when the
  *                   client sees the reply and the end of the stream.
+ *   execclose       a reply deferred, the socket closed, then the server execs `sleep 3`; its client
+ *                   (a fork child) says when it sees the end of the stream.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -361,6 +363,42 @@ static int forkclose(void) {
     return 0;
 }
 
+static int execclose(void) {
+    struct sockaddr_in a;
+    int l = listener(&a);
+    fflush(stdout);
+    pid_t p = fork();
+    if (p == 0) {   /* the client */
+        int c = asking(&a, "REQ");
+        uint64_t t0 = 0;
+        char b[64];
+        long eof_ms = -1;
+        for (uint64_t start = now_ms(); now_ms() - start < 4000;) {
+            struct pollfd pf = {c, POLLIN, 0};
+            if (poll(&pf, 1, 100) <= 0)
+                continue;
+            if (!t0)
+                t0 = now_ms();
+            if (recv(c, b, sizeof b, 0) <= 0) {
+                eof_ms = (long)(now_ms() - start);
+                break;
+            }
+        }
+        printf("RESULT {\"eof_ms\": %ld}\n", eof_ms);
+        fflush(stdout);
+        _exit(0);
+    }
+    arm(300);
+    int s = accepted(l);
+    if (send(s, "REPLY", 5, 0) != 5)
+        die("reply");
+    close(s);
+    close(l);
+    execl("/bin/sleep", "sleep", "3", (char *)NULL);
+    die("exec");
+    return 1;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     signal(SIGPIPE, SIG_IGN);
@@ -376,7 +414,9 @@ int main(int argc, char **argv) {
         return epoll2();
     if (argc >= 2 && !strcmp(argv[1], "forkclose"))
         return forkclose();
-    fprintf(stderr, "usage: %s reuse close_range|fclose|dup2 | badargs | nonblock | signal | epoll2 | forkclose\n",
+    if (argc >= 2 && !strcmp(argv[1], "execclose"))
+        return execclose();
+    fprintf(stderr, "usage: %s reuse close_range|fclose|dup2 | badargs | nonblock | signal | epoll2 | forkclose | execclose\n",
             argv[0]);
     return 2;
 }
