@@ -124,6 +124,7 @@ def test_export_of_the_truth_reads_back(tmp_path, fmt):
     back = (read_jaeger if fmt == "jaeger" else read_otlp)(tmp_path / "x.json")
     assert _tree_set(back) == _tree_set(t)
     assert back.time_base == t.time_base
+    assert back.messages.equals(t.messages)             # both clocks of every message kept
 
 
 def test_otlp_export_loads_with_opentelemetry_proto(tmp_path):
@@ -147,7 +148,7 @@ def test_otlp_export_loads_with_opentelemetry_proto(tmp_path):
                     s[k] = base64.b64encode(bytes.fromhex(s[k])).decode()
     data = json_format.Parse(json.dumps(doc), TracesData())
     spans = [s for rs in data.resource_spans for ss in rs.scope_spans for s in ss.spans]
-    assert len(spans) == 4 * 3                          # a server span per call pair
+    assert len(spans) == 4 * (3 + 2)                    # a server span per call pair, a client span per non-root
     assert all(len(s.trace_id) == 16 and len(s.span_id) == 8 for s in spans)
     ids = {s.span_id for s in spans}
     assert all(s.parent_span_id in ids for s in spans if s.parent_span_id)
