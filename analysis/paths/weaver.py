@@ -19,7 +19,7 @@ at most `window` calls in time order (slots used by earlier windows stay used). 
 delays learned from every candidate, each call's weight shared among its candidates (Project5's
 scoreboard: the true delays pile up, the others spread), and a call graph from the latest-started
 guess, then alternates solving and learning from the mapping for `rounds` rounds (an EM of hard
-assignments).
+assignments; it stops early once a round changes nothing).
 
 What is simplified against the paper: the call graph is per (caller, service, callee) with no order
 among sibling calls, and the delays are per key, not per sibling position; no batching by time
@@ -119,8 +119,11 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
         cost = -(_log_density(key, pre, weight, n_bins) + _log_density(key, post, weight, n_bins))
         has = chosen[child] == parent
         slots = _count_costs(key, parent, parent[has], key[has], n_parents_of_key, max_calls)
+        before = chosen
         chosen = _solve(child, parent, key, cost, slots, order, bounds, n, max_calls,
                         float(p["leave_cost"]), int(p["window"]), cp.out_start)
+        if r and np.array_equal(chosen, before):
+            break                                   # settled: another round would change nothing
     return result("traceweaver", cp, chosen, p)
 
 
@@ -167,7 +170,8 @@ def _assign(child, parent, key, cost, slots, used, chosen, max_calls, leave_cost
     k, q = len(kids), len(pars)
     key_of = np.empty(q, dtype=np.int64)
     key_of[col] = key                               # one callee: a parent's key is its own
-    taken = np.array([used.get(int(x), 0) for x in pars.tolist()], dtype=np.int64)
+    taken = np.array([used.get(int(x), 0) for x in pars.tolist()], dtype=np.int64) if used \
+        else np.zeros(q, dtype=np.int64)
     table = np.array([slots[int(x)] for x in key_of.tolist()])          # q x max_calls
     # slot j of a parent is its (taken + j + 1)-th call: cost -log P(N >= taken + j + 1)
     j = np.arange(max_calls)
