@@ -14,6 +14,7 @@ from hostile_cases import CASES, Case, Workspace
 
 from analysis.paths.maketrace import maketrace, web_service
 from analysis.paths.readers import write_trace
+from rundir.layout import RunDir
 
 
 def _case(what: str, expect: str, *words: str, check=None):
@@ -61,7 +62,7 @@ def paths_out_dir_symlink(ws, where):
 @_case("paths: a run whose analysis/ links outside", "exit2", "symbolic link")
 def paths_run_analysis_symlink(ws, where):
     run = ws.run(where)
-    (run / "analysis").symlink_to(ws.outside, target_is_directory=True)
+    RunDir(run).analysis.symlink_to(ws.outside, target_is_directory=True)
     return ["paths", str(run), "-a", "nesting"], ()
 
 

@@ -116,7 +116,7 @@ def to_otlp(trace: Trace, cause: np.ndarray) -> dict:
         per_service.setdefault(svc, []).append(span)
     return {"resourceSpans": [
         {"resource": {"attributes": [{"key": "service.name", "value": {"stringValue": s}}]},
-         "scopeSpans": [{"scope": {"name": "nestlab.paths"}, "spans": out}]}
+         "scopeSpans": [{"scope": {"name": "black-box paths"}, "spans": out}]}
         for s, out in sorted(per_service.items())]}
 
 
