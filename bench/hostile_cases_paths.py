@@ -14,6 +14,7 @@ from hostile_cases import CASES, Case, Workspace
 
 from analysis.paths.maketrace import maketrace, web_service
 from analysis.paths.readers import write_trace
+from rundir.layout import RunDir
 
 
 def _case(what: str, expect: str, *words: str, check=None):
@@ -61,7 +62,7 @@ def paths_out_dir_symlink(ws, where):
 @_case("paths: a run whose analysis/ links outside", "exit2", "symbolic link")
 def paths_run_analysis_symlink(ws, where):
     run = ws.run(where)
-    (run / "analysis").symlink_to(ws.outside, target_is_directory=True)
+    RunDir(run).analysis.symlink_to(ws.outside, target_is_directory=True)
     return ["paths", str(run), "-a", "nesting"], ()
 
 
@@ -174,3 +175,56 @@ def paths_jaeger_int_limit(ws, where):
     d = _export(where)
     (d / "b.json").write_text('{"data": [{"spans": [{"spanID": "a", "startTime": ' + "9" * 5000 + "}]}]}")
     return _paths_jaeger(where), (where / "out",)
+
+
+@_case("jaeger: parent links in a cycle", "warn", "cycle in the parent links")
+def paths_jaeger_cycle(ws, where):
+    from tests.test_paths_readers import jaeger_doc, span
+    doc = jaeger_doc(3)
+    doc["data"][2]["spans"] += [span("x", "p2", 3_100_000, 10, "y"), span("y", "p3", 3_100_002, 5, "x")]
+    d = where / "export"
+    d.mkdir()
+    (d / "a.json").write_text(json.dumps(doc))
+    return _paths_jaeger(where), (where / "out",)
+
+
+def _otlp(where: Path, start: str = "1000000000000") -> Path:
+    d = where / "export"
+    d.mkdir()
+    spans = [{"traceId": "01", "spanId": "a", "name": "GET", "kind": 2, "startTimeUnixNano": "1000000000000",
+              "endTimeUnixNano": "1000005000000"},
+             {"traceId": "01", "spanId": "b", "parentSpanId": "a", "kind": 2, "startTimeUnixNano": start,
+              "endTimeUnixNano": "1000004000000"}]
+    doc = {"resourceSpans": [{"resource": {"attributes": [{"key": "service.name", "value": {"stringValue": s}}]},
+                              "scopeSpans": [{"spans": [sp]}]} for s, sp in zip(("front", "back"), spans, strict=True)]}
+    (d / "a.json").write_text(json.dumps(doc))
+    return d
+
+
+@_case("otlp: a span with a 400-digit start time", "warn", "out of range")
+def paths_otlp_huge_time(ws, where):
+    _otlp(where, "9" * 400)
+    return ["paths", "--otlp", str(where / "export"), "-a", "nesting", "--out", str(where / "out")], (where / "out",)
+
+
+@_case("otlp: only a FIFO in the directory", "exit2", "no readable OTLP JSON export")
+def paths_otlp_fifo_only(ws, where):
+    (where / "export").mkdir()
+    os.mkfifo(where / "export" / "a.json")
+    return ["paths", "--otlp", str(where / "export"), "-a", "nesting", "--out", str(where / "out")], (where / "out",)
+
+
+@_case("paths --export with links planted at its files (replaced)", "ok", check=_victim_kept)
+def paths_export_file_symlinks(ws, where):
+    _trace(where)
+    (where / "x").mkdir()
+    for name in ("paths-truth.json", "paths-nesting.json"):
+        (where / "x" / name).symlink_to(ws.outside / "victim")
+    return _paths_trace(where, "--export", str(where / "x")), (where / "out", where / "x")
+
+
+@_case("paths --export a link to outside", "exit2", "symbolic link")
+def paths_export_dir_symlink(ws, where):
+    _trace(where)
+    (where / "x").symlink_to(ws.outside, target_is_directory=True)
+    return _paths_trace(where, "--export", str(where / "x")), (where / "out",)

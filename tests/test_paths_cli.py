@@ -129,3 +129,15 @@ def test_all_algorithms(tmp_path):
     assert r.returncode == 0, r.stderr
     ran = pd.read_csv(tmp_path / "paths.csv")["algorithm"].unique().tolist()
     assert set(ALGORITHMS) <= set(ran) | {"convolution"}     # convolution may find no pattern in 3 requests
+
+
+def test_export_writes_truth_and_inferred_paths(tmp_path):
+    from analysis.paths.model import true_patterns
+    from analysis.paths.readers import read_jaeger
+    (tmp_path / "e.json").write_text(json.dumps(jaeger_doc(3)))
+    r = nestlab("paths", "--jaeger", str(tmp_path / "e.json"), "-a", "nesting,convolution", "--out", str(tmp_path),
+                "--export", str(tmp_path / "x"))
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in (tmp_path / "x").iterdir()) == ["paths-nesting.json", "paths-truth.json"]
+    truth, got = read_jaeger(tmp_path / "x" / "paths-truth.json"), read_jaeger(tmp_path / "x" / "paths-nesting.json")
+    assert sorted(true_patterns(truth)["pattern"]) == sorted(true_patterns(got)["pattern"])

@@ -109,3 +109,47 @@ def test_an_odd_shaped_export_takes_the_slow_path(tmp_path):
     t = read_jaeger(write(tmp_path, j))
     assert len(t.messages) == 8 + 6                    # b is a root now: called by client
     assert len(true_patterns(t)) == 3                  # its trace has two roots
+
+
+def _tree_set(t):
+    return sorted(true_patterns(t)["pattern"])
+
+
+@pytest.mark.parametrize("fmt", ["jaeger", "otlp"])
+def test_export_of_the_truth_reads_back(tmp_path, fmt):
+    from analysis.paths.export import write_export
+    j = jaeger_doc(4)
+    t = read_jaeger(write(tmp_path, j))
+    write_export(t, t.truth.cause, tmp_path / "x.json", fmt)
+    back = (read_jaeger if fmt == "jaeger" else read_otlp)(tmp_path / "x.json")
+    assert _tree_set(back) == _tree_set(t)
+    assert back.time_base == t.time_base
+    assert back.messages.equals(t.messages)             # both clocks of every message kept
+
+
+def test_otlp_export_loads_with_opentelemetry_proto(tmp_path):
+    """The OTLP export parsed by the OpenTelemetry protobuf classes (json_format, strict: an unknown
+    field or a wrong type fails); OTLP/JSON writes ids in hex where protobuf's JSON mapping has base64,
+    so the ids are turned to base64 first, as OTLP's JSON decoders do."""
+    import base64
+
+    from google.protobuf import json_format
+    from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
+
+    from analysis.paths.algorithms import algorithm
+    from analysis.paths.export import to_otlp
+    t = read_jaeger(write(tmp_path, jaeger_doc(4)))
+    infer, _ = algorithm("nesting")
+    doc = to_otlp(t, infer(t.messages).parent)
+    for rs in doc["resourceSpans"]:
+        for s in rs["scopeSpans"][0]["spans"]:
+            for k in ("traceId", "spanId", "parentSpanId"):
+                if k in s:
+                    s[k] = base64.b64encode(bytes.fromhex(s[k])).decode()
+    data = json_format.Parse(json.dumps(doc), TracesData())
+    spans = [s for rs in data.resource_spans for ss in rs.scope_spans for s in ss.spans]
+    assert len(spans) == 4 * (3 + 2)                    # a server span per call pair, a client span per non-root
+    assert all(len(s.trace_id) == 16 and len(s.span_id) == 8 for s in spans)
+    ids = {s.span_id for s in spans}
+    assert all(s.parent_span_id in ids for s in spans if s.parent_span_id)
+    assert {rs.resource.attributes[0].value.string_value for rs in data.resource_spans} == {"frontend", "backend", "db"}

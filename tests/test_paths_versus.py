@@ -52,6 +52,10 @@ def test_compare_shows_the_algorithms_beside_nest_with_intervals(suite, capsys):
     # nesting finds the web service's patterns and both delayed tiers in every window
     assert table.loc["nesting", "pattern_recall"] == 1 and table.loc["nesting", "culprit_top1"] == 1
     assert table.loc["nesting", "delay_error_pct"] < 10
+    # per request (issue 43): nesting gets most requests whole; NeST infers no paths
+    assert table.loc["nesting", "request_accuracy"] > 0.5 and table.loc["nesting", "mapping_accuracy"] > 0.8
+    assert np.isnan(table.loc["nest-cf", "request_accuracy"])
+    assert "request accuracy" in out and "mapping accuracy" in out
     # NeST: right in run 0's two windows and run 1's web2 window, wrong in run 1's app1 window
     for v in ("flowdiagnoser:theta=2", "nest-cf"):
         assert table.loc[v, "culprit_top1"] == pytest.approx(0.75)

@@ -1,7 +1,7 @@
 """The black-box algorithms by name, for the command line and the benches: each entry is a module
-path (imported when first asked for, so one not yet built does not break the others) or a callable
-`infer(messages, **params) -> PathsResult`. A module provides `infer` and `DEFAULTS` (parameter ->
-default, the names the seeds use)."""
+path (imported when first asked for, so one not yet built does not break the others), `module:function`,
+or a callable `infer(messages, **params) -> PathsResult`. A module provides `infer` and `DEFAULTS`
+(parameter -> default, the names the seeds use); a function may carry its own `DEFAULTS`."""
 
 from __future__ import annotations
 
@@ -18,6 +18,9 @@ ALGORITHMS: dict[str, str | Infer] = {
     "nesting": "analysis.paths.nesting",
     "convolution": "analysis.paths.convolution",
     "linking": "analysis.paths.linking",
+    "fcfs": "analysis.paths.rivals:fcfs",
+    "vpath": "analysis.paths.rivals:vpath",
+    "traceweaver": "analysis.paths.weaver",
 }
 
 
@@ -26,13 +29,15 @@ def algorithm(name: str) -> tuple[Infer, dict[str, Any]]:
     entry = named(ALGORITHMS, name, "algorithm")
     if callable(entry):
         return entry, dict(getattr(entry, "DEFAULTS", {}))
+    path, _, attr = entry.partition(":")     # "module" (its infer) or "module:function"
     try:
-        module = importlib.import_module(entry)
+        module = importlib.import_module(path)
     except ModuleNotFoundError as e:
-        if e.name != entry:
+        if e.name != path:
             raise
-        raise UserError(f"algorithm {name!r} is not available in this nestlab ({entry} is missing)") from None
-    return module.infer, dict(getattr(module, "DEFAULTS", {}))
+        raise UserError(f"algorithm {name!r} is not available in this nestlab ({path} is missing)") from None
+    infer = getattr(module, attr or "infer")
+    return infer, dict(getattr(infer, "DEFAULTS", None) or getattr(module, "DEFAULTS", {}))
 
 
 def parse_params(items: list[str] | None, defaults: dict[str, Any], name: str) -> dict[str, Any]:

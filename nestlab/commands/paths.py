@@ -31,6 +31,7 @@ from rich.console import Console
 
 from analysis.paths.accuracy import service_mapping
 from analysis.paths.algorithms import ALGORITHMS, algorithm, parse_params
+from analysis.paths.export import write_export
 from analysis.paths.model import Trace
 from analysis.paths.readers import read_faults_file, read_jaeger, read_otlp, read_run, read_trace_file
 from analysis.paths.render import call_tree, paths_frame, plain_text, shown_text
@@ -68,6 +69,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=int, default=5, metavar="N", help="call trees to print per trace (5)")
     p.add_argument("--no-score", action="store_true", help="do not score against the truth (faster)")
     p.add_argument("--results", default="results", metavar="DIR", help="results root for experiment names")
+    p.add_argument("--export", metavar="DIR",
+                   help="also write the true request paths (<source>-truth.json) and each algorithm's inferred "
+                        "paths (<source>-<algorithm>.json) as span exports Jaeger's UI opens")
+    p.add_argument("--export-format", choices=("jaeger", "otlp"), default="jaeger",
+                   help="the exports' format: Jaeger JSON (default) or OTLP JSON")
     p.add_argument("--out", metavar="DIR",
                    help="where paths.csv and paths-score.csv go (default: the runs' common directory/analysis, "
                         "or the current directory for --trace/--jaeger)")
@@ -107,6 +113,8 @@ def _paths(args: argparse.Namespace) -> int:
     params = {name: parse_params(args.param, defaults, name) for name, _, defaults in chosen}
     sources, out = _traces(args)
     output_dir(out)          # refused before any work when it is a symbolic link
+    if args.export:
+        output_dir(args.export)
     windows = read_faults_file(args.faults) if args.faults else None
     if windows is not None and args.runs:
         raise UserError("--faults goes with --trace, --jaeger or --otlp (a run's faults come from its faults "
@@ -122,6 +130,9 @@ def _paths(args: argparse.Namespace) -> int:
         where = f"{label}: " if args.runs else ""     # a file's warnings name the file already
         for w in trace.warnings:
             print(plain_text(f"warning: {where}{w}"), file=sys.stderr)
+        stem = _stem(label) if len(sources) > 1 else "paths"
+        if args.export and trace.truth is not None:
+            write_export(trace, trace.truth.cause, Path(args.export) / f"{stem}-truth.json", args.export_format)
         for name, infer, _ in chosen:
             run = partial(infer, **params[name])
             # whatever an algorithm did not expect of a damaged trace is one line, not a traceback
@@ -129,6 +140,8 @@ def _paths(args: argparse.Namespace) -> int:
             for w in result.warnings:
                 print(plain_text(f"warning: {where}{name}: {w}"), file=sys.stderr)
             _show(console, label, name, result, args.top, len(trace.messages))
+            if args.export and result.parent is not None:
+                write_export(trace, result.parent, Path(args.export) / f"{stem}-{name}.json", args.export_format)
             path_rows.append(paths_frame(result, label))
             if trace.truth is not None and not args.no_score:
                 row = guarded(label, score, result, trace, run)
@@ -153,6 +166,12 @@ def _paths(args: argparse.Namespace) -> int:
         _show_scores(console, score_rows)
     console.print("wrote " + ", ".join(shown_text(w) for w in written))
     return 0
+
+
+def _stem(label: str) -> str:
+    """A file-name stem for a source: its last two path parts, joined by '-', safe characters only."""
+    parts = Path(label).parts[-2:]
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in "-".join(parts)) or "source"
 
 
 def algorithm_names(given: list[str]) -> list[str]:

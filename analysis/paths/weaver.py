@@ -1,0 +1,189 @@
+"""A TraceWeaver-class reconstruction (after Ashok et al., SIGCOMM'24, sections 3-4; our own
+implementation from the paper, none of its code): at each service, the incoming calls are mapped to
+the outgoing calls jointly, as an assignment that honours the call graph and the delays learned from
+the trace itself, solved exactly with scipy's linear_sum_assignment (the Hungarian method's kin).
+
+Over call pairs (callpairs.py). For each outgoing call c from a service X to a service D, the
+candidates are the incoming calls p at X that enclose it (arrived before c left, replied after c's
+return arrived). Per *key* (p's caller A, X, D):
+
+- **call graph**: P(N >= j), the share of incoming calls A>X making at least j calls to D, from the
+  current mapping (the paper's call graph, inferred from the trace where it is not given);
+- **delays**: the densities of the gap from p's arrival to c's departure (`pre`) and from c's return
+  to p's reply (`post`), as histograms over log-spaced bins (`bins_per_decade`), smoothed.
+
+The cost of giving c to p as p's j-th call to D is -log f_pre - log f_post - log P(N >= j); each
+incoming call offers `max_calls` slots per D; a call no slot takes is a root (cost `leave_cost`).
+The calls to D of the pairs connected through shared candidates are solved together, in windows of
+at most `window` calls in time order (slots used by earlier windows stay used). It starts from
+delays learned from every candidate, each call's weight shared among its candidates (Project5's
+scoreboard: the true delays pile up, the others spread), and a call graph from the latest-started
+guess, then alternates solving and learning from the mapping for `rounds` rounds (an EM of hard
+assignments; it stops early once a round changes nothing).
+
+What is simplified against the paper: the call graph is per (caller, service, callee) with no order
+among sibling calls, and the delays are per key, not per sibling position; no batching by time
+windows of the paper's size, no confidence scores.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import linear_sum_assignment
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+
+from analysis.paths.callpairs import call_pairs, candidates, pick, result
+from analysis.paths.model import PathsResult
+
+DEFAULTS: dict[str, object] = {
+    "max_parents": 64,          # candidate incoming calls per outgoing call
+    "rounds": 3,                # learn-and-solve rounds
+    "bins_per_decade": 10,      # delay histogram resolution (log10 of seconds)
+    "max_calls": 4,             # slots per incoming call and callee (calls to one service)
+    "leave_cost": 60.0,         # cost of leaving a call without a parent (a root)
+    "window": 400,              # calls solved together at most
+}
+FLOOR = 1e-7                    # s: delays below a tenth of a µs share the first bin
+LO, HI = -7.0, 3.0              # log10 s range of the histograms
+
+
+def _bins(x: np.ndarray, per_decade: int) -> np.ndarray:
+    v = np.log10(np.maximum(x, FLOOR))
+    return np.clip(((v - LO) * per_decade).astype(np.int64), 0, int((HI - LO) * per_decade))
+
+
+def _log_density(key: np.ndarray, b: np.ndarray, weight: np.ndarray, n_bins: int) -> np.ndarray:
+    """Per candidate, log of the smoothed histogram density of its bin within its key (weights: the
+    current mapping's)."""
+    cell = key * n_bins + b
+    codes, uniq = pd.factorize(cell)
+    mass = np.bincount(codes, weights=weight, minlength=len(uniq))
+    kcodes, kuniq = pd.factorize(key)
+    total = np.bincount(kcodes, weights=weight, minlength=len(kuniq))
+    # add-half smoothing over the bins, and a neighbour's share so that a near miss is not impossible
+    return np.log((mass[codes] + 0.5) / (total[kcodes] + 0.5 * n_bins))
+
+
+def _count_costs(key: np.ndarray, parent: np.ndarray, chosen_parent: np.ndarray, chosen_key: np.ndarray,
+                 n_parents_of_key: dict[int, int], max_calls: int) -> dict[int, np.ndarray]:
+    """Per key, -log P(N >= j) for j = 1..max_calls, from the current mapping (N: calls to the key's
+    callee made by one incoming call of the key's caller)."""
+    out: dict[int, np.ndarray] = {}
+    frame = pd.DataFrame({"key": chosen_key, "parent": chosen_parent})
+    per = frame.groupby(["key", "parent"]).size()
+    for k in np.unique(key).tolist():
+        n_in = max(n_parents_of_key.get(k, 0), 1)
+        counts = per.loc[k].to_numpy() if k in per.index.get_level_values(0) else np.zeros(0)
+        at_least = np.array([(counts >= j).sum() for j in range(1, max_calls + 1)], dtype=np.float64)
+        out[k] = -np.log((at_least + 0.5) / (n_in + 1.0))
+    return out
+
+
+def infer(messages: pd.DataFrame, **params) -> PathsResult:
+    unknown = set(params) - set(DEFAULTS)
+    if unknown:
+        raise ValueError(f"traceweaver: unknown parameters {sorted(unknown)} (known: {sorted(DEFAULTS)})")
+    p = {**DEFAULTS, **params}
+    cp = call_pairs(messages)
+    n, nn = cp.n, cp.nodes.n
+    child, parent, rank = candidates(cp, int(p["max_parents"]))
+    chosen = pick(child, parent, rank.astype(np.float64), n)          # the start: latest-started
+    if child.size == 0:
+        return result("traceweaver", cp, chosen, p)
+    per_decade = int(p["bins_per_decade"])
+    n_bins = int((HI - LO) * per_decade) + 1
+    pre = _bins(cp.out_start[child] - cp.in_start[parent], per_decade)
+    post = _bins(cp.in_end[parent] - cp.out_end[child], per_decade)
+    key = (cp.caller[parent] * nn + cp.callee[parent]) * nn + cp.callee[child]
+    # incoming calls per (caller, service): the denominators of the call graph's shares
+    in_key = cp.caller * nn + cp.callee
+    n_in = pd.Series(in_key).value_counts()
+    n_parents_of_key = {int(k): int(n_in.get(int(k) // nn, 0)) for k in np.unique(key).tolist()}
+    max_calls = int(p["max_calls"])
+    # the components of calls to one callee sharing candidates, solved one by one
+    dest = cp.callee[child]
+    pcode, _ = pd.factorize(parent * nn + dest)
+    graph = coo_matrix((np.ones(child.size), (child, n + pcode)), shape=(n + pcode.max() + 1,) * 2)
+    _, comp = connected_components(graph, directed=False)
+    comp_of = comp[child]
+    order = np.lexsort((cp.out_start[child], comp_of))
+    bounds = np.flatnonzero(np.r_[True, comp_of[order][1:] != comp_of[order][:-1], True])
+    # the first round's delays from every candidate, each call's weight shared among its candidates
+    # (Project5's scoreboard): the true delays pile up, the others spread; later rounds: the mapping's
+    weight = 1.0 / np.bincount(child, minlength=n)[child]
+    for r in range(max(1, int(p["rounds"]))):
+        if r:
+            weight = (chosen[child] == parent).astype(np.float64)
+        cost = -(_log_density(key, pre, weight, n_bins) + _log_density(key, post, weight, n_bins))
+        has = chosen[child] == parent
+        slots = _count_costs(key, parent, parent[has], key[has], n_parents_of_key, max_calls)
+        before = chosen
+        chosen = _solve(child, parent, key, cost, slots, order, bounds, n, max_calls,
+                        float(p["leave_cost"]), int(p["window"]), cp.out_start)
+        if r and np.array_equal(chosen, before):
+            break                                   # settled: another round would change nothing
+    return result("traceweaver", cp, chosen, p)
+
+
+def _solve(child, parent, key, cost, slots, order, bounds, n, max_calls, leave_cost, window, out_start):
+    """The assignment, component by component (and window by window within a large one)."""
+    chosen = np.full(n, -1, dtype=np.int64)
+    if not len(key):
+        return chosen
+    first = np.array([slots[int(k)][0] for k in key.tolist()])
+    # components of one call (the most): its cheapest candidate, all at once
+    comp_len = np.diff(bounds)
+    comp_of = np.repeat(np.arange(len(comp_len)), comp_len)          # per position in `order`
+    kid = child[order]
+    single = np.zeros(len(comp_len), dtype=bool)
+    lo = np.minimum.reduceat(kid, bounds[:-1])
+    hi = np.maximum.reduceat(kid, bounds[:-1])
+    single[:] = lo == hi
+    alone = order[single[comp_of]]
+    if alone.size:
+        total = cost[alone] + first[alone]
+        got = pick(child[alone], parent[alone], total, n)
+        best = np.full(n, np.inf)
+        np.minimum.at(best, child[alone], total)
+        keep = got >= 0
+        keep &= best < leave_cost
+        chosen[keep] = got[keep]
+    for c in np.flatnonzero(~single).tolist():
+        idx = order[bounds[c]:bounds[c + 1]]
+        kids_all = pd.unique(child[idx])
+        if len(kids_all) <= window:
+            _assign(child[idx], parent[idx], key[idx], cost[idx], slots, {}, chosen, max_calls, leave_cost)
+            continue
+        used: dict[int, int] = {}                   # parent -> slots taken by earlier windows
+        for w0 in range(0, len(kids_all), window):
+            sel = idx[np.isin(child[idx], kids_all[w0:w0 + window])]
+            _assign(child[sel], parent[sel], key[sel], cost[sel], slots, used, chosen, max_calls, leave_cost)
+    return chosen
+
+
+def _assign(child, parent, key, cost, slots, used, chosen, max_calls, leave_cost) -> None:
+    """One exact assignment of calls (to one callee) to their candidates' slots."""
+    kids, row = np.unique(child, return_inverse=True)
+    pars, col = np.unique(parent, return_inverse=True)
+    k, q = len(kids), len(pars)
+    key_of = np.empty(q, dtype=np.int64)
+    key_of[col] = key                               # one callee: a parent's key is its own
+    taken = np.array([used.get(int(x), 0) for x in pars.tolist()], dtype=np.int64) if used \
+        else np.zeros(q, dtype=np.int64)
+    table = np.array([slots[int(x)] for x in key_of.tolist()])          # q x max_calls
+    # slot j of a parent is its (taken + j + 1)-th call: cost -log P(N >= taken + j + 1)
+    j = np.arange(max_calls)
+    at = taken[:, None] + j[None, :]
+    extra = np.where(at < max_calls, np.take_along_axis(table, np.minimum(at, max_calls - 1), axis=1), 1e9)
+    m = np.full((k, q * max_calls + k), 1e9)
+    cols = col[:, None] * max_calls + j[None, :]
+    m[row[:, None], cols] = cost[:, None] + extra[col]
+    m[np.arange(k), q * max_calls + np.arange(k)] = leave_cost
+    r, c = linear_sum_assignment(m)
+    ok = (c < q * max_calls) & (m[r, c] < 1e9)
+    got = pars[c[ok] // max_calls]
+    chosen[kids[r[ok]]] = got
+    for x in got.tolist():
+        used[x] = used.get(x, 0) + 1

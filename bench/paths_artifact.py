@@ -1,0 +1,107 @@
+"""Request accuracy of every black-box algorithm on traces nobody here made (issue 43; docs/blackbox.md,
+"On the TraceWeaver artifact's traces"): the DeathStarBench traces published with TraceWeaver
+(SIGCOMM'24), Jaeger JSON, 1000 traces per set, in its repository's data/ folder.
+
+    .venv/bin/python bench/paths_artifact.py --data DIR [--apps hotel,node,media] [--loads 25,50]
+        [--algorithms all] [--out FILE]
+
+DIR is the artifact's data/ (fetch its repository: `git clone` it, or a snapshot; nothing of it is
+kept in this repository). Per application and load: the spans, the import's time, and per algorithm
+the share of requests whose whole inferred tree is the true one (accuracy.request_scores), the
+mapping accuracy, and its time per million spans. Then the throughput of import and all algorithms
+together in spans per second, beside a baseline measured in the same run: Python's json.loads of the
+same files (what reading them costs at the least), as a ratio.
+
+Development sets (tuned on): hotel and node at loads 25 and 50. The others are the held-back check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from analysis.paths.accuracy import request_scores  # noqa: E402
+from analysis.paths.algorithms import ALGORITHMS, algorithm  # noqa: E402
+from analysis.paths.spans import read_jaeger  # noqa: E402
+
+APPS = {"hotel": "hotel_reservation/hotel_load{}", "node": "nodejs_microservices/node_load{}",
+        "media": "media_microservices/media_load{}"}
+DEV = {("hotel", 25), ("hotel", 50), ("node", 25), ("node", 50)}
+
+
+def baseline(folder: Path) -> float:
+    t0 = time.perf_counter()
+    for f in sorted(folder.glob("*.json")):
+        json.loads(f.read_bytes())
+    return time.perf_counter() - t0
+
+
+def one(folder: Path, names: list[str]) -> dict:
+    t0 = time.perf_counter()
+    trace = read_jaeger(folder)
+    t_import = time.perf_counter() - t0
+    spans = int((trace.messages["kind"].astype(str) == "call").sum())   # a span per call (in-service spans aside)
+    row = {"messages": len(trace.messages), "calls": spans, "import_s": t_import, "algorithms": {}}
+    for name in names:
+        infer, _ = algorithm(name)
+        t0 = time.perf_counter()
+        result = infer(trace.messages)
+        took = time.perf_counter() - t0
+        row["algorithms"][name] = {**request_scores(result, trace), "seconds": took}
+    return row
+
+
+def span_count(folder: Path) -> int:
+    return sum(len(t.get("spans", ())) for f in sorted(folder.glob("*.json"))
+               for t in json.loads(f.read_bytes()).get("data", ()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, required=True, help="the artifact's data/ folder")
+    ap.add_argument("--apps", default="hotel,node,media")
+    ap.add_argument("--loads", default="25,50,75,100,125,150")
+    ap.add_argument("--algorithms", default="all")
+    ap.add_argument("--out", type=Path, help="also write the Markdown table here")
+    a = ap.parse_args(argv)
+    names = list(ALGORITHMS) if a.algorithms == "all" else a.algorithms.split(",")
+    head = ["set", "spans", "import s", *[f"{n} %" for n in names], *[f"{n} s/M" for n in names]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    tot_spans = tot_time = tot_base = 0.0
+    for app in a.apps.split(","):
+        for load in (int(x) for x in a.loads.split(",")):
+            folder = a.data / APPS[app].format(load)
+            if not folder.is_dir():
+                print(f"{folder}: missing; skipped", file=sys.stderr)
+                continue
+            n_spans = span_count(folder)
+            base = baseline(folder)
+            row = one(folder, names)
+            algos = row["algorithms"]
+            took = row["import_s"] + sum(v["seconds"] for v in algos.values())
+            tot_spans, tot_time, tot_base = tot_spans + n_spans, tot_time + took, tot_base + base
+            label = f"{app} {load}" + (" (dev)" if (app, load) in DEV else "")
+            acc = [f"{100 * algos[n]['request_accuracy']:.1f}" if algos[n]["request_accuracy"] == algos[n]["request_accuracy"]
+                   else "–" for n in names]
+            per_m = [f"{algos[n]['seconds'] / n_spans * 1e6:.0f}" for n in names]
+            lines.append("| " + " | ".join([label, f"{n_spans:,}", f"{row['import_s']:.2f}", *acc, *per_m]) + " |")
+            print(lines[-1], flush=True)
+    text = "\n".join(lines)
+    if tot_time:
+        text += (f"\n\nimport and {len(names)} algorithms: {tot_spans:,.0f} spans in {tot_time:.1f} s = "
+                 f"{tot_spans / tot_time:,.0f} spans/s; baseline (json.loads of the same files): "
+                 f"{tot_spans / tot_base:,.0f} spans/s; ratio {tot_base / tot_time:.3f}")
+    print(text)
+    if a.out:
+        a.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

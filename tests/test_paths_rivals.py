@@ -1,0 +1,92 @@
+"""Today's rivals (issue 43 item 3): FCFS, vPath and the TraceWeaver-class reconstruction, each an
+`infer(messages, **params)` scored per request (analysis/paths/rivals.py, weaver.py, accuracy.py)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.paths.accuracy import request_scores
+from analysis.paths.algorithms import ALGORITHMS, algorithm
+from analysis.paths.model import Trace, Truth, as_messages
+from analysis.paths.spans import read_jaeger
+from tests.test_paths_readers import jaeger_doc
+
+RIVALS = ("fcfs", "vpath", "traceweaver")
+
+
+def test_the_rivals_are_algorithms():
+    assert set(RIVALS) <= set(ALGORITHMS)
+
+
+@pytest.mark.parametrize("name", RIVALS)
+def test_requests_apart_are_all_right(tmp_path, name):
+    (tmp_path / "e.json").write_text(json.dumps(jaeger_doc(5)))
+    t = read_jaeger(tmp_path / "e.json")
+    infer, _ = algorithm(name)
+    r = infer(t.messages)
+    assert request_scores(r, t)["request_accuracy"] == 1.0
+    assert r.parent is not None and len(r.parent) == len(t.messages)
+
+
+def two_overlapping(threads: bool) -> Trace:
+    """client calls A twice (requests 0 and 1); A handles both at once on threads 1 and 2 and calls B
+    for each; request 1's call to B leaves first though request 0 arrived first."""
+    rows = [  # t_send, t_recv, src, dst, kind, msg, request, src_thread, dst_thread
+        (0.000, 0.000, "client", "A", "call", 0, 0, 9, 1),
+        (0.001, 0.001, "client", "A", "call", 1, 1, 9, 2),
+        (0.002, 0.002, "A", "B", "call", 2, 1, 2, 5),
+        (0.003, 0.003, "A", "B", "call", 3, 0, 1, 6),
+        (0.004, 0.004, "B", "A", "return", 2, 1, 5, 2),
+        (0.005, 0.005, "B", "A", "return", 3, 0, 6, 1),
+        (0.006, 0.006, "A", "client", "return", 1, 1, 2, 9),
+        (0.007, 0.007, "A", "client", "return", 0, 0, 1, 9),
+    ]
+    f = pd.DataFrame(rows, columns=["t_send", "t_recv", "src", "dst", "kind", "msg", "request",
+                                    "src_thread", "dst_thread"])
+    if not threads:
+        f = f.drop(columns=["src_thread", "dst_thread"])
+    cause = np.array([-1, -1, 1, 0, 2, 3, 4, 5])
+    return Trace(as_messages(f.drop(columns="request")), Truth(f["request"].to_numpy(), cause))
+
+
+def test_vpath_follows_the_thread():
+    t = two_overlapping(threads=True)
+    infer, _ = algorithm("vpath")
+    assert request_scores(infer(t.messages), t)["request_accuracy"] == 1.0
+    fcfs, _ = algorithm("fcfs")
+    # first come, first served gives the first call to B to the first-arrived request: both wrong
+    assert request_scores(fcfs(t.messages), t)["request_accuracy"] == 0.0
+
+
+def test_vpath_without_threads_says_so():
+    t = two_overlapping(threads=False)
+    infer, _ = algorithm("vpath")
+    r = infer(t.messages)
+    assert any("no thread ids" in w for w in r.warnings)
+
+
+def test_traceweaver_learns_delays_where_latest_start_fails(tmp_path):
+    # many requests at A, each calling B once after a fixed 5 ms, requests 1 ms apart and lasting
+    # 8 ms: the latest-started enclosing call is the wrong one, the learned delay tells them apart
+    rows, n = [], 200
+    for i in range(n):
+        t0 = i * 0.001 + (0.0003 if i % 7 == 0 else 0.0)
+        rows += [(t0, t0, "client", "A", "call", 3 * i, i), (t0 + 0.005, t0 + 0.005, "A", "B", "call", 3 * i + 1, i),
+                 (t0 + 0.0055, t0 + 0.0055, "B", "A", "return", 3 * i + 1, i),
+                 (t0 + 0.008, t0 + 0.008, "A", "client", "return", 3 * i, i)]
+    f = pd.DataFrame(rows, columns=["t_send", "t_recv", "src", "dst", "kind", "msg", "request"])
+    f = f.sort_values("t_send", kind="stable").reset_index(drop=True)
+    req = f["request"].to_numpy()
+    cause = np.full(len(f), -1)
+    for i in range(n):
+        rr = np.flatnonzero(req == i)          # call in, call out, return in, return out
+        cause[rr[1]], cause[rr[2]], cause[rr[3]] = rr[0], rr[1], rr[2]
+    t = Trace(as_messages(f.drop(columns="request")), Truth(req, cause))
+    tw, _ = algorithm("traceweaver")
+    nesting, _ = algorithm("nesting")
+    got = request_scores(tw(t.messages), t)["request_accuracy"]
+    assert got > 0.95 and got > request_scores(nesting(t.messages), t)["request_accuracy"]
