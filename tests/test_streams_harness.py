@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.spec import load_spec
+from harness.studies import load_spec
 from harness.streams.graph import Connection, load_graph
 from harness.streams.recovery import Recovery
 from harness.suite import load_suite
