@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.defaults import default_variant
+from analysis import studies
 from analysis.diagnose import diagnose_run
 from analysis.labels import label_run, parse_policy
 from analysis.load import RunData, load_run_data
@@ -133,11 +133,11 @@ class StoredRun:
 
 def _specs(variants, paths=()) -> list[tuple[str, object]]:
     """(as written, Variant) of variants given one or many, as names or objects (a usage error names
-    the usage, never a run); none: the system under test's for these run paths (analysis.defaults:
+    the usage, never a run); none: the variant of these runs' study kind (analysis.studies:
     streamsdiagnoser for streams runs, DEFAULT_VARIANT otherwise)."""
     if len(variants) == 1:
         variants = variants[0]
-    return variant_specs(variants) or variant_specs(default_variant(paths) if paths else DEFAULT_VARIANT)
+    return variant_specs(variants) or variant_specs(studies.of_runs(paths).variant if paths else DEFAULT_VARIANT)
 
 
 def _with_asked(frame: pd.DataFrame, specs) -> pd.DataFrame:

@@ -54,7 +54,8 @@ def test_headline_of_an_evaluation_without_application_rows(tmp_path):
 
 
 def test_a_streams_runs_report_scores_streamsdiagnoser_beside_the_engines_baseline(tmp_path):
-    from nestlab.observers import STREAMS_VARIANTS, _variants
+    from analysis.studies.streams import VARIANTS as STREAMS_VARIANTS
+    from nestlab.observers import _variants
     from tests.support.streams_run import StreamsRun, chain
 
     g = chain(("beacon", "beacon"), ("t", "throttle"), ("s", "sink"))

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from analysis import studies
 from analysis.diagnose import as_variants
 from analysis.evaluation import Evaluation
 from analysis.pipeline import evaluate
@@ -49,7 +50,8 @@ def summarize(run_dir: str | Path, variants: Sequence[str] = (DEFAULT_VARIANT,),
     # The tables are those of `variants`; the report (the same as `nestlab report RUN`) also has the
     # report's own variants, diagnosed in the same pass (labels and counters are read once).
     base = list(dict.fromkeys(v.name for v in as_variants(variants)))
-    extra = [v for v in dict.fromkeys(x.name for x in as_variants(html_report.REPORT_VARIANTS)) if v not in base]
+    report = studies.of_runs([run_dir]).report_variants()   # the run's study kind's (analysis.studies)
+    extra = [v for v in dict.fromkeys(x.name for x in as_variants(report)) if v not in base]
     full = evaluate([run_dir], base + extra, policy, keep=True)
     ev = dataclasses.replace(full, variants=base)
     for w in ev.warnings:
