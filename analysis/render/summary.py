@@ -14,8 +14,7 @@ from analysis import studies
 from analysis.diagnose import as_variants
 from analysis.evaluation import Evaluation
 from analysis.pipeline import evaluate
-from analysis.render.tables import stalled_list
-from analysis.render.writers import stalled_markdown, write_accuracy
+from analysis.render.writers import write_accuracy, write_stalled
 from analysis.service_health import service_health, service_markdown
 from analysis.variants import DEFAULT_VARIANT
 from rundir.layout import RunDir, fresh
@@ -75,9 +74,7 @@ def summarize(run_dir: str | Path, variants: Sequence[str] = (DEFAULT_VARIANT,),
         say(service_markdown(service))
         for w in service.warnings:
             say(f"warning: {w}", sys.stderr)
-    st = stalled_list(data, scored, variant)
-    st.to_csv(fresh(out / "stalled.csv"), index=False, na_rep="")
-    fresh(out / "stalled.md").write_text(stalled_markdown(st, variant, limit=None) + "\n")
+    write_stalled(data, scored, variant, out)
     drawn = None
     if figures:
         try:

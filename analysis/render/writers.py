@@ -184,6 +184,18 @@ def stalled_markdown(st: pd.DataFrame, variant: str, limit: int | None = 30) -> 
     return f"{title}\n\n" + _md_table(header, rows, align) + more + note
 
 
+def write_stalled(data, scored: pd.DataFrame, variant: str, out: Path) -> tuple[pd.DataFrame, list[Path]]:
+    """stalled.csv and stalled.md of one run (thesis Table 5.2's list, every module); returns (the list,
+    the files). The one writer of both, for the end-of-run summary and `nestlab plots`."""
+    from analysis.render.tables import stalled_list
+
+    st = stalled_list(data, scored, variant)
+    files = [out / "stalled.md", out / "stalled.csv"]
+    st.to_csv(fresh(files[1]), index=False, na_rep="")
+    fresh(files[0]).write_text(stalled_markdown(st, variant, limit=None) + "\n")
+    return st, files
+
+
 # ----------------------------------------------------------------------------- writing
 
 

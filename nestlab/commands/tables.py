@@ -350,9 +350,7 @@ def _module_id(data, text: str) -> int:
 
 def _plots(args) -> int:
     from analysis.render.plots import plot_run
-    from analysis.render.tables import stalled_list
-    from analysis.render.writers import stalled_markdown
-    from rundir.layout import fresh
+    from analysis.render.writers import stalled_markdown, write_stalled
     from rundir.runs import guarded
 
     variants = variants_from(argparse_ns(variant=[args.variant] if args.variant else None, runs=args.runs,
@@ -368,10 +366,8 @@ def _plots(args) -> int:
 
         def draw(data=data, scored=scored, out=out, modules=modules):
             files = plot_run(data, scored, variants[0], out, modules)
-            st = stalled_list(data, scored, variants[0])
-            st.to_csv(fresh(out / "stalled.csv"), index=False, na_rep="")
-            fresh(out / "stalled.md").write_text(stalled_markdown(st, variants[0], limit=None) + "\n")
-            return files + [out / "stalled.md", out / "stalled.csv"], st
+            st, written = write_stalled(data, scored, variants[0], out)
+            return files + written, st
 
         try:
             files, st = guarded(run, draw)

@@ -2,7 +2,8 @@
 
     build_report(evaluation, out) -> Path
 
-Sections: the runs (status, duration, faults, warnings), network health (table and figures), the
+Sections: the runs (status, duration, faults, warnings), the sections the runs' study kind leads with
+(analysis.studies: a service run's tiers' latency and causal paths), network health (table and figures), the
 accuracy table per variant (thesis Table 3.3; with 2 or more runs the across-runs table), the
 variant comparison (paper Table 8 layout; with 2 or more variants), the seeds' numbers beside ours
 (thesis-3.3 for flowdiagnoser:theta=2, paper-table-6 for nest-cf, paper-table-8 for nest-cf's
