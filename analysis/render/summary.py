@@ -25,6 +25,15 @@ def say(text: str, file=None) -> None:
 
 
 
+def _say_service(service, out: Path) -> None:
+    """A service workload's tiers (docs/service.md): service_health.csv, and printed."""
+    service.tiers.to_csv(fresh(out / "service_health.csv"), index=False, na_rep="")
+    say("\n### Service health\n")
+    say(service_markdown(service))
+    for w in service.warnings:
+        say(f"warning: {w}", sys.stderr)
+
+
 def summarize_run(run_dir: str | Path, variants: Sequence[str] = (DEFAULT_VARIANT,), policy=None,
                   figures: bool = True, out: str | Path | None = None) -> Path:
     """summarize (below), returning the directory the files went to."""
@@ -57,23 +66,22 @@ def summarize(run_dir: str | Path, variants: Sequence[str] = (DEFAULT_VARIANT,),
         say(f"warning: {w}", sys.stderr)
     out = Path(out) if out is not None else RunDir(run_dir).analysis
     md, _ = write_accuracy(ev, out)
-    say("")
-    say(md)
     data = ev.data[ev.runs[0]]
     scored = ev.scored[ev.runs[0]]
     variant = ev.variants[0]
+    service = service_health(run_dir, data)
+    lead = "service" in ev.study.lead   # a service run's summary leads with its tiers' latency
+    if service is not None and lead:
+        _say_service(service, out)
+    say("")
+    say(md)
     health = ev.health.get(ev.runs[0])
     if health is not None:   # the runner copies it into the manifest
         fresh(out / "health.json").write_text(json.dumps(health.as_dict(), indent=2) + "\n")
         for w in health.warnings:
             say(f"warning: {w}", sys.stderr)
-    service = service_health(run_dir, data)
-    if service is not None:   # a service workload's tiers (docs/service.md)
-        service.tiers.to_csv(fresh(out / "service_health.csv"), index=False, na_rep="")
-        say("\n### Service health\n")
-        say(service_markdown(service))
-        for w in service.warnings:
-            say(f"warning: {w}", sys.stderr)
+    if service is not None and not lead:
+        _say_service(service, out)
     write_stalled(data, scored, variant, out)
     drawn = None
     if figures:
