@@ -141,7 +141,7 @@ class LiveEngine:
         db = run_db(path)
         if not db.is_file():
             raise UserError(f"{path}: no run.db here (expected a run directory)")
-        # none named: the system under test's (streamsdiagnoser for a streams run, analysis.defaults)
+        # none named: the run's study kind's (streamsdiagnoser for a streams run, analysis.studies)
         (self.variant,) = as_variants([variant or studies.of_runs([self.path]).variant])
         params = self.variant.params
         self.probe = bool(params.get("probe"))
