@@ -32,7 +32,7 @@ from analysis.diagnose import diagnose_run
 from analysis.labels import label_run, parse_policy
 from analysis.load import RunData, load_run_data
 from analysis.pipeline import evaluate
-from analysis.render.writers import accuracy_csv_frame, per_run_csv_frame
+from analysis.render.writers import accuracy_csv_frame, per_run_csv_frame, study_tables
 from analysis.variants import DEFAULT_VARIANT, variant_specs
 from rundir import read
 from rundir.db import connect
@@ -176,8 +176,7 @@ def accuracy_of(runs, variants=None, policy: str | None = None, per_run: bool = 
     if per_run:
         frame = per_run_csv_frame(ev)
     else:
-        frame = accuracy_csv_frame({v: ev.table(v) for v in ev.variants}, ev.policy,
-                                   {v: ev.across(v) for v in ev.variants})
+        frame = accuracy_csv_frame(study_tables(ev), ev.policy, {v: ev.across(v) for v in ev.variants})
     # the columns stay the files' (cell by cell); the names as written map to the canonical ones here
     frame.attrs["asked"] = {written: v.name for written, v in specs}
     return frame

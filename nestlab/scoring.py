@@ -14,7 +14,7 @@ import pandas as pd
 from analysis import studies
 from analysis.evaluation import Evaluation
 from analysis.labels import parse_policy
-from analysis.render.writers import accuracy_csv_frame, per_run_csv_frame
+from analysis.render.writers import accuracy_csv_frame, per_run_csv_frame, study_tables
 from analysis.score.counting import join_labels, module_counts
 from analysis.variants import LABELS
 from rundir.errors import UserError
@@ -74,7 +74,7 @@ def score(runs, predictions: pd.DataFrame, policy: str | None = None, per_run: b
     if per_run:
         out = per_run_csv_frame(ev)
     else:
-        out = accuracy_csv_frame({v: ev.table(v) for v in variants}, pol.name, {v: ev.across(v) for v in variants})
+        out = accuracy_csv_frame(study_tables(ev), pol.name, {v: ev.across(v) for v in variants})
     out.attrs["unpredicted"] = unpredicted
     out.attrs["unmatched"] = unmatched
     return out

@@ -223,14 +223,20 @@ def health_markdown(ev: Evaluation) -> str:
     return "\n".join(parts)
 
 
+def study_tables(ev: Evaluation) -> dict[str, pd.DataFrame]:
+    """Each variant's accuracy table in the rows of the evaluation's study layout (a service run: no
+    wget or iperf rows): what accuracy.csv holds."""
+    keep = pd.MultiIndex.from_product([SECTIONS, ev.study.layout.rows])
+    return {v: ev.table(v).reindex(keep) for v in ev.variants}
+
+
 def write_accuracy(ev: Evaluation, out: Path, intervals: bool = False) -> tuple[str, list[Path]]:
     """accuracy.md/.csv/.tex and per_run.csv for every variant of an evaluation (with 2 or more runs,
     each variant's "Across runs" table in accuracy.md), the overlap footnote and the runs' network
     health (accuracy.md; health.csv); returns (markdown, files)."""
     output_dir(out)
-    shown = ev.study.layout.rows   # the rows of the study's layout (a service run: no wget or iperf rows)
-    keep = pd.MultiIndex.from_product([SECTIONS, shown])
-    tables = {v: ev.table(v).reindex(keep) for v in ev.variants}
+    shown = ev.study.layout.rows
+    tables = study_tables(ev)
     across = {v: ev.across(v) for v in ev.variants}
     md_parts, tex_parts = [], []
     note = overlap_note(ev)
