@@ -105,23 +105,33 @@ def health_section(ev) -> str:
 
 
 def accuracy_section(ev) -> str:
-    """Thesis Table 3.3 per variant (analysis.score.accuracy.accuracy_table), and with 2 or more runs the
-    across-runs table; each <table> carries data-variant, each row data-section and data-row."""
+    """The accuracy table per variant in the layout of the evaluation's study kind (TABLES)."""
+    return TABLES[ev.study.table](ev)
+
+
+def _per_graph(ev) -> str:
+    """Thesis Table 4.3's layout: a row per processing graph, Totals."""
     parts = []
-    rows = ev.study.layout.rows   # the rows of the study's layout
+    for v in ev.variants:
+        rows = streams_graph_rows(streams_accuracy(ev, v))
+        parts.append(f"<h3>{esc(v)}</h3>")
+        parts.append(table(STREAMS_HEADER, rows, cap=None, row_attrs=[{"data-row": r[0]} for r in rows],
+                           cls="accuracy streams", attrs={"data-variant": v}))
+    parts.append(note(f"Ground truth {ev.policy}, {runs_title(ev)}. Rates in %; blank = undefined. Stream "
+                      "connections, direction out; ±: larger half-width of the row's TPR and FPR 95% intervals "
+                      "(across runs where 2 or more runs define the rate, else Wilson per snapshot)."))
+    parts.append(note(overlap_note(ev)))
+    return "\n".join(parts)
+
+
+def _per_module(ev) -> str:
+    """Thesis Table 3.3's layout per variant (analysis.score.accuracy.accuracy_table) in the study's rows,
+    and with 2 or more runs the across-runs table; each <table> carries data-variant, each row
+    data-section and data-row."""
+    parts = []
+    rows = ev.study.layout.rows
     attrs = [{"data-section": s, "data-row": r} for s in SECTIONS for r in rows]
     on = overlap_note(ev)
-    if ev.study.table == "thesis-4.3":   # thesis Table 4.3's layout: a row per graph, Totals
-        for v in ev.variants:
-            rows = streams_graph_rows(streams_accuracy(ev, v))
-            parts.append(f"<h3>{esc(v)}</h3>")
-            parts.append(table(STREAMS_HEADER, rows, cap=None, row_attrs=[{"data-row": r[0]} for r in rows],
-                               cls="accuracy streams", attrs={"data-variant": v}))
-        parts.append(note(f"Ground truth {ev.policy}, {runs_title(ev)}. Rates in %; blank = undefined. Stream "
-                          "connections, direction out; ±: larger half-width of the row's TPR and FPR 95% intervals "
-                          "(across runs where 2 or more runs define the rate, else Wilson per snapshot)."))
-        parts.append(note(on))
-        return "\n".join(parts)
     for v in ev.variants:
         t = ev.table(v)
         parts.append(f"<h3>{esc(v)}</h3>")
@@ -136,6 +146,10 @@ def accuracy_section(ev) -> str:
         parts.append(note(f"Across runs: {ACROSS_NOTE}"))
     parts.append(note(on))
     return "\n".join(parts)
+
+
+# The accuracy section's writers by the layout a study kind names (analysis.studies.base.Study.table).
+TABLES = {"thesis-3.3": _per_module, "thesis-4.3": _per_graph}
 
 
 def compare_section(ev) -> str:
