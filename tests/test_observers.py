@@ -69,6 +69,9 @@ def test_a_streams_runs_report_scores_streamsdiagnoser_beside_the_engines_baseli
     assert report(run, quiet=True) is not None            # no TCP row: an empty headline, not a failure
     md = (run / "analysis" / "accuracy.md").read_text()
     assert "Accuracy of streamsdiagnoser" in md and "Accuracy of flink-backpressure" in md
+    # its report is the streams study's: no network rule system diagnosed it (they read TCP counters)
+    page = (run / "analysis" / "report.html").read_text()
+    assert 'data-variant="streamsdiagnoser"' in page and 'data-variant="nest-cf"' not in page
     assert _variants(make_run(tmp_path / "net")[0]) == ("flowdiagnoser:theta=2",)
 
 

@@ -99,6 +99,8 @@ def test_a_service_run_gets_the_service_view(service_run, tmp_path):
     page = build_report(ev, tmp_path / "report.html", draw=False).read_text()
     assert page.index('id="service"') < page.index('id="paths"') < page.index('id="accuracy"')
     assert "thesis-3.3" not in page and "paper-table-6" not in page and "Service tiers: latency" in page
+    # a fault kind's colour comes from its info as the run recorded it, not from a list of names
+    assert ".fault.delay { border-left-color: #8c6bb1; }" in page and ".fault.ip_drop {" in page   # LEGACY's too
 
 
 def test_a_network_run_keeps_the_network_view(tmp_path):
