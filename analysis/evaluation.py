@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import pandas as pd
 
+from analysis import studies
 from analysis.score.accuracy import accuracy_table, across_runs, compare_table, per_run_table
 
 
@@ -29,6 +31,11 @@ class Evaluation:
     skipped: list = field(default_factory=list)       # (run path, why) of runs that could not be analysed
     run_warnings: dict = field(default_factory=dict)  # run path -> what was wrong with it (warnings)
     out: Path | None = None   # where summarize_run wrote its files
+
+    @cached_property
+    def study(self) -> studies.Study:
+        """The study kind whose view these runs get (analysis.studies)."""
+        return studies.of_evaluation(self)
 
     def table(self, variant: str | None = None) -> pd.DataFrame:
         return accuracy_table(self.counts, variant or self.variants[0])

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.labels_streams import is_streams
+from analysis import studies
 from analysis.model.long_frame import FrameRows
 from rundir import facts
 from rundir.manifest import RunHealth
@@ -210,9 +210,12 @@ def _rtts(data, tcp_ids, quiet: pd.Series, h: RunHealth, series) -> None:
 
 
 def network_health(data) -> RunHealth | None:
-    """The health figures of one run (analysis.load.RunData); None for a streams run (not a network
-    run: no RTTs, queues or TCP connections to judge)."""
-    if is_streams(data):
+    """The health figures of one run (analysis.load.RunData); None where network health does not apply
+    to its study kind (a streams run: no RTTs, queues or TCP connections to judge). The silence-rate
+    warning only where the study says a silence is one (a service's idle keep-alive connections are
+    silent by design)."""
+    study = studies.of_data(data)
+    if not study.network_health:
         return None
     quiet = quiet_snapshots(data)
     span = (data.snapshots["mono"] - data.snapshots["start"]).fillna(0.0).to_numpy(float)
@@ -234,7 +237,7 @@ def network_health(data) -> RunHealth | None:
     h.silence_threshold = SILENCE_WARN
     if info is None:
         h.warnings.append("no RTT samples (a run of format 2 or older)")
-    if h.silence_rate is not None and h.silence_rate > SILENCE_WARN:
+    if h.silence_rate is not None and h.silence_rate > SILENCE_WARN and study.silence_warning:
         h.warnings.append(f"silence rate {100 * h.silence_rate:.1f}% is above {100 * SILENCE_WARN:g}%: healthy "
                           "connections with data to move went silent outside faults, so this run's TCP rows "
                           "measure the network, not the diagnoser")

@@ -73,7 +73,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from analysis import labels_streams
+from analysis import studies
 from analysis.fault_reach import active_faults, collateral_modules, fault_targets
 from analysis.model.label_input import ArrayRows, StretchRows, label_rows
 from analysis.plugins import Registry, check_contract, check_name
@@ -323,8 +323,9 @@ class _Policy:
         return fault_pos, fault_id, coll_pos, coll_id, cover
 
     def label(self, data) -> pd.DataFrame:
-        if labels_streams.is_streams(data):   # stream connections: thesis 4.6.3 (analysis.labels_streams)
-            return labels_streams.label(data, self.values, CAUSES)
+        own = studies.of_data(data).label   # the study's own ground truth (streams: thesis 4.6.3)
+        if own is not None:
+            return own(data, self.values, CAUSES)
         f = label_rows(data)
         oneway = _oneway(data, f) if self.values.get("oneway", True) else np.zeros(f.n, dtype=bool)
         fp, fi, cp, ci, cover = self._faults(data, f, lambda *a: self._mark(f, *a), lambda *a: self._mark_masking(f, *a))
@@ -478,7 +479,8 @@ def parse_policy(spec: str | LabelPolicy | None) -> LabelPolicy:
 
 
 def label_run(data, policy: str | LabelPolicy | None = None) -> pd.DataFrame:
-    """data.counters with the policy's labels joined on (actual, exclude, cause, fault)."""
-    pol = parse_policy(policy)
+    """data.counters with the policy's labels joined on (actual, exclude, cause, fault); policy None:
+    the run's study kind's (analysis.studies)."""
+    pol = parse_policy(policy if policy is not None else studies.of_data(data).policy)
     labels = pol.label(data)
     return data.counters.join(labels)

@@ -1,5 +1,6 @@
 """Ground truth of a streams run (thesis 4.6.3), the labelling policies' answer for runs whose modules
-are stream connections (analysis.labels calls `label` for them; docs/streams.md, "Ground truth").
+are stream connections (the streams study kind names `label` as its ground truth, analysis.studies.streams;
+docs/streams.md, "Ground truth").
 
 - **Positive** exactly for the connections into a throttle at rate 0 (fault rows of kind `throttle`
   whose target JSON has `"rate": 0`; the collector writes one row per connection into the operator),
@@ -36,15 +37,6 @@ import pandas as pd
 from rundir import facts
 
 STRADDLE = "straddle"
-
-
-def is_streams(data) -> bool:
-    """A streams run: the manifest says the backend is flink, or every module is a stream connection."""
-    m = getattr(getattr(data, "info", None), "manifest", None)
-    if m is not None and m.backend == "flink":
-        return True
-    kinds = data.modules["kind"] if len(data.modules) else None
-    return kinds is not None and bool((kinds == "sconn").all())
 
 
 def stall_faults(data) -> list[tuple[int, int, float, float]]:

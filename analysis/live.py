@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.defaults import default_variant
+from analysis import studies
 from analysis.diagnose import as_variants, diagnose_stretches
 from analysis.load import workload_from_cmdline
 from analysis.model import deltas, probes
@@ -141,8 +141,8 @@ class LiveEngine:
         db = run_db(path)
         if not db.is_file():
             raise UserError(f"{path}: no run.db here (expected a run directory)")
-        # none named: the system under test's (streamsdiagnoser for a streams run, analysis.defaults)
-        (self.variant,) = as_variants([variant or default_variant([self.path])])
+        # none named: the run's study kind's (streamsdiagnoser for a streams run, analysis.studies)
+        (self.variant,) = as_variants([variant or studies.of_runs([self.path]).variant])
         params = self.variant.params
         self.probe = bool(params.get("probe"))
         self.ahead = float(params.get("probe_ahead", probes.AHEAD_S))

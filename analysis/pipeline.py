@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import plugins
+from analysis import plugins, studies
 from analysis.diagnose import as_variants, diagnose_run, diagnose_stretches, empty_diagnosis
 from analysis.evaluation import Evaluation
 from analysis.health import network_health
@@ -68,8 +68,9 @@ def evaluate(runs: Iterable[str | Path], variants: Sequence[str] = (DEFAULT_VARI
     """
     vs = as_variants(variants)
     names = [v.name for v in vs]
-    pol = parse_policy(policy)
     runs = list(runs)
+    # policy None: the runs' study kind's (analysis.studies; a service run's differs from the thesis's)
+    pol = parse_policy(policy if policy is not None else studies.of_runs(runs).policy)
     jobs = max(1, min(int(jobs or 1), len(runs)))
 
     def done(k: int, r, res: RunResult) -> bool:

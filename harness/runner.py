@@ -7,7 +7,7 @@ progress (with the live diagnosis under it when the layer above gives one), reco
 faults rows, and tears down on every exit path (normal end, error, Ctrl-C, SIGTERM) with those
 signals held; the manifest ends `complete`, `interrupted` or `failed` with the reason, and run.db
 keeps what was recorded. What is built, started, recorded, injected and torn down is the lab's
-(harness.lab.base.Lab), chosen by the experiment's type (harness.lab.LABS).
+(harness.lab.base.Lab), the one its study kind names (harness.studies), whose name the manifest records.
 """
 
 from __future__ import annotations
@@ -20,15 +20,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from harness.backends import check_runner
 from harness.clean import refuse_on_leftovers
-from harness.lab import lab_class
 from harness.lab.base import FaultSkipped, Injection, Lab, Progress
 from harness.ledger import Ledger, signals_held
 from harness.lock import machine_lock
 from harness.observers import NONE, LiveLine, Observers
 from harness.outline import Interrupted, RecordingStopped, guarded_run  # noqa: F401 - used by tests and the suite
-from harness.spec import load_spec
+from harness.studies import check_runner, lab_study, load_spec
 from rundir.db import FORMAT_VERSION, monotonic
 from rundir.layout import RunDir
 from rundir.recorder import RunRecorder
@@ -36,7 +34,7 @@ from rundir.recorder import RunRecorder
 LIVE_S = 1.0               # how often the progress view's live diagnosis is refreshed
 PRINT_S = 10.0             # how often progress is printed when it is not a live status line
 # The manifest's first write, in this order (keys a lab adds that are not here come before start_wall).
-START_ORDER = ("format_version", "run_id", "experiment", "spec_file", "spec", "topology", "backend", "repetition",
+START_ORDER = ("format_version", "run_id", "experiment", "study", "spec_file", "spec", "topology", "backend", "repetition",
                "seed", "spec_digest", "suite", "monitor", "congestion_control", "snapshot_interval",
                "planned_faults", "clock", "fault_kinds")
 
@@ -64,7 +62,7 @@ class Repetition:
         self.active: list[Injection] = []
         self.t0: float | None = None
         self.fault_ids = 0   # faults.id, assigned here so a rule's tag is known before its row is written
-        self.lab: Lab = lab_class(exp)(self)
+        self.lab: Lab = lab_study(exp.study).lab()(self)
 
     def now(self) -> float:
         return self.lab.now()
@@ -81,7 +79,7 @@ class Repetition:
     # -- the run -------------------------------------------------------------------------------
     def execute(self) -> int:
         exp, rep = self.exp, self.rep
-        first = dict(format_version=FORMAT_VERSION, run_id=self.run_id, experiment=self.spec.name,
+        first = dict(format_version=FORMAT_VERSION, run_id=self.run_id, experiment=self.spec.name, study=exp.study,
                      spec_file=str(exp.path), repetition=rep, seed=exp.seed_for(rep), spec_digest=exp.digest(rep),
                      **({"suite": self.suite} if self.suite else {}), snapshot_interval=self.spec.snapshot_interval,
                      planned_faults=[w.__dict__ for w in self.plan], **self.lab.manifest_start())
@@ -237,7 +235,7 @@ class Repetition:
 def run_experiment(spec_path: str | Path, results_root: str | Path = "results",
                    topology: str | Path | None = None, observers: Observers = NONE) -> tuple[int, list[Path]]:
     exp = load_spec(spec_path, topology)  # spec mistakes are reported before anything needs root
-    check_runner(exp.topology.backend)   # e.g. root for Mininet, before a run directory is made
+    check_runner(exp)   # e.g. root for Mininet, before a run directory is made
     runs: list[Path] = []
     code = 0
     with machine_lock(str(spec_path)):

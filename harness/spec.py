@@ -279,6 +279,7 @@ class Experiment:
     path: Path
     doc: YamlDoc
     seeds: tuple[int, ...] = ()   # a suite's explicit seed per repetition (else seed + k)
+    study: str = "network"        # its study kind (harness.studies): network, or service with a service workload
 
     def seed_for(self, repetition: int) -> int:
         """Repetition k (0-based) uses seed + k, or the k-th of the suite's `seeds`: every
@@ -478,18 +479,14 @@ def load_spec(path: Path | str, topology: Path | str | None = None) -> Experimen
 def experiment_from(doc: YamlDoc, path: Path, topology: Path | str | None = None, scale: int = 1,
                     seeds: tuple[int, ...] = ()) -> Experiment:
     """An Experiment from a parsed document (a spec file, or a suite's merged entry): validated,
-    scaled (scaled()), resolved against its topology (relative to `path`) and planned. A document
-    with a `graph` is a streams experiment (harness.streams.spec, docs/streams.md)."""
-    from harness.streams.spec import is_streams_doc, streams_experiment_from
-
-    if is_streams_doc(doc):
-        if topology is not None:
-            raise doc.error(("graph",), "--topology applies to network experiments; this one runs a streams graph")
-        return streams_experiment_from(doc, path, scale, seeds)
+    scaled (scaled()), resolved against its topology (relative to `path`) and planned: the network and
+    service studies' spec (harness.studies dispatches a document of any study kind)."""
     spec = scaled(doc.parse(Spec), scale)
     topo = load_topology(topology if topology is not None else _resolve_topology(spec, doc, path))
     _check_against_topology(spec, doc, topo)
-    exp = Experiment(spec, topo, path, doc, tuple(seeds))
+    # a service workload makes it the service study's (harness.studies.service claims the same documents)
+    study = "service" if any(w.kind == "service" for w in spec.workloads) else "network"
+    exp = Experiment(spec, topo, path, doc, tuple(seeds), study)
     for r in range(spec.repetitions):
         exp.plan(r)  # infeasible schedules are spec errors: find them before anything runs
     return exp

@@ -36,7 +36,8 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from harness.spec import MAX_REPETITIONS, Experiment, Spec, _Strict, experiment_from
+from harness.spec import MAX_REPETITIONS, Experiment, Spec, _Strict
+from harness.studies import experiment_from
 from harness.yamlload import MergedDoc, YamlDoc
 from rundir.errors import UserError
 

@@ -208,11 +208,11 @@ class SuiteRun:
 
     # -- the suite ----------------------------------------------------------------------------
     def execute(self) -> int:
-        from harness.backends import check_runner
+        from harness.studies import check_runner
 
         suite = self.suite
         for exp in suite.experiments:
-            check_runner(exp.topology.backend)
+            check_runner(exp)
         with machine_lock(str(suite.path)):
             refuse_on_leftovers()
             return self._execute()
@@ -307,10 +307,12 @@ class SuiteRun:
             self.pooled()
 
     def _scope(self) -> str:
-        """Whose rates the summary shows: "conn" (stream connections) when every experiment runs on a
-        stream engine, else "TCP"."""
-        backends = {getattr(getattr(e, "topology", None), "backend", None) for e in self.experiments.values()}
-        return "conn" if backends == {"flink"} else "TCP"
+        """Whose rates the summary shows: the experiments' study kind's scope when they share one
+        ("conn": stream connections), else "TCP"."""
+        from harness.studies import lab_study
+
+        scopes = {lab_study(getattr(e, "study", "network")).scope for e in self.experiments.values()}
+        return scopes.pop() if len(scopes) == 1 else "TCP"
 
     def _figures(self, m: Member) -> dict[str, str]:
         """A complete run's figures for the summary: its headline scores (from the report of this
@@ -379,7 +381,7 @@ def _dur(s: float) -> str:
 
 def check_spec(path: str, results_root: str, topology: str | None) -> int:
     """--check of a single spec: the same plan table, for its repetitions."""
-    from harness.spec import load_spec
+    from harness.studies import load_spec
 
     exp = load_spec(path, topology)
     return _print_plan(Suite(exp.spec.name, Path(path), 1, exp.spec.description, [exp], [str(path)]),

@@ -27,12 +27,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.defaults import default_variant
+from analysis import studies
 from analysis.diagnose import diagnose_run
 from analysis.labels import label_run, parse_policy
 from analysis.load import RunData, load_run_data
 from analysis.pipeline import evaluate
-from analysis.render.writers import accuracy_csv_frame, per_run_csv_frame
+from analysis.render.writers import accuracy_csv_frame, per_run_csv_frame, study_tables
 from analysis.variants import DEFAULT_VARIANT, variant_specs
 from rundir import read
 from rundir.db import connect
@@ -121,7 +121,8 @@ class StoredRun:
 
     def labels(self, policy: str | None = None) -> pd.DataFrame:
         """The counters with the ground truth of a labelling policy joined on: actual, exclude, cause,
-        fault (default policy: impact, the seeds' criteria)."""
+        fault (default policy: the run's study kind's: impact, the seeds' criteria; a service run's
+        impact:direction=any, docs/studies.md)."""
         return guarded(self.path, label_run, self.data, policy)
 
     def accuracy(self, variants=None, policy: str | None = None, per_run: bool = False,
@@ -133,11 +134,11 @@ class StoredRun:
 
 def _specs(variants, paths=()) -> list[tuple[str, object]]:
     """(as written, Variant) of variants given one or many, as names or objects (a usage error names
-    the usage, never a run); none: the system under test's for these run paths (analysis.defaults:
+    the usage, never a run); none: the variant of these runs' study kind (analysis.studies:
     streamsdiagnoser for streams runs, DEFAULT_VARIANT otherwise)."""
     if len(variants) == 1:
         variants = variants[0]
-    return variant_specs(variants) or variant_specs(default_variant(paths) if paths else DEFAULT_VARIANT)
+    return variant_specs(variants) or variant_specs(studies.of_runs(paths).variant if paths else DEFAULT_VARIANT)
 
 
 def _with_asked(frame: pd.DataFrame, specs) -> pd.DataFrame:
@@ -175,8 +176,7 @@ def accuracy_of(runs, variants=None, policy: str | None = None, per_run: bool = 
     if per_run:
         frame = per_run_csv_frame(ev)
     else:
-        frame = accuracy_csv_frame({v: ev.table(v) for v in ev.variants}, ev.policy,
-                                   {v: ev.across(v) for v in ev.variants})
+        frame = accuracy_csv_frame(study_tables(ev), ev.policy, {v: ev.across(v) for v in ev.variants})
     # the columns stay the files' (cell by cell); the names as written map to the canonical ones here
     frame.attrs["asked"] = {written: v.name for written, v in specs}
     return frame

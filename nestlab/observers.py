@@ -16,27 +16,16 @@ from pathlib import Path
 
 from rich.console import Console
 
-from analysis.defaults import STREAMS_VARIANTS as _STREAMS_VARIANTS
-from analysis.defaults import all_streams, is_streams_run
+from analysis import studies
 from analysis.evaluation import Evaluation
 from analysis.pipeline import evaluate
 from analysis.render.summary import summarize
 from analysis.render.writers import write_accuracy
-from analysis.variants import DEFAULT_VARIANT, PROBE_VARIANT
 from harness.observers import Headline, Observers
 from nestlab.live_line import LiveProgress
 from rundir.errors import UserError
 from rundir.layout import RunDir, fresh, output_dir
 from rundir.manifest import read_manifest_quietly
-
-# A streams run (backend flink, docs/streams.md) is scored by the thesis's StreamsDiagnoser, the lab's
-# engine=on and the engine's own back-pressure reading (analysis.defaults), and compared with Table 4.3;
-# a network run by NeST (Θ = 2).
-STREAMS_VARIANTS = _STREAMS_VARIANTS
-
-
-def _is_streams(run: Path) -> bool:
-    return is_streams_run(run)
 
 
 def records_probes(run: Path) -> bool:
@@ -46,10 +35,9 @@ def records_probes(run: Path) -> bool:
 
 
 def _variants(run: Path) -> tuple[str, ...]:
-    """The seeds' NeST; with probes, the lab's probe variant beside it; a streams run's two."""
-    if _is_streams(run):
-        return STREAMS_VARIANTS
-    return (DEFAULT_VARIANT, PROBE_VARIANT) if records_probes(run) else (DEFAULT_VARIANT,)
+    """The run's study kind's summary variants (analysis.studies: the seeds' NeST; with probes, the lab's
+    probe variant beside it; a streams run's three)."""
+    return studies.of_runs([run]).summary_variants(records_probes(run))
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -63,10 +51,10 @@ def headline(ev: Evaluation) -> Headline:
         v = total.at[row, rate]
         return None if v != v else 100.0 * float(v)
 
-    if all_streams(ev.runs):   # a streams run: its stream connections (all its modules), no applications
-        return Headline(pct("all modules", "TPR"), pct("all modules", "FPR"), pct("all modules", "PPV"), scope="conn")
-    apps = tuple(v for v in (pct(row, "TPR") for row in ("iperf", "wget")) if v is not None)
-    return Headline(pct("TCP", "TPR"), pct("TCP", "FPR"), pct("TCP", "PPV"), apps)
+    study = ev.study   # its headline row (TCP; a streams run's stream connections) and application rows
+    row = study.headline_row
+    apps = tuple(v for v in (pct(r, "TPR") for r in study.app_rows) if v is not None)
+    return Headline(pct(row, "TPR"), pct(row, "FPR"), pct(row, "PPV"), apps, scope=study.scope)
 
 
 def report(run: Path, quiet: bool = False) -> Headline | None:
@@ -107,17 +95,16 @@ def pooled(runs: list[Path], root: Path) -> None:
     <suite>/analysis/ like `nestlab accuracy <suite>`, on every core (the files are those of one
     process, analysis.pipeline)."""
     out = RunDir(root).analysis
-    streams = bool(runs) and all(_is_streams(r) for r in runs)
+    study = studies.of_runs(runs)
     try:
-        md, _ = write_accuracy(evaluate(runs, STREAMS_VARIANTS if streams else (DEFAULT_VARIANT,), skip_bad=True,
+        md, _ = write_accuracy(evaluate(runs, study.summary_variants(), skip_bad=True,
                                         jobs=os.cpu_count() or 1), out)
     except Exception as e:  # noqa: BLE001 - the runs are recorded; say how to get the table
         console.print("suite analysis failed: ", style="yellow", end="")
         console.print(f"{type(e).__name__}: {e} (try `nestlab accuracy {root}`)", markup=False)
         return
-    seed = "thesis-4.3" if streams else "thesis-3.3"
-    print(f"\n{md}\n\nsuite tables written to {out}; `nestlab accuracy {root} --against "
-          f"{seed}` puts the thesis's beside them", flush=True)
+    seed = f"; `nestlab accuracy {root} --against {study.suite_seed}` puts the thesis's beside them" if study.suite_seed else ""
+    print(f"\n{md}\n\nsuite tables written to {out}{seed}", flush=True)
 
 
 def observers() -> Observers:

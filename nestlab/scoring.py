@@ -11,9 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis import studies
 from analysis.evaluation import Evaluation
 from analysis.labels import parse_policy
-from analysis.render.writers import accuracy_csv_frame, per_run_csv_frame
+from analysis.render.writers import accuracy_csv_frame, per_run_csv_frame, study_tables
 from analysis.score.counting import join_labels, module_counts
 from analysis.variants import LABELS
 from rundir.errors import UserError
@@ -33,7 +34,7 @@ def score(runs, predictions: pd.DataFrame, policy: str | None = None, per_run: b
     from nestlab.api import _runs
 
     runs = _runs(runs)
-    pol = parse_policy(policy)
+    pol = parse_policy(policy if policy is not None else studies.of_runs([r.path for r in runs]).policy)
     p = _checked(predictions, len(runs), name)
     by_key: dict[str, list] = {}   # a run by its directory, name (experiment/run) or directory's name
     for r in runs:
@@ -73,7 +74,7 @@ def score(runs, predictions: pd.DataFrame, policy: str | None = None, per_run: b
     if per_run:
         out = per_run_csv_frame(ev)
     else:
-        out = accuracy_csv_frame({v: ev.table(v) for v in variants}, pol.name, {v: ev.across(v) for v in variants})
+        out = accuracy_csv_frame(study_tables(ev), pol.name, {v: ev.across(v) for v in variants})
     out.attrs["unpredicted"] = unpredicted
     out.attrs["unmatched"] = unmatched
     return out

@@ -87,7 +87,7 @@ CREATE TABLE IF NOT EXISTS processes (
 CREATE TABLE IF NOT EXISTS faults (
     id INTEGER PRIMARY KEY,
     spec_index INTEGER NOT NULL,     -- index into the spec's faults
-    kind TEXT NOT NULL,              -- ip_drop | tcp_drop | app_pause | path_blackhole | loss | server_pause | throttle | dropper
+    kind TEXT NOT NULL,              -- a fault kind (docs/registries.md: ip_drop, tcp_drop, ..., delay, tier_pause, slow; throttle, dropper)
     at_node TEXT NOT NULL,           -- where it was injected (router or host)
     target_module INTEGER,           -- module id (resolved after the run where possible)
     target TEXT NOT NULL,            -- JSON: human description and identifiers (inode, 5-tuple, pid)

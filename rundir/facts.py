@@ -26,7 +26,7 @@ def recovery_after(duration: float, setting: float | str = "auto") -> float:
     window's duration + RECOVERY_EXTRA_S. Why: TCP's retransmission timer doubles while packets are
     dropped (RTO 0.2 s, then 0.4, 0.8, ... s), so the first retransmission after a drop of d seconds
     ends comes at most about d + RTO_min later; the extra second covers RTO_min, the queueing RTT and
-    the first round trips after it (measured: 0.2-3.3 s for 1-5 s faults, ../shared/notes)."""
+    the first round trips after it (measured: 0.2-3.3 s for 1-5 s faults, docs/schedules.md)."""
     return duration + RECOVERY_EXTRA_S if setting == "auto" else float(setting)
 
 

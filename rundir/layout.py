@@ -1,7 +1,10 @@
 """The run directory: manifest.json, run.db and logs/, and where a new one goes.
 
-Only this module spells the run directory's names (tests/test_layout.py checks it): everything else
+Only rundir/ spells the run directory's names (tests/test_layout.py checks it): everything outside it
 takes its paths from RunDir (`RunDir(path).db`, `.logs`, ...; `RunDir.open(path)` reads the manifest too).
+Here they are named once (DB, MANIFEST, ...); rundir's readers and writers that must stay light or take a
+bare path (rundir.read, requests, streams, columnar, runs, handmade*) spell `run.db` and `manifest.json`
+themselves.
 
 The manifest is written here only, as a rundir.manifest.Manifest validated on every write; pydantic
 is imported when a manifest is written, so that run.db's writers (rundir.db) stay standard-library

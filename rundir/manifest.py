@@ -282,7 +282,10 @@ class Manifest(_Record):
     suite: str | None = None                 # the suite (results/<suite>/suite.json) the run belongs to
     spec: RunSpec = RunSpec()
     topology: TopologyRecord | None = None
-    backend: str | None = None               # mininet | ssh
+    backend: str | None = None               # mininet | ssh | flink
+    # The study kind the run belongs to (network | streams | service; docs/studies.md). Runs recorded
+    # before it: study_of derives it from the rest of the manifest.
+    study: str | None = None
     nodes: dict[str, NodeRecord] | None = None
     clock: str | None = None
     clock_offsets: ClockOffsets | None = None
@@ -312,6 +315,22 @@ class Manifest(_Record):
     def as_json(self) -> dict[str, Any]:
         """The manifest as JSON data: the keys it was given, with their values."""
         return self.model_dump(mode="json", exclude_unset=True)
+
+
+def study_of(m: Manifest | None) -> str | None:
+    """The study kind of a run (docs/studies.md): the manifest's `study`, or for a run recorded before
+    the manifest named it, derived here and only here from what it holds: a stream engine's backend
+    (`flink`) is a streams run, a spec with a `service` workload a service run, any other a network
+    run. None without a manifest."""
+    if m is None:
+        return None
+    if m.study:
+        return m.study
+    if m.backend == "flink":
+        return "streams"
+    if any(w.kind == "service" for w in m.spec.workloads):
+        return "service"
+    return "network"
 
 
 def _first_error(e: ValidationError) -> str:

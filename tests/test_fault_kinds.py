@@ -19,8 +19,9 @@ from analysis.load import load_run_data
 from analysis.render.plots import _fault_legend, _fault_windows, default_subgraphs, fault_colour
 from harness.faults import KINDS, kinds_used
 from harness.faults.spec import FaultSpec
-from harness.spec import Spec, footprint, load_spec, plan_faults, spec_model
+from harness.spec import Spec, footprint, plan_faults, spec_model
 from harness.streams.spec import KINDS as STREAMS_KINDS
+from harness.studies import load_spec
 from harness.yamlload import SpecError, YamlDoc
 from rundir.faultkinds import LEGACY, FaultKindInfo, kinds_of
 from rundir.layout import RunDir

@@ -54,7 +54,8 @@ def test_headline_of_an_evaluation_without_application_rows(tmp_path):
 
 
 def test_a_streams_runs_report_scores_streamsdiagnoser_beside_the_engines_baseline(tmp_path):
-    from nestlab.observers import STREAMS_VARIANTS, _variants
+    from analysis.studies.streams import VARIANTS as STREAMS_VARIANTS
+    from nestlab.observers import _variants
     from tests.support.streams_run import StreamsRun, chain
 
     g = chain(("beacon", "beacon"), ("t", "throttle"), ("s", "sink"))
@@ -68,6 +69,9 @@ def test_a_streams_runs_report_scores_streamsdiagnoser_beside_the_engines_baseli
     assert report(run, quiet=True) is not None            # no TCP row: an empty headline, not a failure
     md = (run / "analysis" / "accuracy.md").read_text()
     assert "Accuracy of streamsdiagnoser" in md and "Accuracy of flink-backpressure" in md
+    # its report is the streams study's: no network rule system diagnosed it (they read TCP counters)
+    page = (run / "analysis" / "report.html").read_text()
+    assert 'data-variant="streamsdiagnoser"' in page and 'data-variant="nest-cf"' not in page
     assert _variants(make_run(tmp_path / "net")[0]) == ("flowdiagnoser:theta=2",)
 
 

@@ -153,6 +153,7 @@ class ToyExperiment:
 
     spec: ToySpec = field(default_factory=ToySpec)
     path: Path = Path("toy.yaml")
+    study: str = "toy"
 
     def plan(self, repetition: int) -> list[Window]:
         return [Window(0, 0.1, 0.1), Window(0, 0.7, 5.0)]   # the second outlasts the run
@@ -216,10 +217,13 @@ class ToyLab(Lab):
 
 @pytest.fixture
 def toy(monkeypatch, tmp_path):
-    import harness.lab
+    import harness.studies
+    from harness.studies.base import LabStudy
 
     monkeypatch.setattr(ledger, "LEDGER_DIR", tmp_path / "ledgers")
-    monkeypatch.setitem(harness.lab.LABS, ToyExperiment, lambda: ToyLab)
+    study = LabStudy("toy", "a stand-in", claims=lambda doc: False, experiment=lambda *a: ToyExperiment(),
+                     lab=lambda: ToyLab, fault_kinds=dict, check_runner=lambda exp: None)
+    monkeypatch.setitem(harness.studies.STUDIES, "toy", lambda: study)
     ToyLab.calls, ToyLab.fail_at = [], None
     return ToyLab
 
@@ -233,13 +237,14 @@ def _rows(run: Repetition, sql: str) -> list[tuple]:
 
 
 def test_a_new_lab_kind_runs_in_the_loop_by_its_registry_line_alone(toy, tmp_path, capsys):
-    """The loop knows a lab kind only through harness.lab.LABS: a stand-in kind registered there gets
+    """The loop knows a lab only through its study kind (harness.studies.STUDIES): a stand-in kind registered there gets
     the manifest, t0, its faults in and out on time (the one outlasting the run ended at the end),
     every teardown step (a failing one is a warning), and the status and summary lines."""
     run = Repetition(ToyExperiment(), 0, tmp_path / "results")
     assert run.execute() == 0
     m = RunDir.open(run.rd.path).manifest
-    assert list(m)[:4] == ["format_version", "run_id", "experiment", "spec_file"] and m["backend"] == "toy"
+    assert list(m)[:5] == ["format_version", "run_id", "experiment", "study", "spec_file"] and m["backend"] == "toy"
+    assert m["study"] == "toy"
     assert m["status"] == "complete" and m["t0"] > 0 and m["counts"]["faults"] == 4
     assert m["warnings"] == ["teardown: broken: ZeroDivisionError: division by zero"]
     assert toy.calls == ["setup", "begin", "inject 1", "heal [1, 2]", "inject 3", "heal [3, 4]", "first", "last",

@@ -438,8 +438,7 @@ class LocalNode:
 def test_cleanups_chain_undo_makes_the_same_iptables_calls_as_firewall_teardown(tmp_path):
     """The ledger's undo entry for the fault chain (run by `nestlab cleanup`) and Firewall.teardown
     remove the chain with the same iptables calls; here the chain is hooked into FORWARD twice."""
-    from harness.backends.ssh import CHAIN_UNDO
-    from harness.faults import Firewall
+    from harness.faults import Firewall, chain_teardown_argv
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -456,7 +455,7 @@ def test_cleanups_chain_undo_makes_the_same_iptables_calls_as_firewall_teardown(
         if how == "teardown":
             Firewall(node).teardown()
         else:
-            node.run(CHAIN_UNDO)
+            node.run(chain_teardown_argv())
         calls[how] = log.read_text().splitlines()
     assert calls["teardown"] == calls["undo"]
     assert calls["undo"] == ["-w -D FORWARD -j NESTLAB"] * 3 + ["-w -F NESTLAB", "-w -X NESTLAB"]

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.spec import load_spec
 from harness.streams.graph import Connection, load_graph
 from harness.streams.recovery import Recovery
+from harness.studies import load_spec
 from harness.suite import load_suite
 from harness.yamlload import SpecError
 from tests.support.env import REPO, VENV_BIN, write

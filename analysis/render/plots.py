@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from analysis import studies
+
 # matplotlib on first use (Agg; labels are names from the run: text, never TeX): analysis.render.mpl
 from analysis.render.mpl import plt, tight
 from rundir import facts
@@ -63,11 +65,6 @@ DPI = 110
 
 # ----------------------------------------------------------------------------- helpers
 
-
-
-def is_streams(data) -> bool:
-    """Every module is a stream connection (docs/streams.md)."""
-    return len(data.modules) > 0 and set(data.modules["kind"]) == {"sconn"}
 
 
 def short_name(data, m: int) -> str:
@@ -277,8 +274,8 @@ def diagnosis_overview(data, scored: pd.DataFrame, variant: str, path: Path,
 
     cf = _is_cf(diag)
     # the matrices first, and the rows let go before drawing (drawing the images takes the most memory)
-    # a streams run's connections have one direction (out): one panel, no empty Inbound one
-    panels = [("out", "Stream connections")] if is_streams(data) else [("in", "Inbound"), ("out", "Outbound")]
+    # the study kind's panels (a streams run's connections have one direction: no empty Inbound one)
+    panels = list(studies.of_data(data).panels)
     grids = {d: _strips(diag[(diag["dir"] == d).to_numpy(bool)], modules, seqs, cf) for d, _ in panels}
     del diag
     windows = _fault_windows(data)
@@ -590,7 +587,7 @@ def plot_run(data, scored: pd.DataFrame, variant: str, out_dir: Path,
     if scored.empty or data.modules.empty:
         return []  # nothing was diagnosed: no figure to draw
     files = [diagnosis_overview(data, scored, variant, out_dir / "diagnosis-overview.png")]
-    if not is_streams(data):   # Figure 5.1 is of processes, sockets and TCP connections: a streams run has none
+    if studies.of_data(data).module_timeline:   # Figure 5.1: processes, sockets and TCP connections (not a streams run's)
         files.append(module_timeline(data, out_dir / "module-timeline.png"))
     for m in modules if modules is not None else default_subgraphs(data):
         files.append(subgraph_figure(data, scored, variant, m, out_dir / f"subgraph-{m}.png"))

@@ -24,12 +24,6 @@ from analysis.score.table_layout import COUNTS, RATES
 HEADER = ["Graph", "runs", *COUNTS, *RATES, "±"]
 
 
-def is_streams_evaluation(ev) -> bool:
-    """Every scored module of the evaluation is a stream connection (and there is one)."""
-    kinds = set(ev.counts["kind"].astype(str)) if len(ev.counts) else set()
-    return kinds == {"sconn"}
-
-
 def graph_mapping(ev) -> tuple[dict[str, str | None], dict[str, str]]:
     """(printed row -> experiment, in the order of the runs; Totals last), run -> experiment."""
     experiments = {str(r): run_experiment(r) for r in ev.runs}

@@ -10,11 +10,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from analysis import studies
 from analysis.diagnose import as_variants
 from analysis.evaluation import Evaluation
 from analysis.pipeline import evaluate
-from analysis.render.tables import stalled_list
-from analysis.render.writers import stalled_markdown, write_accuracy
+from analysis.render.writers import write_accuracy, write_stalled
 from analysis.service_health import service_health, service_markdown
 from analysis.variants import DEFAULT_VARIANT
 from rundir.layout import RunDir, fresh
@@ -23,6 +23,15 @@ from rundir.layout import RunDir, fresh
 def say(text: str, file=None) -> None:
     print(text, file=file or sys.stdout, flush=True)
 
+
+
+def _say_service(service, out: Path) -> None:
+    """A service workload's tiers (docs/service.md): service_health.csv, and printed."""
+    service.tiers.to_csv(fresh(out / "service_health.csv"), index=False, na_rep="")
+    say("\n### Service health\n")
+    say(service_markdown(service))
+    for w in service.warnings:
+        say(f"warning: {w}", sys.stderr)
 
 
 def summarize_run(run_dir: str | Path, variants: Sequence[str] = (DEFAULT_VARIANT,), policy=None,
@@ -49,33 +58,31 @@ def summarize(run_dir: str | Path, variants: Sequence[str] = (DEFAULT_VARIANT,),
     # The tables are those of `variants`; the report (the same as `nestlab report RUN`) also has the
     # report's own variants, diagnosed in the same pass (labels and counters are read once).
     base = list(dict.fromkeys(v.name for v in as_variants(variants)))
-    extra = [v for v in dict.fromkeys(x.name for x in as_variants(html_report.REPORT_VARIANTS)) if v not in base]
+    report = studies.of_runs([run_dir]).report_variants()   # the run's study kind's (analysis.studies)
+    extra = [v for v in dict.fromkeys(x.name for x in as_variants(report)) if v not in base]
     full = evaluate([run_dir], base + extra, policy, keep=True)
     ev = dataclasses.replace(full, variants=base)
     for w in ev.warnings:
         say(f"warning: {w}", sys.stderr)
     out = Path(out) if out is not None else RunDir(run_dir).analysis
     md, _ = write_accuracy(ev, out)
-    say("")
-    say(md)
     data = ev.data[ev.runs[0]]
     scored = ev.scored[ev.runs[0]]
     variant = ev.variants[0]
+    service = service_health(run_dir, data)
+    lead = "service" in ev.study.lead   # a service run's summary leads with its tiers' latency
+    if service is not None and lead:
+        _say_service(service, out)
+    say("")
+    say(md)
     health = ev.health.get(ev.runs[0])
     if health is not None:   # the runner copies it into the manifest
         fresh(out / "health.json").write_text(json.dumps(health.as_dict(), indent=2) + "\n")
         for w in health.warnings:
             say(f"warning: {w}", sys.stderr)
-    service = service_health(run_dir, data)
-    if service is not None:   # a service workload's tiers (docs/service.md)
-        service.tiers.to_csv(fresh(out / "service_health.csv"), index=False, na_rep="")
-        say("\n### Service health\n")
-        say(service_markdown(service))
-        for w in service.warnings:
-            say(f"warning: {w}", sys.stderr)
-    st = stalled_list(data, scored, variant)
-    st.to_csv(fresh(out / "stalled.csv"), index=False, na_rep="")
-    fresh(out / "stalled.md").write_text(stalled_markdown(st, variant, limit=None) + "\n")
+    if service is not None and not lead:
+        _say_service(service, out)
+    write_stalled(data, scored, variant, out)
     drawn = None
     if figures:
         try:

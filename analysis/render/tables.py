@@ -52,12 +52,12 @@ def half_width(row: pd.Series, which: Sequence[str] = PM_RATES) -> float:
     return max(widths) if widths else math.nan
 
 
-def accuracy_cells(t: pd.DataFrame, intervals: bool) -> list[list[str]]:
-    """Table 3.3 rows as strings: section, row, counts, rates, ±."""
+def accuracy_cells(t: pd.DataFrame, intervals: bool, rows: Sequence[str] = ROWS) -> list[list[str]]:
+    """Table 3.3 rows as strings: section, row, counts, rates, ±; `rows`: those of the study's layout."""
     out = []
     for section in SECTIONS:
         first = True
-        for row in ROWS:
+        for row in rows:
             r = t.loc[(section, row)]
             rates = []
             for k in RATES:
@@ -95,12 +95,12 @@ def delta_cell(v: float, good_if_up: bool) -> str:
     return f"**{s}**" if good else f"*{s}*"
 
 
-def across_cells(t: pd.DataFrame, x: pd.DataFrame) -> list[list[str]]:
+def across_cells(t: pd.DataFrame, x: pd.DataFrame, shown: Sequence[str] = ROWS) -> list[list[str]]:
     """The "Across runs" rows of one variant: section (first row of each), row, and TPR, FPR, PPV as
-    `pooled [low, high] (runs)` from accuracy_table `t` and across_runs `x`."""
+    `pooled [low, high] (runs)` from accuracy_table `t` and across_runs `x`; `shown`: the layout's rows."""
     rows = []
     for section in SECTIONS:
-        for k, row in enumerate(ROWS):
+        for k, row in enumerate(shown):
             r, xr = t.loc[(section, row)], x.loc[(section, row)]
             cells = [section if k == 0 else "", row]
             for rate in ACROSS_RATES:
@@ -116,15 +116,12 @@ def across_cells(t: pd.DataFrame, x: pd.DataFrame) -> list[list[str]]:
 ACROSS_HEADER = ["", "Module", *(f"{r} [95%] (runs)" for r in ACROSS_RATES)]
 
 
-# Streams runs' one row of the comparison: their stream connections have one direction, no module types.
-STREAMS_COMPARE_ROWS = (("Outbound", "all modules"),)
-
-
-def compare_cells(c: pd.DataFrame, variants: list[str], streams: bool = False) -> tuple[list[str], list[list[str]], list[str]]:
+def compare_cells(c: pd.DataFrame, variants: list[str], keys: Sequence[tuple[str, str, str]] | None = None
+                  ) -> tuple[list[str], list[list[str]], list[str]]:
     """Paper Table 8 layout: (header, rows, legend). Per row and direction, each variant's TP, FP, TPR,
     PPV and, against the first variant, the change in TP and FP in % (delta_cell: **bold** = better,
-    *italic* = worse, · = no change). streams=True: only the stream connections' row (Outbound, all
-    modules: the only one a streams run has)."""
+    *italic* = worse, · = no change). `keys`: the (section, row, shown as) of the study's comparison
+    (a streams run's: its stream connections' row alone); None: every section and row of Table 3.3."""
     names = [f"V{i + 1}" for i in range(len(variants))]
     header = ["", "Module"]
     for i, n in enumerate(names):
@@ -132,11 +129,11 @@ def compare_cells(c: pd.DataFrame, variants: list[str], streams: bool = False) -
         if i:
             header += [f"{n} ΔTP%", f"{n} ΔFP%"]
     rows = []
-    keys = STREAMS_COMPARE_ROWS if streams else [(s, r) for s in SECTIONS for r in ROWS]
-    for j, (section, row) in enumerate(keys):
+    keys = keys or [(s, r, r) for s in SECTIONS for r in ROWS]
+    for j, (section, row, shown) in enumerate(keys):
         r = c.loc[(section, row)]
         first = j == 0 or keys[j - 1][0] != section   # a section's name on its first row only
-        cells = [section if first else "", "stream connections" if streams else row]
+        cells = [section if first else "", shown]
         for i, v in enumerate(variants):
             cells += [str(int(r[(v, "TP")])), str(int(r[(v, "FP")])), pct(r[(v, "TPR")]), pct(r[(v, "PPV")])]
             if i:

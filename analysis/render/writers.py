@@ -20,11 +20,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.evaluation import Evaluation
-from analysis.render.streams_tables import (
-    is_streams_evaluation,
-    streams_accuracy_latex,
-    streams_accuracy_markdown,
-)
+from analysis.render.streams_tables import streams_accuracy_latex, streams_accuracy_markdown
 from analysis.render.tables import (
     ACROSS_HEADER,
     ACROSS_NOTE,
@@ -47,18 +43,18 @@ from analysis.render.tables import (
 from analysis.render.tables import accuracy_cells as _cells
 from analysis.render.tables import md_table as _md_table
 from analysis.score.accuracy import INTERVAL
-from analysis.score.table_layout import COUNTS, RATES, ROWS
+from analysis.score.table_layout import COUNTS, RATES, ROWS, SECTIONS
 from rundir.layout import fresh, output_dir
 
 # ----------------------------------------------------------------------------- formatting
 
 
-def accuracy_markdown(t: pd.DataFrame, title: str = "", intervals: bool = False) -> str:
+def accuracy_markdown(t: pd.DataFrame, title: str = "", intervals: bool = False, shown=ROWS) -> str:
     header = ["", "Module", *COUNTS, *RATES, "±"]
     align = ["l", "l"] + ["r"] * (len(COUNTS) + len(RATES) + 1)
     if intervals:
         header, align = header[:-1], align[:-1]
-    rows = _cells(t, intervals)
+    rows = _cells(t, intervals, shown)
     if intervals:
         rows = [r[:-1] for r in rows]
     parts = [f"### {title}", ""] if title else []
@@ -67,11 +63,11 @@ def accuracy_markdown(t: pd.DataFrame, title: str = "", intervals: bool = False)
     return "\n".join(parts)
 
 
-def across_markdown(t: pd.DataFrame, x: pd.DataFrame, title: str = "") -> str:
+def across_markdown(t: pd.DataFrame, x: pd.DataFrame, title: str = "", shown=ROWS) -> str:
     """The "Across runs" table of one variant: per section and row, TPR, FPR, PPV as
     `pooled [low, high] (runs)` from accuracy_table `t` and across_runs `x`."""
     parts = [f"### {title}", ""] if title else []
-    parts += [_md_table(ACROSS_HEADER, across_cells(t, x), ["l", "l"] + ["r"] * len(ACROSS_RATES)), "", ACROSS_NOTE]
+    parts += [_md_table(ACROSS_HEADER, across_cells(t, x, shown), ["l", "l"] + ["r"] * len(ACROSS_RATES)), "", ACROSS_NOTE]
     return "\n".join(parts)
 
 
@@ -123,15 +119,15 @@ def per_run_csv_frame(ev: Evaluation) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def accuracy_latex(t: pd.DataFrame, caption_tex: str = "") -> str:
+def accuracy_latex(t: pd.DataFrame, caption_tex: str = "", shown=ROWS) -> str:
     """Thesis Table 3.3 as a LaTeX table (plain tabular, no packages needed); the caption is LaTeX."""
     lines = [r"\begin{table}[htbp]", r"\centering", r"\small",
              r"\begin{tabular}{ll" + "r" * (len(COUNTS) + len(RATES) + 1) + "}", r"\hline",
              r" & & \multicolumn{3}{c}{Correct answers} & \multicolumn{4}{c}{Diagnosis results} & "
              r"\multicolumn{3}{c}{Positive accuracy \%} & \multicolumn{3}{c}{Negative accuracy \%} & \\",
              " & Module & " + " & ".join(COUNTS) + " & " + " & ".join(RATES) + r" & $\pm$ \\", r"\hline"]
-    for k, cells in enumerate(_cells(t, intervals=False)):
-        if k and k % len(ROWS) == 0:
+    for k, cells in enumerate(_cells(t, False, shown)):
+        if k and k % len(shown) == 0:
             lines.append(r"\hline")
         name = cells[1]
         name = rf"\textit{{{tex(name)}}}" if name.startswith("s:") else tex(name)
@@ -143,11 +139,11 @@ def accuracy_latex(t: pd.DataFrame, caption_tex: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-def compare_markdown(c: pd.DataFrame, variants: list[str], streams: bool = False) -> str:
+def compare_markdown(c: pd.DataFrame, variants: list[str], keys=None) -> str:
     """Paper Table 8 layout: per row and direction, each variant's TP, FP, TPR, PPV and, against
     the first variant, the change in TP and FP in % (bold = better, italic = worse, · = no change);
-    streams=True: the stream connections' row only."""
-    header, rows, legend = compare_cells(c, variants, streams)
+    `keys`: the study's (section, row, shown as) (analysis.render.tables.compare_cells)."""
+    header, rows, legend = compare_cells(c, variants, keys)
     align = ["l", "l"] + ["r"] * (len(header) - 2)
     return "\n".join(["Variants: " + "; ".join(legend), "", _md_table(header, rows, align), "", COMPARE_NOTE])
 
@@ -188,6 +184,18 @@ def stalled_markdown(st: pd.DataFrame, variant: str, limit: int | None = 30) -> 
     return f"{title}\n\n" + _md_table(header, rows, align) + more + note
 
 
+def write_stalled(data, scored: pd.DataFrame, variant: str, out: Path) -> tuple[pd.DataFrame, list[Path]]:
+    """stalled.csv and stalled.md of one run (thesis Table 5.2's list, every module); returns (the list,
+    the files). The one writer of both, for the end-of-run summary and `nestlab plots`."""
+    from analysis.render.tables import stalled_list
+
+    st = stalled_list(data, scored, variant)
+    files = [out / "stalled.md", out / "stalled.csv"]
+    st.to_csv(fresh(files[1]), index=False, na_rep="")
+    fresh(files[0]).write_text(stalled_markdown(st, variant, limit=None) + "\n")
+    return st, files
+
+
 # ----------------------------------------------------------------------------- writing
 
 
@@ -215,31 +223,28 @@ def health_markdown(ev: Evaluation) -> str:
     return "\n".join(parts)
 
 
+def study_tables(ev: Evaluation) -> dict[str, pd.DataFrame]:
+    """Each variant's accuracy table in the rows of the evaluation's study layout (a service run: no
+    wget or iperf rows): what accuracy.csv holds."""
+    keep = pd.MultiIndex.from_product([SECTIONS, ev.study.layout.rows])
+    return {v: ev.table(v).reindex(keep) for v in ev.variants}
+
+
 def write_accuracy(ev: Evaluation, out: Path, intervals: bool = False) -> tuple[str, list[Path]]:
     """accuracy.md/.csv/.tex and per_run.csv for every variant of an evaluation (with 2 or more runs,
     each variant's "Across runs" table in accuracy.md), the overlap footnote and the runs' network
     health (accuracy.md; health.csv); returns (markdown, files)."""
     output_dir(out)
-    tables = {v: ev.table(v) for v in ev.variants}
+    shown = ev.study.layout.rows
+    tables = study_tables(ev)
     across = {v: ev.across(v) for v in ev.variants}
     md_parts, tex_parts = [], []
     note = overlap_note(ev)
-    streams = is_streams_evaluation(ev)
+    write_table = TABLES[ev.study.table]
     for v, t in tables.items():
-        title = f"Accuracy of {v}, ground truth {ev.policy}, {runs_title(ev)}"
-        if streams:   # thesis Table 4.3's layout: a row per graph (analysis.render.streams_tables)
-            md_parts.append(streams_accuracy_markdown(ev, v, title) + (f"\n{note}" if note else ""))
-            tex_parts.append(streams_accuracy_latex(ev, v, f"Diagnosis accuracy of {v} ({runs_title(ev)}, ground "
-                                                             f"truth {ev.policy}). Rates in %; blank = undefined."))
-            continue
-        md_parts.append(accuracy_markdown(t, title, intervals) + (f"\n{note}" if note else ""))
-        if len(ev.runs) >= 2:
-            md_parts.append(across_markdown(t, across[v], f"Across runs: {v}, ground truth {ev.policy}, "
-                                                          f"{runs_title(ev)}"))
-        tex_parts.append(accuracy_latex(t, tex(f"Diagnosis accuracy of {v} ({runs_title(ev)}, ground truth "
-                                               f"{ev.policy}). Rates in %; blank = undefined. ") + r"$\pm$"
-                                        + tex(f": larger half-width of the row's TPR and FPR intervals ({INTERVAL}), "
-                                              "in percentage points.")))
+        md, tx = write_table(ev, v, t, across[v], note, intervals, shown)
+        md_parts += md
+        tex_parts.append(tx)
     health = health_markdown(ev)
     md, written = _with_notes("\n\n".join(md_parts + ([health] if health else [])), ev)
     files = [out / "accuracy.md", out / "accuracy.csv", out / "accuracy.tex", out / "per_run.csv"]
@@ -256,7 +261,31 @@ def write_accuracy(ev: Evaluation, out: Path, intervals: bool = False) -> tuple[
     return md, files
 
 
-def breakdown_markdown(b: pd.DataFrame, streams: bool = False) -> str:
+def _per_module(ev, v, t, x, note, intervals, shown) -> tuple[list[str], str]:
+    """Thesis Table 3.3's layout: per direction and module type (and across runs with 2 or more)."""
+    title = f"Accuracy of {v}, ground truth {ev.policy}, {runs_title(ev)}"
+    md = [accuracy_markdown(t, title, intervals, shown) + (f"\n{note}" if note else "")]
+    if len(ev.runs) >= 2:
+        md.append(across_markdown(t, x, f"Across runs: {v}, ground truth {ev.policy}, {runs_title(ev)}", shown))
+    return md, accuracy_latex(t, tex(f"Diagnosis accuracy of {v} ({runs_title(ev)}, ground truth "
+                                     f"{ev.policy}). Rates in %; blank = undefined. ") + r"$\pm$"
+                              + tex(f": larger half-width of the row's TPR and FPR intervals ({INTERVAL}), "
+                                    "in percentage points."), shown)
+
+
+def _per_graph(ev, v, t, x, note, intervals, shown) -> tuple[list[str], str]:
+    """Thesis Table 4.3's layout: a row per processing graph (analysis.render.streams_tables)."""
+    title = f"Accuracy of {v}, ground truth {ev.policy}, {runs_title(ev)}"
+    return ([streams_accuracy_markdown(ev, v, title) + (f"\n{note}" if note else "")],
+            streams_accuracy_latex(ev, v, f"Diagnosis accuracy of {v} ({runs_title(ev)}, ground "
+                                          f"truth {ev.policy}). Rates in %; blank = undefined."))
+
+
+# The accuracy table's writers by the layout a study kind names (analysis.studies.base.Study.table).
+TABLES = {"thesis-3.3": _per_module, "thesis-4.3": _per_graph}
+
+
+def breakdown_markdown(b: pd.DataFrame, shown=None) -> str:
     """analysis.score.breakdown's rows: per group of runs and row, each variant's pooled TPR and PPV
     with their 95% interval across runs."""
     def cell(r, rate):
@@ -273,7 +302,7 @@ def breakdown_markdown(b: pd.DataFrame, streams: bool = False) -> str:
                      str(r["TP"]), str(r["FP"]), str(r["FN"]), cell(r, "TPR"), cell(r, "PPV")])
         last = (r["group"], r["row"])
     return "\n".join([_md_table(header, rows, ["l", "l", "l"] + ["r"] * 5), "",
-                      ("Stream connections" if streams else "Total section") + "; TPR, PPV in %: pooled [95% interval across runs] (none with fewer than 2 "
+                      (shown[0][2].capitalize() if shown and shown[0][0] != "Total" else "Total section") + "; TPR, PPV in %: pooled [95% interval across runs] (none with fewer than 2 "
                       "runs). Runs grouped by the kinds of fault they hold when there is more than one set: "
                       "compare-breakdown.csv."])
 
@@ -281,14 +310,15 @@ def breakdown_markdown(b: pd.DataFrame, streams: bool = False) -> str:
 def write_compare(ev: Evaluation, out: Path) -> tuple[str, list[Path]]:
     output_dir(out)
     c = ev.compare()
-    streams = is_streams_evaluation(ev)
-    parts = [f"### Variant comparison, ground truth {ev.policy}, {runs_title(ev)}\n\n" + compare_markdown(c, ev.variants, streams)]
+    study = ev.study
+    keys = study.compare_rows or tuple((s, r, r) for s in SECTIONS for r in study.layout.rows)
+    parts = [f"### Variant comparison, ground truth {ev.policy}, {runs_title(ev)}\n\n" + compare_markdown(c, ev.variants, keys)]
     b = None
     if len(ev.runs) >= 2:   # each variant's interval across runs beside the pooled figure (issue 35)
         from analysis.score.breakdown import breakdown
 
-        b = breakdown(ev.counts, ev.variants, [str(p) for p in ev.runs], streams=streams)
-        parts.append("### Across runs and by the runs' fault kinds\n\n" + breakdown_markdown(b, streams))
+        b = breakdown(ev.counts, ev.variants, [str(p) for p in ev.runs], shown=study.breakdown_rows)
+        parts.append("### Across runs and by the runs' fault kinds\n\n" + breakdown_markdown(b, study.breakdown_rows))
     md, written = _with_notes("\n\n".join(parts), ev)
     files = [out / "compare.md", out / "compare.csv"]
     fresh(files[0]).write_text(written + "\n")

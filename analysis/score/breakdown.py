@@ -3,8 +3,8 @@ its 95% interval across runs, analysis.score.accuracy.across_runs) and by the ru
 runs grouped by the kinds of fault they hold, e.g. beyond's partial-loss runs apart from the rest).
 
 Only the Total section's rows that carry the network's verdict are shown (TCP, ip+eth, all modules):
-the application and socket rows do not depend on the network variants. A streams evaluation shows
-its stream connections' row alone (Outbound, all modules: the only one a streams run has).
+the application and socket rows do not depend on the network variants. A study kind may show other
+rows (analysis.studies: a streams evaluation its stream connections' row alone).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from rundir.layout import RunDir
 from rundir.read import read_fault_rows
 
 SHOWN = [("Total", "TCP", "TCP"), ("Total", "ip+eth", "ip+eth"), ("Total", "all modules", "all modules")]
-SHOWN_STREAMS = [("Outbound", "all modules", "stream connections")]
 COLUMNS = ["group", "runs", "variant", "row", "TP", "FP", "FN", "TPR", "PPV", "TPR_xlo", "TPR_xhi", "PPV_xlo",
            "PPV_xhi"]
 
@@ -57,12 +56,11 @@ def _rows(counts: pd.DataFrame, variants, runs: list[str], group: str, shown) ->
 
 
 def breakdown(counts: pd.DataFrame, variants, runs: list[str], kinds: dict[str, str] | None = None,
-              streams: bool = False) -> pd.DataFrame:
+              shown=SHOWN) -> pd.DataFrame:
     """Rows (COLUMNS) for all runs ('all runs'), then, when the runs hold more than one set of fault
-    kinds, for each set (`kinds`: run -> its set, default fault_kinds_of). streams=True: the stream
-    connections' row alone."""
+    kinds, for each set (`kinds`: run -> its set, default fault_kinds_of). `shown`: the (section, row,
+    shown as) of the study kind's breakdown."""
     runs = [str(r) for r in runs]
-    shown = SHOWN_STREAMS if streams else SHOWN
     recs = _rows(counts, variants, runs, "all runs", shown)
     kinds = kinds if kinds is not None else {r: fault_kinds_of(r) for r in runs}
     groups = sorted(set(kinds[r] for r in runs))

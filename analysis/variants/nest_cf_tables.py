@@ -1,6 +1,6 @@
 """The NeST diagnosis tables DT_OUT and DT_IN (paper Table 3) as data, with each cell's provenance.
 
-The paper's tables are garbled in the text extraction. ../shared/notes/nest-cf-tables-reconstruction.md
+The paper's tables are garbled in the text extraction. docs/nest-cf-tables.md
 separates what the paper fixes from what is inferred; this file follows it, resolves its open cells
 from the seven principles (paper 3.1), and says for every cell where its values come from.
 

@@ -14,14 +14,13 @@ Adding a backend: a class following base.Backend and its entry here.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rundir.errors import named
 
 if TYPE_CHECKING:
     from harness.backends.base import Backend
     from harness.ledger import Ledger
-    from harness.spec import Spec
     from harness.topology import Topology
 
 
@@ -47,18 +46,13 @@ def backend_class(kind: str) -> type[Backend]:
     return named(BACKENDS, kind, "backend")()
 
 
-def make_backend(kind: str, topology: Topology, ledger: Ledger | None, spec: Spec | None, run_id: str) -> Backend:
-    """The backend `kind` for a run of `spec` (run id `run_id`) on `topology`; what it changes goes
-    to `ledger` first."""
+def make_backend(kind: str, topology: Topology, ledger: Ledger | None, spec: Any, run_id: str) -> Backend:
+    """The backend `kind` for a run of `spec` (harness.spec.Spec, which stands above the backends;
+    run id `run_id`) on `topology`; what it changes goes to `ledger` first."""
     return backend_class(kind)(topology, ledger, spec, run_id)
 
 
 def check_runner(kind: str) -> None:
-    """What backend `kind` needs of the runner's machine (e.g. root), before anything is made.
-    `flink` is a streams experiment's: its runner starts a Flink cluster, no Backend (docs/streams.md)."""
-    if kind == "flink":
-        from harness.streams.cluster import check_runner as check_flink
-
-        check_flink()
-        return
+    """What backend `kind` needs of the runner's machine (e.g. root), before anything is made (a
+    study kind's lab half asks it, harness.studies)."""
     backend_class(kind).check_runner()

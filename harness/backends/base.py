@@ -17,6 +17,7 @@ the kinds).
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -133,8 +134,10 @@ class Backend(Protocol):
         """What the console says before `step` ('preflight' or 'build'), if anything."""
         ...
 
-    def preflight(self) -> None:
-        """Everything that can fail before anything is created: programs, permissions, connections."""
+    def preflight(self, programs: Callable[[], None] | None = None) -> None:
+        """Everything that can fail before anything is created: programs, permissions, connections.
+        `programs`: the lab's check of the programs its workloads run on this machine (the lab's, which
+        stands above the backends), called by a backend whose nodes run this machine's programs."""
         ...
 
     def build(self) -> None: ...

@@ -22,8 +22,9 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from harness import interceptor as _interceptor
 from harness.agent import tcp_connections
@@ -32,12 +33,10 @@ from harness.interceptor.pause import PauseState, pause_process, resume_process
 from harness.ledger import Ledger, kill_group, signals_held, unblock_held_signals
 from harness.routing import HASH_SYSCTLS, check_multipath, route_command
 from harness.topology import Interface, Topology
-from harness.workloads import check_binaries
 from rundir.db import monotonic
 from rundir.errors import UserError
 
 if TYPE_CHECKING:
-    from harness.spec import Spec
     from rundir.recorder import RunRecorder
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -188,7 +187,7 @@ class MininetBackend:
     kind = "mininet"
     remote = False   # the collector writes the run's own run.db
 
-    def __init__(self, topology: Topology, ledger: Ledger | None = None, spec: Spec | str | None = None,
+    def __init__(self, topology: Topology, ledger: Ledger | None = None, spec: Any = None,
                  run_id: str | None = None):
         """`spec`: the run's spec (its congestion control, the programs its workloads need), or for a
         network alone (tests, benchmarks) nothing or just the congestion control's name (cubic)."""
@@ -211,7 +210,7 @@ class MininetBackend:
             return f"building topology {topo.name} ({len(topo.spec.nodes)} nodes, {len(topo.spec.links)} links)"
         return None
 
-    def preflight(self) -> None:
+    def preflight(self, programs: Callable[[], None] | None = None) -> None:
         """Root, the programs, Mininet, netem where the links need it; for a run, also its workloads'
         programs and the interceptor library (a clear error now if it is not built)."""
         if os.geteuid() != 0:
@@ -227,8 +226,9 @@ class MininetBackend:
                     msg = (f"{field} needs the netem qdisc, which this kernel does not have; "
                            "remove it (bandwidth limits work, via HTB)")
                     raise doc.error(("links", k, field), msg) if doc else UserError(msg)
+        if programs is not None:   # the workloads' programs (harness.workloads.check_binaries)
+            programs()
         if self.spec is not None:
-            check_binaries(self.spec)
             if self.spec.interceptor:
                 _interceptor.library_path()
 

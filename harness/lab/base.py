@@ -7,7 +7,7 @@ collector and when the recording has stopped, how a fault goes in and out, what 
 manifest, and how it is torn down. Like Jepsen's split of control, nemesis and checker: the loop
 never looks inside a lab, a lab never decides when anything happens.
 
-A new lab kind is a subclass of Lab in a module of its own, registered in harness.lab.LABS.
+A new lab is a subclass of Lab in a module of its own, named by its study kind (harness.studies).
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ from harness.lab.tracing import MessageTracing
 from harness.ledger import signals_held
 from harness.outline import RecordingStopped
 from harness.window import Window
-from harness.workloads import Workloads
+from harness.workloads import Workloads, check_binaries
 from rundir import __version__
 from rundir.db import monotonic
 from rundir.recorder import link_fault_targets
@@ -120,7 +120,7 @@ class NetworkLab(Lab):
         spec, topo, rd = self.spec, self.exp.topology, self.rd
         backend = self.backend = make_backend(topo.backend, topo, self.run.ledger, spec, self.run.run_id)
         self._announce("preflight")
-        backend.preflight()   # programs, permissions, connections: before anything is made
+        backend.preflight(lambda: check_binaries(spec))   # programs, permissions, connections: before anything is made
         self._announce("build")
         backend.build()
         self.clocks = backend.clocks(monitor_host(spec))

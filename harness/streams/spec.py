@@ -97,6 +97,7 @@ class StreamsExperiment:
     doc: YamlDoc
     seeds: tuple[int, ...] = ()
     topology: GraphTopology = field(default_factory=GraphTopology)
+    study: str = "streams"
 
     def seed_for(self, repetition: int) -> int:
         return self.seeds[repetition] if self.seeds else self.spec.seed + repetition

@@ -30,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--out", required=True, metavar="DIR", help="write <experiment>/<run>/<table>.<format> here")
     p.add_argument("--format", choices=FORMATS, default="parquet")
     p.add_argument("--variant", action="append", default=None, metavar="V",
-                   help="diagnose with this variant (repeat; default flowdiagnoser:theta=2)")
+                   help="diagnose with this variant (repeat; default the runs' study kind's: flowdiagnoser:theta=2, "
+                        "streamsdiagnoser for streams runs)")
     p.add_argument("--policy", default=None, metavar="P", help="ground-truth labelling policy (default impact)")
     p.add_argument("--results", default="results", metavar="DIR", help="results root for names (default: results)")
     p.set_defaults(func=_dump)
@@ -87,11 +88,12 @@ def tables(run, variants: list[str], policy: str | None) -> dict[str, pd.DataFra
 
 
 def _dump(args: argparse.Namespace) -> int:
+    from analysis import studies
     from nestlab.api import open_runs
     from rundir.layout import fresh
 
-    variants = args.variant or ["flowdiagnoser:theta=2"]
     runs = [r for spec in args.runs for r in open_runs(spec, args.results)]
+    variants = args.variant or [studies.of_runs([r.path for r in runs]).variant]   # the runs' study kind's
     for run in runs:
         out = run_out_dir(Path(args.out), run.path.parent.name, run.path.name)
         for name, frame in tables(run, variants, args.policy).items():

@@ -111,20 +111,23 @@ def register(subparsers) -> None:
 # ----------------------------------------------------------------------------- variants
 
 
-def _default_variant(args) -> str:
-    """The system under test's variant for the runs named (analysis.defaults): streamsdiagnoser for
-    streams runs, flowdiagnoser:theta=2 otherwise (or when the runs cannot be found yet: the run
-    reader says why later)."""
-    runs_named = getattr(args, "runs", None)
-    if not runs_named:
-        return DEFAULT_VARIANT
-    from analysis.defaults import default_variant
+def _study(args):
+    """The study kind of the runs named (analysis.studies; the general one when the runs cannot be
+    found yet: the run reader says why later)."""
+    from analysis import studies
     from rundir.runs import find_runs
 
+    runs_named = getattr(args, "runs", None)
     try:
-        return default_variant(find_runs(runs_named, getattr(args, "results", None), []))
+        return studies.of_runs(find_runs(runs_named, getattr(args, "results", None), []) if runs_named else [])
     except UserError:
-        return DEFAULT_VARIANT
+        return studies.of_runs([])
+
+
+def _default_variant(args) -> str:
+    """The variant of the runs' study kind: streamsdiagnoser for streams runs, flowdiagnoser:theta=2
+    otherwise."""
+    return _study(args).variant
 
 
 def variants_from(args, sweep: list[str] | None = None) -> list[str]:
@@ -284,10 +287,8 @@ def _compare(args) -> int:
     else:
         variants = variants_from(args, args.sweep)
     blackbox = _blackbox_runs(args)
-    if len(variants) < 2 and blackbox and not args.variant and not args.sweep:
-        from analysis.render.html import REPORT_VARIANTS  # the seeds' two rule systems
-
-        variants = variants_from(argparse_ns(variant=list(REPORT_VARIANTS)))
+    if len(variants) < 2 and blackbox and not args.variant and not args.sweep:   # the study's report variants
+        variants = variants_from(argparse_ns(variant=list(_study(args).report_variants())))
     if len(variants) < 2:
         raise UserError("compare needs at least two variants: --variant A --variant B, --sweep theta=1..4 "
                         "or --ablations")
@@ -349,9 +350,7 @@ def _module_id(data, text: str) -> int:
 
 def _plots(args) -> int:
     from analysis.render.plots import plot_run
-    from analysis.render.tables import stalled_list
-    from analysis.render.writers import stalled_markdown
-    from rundir.layout import fresh
+    from analysis.render.writers import stalled_markdown, write_stalled
     from rundir.runs import guarded
 
     variants = variants_from(argparse_ns(variant=[args.variant] if args.variant else None, runs=args.runs,
@@ -367,10 +366,8 @@ def _plots(args) -> int:
 
         def draw(data=data, scored=scored, out=out, modules=modules):
             files = plot_run(data, scored, variants[0], out, modules)
-            st = stalled_list(data, scored, variants[0])
-            st.to_csv(fresh(out / "stalled.csv"), index=False, na_rep="")
-            fresh(out / "stalled.md").write_text(stalled_markdown(st, variants[0], limit=None) + "\n")
-            return files + [out / "stalled.md", out / "stalled.csv"], st
+            st, written = write_stalled(data, scored, variants[0], out)
+            return files + written, st
 
         try:
             files, st = guarded(run, draw)
@@ -388,22 +385,20 @@ def _plots(args) -> int:
 
 
 def _report(args) -> int:
-    from analysis.render.html import REPORT_VARIANTS, build_report, default_output
+    from analysis.render.html import build_report, default_output
 
     if args.out and Path(args.out).is_dir():
         raise UserError(f"{args.out}: is a directory; -o names the HTML file to write")
     if args.variant:
         variants = variants_from(args)
-    else:   # the seeds' two systems; with probes recorded, the lab's probe variant beside them; streams runs' own
-        from analysis.defaults import STREAMS_VARIANTS, all_streams
-        from analysis.variants import PROBE_VARIANT
+    else:   # the study kind's (the seeds' two systems; with probes recorded, the lab's probe variant beside them)
+        from analysis import studies
         from nestlab.observers import records_probes
         from rundir.runs import find_runs
 
         found = find_runs(args.runs, args.results)
-        probes = any(records_probes(r) for r in found)
-        names = list(STREAMS_VARIANTS) if all_streams(found) else [*REPORT_VARIANTS, *([PROBE_VARIANT] if probes else [])]
-        variants = variants_from(argparse_ns(variant=names))
+        names = studies.of_runs(found).report_variants(any(records_probes(r) for r in found))
+        variants = variants_from(argparse_ns(variant=list(names)))
     runs, ev = _evaluate(args, variants, keep=True)
     out = Path(args.out) if args.out else default_output(ev.runs)
     print(build_report(ev, out))

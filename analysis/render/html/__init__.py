@@ -2,7 +2,8 @@
 
     build_report(evaluation, out) -> Path
 
-Sections: the runs (status, duration, faults, warnings), network health (table and figures), the
+Sections: the runs (status, duration, faults, warnings), the sections the runs' study kind leads with
+(analysis.studies: a service run's tiers' latency and causal paths), network health (table and figures), the
 accuracy table per variant (thesis Table 3.3; with 2 or more runs the across-runs table), the
 variant comparison (paper Table 8 layout; with 2 or more variants), the seeds' numbers beside ours
 (thesis-3.3 for flowdiagnoser:theta=2, paper-table-6 for nest-cf, paper-table-8 for nest-cf's
@@ -26,16 +27,15 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.evaluation import Evaluation
-from analysis.labels_streams import is_streams
 from analysis.render.html import figures, sections
 from analysis.render.html.faults import faults_part
 from analysis.render.html.html import details, esc, note, page, png, section, table
 from analysis.render.html.paths import paths_section
+from analysis.render.html.service import service_section
 from analysis.render.tables import stalled_top
-from analysis.variants import DEFAULT_VARIANT
+from rundir.faultkinds import LEGACY
 from rundir.layout import RunDir, fresh, output_dir
 
-REPORT_VARIANTS = (DEFAULT_VARIANT, "nest-cf")   # the two rule systems the seeds measured
 MAX_RUN_FIGURES = 30        # several runs: runs whose diagnosis overview is drawn ...
 RUN_FIGURE_DPI = 80         # ... at this resolution (one run: analysis.render.plots.DPI)
 MAX_FAULT_SECTIONS = 120    # fault sections in the whole report
@@ -169,11 +169,16 @@ def build_report(ev: Evaluation, out: str | Path, *, figures_of: dict | None = N
             parts.append(section(anchor, title, body))
 
     add("runs", "Run" if one else f"Runs ({len(ev.runs)})", sections.runs_section(ev))
+    # The sections the study kind leads with (a service run: its tiers' latency, then the causal paths).
+    lead = {"service": ("Service tiers: latency", lambda: service_section(ev)),
+            "paths": ("Causal paths (black-box: Project5, WAP5)", lambda: paths_section(ev))}
+    for anchor in ev.study.lead:
+        add(anchor, lead[anchor][0], lead[anchor][1]())
     # Scratch for figures, next to the report: a report killed half way leaves nothing outside it.
     with tempfile.TemporaryDirectory(prefix=".report-", dir=output_dir(out.parent)) as tmpdir:
         tmp = Path(tmpdir)
         health = sections.health_section(ev)
-        if draw and one and ev.runs[0] in ev.data and not is_streams(ev.data[ev.runs[0]]):   # streams: not a network run
+        if draw and one and ev.runs[0] in ev.data and ev.study.network_health:
             run = ev.runs[0]
             health += png(figures.health_figure(ev.data[run], ev.health.get(run)), "network health over time",
                           "Network health over time: RTT, the busiest queues' backlog and drops, TCP retransmissions.")
@@ -186,7 +191,8 @@ def build_report(ev: Evaluation, out: str | Path, *, figures_of: dict | None = N
         if len(ev.variants) >= 2:
             add("compare", "Variant comparison", sections.compare_section(ev))
         add("against", "Against the seeds", sections.against_section(ev))
-        add("paths", "Causal paths (black-box: Project5, WAP5)", paths_section(ev))
+        if "paths" not in ev.study.lead:
+            add("paths", "Causal paths (black-box: Project5, WAP5)", paths_section(ev))
         if one:
             run = ev.runs[0]
             if draw:
@@ -204,7 +210,10 @@ def build_report(ev: Evaluation, out: str | Path, *, figures_of: dict | None = N
             f"{time.monotonic() - started:.1f} s · ground truth {esc(ev.policy)} · variants "
             f"{esc(', '.join(ev.variants))} · {esc(sections.runs_title(ev))}")
     tmp_out = fresh(out.with_name(out.name + ".part"))
-    tmp_out.write_text(page(_title(ev), meta, toc, parts), encoding="utf-8")
+    kinds = dict(LEGACY)   # the runs' fault kinds' infos, over LEGACY's (rundir.faultkinds.kinds_of)
+    for data in ev.data.values():
+        kinds.update(data.fault_kinds)
+    tmp_out.write_text(page(_title(ev), meta, toc, parts, kinds), encoding="utf-8")
     tmp_out.replace(out)
     return out
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import base64
 import html
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 MAX_ROWS = 200   # a table shows at most this many rows unless told otherwise
 
@@ -54,10 +55,7 @@ details[open] { padding-bottom: 10px; }
 summary { cursor: pointer; font-weight: 600; }
 summary .meta { font-weight: normal; }
 .fault { margin: 10px 0 20px; padding-left: 10px; border-left: 4px solid var(--line); }
-.fault.ip_drop { border-left-color: #6baed6; } .fault.tcp_drop { border-left-color: #74c476; }
-.fault.app_pause { border-left-color: #fb6a4a; } .fault.path_blackhole { border-left-color: #9e9ac8; }
-.fault.loss { border-left-color: #fdae6b; } .fault.server_pause { border-left-color: #c994c7; }
-ul.warnings { font-size: 12.5px; margin: 4px 0; }
+{fault_kinds}ul.warnings { font-size: 12.5px; margin: 4px 0; }
 """
 
 
@@ -147,12 +145,28 @@ def details(summary: str, body: str, open_: bool = False, attrs: dict | None = N
     return f"<details{' open' if open_ else ''}{a}><summary>{summary}</summary>\n{body}\n</details>"
 
 
-def page(title: str, meta: str, toc: Sequence[tuple[str, str]], sections: Sequence[str]) -> str:
-    """The whole document. `meta` is HTML; toc: (anchor, title) of each section."""
+def fault_css(kinds: Mapping[str, Any]) -> str:
+    """Each fault kind's section border in its colour, as the kinds' infos give it (rundir.faultkinds:
+    a run's own, LEGACY for older runs); two kinds a line, kinds without a colour left grey."""
+    rules = [f".fault.{re.sub(r'[^A-Za-z0-9_-]', '_', name)} {{ border-left-color: {info.colour}; }}"
+             for name, info in kinds.items() if info.colour and _COLOUR.fullmatch(info.colour)]
+    return "".join(" ".join(rules[k:k + 2]) + "\n" for k in range(0, len(rules), 2))
+
+
+_COLOUR = re.compile(r"#[0-9A-Fa-f]{3,8}|[A-Za-z]{3,20}")   # a colour from a manifest goes into the page's CSS
+
+
+def page(title: str, meta: str, toc: Sequence[tuple[str, str]], sections: Sequence[str],
+         kinds: Mapping[str, Any] | None = None) -> str:
+    """The whole document. `meta` is HTML; toc: (anchor, title) of each section; `kinds`: the fault
+    kinds' infos, by name, whose colours the fault sections take (fault_css; None: LEGACY's)."""
+    from rundir.faultkinds import LEGACY
+
+    css = CSS.replace("{fault_kinds}", fault_css(LEGACY if kinds is None else kinds))
     nav = " ".join(f'<a href="#{esc(a)}">{esc(t)}</a>' for a, t in toc)
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{esc(title)}</title>", f"<style>{CSS}</style>", "</head>", "<body>",
+        f"<title>{esc(title)}</title>", f"<style>{css}</style>", "</head>", "<body>",
         f"<header><h1>{esc(title)}</h1>\n<p class=\"meta\">{meta}</p>\n<nav>{nav}</nav></header>",
         *sections, "</body>", "</html>", ""])

@@ -18,7 +18,7 @@ from analysis.render.against import (
 from analysis.render.html.html import bullets, esc, note, table
 from analysis.render.streams_tables import HEADER as STREAMS_HEADER
 from analysis.render.streams_tables import graph_rows as streams_graph_rows
-from analysis.render.streams_tables import is_streams_evaluation, streams_accuracy
+from analysis.render.streams_tables import streams_accuracy
 from analysis.render.tables import (
     ACROSS_HEADER,
     ACROSS_NOTE,
@@ -34,11 +34,8 @@ from analysis.render.tables import (
     pct,
     runs_title,
 )
-from analysis.score.table_layout import COUNTS, RATES, ROWS, SECTIONS
+from analysis.score.table_layout import COUNTS, RATES, SECTIONS
 
-ACCURACY_SEEDS = ("thesis-3.3", "paper-table-6")
-STREAMS_SEEDS = ("thesis-4.3",)   # a row per processing graph (analysis.render.against_streams)
-ABLATION_SEEDS = ("paper-table-8",)
 AGAINST_RATES = ("TPR", "FPR", "PPV", "NPV")
 
 
@@ -63,10 +60,10 @@ def runs_section(ev) -> str:
     """One row per run (status, duration, snapshots, faults, the first variant's TCP rates, silence,
     warnings), the runs that could not be analysed, and every warning."""
     per = ev.per_run(ev.variants[0])
-    streams = is_streams_evaluation(ev)   # its stream connections' rates, and no network silences
-    tcp = per[(per["section"] == "Total") & (per["row"] == ("all modules" if streams else "TCP"))].set_index("run")
+    study = ev.study   # its headline row's rates (a streams run's stream connections), silences where they apply
+    tcp = per[(per["section"] == "Total") & (per["row"] == study.headline_row)].set_index("run")
     header = ["Run", "Status", "Length s", "Wall s", "Snapshots", "Modules", "Faults",
-              f"{'conn' if streams else 'TCP'} TPR / FPR / PPV ({ev.variants[0]})", "Silence %", "Warnings"]
+              f"{study.scope} TPR / FPR / PPV ({ev.variants[0]})", "Silence %", "Warnings"]
     rows, warns = [], []
     for p in ev.runs:
         data = ev.data.get(p)
@@ -79,13 +76,13 @@ def runs_section(ev) -> str:
         run_warns += [w for w in (h.warnings if h is not None else []) if w not in run_warns]
         warns += [f"{run_name(p)}: {w}" for w in run_warns]
         sil = "" if h is None or h.silence_rate is None else f"{100 * h.silence_rate:.2f}"
-        if h is not None and h.silence_rate is not None and h.silence_rate > SILENCE_WARN:
+        if h is not None and h.silence_rate is not None and h.silence_rate > SILENCE_WARN and study.silence_warning:
             sil = f'<span class="warn">{sil} !</span>'
         started = int(data.faults["start"].notna().sum()) if data is not None else 0
         faults = "" if data is None else f"{started}" + (f" of {len(data.faults)}" if started < len(data.faults) else "")
         rows.append([esc(run_name(p)), esc(status), _length(m), _wall(m), str(len(data.snapshots)) if data is not None else "",
                      str(len(data.modules)) if data is not None else "", faults, rates, sil, str(len(run_warns))])
-    if streams:
+    if not study.network_health:
         header.remove("Silence %")
         rows = [r[:8] + r[9:] for r in rows]
     parts = [table(header, rows, raw=True, cap=500, sep_col=None,
@@ -99,42 +96,50 @@ def runs_section(ev) -> str:
 
 
 def health_section(ev) -> str:
-    from analysis.labels_streams import is_streams
-
-    streams = [p for p, d in ev.data.items() if is_streams(d)]
     if not ev.health:
-        if streams and len(streams) == len(ev.runs):
-            return '<p class="note">Not a network run (streams runs): no network health figures.</p>'
+        if not ev.study.network_health:
+            return f'<p class="note">Not a network run ({esc(ev.study.name)} runs): no network health figures.</p>'
         return '<p class="note">No network health figures (no run had the data).</p>'
     rows = [health_row(run_name(p), h) for p, h in ev.health.items()]
     return table(HEALTH_HEADER, rows, cap=500, sep_col=None) + note(HEALTH_NOTE)
 
 
 def accuracy_section(ev) -> str:
-    """Thesis Table 3.3 per variant (analysis.score.accuracy.accuracy_table), and with 2 or more runs the
-    across-runs table; each <table> carries data-variant, each row data-section and data-row."""
+    """The accuracy table per variant in the layout of the evaluation's study kind (TABLES)."""
+    return TABLES[ev.study.table](ev)
+
+
+def _per_graph(ev) -> str:
+    """Thesis Table 4.3's layout: a row per processing graph, Totals."""
     parts = []
-    attrs = [{"data-section": s, "data-row": r} for s in SECTIONS for r in ROWS]
+    for v in ev.variants:
+        rows = streams_graph_rows(streams_accuracy(ev, v))
+        parts.append(f"<h3>{esc(v)}</h3>")
+        parts.append(table(STREAMS_HEADER, rows, cap=None, row_attrs=[{"data-row": r[0]} for r in rows],
+                           cls="accuracy streams", attrs={"data-variant": v}))
+    parts.append(note(f"Ground truth {ev.policy}, {runs_title(ev)}. Rates in %; blank = undefined. Stream "
+                      "connections, direction out; ±: larger half-width of the row's TPR and FPR 95% intervals "
+                      "(across runs where 2 or more runs define the rate, else Wilson per snapshot)."))
+    parts.append(note(overlap_note(ev)))
+    return "\n".join(parts)
+
+
+def _per_module(ev) -> str:
+    """Thesis Table 3.3's layout per variant (analysis.score.accuracy.accuracy_table) in the study's rows,
+    and with 2 or more runs the across-runs table; each <table> carries data-variant, each row
+    data-section and data-row."""
+    parts = []
+    rows = ev.study.layout.rows
+    attrs = [{"data-section": s, "data-row": r} for s in SECTIONS for r in rows]
     on = overlap_note(ev)
-    if is_streams_evaluation(ev):   # thesis Table 4.3's layout: a row per graph, Totals
-        for v in ev.variants:
-            rows = streams_graph_rows(streams_accuracy(ev, v))
-            parts.append(f"<h3>{esc(v)}</h3>")
-            parts.append(table(STREAMS_HEADER, rows, cap=None, row_attrs=[{"data-row": r[0]} for r in rows],
-                               cls="accuracy streams", attrs={"data-variant": v}))
-        parts.append(note(f"Ground truth {ev.policy}, {runs_title(ev)}. Rates in %; blank = undefined. Stream "
-                          "connections, direction out; ±: larger half-width of the row's TPR and FPR 95% intervals "
-                          "(across runs where 2 or more runs define the rate, else Wilson per snapshot)."))
-        parts.append(note(on))
-        return "\n".join(parts)
     for v in ev.variants:
         t = ev.table(v)
         parts.append(f"<h3>{esc(v)}</h3>")
-        parts.append(table(["", "Module", *COUNTS, *RATES, "±"], accuracy_cells(t, intervals=False), cap=None,
+        parts.append(table(["", "Module", *COUNTS, *RATES, "±"], accuracy_cells(t, intervals=False, rows=rows), cap=None,
                            row_attrs=attrs, cls="accuracy", attrs={"data-variant": v}))
         if len(ev.runs) >= 2:
             parts.append(f"<h4>Across runs: {esc(v)}</h4>")
-            parts.append(table(ACROSS_HEADER, across_cells(t, ev.across(v)), cap=None, row_attrs=attrs,
+            parts.append(table(ACROSS_HEADER, across_cells(t, ev.across(v), rows), cap=None, row_attrs=attrs,
                                cls="across", attrs={"data-variant": v}))
     parts.append(note(f"Ground truth {ev.policy}, {runs_title(ev)}. {TABLE_NOTE}"))
     if len(ev.runs) >= 2:
@@ -143,9 +148,18 @@ def accuracy_section(ev) -> str:
     return "\n".join(parts)
 
 
+# The accuracy section's writers by the layout a study kind names (analysis.studies.base.Study.table).
+TABLES = {"thesis-3.3": _per_module, "thesis-4.3": _per_graph}
+
+
 def compare_section(ev) -> str:
-    header, rows, legend = compare_cells(ev.compare(), ev.variants, is_streams_evaluation(ev))
+    header, rows, legend = compare_cells(ev.compare(), ev.variants, _compare_rows(ev.study))
     return "\n".join([f'<p>{esc("; ".join(legend))}</p>', table(header, rows, cap=None, cls="compare"), note(COMPARE_NOTE)])
+
+
+def _compare_rows(study) -> tuple[tuple[str, str, str], ...]:
+    """The comparison's (section, row, shown as): the study's, else every section and row of its layout."""
+    return study.compare_rows or tuple((s, r, r) for s in SECTIONS for r in study.layout.rows)
 
 
 def _against_accuracy(ev, seed) -> str:
@@ -156,7 +170,7 @@ def _against_accuracy(ev, seed) -> str:
     cells = {(r.section, r.row, r.metric): r for r in frame.itertuples(index=False)}
     rows, beyond = [], 0
     for section in SECTIONS:
-        for k, row in enumerate(ROWS):
+        for k, row in enumerate(ev.study.layout.rows):
             if not any((section, row, m) in cells for m in metrics):
                 continue
             out = [esc(section) if k == 0 or not rows else "", esc(row)]
@@ -209,18 +223,19 @@ def _against_ablation(ev, seed) -> str:
 
 
 def against_section(ev) -> str:
-    """The seeds' tables whose variant was evaluated (as `nestlab accuracy --against` and
-    `nestlab compare --against` choose them); '' when none matches."""
+    """The seeds' tables the study is compared with whose variant was evaluated (as `nestlab accuracy
+    --against` and `nestlab compare --against` choose them); '' when none matches."""
     parts = []
-    for name in ACCURACY_SEEDS:
+    study = ev.study
+    for name in study.seeds:
         seed = load_seed_table(name)
         if seed.variant in ev.variants:
             parts.append(_against_accuracy(ev, seed))
-    for name in STREAMS_SEEDS:
+    for name in study.graph_seeds:   # a row per processing graph (analysis.render.against_streams)
         seed = load_seed_table(name)
         if seed.variant in ev.variants and (ev.counts["kind"] == "sconn").any():
             parts.append(_against_streams(ev, seed))
-    for name in ABLATION_SEEDS:
+    for name in study.ablation_seeds:
         seed = load_seed_table(name)
         mapped = {v for _, v in seed.ablations if v}
         if ev.variants[0] == seed.variant and mapped & set(ev.variants[1:]):

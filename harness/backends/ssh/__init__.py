@@ -11,13 +11,13 @@ changes on a node is written to the run's ledger (harness/ledger.py) first, so t
     node.py        SshNode (the Node interface) and RemoteProc, the client of the command server
     nodeserver.py  the command server itself, run on each node (`python3 -u -c <source>`)
     provision.py   checking and installing the nodes, verifying the network, congestion control, clocks
-    backend.py     SshBackend, the Backend the runner uses; CHAIN_UNDO, the fault chain's undo entry
+    backend.py     SshBackend, the Backend the runner uses
     retrieve.py    bringing the collector's run.db and the logs back
     reported.py    checks on what a node reports (file names, interface names, addresses)
     cleanup.py     undoing a killed run on its nodes (`nestlab cleanup`)
 """
 
-from harness.backends.ssh.backend import CHAIN_UNDO, SshBackend
+from harness.backends.ssh.backend import SshBackend
 from harness.backends.ssh.transport import SshError, SshParams, ssh_params
 
-__all__ = ["CHAIN_UNDO", "SshBackend", "SshError", "SshParams", "ssh_params"]
+__all__ = ["SshBackend", "SshError", "SshParams", "ssh_params"]

@@ -24,7 +24,6 @@ from harness.backends.ssh.node import SshNode
 from harness.backends.ssh.provision import make_private_dir
 from harness.backends.ssh.retrieve import fetch_collector_db, fetch_logs
 from harness.backends.ssh.transport import Connection, connect_all, ssh_params
-from harness.faults import chain_teardown_argv
 from harness.interceptor.pause import PauseState
 from harness.ledger import Ledger
 from harness.topology import Interface, Topology
@@ -33,9 +32,6 @@ from rundir.layout import RunDir
 if TYPE_CHECKING:
     from rundir.recorder import RunRecorder
 
-# Removes the harness's fault chain on a router: the ledger's undo entry (Firewall.teardown's steps),
-# which the runner records, so that a killed run's chain is removed by `nestlab cleanup`.
-CHAIN_UNDO = chain_teardown_argv()
 PROGRESS_S = 2.0    # how often the progress thread reads the collector's snapshot count on the node
 
 
@@ -76,7 +72,7 @@ class SshBackend:
                 + "measuring clocks"}.get(step)
 
     # -- preflight and build -------------------------------------------------------------------
-    def preflight(self) -> None:
+    def preflight(self, programs=None) -> None:   # the nodes' programs are checked on them (provision)
         """Connect to every node (nothing is created on them yet): unreachable nodes, unknown or wrong
         host keys and refused logins end the run here with one line."""
         self.conns = connect_all(self.params)

@@ -1,0 +1,24 @@
+"""The service study's analysis half: NeST on every tier host of a multi-tier service, beside the
+black-box path algorithms (docs/service.md, docs/blackbox.md). No seed measured a service: no wget
+or iperf rows, no comparison with the seeds' network tables, and idle keep-alive connections are not
+a network silence. Its report leads with the tiers' latency and, where the run has messages, the
+causal paths. Ground truth: any direction of a faulted tier's traffic (request/response traffic has
+no data direction to follow)."""
+
+from __future__ import annotations
+
+from analysis.score.table_layout import Layout
+from analysis.studies.base import Study
+from analysis.studies.network import STUDY as NETWORK
+
+STUDY = Study(
+    name="service",
+    variant=NETWORK.variant,
+    summary=NETWORK.summary,
+    report=NETWORK.report,
+    probe_variant=NETWORK.probe_variant,
+    policy="impact:direction=any",
+    layout=Layout(apps=()),
+    silence_warning=False,
+    lead=("service", "paths"),
+)
