@@ -453,13 +453,14 @@ class ShmFile:
             max_fd = min(max_fd, n)
             socks = []
             alone = False                                 # a slot read again after b
+            same = a == b                                 # the usual case: one memcmp, no slot compared
             for fd in range(max_fd):
                 off = HEADER_SIZE + fd * SLOT_SIZE
                 v = FULL_SLOT.unpack_from(a, off)
                 if v[4] == FREE:
                     self.last.pop(fd, None)
                     continue
-                if (v[0] | v[15] | v[23]) & 1 or a[off:off + SLOT_SIZE] != b[off:off + SLOT_SIZE]:
+                if (v[0] | v[15] | v[23]) & 1 or not same and a[off:off + SLOT_SIZE] != b[off:off + SLOT_SIZE]:
                     alone = True
                     sk = self._slot(fd)
                 else:
