@@ -4,7 +4,8 @@ The LD_PRELOAD library (the C files next to this file) keeps one file per proces
 shared memory directory, `<dir>/<pid>.nest`: a header and one 256-byte slot per file descriptor,
 laid out as in nestintercept.h (keep the two in step; tests/test_interceptor.py compiles the header
 and compares the offsets). This module mirrors that layout and reads the files consistently through
-their seqlocks: `ShmFile` (one file, mapped read-only), `read_process(path)` (one reading, also after
+their seqlocks: `ShmFile` (one file, read with pread: the collector runs as root over files the traced
+processes own, so a file cut short is one warning, never SIGBUS), `read_process(path)` (one reading, also after
 the process has exited), `process_alive(pid, starttime)`. Values are reported as read: cumulative
 counters, with the wait of calls in progress counted up to the time of reading; nothing is smoothed
 here (a counter that goes backwards is the analysis's business, thesis 3.4). What the library could
@@ -18,10 +19,11 @@ describes the whole thing.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
-import mmap
 import os
 import socket
+import stat
 import struct
 import time
 from dataclasses import dataclass, field
@@ -36,6 +38,7 @@ SLOT_SIZE = 256
 CMDLINE_OFF = 520
 CMDLINE_MAX = 2048
 SUFFIX = ".nest"
+MAX_SLOTS = 65536         # the most slots the library makes (init.c's bound on NESTLAB_MAX_FDS)
 
 FREE, OPEN, CLOSED = 0, 1, 2
 SF_LISTEN, SF_PEER, SF_ACCEPTED, SF_CONNECT, SF_INHERITED, SF_GRAPH = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
@@ -54,6 +57,8 @@ HDR_SEQ_OFF = 256
 # @256: seq retired_n retired[in](msgs bytes errors wait_ns) retired[out](...)
 RETIRED = struct.Struct("<QQ8Q")
 ACK_SEQ_OFF = 80
+RETIRED_SPAN = slice(HDR_SEQ_OFF, HDR_SEQ_OFF + RETIRED.size)
+PAUSE_SPAN = slice(52, 132)      # flags .. paused_threads: what PauseState is made of
 # slot @0: seq gen inode fd state flags family type lport rport pad laddr raddr open_ns close_ns
 SLOT = struct.Struct("<QQQiIIHHHHI16s16sQQ")
 DIR_OFF = (128, 192)
@@ -185,10 +190,12 @@ class ProcessSnapshot:
     eintr_retried: int = 0   # calls our pause/resume signal interrupted, restarted unseen by the program
     want_slots: int = 0
     space_errno: int = 0
+    unreadable: str = ""     # why the file can no longer be read (cut short): the values are the last read
 
     @property
     def exited(self) -> bool:
-        return bool(self.flags & HF_EXITED)
+        """The process has exited, or its file can no longer be read: nothing more will come of it."""
+        return bool(self.flags & HF_EXITED) or bool(self.unreadable)
 
     @property
     def no_space(self) -> bool:
@@ -197,11 +204,11 @@ class ProcessSnapshot:
 
     def loss_key(self) -> tuple[int, ...]:
         """What could not be counted, as numbers that only grow (all zero: nothing)."""
-        return (int(self.no_space), self.untracked, self.lost, self.unended, self.forced)
+        return (int(self.no_space), self.untracked, self.lost, self.unended, self.forced, int(bool(self.unreadable)))
 
     def problems(self) -> list[str]:
         """What the library could not count in this process, one phrase each (empty: nothing)."""
-        out = []
+        out = [f"its counter file can no longer be read ({self.unreadable})"] if self.unreadable else []
         if self.no_space:
             why = errno.errorcode.get(self.space_errno, str(self.space_errno))
             out.append(f"no space in the shared memory for its {self.want_slots} socket slots ({why}): "
@@ -246,13 +253,33 @@ class SparseFileError(InterceptorStateError):
     """A counter file without its space (made by an earlier build) that cannot be given it."""
 
 
-def _allocate(path: str, size: int) -> None:
-    """Give a sparse file its space before it is mapped: reading a hole of a shared tmpfs mapping
-    allocates a page, and in a full /dev/shm that is SIGBUS, which would kill the reader (the
-    library allocates its files up front since; files of earlier builds may be sparse)."""
+def _open_regular(path: str, flags: int) -> tuple[int, os.stat_result]:
+    """(fd, its stat) of the regular file at `path`. The collector runs as root over files any traced
+    process can replace: a link is not followed, a FIFO or device is refused before it is opened (and
+    the open never blocks: O_NONBLOCK), and the file opened must be the one looked at."""
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise InterceptorStateError(f"{path}: not a regular file")
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        got = os.fstat(fd)
+        if not stat.S_ISREG(got.st_mode) or (got.st_dev, got.st_ino) != (st.st_dev, st.st_ino):
+            raise InterceptorStateError(f"{path}: replaced while being opened")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, got
+
+
+def _allocate(path: str, ino: int, size: int) -> None:
+    """Give a sparse file its space (files of earlier builds may be sparse; the library allocates its
+    files up front since). Reads are preads and never allocate; the library's own writes to a hole
+    in a full /dev/shm would be SIGBUS in the program, so such a file is refused rather than read."""
+    try:
+        fd, st = _open_regular(path, os.O_RDWR)
         try:
+            if st.st_ino != ino:
+                raise InterceptorStateError(f"{path}: replaced while being read")
             os.posix_fallocate(fd, 0, size)
         finally:
             os.close(fd)
@@ -261,79 +288,96 @@ def _allocate(path: str, size: int) -> None:
                               f"({e.strerror}): not read") from None
 
 
+class TruncatedError(InterceptorStateError):
+    """The counter file is shorter than its header says: cut short under its reader."""
+
+
 class ShmFile:
-    """One process's counter file, mapped read-only."""
+    """One process's counter file, read with pread (never mapped: the file belongs to the traced
+    process, and a file truncated under a mapping would kill the reader, root, with SIGBUS)."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = str(path)
-        fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        fd, st = _open_regular(self.path, os.O_RDONLY)
         try:
-            st = os.fstat(fd)
             self.ino = st.st_ino
-            head = os.pread(fd, HDR.size, 0)
+            head = os.pread(fd, HEADER_SIZE, 0)
             if len(head) < HDR.size:
                 raise InterceptorStateError(f"{self.path}: truncated header")
-            h = HDR.unpack(head)
+            h = HDR.unpack_from(head, 0)
             if h[0] != MAGIC or h[1] != VERSION or h[2] != HEADER_SIZE or h[3] != SLOT_SIZE:
                 raise InterceptorStateError(f"{self.path}: not an interceptor file of format version {VERSION}")
             self.nslots = h[4]
             self.pid = h[5]
             self.starttime = h[7]
-            size = HEADER_SIZE + self.nslots * SLOT_SIZE
-            if st.st_size < size:
-                raise InterceptorStateError(f"{self.path}: {st.st_size} bytes, expected {size}")
-            if st.st_blocks * 512 < size:
-                _allocate(self.path, size)
-            self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
-        finally:
+            if self.nslots > MAX_SLOTS:
+                raise InterceptorStateError(f"{self.path}: {self.nslots} slots, more than the library "
+                                            f"makes ({MAX_SLOTS})")
+            self.size = HEADER_SIZE + self.nslots * SLOT_SIZE
+            if st.st_size < self.size:
+                raise InterceptorStateError(f"{self.path}: {st.st_size} bytes, expected {self.size}")
+            if st.st_blocks * 512 < self.size:
+                _allocate(self.path, self.ino, self.size)
+        except BaseException:
             os.close(fd)
+            raise
+        self.fd = fd
+        self.used = 0                     # slots read by the last snapshot (max_fd then)
+        self.first = ProcessSnapshot(     # what is known before any reading: the header at open
+            path=self.path, pid=h[5], ppid=h[6], starttime=h[7], exec_count=h[9], flags=h[10],
+            nslots=self.nslots, max_fd=0, lost=h[24], refused=h[23], cmdline=_cmdline(head),
+            retired_n=0, retired_in=DirCounters(), retired_out=DirCounters(), pause=_pause(h))
+        self.prev: ProcessSnapshot | None = None
         self.last: dict[int, SocketSnapshot] = {}   # fd -> last consistent reading of its slot
         self.stuck: dict[int, tuple[int, int, int]] = {}   # fd -> seqlocks that outlasted the patience
 
     def close(self) -> None:
-        self.mm.close()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def _read(self, n: int, off: int = 0) -> bytes:
+        """n bytes at off, all of them (TruncatedError: the file was cut short)."""
+        got = os.pread(self.fd, n, off)
+        if len(got) < n:
+            raise TruncatedError(f"{self.path}: the file was truncated under its reader "
+                                 f"({off + len(got)} bytes, {self.size} expected): not read further")
+        return got
 
     # -- pieces --------------------------------------------------------------------------------
 
     def pause_state(self) -> PauseState:
-        mm = self.mm
+        """The header's pause fields, read twice until both copies agree (TruncatedError if cut short)."""
+        a = self._read(HDR.size)
         for _ in range(MAX_RETRIES):
-            s1 = U64.unpack_from(mm, ACK_SEQ_OFF)[0]
-            h = HDR.unpack_from(mm, 0)
-            if U64.unpack_from(mm, ACK_SEQ_OFF)[0] == s1:
+            b = self._read(HDR.size)
+            if a[PAUSE_SPAN] == b[PAUSE_SPAN]:
                 break
-        (_, _, _, _, _, pid, _, _, _, _, flags, _, _, psig, rsig, paused, ack_seq, ack_ns,
-         pcount, rcount, pause_ns, resume_ns, pthreads, _, _) = h
-        return PauseState(pid=pid, paused=bool(paused), ack_seq=ack_seq, ack_mono=_ns_to_s(ack_ns),
-                          pause_count=pcount, resume_count=rcount, pause_mono=_ns_to_s(pause_ns),
-                          resume_mono=_ns_to_s(resume_ns), paused_threads=pthreads, pause_signal=psig,
-                          resume_signal=rsig, handler_kept=bool(flags & HF_HANDLER_KEPT))
+            a = b
+        return _pause(HDR.unpack_from(a, 0))
 
     def _slot(self, fd: int) -> SocketSnapshot | None:
-        """The slot of fd, read consistently (its three seqlocks even and unchanged around one
-        read). A writer holding one of them is waited for (up to SLOT_PATIENCE_S: it was preempted
-        inside its update); then the last consistent reading of the same socket is kept, or the slot
-        is reported as read with the wait of calls in progress left out (a module must not vanish
-        for one snapshot and come back)."""
-        mm = self.mm
+        """The slot of fd, read consistently: two copies byte for byte the same, their three seqlocks
+        even (a writer changes a seqlock before and after its update, and the counters only grow, so
+        equal copies are a state some moment held). A writer holding one of them is waited for (up to
+        SLOT_PATIENCE_S: it was preempted inside its update); then the last consistent reading of the
+        same socket is kept, or the slot is reported as read with the wait of calls in progress left
+        out (a module must not vanish for one snapshot and come back)."""
         off = HEADER_SIZE + fd * SLOT_SIZE
         deadline = None
+        a = self._read(SLOT_SIZE, off)
         while True:
             for _ in range(MAX_RETRIES):
-                v = FULL_SLOT.unpack_from(mm, off)
+                b = self._read(SLOT_SIZE, off)
+                v = FULL_SLOT.unpack(b)
                 if v[4] == FREE:
                     self.last.pop(fd, None)
                     return None
                 seqs = (v[0], v[15], v[23])
-                if (seqs[0] | seqs[1] | seqs[2]) & 1:
+                if a != b or (seqs[0] | seqs[1] | seqs[2]) & 1:
+                    a = b
                     continue
-                if (U64.unpack_from(mm, off)[0] != seqs[0] or U64.unpack_from(mm, off + DIR_OFF[0])[0] != seqs[1]
-                        or U64.unpack_from(mm, off + DIR_OFF[1])[0] != seqs[2]):
-                    continue
-                self.stuck.pop(fd, None)
-                snap = self._make(fd, v, consistent=True)
-                self.last[fd] = snap
-                return snap
+                return self._consistent(fd, v)
             if self.stuck.get(fd) == seqs:          # held as when we last gave up: do not wait again
                 break
             now = time.monotonic()
@@ -347,6 +391,12 @@ class ShmFile:
         if prev is not None and prev.gen == v[1]:
             return prev
         return self._make(fd, v, consistent=False)
+
+    def _consistent(self, fd: int, v: tuple) -> SocketSnapshot:
+        self.stuck.pop(fd, None)
+        snap = self._make(fd, v, consistent=True)
+        self.last[fd] = snap
+        return snap
 
     def _make(self, fd: int, v: tuple, consistent: bool) -> SocketSnapshot:
         t = mono_ns()  # after the read: every call in progress started before it
@@ -373,49 +423,94 @@ class ShmFile:
                               close_ns=close_ns, inp=ins[0], out=ins[1])
 
     def cmdline(self) -> list[str]:
-        n = min(U32.unpack_from(self.mm, 512)[0], CMDLINE_MAX)
-        raw = self.mm[CMDLINE_OFF:CMDLINE_OFF + n]
-        parts = raw.split(b"\0")
-        if parts and parts[-1] == b"":
-            parts.pop()
-        return [p.decode(errors="replace") for p in parts]
+        return _cmdline(self._read(CMDLINE_OFF + CMDLINE_MAX))
 
     def snapshot(self, with_closed: bool = False) -> ProcessSnapshot:
-        """A consistent reading: no socket closed between the slots and the retired totals."""
-        mm = self.mm
+        """A consistent reading: no socket closed between the slots and the retired totals. The
+        header and the slots in use are read twice (two preads); a slot whose copies differ or whose
+        seqlock is held is read again on its own. A file cut short under the reader is not an error
+        here: the last reading comes back with `unreadable` saying so (and `exited` true), so the
+        collector says it once and stops reading that process."""
+        try:
+            return self._snapshot(with_closed)
+        except TruncatedError as e:
+            return dataclasses.replace(self.prev or self.first, unreadable=str(e))
+
+    def _snapshot(self, with_closed: bool) -> ProcessSnapshot:
+        n = self.used
         for attempt in range(MAX_RETRIES):
-            s1 = U64.unpack_from(mm, HDR_SEQ_OFF)[0]
-            if s1 & 1 and attempt < MAX_RETRIES - 1:
+            size = HEADER_SIZE + n * SLOT_SIZE
+            a = self._read(size)
+            b = self._read(size)
+            s1 = U64.unpack_from(a, HDR_SEQ_OFF)[0]
+            if (s1 & 1 or a[RETIRED_SPAN] != b[RETIRED_SPAN]) and attempt < MAX_RETRIES - 1:
                 continue
-            h = HDR.unpack_from(mm, 0)
+            h = HDR.unpack_from(a, 0)
             max_fd = min(h[12], self.nslots)
+            if max_fd > n and attempt < MAX_RETRIES - 1:
+                n = max_fd                                # more slots in use: read them too
+                continue
+            max_fd = min(max_fd, n)
             socks = []
+            alone = False                                 # a slot read again after b
+            same = a == b                                 # the usual case: one memcmp, no slot compared
             for fd in range(max_fd):
-                sk = self._slot(fd)
+                off = HEADER_SIZE + fd * SLOT_SIZE
+                v = FULL_SLOT.unpack_from(a, off)
+                if v[4] == FREE:
+                    self.last.pop(fd, None)
+                    continue
+                if (v[0] | v[15] | v[23]) & 1 or not same and a[off:off + SLOT_SIZE] != b[off:off + SLOT_SIZE]:
+                    alone = True
+                    sk = self._slot(fd)
+                else:
+                    sk = self._consistent(fd, v)
                 if sk is not None and (with_closed or sk.state == OPEN):
                     socks.append(sk)
-            r = RETIRED.unpack_from(mm, HDR_SEQ_OFF)
-            cmd = self.cmdline()
-            if U64.unpack_from(mm, HDR_SEQ_OFF)[0] == s1 and not s1 & 1:
+            if not alone or self._read(8, HDR_SEQ_OFF) == a[HDR_SEQ_OFF:HDR_SEQ_OFF + 8]:
                 break
+        self.used = max_fd
+        r = RETIRED.unpack_from(a, HDR_SEQ_OFF)
         retired_in = DirCounters(msgs=r[2], bytes=r[3], errors=r[4], wait_ns=r[5])
         retired_out = DirCounters(msgs=r[6], bytes=r[7], errors=r[8], wait_ns=r[9])
-        untracked, deferred, unended, forced, eintr_retried, want_slots, space_errno = EXTRA.unpack_from(mm, EXTRA_OFF)
-        return ProcessSnapshot(path=self.path, pid=h[5], ppid=h[6], starttime=h[7], exec_count=h[9],
-                               flags=h[10], nslots=self.nslots, max_fd=max_fd, lost=h[24], refused=h[23],
-                               cmdline=cmd, retired_n=r[1], retired_in=retired_in, retired_out=retired_out,
-                               pause=self.pause_state(), sockets=socks, untracked=untracked, deferred=deferred,
-                               unended=unended, forced=forced, eintr_retried=eintr_retried,
-                               want_slots=want_slots, space_errno=space_errno)
+        untracked, deferred, unended, forced, eintr_retried, want_slots, space_errno = EXTRA.unpack_from(a, EXTRA_OFF)
+        pause = _pause(h) if a[PAUSE_SPAN] == b[PAUSE_SPAN] else self.pause_state()
+        self.prev = ProcessSnapshot(
+            path=self.path, pid=h[5], ppid=h[6], starttime=h[7], exec_count=h[9], flags=h[10],
+            nslots=self.nslots, max_fd=max_fd, lost=h[24], refused=h[23], cmdline=_cmdline(a),
+            retired_n=r[1], retired_in=retired_in, retired_out=retired_out, pause=pause, sockets=socks,
+            untracked=untracked, deferred=deferred, unended=unended, forced=forced,
+            eintr_retried=eintr_retried, want_slots=want_slots, space_errno=space_errno)
+        return self.prev
+
+
+def _cmdline(head: bytes) -> list[str]:
+    n = min(U32.unpack_from(head, 512)[0], CMDLINE_MAX)
+    parts = head[CMDLINE_OFF:CMDLINE_OFF + n].split(b"\0")
+    if parts and parts[-1] == b"":
+        parts.pop()
+    return [p.decode(errors="replace") for p in parts]
+
+
+def _pause(h: tuple) -> PauseState:
+    (_, _, _, _, _, pid, _, _, _, _, flags, _, _, psig, rsig, paused, ack_seq, ack_ns,
+     pcount, rcount, pause_ns, resume_ns, pthreads, _, _) = h
+    return PauseState(pid=pid, paused=bool(paused), ack_seq=ack_seq, ack_mono=_ns_to_s(ack_ns),
+                      pause_count=pcount, resume_count=rcount, pause_mono=_ns_to_s(pause_ns),
+                      resume_mono=_ns_to_s(resume_ns), paused_threads=pthreads, pause_signal=psig,
+                      resume_signal=rsig, handler_kept=bool(flags & HF_HANDLER_KEPT))
 
 
 def read_process(path: str | os.PathLike, with_closed: bool = False) -> ProcessSnapshot:
     """Read one counter file (also after the process has exited)."""
     f = ShmFile(path)
     try:
-        return f.snapshot(with_closed=with_closed)
+        snap = f.snapshot(with_closed=with_closed)
     finally:
         f.close()
+    if snap.unreadable:
+        raise InterceptorStateError(snap.unreadable)
+    return snap
 
 
 def shm_file(shm_dir: str | os.PathLike, pid: int) -> Path:
