@@ -1,0 +1,258 @@
+"""`whoseturn`: NeST for request/response connections (issue 42). Host-only and passive: no trace, no
+requests table, only what the collector and the interceptor record on each monitored host.
+
+FlowDiagnoser assumes every socket has work (thesis 3.6.2: the roots of the analysis graph), so an
+idle keep-alive connection of a service, a server waiting for its next request, is STALLED (or its
+socket waits in epoll and its TCP connection is): NeST's false positives on service runs
+(docs/blackbox.md). TCP itself knows whose turn it is. Per TCP connection and snapshot, from tcp_info
+(analysis.model.tcpstate: the times of the last data sent and received; analysis.model.turnstate:
+unacked and not-sent data, the connection's server end) and the counters (the receive and send
+queues):
+
+- **in flight**: data unacknowledged, not yet sent, or in the send queue: the network's or the
+  receiver's turn. The thesis rule decides, unchanged (a silent connection with data to move is
+  STALLED).
+- **held**: nothing in flight, and this end holds data: its receive queue is not empty (unread), or
+  it is the server end and the last data was received (a request read and not answered). Held
+  longer than `latency` (the serving tier's quiet-time latency; its age is the snapshot's time less
+  the last data received) is a stall of the serving application: its socket is STALLED (so its
+  application, thesis 3.3.1), unless the host is itself waiting downstream (below), when the socket
+  is BLOCKED: the application waits on a call it made, whose callee takes the blame.
+- **awaiting**: nothing in flight, the client end, the last data was sent and nothing is unread: a
+  request delivered, its answer not come. Not this host's stall: STALLED becomes BLOCKED. The host
+  *waits downstream* at a snapshot when one of its client ends has awaited for longer than
+  `latency` or has had data in flight for that long.
+- **idle**: nothing in flight, nothing unread, and the server end's last data was sent (it answered:
+  waiting for the next request) or the client end's was received (its answer read: nothing asked).
+  Not stalled: STALLED or BLOCKED become DONTCARE, on the connection and its socket.
+
+The TCP connection itself is never STALLED by the new rules: held or awaiting, STALLED becomes
+BLOCKED (it waits on an application, here or there). An application with at least one socket the
+rules read is STALLED when one of its sockets is, else HEALTHY when it moved, BLOCKED when one of
+those sockets is, else DONTCARE: its sockets without a TCP connection (Unix sockets: nginx's channel
+to its master) do not decide it.
+
+**Where the rules apply**: TCP connections with a known turn (run format 8) and a known TCP state
+that have carried at least `exchanges` data segments each way so far (request/response traffic
+alternates; a download carries one request, an upload none back), their sockets and applications.
+Everything else keeps `flowdiagnoser:theta=2`'s result: on the thesis's network workloads (wget,
+iperf: one-way data) the variant gives the thesis rule's labels (tests/test_whoseturn.py checks it on
+generated snapshots; scripts/snapcheck.py on stored runs), and on a run recorded before format 8 it
+is that rule.
+
+Parameters: `latency` (s, default 0.05: above every tier's quiet-time hop p99 on the service runs
+here, 1-16 ms, docs/service.md; a per-tier value would be learnt from quiet time, which a diagnoser
+that does not know the fault schedule cannot tell apart), `exchanges` (default 2), `theta` (the
+baseline's Θ, default 2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from analysis.model.batch import Batch
+from analysis.model.stretches import DIRS, Stretch
+from analysis.variants import flowdiagnoser
+from analysis.variants.base import (
+    BLOCKED,
+    DONTCARE,
+    HEALTHY,
+    STALLED,
+    Param,
+    RuleSystem,
+    positive_int,
+    seconds,
+)
+
+
+@dataclass
+class Turns:
+    """The TCP cells the rules read (`cell`, flat cell indices) and, aligned with them, their turn;
+    the socket cells over them and the application cells over those."""
+
+    cell: np.ndarray
+    inflight: np.ndarray
+    held: np.ndarray
+    awaiting: np.ndarray
+    idle: np.ndarray
+    age_recv: np.ndarray   # s since the last data received (NaN unknown)
+    age_sent: np.ndarray
+    server: np.ndarray
+    group: np.ndarray      # its host and snapshot (stretch, snapshot), numbered
+    n_groups: int
+    sock: np.ndarray       # socket cells over a read, not in-flight TCP cell ...
+    sock_of: np.ndarray    # ... and that TCP cell's position in `cell`
+    app: np.ndarray        # application cells over such a socket ...
+    app_of: np.ndarray     # ... and that socket's position in `sock`
+    apps: np.ndarray       # the application cells, once each
+
+
+def _empty() -> np.ndarray:
+    return np.zeros(0, dtype=np.int64)
+
+
+class _Builder:
+    """Turns, one stretch at a time (only its TCP rows are read: a service host's connections are a
+    fraction of its cells)."""
+
+    def __init__(self, batch: Batch, exchanges: int):
+        self.batch, self.exchanges = batch, exchanges
+        self.carry: dict = {}   # module id -> data segments so far (in, out), across stretches
+        self.parts: dict[str, list] = {k: [] for k in ("cell", "inflight", "held", "awaiting", "idle", "age_recv",
+                                                       "age_sent", "server", "group", "sock", "sock_of", "app",
+                                                       "app_of")}
+        self.count = self.n_sock = 0
+
+    def stretch(self, k: int, st: Stretch, gbase: int) -> None:
+        rows = [m for m, kd in enumerate(st.kinds) if kd == "tcp"]
+        if not rows:
+            return
+        r = np.asarray(rows, dtype=np.intp)
+        t = st.t
+        cum = []
+        for d in DIRS:
+            c = np.cumsum(st.counters[d].tm[r], axis=1)
+            c += np.array([self.carry.get(st.modules[m], (0.0, 0.0))[DIRS.index(d)] for m in rows])[:, None]
+            cum.append(c)
+        for i, m in enumerate(rows):
+            self.carry[st.modules[m]] = (float(cum[0][i, -1]), float(cum[1][i, -1]))
+        tu, ts = getattr(st, "turn", None), st.tcpstate
+        if tu is None or ts is None:
+            return
+        ruled = (cum[0] >= self.exchanges) & (cum[1] >= self.exchanges) & tu.known[r] & ts.known[r]
+        if not ruled.any():
+            return
+        i, j = np.nonzero(ruled)
+        m = r[i]
+
+        def at(a) -> np.ndarray:   # the ruled cells of a (modules, snapshots) array, in (i, j) order
+            return np.take(a, r, axis=0)[ruled]
+
+        sent, recv = at(ts.data_sent_at), at(ts.data_recv_at)
+        mono = np.asarray(ts.mono, dtype=float)[j]
+        server = np.asarray(tu.server, dtype=bool)[m]
+        with np.errstate(invalid="ignore"):
+            recv_last = recv > np.where(np.isnan(sent), -np.inf, sent)
+            inflight = (at(tu.unacked) > 0) | (at(tu.notsent) > 0) | (at(st.counters["out"].queued) > 0)
+        unread = at(st.counters["in"].queued) > 0
+        quiet = ~inflight
+        held = quiet & (unread | (server & recv_last))
+        awaiting = quiet & ~held & ~server & ~recv_last
+        base = int(self.batch.offsets[k])
+        p = self.parts
+        for key, v in (("cell", base + m * t + j), ("inflight", inflight), ("held", held), ("awaiting", awaiting),
+                       ("idle", quiet & ~held & ~awaiting), ("age_recv", mono - recv), ("age_sent", mono - sent),
+                       ("server", server), ("group", gbase + j)):
+            p[key].append(v)
+        # sockets over a read TCP cell that is not in flight, and applications over those sockets
+        pos = np.full((st.n, t), -1, dtype=np.int64)
+        pos[m[quiet], j[quiet]] = self.count + np.flatnonzero(quiet)
+        self.count += len(m)
+        e = self.batch.edge_arrays[k]
+        kind = np.array(st.kinds, dtype=object)
+        se = e[(kind[e[:, 0]] == "socket") & (kind[e[:, 1]] == "tcp")]
+        ei, js = np.nonzero(pos[se[:, 1]] >= 0)
+        spos = np.full((st.n, t), -1, dtype=np.int64)
+        if len(ei):
+            p["sock"].append(base + se[ei, 0] * t + js)
+            p["sock_of"].append(pos[se[ei, 1], js])
+            spos[se[ei, 0], js] = self.n_sock + np.arange(len(ei))
+            self.n_sock += len(ei)
+            ae = e[(kind[e[:, 0]] == "app") & (kind[e[:, 1]] == "socket")]
+            ai, ajs = np.nonzero(spos[ae[:, 1]] >= 0)
+            if len(ai):
+                p["app"].append(base + ae[ai, 0] * t + ajs)
+                p["app_of"].append(spos[ae[ai, 1], ajs])
+
+    def done(self, n_groups: int) -> Turns | None:
+        p = self.parts
+        if not p["cell"]:
+            return None
+        cat = {k: (np.concatenate(v) if v else _empty()) for k, v in p.items()}
+        return Turns(n_groups=n_groups, apps=np.unique(cat["app"]), **cat)
+
+
+def turns(batch: Batch, exchanges: int) -> Turns | None:
+    """The turn of every TCP cell the rules read (module docstring); None when none is read (no
+    stretch records a turn and a TCP state, or no connection has exchanged enough): the thesis rule."""
+    sts = batch.stretches
+    if not any(getattr(st, "turn", None) is not None and st.tcpstate is not None for st in sts):
+        return None
+    b = _Builder(batch, exchanges)
+    gbase = np.concatenate([[0], np.cumsum([st.t for st in sts])]).astype(np.int64)
+    # in time order, so that a connection's exchanges add up across its stretches
+    for k in sorted(range(len(sts)), key=lambda k: (sts[k].seqs[0] if sts[k].t else 0)):
+        b.stretch(k, sts[k], int(gbase[k]))
+    return b.done(int(gbase[-1]))
+
+
+def _shared_turns(batch: Batch, exchanges: int) -> Turns | None:
+    return batch.shared(f"whoseturn:{exchanges}", lambda: turns(batch, exchanges))
+
+
+def apply(tu: Turns, base: np.ndarray, latency: float) -> np.ndarray:
+    """One direction's results with the rules applied to the thesis rule's `base`."""
+    with np.errstate(invalid="ignore"):
+        held_long = tu.held & (tu.age_recv > latency)
+        down = ~tu.server & (tu.awaiting | tu.inflight) & (tu.age_sent > latency)
+    waits = np.zeros(tu.n_groups, dtype=bool)
+    waits[tu.group[down]] = True
+    res = base.copy()
+    # TCP connections: held or awaiting, STALLED -> BLOCKED; idle, STALLED/BLOCKED -> DONTCARE
+    b = base[tu.cell]
+    res[tu.cell[(tu.held | tu.awaiting) & (b == STALLED)]] = BLOCKED
+    res[tu.cell[tu.idle & ((b == STALLED) | (b == BLOCKED))]] = DONTCARE
+    # sockets over a read connection that is not in flight
+    i = tu.sock_of
+    b = base[tu.sock]
+    long = held_long[i]
+    new = b.copy()
+    new[long] = np.where(waits[tu.group[i[long]]], BLOCKED, STALLED)
+    new[tu.held[i] & ~long & (b == STALLED)] = DONTCARE
+    new[tu.awaiting[i] & (b == STALLED)] = BLOCKED
+    new[tu.idle[i] & ((b == STALLED) | (b == BLOCKED))] = DONTCARE
+    res[tu.sock] = new
+    # applications with such a socket follow those sockets
+    if len(tu.app):
+        n = len(base)
+        any_stalled = np.zeros(n, dtype=bool)
+        any_stalled[tu.app[new[tu.app_of] == STALLED]] = True
+        any_blocked = np.zeros(n, dtype=bool)
+        any_blocked[tu.app[new[tu.app_of] == BLOCKED]] = True
+        apps = tu.apps
+        res[apps] = np.where(any_stalled[apps], STALLED, np.where(base[apps] == HEALTHY, HEALTHY,
+                             np.where(any_blocked[apps], BLOCKED, DONTCARE)))
+    return res
+
+
+def diagnose(batch: Batch, latency: float = 0.05, exchanges: int = 2, theta: int = 2):
+    base = flowdiagnoser.diagnose(batch, theta=theta)
+    tu = _shared_turns(batch, exchanges)
+    if tu is None:
+        return base
+    out = {}
+    for d in DIRS:
+        res = apply(tu, base[d][0], latency).astype(np.int8)
+        out[d] = (res, res == STALLED)
+    return out
+
+
+SYSTEM = RuleSystem(
+    name="whoseturn",
+    kind="label",
+    summary="NeST for request/response connections (issue 42): tcp_info says whose turn it is; an idle "
+            "keep-alive connection is not stalled, a request held longer than `latency` is a stall of "
+            "the serving application (BLOCKED while it waits downstream), data in flight as "
+            "flowdiagnoser:theta=2; elsewhere flowdiagnoser:theta=2; positive = STALLED (run format 8)",
+    params=(
+        Param("latency", 0.05, seconds, "s a request may be held (or awaited) before it counts as a stall "
+              "(the serving tier's quiet-time latency)"),
+        Param("exchanges", 2, positive_int, "data segments each way a connection must have carried for the "
+              "rules to read it (request/response traffic; fewer: the thesis rule)"),
+        Param("theta", 2, positive_int, "Θ of the flowdiagnoser baseline"),
+    ),
+    diagnose=diagnose,
+    presets=("whoseturn", "whoseturn:latency=0.02", "whoseturn:latency=0.1"),
+)
