@@ -4,7 +4,9 @@ beside analysis.model.tcpstate's state, as arrays aligned with a stretch.
 - `unacked`, `notsent`: tcp_info's tcpi_unacked (segments sent, not yet acknowledged) and
   tcpi_notsent_bytes (written, not yet sent), carried forward from the module's last tcp_info row
   like the state (a row is written when a value changes); NaN where unknown: before the module's
-  first row, a NULL (a run of format <= 7 has no such column: every stretch keeps `turn` None).
+  first row, a NULL. A run of format 4 to 7 has no such columns: they are unknown everywhere
+  (`known` True, values NaN), and the send queue (the TCP module's outbound `queued`, inet_diag's
+  wqueue: bytes not yet acknowledged, sent or not) alone says what is in flight.
 - `server`: per module, the connection's server end, from its ports (attrs `sport` < `dport`: a
   client's port is an ephemeral one, allocated from the top of the port range, a server's is the
   port it listens on: 80, 3306, 8000, 11211 here). A module without both ports is not a server end.
@@ -65,12 +67,16 @@ def read_rows(db: Path) -> np.ndarray | None:
 
 
 def attach(stretches, db: Path, seqs: np.ndarray, mods: list[tuple]) -> None:
-    """Set `Stretch.turn` (a TurnState) on every stretch of a run of format 8 or later; leave the
-    attribute unset on older runs. A module's last row at or before a snapshot holds for it."""
+    """Set `Stretch.turn` (a TurnState) on every stretch (module docstring). A module's last row at or
+    before a snapshot holds for it."""
     rows = read_rows(db)
-    if rows is None:
-        return
     server = server_ends(mods)
+    if rows is None:   # format 4-7: the send queue alone says what is in flight (unacked + not sent)
+        for st in stretches:
+            nan = np.broadcast_to(np.nan, (st.n, st.t))
+            st.turn = TurnState(np.broadcast_to(True, (st.n, st.t)), nan, nan, np.array(
+                [server.get(int(m), False) for m in st.modules], dtype=bool))
+        return
     s_count = len(seqs)
     pos = np.searchsorted(seqs, rows[:, 0])
     ok = pos < s_count

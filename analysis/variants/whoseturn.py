@@ -32,13 +32,14 @@ rules read is STALLED when one of its sockets is, else HEALTHY when it moved, BL
 those sockets is, else DONTCARE: its sockets without a TCP connection (Unix sockets: nginx's channel
 to its master) do not decide it.
 
-**Where the rules apply**: TCP connections with a known turn (run format 8) and a known TCP state
-that have carried at least `exchanges` data segments each way so far (request/response traffic
-alternates; a download carries one request, an upload none back), their sockets and applications.
-Everything else keeps `flowdiagnoser:theta=2`'s result: on the thesis's network workloads (wget,
-iperf: one-way data) the variant gives the thesis rule's labels (tests/test_whoseturn.py checks it on
-generated snapshots; scripts/snapcheck.py on stored runs), and on a run recorded before format 8 it
-is that rule.
+**Where the rules apply**: TCP connections with a known TCP state (run format 4 on) that have
+carried at least `exchanges` data segments each way so far (request/response traffic alternates; a
+download carries one request, an upload none back), their sockets and applications. Runs of format 8
+add tcpi_unacked and tcpi_notsent_bytes; before it the send queue (bytes not acknowledged, sent or
+not) alone says what is in flight, which is the same test in bytes. Everything else keeps
+`flowdiagnoser:theta=2`'s result: on the thesis's network workloads (wget, iperf: one-way data) the
+variant gives the thesis rule's labels (tests/test_whoseturn.py checks it on generated snapshots; on
+the stored net_fault run the two diagnoses are identical), and so on runs without a TCP state.
 
 Parameters: `latency` (s, default 0.05: above every tier's quiet-time hop p99 on the service runs
 here, 1-16 ms, docs/service.md; a per-tier value would be learnt from quiet time, which a diagnoser
