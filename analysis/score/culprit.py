@@ -43,7 +43,7 @@ ALGORITHMS = ("nesting", "linking", "convolution")
 INPUTS = {"nesting": "trace", "linking": "trace", "convolution": "trace", "hybrid": "both", "random": "none"}
 COLUMNS = ["diagnoser", "inputs", "fault_kind", "windows", "ac1", "ac1_xlo", "ac1_xhi", "ac3", "ac3_xlo",
            "ac3_xhi", "misses", "runs"]
-ROW_COLUMNS = ["run", "diagnoser", "inputs", "fault_kind", "window", "node", "hit1", "hit3", "miss"]
+ROW_COLUMNS = ["run", "diagnoser", "inputs", "fault_kind", "window", "node", "hit1", "hit3", "miss", "ranking"]
 
 
 def windows_of(faults: pd.DataFrame | None) -> pd.DataFrame:
@@ -97,7 +97,7 @@ def _rows(run: str, name: str, kind_of: Sequence[str], ranking: pd.DataFrame) ->
         ranked = list(r["ranking"])
         out.append({"run": run, "diagnoser": name, "inputs": INPUTS.get(name, "host"), "fault_kind": kind,
                     "window": i, "node": r["node"], "hit1": float(bool(ranked) and ranked[0] == r["node"]),
-                    "hit3": float(r["node"] in ranked[:3]), "miss": not ranked})
+                    "hit3": float(r["node"] in ranked[:3]), "miss": not ranked, "ranking": " ".join(ranked[:5])})
     return out
 
 
@@ -147,7 +147,7 @@ def run_culprits(run: str | Path, variants: Sequence[str], algorithms: Sequence[
     h = max(len(hosts), 1)
     for i, (node, kind) in enumerate(zip(win["node"], kinds, strict=True)):
         rows.append({"run": run, "diagnoser": "random", "inputs": "none", "fault_kind": kind, "window": i,
-                     "node": node, "hit1": 1.0 / h, "hit3": min(3, h) / h, "miss": False})
+                     "node": node, "hit1": 1.0 / h, "hit3": min(3, h) / h, "miss": False, "ranking": ""})
     return rows
 
 

@@ -18,10 +18,14 @@ queues):
   the last data received) is a stall of the serving application: its socket is STALLED (so its
   application, thesis 3.3.1), unless the host is itself waiting downstream (below), when the socket
   is BLOCKED: the application waits on a call it made, whose callee takes the blame.
+  (The stamps are jiffies truncated to ms: a request and its answer within one tick have equal
+  stamps, which counts as answered at either end: held needs the receive strictly later, awaiting
+  the send.)
 - **awaiting**: nothing in flight, the client end, the last data was sent and nothing is unread: a
   request delivered, its answer not come. Not this host's stall: STALLED becomes BLOCKED. The host
-  *waits downstream* at a snapshot when one of its client ends has awaited for longer than
-  `latency` or has had data in flight for that long.
+  *waits downstream* at a snapshot when one of its client ends with a known TCP state (whatever its
+  exchanges: a connection opened for a call that never came back counts) last sent data, or has
+  data in flight, with nothing unread, for longer than `latency` since its last data sent.
 - **idle**: nothing in flight, nothing unread, and the server end's last data was sent (it answered:
   waiting for the next request) or the client end's was received (its answer read: nothing asked).
   Not stalled: STALLED or BLOCKED become DONTCARE, on the connection and its socket.
@@ -88,6 +92,8 @@ class Turns:
     app: np.ndarray        # application cells over such a socket ...
     app_of: np.ndarray     # ... and that socket's position in `sock`
     apps: np.ndarray       # the application cells, once each
+    call_group: np.ndarray  # the host's calls waiting for an answer (Builder._calls): their snapshot ...
+    call_age: np.ndarray    # ... and the age of their last data sent
 
 
 def _empty() -> np.ndarray:
@@ -103,7 +109,7 @@ class _Builder:
         self.carry: dict = {}   # module id -> data segments so far (in, out), across stretches
         self.parts: dict[str, list] = {k: [] for k in ("cell", "inflight", "held", "awaiting", "idle", "age_recv",
                                                        "age_sent", "server", "group", "sock", "sock_of", "app",
-                                                       "app_of")}
+                                                       "app_of", "call_group", "call_age")}
         self.count = self.n_sock = 0
 
     def stretch(self, k: int, st: Stretch, gbase: int) -> None:
@@ -122,6 +128,7 @@ class _Builder:
         tu, ts = getattr(st, "turn", None), st.tcpstate
         if tu is None or ts is None:
             return
+        self._calls(st, r, tu, ts, gbase)
         ruled = (cum[0] >= self.exchanges) & (cum[1] >= self.exchanges) & tu.known[r] & ts.known[r]
         if not ruled.any():
             return
@@ -136,11 +143,12 @@ class _Builder:
         server = np.asarray(tu.server, dtype=bool)[m]
         with np.errstate(invalid="ignore"):
             recv_last = recv > np.where(np.isnan(sent), -np.inf, sent)
+            sent_last = sent > np.where(np.isnan(recv), -np.inf, recv)
             inflight = (at(tu.unacked) > 0) | (at(tu.notsent) > 0) | (at(st.counters["out"].queued) > 0)
         unread = at(st.counters["in"].queued) > 0
         quiet = ~inflight
         held = quiet & (unread | (server & recv_last))
-        awaiting = quiet & ~held & ~server & ~recv_last
+        awaiting = quiet & ~held & ~server & sent_last
         base = int(self.batch.offsets[k])
         p = self.parts
         for key, v in (("cell", base + m * t + j), ("inflight", inflight), ("held", held), ("awaiting", awaiting),
@@ -167,11 +175,34 @@ class _Builder:
                 p["app"].append(base + ae[ai, 0] * t + ajs)
                 p["app_of"].append(spos[ae[ai, 1], ajs])
 
+    def _calls(self, st: Stretch, r: np.ndarray, tu, ts, gbase: int) -> None:
+        """The host's calls waiting for an answer: client ends with a known TCP state, exchanges or
+        not (a connection opened for a call that never came back is one), whose last data was sent,
+        or that have data in flight, and nothing unread: their snapshot (`call_group`) and the age of
+        their last data sent (`call_age`)."""
+        server = np.asarray(tu.server, dtype=bool)[r]
+        known = np.take(ts.known, r, axis=0) & ~server[:, None]
+        if not known.any():
+            return
+
+        def at(a) -> np.ndarray:
+            return np.take(a, r, axis=0)[known]
+
+        sent, recv = at(ts.data_sent_at), at(ts.data_recv_at)
+        with np.errstate(invalid="ignore"):
+            flight = (at(tu.unacked) > 0) | (at(tu.notsent) > 0) | (at(st.counters["out"].queued) > 0)
+            sent_last = sent > np.where(np.isnan(recv), -np.inf, recv)
+            waiting = (flight | sent_last) & ~(at(st.counters["in"].queued) > 0)
+        mono = np.asarray(ts.mono, dtype=float)[np.nonzero(known)[1]]
+        self.parts["call_group"].append(gbase + np.nonzero(known)[1][waiting])
+        self.parts["call_age"].append((mono - sent)[waiting])
+
     def done(self, n_groups: int) -> Turns | None:
         p = self.parts
         if not p["cell"]:
             return None
         cat = {k: (np.concatenate(v) if v else _empty()) for k, v in p.items()}
+        cat["call_age"] = cat["call_age"].astype(float)
         return Turns(n_groups=n_groups, apps=np.unique(cat["app"]), **cat)
 
 
@@ -197,9 +228,9 @@ def apply(tu: Turns, base: np.ndarray, latency: float) -> np.ndarray:
     """One direction's results with the rules applied to the thesis rule's `base`."""
     with np.errstate(invalid="ignore"):
         held_long = tu.held & (tu.age_recv > latency)
-        down = ~tu.server & (tu.awaiting | tu.inflight) & (tu.age_sent > latency)
+        down = tu.call_age > latency
     waits = np.zeros(tu.n_groups, dtype=bool)
-    waits[tu.group[down]] = True
+    waits[tu.call_group[down]] = True
     res = base.copy()
     # TCP connections: held or awaiting, STALLED -> BLOCKED; idle, STALLED/BLOCKED -> DONTCARE
     b = base[tu.cell]

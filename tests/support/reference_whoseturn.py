@@ -33,10 +33,11 @@ def turn_of(st: Stretch, m: int, t: int, exchanges: int) -> str | None:
         return "inflight"
     sent, recv = _num(ts.data_sent_at, m, t), _num(ts.data_recv_at, m, t)
     recv_last = recv is not None and (sent is None or recv > sent)
+    sent_last = sent is not None and (recv is None or sent > recv)
     server = bool(tu.server[m])
     if st.counters["in"].queued[m, t] > 0 or (server and recv_last):
         return "held"
-    if not server and not recv_last:
+    if not server and sent_last:
         return "awaiting"
     return "idle"
 
@@ -55,8 +56,17 @@ def ref_whoseturn(st: Stretch, latency=0.05, exchanges=2, theta=2):
         return a is not None and a > latency
 
     server = getattr(getattr(st, "turn", None), "server", np.zeros(st.n, dtype=bool))
-    waits_down = [any(not server[m] and turn[(m, t)] in ("awaiting", "inflight") and long("data_sent_at", m, t)
-                      for m in range(st.n)) for t in range(st.t)]
+    def calling(m, t) -> bool:   # a client end waiting for an answer, exchanges or not
+        if st.kinds[m] != "tcp" or ts is None or getattr(st, "turn", None) is None or server[m] or not ts.known[m, t]:
+            return False
+        tu = st.turn
+        sent, recv = _num(ts.data_sent_at, m, t), _num(ts.data_recv_at, m, t)
+        flight = ((_num(tu.unacked, m, t) or 0) > 0 or (_num(tu.notsent, m, t) or 0) > 0
+                  or st.counters["out"].queued[m, t] > 0)
+        sent_last = sent is not None and (recv is None or sent > recv)
+        return (flight or sent_last) and not st.counters["in"].queued[m, t] > 0 and long("data_sent_at", m, t)
+
+    waits_down = [any(calling(m, t) for m in range(st.n)) for t in range(st.t)]
     tcp_of = {p: c for p, c in st.edges if st.kinds[p] == "socket" and st.kinds[c] == "tcp"}
     out = {}
     for d in DIRS:
