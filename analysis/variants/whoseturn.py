@@ -277,7 +277,7 @@ SYSTEM = RuleSystem(
     summary="NeST for request/response connections (issue 42): tcp_info says whose turn it is; an idle "
             "keep-alive connection is not stalled, a request held longer than `latency` is a stall of "
             "the serving application (BLOCKED while it waits downstream), data in flight as "
-            "flowdiagnoser:theta=2; elsewhere flowdiagnoser:theta=2; positive = STALLED (run format 8)",
+            "flowdiagnoser:theta=2; elsewhere flowdiagnoser:theta=2; positive = STALLED",
     params=(
         Param("latency", 0.05, seconds, "s a request may be held (or awaited) before it counts as a stall "
               "(the serving tier's quiet-time latency)"),
