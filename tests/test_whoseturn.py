@@ -172,3 +172,18 @@ def test_a_host_waiting_on_its_own_call_is_blocked_not_stalled():
     r = results(s)
     assert r["in"][SSOCK, 3] == BLOCKED
     assert r["in"][CTCP, 3] == results(s, THESIS.name)["in"][CTCP, 3]   # in flight: the thesis rule
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(one_way(), min_size=2, max_size=4))
+def test_one_way_connections_over_many_stretches_get_the_thesis_labels(stretches):
+    """A run's batch: a later stretch's connection to a port an earlier one spoke request/response on
+    would be read from its first request; one-way connections never make a port such."""
+    for k, s in enumerate(stretches):   # a run's: its own connections (module ids), later snapshots
+        s.seqs = s.seqs + 100 * k
+        s.modules = [m + 1000 * k for m in s.modules]
+        s.turn.port = np.full(s.n, 80)
+    v = parse_variant("whoseturn")
+    for sd in diagnose_stretches(stretches, [v, THESIS]):
+        for d in DIRS:
+            np.testing.assert_array_equal(sd.results[v.name][d][0], sd.results[THESIS.name][d][0])

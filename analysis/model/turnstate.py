@@ -34,18 +34,26 @@ class TurnState:
     unacked: np.ndarray   # float, NaN where unknown
     notsent: np.ndarray
     server: np.ndarray    # bool (modules,)
+    port: np.ndarray | None = None   # (modules,) the connection's service port (the server end's), -1 unknown
 
 
-def server_ends(mods: list[tuple]) -> dict[int, bool]:
-    """Per TCP module (rows as RunStretches.modules): its connection's server end (module docstring)."""
+def server_ends(mods: list[tuple]) -> dict[int, tuple[bool, int]]:
+    """Per TCP module (rows as RunStretches.modules): whether it is its connection's server end
+    (module docstring), and the connection's service port (the lower of the two; -1 unknown)."""
     out = {}
     for i, k, _name, _key, attrs, *_ in mods:
         if k != "tcp":
             continue
         a = repair.as_dict(attrs)
         sport, dport = a.get("sport"), a.get("dport")
-        out[i] = isinstance(sport, int) and isinstance(dport, int) and sport < dport
+        known = isinstance(sport, int) and isinstance(dport, int)
+        out[i] = (known and sport < dport, min(sport, dport) if known else -1)
     return out
+
+
+def _per_module(server: dict, modules) -> tuple[np.ndarray, np.ndarray]:
+    got = [server.get(int(m), (False, -1)) for m in modules]
+    return np.array([g[0] for g in got], dtype=bool), np.array([g[1] for g in got], dtype=np.int64)
 
 
 def read_rows(db: Path) -> np.ndarray | None:
@@ -74,8 +82,7 @@ def attach(stretches, db: Path, seqs: np.ndarray, mods: list[tuple]) -> None:
     if rows is None:   # format 4-7: the send queue alone says what is in flight (unacked + not sent)
         for st in stretches:
             nan = np.broadcast_to(np.nan, (st.n, st.t))
-            st.turn = TurnState(np.broadcast_to(True, (st.n, st.t)), nan, nan, np.array(
-                [server.get(int(m), False) for m in st.modules], dtype=bool))
+            st.turn = TurnState(np.broadcast_to(True, (st.n, st.t)), nan, nan, *_per_module(server, st.modules))
         return
     s_count = len(seqs)
     pos = np.searchsorted(seqs, rows[:, 0])
@@ -96,5 +103,4 @@ def attach(stretches, db: Path, seqs: np.ndarray, mods: list[tuple]) -> None:
         notsent = np.full(want.shape, np.nan)
         unacked[known] = rows[idx[known], 2]
         notsent[known] = rows[idx[known], 3]
-        st.turn = TurnState(known, unacked, notsent,
-                            np.array([server.get(int(m), False) for m in st.modules], dtype=bool))
+        st.turn = TurnState(known, unacked, notsent, *_per_module(server, st.modules))

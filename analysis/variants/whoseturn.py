@@ -38,7 +38,10 @@ to its master) do not decide it.
 
 **Where the rules apply**: TCP connections with a known TCP state (run format 4 on) that have
 carried at least `exchanges` data segments each way so far (request/response traffic alternates; a
-download carries one request, an upload none back), their sockets and applications. Runs of format 8
+download carries one request, an upload none back), or whose service port (the lower of its two) a
+connection read in an earlier stretch of the batch (the same host) used: a connection opened while
+requests pile up (nginx's new upstream connection, a new thread's memcached connection) is read
+from its first request on. Their sockets and applications too. Runs of format 8
 add tcpi_unacked and tcpi_notsent_bytes; before it the send queue (bytes not acknowledged, sent or
 not) alone says what is in flight, which is the same test in bytes. Everything else keeps
 `flowdiagnoser:theta=2`'s result: on the thesis's network workloads (wget, iperf: one-way data) the
@@ -111,6 +114,7 @@ class _Builder:
                                                        "age_sent", "server", "group", "sock", "sock_of", "app",
                                                        "app_of", "call_group", "call_age")}
         self.count = self.n_sock = 0
+        self.rr_ports: set[int] = set()   # service ports of connections the rules read, so far
 
     def stretch(self, k: int, st: Stretch, gbase: int) -> None:
         rows = [m for m, kd in enumerate(st.kinds) if kd == "tcp"]
@@ -129,7 +133,14 @@ class _Builder:
         if tu is None or ts is None:
             return
         self._calls(st, r, tu, ts, gbase)
-        ruled = (cum[0] >= self.exchanges) & (cum[1] >= self.exchanges) & tu.known[r] & ts.known[r]
+        enough = (cum[0] >= self.exchanges) & (cum[1] >= self.exchanges)
+        port = None if tu.port is None else np.asarray(tu.port, dtype=np.int64)[r]
+        if port is not None and self.rr_ports:
+            # a connection to a port this host already speaks request/response on, opened since
+            enough |= np.isin(port, list(self.rr_ports))[:, None]
+        ruled = enough & tu.known[r] & ts.known[r]
+        if port is not None:
+            self.rr_ports.update(int(p) for p in port[ruled.any(axis=1)] if p >= 0)
         if not ruled.any():
             return
         i, j = np.nonzero(ruled)
