@@ -10,8 +10,9 @@ unacked and not-sent data, the connection's server end) and the counters (the re
 queues):
 
 - **in flight**: data unacknowledged, not yet sent, or in the send queue: the network's or the
-  receiver's turn. The thesis rule decides, unchanged (a silent connection with data to move is
-  STALLED).
+  receiver's turn. The thesis rule decides the connection, unchanged (a silent connection with data
+  to move is STALLED); its socket, STALLED, becomes BLOCKED (the application waits on the
+  connection: the blame is the connection's, which names both ends).
 - **held**: nothing in flight, and this end holds data: its receive queue is not empty (unread), or
   it is the server end and the last data was received (a request read and not answered). Held
   longer than `latency` (the serving tier's quiet-time latency; its age is the snapshot's time less
@@ -90,7 +91,7 @@ class Turns:
     server: np.ndarray
     group: np.ndarray      # its host and snapshot (stretch, snapshot), numbered
     n_groups: int
-    sock: np.ndarray       # socket cells over a read, not in-flight TCP cell ...
+    sock: np.ndarray       # socket cells over a read TCP cell ...
     sock_of: np.ndarray    # ... and that TCP cell's position in `cell`
     app: np.ndarray        # application cells over such a socket ...
     app_of: np.ndarray     # ... and that socket's position in `sock`
@@ -166,9 +167,9 @@ class _Builder:
                        ("idle", quiet & ~held & ~awaiting), ("age_recv", mono - recv), ("age_sent", mono - sent),
                        ("server", server), ("group", gbase + j)):
             p[key].append(v)
-        # sockets over a read TCP cell that is not in flight, and applications over those sockets
+        # sockets over a read TCP cell, and applications over those sockets
         pos = np.full((st.n, t), -1, dtype=np.int64)
-        pos[m[quiet], j[quiet]] = self.count + np.flatnonzero(quiet)
+        pos[m, j] = self.count + np.arange(len(m))
         self.count += len(m)
         e = self.batch.edge_arrays[k]
         kind = np.array(st.kinds, dtype=object)
@@ -247,7 +248,8 @@ def apply(tu: Turns, base: np.ndarray, latency: float) -> np.ndarray:
     b = base[tu.cell]
     res[tu.cell[(tu.held | tu.awaiting) & (b == STALLED)]] = BLOCKED
     res[tu.cell[tu.idle & ((b == STALLED) | (b == BLOCKED))]] = DONTCARE
-    # sockets over a read connection that is not in flight
+    # sockets over a read connection; over one with data in flight, STALLED -> BLOCKED (the network's
+    # or the receiver's turn, not this application's)
     i = tu.sock_of
     b = base[tu.sock]
     long = held_long[i]
@@ -256,6 +258,7 @@ def apply(tu: Turns, base: np.ndarray, latency: float) -> np.ndarray:
     new[tu.held[i] & ~long & (b == STALLED)] = DONTCARE
     new[tu.awaiting[i] & (b == STALLED)] = BLOCKED
     new[tu.idle[i] & ((b == STALLED) | (b == BLOCKED))] = DONTCARE
+    new[tu.inflight[i] & (b == STALLED)] = BLOCKED
     res[tu.sock] = new
     # applications with such a socket follow those sockets
     if len(tu.app):

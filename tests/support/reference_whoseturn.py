@@ -83,10 +83,13 @@ def ref_whoseturn(st: Stretch, latency=0.05, exchanges=2, theta=2):
         for s, c in tcp_of.items():
             for t in range(st.t):
                 x = turn[(c, t)]
-                if x is None or x == "inflight":
+                if x is None:
                     continue
                 ruled_socket[s, t] = True
-                if x == "held" and long("data_recv_at", c, t):
+                if x == "inflight":
+                    if b[s, t] == STALLED:
+                        res[s, t] = BLOCKED
+                elif x == "held" and long("data_recv_at", c, t):
                     res[s, t] = BLOCKED if waits_down[t] else STALLED
                 elif x == "held" and b[s, t] == STALLED:
                     res[s, t] = DONTCARE
