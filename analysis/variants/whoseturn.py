@@ -110,7 +110,8 @@ class _Builder:
 
     def __init__(self, batch: Batch, exchanges: int):
         self.batch, self.exchanges = batch, exchanges
-        self.carry: dict = {}   # module id -> data segments so far (in, out), across stretches
+        self.slot: dict = {}    # module id -> its row of `carry`
+        self.carry = np.zeros((0, 2))   # data segments so far (in, out) per module, across stretches
         self.parts: dict[str, list] = {k: [] for k in ("cell", "inflight", "held", "awaiting", "idle", "age_recv",
                                                        "age_sent", "server", "group", "sock", "sock_of", "app",
                                                        "app_of", "call_group", "call_age")}
@@ -123,13 +124,18 @@ class _Builder:
             return
         r = np.asarray(rows, dtype=np.intp)
         t = st.t
+        slot = self.slot
+        for m in rows:
+            slot.setdefault(st.modules[m], len(slot))
+        if len(slot) > len(self.carry):   # grown by doubling: a run's connections come a few at a time
+            self.carry = np.vstack([self.carry, np.zeros((max(len(slot), 2 * len(self.carry)) - len(self.carry), 2))])
+        at = np.fromiter((slot[st.modules[m]] for m in rows), dtype=np.intp, count=len(rows))
         cum = []
-        for d in DIRS:
+        for x, d in enumerate(DIRS):
             c = np.cumsum(st.counters[d].tm[r], axis=1)
-            c += np.array([self.carry.get(st.modules[m], (0.0, 0.0))[DIRS.index(d)] for m in rows])[:, None]
+            c += self.carry[at, x][:, None]
             cum.append(c)
-        for i, m in enumerate(rows):
-            self.carry[st.modules[m]] = (float(cum[0][i, -1]), float(cum[1][i, -1]))
+            self.carry[at, x] = c[:, -1]
         tu, ts = getattr(st, "turn", None), st.tcpstate
         if tu is None or ts is None:
             return
@@ -141,7 +147,7 @@ class _Builder:
             enough |= np.isin(port, list(self.rr_ports))[:, None]
         ruled = enough & tu.known[r] & ts.known[r]
         if port is not None:
-            self.rr_ports.update(int(p) for p in port[ruled.any(axis=1)] if p >= 0)
+            self.rr_ports.update(port[ruled.any(axis=1) & (port >= 0)].tolist())
         if not ruled.any():
             return
         i, j = np.nonzero(ruled)
