@@ -443,7 +443,8 @@ class WindowPolicy(_Policy):
 
 # The project's own entry points (pyproject.toml [project.entry-points] group nestlab.policies), for an
 # install older than them.
-BUILTINS = (("impact", "analysis.labels:ImpactPolicy"), ("window", "analysis.labels:WindowPolicy"))
+BUILTINS = (("impact", "analysis.labels:ImpactPolicy"), ("window", "analysis.labels:WindowPolicy"),
+            ("requests", "analysis.labels_requests:RequestsPolicy"))
 
 
 def check_policy(obj, builtin: bool) -> str | None:

@@ -33,7 +33,10 @@ from rundir.faultkinds import LEGACY
 #    messages table (every completed send and receive of the traced processes) and the traced table
 #    (each traced process's events recorded and dropped): TRACE_SCHEMA, made by the drainer only, so
 #    a run without traces has no messages table.
-FORMAT_VERSION = 7
+# 8: tcp_info gains whose turn it is (issue 42, the whoseturn variant): unacked, notsent_bytes and the
+#    chrono stats busy_us, rwnd_limited_us, sndbuf_limited_us (TURN_COLUMNS). Version 7 reads as
+#    before; its connections' turns are unknown (the variant acts as flowdiagnoser:theta=2 there).
+FORMAT_VERSION = 8
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -119,7 +122,12 @@ CREATE TABLE IF NOT EXISTS tcp_info (
     data_sent_at REAL,               -- reference-clock time of the last data sent (snapshot - tcpi_last_data_sent)
     data_recv_at REAL,               -- ... of the last data received (tcpi_last_data_recv)
     ack_recv_at REAL,                -- ... of the last ACK received (tcpi_last_ack_recv)
-    rcv_rtt_us INTEGER               -- tcpi_rcv_rtt: the receiver's RTT estimate, 0 until measured (format 5 on)
+    rcv_rtt_us INTEGER,              -- tcpi_rcv_rtt: the receiver's RTT estimate, 0 until measured (format 5 on)
+    unacked INTEGER,                 -- tcpi_unacked: segments sent, not yet acknowledged (format 8 on)
+    notsent_bytes INTEGER,           -- tcpi_notsent_bytes: written by the application, not yet sent
+    busy_us INTEGER,                 -- tcpi_busy_time: µs with data to send (NULL: a kernel before 4.10)
+    rwnd_limited_us INTEGER,         -- tcpi_rwnd_limited: of it, held by the receiver's window
+    sndbuf_limited_us INTEGER        -- tcpi_sndbuf_limited: of it, held by the send buffer
 );
 -- The queue of each shaped link end (the leaf qdisc under HTB), sampled by the runner about once a
 -- second. Counters are cumulative since the qdisc was made; backlog is the current value.
@@ -217,6 +225,8 @@ COUNTER_FIELDS = ("total_msgs", "wait_ms", "queued", "errors", "bytes")
 # tcp_info's TCP state columns, format 4 on (older runs have rtt_us and rttvar_us only).
 TCP_STATE_COLUMNS = ("backoff", "ca_state", "retransmits", "probes", "rto_us",
                      "data_sent_at", "data_recv_at", "ack_recv_at")
+# tcp_info's whose-turn columns, format 8 on (older runs lack them: NULL, unknown).
+TURN_COLUMNS = ("unacked", "notsent_bytes", "busy_us", "rwnd_limited_us", "sndbuf_limited_us")
 # The fault kinds of runs recorded before the manifest named its kinds (rundir.faultkinds.LEGACY); a
 # reader knows these and those the run's manifest records (`fault_kinds`), and leaves a fault of
 # another kind out.

@@ -12,8 +12,9 @@ from collections.abc import Collection, Iterable, Sequence
 from rundir.db import ensure_indexes
 
 INSERT_TCP_INFO = ("INSERT INTO tcp_info (seq, module, ca_state, retransmits, probes, backoff, rto_us, rtt_us, "
-                   "rttvar_us, rcv_rtt_us, data_sent_at, data_recv_at, ack_recv_at) "
-                   "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)")
+                   "rttvar_us, rcv_rtt_us, unacked, notsent_bytes, busy_us, rwnd_limited_us, sndbuf_limited_us, "
+                   "data_sent_at, data_recv_at, ack_recv_at) "
+                   "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
 INSERT_STREAM_TASK = ("INSERT INTO stream_tasks (seq, operator, busy_ms_per_s, backpressured_ms_per_s, idle_ms_per_s, "
                       "acc_busy_ms, acc_backpressured_ms, acc_idle_ms, records_in, records_out) "
                       "VALUES (?,?,?,?,?,?,?,?,?,?)")

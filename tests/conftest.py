@@ -11,6 +11,7 @@ import tests.support.reference_probe  # noqa: F401 - registers the probe=on refe
 import tests.support.reference_shared_peer  # noqa: F401 - registers the shared and peer references
 import tests.support.reference_streams  # noqa: F401 - registers the streamsdiagnoser and flink-backpressure references
 import tests.support.reference_tcpstate  # noqa: F401 - registers the tcpstate and confirm_tcp reference
+import tests.support.reference_whoseturn  # noqa: F401 - registers the whoseturn reference
 from tests.support.env import leftovers
 
 

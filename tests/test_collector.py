@@ -136,7 +136,7 @@ def test_tracker_writes_tcp_info_on_change(tmp_path):
         tr.record(k / 10, time.time(), [Observation("tcp:1", "tcp", "c", {"in": {"total_msgs": k}}, {}, [], info)])
     rows = db.execute("SELECT * FROM tcp_info").fetchall()
     assert [r[0] for r in rows] == [0, 2, 3, 4, 5]
-    assert rows[0] == (0, 1, 500, 250, 0, 0, 0, 0, 204000, 0.0, -0.05, 0.0, 0)
+    assert rows[0] == (0, 1, 500, 250, 0, 0, 0, 0, 204000, 0.0, -0.05, 0.0, 0, None, None, None, None, None)
     assert rows[4][12] == 900
     assert rows[2][4:9] == (1, 4, 1, 0, 408000)
     assert rows[3][9] == pytest.approx(0.4) and rows[3][10] == pytest.approx(-0.05)   # sent at 0.4 s; recv unchanged

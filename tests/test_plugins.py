@@ -87,7 +87,7 @@ def test_an_install_without_the_projects_entry_points_loads_the_built_ins_and_sa
 
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])   # an install older than them
     monkeypatch.setattr(plugins, "_said", set())
-    assert list(SYSTEMS) == [n for n, _ in BUILTINS] and list(POLICIES) == ["impact", "window"]
+    assert list(SYSTEMS) == [n for n, _ in BUILTINS] and list(POLICIES) == ["impact", "window", "requests"]
     err = capsys.readouterr().err
     assert err.count("warning: the installed nestlab has no entry points for its built-in") == 1
     assert SYSTEMS.origin("peer") == "built-in"

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from analysis.model import hosts, probes, stretch_copy, tcpstate
+from analysis.model import hosts, probes, stretch_copy, tcpstate, turnstate
 from analysis.model.deltas import _QUEUED, series_deltas
 from analysis.model.dense import (
     cell_places,
@@ -341,6 +341,7 @@ def load_stretches(run_dir: str | Path) -> RunStretches:
         tcpstate.attach(run.stretches, tcp_rows, seqs, mono)
         probes.attach(run.stretches, probes.burst_table(probe_rows), seqs, mono, probes.module_remotes(mods))
         run.stretches = hosts.split_by_host(run.stretches, hosts.module_hosts(mods))   # several hosts: one each
+        turnstate.attach(run.stretches, db, seqs, mods)   # format 8: whose turn (analysis.variants.whoseturn)
     return run
 
 

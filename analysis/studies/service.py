@@ -2,8 +2,10 @@
 black-box path algorithms (docs/service.md, docs/blackbox.md). No seed measured a service: no wget
 or iperf rows, no comparison with the seeds' network tables, and idle keep-alive connections are not
 a network silence. Its report leads with the tiers' latency and, where the run has messages, the
-causal paths. Ground truth: any direction of a faulted tier's traffic (request/response traffic has
-no data direction to follow)."""
+causal paths. Ground truth: the requests a faulted tier holds (`requests`, analysis/labels_requests.py:
+request/response traffic has no data direction to follow, and an idle keep-alive connection holds no
+request). Diagnosis: whoseturn, NeST reading each connection's turn (docs/diagnosis.md), beside the
+thesis's rule and the NeST paper's."""
 
 from __future__ import annotations
 
@@ -13,11 +15,11 @@ from analysis.studies.network import STUDY as NETWORK
 
 STUDY = Study(
     name="service",
-    variant=NETWORK.variant,
-    summary=NETWORK.summary,
-    report=NETWORK.report,
+    variant="whoseturn",
+    summary=("whoseturn", "flowdiagnoser:theta=2"),
+    report=("whoseturn", *NETWORK.report),
     probe_variant=NETWORK.probe_variant,
-    policy="impact:direction=any",
+    policy="requests",
     layout=Layout(apps=()),
     silence_warning=False,
     lead=("service", "paths"),

@@ -36,6 +36,7 @@ BUILTINS = (
     ("streamsdiagnoser", "analysis.variants.streamsdiagnoser:SYSTEM"),
     ("flink-backpressure", "analysis.variants.flink_backpressure:SYSTEM"),
     ("ds2", "analysis.variants.ds2:SYSTEM"),
+    ("whoseturn", "analysis.variants.whoseturn:SYSTEM"),
 )
 
 

@@ -189,11 +189,18 @@ STAMP_TOLERANCE_S = 0.011
 _TOLERANCE_MS = STAMP_TOLERANCE_S * 1000.0
 
 
+# The tcp_info values a row holds before its three stamps (INSERT_TCP_INFO): TCP's state, the RTTs and
+# (format 8) the whose-turn fields.
+_INFO_VALUES = 13
+
+
 def _info_row(now: float, info: tuple, last: tuple | None) -> tuple | None:
     """(values, stamps in s as written, stamps in ms for the next comparison) for one connection
     (Observation.tcp_info), or None when nothing changed since `last`. Runs for every connection
     every snapshot: plain comparisons, no loops."""
     values = info[:5] + info[8:]
+    if len(values) < _INFO_VALUES:   # an observation without the whose-turn fields (format 8): NULL
+        values += (None,) * (_INFO_VALUES - len(values))
     t = now * 1000.0
     sent, recv, ack = t - info[5], t - info[6], t - info[7]
     if last is not None and last[0] == values:

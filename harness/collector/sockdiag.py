@@ -17,8 +17,14 @@ Per TCP module (key 'tcp:<inode>') and direction:
        errors = tcpi_total_retrans
 and per connection (the tcp_info table): tcpi_rtt, tcpi_rttvar (µs), TCP's state (format 4):
 tcpi_ca_state, retransmits, probes, backoff, rto and the times of the last data sent/received and
-ACK received, and (format 5) tcpi_rcv_rtt, the receiver's RTT estimate (a pure receiver's tcpi_rtt
-is the RTT of its few sent segments: a GET, not the loaded direction).
+ACK received, (format 5) tcpi_rcv_rtt, the receiver's RTT estimate (a pure receiver's tcpi_rtt
+is the RTT of its few sent segments: a GET, not the loaded direction), and (format 8, issue 42) whose
+turn it is: tcpi_unacked (segments sent and not acknowledged), tcpi_notsent_bytes (written, not yet
+sent) and the chrono stats tcpi_busy_time, tcpi_rwnd_limited, tcpi_sndbuf_limited (µs the
+connection had data to send, and of that the time the receiver's window, or the send buffer,
+held it; they stop when the queues are empty). The chrono stats need a kernel of 4.10 or later (a
+shorter tcp_info gives None); they are refreshed when a connection's other state changes (the
+unchanged test below leaves them out: busy time grows with the clock while data waits).
 The receive queue is data TCP has delivered and the socket has not read (pending work of the
 reader); the send queue is the connection's own unsent/unacked work (see DESIGN.md).
 """
@@ -64,15 +70,32 @@ _RTA = struct.Struct("=HH")
 _TCP_INFO = struct.Struct("=xBBBB3xI32xI4xII8xII16xI4xI16xQQ16xII")
 _TI_MIN_LEN = 160
 assert _TCP_INFO.size == _TI_MIN_LEN
+# Whose turn (format 8): 24 unacked (segments), 144 notsent_bytes; with a tcp_info of 192 bytes or more
+# (Linux 4.10 on) also the chrono stats 168 busy_time, 176 rwnd_limited, 184 sndbuf_limited (µs, u64).
+_TURN_SHORT = struct.Struct("=24xI116xI")
+_TURN_LONG = struct.Struct("=24xI116xI20xQQQ")
+_TI_CHRONO_LEN = _TURN_LONG.size
+assert _TI_CHRONO_LEN == 192
+_NO_CHRONO = (None, None, None)
+
+
+def _turn(buf, info: int, length: int) -> tuple:
+    """(unacked, notsent_bytes, busy_us, rwnd_limited_us, sndbuf_limited_us) of the tcp_info at
+    `info`, `length` bytes long (the chrono stats None when it is shorter than 192)."""
+    if length >= _TI_CHRONO_LEN:
+        return _TURN_LONG.unpack_from(buf, info)
+    return _TURN_SHORT.unpack_from(buf, info) + _NO_CHRONO
 
 
 # One socket as dumped: raw addresses are decoded only when a connection is first seen.
 #  0 inode, 1 family, 2 state, 3 src_raw, 4 sport_raw, 5 dst_raw, 6 dport_raw, 7 rqueue, 8 wqueue,
 #  then _TCP_INFO's fields: 9 ca_state, 10 retransmits, 11 probes, 12 backoff, 13 rto_us,
 #  14 last_data_sent_ms, 15 last_data_recv_ms, 16 last_ack_recv_ms, 17 rtt_us, 18 rttvar_us,
-#  19 rcv_rtt_us, 20 total_retrans, 21 bytes_acked, 22 bytes_received, 23 data_segs_in, 24 data_segs_out
+#  19 rcv_rtt_us, 20 total_retrans, 21 bytes_acked, 22 bytes_received, 23 data_segs_in, 24 data_segs_out,
+#  then _turn's: 25 unacked, 26 notsent_bytes, 27 busy_us, 28 rwnd_limited_us, 29 sndbuf_limited_us
 RawSock = tuple
-TCP_INFO_FIELDS = slice(9, 20)   # Observation.tcp_info: ca_state .. rcv_rtt_us
+TCP_INFO_FIELDS = slice(9, 20)   # Observation.tcp_info: ca_state .. rcv_rtt_us, then TURN_FIELDS
+TURN_FIELDS = slice(25, 30)
 
 
 @dataclass(slots=True)
@@ -104,6 +127,11 @@ class TcpSock:
     bytes_in: int          # tcpi_bytes_received
     segs_in: int
     segs_out: int
+    unacked: int           # tcpi_unacked: segments in flight, not yet acknowledged
+    notsent_bytes: int     # tcpi_notsent_bytes: written by the application, not yet sent
+    busy_us: int | None    # tcpi_busy_time: µs with data to send (None: a kernel before 4.10)
+    rwnd_limited_us: int | None    # tcpi_rwnd_limited: of it, held by the receiver's window
+    sndbuf_limited_us: int | None  # tcpi_sndbuf_limited: of it, held by the send buffer
 
     @classmethod
     def decode(cls, r: RawSock) -> TcpSock:
@@ -230,7 +258,8 @@ class SockDiag:
                     last[inode] = key
                 (family, state, _t, _r, sport, dport, src, dst, _if, _ck,
                  _exp, rq, wq, _uid, _inode) = unpack_msg(buf, start + 16)
-                append((inode, family, state, src, sport, dst, dport, rq, wq) + unpack_info(buf, info))
+                append((inode, family, state, src, sport, dst, dport, rq, wq) + unpack_info(buf, info)
+                       + _turn(buf, info, unpack_rta(buf, info - 4)[0] - 4))
 
 
 _LENGTH_TYPE = struct.Struct("=IH")
@@ -311,6 +340,7 @@ class _Chunk:
             return end
         info_at = self.info_at
         unpack_msg, unpack_info = _MSG.unpack_from, _TCP_INFO.unpack_from
+        info_len = min(flat[2::7]) - 4   # one layout: every message's tcp_info is as long
         for k in compress(range(m), map(not_, equal)):
             inode = inodes[k]
             if not inode:   # an orphan: no process owns it any more
@@ -321,7 +351,7 @@ class _Chunk:
              _exp, rq, wq, _uid, _inode) = unpack_msg(buf, start + 16)
             info = unpack_info(buf, start + info_at)   # its stamps from before they were replaced
             out.append((inode, family, state, src, sport, dst, dport, rq, wq) + info[:5] +
-                       (sent[k], recv[k], ack[k]) + info[8:])
+                       (sent[k], recv[k], ack[k]) + info[8:] + _turn(buf, start + info_at, info_len))
         return end
 
 
@@ -447,7 +477,7 @@ class TcpSource:
             ob = last[inode] = Observation(
                 k[0], "tcp", k[1],
                 {"in": (r[23], None, r[7], None, r[22]), "out": (r[24], None, r[8], r[20], r[21])},
-                births.get(inode, _NO_ATTRS), k[2], r[TCP_INFO_FIELDS])
+                births.get(inode, _NO_ATTRS), k[2], r[TCP_INFO_FIELDS] + r[TURN_FIELDS])
             append(ob)
         if not self.skip_unchanged:
             self._forget({r[0] for r in raw})

@@ -311,6 +311,7 @@ def _compare(args) -> int:
                           f"Ablations against {seed.name} ({{runs}})")
     if blackbox:
         from analysis.paths.versus import compare_blackbox, write_versus
+        from analysis.score.culprit import culprit_files
         from rundir.runs import guarded
 
         names = [a.strip() for a in args.blackbox.split(",") if a.strip()]
@@ -318,6 +319,7 @@ def _compare(args) -> int:
         md, more = write_versus(per_run, table, out)
         print(f"\n{md}")
         files += more
+        files += guarded(out, culprit_files, [str(r) for r in runs], variants, names, out, _warn)   # issue 42
     print(f"\nwritten: {', '.join(str(f) for f in files)}")
     return 0
 
