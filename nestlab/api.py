@@ -122,7 +122,7 @@ class StoredRun:
     def labels(self, policy: str | None = None) -> pd.DataFrame:
         """The counters with the ground truth of a labelling policy joined on: actual, exclude, cause,
         fault (default policy: the run's study kind's: impact, the seeds' criteria; a service run's
-        impact:direction=any, docs/studies.md)."""
+        requests, docs/studies.md)."""
         return guarded(self.path, label_run, self.data, policy)
 
     def accuracy(self, variants=None, policy: str | None = None, per_run: bool = False,

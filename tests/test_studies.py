@@ -91,7 +91,7 @@ def service_run(tmp_path_factory):
 
 def test_a_service_run_gets_the_service_view(service_run, tmp_path):
     ev = evaluate([service_run], ["flowdiagnoser:theta=2", "nest-cf"], keep=True)
-    assert ev.study.name == "service" and ev.policy == "impact:direction=any"   # its ground truth by default
+    assert ev.study.name == "service" and ev.policy == "requests"   # its ground truth by default (issue 42)
     md, _ = write_accuracy(ev, tmp_path)
     rows = set(pd.read_csv(tmp_path / "accuracy.csv")["row"])
     assert rows == {"socket", "TCP", "ip+eth", "all modules"}   # no wget or iperf rows
