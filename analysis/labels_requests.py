@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import labels_streams
+from analysis import studies
 from analysis.labels import CAUSES, ImpactPolicy, _Policy, _seconds
 from analysis.model.label_input import label_rows
 from analysis.variants.base import Param
@@ -45,14 +45,12 @@ _warned: set[str] = set()
 def _read(path: Path) -> tuple[pd.DataFrame | None, pd.DataFrame]:
     """(requests rows or None when the run has none, faults rows)."""
     from rundir import read
+    from rundir.requests import request_hops
 
     with read.run_db(path) as conn:
-        tables = set(read.tables(conn))
         faults = read.read_fault_rows(conn)
-        if "requests" not in tables:
-            return None, faults
-        req = pd.read_sql_query('SELECT request, tier, host, start, "end" FROM requests', conn)
-    return (req if len(req) else None), faults
+        req = request_hops(conn)
+    return (req if req is not None and len(req) else None), faults
 
 
 def quiet_p99(hops: pd.DataFrame, windows: pd.DataFrame, margin: float) -> dict[tuple[str, str], float]:
@@ -110,8 +108,9 @@ class RequestsPolicy(_Policy):
     )
 
     def label(self, data) -> pd.DataFrame:
-        if labels_streams.is_streams(data):
-            return labels_streams.label(data, {}, CAUSES)
+        own = studies.of_data(data).label   # the study's own ground truth (streams: thesis 4.6.3)
+        if own is not None:
+            return own(data, {}, CAUSES)
         path = Path(data.run.path)
         hops, faults = _read(path)
         if hops is None:

@@ -438,6 +438,16 @@ def read_tcp_state(conn: sqlite3.Connection, warnings: list[str]) -> pd.DataFram
                          ("seq", "module"), warnings, optional=TCP_STATE_COLUMNS)
 
 
+def tcp_turn_rows(conn: sqlite3.Connection) -> list[tuple] | None:
+    """(seq, module, unacked, notsent_bytes) rows of tcp_info that hold either field (format 8, the
+    whose-turn fields), None when the table has no such columns (format <= 7)."""
+    have = {row[1] for row in conn.execute("PRAGMA table_info(tcp_info)")}
+    if not {"unacked", "notsent_bytes"} <= have:
+        return None
+    return conn.execute("SELECT seq, module, unacked, notsent_bytes FROM tcp_info "
+                        "WHERE unacked IS NOT NULL OR notsent_bytes IS NOT NULL").fetchall()
+
+
 def probe_columns_missing(conn: sqlite3.Connection) -> list[str] | None:
     """None when run.db has no probes table (a run recorded before format 5); else the columns of
     PROBE_COLUMNS it lacks (none on a sound run.db)."""

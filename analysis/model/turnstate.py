@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rundir import repair
+from rundir import read, repair
 from rundir.db import connect
 
 
@@ -61,13 +61,11 @@ def read_rows(db: Path) -> np.ndarray | None:
     module then seq; None when the table has no such columns (format <= 7)."""
     conn = connect(db, readonly=True)
     try:
-        have = {r[1] for r in conn.execute("PRAGMA table_info(tcp_info)")}
-        if not {"unacked", "notsent_bytes"} <= have:
-            return None
-        rows = conn.execute("SELECT seq, module, unacked, notsent_bytes FROM tcp_info "
-                            "WHERE unacked IS NOT NULL OR notsent_bytes IS NOT NULL").fetchall()
+        rows = read.tcp_turn_rows(conn)
     finally:
         conn.close()
+    if rows is None:
+        return None
     a = np.array([[float(x) if isinstance(x, int | float) else np.nan for x in r] for r in rows],
                  dtype=float).reshape(-1, 4)
     a = a[np.isfinite(a[:, 0]) & np.isfinite(a[:, 1])]

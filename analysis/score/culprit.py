@@ -68,12 +68,11 @@ def is_service(run: str | Path) -> bool:
     """A run with a message trace or request paths (a service workload; every run of format 7 has a
     requests table, empty without one)."""
     from rundir import read
+    from rundir.requests import has_requests
 
     try:
         with read.run_db(Path(run)) as conn:
-            tables = set(read.tables(conn))
-            return "messages" in tables or ("requests" in tables and bool(
-                conn.execute("SELECT 1 FROM requests LIMIT 1").fetchone()))
+            return "messages" in set(read.tables(conn)) or has_requests(conn)
     except Exception:   # noqa: BLE001 - unreadable: the other readers say why
         return False
 
