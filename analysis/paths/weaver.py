@@ -153,20 +153,45 @@ def _solve(child, parent, key, cost, slots, order, bounds, n, max_calls, leave_c
         keep = got >= 0
         keep &= best < leave_cost
         chosen[keep] = got[keep]
-    # distinct calls per component, counted once for all (windowing only past `window` of them)
-    pair = np.unique(comp_of.astype(np.int64) * n + kid)
-    n_kids = np.bincount(pair // n, minlength=len(comp_len))
+    # each component's calls and candidates ranked in it at once (np.unique's order and inverse per
+    # component, without a numpy round per component: most are a handful of calls)
+    par = parent[order]
+    row, kids, kptr = _dense(comp_of, kid, len(comp_len))
+    col, pars, pptr = _dense(comp_of, par, len(comp_len))
+    vals = cost[order][:, None] + table[kcode[order]]                # per candidate, its slots' costs
+    j = np.arange(max_calls)
     for c in np.flatnonzero(~single).tolist():
-        idx = order[bounds[c]:bounds[c + 1]]
-        if n_kids[c] <= window:
-            _assign(child[idx], parent[idx], kcode[idx], cost[idx], table, {}, chosen, max_calls, leave_cost)
+        a, b = bounds[c], bounds[c + 1]
+        k, q = kptr[c + 1] - kptr[c], pptr[c + 1] - pptr[c]
+        if k <= window:
+            m = np.full((k, q * max_calls + k), 1e9)
+            m[row[a:b, None], col[a:b, None] * max_calls + j] = vals[a:b]
+            m[np.arange(k), q * max_calls + np.arange(k)] = leave_cost
+            r, cc = linear_sum_assignment(m)
+            ok = (cc < q * max_calls) & (m[r, cc] < 1e9)
+            chosen[kids[kptr[c]:][r[ok]]] = pars[pptr[c]:][cc[ok] // max_calls]
             continue
+        idx = order[a:b]
         kids_all = pd.unique(child[idx])
         used: dict[int, int] = {}                   # parent -> slots taken by earlier windows
         for w0 in range(0, len(kids_all), window):
             sel = idx[np.isin(child[idx], kids_all[w0:w0 + window])]
             _assign(child[sel], parent[sel], kcode[sel], cost[sel], table, used, chosen, max_calls, leave_cost)
     return chosen
+
+
+def _dense(group: np.ndarray, value: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rank of each value among its group's distinct values, sorted; those distinct values, group
+    after group; each group's start in them): np.unique(return_inverse) of every group at once."""
+    order = np.lexsort((value, group))
+    g, v = group[order], value[order]
+    new = np.ones(len(v), dtype=bool)
+    new[1:] = (g[1:] != g[:-1]) | (v[1:] != v[:-1])
+    dense = np.cumsum(new) - 1
+    ptr = np.searchsorted(g[new], np.arange(n_groups + 1))
+    rank = np.empty(len(v), dtype=np.int64)
+    rank[order] = dense - ptr[g]
+    return rank, v[new], ptr
 
 
 def _rank(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
