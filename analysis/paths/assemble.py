@@ -303,9 +303,15 @@ class PatternTable:
 
 
 def canonical_text(nodes: Nodes, children: dict[int, list[int]], root: int) -> str:
+    names, src, dst = nodes.names, nodes.src, nodes.dst
+    labels: dict[tuple[int, int], str] = {}        # an edge's key, made once per tree
+
     def text(i: int) -> str:
         kids = sorted(text(c) for c in children.get(i, ()))
-        label = edge_key(nodes.names[nodes.src[i]], nodes.names[nodes.dst[i]])
+        pair = (int(src[i]), int(dst[i]))
+        label = labels.get(pair)
+        if label is None:
+            label = labels[pair] = edge_key(names[pair[0]], names[pair[1]])
         return label + (f"({','.join(kids)})" if kids else "")
 
     limit = sys.getrecursionlimit()
