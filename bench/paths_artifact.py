@@ -10,7 +10,9 @@ kept in this repository). Per application and load: the spans, the import's time
 the share of requests whose whole inferred tree is the true one (accuracy.request_scores), the
 mapping accuracy, and its time per million spans. Then the throughput of import and all algorithms
 together in spans per second, beside a baseline measured in the same run: Python's json.loads of the
-same files (what reading them costs at the least), as a ratio.
+same files (what reading them costs at the least), as a ratio; and the import's own decode alone
+(the files read and decoded by its msgspec fast path's typed decoder, no span handled: the floor of
+this import), as the decode-bound ratio.
 
 Development sets (tuned on): hotel and node at loads 25 and 50. The others are the held-back check.
 """
@@ -28,7 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from analysis.paths.accuracy import request_scores  # noqa: E402
 from analysis.paths.algorithms import ALGORITHMS, algorithm  # noqa: E402
-from analysis.paths.spans import read_jaeger  # noqa: E402
+from analysis.paths.spans import _DECODER, read_jaeger  # noqa: E402
 
 APPS = {"hotel": "hotel_reservation/hotel_load{}", "node": "nodejs_microservices/node_load{}",
         "media": "media_microservices/media_load{}"}
@@ -39,6 +41,14 @@ def baseline(folder: Path) -> float:
     t0 = time.perf_counter()
     for f in sorted(folder.glob("*.json")):
         json.loads(f.read_bytes())
+    return time.perf_counter() - t0
+
+
+def decode_floor(folder: Path) -> float:
+    """Seconds to read the files and decode them with the import's typed decoder, nothing more."""
+    t0 = time.perf_counter()
+    for f in sorted(folder.glob("*.json")):
+        _DECODER.decode(f.read_bytes())
     return time.perf_counter() - t0
 
 
@@ -73,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     names = list(ALGORITHMS) if a.algorithms == "all" else a.algorithms.split(",")
     head = ["set", "spans", "import s", *[f"{n} %" for n in names], *[f"{n} s/M" for n in names]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    tot_spans = tot_time = tot_base = 0.0
+    tot_spans = tot_time = tot_base = tot_floor = tot_import = 0.0
     for app in a.apps.split(","):
         for load in (int(x) for x in a.loads.split(",")):
             folder = a.data / APPS[app].format(load)
@@ -82,10 +92,12 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             n_spans = span_count(folder)
             base = baseline(folder)
+            floor = decode_floor(folder)
             row = one(folder, names)
             algos = row["algorithms"]
             took = row["import_s"] + sum(v["seconds"] for v in algos.values())
             tot_spans, tot_time, tot_base = tot_spans + n_spans, tot_time + took, tot_base + base
+            tot_floor, tot_import = tot_floor + floor, tot_import + row["import_s"]
             label = f"{app} {load}" + (" (dev)" if (app, load) in DEV else "")
             acc = [f"{100 * algos[n]['request_accuracy']:.1f}" if algos[n]["request_accuracy"] == algos[n]["request_accuracy"]
                    else "–" for n in names]
@@ -96,7 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     if tot_time:
         text += (f"\n\nimport and {len(names)} algorithms: {tot_spans:,.0f} spans in {tot_time:.1f} s = "
                  f"{tot_spans / tot_time:,.0f} spans/s; baseline (json.loads of the same files): "
-                 f"{tot_spans / tot_base:,.0f} spans/s; ratio {tot_base / tot_time:.3f}")
+                 f"{tot_spans / tot_base:,.0f} spans/s; ratio {tot_base / tot_time:.3f}\n"
+                 f"import alone: {tot_spans / tot_import:,.0f} spans/s; its decode alone (read + msgspec "
+                 f"typed decode): {tot_spans / tot_floor:,.0f} spans/s; decode-bound ratio (decode / import "
+                 f"and all algorithms) {tot_floor / tot_time:.3f}, (decode / import) {tot_floor / tot_import:.3f}")
     print(text)
     if a.out:
         a.out.write_text(text + "\n")

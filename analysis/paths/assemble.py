@@ -175,16 +175,33 @@ def forest_depth(parent: np.ndarray, max_depth: int = 10_000) -> tuple[np.ndarra
     depth = np.zeros(len(parent), dtype=np.int64)
     anc = parent.copy()
     active = np.flatnonzero(anc >= 0)
-    steps = 0
+    steps, checked = 0, False
     while active.size:
         depth[active] += 1
         anc[active] = parent[anc[active]]
         active = active[anc[active] >= 0]
         steps += 1
-        if steps > max_depth:           # what is still climbing is on a cycle: cut it there
-            parent[active] = -1
-            return forest_depth(parent, max_depth)
+        if steps > min(max_depth, 64) and not checked:
+            # deeper than any real call tree: what climbs past max_depth is on (or under) a cycle;
+            # found by squaring the parent map (log steps) rather than climbing 10,000 one by one
+            still = _power(parent, max_depth + 2) >= 0
+            if still.any():
+                parent[still] = -1      # cut it there
+                return forest_depth(parent, max_depth)
+            checked = True              # only deep chains: climb on
     return depth, parent
+
+
+def _power(parent: np.ndarray, e: int) -> np.ndarray:
+    """The e-th ancestor of every message (-1: none), by repeated squaring."""
+    base = np.append(parent, -1)        # index -1 is the sink: -1 maps to -1
+    res = np.append(np.arange(len(parent)), -1)
+    while e:
+        if e & 1:
+            res = base[res]
+        base = base[base]
+        e >>= 1
+    return res[:-1]
 
 
 def forest_roots(parent: np.ndarray) -> np.ndarray:
@@ -286,9 +303,15 @@ class PatternTable:
 
 
 def canonical_text(nodes: Nodes, children: dict[int, list[int]], root: int) -> str:
+    names, src, dst = nodes.names, nodes.src, nodes.dst
+    labels: dict[tuple[int, int], str] = {}        # an edge's key, made once per tree
+
     def text(i: int) -> str:
         kids = sorted(text(c) for c in children.get(i, ()))
-        label = edge_key(nodes.names[nodes.src[i]], nodes.names[nodes.dst[i]])
+        pair = (int(src[i]), int(dst[i]))
+        label = labels.get(pair)
+        if label is None:
+            label = labels[pair] = edge_key(names[pair[0]], names[pair[1]])
         return label + (f"({','.join(kids)})" if kids else "")
 
     limit = sys.getrecursionlimit()

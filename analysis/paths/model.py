@@ -52,10 +52,20 @@ THREAD_COLUMNS = {"src_thread": "int64", "dst_thread": "int64"}
 SYNTAX = str.maketrans({c: "\\" + c for c in "\\>(),"})
 
 
+_TOKENS: dict[str, str] = {}     # names seen (a trace has few): naming patterns asks for each often
+
+
 def token(name: object) -> str:
     """A node name as it is written in a pattern or an edge key: `>`, `(`, `)`, `,` and `\\`
     escaped with a backslash (names without them are unchanged)."""
-    return str(name).translate(SYNTAX)
+    if type(name) is not str:
+        return str(name).translate(SYNTAX)
+    out = _TOKENS.get(name)
+    if out is None:
+        out = name.translate(SYNTAX)
+        if len(_TOKENS) < 65_536:
+            _TOKENS[name] = out
+    return out
 
 
 def edge_key(src: object, dst: object) -> str:

@@ -3,6 +3,7 @@ delay they add, messages with their one-way latency), and the rows of paths.csv.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -10,6 +11,8 @@ from rich.markup import escape
 from rich.tree import Tree
 
 from analysis.paths.model import PathPattern, PathsResult, edge_key
+
+_PLAIN = re.compile(r"[^>(),\\]*")      # a name's run without syntax or escapes
 
 
 @dataclass
@@ -24,15 +27,18 @@ def parse_pattern(text: str) -> Msg:
     model.token writes them: read back unescaped); ValueError if it is not one."""
     pos = 0
 
-    def name(stop: str) -> str:
+    def name(stop: str) -> str:         # stop: always the syntax's ">(),"
         nonlocal pos
         out = []
-        while pos < len(text) and text[pos] not in stop:
-            if text[pos] == "\\" and pos + 1 < len(text):
-                pos += 1
-            out.append(text[pos])
-            pos += 1
-        return "".join(out)
+        while True:                      # plain runs at once (a regex), escapes one by one
+            m = _PLAIN.match(text, pos)
+            out.append(m.group())
+            pos = m.end()
+            if pos < len(text) and text[pos] == "\\":
+                out.append(text[pos + 1] if pos + 1 < len(text) else "\\")
+                pos += 2 if pos + 1 < len(text) else 1
+                continue
+            return "".join(out)
 
     def message() -> Msg:
         nonlocal pos

@@ -132,7 +132,10 @@ def _solve(child, parent, key, cost, slots, order, bounds, n, max_calls, leave_c
     chosen = np.full(n, -1, dtype=np.int64)
     if not len(key):
         return chosen
-    first = np.array([slots[int(k)][0] for k in key.tolist()])
+    # the slot costs as a table row per key (a row look-up per candidate, not a dict look-up)
+    kcode, kuniq = pd.factorize(key)
+    table = np.array([slots[int(k)] for k in kuniq.tolist()], dtype=np.float64).reshape(len(kuniq), max_calls)
+    first = table[kcode, 0]
     # components of one call (the most): its cheapest candidate, all at once
     comp_len = np.diff(bounds)
     comp_of = np.repeat(np.arange(len(comp_len)), comp_len)          # per position in `order`
@@ -150,33 +153,74 @@ def _solve(child, parent, key, cost, slots, order, bounds, n, max_calls, leave_c
         keep = got >= 0
         keep &= best < leave_cost
         chosen[keep] = got[keep]
+    # each component's calls and candidates ranked in it at once (np.unique's order and inverse per
+    # component, without a numpy round per component: most are a handful of calls)
+    par = parent[order]
+    row, kids, kptr = _dense(comp_of, kid, len(comp_len))
+    col, pars, pptr = _dense(comp_of, par, len(comp_len))
+    vals = cost[order][:, None] + table[kcode[order]]                # per candidate, its slots' costs
+    j = np.arange(max_calls)
     for c in np.flatnonzero(~single).tolist():
-        idx = order[bounds[c]:bounds[c + 1]]
-        kids_all = pd.unique(child[idx])
-        if len(kids_all) <= window:
-            _assign(child[idx], parent[idx], key[idx], cost[idx], slots, {}, chosen, max_calls, leave_cost)
+        a, b = bounds[c], bounds[c + 1]
+        k, q = kptr[c + 1] - kptr[c], pptr[c + 1] - pptr[c]
+        if k <= window:
+            m = np.full((k, q * max_calls + k), 1e9)
+            m[row[a:b, None], col[a:b, None] * max_calls + j] = vals[a:b]
+            m[np.arange(k), q * max_calls + np.arange(k)] = leave_cost
+            r, cc = linear_sum_assignment(m)
+            ok = (cc < q * max_calls) & (m[r, cc] < 1e9)
+            chosen[kids[kptr[c]:][r[ok]]] = pars[pptr[c]:][cc[ok] // max_calls]
             continue
+        idx = order[a:b]
+        kids_all = pd.unique(child[idx])
         used: dict[int, int] = {}                   # parent -> slots taken by earlier windows
         for w0 in range(0, len(kids_all), window):
             sel = idx[np.isin(child[idx], kids_all[w0:w0 + window])]
-            _assign(child[sel], parent[sel], key[sel], cost[sel], slots, used, chosen, max_calls, leave_cost)
+            _assign(child[sel], parent[sel], kcode[sel], cost[sel], table, used, chosen, max_calls, leave_cost)
     return chosen
 
 
-def _assign(child, parent, key, cost, slots, used, chosen, max_calls, leave_cost) -> None:
+def _dense(group: np.ndarray, value: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rank of each value among its group's distinct values, sorted; those distinct values, group
+    after group; each group's start in them): np.unique(return_inverse) of every group at once."""
+    order = np.lexsort((value, group))
+    g, v = group[order], value[order]
+    new = np.ones(len(v), dtype=bool)
+    new[1:] = (g[1:] != g[:-1]) | (v[1:] != v[:-1])
+    dense = np.cumsum(new) - 1
+    ptr = np.searchsorted(g[new], np.arange(n_groups + 1))
+    rank = np.empty(len(v), dtype=np.int64)
+    rank[order] = dense - ptr[g]
+    return rank, v[new], ptr
+
+
+def _rank(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(a, return_inverse=True) for the small arrays of one component, without its overhead."""
+    order = a.argsort(kind="stable")
+    s = a[order]
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    np.not_equal(s[1:], s[:-1], out=new[1:])
+    inv = np.empty(len(s), dtype=np.int64)
+    inv[order] = np.cumsum(new) - 1
+    return s[new], inv
+
+
+def _assign(child, parent, kcode, cost, table, used, chosen, max_calls, leave_cost) -> None:
     """One exact assignment of calls (to one callee) to their candidates' slots."""
-    kids, row = np.unique(child, return_inverse=True)
-    pars, col = np.unique(parent, return_inverse=True)
+    kids, row = _rank(child)
+    pars, col = _rank(parent)
     k, q = len(kids), len(pars)
     key_of = np.empty(q, dtype=np.int64)
-    key_of[col] = key                               # one callee: a parent's key is its own
-    taken = np.array([used.get(int(x), 0) for x in pars.tolist()], dtype=np.int64) if used \
-        else np.zeros(q, dtype=np.int64)
-    table = np.array([slots[int(x)] for x in key_of.tolist()])          # q x max_calls
+    key_of[col] = kcode                             # one callee: a parent's key is its own
     # slot j of a parent is its (taken + j + 1)-th call: cost -log P(N >= taken + j + 1)
     j = np.arange(max_calls)
-    at = taken[:, None] + j[None, :]
-    extra = np.where(at < max_calls, np.take_along_axis(table, np.minimum(at, max_calls - 1), axis=1), 1e9)
+    if used:
+        taken = np.array([used.get(int(x), 0) for x in pars.tolist()], dtype=np.int64)
+        at = taken[:, None] + j[None, :]
+        extra = np.where(at < max_calls, table[key_of[:, None], np.minimum(at, max_calls - 1)], 1e9)
+    else:
+        extra = table[key_of]
     m = np.full((k, q * max_calls + k), 1e9)
     cols = col[:, None] * max_calls + j[None, :]
     m[row[:, None], cols] = cost[:, None] + extra[col]
@@ -185,5 +229,6 @@ def _assign(child, parent, key, cost, slots, used, chosen, max_calls, leave_cost
     ok = (c < q * max_calls) & (m[r, c] < 1e9)
     got = pars[c[ok] // max_calls]
     chosen[kids[r[ok]]] = got
-    for x in got.tolist():
-        used[x] = used.get(x, 0) + 1
+    if used is not None:
+        for x in got.tolist():
+            used[x] = used.get(x, 0) + 1
