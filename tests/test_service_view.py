@@ -67,3 +67,30 @@ def test_the_report_of_a_service_run_has_the_culprit_table_after_the_tiers(tmp_p
     tiers, culprit, acc = _order(html, 'id="service"', 'id="culprit"', 'id="accuracy"')
     assert tiers < culprit < acc
     assert "whoseturn" in html[culprit:acc] and "random" in html[culprit:acc]
+
+
+def test_compare_ranks_each_run_once_per_algorithm(tmp_path, capsys, monkeypatch):
+    """The culprit table reuses compare_blackbox's rankings (same windows): one ranking per run and
+    algorithm, and the same rows as the culprit table made alone."""
+    import analysis.paths.score as score
+    import analysis.paths.versus as versus
+    from analysis.score.culprit import compare_culprit
+
+    service_run(tmp_path / "r0", seed=3)
+    alone, _, _ = compare_culprit([tmp_path / "r0"], ["whoseturn", "flowdiagnoser:theta=2"], ["nesting"])
+    calls = []
+    real = score.culprit_ranking
+
+    def counted(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(score, "culprit_ranking", counted)
+    monkeypatch.setattr(versus, "culprit_ranking", counted)
+    assert nestlab_main(["compare", str(tmp_path / "r0"), "-j", "1", "--blackbox", "nesting"]) == 0
+    capsys.readouterr()
+    assert len(calls) == 1
+    rows = pd.read_csv(tmp_path / "r0" / "analysis" / "compare-culprit-windows.csv")
+    for name in ("nesting", "hybrid"):
+        got = rows[rows["diagnoser"] == name]["ranking"].fillna("").tolist()
+        assert got == alone[alone["diagnoser"] == name]["ranking"].tolist()

@@ -60,12 +60,13 @@ class TierLatency:
 
 
 def service_view(runs: Sequence[str | Path], variants: Sequence[str], names: Sequence[str], out: Path,
-                 warn: Callable[[str, str], None] | None = None) -> tuple[str, list[Path]]:
+                 warn: Callable[[str, str], None] | None = None, known: dict | None = None) -> tuple[str, list[Path]]:
     """The tiers' latency and the culprit table of `runs` (their service runs), as Markdown, and the
-    culprit files written to `out` (compare-culprit.csv and its windows)."""
+    culprit files written to `out` (compare-culprit.csv and its windows). known: the black-box
+    rankings compare_blackbox made of these runs."""
     from analysis.score.culprit import compare_culprit, write_culprit
 
     tiers = TierLatency()
-    per, table, notes = compare_culprit(runs, variants, names, warn, on_data=tiers)
+    per, table, notes = compare_culprit(runs, variants, names, warn, on_data=tiers, known=known)
     md, files = write_culprit(per, table, notes, out)
     return tiers.markdown() + "\n\n" + md, files

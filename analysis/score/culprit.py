@@ -103,10 +103,12 @@ def _rows(run: str, name: str, kind_of: Sequence[str], ranking: pd.DataFrame) ->
 
 def run_culprits(run: str | Path, variants: Sequence[str], algorithms: Sequence[tuple[str, Callable]],
                  warn: Callable[[str], None] | None = None, data=None,
-                 on_data: Callable | None = None) -> list[dict]:
+                 on_data: Callable | None = None, known: dict | None = None) -> list[dict]:
     """ROW_COLUMNS rows of one service run: one per diagnoser and fault window. data: the run's
     analysis.load.RunData when already loaded; on_data(run, data): called with it once loaded (the
-    service view reads the tiers' latency from the same load)."""
+    service view reads the tiers' latency from the same load); known: the black-box algorithms'
+    rankings of this run from analysis.paths.versus.compare_blackbox, used when it ranked the same
+    windows (a ranking's baseline is the time outside every window)."""
     from analysis.diagnose import diagnose_run
     from analysis.load import load_run_data
     from analysis.paths.nest_culprit import module_hosts, rankings
@@ -135,7 +137,12 @@ def run_culprits(run: str | Path, variants: Sequence[str], algorithms: Sequence[
         from analysis.paths.readers import read_run
         from analysis.paths.versus import has_messages
 
-        if has_messages(run):
+        reuse = known is not None and _same_windows(known.get("windows"), win)
+        if reuse and all(name in known for name, _ in algorithms):
+            for name, _ in algorithms:
+                ranks[name] = known[name]
+                rows += _rows(run, name, kinds, ranks[name])
+        elif has_messages(run):
             trace = read_run(run)
             for w in trace.warnings:
                 if warn:
@@ -144,19 +151,26 @@ def run_culprits(run: str | Path, variants: Sequence[str], algorithms: Sequence[
             for name, infer in algorithms:
                 ranks[name] = culprit_ranking(trace, infer)
                 rows += _rows(run, name, kinds, ranks[name])
-            if "nesting" in ranks:
-                both = ranks[OURS].copy()
-                both["ranking"] = [borda(a, b) for a, b in zip(ranks[OURS]["ranking"], ranks["nesting"]["ranking"],
-                                                               strict=True)]
-                rows += _rows(run, "hybrid", kinds, both)
         elif warn:
             warn("no messages table: the black-box algorithms have no trace to rank tiers by")
+        if "nesting" in ranks:
+            both = ranks[OURS].copy()
+            both["ranking"] = [borda(a, b) for a, b in zip(ranks[OURS]["ranking"], ranks["nesting"]["ranking"],
+                                                           strict=True)]
+            rows += _rows(run, "hybrid", kinds, both)
     hosts = module_hosts(data).dropna().astype(str).unique()
     h = max(len(hosts), 1)
     for i, (node, kind) in enumerate(zip(win["node"], kinds, strict=True)):
         rows.append({"run": run, "diagnoser": "random", "inputs": "none", "fault_kind": kind, "window": i,
                      "node": node, "hit1": 1.0 / h, "hit3": min(3, h) / h, "miss": False, "ranking": ""})
     return rows
+
+
+def _same_windows(a: pd.DataFrame | None, win: pd.DataFrame) -> bool:
+    if a is None or len(a) != len(win):
+        return False
+    return bool((a["node"].astype(str).to_numpy() == win["node"].to_numpy()).all()
+                and np.allclose(a[["start", "stop"]].to_numpy(float), win[["start", "stop"]].to_numpy(float)))
 
 
 def pooled(rows: pd.DataFrame) -> pd.DataFrame:
@@ -179,10 +193,11 @@ def pooled(rows: pd.DataFrame) -> pd.DataFrame:
 
 def compare_culprit(runs: Sequence[str | Path], variants: Sequence[str], names: Sequence[str] = ALGORITHMS,
                     warn: Callable[[str, str], None] | None = None,
-                    on_data: Callable | None = None, data: dict | None = None
+                    on_data: Callable | None = None, data: dict | None = None, known: dict | None = None
                     ) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """(per-window rows, pooled table, notes) over the service runs among `runs`; the others are left
-    out, said in one note. on_data: run_culprits'; data: {run: its RunData} of runs already loaded."""
+    out, said in one note. on_data: run_culprits'; data: {run: its RunData} of runs already loaded;
+    known: {run: run_culprits' known} (compare_blackbox's rankings)."""
     from analysis.paths.versus import chosen_algorithms
     from rundir.errors import UserError
     from rundir.runs import guarded
@@ -200,7 +215,7 @@ def compare_culprit(runs: Sequence[str | Path], variants: Sequence[str], names: 
         try:
             rows += guarded(run, run_culprits, run, list(dict.fromkeys([*SEEDS, *variants])), algos,
                             (lambda m, run=run: warn(str(run), m)) if warn else None,
-                            data=(data or {}).get(run), on_data=on_data)
+                            data=(data or {}).get(run), on_data=on_data, known=(known or {}).get(str(run)))
         except UserError as e:
             if warn:
                 warn(str(run), f"left out of the culprit table: {str(e).removeprefix(f'{run}: ')}")
