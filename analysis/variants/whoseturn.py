@@ -121,10 +121,12 @@ class _Builder:
         self.rr_ports: set[int] = set()   # service ports of connections the rules read, so far
 
     def stretch(self, k: int, st: Stretch, gbase: int) -> None:
-        rows = [m for m, kd in enumerate(st.kinds) if kd == "tcp"]
-        if not rows:
+        kinds = np.asarray(st.kinds)
+        is_tcp = kinds == "tcp"
+        if not is_tcp.any():
             return
-        r = np.asarray(rows, dtype=np.intp)
+        r = np.flatnonzero(is_tcp)
+        rows = r.tolist()
         t = st.t
         slot = self.slot
         for m in rows:
@@ -183,8 +185,8 @@ class _Builder:
         pos[m, j] = self.count + np.arange(len(m))
         self.count += len(m)
         e = self.batch.edge_arrays[k]
-        kind = np.array(st.kinds, dtype=object)
-        se = e[(kind[e[:, 0]] == "socket") & (kind[e[:, 1]] == "tcp")]
+        is_sock = kinds == "socket"
+        se = e[is_sock[e[:, 0]] & is_tcp[e[:, 1]]]
         ei, js = np.nonzero(pos[se[:, 1]] >= 0)
         spos = np.full((st.n, t), -1, dtype=np.int64)
         if len(ei):
@@ -192,7 +194,7 @@ class _Builder:
             p["sock_of"].append(pos[se[ei, 1], js])
             spos[se[ei, 0], js] = self.n_sock + np.arange(len(ei))
             self.n_sock += len(ei)
-            ae = e[(kind[e[:, 0]] == "app") & (kind[e[:, 1]] == "socket")]
+            ae = e[(kinds[e[:, 0]] == "app") & is_sock[e[:, 1]]]
             ai, ajs = np.nonzero(spos[ae[:, 1]] >= 0)
             if len(ai):
                 p["app"].append(base + ae[ai, 0] * t + ajs)
