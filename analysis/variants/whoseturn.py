@@ -50,9 +50,9 @@ variant gives the thesis rule's labels (tests/test_whoseturn.py checks it on gen
 the stored net_fault run the two diagnoses are identical), and so on runs without a TCP state.
 
 Parameters: `latency` (s, default 0.05: above every tier's quiet-time hop p99 on the service runs
-here, 1-16 ms, docs/service.md; a per-tier value would be learnt from quiet time, which a diagnoser
-that does not know the fault schedule cannot tell apart), `exchanges` (default 2), `theta` (the
-baseline's Θ, default 2).
+here, 1-16 ms, docs/service.md; `auto`: learnt per host from its own server ends' answered
+requests in its first seconds, learned_latency), `exchanges` (default 2), `theta` (the baseline's Θ,
+default 2).
 """
 
 from __future__ import annotations
