@@ -51,7 +51,7 @@ def _read(path: Path) -> tuple[pd.DataFrame | None, pd.DataFrame]:
         faults = read.read_fault_rows(conn)
         if "requests" not in tables:
             return None, faults
-        req = pd.read_sql_query('SELECT request, tier, host, start, "end" FROM requests', conn)
+        req = read.request_hops(conn)
     return (req if len(req) else None), faults
 
 

@@ -59,15 +59,15 @@ def _per_module(server: dict, modules) -> tuple[np.ndarray, np.ndarray]:
 def read_rows(db: Path) -> np.ndarray | None:
     """(seq, module, unacked, notsent_bytes) rows of run.db's tcp_info with the fields, sorted by
     module then seq; None when the table has no such columns (format <= 7)."""
+    from rundir.read import turn_rows
+
     conn = connect(db, readonly=True)
     try:
-        have = {r[1] for r in conn.execute("PRAGMA table_info(tcp_info)")}
-        if not {"unacked", "notsent_bytes"} <= have:
-            return None
-        rows = conn.execute("SELECT seq, module, unacked, notsent_bytes FROM tcp_info "
-                            "WHERE unacked IS NOT NULL OR notsent_bytes IS NOT NULL").fetchall()
+        rows = turn_rows(conn)
     finally:
         conn.close()
+    if rows is None:
+        return None
     a = np.array([[float(x) if isinstance(x, int | float) else np.nan for x in r] for r in rows],
                  dtype=float).reshape(-1, 4)
     a = a[np.isfinite(a[:, 0]) & np.isfinite(a[:, 1])]

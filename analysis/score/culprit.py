@@ -71,9 +71,7 @@ def is_service(run: str | Path) -> bool:
 
     try:
         with read.run_db(Path(run)) as conn:
-            tables = set(read.tables(conn))
-            return "messages" in tables or ("requests" in tables and bool(
-                conn.execute("SELECT 1 FROM requests LIMIT 1").fetchone()))
+            return "messages" in read.tables(conn) or read.has_rows(conn, "requests")
     except Exception:   # noqa: BLE001 - unreadable: the other readers say why
         return False
 
