@@ -209,3 +209,18 @@ def test_latency_auto_learns_each_hosts_answer_time_from_its_first_seconds():
     # one stretch with two answered turns: too few, so auto is the default
     s = host(sent={STCP: 0.15, CTCP: 0.15}, recv={STCP: 0.2, CTCP: 0.2})
     assert all((results(s, "whoseturn:latency=auto")[d] == results(s)[d]).all() for d in DIRS)
+
+
+def test_turn_rows_read_format_8_tcp_info_and_none_before(tmp_path):
+    """rundir.read.turn_rows: the rows with unacked or notsent_bytes (format 8); None without the columns."""
+    import sqlite3
+
+    from rundir.read import turn_rows
+
+    conn = sqlite3.connect(tmp_path / "a.db")
+    conn.execute("CREATE TABLE tcp_info (seq INTEGER, module INTEGER, unacked INTEGER, notsent_bytes INTEGER)")
+    conn.executemany("INSERT INTO tcp_info VALUES (?, ?, ?, ?)", [(1, 7, 2, None), (2, 7, None, None), (3, 8, 0, 40)])
+    assert sorted(turn_rows(conn)) == [(1, 7, 2, None), (3, 8, 0, 40)]
+    old = sqlite3.connect(tmp_path / "b.db")
+    old.execute("CREATE TABLE tcp_info (seq INTEGER, module INTEGER, rtt_us INTEGER)")
+    assert turn_rows(old) is None
