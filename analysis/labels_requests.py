@@ -45,12 +45,14 @@ _warned: set[str] = set()
 def _read(path: Path) -> tuple[pd.DataFrame | None, pd.DataFrame]:
     """(requests rows or None when the run has none, faults rows)."""
     from rundir import read
-    from rundir.requests import request_hops
 
     with read.run_db(path) as conn:
+        tables = set(read.tables(conn))
         faults = read.read_fault_rows(conn)
-        req = request_hops(conn)
-    return (req if req is not None and len(req) else None), faults
+        if "requests" not in tables:
+            return None, faults
+        req = read.request_hops(conn)
+    return (req if len(req) else None), faults
 
 
 def quiet_p99(hops: pd.DataFrame, windows: pd.DataFrame, margin: float) -> dict[tuple[str, str], float]:
@@ -108,7 +110,7 @@ class RequestsPolicy(_Policy):
     )
 
     def label(self, data) -> pd.DataFrame:
-        own = studies.of_data(data).label   # the study's own ground truth (streams: thesis 4.6.3)
+        own = studies.of_data(data).label   # the study's own ground truth (streams: thesis 4.6.3), as every policy
         if own is not None:
             return own(data, {}, CAUSES)
         path = Path(data.run.path)

@@ -9,7 +9,12 @@ connection has its TCP state and turn (run format 8) drawn at random, so that ev
 A module-diagnosis is one module, one direction, one snapshot (bench/bench_diagnose.py). Best of
 `--rounds` rounds, a fresh batch each (the turns are made once per batch and shared by variants).
 
+With `--run RUN` (a stored service run, read-only) it times the real shape instead: the run's own
+stretches, one batch per monitored host as analysis.diagnose makes them (a real run's graph changes at
+almost every snapshot: many short stretches, where the turns are built stretch by stretch).
+
     .venv/bin/python bench/bench_whoseturn.py [--hosts 5] [--conns 200] [--snapshots 600] [--rounds 5]
+    .venv/bin/python bench/bench_whoseturn.py --run results/blackbox/cache-pause-moderate/<stamp>-r0
 """
 
 from __future__ import annotations
@@ -68,22 +73,37 @@ def batch(args, seed: int) -> Batch:
     return Batch([host(rng, k * n, args.conns, args.snapshots) for k in range(args.hosts)])
 
 
+def run_batches(run: str):
+    """A maker of the run's batches, one per host, fresh at each call (the turns are shared per batch)."""
+    from analysis.load import load_run_data
+
+    groups: dict = {}
+    for st in load_run_data(run).counter_stretches() or []:
+        groups.setdefault(st.host, []).append(st)
+    return lambda: [Batch(sts) for sts in groups.values()]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hosts", type=int, default=5)
     ap.add_argument("--conns", type=int, default=200)
     ap.add_argument("--snapshots", type=int, default=600)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--run", metavar="RUN", help="time a stored service run's own stretches instead")
     args = ap.parse_args()
     base, mine = parse_variant("flowdiagnoser:theta=2"), parse_variant("whoseturn")
     best = {base.name: np.inf, mine.name: np.inf}
     cells = 0
+    make = run_batches(args.run) if args.run else None
+    if make is not None:
+        print(f"{args.run}: {sum(len(b.stretches) for b in make())} stretches in {len(make())} host batches")
     for r in range(args.rounds):
         for v in (base, mine):   # each on a fresh batch: no structure shared between the two
-            b = batch(args, r)
-            cells = b.n_cells
+            bs = make() if make is not None else [batch(args, r)]
+            cells = sum(b.n_cells for b in bs)
             t0 = time.perf_counter()
-            v.diagnose(b)
+            for b in bs:
+                v.diagnose(b)
             best[v.name] = min(best[v.name], time.perf_counter() - t0)
     rates = {k: 2 * cells / s for k, s in best.items()}
     for k, s in best.items():

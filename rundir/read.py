@@ -416,6 +416,31 @@ def tables(conn: sqlite3.Connection) -> set[str]:
     return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
 
 
+def has_rows(conn: sqlite3.Connection, table: str) -> bool:
+    """Whether run.db's `table` (one of tables()) holds a row."""
+    if table not in tables(conn):
+        return False
+    return conn.execute(f'SELECT 1 FROM "{table}" LIMIT 1').fetchone() is not None
+
+
+def request_hops(conn: sqlite3.Connection):
+    """request, tier, host, start, end of run.db's requests table (a DataFrame; the caller checks the
+    table is there)."""
+    import pandas as pd
+
+    return pd.read_sql_query('SELECT request, tier, host, start, "end" FROM requests', conn)
+
+
+def turn_rows(conn: sqlite3.Connection) -> list[tuple] | None:
+    """(seq, module, unacked, notsent_bytes) rows of run.db's tcp_info with either field; None when the
+    table has no such columns (format <= 7)."""
+    have = {r[1] for r in conn.execute("PRAGMA table_info(tcp_info)")}
+    if not {"unacked", "notsent_bytes"} <= have:
+        return None
+    return conn.execute("SELECT seq, module, unacked, notsent_bytes FROM tcp_info "
+                        "WHERE unacked IS NOT NULL OR notsent_bytes IS NOT NULL").fetchall()
+
+
 def meta_value(conn: sqlite3.Connection, key: str) -> tuple | None:
     """(value,) of a key of run.db's meta table, as stored; None when the key is not there."""
     return conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -436,16 +461,6 @@ def read_tcp_state(conn: sqlite3.Connection, warnings: list[str]) -> pd.DataFram
     cols = ["seq", "module", *TCP_STATE_COLUMNS]
     return numeric_frame(conn, "tcp_info", f"SELECT {', '.join(cols)} FROM tcp_info", cols,
                          ("seq", "module"), warnings, optional=TCP_STATE_COLUMNS)
-
-
-def tcp_turn_rows(conn: sqlite3.Connection) -> list[tuple] | None:
-    """(seq, module, unacked, notsent_bytes) rows of tcp_info that hold either field (format 8, the
-    whose-turn fields), None when the table has no such columns (format <= 7)."""
-    have = {row[1] for row in conn.execute("PRAGMA table_info(tcp_info)")}
-    if not {"unacked", "notsent_bytes"} <= have:
-        return None
-    return conn.execute("SELECT seq, module, unacked, notsent_bytes FROM tcp_info "
-                        "WHERE unacked IS NOT NULL OR notsent_bytes IS NOT NULL").fetchall()
 
 
 def probe_columns_missing(conn: sqlite3.Connection) -> list[str] | None:

@@ -32,15 +32,3 @@ def read_requests(run: str | Path, warnings: list[str]) -> pd.DataFrame:
     finally:
         conn.close()
 
-
-def request_hops(conn: sqlite3.Connection) -> pd.DataFrame | None:
-    """(request, tier, host, start, end) of every hop of an open run.db, None when it has no requests
-    table (the request-level ground truth, analysis.labels_requests)."""
-    if "requests" not in read.tables(conn):
-        return None
-    return pd.read_sql_query('SELECT request, tier, host, start, "end" FROM requests', conn)
-
-
-def has_requests(conn: sqlite3.Connection) -> bool:
-    """Whether an open run.db holds at least one request hop."""
-    return "requests" in read.tables(conn) and bool(conn.execute("SELECT 1 FROM requests LIMIT 1").fetchone())

@@ -7,6 +7,7 @@ unless that host is waiting on a call of its own."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -187,3 +188,39 @@ def test_one_way_connections_over_many_stretches_get_the_thesis_labels(stretches
     for sd in diagnose_stretches(stretches, [v, THESIS]):
         for d in DIRS:
             np.testing.assert_array_equal(sd.results[v.name][d][0], sd.results[THESIS.name][d][0])
+
+
+def test_latency_auto_learns_each_hosts_answer_time_from_its_first_seconds():
+    """Twice the p99 of the distinct answered requests in the host's first LEARN_S s (a turn seen at
+    many snapshots counts once); later, slower turns (a fault) do not raise it; too few: the default."""
+    from types import SimpleNamespace
+
+    from analysis.variants.whoseturn import DEFAULT_LATENCY, LEARN_FLOOR, LEARN_S, learned_latency
+
+    at = np.arange(100) * 0.03                        # 100 requests in the first 3 s ...
+    dur = np.full(100, 0.02)                          # ... answered in 20 ms
+    late = (LEARN_S + 10 + np.arange(50) * 0.01, np.full(50, 0.5))   # a slow tier later: not learnt from
+    tu = SimpleNamespace(turn_at=np.concatenate([at, at, late[0]]), turn_s=np.concatenate([dur, dur, late[1]]))
+    assert learned_latency(tu) == pytest.approx(0.04)
+    fast = SimpleNamespace(turn_at=at, turn_s=np.full(100, 0.001))
+    assert learned_latency(fast) == LEARN_FLOOR
+    few = SimpleNamespace(turn_at=at[:5], turn_s=dur[:5])
+    assert learned_latency(few) == DEFAULT_LATENCY
+    # one stretch with two answered turns: too few, so auto is the default
+    s = host(sent={STCP: 0.15, CTCP: 0.15}, recv={STCP: 0.2, CTCP: 0.2})
+    assert all((results(s, "whoseturn:latency=auto")[d] == results(s)[d]).all() for d in DIRS)
+
+
+def test_turn_rows_read_format_8_tcp_info_and_none_before(tmp_path):
+    """rundir.read.turn_rows: the rows with unacked or notsent_bytes (format 8); None without the columns."""
+    import sqlite3
+
+    from rundir.read import turn_rows
+
+    conn = sqlite3.connect(tmp_path / "a.db")
+    conn.execute("CREATE TABLE tcp_info (seq INTEGER, module INTEGER, unacked INTEGER, notsent_bytes INTEGER)")
+    conn.executemany("INSERT INTO tcp_info VALUES (?, ?, ?, ?)", [(1, 7, 2, None), (2, 7, None, None), (3, 8, 0, 40)])
+    assert sorted(turn_rows(conn)) == [(1, 7, 2, None), (3, 8, 0, 40)]
+    old = sqlite3.connect(tmp_path / "b.db")
+    old.execute("CREATE TABLE tcp_info (seq INTEGER, module INTEGER, rtt_us INTEGER)")
+    assert turn_rows(old) is None

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rundir import read, repair
+from rundir import repair
 from rundir.db import connect
 
 
@@ -59,9 +59,11 @@ def _per_module(server: dict, modules) -> tuple[np.ndarray, np.ndarray]:
 def read_rows(db: Path) -> np.ndarray | None:
     """(seq, module, unacked, notsent_bytes) rows of run.db's tcp_info with the fields, sorted by
     module then seq; None when the table has no such columns (format <= 7)."""
+    from rundir.read import turn_rows
+
     conn = connect(db, readonly=True)
     try:
-        rows = read.tcp_turn_rows(conn)
+        rows = turn_rows(conn)
     finally:
         conn.close()
     if rows is None:

@@ -149,9 +149,11 @@ def versus_markdown(table: pd.DataFrame, windows: int, runs: int) -> str:
 
 def compare_blackbox(runs: Sequence[str | Path], variants: Sequence[str], names: Sequence[str] = ALGORITHMS,
                      params: dict[str, dict] | None = None,
-                     warn: Callable[[str, str], None] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+                     warn: Callable[[str, str], None] | None = None,
+                     rankings: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per-run rows, pooled table) of the runs with a messages table (the others are left out, and
-    so is a run whose trace cannot be read, with a warning)."""
+    so is a run whose trace cannot be read, with a warning). rankings: filled with {run: {"windows":
+    the fault windows ranked, algorithm: its culprit ranking}} (the culprit table reuses them)."""
     from rundir.errors import UserError
     from rundir.runs import guarded
 
@@ -161,13 +163,16 @@ def compare_blackbox(runs: Sequence[str | Path], variants: Sequence[str], names:
         if not has_messages(run):
             continue
         try:
-            got, _ = guarded(run, run_rows, run, algos, variants,
-                             (lambda m, run=run: warn(str(run), m)) if warn else None)
+            got, drawn = guarded(run, run_rows, run, algos, variants,
+                                 (lambda m, run=run: warn(str(run), m)) if warn else None)
         except UserError as e:   # a run whose trace cannot be read is left out, said, as accuracy does
             if warn:
                 warn(str(run), f"left out of the black-box comparison: {str(e).removeprefix(f'{run}: ')}")
             continue
         rows += got
+        if rankings is not None and drawn["trace"].faults is not None:
+            rankings[str(run)] = {"windows": drawn["trace"].faults[["node", "start", "stop"]],
+                                  **{name: drawn["rankings"][name] for name, _ in algos}}
     per_run = pd.DataFrame.from_records(rows, columns=["diagnoser", "family", "run", *PARTS])
     return per_run, pooled(per_run)
 

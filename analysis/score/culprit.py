@@ -68,11 +68,10 @@ def is_service(run: str | Path) -> bool:
     """A run with a message trace or request paths (a service workload; every run of format 7 has a
     requests table, empty without one)."""
     from rundir import read
-    from rundir.requests import has_requests
 
     try:
         with read.run_db(Path(run)) as conn:
-            return "messages" in set(read.tables(conn)) or has_requests(conn)
+            return "messages" in read.tables(conn) or read.has_rows(conn, "requests")
     except Exception:   # noqa: BLE001 - unreadable: the other readers say why
         return False
 
@@ -101,8 +100,13 @@ def _rows(run: str, name: str, kind_of: Sequence[str], ranking: pd.DataFrame) ->
 
 
 def run_culprits(run: str | Path, variants: Sequence[str], algorithms: Sequence[tuple[str, Callable]],
-                 warn: Callable[[str], None] | None = None) -> list[dict]:
-    """ROW_COLUMNS rows of one service run: one per diagnoser and fault window."""
+                 warn: Callable[[str], None] | None = None, data=None,
+                 on_data: Callable | None = None, known: dict | None = None) -> list[dict]:
+    """ROW_COLUMNS rows of one service run: one per diagnoser and fault window. data: the run's
+    analysis.load.RunData when already loaded; on_data(run, data): called with it once loaded (the
+    service view reads the tiers' latency from the same load); known: the black-box algorithms'
+    rankings of this run from analysis.paths.versus.compare_blackbox, used when it ranked the same
+    windows (a ranking's baseline is the time outside every window)."""
     from analysis.diagnose import diagnose_run
     from analysis.load import load_run_data
     from analysis.paths.nest_culprit import module_hosts, rankings
@@ -112,10 +116,15 @@ def run_culprits(run: str | Path, variants: Sequence[str], algorithms: Sequence[
     with read.run_db(Path(run)) as conn:
         faults = read.read_fault_rows(conn)
     win = windows_of(faults)
+    if win.empty and on_data is None:
+        return []
+    if data is None:
+        data = load_run_data(str(run))
+    if on_data is not None:
+        on_data(run, data)
     if win.empty:
         return []
     run = str(run)
-    data = load_run_data(run)
     kinds = list(win["kind"])
     rows: list[dict] = []
     names = list(dict.fromkeys([*variants, OURS]))
@@ -126,7 +135,12 @@ def run_culprits(run: str | Path, variants: Sequence[str], algorithms: Sequence[
         from analysis.paths.readers import read_run
         from analysis.paths.versus import has_messages
 
-        if has_messages(run):
+        reuse = known is not None and _same_windows(known.get("windows"), win)
+        if reuse and all(name in known for name, _ in algorithms):
+            for name, _ in algorithms:
+                ranks[name] = known[name]
+                rows += _rows(run, name, kinds, ranks[name])
+        elif has_messages(run):
             trace = read_run(run)
             for w in trace.warnings:
                 if warn:
@@ -135,19 +149,26 @@ def run_culprits(run: str | Path, variants: Sequence[str], algorithms: Sequence[
             for name, infer in algorithms:
                 ranks[name] = culprit_ranking(trace, infer)
                 rows += _rows(run, name, kinds, ranks[name])
-            if "nesting" in ranks:
-                both = ranks[OURS].copy()
-                both["ranking"] = [borda(a, b) for a, b in zip(ranks[OURS]["ranking"], ranks["nesting"]["ranking"],
-                                                               strict=True)]
-                rows += _rows(run, "hybrid", kinds, both)
         elif warn:
             warn("no messages table: the black-box algorithms have no trace to rank tiers by")
+        if "nesting" in ranks:
+            both = ranks[OURS].copy()
+            both["ranking"] = [borda(a, b) for a, b in zip(ranks[OURS]["ranking"], ranks["nesting"]["ranking"],
+                                                           strict=True)]
+            rows += _rows(run, "hybrid", kinds, both)
     hosts = module_hosts(data).dropna().astype(str).unique()
     h = max(len(hosts), 1)
     for i, (node, kind) in enumerate(zip(win["node"], kinds, strict=True)):
         rows.append({"run": run, "diagnoser": "random", "inputs": "none", "fault_kind": kind, "window": i,
                      "node": node, "hit1": 1.0 / h, "hit3": min(3, h) / h, "miss": False, "ranking": ""})
     return rows
+
+
+def _same_windows(a: pd.DataFrame | None, win: pd.DataFrame) -> bool:
+    if a is None or len(a) != len(win):
+        return False
+    return bool((a["node"].astype(str).to_numpy() == win["node"].to_numpy()).all()
+                and np.allclose(a[["start", "stop"]].to_numpy(float), win[["start", "stop"]].to_numpy(float)))
 
 
 def pooled(rows: pd.DataFrame) -> pd.DataFrame:
@@ -169,9 +190,12 @@ def pooled(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def compare_culprit(runs: Sequence[str | Path], variants: Sequence[str], names: Sequence[str] = ALGORITHMS,
-                    warn: Callable[[str, str], None] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+                    warn: Callable[[str, str], None] | None = None,
+                    on_data: Callable | None = None, data: dict | None = None, known: dict | None = None
+                    ) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """(per-window rows, pooled table, notes) over the service runs among `runs`; the others are left
-    out, said in one note."""
+    out, said in one note. on_data: run_culprits'; data: {run: its RunData} of runs already loaded;
+    known: {run: run_culprits' known} (compare_blackbox's rankings)."""
     from analysis.paths.versus import chosen_algorithms
     from rundir.errors import UserError
     from rundir.runs import guarded
@@ -188,7 +212,8 @@ def compare_culprit(runs: Sequence[str | Path], variants: Sequence[str], names: 
     for run in service:
         try:
             rows += guarded(run, run_culprits, run, list(dict.fromkeys([*SEEDS, *variants])), algos,
-                            (lambda m, run=run: warn(str(run), m)) if warn else None)
+                            (lambda m, run=run: warn(str(run), m)) if warn else None,
+                            data=(data or {}).get(run), on_data=on_data, known=(known or {}).get(str(run)))
         except UserError as e:
             if warn:
                 warn(str(run), f"left out of the culprit table: {str(e).removeprefix(f'{run}: ')}")
@@ -202,23 +227,34 @@ def _cell(r, fig: str) -> str:
     return text + (f" [{lo:.0f}, {hi:.0f}]" if lo == lo and hi == hi else "")
 
 
-def culprit_markdown(table: pd.DataFrame, notes: Sequence[str]) -> str:
-    """A row per diagnoser, a column pair (AC@1, AC@3) per fault kind."""
-    if table.empty:
-        return "\n".join(["### Which tier? Culprit accuracy per fault kind", "", *notes, "",
-                          "No service run with fault windows."])
+NOTE = ("Per fault kind (windows): AC@1 / AC@3 in %, pooled over the runs, [95% interval across runs] with 2 or "
+        "more runs; misses: windows where the diagnoser ranked no host (counted as wrong). Rankings: "
+        "analysis/score/culprit.py (docs/diagnosis.md, \"Which tier?\").")
+TITLE = "Which tier? Culprit accuracy per fault kind"
+
+
+def culprit_cells(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """The table's header and rows: a row per diagnoser, a column (AC@1 / AC@3) per fault kind, the
+    misses (the terminal's, the report's)."""
     kinds = list(dict.fromkeys(table["fault_kind"]))
     heads = ["diagnoser", "inputs"] + [f"{k} ({int(table[table.fault_kind == k].windows.max())}) AC@1 / AC@3"
                                        for k in kinds] + ["misses"]
-    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    rows = []
     for name, g in table.groupby("diagnoser", sort=False):
         by = {r["fault_kind"]: r for r in g.to_dict("records")}
         cells = [f"{_cell(by[k], 'ac1')} / {_cell(by[k], 'ac3')}" if k in by else "–" for k in kinds]
-        lines.append("| " + " | ".join([name, g["inputs"].iloc[0], *cells, str(int(g["misses"].sum()))]) + " |")
-    note = ("Per fault kind (windows): AC@1 / AC@3 in %, pooled over the runs, [95% interval across runs] with 2 or "
-            "more runs; misses: windows where the diagnoser ranked no host (counted as wrong). Rankings: "
-            "analysis/score/culprit.py (docs/diagnosis.md, \"Which tier?\").")
-    return "\n".join(["### Which tier? Culprit accuracy per fault kind", "", *lines, "", note, *notes])
+        rows.append([name, g["inputs"].iloc[0], *cells, str(int(g["misses"].sum()))])
+    return heads, rows
+
+
+def culprit_markdown(table: pd.DataFrame, notes: Sequence[str]) -> str:
+    """A row per diagnoser, a column pair (AC@1, AC@3) per fault kind."""
+    if table.empty:
+        return "\n".join([f"### {TITLE}", "", *notes, "", "No service run with fault windows."])
+    heads, rows = culprit_cells(table)
+    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join([f"### {TITLE}", "", *lines, "", NOTE, *notes])
 
 
 def write_culprit(per: pd.DataFrame, table: pd.DataFrame, notes: Sequence[str], out: Path) -> tuple[str, list[Path]]:
@@ -234,10 +270,10 @@ def write_culprit(per: pd.DataFrame, table: pd.DataFrame, notes: Sequence[str], 
 
 
 def culprit_files(runs: Sequence[str | Path], variants: Sequence[str], names: Sequence[str], out: Path,
-                  warn: Callable[[str, str], None] | None = None) -> list[Path]:
+                  warn: Callable[[str, str], None] | None = None, on_data: Callable | None = None) -> list[Path]:
     """`nestlab compare`'s culprit section: the table printed, compare-culprit.csv and its windows
     written to `out`; the files."""
-    per, table, notes = compare_culprit(runs, variants, names, warn)
+    per, table, notes = compare_culprit(runs, variants, names, warn, on_data)
     md, files = write_culprit(per, table, notes, out)
     print(f"\n{md}")
     return files

@@ -1,8 +1,8 @@
 """The service study's analysis half: NeST on every tier host of a multi-tier service, beside the
 black-box path algorithms (docs/service.md, docs/blackbox.md). No seed measured a service: no wget
 or iperf rows, no comparison with the seeds' network tables, and idle keep-alive connections are not
-a network silence. Its report leads with the tiers' latency and, where the run has messages, the
-causal paths. Ground truth: the requests a faulted tier holds (`requests`, analysis/labels_requests.py:
+a network silence. Its report leads with the tiers' latency, the culprit table (which tier each diagnoser names
+first per fault kind) and, where the run has messages, the causal paths. Ground truth: the requests a faulted tier holds (`requests`, analysis/labels_requests.py:
 request/response traffic has no data direction to follow, and an idle keep-alive connection holds no
 request). Diagnosis: whoseturn, NeST reading each connection's turn (docs/diagnosis.md), beside the
 thesis's rule and the NeST paper's."""
@@ -22,5 +22,5 @@ STUDY = Study(
     policy="requests",
     layout=Layout(apps=()),
     silence_warning=False,
-    lead=("service", "paths"),
+    lead=("service", "culprit", "paths"),
 )

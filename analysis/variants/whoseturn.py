@@ -50,9 +50,9 @@ variant gives the thesis rule's labels (tests/test_whoseturn.py checks it on gen
 the stored net_fault run the two diagnoses are identical), and so on runs without a TCP state.
 
 Parameters: `latency` (s, default 0.05: above every tier's quiet-time hop p99 on the service runs
-here, 1-16 ms, docs/service.md; a per-tier value would be learnt from quiet time, which a diagnoser
-that does not know the fault schedule cannot tell apart), `exchanges` (default 2), `theta` (the
-baseline's Θ, default 2).
+here, 1-16 ms, docs/service.md; `auto`: learnt per host from its own server ends' answered
+requests in its first seconds, learned_latency), `exchanges` (default 2), `theta` (the baseline's Θ,
+default 2).
 """
 
 from __future__ import annotations
@@ -98,6 +98,8 @@ class Turns:
     apps: np.ndarray       # the application cells, once each
     call_group: np.ndarray  # the host's calls waiting for an answer (Builder._calls): their snapshot ...
     call_age: np.ndarray    # ... and the age of their last data sent
+    turn_at: np.ndarray     # answered requests seen at the server ends: when each was received ...
+    turn_s: np.ndarray      # ... and how long the host took to answer it (s; latency=auto learns from them)
 
 
 def _empty() -> np.ndarray:
@@ -114,15 +116,17 @@ class _Builder:
         self.carry = np.zeros((0, 2))   # data segments so far (in, out) per module, across stretches
         self.parts: dict[str, list] = {k: [] for k in ("cell", "inflight", "held", "awaiting", "idle", "age_recv",
                                                        "age_sent", "server", "group", "sock", "sock_of", "app",
-                                                       "app_of", "call_group", "call_age")}
+                                                       "app_of", "call_group", "call_age", "turn_at", "turn_s")}
         self.count = self.n_sock = 0
         self.rr_ports: set[int] = set()   # service ports of connections the rules read, so far
 
     def stretch(self, k: int, st: Stretch, gbase: int) -> None:
-        rows = [m for m, kd in enumerate(st.kinds) if kd == "tcp"]
-        if not rows:
+        kinds = np.asarray(st.kinds)
+        is_tcp = kinds == "tcp"
+        if not is_tcp.any():
             return
-        r = np.asarray(rows, dtype=np.intp)
+        r = np.flatnonzero(is_tcp)
+        rows = r.tolist()
         t = st.t
         slot = self.slot
         for m in rows:
@@ -169,6 +173,9 @@ class _Builder:
         awaiting = quiet & ~held & ~server & sent_last
         base = int(self.batch.offsets[k])
         p = self.parts
+        answered = server & ~recv_last & ~np.isnan(sent) & ~np.isnan(recv)   # the server end spoke last
+        p["turn_at"].append(recv[answered])
+        p["turn_s"].append((sent - recv)[answered])
         for key, v in (("cell", base + m * t + j), ("inflight", inflight), ("held", held), ("awaiting", awaiting),
                        ("idle", quiet & ~held & ~awaiting), ("age_recv", mono - recv), ("age_sent", mono - sent),
                        ("server", server), ("group", gbase + j)):
@@ -178,8 +185,8 @@ class _Builder:
         pos[m, j] = self.count + np.arange(len(m))
         self.count += len(m)
         e = self.batch.edge_arrays[k]
-        kind = np.array(st.kinds, dtype=object)
-        se = e[(kind[e[:, 0]] == "socket") & (kind[e[:, 1]] == "tcp")]
+        is_sock = kinds == "socket"
+        se = e[is_sock[e[:, 0]] & is_tcp[e[:, 1]]]
         ei, js = np.nonzero(pos[se[:, 1]] >= 0)
         spos = np.full((st.n, t), -1, dtype=np.int64)
         if len(ei):
@@ -187,7 +194,7 @@ class _Builder:
             p["sock_of"].append(pos[se[ei, 1], js])
             spos[se[ei, 0], js] = self.n_sock + np.arange(len(ei))
             self.n_sock += len(ei)
-            ae = e[(kind[e[:, 0]] == "app") & (kind[e[:, 1]] == "socket")]
+            ae = e[(kinds[e[:, 0]] == "app") & is_sock[e[:, 1]]]
             ai, ajs = np.nonzero(spos[ae[:, 1]] >= 0)
             if len(ai):
                 p["app"].append(base + ae[ai, 0] * t + ajs)
@@ -220,7 +227,8 @@ class _Builder:
         if not p["cell"]:
             return None
         cat = {k: (np.concatenate(v) if v else _empty()) for k, v in p.items()}
-        cat["call_age"] = cat["call_age"].astype(float)
+        for key in ("call_age", "turn_at", "turn_s"):
+            cat[key] = cat[key].astype(float)
         return Turns(n_groups=n_groups, apps=np.unique(cat["app"]), **cat)
 
 
@@ -240,6 +248,30 @@ def turns(batch: Batch, exchanges: int) -> Turns | None:
 
 def _shared_turns(batch: Batch, exchanges: int) -> Turns | None:
     return batch.shared(f"whoseturn:{exchanges}", lambda: turns(batch, exchanges))
+
+
+LEARN_S = 4.0      # latency=auto: the host's first seconds of answered requests ...
+LEARN_MIN = 20     # ... at least this many distinct ones (else DEFAULT_LATENCY) ...
+LEARN_FLOOR = 0.01  # ... and never below 10 ms (2.5 jiffies at HZ=250: the stamps' resolution)
+DEFAULT_LATENCY = 0.05
+
+
+def learned_latency(tu: Turns) -> float:
+    """latency=auto: twice the p99 of the time this host took to answer the distinct requests its
+    server ends received in its first LEARN_S seconds of them (host-only and passive: tcp_info's last
+    data received and sent at the server ends); at least LEARN_FLOOR; DEFAULT_LATENCY with fewer than
+    LEARN_MIN. The first seconds, not the whole run: a diagnoser does not know the fault schedule,
+    and the runs here put their first fault after a quiet start (a fault in them makes the host's
+    latency higher, so fewer stalls, never more)."""
+    ok = np.isfinite(tu.turn_at) & np.isfinite(tu.turn_s)
+    if not ok.any():
+        return DEFAULT_LATENCY
+    at, dur = tu.turn_at[ok], tu.turn_s[ok]
+    first = at <= at.min() + LEARN_S
+    turns = np.unique(np.stack([at[first], dur[first]]), axis=1)   # a turn is seen at every snapshot until the next
+    if turns.shape[1] < LEARN_MIN:
+        return DEFAULT_LATENCY
+    return max(LEARN_FLOOR, 2.0 * float(np.quantile(turns[1], 0.99)))
 
 
 def apply(tu: Turns, base: np.ndarray, latency: float) -> np.ndarray:
@@ -279,11 +311,17 @@ def apply(tu: Turns, base: np.ndarray, latency: float) -> np.ndarray:
     return res
 
 
-def diagnose(batch: Batch, latency: float = 0.05, exchanges: int = 2, theta: int = 2):
+def _latency(text: str):
+    return "auto" if text.strip().lower() == "auto" else seconds(text)
+
+
+def diagnose(batch: Batch, latency=DEFAULT_LATENCY, exchanges: int = 2, theta: int = 2):
     base = flowdiagnoser.diagnose(batch, theta=theta)
     tu = _shared_turns(batch, exchanges)
     if tu is None:
         return base
+    if latency == "auto":   # a batch is one host's stretches (analysis.diagnose): one tier's latency
+        latency = learned_latency(tu)
     out = {}
     for d in DIRS:
         res = apply(tu, base[d][0], latency).astype(np.int8)
@@ -299,12 +337,13 @@ SYSTEM = RuleSystem(
             "the serving application (BLOCKED while it waits downstream), data in flight as "
             "flowdiagnoser:theta=2; elsewhere flowdiagnoser:theta=2; positive = STALLED",
     params=(
-        Param("latency", 0.05, seconds, "s a request may be held (or awaited) before it counts as a stall "
-              "(the serving tier's quiet-time latency)"),
+        Param("latency", DEFAULT_LATENCY, _latency, "s a request may be held (or awaited) before it counts as a "
+              "stall (the serving tier's quiet-time latency); auto: learnt per host from its server ends' "
+              "answered requests in its first seconds (learned_latency)"),
         Param("exchanges", 2, positive_int, "data segments each way a connection must have carried for the "
               "rules to read it (request/response traffic; fewer: the thesis rule)"),
         Param("theta", 2, positive_int, "Θ of the flowdiagnoser baseline"),
     ),
     diagnose=diagnose,
-    presets=("whoseturn", "whoseturn:latency=0.02", "whoseturn:latency=0.1"),
+    presets=("whoseturn", "whoseturn:latency=auto", "whoseturn:latency=0.02", "whoseturn:latency=0.1"),
 )

@@ -249,6 +249,8 @@ def _accuracy(args) -> int:
     runs, ev = _evaluate(args, variants)
     out = _out_dir(args, runs)
     md, files = write_accuracy(ev, out, intervals=args.intervals)
+    if "service" in ev.study.lead:   # a service run: its tiers' latency and the culprit table first
+        files = _service_view(runs, variants, out) + files
     print(md)
     if seed is not None:
         from analysis.render.against import accuracy_vs_seed
@@ -303,25 +305,52 @@ def _compare(args) -> int:
     runs, ev = _evaluate(args, variants)
     out = _out_dir(args, runs)
     md, files = write_compare(ev, out)
+    service = "service" in ev.study.lead
+    names = _algorithm_names(args)
+    versus, known = None, {}
+    if blackbox:   # first, so that the culprit table reuses the algorithms' rankings
+        from analysis.paths.versus import compare_blackbox, write_versus
+        from rundir.runs import guarded
+
+        per_run, table = guarded(out, compare_blackbox, [str(r) for r in blackbox], variants, names, None, _warn,
+                                 known)
+        versus, more = write_versus(per_run, table, out)
+        files += more
+    if service:   # a service run: its tiers' latency and the culprit table first
+        files = _service_view(runs, variants, out, names, known) + files
     print(md)
     if seed is not None:
         from analysis.render.against import ablation_vs_seed
 
         files += _against(ablation_vs_seed(ev.counts, variants, seed), seed, ev, out,
                           f"Ablations against {seed.name} ({{runs}})")
-    if blackbox:
-        from analysis.paths.versus import compare_blackbox, write_versus
-        from analysis.score.culprit import culprit_files
-        from rundir.runs import guarded
+    if versus is not None:
+        print(f"\n{versus}")
+        if not service:   # runs of several kinds: the culprit table after (issue 42)
+            from analysis.score.culprit import culprit_files
 
-        names = [a.strip() for a in args.blackbox.split(",") if a.strip()]
-        per_run, table = guarded(out, compare_blackbox, [str(r) for r in blackbox], variants, names, None, _warn)
-        md, more = write_versus(per_run, table, out)
-        print(f"\n{md}")
-        files += more
-        files += guarded(out, culprit_files, [str(r) for r in runs], variants, names, out, _warn)   # issue 42
+            files += guarded(out, culprit_files, [str(r) for r in runs], variants, names, out, _warn)
     print(f"\nwritten: {', '.join(str(f) for f in files)}")
     return 0
+
+
+def _algorithm_names(args) -> list[str]:
+    names = getattr(args, "blackbox", "none")
+    return [] if names.strip().lower() in ("none", "") else [a.strip() for a in names.split(",") if a.strip()]
+
+
+def _service_view(runs: list[Path], variants: list[str], out: Path, names=None, known=None) -> list[Path]:
+    """Print a service study's lead (analysis.render.service_view): the tiers' latency and the culprit
+    table; the culprit files written. names: the black-box algorithms ranked beside NeST (None: all);
+    known: their rankings already made (analysis.paths.versus.compare_blackbox)."""
+    from analysis.render.service_view import service_view
+    from analysis.score.culprit import ALGORITHMS
+    from rundir.runs import guarded
+
+    md, files = guarded(out, service_view, [str(r) for r in runs], variants,
+                        ALGORITHMS if names is None else names, out, _warn, known)
+    print(md + "\n")
+    return files
 
 
 def _blackbox_runs(args) -> list[Path]:

@@ -31,7 +31,7 @@ from analysis.render.html import figures, sections
 from analysis.render.html.faults import faults_part
 from analysis.render.html.html import details, esc, note, page, png, section, table
 from analysis.render.html.paths import paths_section
-from analysis.render.html.service import service_section
+from analysis.render.html.service import culprit_section, service_section
 from analysis.render.tables import stalled_top
 from rundir.faultkinds import LEGACY
 from rundir.layout import RunDir, fresh, output_dir
@@ -171,6 +171,7 @@ def build_report(ev: Evaluation, out: str | Path, *, figures_of: dict | None = N
     add("runs", "Run" if one else f"Runs ({len(ev.runs)})", sections.runs_section(ev))
     # The sections the study kind leads with (a service run: its tiers' latency, then the causal paths).
     lead = {"service": ("Service tiers: latency", lambda: service_section(ev)),
+            "culprit": ("Which tier? Culprit accuracy per fault kind", lambda: culprit_section(ev)),
             "paths": ("Causal paths (black-box: Project5, WAP5)", lambda: paths_section(ev))}
     for anchor in ev.study.lead:
         add(anchor, lead[anchor][0], lead[anchor][1]())

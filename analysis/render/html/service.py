@@ -48,3 +48,19 @@ def service_section(ev) -> str:
     if len(runs) > MAX_RUNS:
         parts.append(note(f"{len(runs) - MAX_RUNS} more runs: nestlab report RUN for each."))
     return "\n".join(parts)
+
+
+def culprit_section(ev) -> str:
+    """The culprit table (analysis.score.culprit) of the evaluation's runs whose data was kept: which
+    tier each diagnoser names first per fault kind ('' when no run has a fault window with a tier)."""
+    from analysis.score.culprit import ALGORITHMS, NOTE, compare_culprit, culprit_cells
+
+    runs = [r for r in ev.runs if r in ev.data]
+    if not runs:
+        return ""
+    per, tab, notes = compare_culprit(runs, ev.variants, ALGORITHMS, data=ev.data)
+    if tab.empty:
+        return ""
+    heads, rows = culprit_cells(tab)
+    return "\n".join([table(heads, [[esc(c) for c in r] for r in rows], raw=True, cap=None, sep_col=None,
+                             cls="culprit"), note(NOTE), *(note(n) for n in notes)])
