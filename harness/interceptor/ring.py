@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import os
 import socket
-import stat
 import struct
 from typing import NamedTuple
 
 import numpy as np
 
 from harness.interceptor.shm import HDR, HEADER_SIZE, MAGIC, SLOT_SIZE, SUFFIX, VERSION, InterceptorStateError
+from harness.interceptor.shm import (
+    open_regular as open_file,  # the drainer opens rings as the collector opens counter files
+)
 
 TRACE_OFF = 192                          # header: trace_cap trace_event_size trace_off
 TRACE = struct.Struct("<IIQ")
@@ -60,25 +62,6 @@ class Event(NamedTuple):
     rport: int
     laddr: bytes
     raddr: bytes
-
-
-def open_file(path: str | os.PathLike, flags: int = os.O_RDONLY) -> tuple[int, os.stat_result]:
-    """(fd, its stat) of the regular file at `path`. The drainer runs as root over files any traced
-    process can replace: a link is not followed, a FIFO or device is refused before it is opened (and
-    the open never blocks: O_NONBLOCK), and the file opened must be the one looked at."""
-    path = os.fspath(path)
-    st = os.lstat(path)
-    if not stat.S_ISREG(st.st_mode):
-        raise InterceptorStateError(f"{path}: not a regular file")
-    fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC)
-    try:
-        got = os.fstat(fd)
-        if not stat.S_ISREG(got.st_mode) or (got.st_dev, got.st_ino) != (st.st_dev, st.st_ino):
-            raise InterceptorStateError(f"{path}: replaced while being opened")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, got
 
 
 def trace_capacity(path: str | os.PathLike) -> int:

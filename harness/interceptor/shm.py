@@ -253,10 +253,11 @@ class SparseFileError(InterceptorStateError):
     """A counter file without its space (made by an earlier build) that cannot be given it."""
 
 
-def _open_regular(path: str, flags: int) -> tuple[int, os.stat_result]:
+def open_regular(path: str | os.PathLike, flags: int = os.O_RDONLY) -> tuple[int, os.stat_result]:
     """(fd, its stat) of the regular file at `path`. The collector runs as root over files any traced
     process can replace: a link is not followed, a FIFO or device is refused before it is opened (and
     the open never blocks: O_NONBLOCK), and the file opened must be the one looked at."""
+    path = os.fspath(path)
     st = os.lstat(path)
     if not stat.S_ISREG(st.st_mode):
         raise InterceptorStateError(f"{path}: not a regular file")
@@ -276,7 +277,7 @@ def _allocate(path: str, ino: int, size: int) -> None:
     files up front since). Reads are preads and never allocate; the library's own writes to a hole
     in a full /dev/shm would be SIGBUS in the program, so such a file is refused rather than read."""
     try:
-        fd, st = _open_regular(path, os.O_RDWR)
+        fd, st = open_regular(path, os.O_RDWR)
         try:
             if st.st_ino != ino:
                 raise InterceptorStateError(f"{path}: replaced while being read")
@@ -298,7 +299,7 @@ class ShmFile:
 
     def __init__(self, path: str | os.PathLike):
         self.path = str(path)
-        fd, st = _open_regular(self.path, os.O_RDONLY)
+        fd, st = open_regular(self.path, os.O_RDONLY)
         try:
             self.ino = st.st_ino
             head = os.pread(fd, HEADER_SIZE, 0)
