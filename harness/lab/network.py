@@ -146,7 +146,8 @@ class NetworkLab(Lab):
             self.tracing.add_env(client_env)
         self.workloads = Workloads(spec, nodes, addresses, rd.logs, client_env, on_process=self._on_process,
                                    warn=lambda message, workload: self.run.event("warning", message, workload),
-                                   python=backend.python, seed=self.exp.seed_for(self.run.rep))
+                                   python=backend.python, seed=self.exp.seed_for(self.run.rep),
+                                   pods={h: topo.spec.nodes[h].site for h in topo.hosts})
         self.run.ledger.add_path(self.workloads.www)
         self.workloads.start_servers()
         self.faults = Faults(FaultEnv(spec, backend, self.clocks, self.workloads, self.rng, self.run.run_id,
