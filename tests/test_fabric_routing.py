@@ -1,35 +1,16 @@
 """The fat-tree's routes and the hop-by-hop walk of a 5-tuple (harness/fabric.py), on a model of the
 routers' lookups: each router hashes the 5-tuple with its own seed onto its route's next hops."""
 
-import hashlib
-import ipaddress
-from pathlib import Path
-
 import pytest
 
 from harness.fabric import Flow, find_link, hash_seeds, is_fabric, link_kind, link_name, pods, walk
 from harness.topology import load_topology
-
-TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"
+from tests.support.fabric_model import TOPOLOGIES, model_lookup
 
 
 @pytest.fixture(scope="module")
 def fattree():
     return load_topology(TOPOLOGIES / "fattree.yaml")
-
-
-def model_lookup(topo, seeds):
-    """A router's egress for a flow: the route whose subnet holds dst, the next hop by a seeded
-    hash of the 5-tuple (the kernel's hash is another, the logic the same)."""
-    def lookup(router, flow, ingress):
-        for dst, vias in topo.routes(router):
-            if ipaddress.ip_address(flow.dst) in ipaddress.ip_network(dst):
-                key = f"{seeds.get(router, 0)}|{flow.src}|{flow.sport}|{flow.dst}|{flow.dport}".encode()
-                via = vias[int(hashlib.sha256(key).hexdigest(), 16) % len(vias)]
-                return next(i.name for i in topo.interfaces[router] if i.peer_address == via)
-        return next((i.name for i in topo.interfaces[router]
-                     if ipaddress.ip_address(flow.dst) in ipaddress.ip_interface(f"{i.address}/24").network), "")
-    return lookup
 
 
 def test_the_fattree_has_its_pods_tiers_and_equal_cost_uplinks(fattree):

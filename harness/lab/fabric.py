@@ -22,7 +22,7 @@ from pathlib import Path
 from harness.fabric import Flow, is_fabric, link_kind, link_name, pods, trace
 from harness.fabric_probe import FIRST_SPORT, PROBE_PORT
 
-PROBE_RATE = 24.0        # probes per second from each host (its paths round robin)
+PROBE_RATE = 40.0        # probes per second from each host (its 12 paths round robin: ~33 each a 10 s window)
 MAX_SPORTS = 4           # source ports tried per pair before a link is left uncovered
 FABRIC_FILE = "fabric.json"
 

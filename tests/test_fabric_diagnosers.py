@@ -1,0 +1,119 @@
+"""007's votes and NetBouncer's solve (analysis/fabric/) on the fat-tree model: a lossy or downed
+link among 48 is ranked first from what the hosts see, and a clean fabric raises no alarm."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from analysis.fabric import netbouncer, vote007
+from harness.fabric import find_link
+from tests.support.fabric_model import fattree, mesh_connections, probe_paths
+
+PROBES_PER_PATH = 33        # a host's 12 paths at 40 probes/s over a 10 s window
+PACKETS = 1700              # a 2 Mbit/s connection's data packets in 10 s
+BACKGROUND = 0.02           # a connection retransmits in a window for no link's fault
+
+
+@pytest.fixture(scope="module")
+def topo():
+    return fattree()
+
+
+def probe_window(paths, loss, rng):
+    """Each path's probes; a probe is lost on each crossing of a lossy link (forward and back)."""
+    sent, ok = [], []
+    for fwd, rev in paths:
+        through = 1.0
+        for k in fwd + rev:
+            through *= 1.0 - loss.get(k, 0.0)
+        sent.append(PROBES_PER_PATH)
+        ok.append(sum(rng.random() < through for _ in range(PROBES_PER_PATH)))
+    return [f + r for f, r in paths], sent, ok
+
+
+def retransmitting(conns, loss, rng):
+    out = []
+    for key, path in conns.items():
+        clean = 1.0
+        for k in path:
+            clean *= (1.0 - loss.get(k, 0.0)) ** PACKETS
+        if rng.random() > clean * (1 - BACKGROUND):
+            out.append(key)
+    return out
+
+
+CASES = [(("e1", "a1"), 0.01), (("a3", "c2"), 0.01), (("a6", "c4"), 0.005), (("e7", "a8"), 0.005),
+         (("a1", "c1"), 1.0)]
+
+
+@pytest.mark.parametrize("ends,rate", CASES, ids=[f"{a}-{b}-{r:g}" for (a, b), r in CASES])
+def test_netbouncer_ranks_the_lossy_link_first(topo, ends, rate):
+    k = find_link(topo, ends)
+    rng = random.Random(7)
+    paths = probe_paths(topo)
+    first = blamed = 0
+    windows = 40
+    for _ in range(windows):
+        links, sent, ok = probe_window(paths, {k: rate}, rng)
+        rates = netbouncer.solve(links, sent, ok)
+        first += netbouncer.ranked(rates)[:1] == [k]
+        blamed += k in netbouncer.blamed(rates)
+    # what the solve reaches on this model (the issue's targets are measured on real runs, docs/fabric.md)
+    want = 0.95 if rate >= 1 else 0.8 if rate >= 0.01 else 0.6
+    assert first / windows >= want and blamed / windows >= want, (first, blamed)
+
+
+def test_netbouncer_on_a_clean_fabric_blames_nothing(topo):
+    rng = random.Random(8)
+    paths = probe_paths(topo)
+    for _ in range(20):
+        links, sent, ok = probe_window(paths, {}, rng)
+        assert netbouncer.blamed(netbouncer.solve(links, sent, ok)) == []
+
+
+def test_netbouncer_solve_recovers_rates_on_a_small_system():
+    """Three links, paths {0,1}, {1,2}, {0,2}, {0}, {2}: link 1 loses 10%, the others nothing."""
+    paths = [[0, 1], [1, 2], [0, 2], [0], [2]]
+    sent = [1000] * 5
+    ok = [900, 900, 1000, 1000, 1000]
+    rates = netbouncer.solve(paths, sent, ok)
+    assert rates[0] == rates[2] == 1.0 and abs(rates[1] - 0.9) < 0.01
+    assert netbouncer.ranked(rates) == [1] and netbouncer.blamed(rates) == [1]
+
+
+@pytest.mark.parametrize("ends,rate", CASES, ids=[f"{a}-{b}-{r:g}" for (a, b), r in CASES])
+def test_007_ranks_the_lossy_link_first(topo, ends, rate):
+    k = find_link(topo, ends)
+    rng = random.Random(11)
+    conns = mesh_connections(topo, 4, rng)
+    if not any(k in p for p in conns.values()):
+        pytest.skip("no connection of this draw crosses the link")
+    first = blamed = 0
+    windows = 40
+    for _ in range(windows):
+        bad = retransmitting(conns, {k: rate}, rng)
+        tally, clean = vote007.votes(bad, conns), vote007.healthy(conns, bad, conns)
+        first += vote007.ranked(tally, clean)[:1] == [k]
+        blamed += vote007.blamed(bad, conns, clean)[:1] == [k]
+    assert first / windows >= 0.9 and blamed / windows >= 0.7, (first, blamed)
+
+
+def test_007_votes_spread_one_vote_per_connection_over_its_links():
+    paths = {"a": [1, 2, 3], "b": [3, 4], "c": [5]}
+    tally = vote007.votes(["a", "b", "x"], paths)
+    assert tally == pytest.approx({1: 1 / 3, 2: 1 / 3, 3: 1 / 3 + 1 / 2, 4: 1 / 2})
+    assert vote007.ranked(tally) == [3, 4, 1, 2]
+    assert vote007.blamed(tally) == [3]       # 0.83 >= 0.5 and >= 1.5 x 0.5
+    assert vote007.blamed({3: 1.0, 4: 0.8}) == [] and vote007.blamed({3: 0.4}) == []
+
+
+def test_007_on_a_clean_fabric_rarely_blames(topo):
+    rng = random.Random(12)
+    conns = mesh_connections(topo, 4, rng)
+    alarms = 0
+    for _ in range(100):
+        bad = retransmitting(conns, {}, rng)
+        alarms += bool(vote007.blamed(bad, conns, vote007.healthy(conns, bad, conns)))
+    assert alarms <= 5
