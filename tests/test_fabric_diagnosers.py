@@ -105,8 +105,13 @@ def test_007_votes_spread_one_vote_per_connection_over_its_links():
     tally = vote007.votes(["a", "b", "x"], paths)
     assert tally == pytest.approx({1: 1 / 3, 2: 1 / 3, 3: 1 / 3 + 1 / 2, 4: 1 / 2})
     assert vote007.ranked(tally) == [3, 4, 1, 2]
-    assert vote007.blamed(tally) == [3]       # 0.83 >= 0.5 and >= 1.5 x 0.5
-    assert vote007.blamed({3: 1.0, 4: 0.8}) == [] and vote007.blamed({3: 0.4}) == []
+    # link 3 explains a and b; nothing is left to blame after it
+    assert vote007.blamed(["a", "b", "x"], paths) == [3]
+    # two connections through 3 and one each through 6 and 7 (1/4 a vote each): 3 alone clears the floor
+    paths = {"a": [3, 1], "b": [3, 2], "c": [6, 8, 10, 11], "d": [7, 9, 12, 13], "e": [6, 14]}
+    assert vote007.blamed(["a", "b", "c", "d"], paths) == [3]
+    assert vote007.blamed(["c", "e"], paths) == [6]   # 1/4 + 1/2 on link 6
+    assert vote007.blamed([], paths) == []
 
 
 def test_007_on_a_clean_fabric_rarely_blames(topo):
