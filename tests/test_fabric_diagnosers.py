@@ -53,13 +53,16 @@ def test_netbouncer_ranks_the_lossy_link_first(topo, ends, rate):
     k = find_link(topo, ends)
     rng = random.Random(7)
     paths = probe_paths(topo)
-    first = blamed = 0
+    first = blamed = others = 0
     windows = 40
     for _ in range(windows):
         links, sent, ok = probe_window(paths, {k: rate}, rng)
         rates = netbouncer.solve(links, sent, ok)
         first += netbouncer.ranked(rates)[:1] == [k]
-        blamed += k in netbouncer.blamed(rates)
+        got = netbouncer.blamed(rates, links, sent, ok)
+        blamed += k in got
+        others += len(set(got) - {k})
+    assert others <= windows // 4, others   # the threshold alone blamed about one other link a window
     # what the solve reaches on this model (the targets are measured on real runs, docs/fabric.md)
     want = 0.95 if rate >= 1 else 0.8 if rate >= 0.01 else 0.6
     assert first / windows >= want and blamed / windows >= want, (first, blamed)
@@ -70,7 +73,7 @@ def test_netbouncer_on_a_clean_fabric_blames_nothing(topo):
     paths = probe_paths(topo)
     for _ in range(20):
         links, sent, ok = probe_window(paths, {}, rng)
-        assert netbouncer.blamed(netbouncer.solve(links, sent, ok)) == []
+        assert netbouncer.blamed(netbouncer.solve(links, sent, ok), links, sent, ok) == []
 
 
 def test_netbouncer_solve_recovers_rates_on_a_small_system():
@@ -80,7 +83,7 @@ def test_netbouncer_solve_recovers_rates_on_a_small_system():
     ok = [900, 900, 1000, 1000, 1000]
     rates = netbouncer.solve(paths, sent, ok)
     assert rates[0] == rates[2] == 1.0 and abs(rates[1] - 0.9) < 0.01
-    assert netbouncer.ranked(rates) == [1] and netbouncer.blamed(rates) == [1]
+    assert netbouncer.ranked(rates) == [1] and netbouncer.blamed(rates, paths, sent, ok) == [1]
 
 
 @pytest.mark.parametrize("ends,rate", CASES, ids=[f"{a}-{b}-{r:g}" for (a, b), r in CASES])

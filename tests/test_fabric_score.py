@@ -77,7 +77,7 @@ def test_a_hand_written_fabric_run_is_windowed_diagnosed_and_scored(tmp_path, ca
                                                                          (30.0, (lossy,), "loss 2%")]
     # clean windows: after the warm-up, not overlapping the fault or the 5 s after it
     assert [w.start - T0 for w in ws if not w.truth] == [5.0, 45.0]
-    assert main([str(tmp_path), "--out", str(tmp_path / "out")]) == 0
+    assert main([str(tmp_path), "--out", str(tmp_path / "out"), "--nest"]) == 0
     rows = list(csv.DictReader((tmp_path / "out" / "compare-fabric.csv").open()))
     assert list(rows[0]) == ["diagnoser", "inputs", "fault_kind", "windows", "ac1", "ac3"]
     got = {(r["diagnoser"], r["fault_kind"]): (r["windows"], r["ac1"]) for r in rows}

@@ -10,25 +10,32 @@ numbers of probes; here a window's paths may differ by one or two). As in the pa
 a path that lost nothing is taken as good (x_l = 1), but only when the path carried enough probes
 for a loss at the threshold to have shown (3 / LOSS_THRESHOLD: 95% sure): a 10 s window's path
 carries a few dozen, and 0.5% loss leaves most of them clean. A link on no probed path keeps
-x_l = 1 (no evidence).
+x_l = 1 (no evidence). A link is blamed when its estimated loss reaches a threshold and the probes
+need it (blamed(): a likelihood-ratio test of the refit with it free): the paper's threshold alone
+blamed, at our probe counts, the links that share the lossy link's paths.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 LAMBDA = 2.0            # against a link's ~500 probes a window: pulls a few-probe estimate to 0 or 1
 ROUNDS = 50
-LOSS_THRESHOLD = 0.002   # a link is blamed when its estimated loss reaches this
+LOSS_THRESHOLD = 0.002   # a link is a candidate when its estimated loss reaches this
+EVIDENCE = 10.83         # and blamed when the probes need it: chi-square(1) at p = 0.001
 
 
 def solve(paths: Sequence[Sequence[int]], sent: Sequence[int], ok: Sequence[int], lam: float = LAMBDA,
-          rounds: int = ROUNDS) -> dict[int, float]:
-    """Success rate per link from each path's probes (`sent`, `ok`); paths with no probe are left out."""
+          rounds: int = ROUNDS, free: set[int] | None = None) -> dict[int, float]:
+    """Success rate per link from each path's probes (`sent`, `ok`); paths with no probe are left out.
+    `free`: only these links are estimated, every other is taken as perfect."""
     rows = [(list(dict.fromkeys(p)), o / n, n) for p, n, o in zip(paths, sent, ok, strict=True) if n > 0 and p]
     x: dict[int, float] = {k: 1.0 for p, _, _ in rows for k in p}
     clean = 3.0 / LOSS_THRESHOLD
     good = {k for p, y, n in rows if y >= 1.0 and n >= clean for k in p}
+    if free is not None:
+        good = set(x) - set(free)
     through = {k: [row for row in rows if k in row[0]] for k in set(x) - good}
     # Visit first the links that more lost probes crossed, (ties) fewer probes in all: the descent
     # is not convex, and the link visited first explains a lost probe for every other on its path.
@@ -78,5 +85,37 @@ def ranked(rates: Mapping[int, float]) -> list[int]:
     return [k for k, v in sorted(rates.items(), key=lambda kv: (kv[1], kv[0])) if v < 1.0 - 1e-9]
 
 
-def blamed(rates: Mapping[int, float], threshold: float = LOSS_THRESHOLD) -> list[int]:
-    return [k for k in ranked(rates) if 1.0 - rates[k] >= threshold]
+def log_likelihood(paths: Sequence[Sequence[int]], sent: Sequence[int], ok: Sequence[int],
+                   rates: Mapping[int, float]) -> float:
+    """The probes' binomial log-likelihood under link rates (a path succeeds with their product)."""
+    total = 0.0
+    for p, n, o in zip(paths, sent, ok, strict=True):
+        if n <= 0:
+            continue
+        q = 1.0
+        for k in dict.fromkeys(p):
+            q *= rates.get(k, 1.0)
+        q = min(max(q, 1e-9), 1 - 1e-9)
+        total += o * math.log(q) + (n - o) * math.log(1 - q)
+    return total
+
+
+def blamed(rates: Mapping[int, float], paths: Sequence[Sequence[int]] = (), sent: Sequence[int] = (),
+           ok: Sequence[int] = (), threshold: float = LOSS_THRESHOLD, evidence: float = EVIDENCE) -> list[int]:
+    """The links blamed: of those whose estimated loss reaches `threshold`, most first, each that the
+    probes need: refitting with it free (beside those already blamed) raises the log-likelihood by
+    `evidence` / 2 at least (a likelihood-ratio test, chi-square with one degree of freedom). A link
+    that only shares the lossy link's paths explains noise and is left out. Without the probes,
+    the threshold alone."""
+    candidates = [k for k in ranked(rates) if 1.0 - rates[k] >= threshold]
+    if not sent:
+        return candidates
+    chosen: list[int] = []
+    base = log_likelihood(paths, sent, ok, {})
+    for k in candidates:
+        fit = solve(paths, sent, ok, free={*chosen, k})
+        gain = log_likelihood(paths, sent, ok, fit)
+        if 2 * (gain - base) >= evidence:
+            chosen.append(k)
+            base = gain
+    return chosen

@@ -41,7 +41,8 @@ def diagnose(run: FabricRun, control_run: bool = False) -> list[Verdict]:
                            control_run))
         links, sent, ok = probe_counts(run, w)
         rates = netbouncer.solve(links, sent, ok)
-        out.append(Verdict(w, "netbouncer", netbouncer.ranked(rates), netbouncer.blamed(rates), control_run))
+        out.append(Verdict(w, "netbouncer", netbouncer.ranked(rates), netbouncer.blamed(rates, links, sent, ok),
+                           control_run))
     return out
 
 
