@@ -13,7 +13,7 @@ import sqlite3
 
 import pytest
 
-from analysis.fabric.inputs import load_run, retransmitting, windows
+from analysis.fabric.inputs import both_ways, load_run, retransmitting, windows
 from analysis.fabric.score import diagnose
 from harness.runner import run_experiment
 from tests.support.env import REPO, write
@@ -55,9 +55,11 @@ def test_a_fabric_run_records_paths_probes_and_the_downed_link_is_named(tmp_path
     assert mesh and all(len(run.conn_paths[k]) == 6 for k in mesh)
     w = next(w for w in windows(run) if w.truth == (down,))
     active, bad = retransmitting(run, w)
-    crossing = {k for k in active if down in run.conn_paths.get(k, ())}
-    assert crossing and crossing <= set(bad)          # every connection over the dead link retransmits
-    assert len(set(bad) - crossing) <= 2              # and (almost) no other
+    paths = both_ways(run.conn_paths)
+    senders = [k for k in active if k.split(">")[1].endswith(":5001")]   # the mesh's clients send the data
+    crossing = {k for k in senders if down in paths.get(k, ())}
+    assert crossing and crossing <= set(bad)          # every sender whose data or ACKs cross the dead link retransmits
+    assert len(set(bad) & set(senders) - crossing) <= 2   # and (almost) no other
     verdicts = {v.diagnoser: v for v in diagnose(run) if v.window.start == w.start}
     assert verdicts["007"].ranked[:1] == [down] and verdicts["netbouncer"].ranked[:1] == [down]
     probes = json.loads((run_dir / "fabric.json").read_text())["probes"]

@@ -144,6 +144,16 @@ def retransmitting(run: FabricRun, w: Window) -> tuple[list[str], list[str]]:
     return active, bad
 
 
+def both_ways(conn_paths: dict[str, list[int]]) -> dict[str, list[int]]:
+    """Each connection's links in both directions (its data's and its ACKs'), by its key as either
+    end recorded it: a link that drops a connection's ACKs stalls its sender as surely."""
+    out = {}
+    for key, path in conn_paths.items():
+        src, dst = key.split(">", 1)
+        out[key] = list(dict.fromkeys([*path, *conn_paths.get(f"{dst}>{src}", [])]))
+    return out
+
+
 def probe_counts(run: FabricRun, w: Window) -> tuple[list[list[int]], list[int], list[int]]:
     """Each probe path's links (forward and back) and its probes sent and answered in the window."""
     n = len(run.probe_paths)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from analysis.fabric import netbouncer, vote007
-from analysis.fabric.inputs import FabricRun, Window, probe_counts, retransmitting, windows
+from analysis.fabric.inputs import FabricRun, Window, both_ways, probe_counts, retransmitting, windows
 from analysis.score.accuracy import wilson
 
 INPUTS = {"007": "hosts", "netbouncer": "probes", "random": "-"}
@@ -34,11 +34,11 @@ class Verdict:
 
 def diagnose(run: FabricRun, control_run: bool = False) -> list[Verdict]:
     out = []
+    paths = both_ways(run.conn_paths)
     for w in windows(run):
         active, bad = retransmitting(run, w)
-        tally, clean = vote007.votes(bad, run.conn_paths), vote007.healthy(active, bad, run.conn_paths)
-        out.append(Verdict(w, "007", vote007.ranked(tally, clean), vote007.blamed(bad, run.conn_paths, clean),
-                           control_run))
+        tally, clean = vote007.votes(bad, paths), vote007.healthy(active, bad, paths)
+        out.append(Verdict(w, "007", vote007.ranked(tally, clean), vote007.blamed(bad, paths, clean), control_run))
         links, sent, ok = probe_counts(run, w)
         rates = netbouncer.solve(links, sent, ok)
         out.append(Verdict(w, "netbouncer", netbouncer.ranked(rates), netbouncer.blamed(rates, links, sent, ok),

@@ -2,6 +2,10 @@
 casts one vote, spread evenly over the h links of its path (1/h each); links are ranked by their
 votes. The blame step is the paper's Algorithm 1: blame the most-voted link while its votes clear a
 noise floor, taking away the votes of the connections it explains before looking for the next.
+A connection's path here is every link its packets cross, data and ACKs (inputs.both_ways): a
+downed link on the ACK path stalls the sender as surely (on the model of the fat-tree, votes over the
+data path alone ranked a downed link first in 70-87% of windows, over both in 100%; a 0.5-1% loss
+97.5-100% either way).
 """
 
 from __future__ import annotations

@@ -47,13 +47,15 @@ def probe_paths(topo):
     return out
 
 
-def mesh_connections(topo, flows, rng):
-    """`flows` connections per host to random hosts of other pods: key -> forward path."""
+def mesh_connections(topo, flows, rng, reverse=False):
+    """`flows` connections per host to random hosts of other pods: key -> forward path (with
+    `reverse`, also the reverse path: (forward, reverse))."""
     route, pod = seeded_walk(topo), pods(topo)
     out = {}
     for h in topo.hosts:
         for j in range(flows):
             d = rng.choice([x for x in topo.hosts if pod[x] != pod[h]])
             f = Flow(topo.address(h), 40000 + j, topo.address(d), 5001)
-            out[f"{f.src}:{f.sport}>{f.dst}:{f.dport}"] = route(f)
+            key = f"{f.src}:{f.sport}>{f.dst}:{f.dport}"
+            out[key] = (route(f), route(f.reverse())) if reverse else route(f)
     return out
