@@ -5,14 +5,14 @@ found (directories holding fabric.json), scored per link: the tables printed, th
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-from analysis.fabric.inputs import FABRIC_FILE, load_run, windows
+from analysis.fabric.inputs import load_run, windows
 from analysis.fabric.nest import host_views
 from analysis.fabric.score import accuracy, alarms, diagnose, write
 from rundir.errors import UserError
+from rundir.fabric import FABRIC_FILE, read_manifest_json
 
 
 def _runs(paths: list[str]) -> list[Path]:
@@ -59,7 +59,7 @@ def main(argv=None) -> int:
         verdicts, names, views, no_nest = [], {}, [], []
         for path in runs:
             run = load_run(path)
-            spec = json.loads((path / "manifest.json").read_text()).get("spec") or {}
+            spec = read_manifest_json(path).get("spec") or {}
             mine = diagnose(run, control_run=not spec.get("faults"))
             verdicts += mine
             names = {lk["index"]: lk["name"] for lk in run.links}

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rundir.errors import UserError
+from rundir.fabric import read_connections, read_fabric, read_fault_rows, read_manifest_json
 
 WIDTH = 10.0
 WARMUP = 5.0
 RECOVERY = 5.0
-FABRIC_FILE = "fabric.json"
 
 
 @dataclass
@@ -75,46 +75,38 @@ class FabricRun:
         return self.path.name
 
 
-def is_fabric_run(path: Path) -> bool:
-    return (path / FABRIC_FILE).is_file()
-
-
 def load_run(path: Path) -> FabricRun:
     path = Path(path)
     try:
-        doc = json.loads((path / FABRIC_FILE).read_text())
-        manifest = json.loads((path / "manifest.json").read_text())
+        doc = read_fabric(path)
+        manifest = read_manifest_json(path)
     except (OSError, ValueError) as e:
-        raise UserError(f"{path}: not a fabric run ({FABRIC_FILE} and manifest.json unreadable: {e})") from None
+        raise UserError(f"{path}: not a fabric run (fabric.json and the manifest unreadable: {e})") from None
     spec_faults = (manifest.get("spec") or {}).get("faults") or []
-    db = sqlite3.connect(f"file:{path / 'run.db'}?mode=ro", uri=True)
     try:
-        first, last = db.execute("SELECT MIN(mono), MAX(mono) FROM snapshots").fetchone()
-        conns: dict[int, Connection] = {}
-        for mid, attrs, born, died in db.execute("SELECT id, attrs, born, died FROM modules WHERE kind = 'tcp'"):
-            a = json.loads(attrs or "{}")
-            if all(a.get(k) is not None for k in ("src", "sport", "dst", "dport")):
-                conns[mid] = Connection(f"{a['src']}:{a['sport']}>{a['dst']}:{a['dport']}", born, died)
-        rows = db.execute("SELECT c.module, s.mono, c.errors FROM counters c JOIN snapshots s ON s.seq = c.seq "
-                          "WHERE c.dir = 'out' AND c.errors IS NOT NULL ORDER BY c.module, c.seq")
-        for mid, mono, errors in rows:
-            c = conns.get(mid)
-            if c is not None:
-                c.times.append(mono)
-                c.retrans.append(int(errors))
-        faults = []
-        for kind, target, start, end, index in db.execute(
-                "SELECT kind, target, start, end, spec_index FROM faults WHERE start IS NOT NULL ORDER BY start"):
-            t = json.loads(target or "{}")
-            if t.get("link_index") is None:
-                continue
-            rate = spec_faults[index].get("rate") if index < len(spec_faults) else None
-            label = f"{kind} {rate:g}%" if kind == "loss" and rate is not None else kind
-            faults.append(Fault(int(t["link_index"]), t.get("link_kind", ""), label, start, end if end is not None else last))
-    finally:
-        db.close()
+        (first, last), mods, rows = read_connections(path)
+        fault_rows = read_fault_rows(path)
+    except sqlite3.Error as e:
+        raise UserError(f"{path}: run.db unreadable: {e}") from None
+    conns: dict[int, Connection] = {}
+    for mid, (a, born, died) in mods.items():
+        if all(a.get(k) is not None for k in ("src", "sport", "dst", "dport")):
+            conns[mid] = Connection(f"{a['src']}:{a['sport']}>{a['dst']}:{a['dport']}", born, died)
+    for mid, mono, errors in rows:
+        c = conns.get(mid)
+        if c is not None:
+            c.times.append(mono)
+            c.retrans.append(int(errors))
+    faults = []
+    for kind, target, start, end, index in fault_rows:
+        t = json.loads(target or "{}")
+        if t.get("link_index") is None:
+            continue
+        rate = spec_faults[index].get("rate") if index < len(spec_faults) else None
+        label = f"{kind} {rate:g}%" if kind == "loss" and rate is not None else kind
+        faults.append(Fault(int(t["link_index"]), t.get("link_kind", ""), label, start, end if end is not None else last))
     return FabricRun(path, doc["links"], doc["connections"], doc["probe_paths"], doc["probes"],
-                     list(conns.values()), faults, first or 0.0, last or 0.0)
+                     list(conns.values()), faults, first, last)
 
 
 def windows(run: FabricRun, width: float = WIDTH, warmup: float = WARMUP, recovery: float = RECOVERY) -> list[Window]:

@@ -7,12 +7,11 @@ would mark (those crossing a link 007 blamed in the window).
 
 from __future__ import annotations
 
-import json
-import sqlite3
 from dataclasses import dataclass
 
 from analysis.fabric.inputs import FabricRun, Window, retransmitting
 from rundir.errors import UserError
+from rundir.fabric import read_connections, snapshot_times
 
 VARIANT = "flowdiagnoser:theta=2"
 
@@ -39,17 +38,12 @@ def host_views(run: FabricRun, windows: list[Window], blamed_007: dict[float, li
         frame = diagnose_run(run.path, [variant])
     except (UserError, KeyError, ValueError):
         return None
-    db = sqlite3.connect(f"file:{run.path / 'run.db'}?mode=ro", uri=True)
-    try:
-        mono = dict(db.execute("SELECT seq, mono FROM snapshots"))
-        host_of, addr_host = {}, {}
-        for mid, attrs in db.execute("SELECT id, attrs FROM modules WHERE kind = 'tcp'"):
-            a = json.loads(attrs or "{}")
-            host_of[mid] = a.get("host")
-            if a.get("host") and a.get("src"):
-                addr_host[a["src"]] = a["host"]
-    finally:
-        db.close()
+    mono = snapshot_times(run.path)
+    host_of, addr_host = {}, {}
+    for mid, (a, _born, _died) in read_connections(run.path)[1].items():
+        host_of[mid] = a.get("host")
+        if a.get("host") and a.get("src"):
+            addr_host[a["src"]] = a["host"]
     stalled = frame[(frame["positive"]) & (frame["module"].isin(list(host_of)))]
     times = stalled["seq"].map(mono)
     hosts = stalled["module"].map(host_of)

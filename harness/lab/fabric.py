@@ -16,15 +16,14 @@ retransmitting connection crossed; the probes' outcomes are gathered beside them
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from harness.fabric import Flow, is_fabric, link_kind, link_name, pods, trace
 from harness.fabric_probe import FIRST_SPORT, PROBE_PORT
+from rundir.fabric import tcp_attrs, write_fabric
 
 PROBE_RATE = 40.0        # probes per second from each host (its 12 paths round robin: ~33 each a 10 s window)
 MAX_SPORTS = 4           # source ports tried per pair before a link is left uncovered
-FABRIC_FILE = "fabric.json"
 
 
 def conn_key(f: Flow) -> str:
@@ -91,8 +90,7 @@ class FabricLab:
     def record(self, db, run_dir: Path) -> dict:
         """Trace every connection the collector recorded, gather the probes; write fabric.json."""
         flows = []
-        for (attrs,) in db.execute("SELECT attrs FROM modules WHERE kind = 'tcp'"):
-            a = json.loads(attrs or "{}")
+        for a in tcp_attrs(db):
             if all(a.get(k) is not None for k in ("src", "sport", "dst", "dport")):
                 f = Flow(a["src"], int(a["sport"]), a["dst"], int(a["dport"]))
                 flows += [f, f.reverse()]
@@ -115,6 +113,6 @@ class FabricLab:
                "connections": {conn_key(f): p for f, p in traced.items()},
                "probe_paths": self.paths, "probes": probes, "probe_rate": PROBE_RATE,
                "uncovered": self.uncovered}
-        (run_dir / FABRIC_FILE).write_text(json.dumps(doc))
+        write_fabric(run_dir, doc)
         return {"connections": len(flows) // 2, "probe_paths": len(self.paths), "probes": len(probes),
                 "uncovered": self.uncovered}
