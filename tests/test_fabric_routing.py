@@ -65,3 +65,37 @@ def test_a_walk_that_finds_no_route_stops_where_it_got(fattree):
     t = fattree
     path = walk(t, Flow(t.address("h1"), 1, "192.0.2.1", 2), lambda r, f, i: "")
     assert path == [next(i.link for i in t.interfaces["h1"])]
+
+
+class ModelRouter:
+    """A router answering `ip -j -batch -` route lookups as the model does (one JSON array a line)."""
+
+    def __init__(self, name, lookup):
+        self.name, self.lookup, self.calls = name, lookup, 0
+
+    def run(self, argv, check=True, timeout=30.0, input=None):
+        import json
+        import subprocess
+
+        assert argv == ["ip", "-j", "-batch", "-"]
+        self.calls += 1
+        out = []
+        for line in input.splitlines():
+            w = line.split()
+            flow = Flow(w[w.index("from") + 1], int(w[w.index("sport") + 1]), w[2], int(w[w.index("dport") + 1]))
+            dev = self.lookup(self.name, flow, w[w.index("iif") + 1] if "iif" in w else None)
+            out.append(json.dumps([{"dst": flow.dst, "dev": dev}] if dev else []))
+        return subprocess.CompletedProcess(argv, 0, "\n".join(out) + "\n", "")
+
+
+def test_trace_asks_each_router_once_a_hop_and_agrees_with_the_walk(fattree):
+    from harness.fabric import trace
+
+    t = fattree
+    lookup = model_lookup(t, hash_seeds(t))
+    nodes = {r: ModelRouter(r, lookup) for r in t.routers}
+    flows = [Flow(t.address(h), 30000 + j, t.address(d), 5001) for h in t.hosts for d in ("h1", "h16") if d != h
+             for j in range(3)]
+    paths = trace(t, nodes, flows + [f.reverse() for f in flows])
+    assert all(paths[f] == walk(t, f, lookup) for f in paths)
+    assert sum(n.calls for n in nodes.values()) <= 5 * len(t.routers)   # batched: a call per router and hop
