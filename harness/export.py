@@ -137,6 +137,12 @@ def _bundle_note(topo: Topology) -> list[str]:
                   f"destination, over one of them; at run time nestlab replaces those routes on {a} and {b}",
                   "with multipath routes hashed on the 5-tuple, and restores them at the end",
                   "(docs/ssh-backend.md, ECMP)."]
+    from harness.fabric import is_fabric  # here: `nestlab` imports this module for its options alone
+
+    if is_fabric(topo):
+        lines += ["", "A fabric: routers have equal-cost paths through different routers (ECMP). The testbed's",
+                  "static routing keeps one of them per destination; nestlab's SSH backend does not yet install",
+                  "a fabric's multipath routes (on Mininet every router hashes on the 5-tuple, docs/fabric.md)."]
     return lines
 
 

@@ -40,7 +40,7 @@ SERVICE_MIX = {"hit": 80.0, "miss": 15.0, "write": 5.0}
 
 
 class Workload(_Strict):
-    kind: Literal["wget", "iperf", "service"]
+    kind: Literal["wget", "iperf", "service", "mesh"]
     # wget, iperf: the client's host and its server's. service: set from `client` and `web`.
     host: str | None = None
     server: str | None = None
@@ -67,6 +67,19 @@ class Workload(_Strict):
     db_work: int = Field(default=0, ge=0, le=10_000_000,
                          description="service: MD5 evaluations MariaDB makes in each miss's query (BENCHMARK): the "
                                      "database's CPU per query, about 0.4 us each here; 0: an index lookup only")
+    # mesh (harness/mesh.py, docs/fabric.md): `flows` connections of `rate` (bits/s, '2Mbit') from each member.
+    members: list[str] | None = Field(default=None, description="mesh: the hosts (default: every host)")
+    flows: int | None = Field(default=None, ge=1, le=64, description="mesh: connections from each member")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mesh_rate(cls, data):
+        """A mesh's `rate` is a bit rate ('2Mbit'), a service's arrivals per second: read it as one."""
+        if isinstance(data, dict) and data.get("kind") == "mesh" and data.get("rate") is not None:
+            from harness.units import parse_rate
+
+            data = {**data, "rate": parse_rate(data["rate"])}
+        return data
 
     @property
     def tier_hosts(self) -> dict[str, str]:
@@ -79,6 +92,8 @@ class Workload(_Strict):
     @property
     def hosts(self) -> tuple[str, ...]:
         """Every host the workload runs on: its client and server, a service's every tier."""
+        if self.kind == "mesh":
+            return tuple(self.members or ())
         return tuple(dict.fromkeys(self.tier_hosts.values())) if self.kind == "service" else (self.host, self.server)
 
     @model_validator(mode="after")
@@ -88,6 +103,10 @@ class Workload(_Strict):
             raise ValueError("db_work applies to kind service only")
         if self.kind == "service":
             return self._service()
+        if self.kind == "mesh":
+            return self._mesh()
+        if self.members is not None or self.flows is not None:
+            raise ValueError("members and flows apply to kind mesh only")
         given = [f for f in service_only if getattr(self, f) is not None]
         if given:
             raise ValueError(f"{given[0]} applies to kind service only")
@@ -122,6 +141,20 @@ class Workload(_Strict):
         if sum(self.mix.values()) <= 0:
             raise ValueError("mix: the shares must not all be 0")
         self.host, self.server = self.client, self.web
+        return self
+
+    def _mesh(self):
+        for name in ("host", "server", "client", "web", "apps", "cache", "db", "mix", "count", "direction"):
+            if getattr(self, name) is not None:
+                raise ValueError(f"{name} does not apply to a mesh (members, flows and rate do)")
+        if self.instances != 1 or self.parallel != 1:
+            raise ValueError("instances and parallel do not apply to a mesh (flows does)")
+        if self.rate is None:
+            raise ValueError("a mesh needs 'rate': each connection's bit rate, e.g. 2Mbit")
+        if self.members is not None and len(set(self.members)) != len(self.members):
+            raise ValueError("members: a host is listed twice")
+        self.flows = self.flows or 1
+        self.direction = "upload"
         return self
 
 
@@ -296,6 +329,12 @@ class Experiment:
         for w in spec.get("workloads", ()):   # db_work left out at 0: the same for the runs made before it
             if not w.get("db_work"):
                 w.pop("db_work", None)
+            for name in ("members", "flows"):   # a mesh's only: other specs keep their digests
+                if w.get(name) is None:
+                    w.pop(name, None)
+        for f in spec.get("faults", ()):   # a link fault's only: other specs keep their digests
+            if f.get("link") is None:
+                f.pop("link", None)
         blob = {"spec": spec,
                 "topology": self.topology.spec.model_dump(mode="json"), "repetition": repetition,
                 "seed": self.seed_for(repetition), "plan": [w.__dict__ for w in self.plan(repetition)]}
@@ -423,6 +462,14 @@ def _check_against_topology(spec: Spec, doc: YamlDoc, topo: Topology) -> None:
     for i, w in enumerate(spec.workloads):
         if w.kind == "service":
             _check_service(doc, i, w, host)
+            continue
+        if w.kind == "mesh":
+            from harness.mesh import members, mesh_error
+
+            problem = mesh_error(w, topo)
+            if problem is not None:
+                raise doc.error(("workloads", i, *problem[0]), problem[1])
+            w.members = members(w, topo)   # every host, when none are listed
             continue
         host(("workloads", i, "host"), w.host)
         host(("workloads", i, "server"), w.server)

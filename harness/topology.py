@@ -7,7 +7,8 @@ Hosts have exactly one link and a default route through the router at its other 
 
 A link between two routers may be a bundle of `paths: N` parallel links (ECMP, topologies/ecmp.yaml):
 it stands for N links, each shaped alike, listed in its place (link k, k+1, ..., their `path` 0..N-1),
-and a destination reached over the bundle gets a multipath route with one next hop per link. The
+and a destination reached over the bundle gets a multipath route with one next hop per link; so does
+a destination with several shortest paths through different routers (a fat-tree). The
 routers hash connections onto the next hops by their 5-tuple (fib_multipath_hash_policy=3 with the
 5-tuple's fields, set by the backend), so a connection keeps its path and two connections may or may not share one.
 """
@@ -181,21 +182,28 @@ class Topology:
 
     def routes(self, router: str) -> list[tuple[str, list[str]]]:
         """(destination subnet, next-hop addresses) for every subnet not directly attached to `router`:
-        one next hop, or one per link of the bundle toward the next router (ECMP)."""
+        one next hop per link toward every neighbour on a shortest path to it (several: ECMP, over a
+        bundle of parallel links or through different routers, as in a fat-tree)."""
         attached = {i.link for i in self.interfaces[router]}
-        paths = nx.single_source_shortest_path(self.graph, router)
+        dist = self._distances()
         out = []
         for k, link in enumerate(self.spec.links):
             if k in attached:
                 continue
-            # Route toward the nearer endpoint of the link; the next hop is the first node on that path.
-            target = min((link.a, link.b), key=lambda n: len(paths.get(n, range(10**6))))
-            if target not in paths or len(paths[target]) < 2:
+            # Route toward the nearer endpoint of the link; the next hops are the neighbours one closer.
+            mine = dist[router]
+            target = min((link.a, link.b), key=lambda n: mine.get(n, 10**6))
+            if target not in mine or mine[target] < 1:
                 continue
-            nxt = paths[target][1]
-            vias = [i.peer_address for i in self.interfaces[router] if i.peer == nxt]
+            nearer = {n for n in self.graph[router] if dist[n].get(target, 10**6) == mine[target] - 1}
+            vias = [i.peer_address for i in self.interfaces[router] if i.peer in nearer]
             out.append((f"10.0.{k + 1}.0/24", vias))
         return out
+
+    def _distances(self) -> dict[str, dict[str, int]]:
+        if not hasattr(self, "_dist"):
+            self._dist = dict(nx.all_pairs_shortest_path_length(self.graph))
+        return self._dist
 
     def bundle(self, router: str) -> list[Interface]:
         """`router`'s interfaces on its bundle of parallel links, by path (empty: it has none)."""

@@ -19,6 +19,8 @@ from pathlib import Path
 
 from harness.backends.base import Node, Proc
 from harness.ledger import signals_held
+from harness.mesh import client_argv as mesh_client_argv
+from harness.mesh import pairs
 from harness.service.paths import PathSources, loadgen_summary, request_rows
 from harness.service.tiers import ServiceTiers, TierHosts, check_installed
 from harness.spec import Spec, Workload
@@ -27,8 +29,8 @@ from rundir.facts import IPERF_PORT
 
 HTTP_PORT = 80
 FAST_FAILURE_S = 1.0
-CLIENT_BINARIES = {"wget": "wget", "iperf": "iperf"}
-SERVER_BINARIES = {"wget": "lighttpd", "iperf": "iperf"}
+CLIENT_BINARIES = {"wget": "wget", "iperf": "iperf", "mesh": "iperf"}
+SERVER_BINARIES = {"wget": "lighttpd", "iperf": "iperf", "mesh": "iperf"}
 
 
 def check_binaries(spec: Spec) -> None:
@@ -61,12 +63,14 @@ class Instance:
     runs: int = 0                                  # processes started for this instance so far
     not_before: float = 0.0                        # restart backoff after a process that failed at once
     backoff: float = 0.0
+    host: str | None = None                        # a mesh's connection: its client host and server
+    server: str | None = None
 
 
 class Workloads:
     def __init__(self, spec: Spec, nodes: dict[str, Node], addresses: dict[str, str], logs: Path,
                  client_env: dict[str, dict[str, str]] | None = None, on_process=None, warn=None, python=None,
-                 seed: int = 0):
+                 seed: int = 0, pods: dict[str, int | None] | None = None):
         self.spec, self.nodes, self.addresses, self.logs = spec, nodes, addresses, logs
         self.client_env = client_env or {}   # host -> extra environment of the clients started there
         self.on_process = on_process or (lambda *a, **k: None)   # (proc, workload, role, host)
@@ -74,15 +78,35 @@ class Workloads:
         self.servers: list[Proc] = []
         self.services: dict[int, ServiceTiers] = {}   # a service workload's tiers, by workload index
         self.seed = seed   # the repetition's: the service's load generator draws its arrivals from it
+        self.pods = pods or {}   # each host's pod (a mesh connects hosts of other pods)
         self.python = python or (lambda host: [sys.executable])   # argv prefix running our modules on a host
-        self.instances = [Instance(i, k) for i, w in enumerate(spec.workloads) for k in range(w.instances)]
+        self.instances = [Instance(i, k) for i, w in enumerate(spec.workloads) if w.kind != "mesh"
+                          for k in range(w.instances)]
+        self.instances += self._mesh_instances()
         self.www = Path(tempfile.mkdtemp(prefix="nestlab-www-"))
         self.t0: float | None = None
+
+    def _mesh_instances(self) -> list[Instance]:
+        """One instance per connection of every mesh workload (harness/mesh.py)."""
+        out = []
+        for i, w in enumerate(self.spec.workloads):
+            if w.kind == "mesh":
+                out += [Instance(i, k, host=c, server=d)
+                        for k, (c, d) in enumerate(pairs(w.members, self.pods, w.flows, self.seed, i))]
+        return out
+
+    def host_of(self, inst: Instance) -> str:
+        return inst.host or self.spec.workloads[inst.workload].host
 
     # -- servers ---------------------------------------------------------------------------------
     def start_servers(self) -> None:
         wanted: dict[tuple[str, str], None] = {}
+        for inst in self.instances:
+            if inst.server is not None:   # a mesh connection's server
+                wanted[("iperf", inst.server)] = None
         for i, w in enumerate(self.spec.workloads):
+            if w.kind == "mesh":
+                continue
             if w.kind == "service":
                 self._start_service(i, w)
                 continue
@@ -177,9 +201,11 @@ class Workloads:
                            f"{port}: {log.strip()}")
 
     # -- clients ---------------------------------------------------------------------------------
-    def _client_argv(self, w: Workload, workload: int) -> list[str]:
+    def _client_argv(self, w: Workload, workload: int, inst: Instance | None = None) -> list[str]:
         if w.kind == "service":
             return self._service_argv(workload, w)
+        if w.kind == "mesh":
+            return mesh_client_argv(self.addresses[inst.server], w.rate, max(1, int(self.spec.duration - w.start + 5)))
         server = self.addresses[w.server]
         if w.kind == "wget":
             url = f"http://{server}:{HTTP_PORT}/{self._file(w.file_size)}"
@@ -208,8 +234,10 @@ class Workloads:
                     continue
             log = self.logs / f"w{inst.workload}-{w.kind}-i{inst.index}-{inst.runs}.log"
             with signals_held():
-                inst.proc = self.nodes[w.host].start(self._client_argv(w, inst.workload), log, env=self.client_env.get(w.host))
-                self.on_process(inst.proc, inst.workload, "client", w.host)
+                host = self.host_of(inst)
+                inst.proc = self.nodes[host].start(self._client_argv(w, inst.workload, inst), log,
+                                                   env=self.client_env.get(host))
+                self.on_process(inst.proc, inst.workload, "client", host)
             inst.runs += 1
             started += 1
         return started
@@ -240,7 +268,7 @@ class Workloads:
     def stop_clients(self) -> None:
         for inst in self.instances:
             if inst.proc is not None:
-                self.nodes[self.spec.workloads[inst.workload].host].stop(inst.proc)
+                self.nodes[self.host_of(inst)].stop(inst.proc)
                 self._ended(inst)
 
     def stop_servers(self) -> None:

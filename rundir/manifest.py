@@ -300,6 +300,7 @@ class Manifest(_Record):
     fault_kinds: dict[str, FaultKindInfo] | None = None
     link_model: list[LinkModel] | None = None
     routing: dict[str, Any] | None = None    # Mininet, multipath topologies: per router the verified ECMP routes
+    fabric: dict[str, Any] | None = None     # a fabric (docs/fabric.md): what fabric.json holds, in counts
     health: RunHealth | None = None
     service: dict[str, ServiceLoad] | None = None   # format 7: by service workload index
     trace: TraceRecord | None = None         # format 7, `trace: messages`: the message trace's totals

@@ -241,7 +241,7 @@ def run_profile(text: str, tmp_path: Path) -> dict:
     return json.loads(r.stdout)
 
 
-CASES = [("dumbbell", {}), ("chain", {"hardware": "d430"}), ("ecmp", {})]
+CASES = [("dumbbell", {}), ("chain", {"hardware": "d430"}), ("ecmp", {}), ("fattree", {})]
 
 
 @pytest.mark.parametrize("name,opts", CASES)
@@ -250,7 +250,7 @@ def test_emulab_ns_is_the_expected_file(name, opts):
     assert emulab_ns(topo, **opts) == (EXPECTED / f"{name}.ns").read_text()
 
 
-@pytest.mark.parametrize("name,vm", [("dumbbell", False), ("chain", True), ("ecmp", False)])
+@pytest.mark.parametrize("name,vm", [("dumbbell", False), ("chain", True), ("ecmp", False), ("fattree", False)])
 def test_cloudlab_profile_is_the_expected_file(name, vm):
     topo = load_topology(TOPOLOGIES / f"{name}.yaml")
     assert cloudlab_profile(topo, vm=vm) == (EXPECTED / f"{name}.profile.py").read_text()
@@ -267,7 +267,7 @@ def test_ssh_topology_is_the_expected_file_and_loads_as_an_ssh_topology(tmp_path
 
 
 @pytest.mark.skipif(shutil.which("tclsh") is None, reason="needs tclsh")
-@pytest.mark.parametrize("name", ["dumbbell", "chain", "ecmp"])
+@pytest.mark.parametrize("name", ["dumbbell", "chain", "ecmp", "fattree"])
 def test_emulab_ns_runs_and_asks_for_the_topologys_shape(name, tmp_path):
     topo = load_topology(TOPOLOGIES / f"{name}.yaml")
     rows = run_ns((EXPECTED / f"{name}.ns").read_text(), tmp_path)
@@ -287,7 +287,7 @@ def test_emulab_ns_runs_and_asks_for_the_topologys_shape(name, tmp_path):
     assert rows[-1] == ["rtproto", "Static"]
 
 
-@pytest.mark.parametrize("name", ["dumbbell", "chain", "ecmp"])
+@pytest.mark.parametrize("name", ["dumbbell", "chain", "ecmp", "fattree"])
 def test_cloudlab_profile_runs_and_asks_for_the_topologys_shape(name, tmp_path):
     topo = load_topology(TOPOLOGIES / f"{name}.yaml")
     req = run_profile((EXPECTED / f"{name}.profile.py").read_text(), tmp_path)

@@ -32,7 +32,7 @@ from tests.support.nudge_kind import Nudge
 from tests.support.runs import IPERF_UP, RunBuilder
 
 # Kinds added after the manifest recorded the infos of a run's kinds: no run needs them from LEGACY.
-ADDED_SINCE = {"delay", "tier_pause", "slow"}
+ADDED_SINCE = {"delay", "tier_pause", "slow", "link_down"}
 TOPO = REPO / "topologies" / "dumbbell.yaml"
 SPEC = f"""\
 name: t

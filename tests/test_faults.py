@@ -34,6 +34,7 @@ from harness.faults import (
     ip_drop_rule,
     tcp_drop_rule,
 )
+from harness.faults.link_down import LinkDown
 from harness.faults.slow import Slow
 from harness.spec import Fault, Window
 from harness.streams.spec import StreamsFault
@@ -196,12 +197,12 @@ def test_the_registry_has_a_kind_for_every_kind_the_spec_accepts():
     assert set(KINDS) == set(typing.get_args(Fault.model_fields["kind"].annotation))
     assert KINDS == {"ip_drop": IpDrop, "tcp_drop": TcpDrop, "app_pause": AppPause, "path_blackhole": PathBlackhole,
                      "loss": Loss, "server_pause": ServerPause, "delay": Delay,
-                     "tier_pause": TierPause, "slow": Slow}
+                     "tier_pause": TierPause, "slow": Slow, "link_down": LinkDown}
     # What run.db records and its readers accept: the network kinds, and a streams run's settings
     # (harness.streams.spec.StreamsFault, driven by the streams runner, not this registry).
     # (delay, tier_pause and slow came after the manifest recorded its kinds' infos: readers take it from there.)
     assert set(KINDS) | set(typing.get_args(StreamsFault.model_fields["kind"].annotation)) == \
-        set(FAULT_KINDS) | {"delay", "tier_pause", "slow"}
+        set(FAULT_KINDS) | {"delay", "tier_pause", "slow", "link_down"}
     for cls in KINDS.values():
         for method in ("setup", "inject", "heal", "describe", "teardown"):
             assert callable(getattr(cls, method, None)), (cls, method)

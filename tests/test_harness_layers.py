@@ -19,8 +19,10 @@ LAYERS = (
     # parts that import nothing of the lab
     ("harness", "harness.units", "harness.window", "harness.yamlload", "harness.outline", "harness.observers",
      "harness.ledger", "harness.interceptor"),
-    # the machine: the collector and agent, the lock, topologies and routes, export
-    ("harness.agent", "harness.collector", "harness.lock", "harness.topology", "harness.routing", "harness.export"),
+    # the machine: the collector and agent, the lock, topologies and routes (a fat-tree's too, its probes
+    # and its mesh's pairs), export
+    ("harness.agent", "harness.collector", "harness.lock", "harness.topology", "harness.routing", "harness.export",
+     "harness.fabric", "harness.fabric_probe", "harness.mesh"),
     # where a run's nodes live
     ("harness.backends",),
     # what acts on the nodes: fault kinds, the service's tiers

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from harness import interceptor as _interceptor
 from harness.agent import tcp_connections
 from harness.backends.base import ClockOffset, Clocks, Proc
+from harness.fabric import check_fabric, seed_script
 from harness.interceptor.pause import PauseState, pause_process, resume_process
 from harness.ledger import Ledger, kill_group, signals_held, unblock_held_signals
 from harness.routing import HASH_SYSCTLS, check_multipath, route_command
@@ -280,6 +281,7 @@ class MininetBackend:
             # the route lookups of path_blackhole disagreed with forwarding, and a connection on a
             # dead path moved to another one at its next timeout (measured, docs/faults.md).
             script.append("sysctl -qw net.ipv4.ip_forward=1 " + " ".join(f"{k}={v}" for k, v in HASH_SYSCTLS.items()))
+            script += seed_script(topo, name)   # a fabric's routers hash apart (harness/fabric.py)
             script += [route_command(dst, vias) for dst, vias in topo.routes(name)]
         else:
             # Congestion control per route: a namespace may only pick algorithms in the host's
@@ -299,6 +301,9 @@ class MininetBackend:
         """The bundle's routes and hashing as harness.routing.check_multipath verifies them, for the
         manifest's `routing`."""
         self.routing = check_multipath(self.topology, self.nodes)
+        fabric = check_fabric(self.topology, self.nodes, lambda node, msg: RuntimeError(f"{node}: {msg}"))
+        if fabric:
+            self.routing["fabric"] = fabric
 
     def _shaped_ends(self):
         """(link index, node, interface) of both ends of every bandwidth-limited link."""

@@ -13,7 +13,8 @@ teardown; harness.faults.base.FaultKind), which carries the other two as `info` 
     tcp_drop.py        one live connection of a workload, dropped on a router
     app_pause.py       the interceptor's pause/resume handshake with a workload's processes
     path_blackhole.py  one link of a router's bundle of parallel links (ECMP) dropped
-    loss.py            a share of a host's or a connection's packets, dropped at random
+    loss.py            a share of a host's, a connection's or a link's packets, dropped at random
+    link_down.py       every packet crossing one link (link.py: what link faults share)
     server_pause.py    the remote server of a workload stopped and continued
     delay.py           the replies of a service's app tier held (docs/service.md)
     tier_pause.py      a service tier's daemons stopped and continued (docs/service.md)
@@ -43,6 +44,7 @@ from harness.faults.iptables import (
     ip_drop_rule,
     tcp_drop_rule,
 )
+from harness.faults.link_down import LinkDown
 from harness.faults.loss import Loss
 from harness.faults.path_blackhole import PathBlackhole
 from harness.faults.server_pause import ServerPause
@@ -64,6 +66,7 @@ KINDS: dict[str, type[FaultKind]] = {kind.info.name: kind for kind in (
     Delay,
     TierPause,
     Slow,
+    LinkDown,
 )}
 
 

@@ -37,6 +37,7 @@ from harness.collector.probe import ProbeSettings
 from harness.faults import FaultEnv, Faults, NoTarget, kinds_used
 from harness.faults.spec import monitor_host, monitored_hosts
 from harness.lab.base import FaultRow, FaultSkipped, Injection, Lab, Run
+from harness.lab.fabric import FabricLab
 from harness.lab.tracing import MessageTracing
 from harness.ledger import signals_held
 from harness.outline import RecordingStopped
@@ -72,6 +73,7 @@ class NetworkLab(Lab):
         self.clocks: Clocks | None = None
         self.collector_db: str | None = None    # where the collector writes (the run's own run.db, or a node's)
         self.next_queue_sample = -1e9
+        self.fabric: FabricLab | None = None     # a fabric's probers and paths (harness/lab/fabric.py)
 
     def now(self) -> float:
         """The reference clock (the monitored host's CLOCK_MONOTONIC), read through the runner's."""
@@ -146,12 +148,17 @@ class NetworkLab(Lab):
             self.tracing.add_env(client_env)
         self.workloads = Workloads(spec, nodes, addresses, rd.logs, client_env, on_process=self._on_process,
                                    warn=lambda message, workload: self.run.event("warning", message, workload),
-                                   python=backend.python, seed=self.exp.seed_for(self.run.rep))
+                                   python=backend.python, seed=self.exp.seed_for(self.run.rep),
+                                   pods={h: topo.spec.nodes[h].site for h in topo.hosts})
         self.run.ledger.add_path(self.workloads.www)
         self.workloads.start_servers()
         self.faults = Faults(FaultEnv(spec, backend, self.clocks, self.workloads, self.rng, self.run.run_id,
                                       self.shm_dir, self.run.ledger, shm_dirs=self.shm_dirs))
         self.faults.setup()   # the kinds' shared state, e.g. the fault chain on each router
+        if FabricLab.wanted(topo):   # NetBouncer's probe paths, traced before the run, and its probers
+            self.fabric = FabricLab(topo, backend, rd.logs, self._on_process)
+            self.fabric.plan()
+            self.fabric.start()
         self._start_collector()
         if self.tracing is not None:
             self.tracing.start(str(rd.db), rd.logs / "tracedrain.log", self._on_process)
@@ -272,6 +279,7 @@ class NetworkLab(Lab):
         return [
             ("stop progress", lambda: self.backend and self.backend.stop_progress()),
             ("stop workloads", lambda: self.workloads and self.workloads.stop_clients()),
+            ("stop the fabric's probers", lambda: self.fabric and self.fabric.stop()),
             ("stop collector", self._stop_collector),
             ("stop servers", lambda: self.workloads and self.workloads.stop_servers()),
             ("stop the message drainer", self._stop_tracing),
@@ -280,6 +288,7 @@ class NetworkLab(Lab):
             ("bring back run.db and logs", self._bring_back),
             ("record the interceptor's warnings", self._interceptor_warnings),
             ("resolve fault targets", self._resolve_targets),
+            ("record the fabric's paths and probes", self._record_fabric),
             ("tear down topology", lambda: self.backend and self.backend.teardown()),
             ("remove served files", lambda: self.workloads and self.workloads.remove_files()),
         ]
@@ -341,6 +350,11 @@ class NetworkLab(Lab):
         if self.backend is None or self.clocks is None:
             return
         link_fault_targets(self.db, monitor_host(self.spec), self.backend.interfaces(monitor_host(self.spec))[0].name)
+
+    def _record_fabric(self) -> None:
+        if self.fabric is not None and self.backend is not None:
+            self.record.commit()
+            self.rd.update_manifest(fabric=self.fabric.record(self.db, self.rd.path))
 
     def finished(self, path: Path) -> None:
         """The analysis's columnar copy of the counters (rundir.columnar), now that run.db is complete:

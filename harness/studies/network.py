@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from harness.studies.base import LabStudy, experiment_of
 
-NETWORK_KINDS = ("ip_drop", "tcp_drop", "app_pause", "path_blackhole", "loss", "server_pause")
+NETWORK_KINDS = ("ip_drop", "tcp_drop", "app_pause", "path_blackhole", "loss", "server_pause", "link_down")
 
 
 def _experiment(doc, path, topology, scale, seeds):
