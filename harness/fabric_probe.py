@@ -53,16 +53,17 @@ def run(paths: list[tuple[str, int]], out_path: str, rate: float, timeout: float
 
     signal.signal(signal.SIGTERM, on_term)
     holds = []
-    for dst, sport in paths:   # hold every probe port, so no connection of the host takes one
-        h = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    for src_port in dict.fromkeys((source_address(socket.AF_INET, dst, PROBE_PORT), sport) for dst, sport in paths):
+        h = socket.socket(socket.AF_INET, socket.SOCK_STREAM)   # hold every probe port, so no connection takes one
         h.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        h.bind((source_address(socket.AF_INET, dst, PROBE_PORT), sport))
+        h.bind(src_port)
         holds.append(h)
     raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)
     _attach(raw, _rst_filter(PROBE_PORT))
     raw.setblocking(False)
     src = {dst: source_address(socket.AF_INET, dst, PROBE_PORT) for dst, _ in paths}
-    by_port = {sport: k for k, (_, sport) in enumerate(paths)}
+    # A path is its destination and source port: the paths to different hosts share source ports.
+    by_peer = {(socket.inet_aton(dst), sport): k for k, (dst, sport) in enumerate(paths)}
     pending: dict[int, tuple[int, float]] = {}    # path -> (seq, sent)
     lines: list[str] = []
     gap, nxt, k = 1.0 / rate, time.monotonic(), 0
@@ -93,10 +94,10 @@ def run(paths: list[tuple[str, int]], out_path: str, rate: float, timeout: float
                     except BlockingIOError:
                         break
                     tcp = packet[(packet[0] & 0x0F) * 4:]
-                    if len(tcp) < 14:
+                    if len(packet) < 20 or len(tcp) < 14:
                         continue
                     _sp, dport, _s, ack, _o, flags = struct.unpack("!HHIIBB", tcp[:14])
-                    path = by_port.get(dport)
+                    path = by_peer.get((packet[12:16], dport))
                     if path is not None and path in pending and flags & RST and \
                             ack == (pending[path][0] + 1) & 0xFFFFFFFF:
                         lines.append(f"{pending.pop(path)[1]:.4f} {path} 1\n")

@@ -1,9 +1,13 @@
 """The mesh workload (`kind: mesh`, issue 44): each member host keeps `flows` long-lived TCP
 connections of `rate` each to hosts of other pods, chosen with the repetition's seed.
 
-Every connection is one `iperf -c` (iperf 2) with `-b rate`: an application-limited sender, which
-writes `WRITE_SIZE` bytes at a time at that pace instead of filling the path, so that a lossy link is
-seen as retransmissions of connections that keep running, not as congestion. Every destination runs
+Every connection is one `iperf -c` (iperf 2) sending `rate` as isochronous frames of `FRAME_BYTES`
+(`--isochronous=FPS:RATE,0`, one write a frame): an application-limited sender, which writes at that
+pace instead of filling the path, so that a lossy link is seen as retransmissions of connections that
+keep running, not as congestion. Not `-b rate`: iperf 2.1.8 paces `-b` with ~8,000 short
+clock_nanosleeps a second, 22% of a core per 1 Mbit/s connection here (0.9 s of CPU in 4 s), so 64 of
+them saturated both cores, delayed the routers' softirqs and made healthy connections retransmit;
+an isochronous sender sleeps once a frame (no measurable CPU). Every destination runs
 `iperf -s`. A host's pod is its `site` in the topology (topologies/fattree.yaml). The pairs are a
 pure function of the members, their pods, `flows` and the seed (`pairs`), so a run can be repeated
 and the analysis can tell which connections were planned.
@@ -19,7 +23,7 @@ from rundir.facts import IPERF_PORT
 if TYPE_CHECKING:
     from harness.topology import Topology
 
-WRITE_SIZE = "16K"   # iperf -l: small writes keep a rate-limited sender smooth (its default is 128 KB)
+FRAME_BYTES = 16384   # a frame, written at once: small frames keep a rate-limited sender smooth
 
 
 def members(w, topo: Topology) -> list[str]:
@@ -55,5 +59,6 @@ def pairs(hosts: list[str], pod: dict[str, int], flows: int, seed: int, workload
 
 def client_argv(server_address: str, rate: float, seconds: int) -> list[str]:
     """One application-limited connection for `seconds` (the runner stops it at the end)."""
-    return ["iperf", "-c", server_address, "-p", str(IPERF_PORT), "-t", str(seconds), "-b", f"{int(rate)}",
-            "-l", WRITE_SIZE]
+    fps = max(rate / (8 * FRAME_BYTES), 0.1)
+    return ["iperf", "-c", server_address, "-p", str(IPERF_PORT), "-t", str(seconds),
+            f"--isochronous={fps:.4g}:{int(rate)},0"]

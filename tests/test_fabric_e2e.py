@@ -59,8 +59,17 @@ def test_a_fabric_run_records_paths_probes_and_the_downed_link_is_named(tmp_path
     senders = [k for k in active if k.split(">")[1].endswith(":5001")]   # the mesh's clients send the data
     crossing = {k for k in senders if down in paths.get(k, ())}
     assert crossing and crossing <= set(bad)          # every sender whose data or ACKs cross the dead link retransmits
-    assert len(set(bad) & set(senders) - crossing) <= 2   # and (almost) no other
+    assert len(set(bad) & set(senders) - crossing) <= 2   # and (almost) no other: no tail loss probes (HOST_SYSCTLS)
+    assert manifest["fabric"]["host_sysctls"] == {"net.ipv4.tcp_early_retrans": "0"}
     verdicts = {v.diagnoser: v for v in diagnose(run) if v.window.start == w.start}
     assert verdicts["007"].ranked[:1] == [down] and verdicts["netbouncer"].ranked[:1] == [down]
+    lossy = next(lk["index"] for lk in run.links if lk["name"] == "e4-a4")
+    w = next(w for w in windows(run) if w.truth == (lossy,))
+    verdicts = {v.diagnoser: v for v in diagnose(run) if v.window.start == w.start}
+    assert lossy in verdicts["007"].ranked[:3] and lossy in verdicts["netbouncer"].ranked[:3]   # 5%: one window
     probes = json.loads((run_dir / "fabric.json").read_text())["probes"]
     assert len(probes) > 16 * 40 * 30   # 40 a second from each host for most of the run
+    clean = [ok for sent, _path, ok in probes if sent < run.faults[0].start - 1]
+    assert sum(clean) >= 0.98 * len(clean)   # before any fault, every path's probes come back
+    snapshots = db.execute("SELECT COUNT(*) FROM snapshots").fetchone()[0]
+    assert snapshots >= 0.9 * 50 / 0.1   # one collector keeps its 100 ms cadence with all 16 hosts

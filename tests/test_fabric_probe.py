@@ -14,9 +14,12 @@ from tests.support.env import REPO
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="raw sockets need root")
 
 
-def test_probes_of_answering_paths_succeed_one_line_each(tmp_path):
+@pytest.mark.parametrize("listing", ["127.0.0.1 61011\n127.0.0.1 61012\n",
+                                     # paths to different hosts share a source port (the lab's plan does)
+                                     "127.0.0.1 61011\n127.0.0.2 61011\n"])
+def test_probes_of_answering_paths_succeed_one_line_each(tmp_path, listing):
     paths = tmp_path / "paths"
-    paths.write_text("127.0.0.1 61011\n127.0.0.1 61012\n")
+    paths.write_text(listing)
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "harness.fabric_probe", "--paths", str(paths), "--out", str(out),
                              "--rate", "40"], cwd=REPO, start_new_session=True)

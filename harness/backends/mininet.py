@@ -31,7 +31,7 @@ from harness.agent import tcp_connections
 from harness.backends.base import ClockOffset, Clocks, Proc
 from harness.fabric import check_fabric, seed_script
 from harness.interceptor.pause import PauseState, pause_process, resume_process
-from harness.ledger import Ledger, kill_group, signals_held, unblock_held_signals
+from harness.ledger import Ledger, held_mask_preexec, kill_group, signals_held
 from harness.routing import HASH_SYSCTLS, check_multipath, route_command
 from harness.topology import Interface, Topology
 from rundir.db import monotonic
@@ -95,7 +95,7 @@ class MininetNode:
         try:
             handle = subprocess.Popen(self._argv(argv), stdout=out, stderr=subprocess.STDOUT,
                                       stdin=subprocess.DEVNULL, start_new_session=True,
-                                      env={**os.environ, **(env or {})}, preexec_fn=unblock_held_signals)
+                                      env={**os.environ, **(env or {})}, preexec_fn=held_mask_preexec())
         finally:
             if log:
                 out.close()
@@ -380,15 +380,26 @@ class MininetBackend:
 
     def queue_stats(self) -> list[dict]:
         """Cumulative counters and the backlog of every shaped link end's queue (the runner samples
-        them during the run: queue drops are part of a run's network health)."""
-        out = []
+        them during the run: queue drops are part of a run's network health). One `tc` call per
+        node, not per interface (a fat-tree has 96 shaped ends on 36 nodes)."""
+        ends: dict[str, list[str]] = {}
         for _k, end, intf in self._shaped_ends():
-            leaf = self._leaf(end, intf.name) or {}
-            out.append({"node": end, "interface": intf.name, "sent_packets": leaf.get("packets"),
-                        "sent_bytes": leaf.get("bytes"), "drops": leaf.get("drops"),
-                        "overlimits": leaf.get("overlimits"), "requeues": leaf.get("requeues"),
-                        "backlog_packets": leaf.get("qlen"), "backlog_bytes": leaf.get("backlog")})
+            ends.setdefault(end, []).append(intf.name)
+        out = []
+        for end, names in ends.items():
+            leaves = self._leaves(end)
+            for name in names:
+                leaf = leaves.get(name) or {}
+                out.append({"node": end, "interface": name, "sent_packets": leaf.get("packets"),
+                            "sent_bytes": leaf.get("bytes"), "drops": leaf.get("drops"),
+                            "overlimits": leaf.get("overlimits"), "requeues": leaf.get("requeues"),
+                            "backlog_packets": leaf.get("qlen"), "backlog_bytes": leaf.get("backlog")})
         return out
+
+    def _leaves(self, node: str) -> dict[str, dict]:
+        """Interface -> the leaf qdisc under its HTB class, as `tc -s -j` reports them for the node."""
+        out = self.nodes[node].run(["tc", "-s", "-j", "qdisc", "show"]).stdout
+        return {q["dev"]: q for q in json.loads(out or "[]") if q.get("parent") == f"{HTB_HANDLE}:1" and "dev" in q}
 
     def node(self, name: str) -> MininetNode:
         return self.nodes[name]

@@ -38,6 +38,7 @@ from harness.faults import FaultEnv, Faults, NoTarget, kinds_used
 from harness.faults.spec import monitor_host, monitored_hosts
 from harness.lab.base import FaultRow, FaultSkipped, Injection, Lab, Run
 from harness.lab.fabric import FabricLab
+from harness.lab.queues import QueueSampler
 from harness.lab.tracing import MessageTracing
 from harness.ledger import signals_held
 from harness.outline import RecordingStopped
@@ -72,7 +73,7 @@ class NetworkLab(Lab):
         self.tracing: MessageTracing | None = None   # `trace: messages` (harness/lab/tracing.py)
         self.clocks: Clocks | None = None
         self.collector_db: str | None = None    # where the collector writes (the run's own run.db, or a node's)
-        self.next_queue_sample = -1e9
+        self.queues: QueueSampler | None = None   # the shaped links' queues, read in a thread (lab/queues.py)
         self.fabric: FabricLab | None = None     # a fabric's probers and paths (harness/lab/fabric.py)
 
     def now(self) -> float:
@@ -197,6 +198,8 @@ class NetworkLab(Lab):
 
     def begin(self, t0: float) -> None:
         self.workloads.t0 = t0
+        self.queues = QueueSampler(self.backend.queue_stats, self.now, QUEUE_SAMPLE_S)
+        self.queues.start()
 
     def live_db(self) -> bool:
         """The collector writes the run's own run.db (Mininet), which the live diagnosis can read."""
@@ -232,13 +235,23 @@ class NetworkLab(Lab):
 
     def tick(self, now: float) -> None:
         self.workloads.start_due(now)
-        if now >= self.next_queue_sample:
-            self._sample_queues()
-            self.next_queue_sample = now + QUEUE_SAMPLE_S
+        if self.queues is not None:
+            self._record_queues(self.queues.drain())
 
-    def _sample_queues(self) -> None:
-        """The shaped links' queue counters (cumulative drops, sent packets) and backlog."""
-        self.record.queue_stats(self.backend.queue_stats(), self.now)
+    def _record_queues(self, rounds) -> None:
+        """The shaped links' queue counters (cumulative drops, sent packets) and backlog, each round
+        stamped when it was read."""
+        for t, stats in rounds:
+            self.record.queue_stats(stats, lambda t=t: t)
+
+    def _stop_queues(self) -> None:
+        """The sampler stopped and what it read recorded; a round it could not read said once."""
+        if self.queues is None:
+            return
+        queues, self.queues = self.queues, None
+        self._record_queues(queues.stop())
+        if queues.error is not None:
+            self.run.event("warning", f"reading the links' queues stopped: {queues.error}")
 
     def progress_line(self, t: float, snaps: int, active: list[Injection]) -> str:
         faults = self.spec.faults
@@ -246,7 +259,8 @@ class NetworkLab(Lab):
                 f"snapshots {snaps}  active {','.join(faults[a.window.spec_index].kind for a in active) or '-'}")
 
     def ending(self) -> None:
-        self._sample_queues()
+        self._stop_queues()
+        self._record_queues([(self.now(), self.backend.queue_stats())])   # the queues as the run ends
 
     # -- faults --------------------------------------------------------------------------------
     def inject(self, w: Window, first_id: int) -> Injection:
@@ -278,6 +292,7 @@ class NetworkLab(Lab):
     def teardown_steps(self):
         return [
             ("stop progress", lambda: self.backend and self.backend.stop_progress()),
+            ("stop reading the queues", self._stop_queues),
             ("stop workloads", lambda: self.workloads and self.workloads.stop_clients()),
             ("stop the fabric's probers", lambda: self.fabric and self.fabric.stop()),
             ("stop collector", self._stop_collector),

@@ -33,7 +33,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from harness.ledger import Ledger, kill_group, signals_held, unblock_held_signals
+from harness.ledger import Ledger, held_mask_preexec, kill_group, signals_held
 from harness.streams.listeners import exposed, listening
 from rundir.errors import UserError
 
@@ -284,7 +284,7 @@ class FlinkCluster:
         with signals_held():
             out = open(self.dir / "log" / f"{role}.out", "ab")
             proc = subprocess.Popen(argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, preexec_fn=unblock_held_signals, cwd=self.dir)
+                                    start_new_session=True, preexec_fn=held_mask_preexec(), cwd=self.dir)
             out.close()
             self.procs.append(proc)
             self.ledger.add_process(proc.pid, f"flink {role}")
