@@ -321,17 +321,19 @@ class Manifest(_Record):
 def study_of(m: Manifest | None) -> str | None:
     """The study kind of a run (docs/studies.md): the manifest's `study`, or for a run recorded before
     the manifest named it, derived here and only here from what it holds: a stream engine's backend
-    (`flink`) is a streams run, a spec with a `service` workload a service run, any other a network
-    run. None without a manifest."""
+    (`flink`) is a streams run, a spec with a `service` workload a service run, one with a `mesh`
+    workload a fabric run, any other a network run. None without a manifest. Fabric runs recorded
+    before the fabric study kind existed (2026-12-03) say `network`: read as fabric runs."""
     if m is None:
         return None
+    mesh = any(w.kind == "mesh" for w in m.spec.workloads)
     if m.study:
-        return m.study
+        return "fabric" if m.study == "network" and mesh else m.study
     if m.backend == "flink":
         return "streams"
     if any(w.kind == "service" for w in m.spec.workloads):
         return "service"
-    return "network"
+    return "fabric" if mesh else "network"
 
 
 def _first_error(e: ValidationError) -> str:

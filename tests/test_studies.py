@@ -57,10 +57,10 @@ def test_a_study_kind_refuses_a_fault_kind_it_does_not_allow(tmp_path):
 
 
 def test_an_unknown_study_kind_is_one_line():
-    with pytest.raises(UserError, match=r"unknown study kind 'fabric' \(known: streams, service, network\)"):
-        harness.studies.lab_study("fabric")
-    with pytest.raises(UserError, match=r"unknown study kind 'fabric' \(known: network, streams, service\)"):
-        analysis.studies.study("fabric")
+    with pytest.raises(UserError, match=r"unknown study kind 'galaxy' \(known: streams, service, fabric, network\)"):
+        harness.studies.lab_study("galaxy")
+    with pytest.raises(UserError, match=r"unknown study kind 'galaxy' \(known: network, streams, service, fabric\)"):
+        analysis.studies.study("galaxy")
 
 
 # ----------------------------------------------------------------------------- the manifest's name
@@ -70,7 +70,11 @@ def test_an_unknown_study_kind_is_one_line():
     ({"backend": "mininet", "spec": {"workloads": [{"kind": "wget"}]}}, "network"),
     ({"backend": "ssh", "spec": {"workloads": [{"kind": "iperf"}, {"kind": "service"}]}}, "service"),
     ({"backend": "flink"}, "streams"),
-    ({"backend": "flink", "study": "fabric"}, "fabric"),   # a recorded name wins
+    ({"backend": "flink", "study": "galaxy"}, "galaxy"),   # a recorded name wins
+    ({"backend": "mininet", "spec": {"workloads": [{"kind": "mesh"}]}}, "fabric"),
+    # fabric runs recorded before the fabric study kind said network
+    ({"backend": "mininet", "study": "network", "spec": {"workloads": [{"kind": "mesh"}]}}, "fabric"),
+    ({"backend": "mininet", "study": "network", "spec": {"workloads": [{"kind": "iperf"}]}}, "network"),
 ])
 def test_older_runs_get_their_study_kind_derived_from_the_manifest(manifest, kind):
     from rundir.manifest import study_of

@@ -18,6 +18,7 @@ from pathlib import Path
 from analysis.fabric import netbouncer, vote007
 from analysis.fabric.inputs import FabricRun, Window, both_ways, probe_counts, retransmitting, windows
 from analysis.score.accuracy import wilson
+from rundir.layout import fresh  # a planted link is replaced, never written through
 
 INPUTS = {"007": "hosts", "netbouncer": "probes", "random": "-"}
 CULPRIT_COLUMNS = ["diagnoser", "inputs", "fault_kind", "windows", "ac1", "ac3"]
@@ -118,12 +119,12 @@ def write(out: Path, verdicts: list[Verdict], acc: list[Accuracy], alarm: list[A
           names: dict[int, str]) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     culprit, al, win = out / "compare-fabric.csv", out / "fabric-alarms.csv", out / "fabric-windows.csv"
-    with culprit.open("w", newline="") as f:
+    with fresh(culprit).open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(CULPRIT_COLUMNS)
         for a in acc:
             w.writerow([a.diagnoser, INPUTS.get(a.diagnoser, ""), a.fault_kind, a.windows, _pct(a.ac1), _pct(a.ac3)])
-    with al.open("w", newline="") as f:
+    with fresh(al).open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["diagnoser", "inputs", "windows", "precision", "precision_low", "precision_high", "recall",
                     "recall_low", "recall_high", "control_hours", "false_alarms", "false_alarms_per_hour"])
@@ -132,7 +133,7 @@ def write(out: Path, verdicts: list[Verdict], acc: list[Accuracy], alarm: list[A
             w.writerow([a.diagnoser, INPUTS.get(a.diagnoser, ""), a.windows, *(f"{100 * x:.1f}" if x != "" else ""
                         for x in (*p, *r)), f"{a.control_hours:.3f}", a.false_alarms,
                         "" if a.per_hour is None else f"{a.per_hour:.2f}"])
-    with win.open("w", newline="") as f:
+    with fresh(win).open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["run", "start", "fault_kind", "link_kind", "truth", "diagnoser", "top3", "blamed"])
         for v in verdicts:

@@ -17,12 +17,27 @@ from analysis.pipeline import evaluate
 from analysis.render.writers import write_accuracy, write_stalled
 from analysis.service_health import service_health, service_markdown
 from analysis.variants import DEFAULT_VARIANT
+from rundir.errors import UserError
 from rundir.layout import RunDir, fresh
 
 
 def say(text: str, file=None) -> None:
     print(text, file=file or sys.stdout, flush=True)
 
+
+
+def _say_fabric(run_dir, out: Path, say) -> None:
+    """The fabric view of this run (analysis.fabric.view): 007 and NetBouncer per window, scored."""
+    from analysis.fabric.view import fabric_view, markdown, write_view
+
+    try:
+        view = fabric_view([run_dir])
+        write_view(view, out)
+    except UserError as e:   # no fabric.json: the run stopped before the end
+        say(f"warning: no fabric view: {e}", sys.stderr)
+        return
+    say("")
+    say(markdown(view))
 
 
 def _say_service(service, out: Path) -> None:
@@ -73,6 +88,8 @@ def summarize(run_dir: str | Path, variants: Sequence[str] = (DEFAULT_VARIANT,),
     lead = "service" in ev.study.lead   # a service run's summary leads with its tiers' latency
     if service is not None and lead:
         _say_service(service, out)
+    if "fabric" in ev.study.lead:   # a fabric run's summary leads with which link each diagnoser names
+        _say_fabric(run_dir, out, say)
     say("")
     say(md)
     health = ev.health.get(ev.runs[0])

@@ -7,6 +7,7 @@ in rundir.manifest.study_of); the lab half of the same name is harness.studies'.
     network.py   NeST on a host's network stack (thesis Table 3.3 and the seeds' tables)
     service.py   NeST on a multi-tier service's hosts (no seed tables; per-tier latency and paths first)
     streams.py   StreamsDiagnoser on a stream processing job (thesis Table 4.3, no network health)
+    fabric.py    which link? 007 and NetBouncer per link on a fat-tree, NeST on every host beside
 
 STUDIES maps a name to a loader of its Study, one line per kind. Runs of several kinds viewed
 together get the network study's view (the house's general one).
@@ -41,10 +42,17 @@ def _service() -> Study:
     return STUDY
 
 
+def _fabric() -> Study:
+    from analysis.studies.fabric import STUDY
+
+    return STUDY
+
+
 STUDIES: dict[str, Callable[[], Study]] = {
     "network": _network,
     "streams": _streams,
     "service": _service,
+    "fabric": _fabric,
 }
 GENERAL = "network"   # the view of runs of several kinds, or of none known
 

@@ -7,6 +7,7 @@ names (analysis.studies) reads.
     base.py      LabStudy, the interface
     network.py   a host's network stack (wget, iperf), the network fault kinds
     service.py   a multi-tier service on the network lab, the tiers' fault kinds
+    fabric.py    a fat-tree fabric with a mesh workload on the network lab, link faults (which link?)
     streams.py   a stream processing job on Flink, throttles and droppers
 
 STUDIES maps a name to a loader of its LabStudy, one line per kind, in the order their specs are
@@ -37,6 +38,12 @@ def _service() -> LabStudy:
     return STUDY
 
 
+def _fabric() -> LabStudy:
+    from harness.studies.fabric import STUDY
+
+    return STUDY
+
+
 def _network() -> LabStudy:
     from harness.studies.network import STUDY
 
@@ -46,6 +53,7 @@ def _network() -> LabStudy:
 STUDIES: dict[str, Callable[[], LabStudy]] = {
     "streams": _streams,
     "service": _service,
+    "fabric": _fabric,
     "network": _network,
 }
 

@@ -251,6 +251,8 @@ def _accuracy(args) -> int:
     md, files = write_accuracy(ev, out, intervals=args.intervals)
     if "service" in ev.study.lead:   # a service run: its tiers' latency and the culprit table first
         files = _service_view(runs, variants, out) + files
+    if "fabric" in ev.study.lead:    # a fabric run: which link, first
+        files = _fabric_view(runs, out) + files
     print(md)
     if seed is not None:
         from analysis.render.against import accuracy_vs_seed
@@ -318,6 +320,8 @@ def _compare(args) -> int:
         files += more
     if service:   # a service run: its tiers' latency and the culprit table first
         files = _service_view(runs, variants, out, names, known) + files
+    if "fabric" in ev.study.lead:    # a fabric run: which link, first
+        files = _fabric_view(runs, out) + files
     print(md)
     if seed is not None:
         from analysis.render.against import ablation_vs_seed
@@ -337,6 +341,17 @@ def _compare(args) -> int:
 def _algorithm_names(args) -> list[str]:
     names = getattr(args, "blackbox", "none")
     return [] if names.strip().lower() in ("none", "") else [a.strip() for a in names.split(",") if a.strip()]
+
+
+def _fabric_view(runs: list[Path], out: Path) -> list[Path]:
+    """Print a fabric study's lead (analysis.fabric.view): 007 and NetBouncer per link and window,
+    scored; compare-fabric.csv and its companions written."""
+    from analysis.fabric.view import fabric_view, markdown, write_view
+    from rundir.runs import guarded
+
+    view = guarded(out, fabric_view, [str(r) for r in runs])
+    print(markdown(view) + "\n")
+    return guarded(out, write_view, view, out)
 
 
 def _service_view(runs: list[Path], variants: list[str], out: Path, names=None, known=None) -> list[Path]:

@@ -28,6 +28,7 @@ import pandas as pd
 
 from analysis.evaluation import Evaluation
 from analysis.render.html import figures, sections
+from analysis.render.html.fabric import fabric_section
 from analysis.render.html.faults import faults_part
 from analysis.render.html.html import details, esc, note, page, png, section, table
 from analysis.render.html.paths import paths_section
@@ -172,7 +173,8 @@ def build_report(ev: Evaluation, out: str | Path, *, figures_of: dict | None = N
     # The sections the study kind leads with (a service run: its tiers' latency, then the causal paths).
     lead = {"service": ("Service tiers: latency", lambda: service_section(ev)),
             "culprit": ("Which tier? Culprit accuracy per fault kind", lambda: culprit_section(ev)),
-            "paths": ("Causal paths (black-box: Project5, WAP5)", lambda: paths_section(ev))}
+            "paths": ("Causal paths (black-box: Project5, WAP5)", lambda: paths_section(ev)),
+            "fabric": ("Which link? 007 and NetBouncer per link", lambda: fabric_section(ev))}
     for anchor in ev.study.lead:
         add(anchor, lead[anchor][0], lead[anchor][1]())
     # Scratch for figures, next to the report: a report killed half way leaves nothing outside it.
