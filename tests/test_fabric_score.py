@@ -114,3 +114,4 @@ def test_scores_count_first_and_top_three_precision_recall_and_false_alarms():
     # blamed: 5 (right), 1 (wrong), none, 3 (a control): precision 1/3; truths 5, 5, 7: recall 1/3
     assert al.precision[0] == pytest.approx(1 / 3) and al.recall[0] == pytest.approx(1 / 3)
     assert al.false_alarms == 1 and al.per_hour == pytest.approx(1 / (20 / 3600))
+    assert al.clean_alarms == 1 and al.clean_hours == pytest.approx(20 / 3600)   # the controls' windows, no other clean one

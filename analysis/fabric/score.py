@@ -91,10 +91,16 @@ class Alarms:
     recall: tuple[float, float, float] | None
     control_hours: float
     false_alarms: int
+    clean_hours: float = 0.0      # every window with no fault in force, fault runs' included
+    clean_alarms: int = 0
 
     @property
     def per_hour(self) -> float | None:
         return self.false_alarms / self.control_hours if self.control_hours > 0 else None
+
+    @property
+    def clean_per_hour(self) -> float | None:
+        return self.clean_alarms / self.clean_hours if self.clean_hours > 0 else None
 
 
 def alarms(verdicts: Iterable[Verdict]) -> list[Alarms]:
@@ -110,8 +116,10 @@ def alarms(verdicts: Iterable[Verdict]) -> list[Alarms]:
         fn = sum(len(set(v.window.truth) - set(v.blamed)) for v in vs)
         controls = [v for v in vs if v.control_run]
         hours = sum(v.window.end - v.window.start for v in controls) / 3600
+        clean = [v for v in vs if not v.window.truth]   # the control runs' and the fault runs' quiet windows
         out.append(Alarms(d, len(vs), wilson(tp, tp + fp), wilson(tp, tp + fn), hours,
-                          sum(len(v.blamed) for v in controls)))
+                          sum(len(v.blamed) for v in controls), sum(v.window.end - v.window.start for v in clean) / 3600,
+                          sum(len(v.blamed) for v in clean)))
     return out
 
 
@@ -127,12 +135,14 @@ def write(out: Path, verdicts: list[Verdict], acc: list[Accuracy], alarm: list[A
     with fresh(al).open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["diagnoser", "inputs", "windows", "precision", "precision_low", "precision_high", "recall",
-                    "recall_low", "recall_high", "control_hours", "false_alarms", "false_alarms_per_hour"])
+                    "recall_low", "recall_high", "control_hours", "false_alarms", "false_alarms_per_hour",
+                    "clean_hours", "clean_alarms", "clean_alarms_per_hour"])
         for a in alarm:
             p, r = a.precision or ("", "", ""), a.recall or ("", "", "")
             w.writerow([a.diagnoser, INPUTS.get(a.diagnoser, ""), a.windows, *(f"{100 * x:.1f}" if x != "" else ""
                         for x in (*p, *r)), f"{a.control_hours:.3f}", a.false_alarms,
-                        "" if a.per_hour is None else f"{a.per_hour:.2f}"])
+                        "" if a.per_hour is None else f"{a.per_hour:.2f}", f"{a.clean_hours:.3f}", a.clean_alarms,
+                        "" if a.clean_per_hour is None else f"{a.clean_per_hour:.2f}"])
     with fresh(win).open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["run", "start", "fault_kind", "link_kind", "truth", "diagnoser", "top3", "blamed"])

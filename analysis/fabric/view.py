@@ -70,7 +70,8 @@ def _interval(x) -> str:
 
 
 ACCURACY_HEADER = ["diagnoser", "fault kind", "windows", "AC@1 % [95%]", "AC@3 % [95%]"]
-ALARMS_HEADER = ["diagnoser", "link precision % [95%]", "link recall % [95%]", "control hours", "false alarms/h"]
+ALARMS_HEADER = ["diagnoser", "link precision % [95%]", "link recall % [95%]", "control hours", "false alarms/h",
+                 "fault-free hours", "alarms/h there"]
 
 
 def title(view: FabricView) -> str:
@@ -84,7 +85,8 @@ def accuracy_rows(view: FabricView) -> list[list[str]]:
 
 def alarm_rows(view: FabricView) -> list[list[str]]:
     return [[x.diagnoser, _interval(x.precision), _interval(x.recall), f"{x.control_hours:.3f}",
-             "-" if x.per_hour is None else f"{x.per_hour:.2f} ({x.false_alarms})"] for x in view.alarms]
+             "-" if x.per_hour is None else f"{x.per_hour:.2f} ({x.false_alarms})", f"{x.clean_hours:.3f}",
+             "-" if x.clean_per_hour is None else f"{x.clean_per_hour:.2f} ({x.clean_alarms})"] for x in view.alarms]
 
 
 def _md(header: list[str], rows: list[list[str]]) -> list[str]:
