@@ -119,3 +119,160 @@ def test_the_collector_labels_its_one_hosts_modules_as_the_multihost_collector_d
     argv = command(["python3"], "/tmp/x/run.db", 0.1, "/dev/shm/d", ["eth0"], None, (), label_host="app1")
     assert argv[argv.index("--label-host") + 1] == "app1" and "--host" not in argv
     assert json.dumps(argv)
+
+
+# ---- the lab's collectors and drainers on testbed nodes ------------------------------------------
+
+def _lab_parts(tmp_path, separate=True, remote=True):
+    from types import SimpleNamespace as NS
+
+    started = []
+
+    class Proc:
+        def __init__(self, host, argv):
+            self.node, self.argv, self.pid, self.started, self.code = host, argv, 100 + len(started), 0.0, None
+
+        def poll(self):
+            return self.code
+
+    class Node:
+        def __init__(self, name):
+            self.name, self.pid = name, 7
+
+        def start(self, argv, log, env=None):
+            started.append((self.name, argv, log))
+            return Proc(self.name, argv)
+
+        def stop(self, proc, timeout=3.0):
+            return 0
+
+    counts = {}
+    backend = NS(node=Node, remote=remote, separate_collectors=lambda: separate,
+                 collector_db=lambda host, record: f"/tmp/nestlab-r-{host}/run.db",
+                 trace_db=lambda host: f"/tmp/nestlab-r-{host}/trace.db" if separate else None,
+                 python=lambda host: ["env", f"PYTHONPATH=/tmp/nestlab-r-{host}/pkg", "python3"],
+                 ignored_interfaces=lambda host: [f"ctl-{host}"], snapshots=lambda host, record: 1,
+                 start_progress=lambda host: counts.setdefault(host, 1),
+                 progress_snapshots=lambda host, record: counts.get(host, 0))
+    spec = NS(monitor=["web", "app1", "db"], probe=None, snapshot_interval=0.1, interceptor=True, trace="messages",
+              workloads=[])
+    logs = tmp_path / "logs"
+    logs.mkdir(exist_ok=True)
+    rd = NS(collector_log=logs / "collector.log", logs=logs)
+    return spec, backend, rd, started, counts
+
+
+def test_each_monitored_node_gets_its_own_collector_labelled_with_its_host(tmp_path):
+    from harness.lab.collectors import Collectors
+
+    spec, backend, rd, started, _ = _lab_parts(tmp_path)
+    roles = []
+    c = Collectors(spec, backend, rd, None, {"web": "/dev/shm/w", "app1": "/dev/shm/a", "db": "/dev/shm/d"},
+                   lambda proc, w, role, host: roles.append((role, host)))
+    assert c.start() == "/tmp/nestlab-r-web/run.db"
+    assert [s[0] for s in started] == ["web", "app1", "db"] and roles == [("collector", h) for h in ("web", "app1", "db")]
+    for host, argv, log in started:
+        assert argv[argv.index("--label-host") + 1] == host and "--host" not in argv
+        assert argv[argv.index("--db") + 1] == f"/tmp/nestlab-r-{host}/run.db"
+        assert argv[argv.index("--interceptor-dir") + 1] == {"web": "/dev/shm/w", "app1": "/dev/shm/a", "db": "/dev/shm/d"}[host]
+        assert argv[argv.index("--ignore-interface") + 1] == f"ctl-{host}"
+        assert log.name == ("collector.log" if host == "web" else f"collector-{host}.log")
+    c.stop()
+    assert c.procs == {}
+
+
+def test_a_node_whose_collector_dies_or_goes_quiet_ends_the_run_naming_it(tmp_path):
+    from harness.lab.collectors import Collectors, NodeFailed
+    from rundir.errors import UserError
+
+    spec, backend, rd, started, counts = _lab_parts(tmp_path)
+    c = Collectors(spec, backend, rd, None, {}, lambda *a: None)
+    c.start()
+    c.check(5.0, 50, 0.0, 10.0)                       # all recording: nothing
+    c.procs["app1"].code = -1                         # its command server is gone: the node
+    with pytest.raises(NodeFailed) as e:
+        c.check(6.0, 60, 0.0, 10.0)
+    assert isinstance(e.value, UserError) and str(e.value).startswith("app1: it stopped answering at t = 6.0 s")
+    assert "\n" not in str(e.value) and "kept" in str(e.value)
+    c.procs["app1"].code = None
+    c.seen["db"] = (counts["db"], c.seen["db"][1] - 11.0)   # db's count has not moved for 11 s
+    with pytest.raises(NodeFailed, match=r"^db: its collector recorded no snapshot for 1\d\.\d s"):
+        c.check(20.0, 200, 0.0, 10.0)
+
+
+def test_on_mininet_a_dead_collector_is_still_a_stopped_recording(tmp_path):
+    from harness.lab.collectors import Collectors
+    from harness.outline import RecordingStopped
+
+    spec, backend, rd, started, _ = _lab_parts(tmp_path, separate=False, remote=False)
+    c = Collectors(spec, backend, rd, None, {}, lambda *a: None)
+    c.start()
+    assert len(started) == 1 and "--host" in started[0][1]
+    c.procs["web"].code = 1
+    with pytest.raises(RecordingStopped, match="the collector exited with status 1 at t = 3.0 s, after 30 snapshots"):
+        c.check(3.0, 30, 0.0, 10.0)
+
+
+def test_each_traced_node_gets_its_own_drainer_writing_on_the_node(tmp_path):
+    from harness.lab.tracing import MessageTracing
+
+    spec, backend, rd, started, _ = _lab_parts(tmp_path)
+    tracing = MessageTracing(spec, backend)
+    tracing.dirs = {"client": "/dev/shm/c", "web": "/dev/shm/w"}
+    assert tracing.separate
+    roles = []
+    tracing.start("/results/run.db", rd.logs / "tracedrain.log", lambda proc, w, role, host: roles.append((role, host)))
+    assert roles == [("tracedrain", "client"), ("tracedrain", "web")]
+    for host, argv, log in started:
+        assert argv[argv.index("--db") + 1] == f"/tmp/nestlab-r-{host}/trace.db"
+        assert argv[argv.index("--dir") + 1] == f"{host}={tracing.dirs[host]}" and argv.count("--dir") == 1
+        assert log.name == f"tracedrain-{host}.log"
+    tracing.stop(lambda *a: roles.append(a[2]))
+    assert roles[-2:] == ["ended", "ended"] and tracing.procs == {}
+
+
+# ---- clocks ------------------------------------------------------------------------------------
+
+class ClockNode:
+    def __init__(self, name, delta=0.0, rtt=0.001, fail=None):
+        from types import SimpleNamespace as NS
+
+        self.name, self.delta, self.rtt, self.fail = name, delta, rtt, fail
+        self.p = NS(where=f"{name} (root@{name}.example:22)")
+
+    def measure_clock(self):
+        if self.fail:
+            raise RuntimeError(self.fail)
+        return self.delta, self.rtt
+
+
+def test_clocks_that_cannot_be_measured_are_one_line_naming_the_node():
+    from harness.backends.ssh.provision import measure_clocks
+    from harness.backends.ssh.transport import SshError
+
+    nodes = {"web": ClockNode("web", 5.0), "db": ClockNode("db", 7.0, 0.002)}
+    clocks = measure_clocks(nodes, "web")
+    assert clocks.nodes["db"].offset == pytest.approx(-2.0) and clocks.nodes["db"].rtt == pytest.approx(0.003)
+    assert clocks.nodes["web"].offset == 0.0
+    for bad, words in ((ClockNode("db", rtt=0.4), "the best of 15 round trips took 400 ms"),
+                       (ClockNode("db", rtt=float("nan")), "round trips took nan ms"),
+                       (ClockNode("db", fail="command server stopped"), "command server stopped")):
+        with pytest.raises(SshError) as e:
+            measure_clocks({"web": nodes["web"], "db": bad}, "web")
+        msg = str(e.value)
+        assert msg.startswith("db (root@db.example:22): its clock offset cannot be measured") and words in msg, msg
+        assert "\n" not in msg
+
+
+def test_a_node_that_loses_clock_sync_is_named():
+    from harness.backends.ssh.provision import clock_drift, measure_clocks
+    from harness.backends.ssh.transport import SshError
+
+    nodes = {"web": ClockNode("web", 5.0), "db": ClockNode("db", 7.0)}
+    start = measure_clocks(nodes, "web")
+    nodes["db"].delta = 7.003                      # 3 ms: within 5 ms + the round trips
+    clock_drift(start, measure_clocks(nodes, "web"), nodes)
+    nodes["db"].delta = 7.5                        # stepped by half a second
+    with pytest.raises(SshError, match=r"^db \(root@db.example:22\): lost clock sync: its offset to web's clock "
+                                       r"moved by 500.0 ms"):
+        clock_drift(start, measure_clocks(nodes, "web"), nodes)
