@@ -144,7 +144,8 @@ class NetworkLab(Lab):
             self.tracing.add_env(client_env)
         self.workloads = Workloads(spec, nodes, addresses, rd.logs, client_env, on_process=self._on_process,
                                    warn=lambda message, workload: self.run.event("warning", message, workload),
-                                   python=backend.python, seed=self.exp.seed_for(self.run.rep))
+                                   python=backend.python, seed=self.exp.seed_for(self.run.rep),
+                                   pythonpath=backend.pythonpath)
         self.run.ledger.add_path(self.workloads.www)
         self.workloads.start_servers()
         self.faults = Faults(FaultEnv(spec, backend, self.clocks, self.workloads, self.rng, self.run.run_id,
@@ -276,8 +277,13 @@ class NetworkLab(Lab):
         summary (the manifest's `service`), from the tiers' logs (harness.service.paths)."""
         if self.workloads is None or not self.workloads.services:
             return
-        # nginx stamps the wall clock: every Mininet namespace shares this machine's clocks
-        rows, summaries = self.workloads.service_records(time.time() - monotonic())
+        # nginx stamps the wall clock: every Mininet namespace shares this machine's clocks; on testbed
+        # nodes it is read on the web node, and every node's stamps converted with its offset
+        if self.backend.separate_collectors():
+            offsets = {n: o.offset for n, o in self.clocks.nodes.items()} if self.clocks else {}
+            rows, summaries = self.workloads.service_records(None, offsets)
+        else:
+            rows, summaries = self.workloads.service_records(time.time() - monotonic())
         self.record.requests(rows)
         self.rd.update_manifest(service={str(i): s for i, s in summaries.items()})
 

@@ -44,7 +44,7 @@ BASE_PROGRAMS = ("ip",)
 SERVICE_PROGRAMS = {"web": {"nginx"}, "app": {"gunicorn"}, "cache": {"memcached"},
                     "db": {"mariadbd", "mariadb-install-db", "mariadb"}, "client": set()}
 PACKAGES.update({"nginx": "nginx", "gunicorn": "gunicorn", "memcached": "memcached", "mariadbd": "mariadb-server",
-                 "mariadb-install-db": "mariadb-server", "mariadb": "mariadb-client"})
+                 "mariadb-install-db": "mariadb-server", "mariadb": "mariadb-server"})
 SERVICE_MODULES = {"pymemcache": "python3-pymemcache", "pymysql": "python3-pymysql"}
 SYSTEM_SERVICES = {"lighttpd": "lighttpd", "nginx": "nginx", "memcached": "memcached", "mariadb-server": "mariadb"}
 
