@@ -13,7 +13,8 @@ host's). Merging puts them on one timeline, as a Mininet run is:
   node's snapshots land on one reference snapshot, a module's later values are kept (the counters are
   cumulative), and a reference snapshot none lands on carries the node's values forward, as readers do
   between rows;
-- its modules and edges get new ids after those already merged, their birth and death the time of the
+- its modules and edges get new ids after those already merged (a key another node's module has
+  already becomes `<key>%<node>`: machines share no pid, inode or interface name space), their birth and death the time of the
   reference snapshot their snapshot landed on (a module is born at "the first snapshot it appeared
   in"), the collector's final close converted with the offset; tcp_info's stamps and probes' times are
   converted with the offset.
@@ -66,7 +67,8 @@ def _max(db: sqlite3.Connection, sql: str) -> int:
 def merge_nodes(db: sqlite3.Connection, reference: NodeRecording, others: list[NodeRecording]) -> int:
     """Merge the reference node's collector tables as they are and every other node's onto its
     snapshots (module docstring); returns the snapshots of the merged run. The reference's snapshots
-    must be the first in `db` (it holds none before)."""
+    must be the first in `db` (it holds none before). A `reference` with an offset is another node
+    standing in for a reference whose recording is lost: its times are converted too."""
     if db.in_transaction:
         db.commit()
     _attach(db, reference.path)
@@ -76,6 +78,15 @@ def merge_nodes(db: sqlite3.Connection, reference: NodeRecording, others: list[N
         db.commit()
     finally:
         db.execute("DETACH DATABASE c")
+    if reference.offset:   # the grid is another node's (the reference's recording is lost): convert it
+        off = {"off": reference.offset}
+        db.execute("UPDATE snapshots SET mono = mono + :off", off)
+        db.execute("UPDATE modules SET born = born + :off, died = died + :off", off)
+        db.execute("UPDATE edges SET born = born + :off, died = died + :off", off)
+        db.execute("UPDATE tcp_info SET data_sent_at = data_sent_at + :off, data_recv_at = data_recv_at + :off, "
+                   "ack_recv_at = ack_recv_at + :off", off)
+        db.execute("UPDATE probes SET sent = sent + :off, done = done + :off", off)
+        db.commit()
     ref = db.execute("SELECT seq, mono FROM snapshots ORDER BY seq").fetchall()
     ref_seqs, ref_monos = [s for s, _ in ref], [m for _, m in ref]
     for rec in others:
@@ -105,10 +116,14 @@ def _merge_one(db: sqlite3.Connection, rec: NodeRecording, ref_seqs: list[int], 
         # A time that is a node snapshot's becomes that snapshot's place on the grid; any other (the
         # collector's close) is converted with the offset.
         on_grid = "coalesce((SELECT rmono FROM temp.seqmap WHERE nmono = {0}), {0} + :off)"
-        db.execute(f"INSERT INTO main.modules SELECT id + :shift, kind, name, key, attrs, "
+        # A key another node's module has already (testbed machines each have their own pids, socket
+        # inodes and interface names: eth1 on every node) gets the node's name, so that no fault
+        # target (rundir.targets, by key) resolves to another node's module.
+        db.execute(f"INSERT INTO main.modules SELECT id + :shift, kind, name, "
+                   f"CASE WHEN key IN (SELECT key FROM main.modules) THEN key || '%' || :node ELSE key END, attrs, "
                    f"{on_grid.format('m.born')}, "
                    f"CASE WHEN m.died IS NULL THEN NULL ELSE {on_grid.format('m.died')} END FROM c.modules m",
-                   {"shift": shift, "off": off})
+                   {"shift": shift, "off": off, "node": rec.node})
         db.execute(f"INSERT INTO main.edges SELECT parent + :shift, child + :shift, {on_grid.format('e.born')}, "
                    f"CASE WHEN e.died IS NULL THEN NULL ELSE {on_grid.format('e.died')} END FROM c.edges e",
                    {"shift": shift, "off": off})

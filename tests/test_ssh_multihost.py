@@ -52,8 +52,9 @@ def test_a_second_node_lands_on_the_reference_timeline(tmp_path):
     assert n == 4
     assert run.execute("SELECT count(*) FROM snapshots").fetchone()[0] == 4   # the reference's only
     mods = run.execute("SELECT id, key, born, died FROM modules ORDER BY id").fetchall()
-    # the reference's as they are; app1's after them, born and died on the grid's snapshots
-    assert mods == [(1, "tcp:1", 10.0, None), (2, "tcp:1", 10.0, 10.3), (3, "app:7", 10.1, None)]
+    # the reference's as they are; app1's after them, born and died on the grid's snapshots, a key the
+    # reference has already named with its node (another machine's inode 1 is another socket)
+    assert mods == [(1, "tcp:1", 10.0, None), (2, "tcp:1%app1", 10.0, 10.3), (3, "app:7", 10.1, None)]
     rows = run.execute("SELECT seq, module, dir, total_msgs FROM counters WHERE module > 1 ORDER BY module, seq").fetchall()
     # node seq 1 and 2 landed on 1 and 2; seq 0 on 0; nothing lands twice here but the values carried
     assert rows == [(0, 2, "in", 3), (1, 2, "in", 4), (2, 2, "in", 6), (1, 3, "out", 9), (2, 3, "out", 11)]
@@ -276,3 +277,34 @@ def test_a_node_that_loses_clock_sync_is_named():
     with pytest.raises(SshError, match=r"^db \(root@db.example:22\): lost clock sync: its offset to web's clock "
                                        r"moved by 500.0 ms"):
         clock_drift(start, measure_clocks(nodes, "web"), nodes)
+
+
+def test_a_lost_reference_recording_leaves_the_others_merged_on_the_next_nodes_snapshots(tmp_path):
+    """bring_back_recordings when the reference node's run.db cannot be fetched (the node died): the
+    other nodes' come back all the same, on the reference clock, and the error names the lost one."""
+    from harness.backends.ssh.retrieve import bring_back_recordings
+
+    src = {"app1": _node_db(tmp_path / "app1-src.db", [110.0, 110.1], [(1, "tcp:1", 110.0, None)], [(0, 1, "in", 1)]),
+           "db": _node_db(tmp_path / "db-src.db", [210.02, 210.12], [(1, "tcp:9", 210.02, None)], [(1, 1, "in", 4)])}
+
+    class Node:
+        def __init__(self, name):
+            self.name = name
+
+        def exists(self, remote):
+            return False
+
+        def get(self, remote, local):
+            if self.name == "web":
+                raise OSError("connection lost")
+            local.write_bytes(src[self.name].read_bytes())
+
+    nodes = {n: Node(n) for n in ("web", "app1", "db")}
+    run = create_db(tmp_path / "run.db")
+    errors = bring_back_recordings(nodes, {"web": "/w/run.db", "app1": "/a/run.db", "db": "/d/run.db"}, {}, "web",
+                                   {"app1": -100.0, "db": -200.0}, tmp_path, run)
+    assert len(errors) == 2 and "run.db from web: connection lost" in errors[0] and "on app1's snapshots" in errors[1]
+    assert [round(m, 6) for (m,) in run.execute("SELECT mono FROM snapshots ORDER BY seq")] == [10.0, 10.1]
+    assert [(k, round(b, 6)) for k, b in run.execute("SELECT key, born FROM modules ORDER BY id")] == \
+        [("tcp:1", 10.0), ("tcp:9", 10.0)]
+    assert not list(tmp_path.glob("collector-*.db"))      # the copies are removed

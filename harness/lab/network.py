@@ -187,8 +187,8 @@ class NetworkLab(Lab):
 
     def tick(self, now: float) -> None:
         self.workloads.start_due(now)
-        if now >= self.next_clock_check:   # testbed nodes: a node that lost clock sync ends the run
-            self.next_clock_check = now + CLOCK_CHECK_S
+        if monotonic() >= self.next_clock_check:   # testbed nodes: a node that lost clock sync ends the run
+            self.next_clock_check = monotonic() + CLOCK_CHECK_S   # (the runner's clock, as set in __init__)
             self.backend.check_clocks()
         if now >= self.next_queue_sample:
             self._sample_queues()

@@ -121,9 +121,12 @@ def bring_back_recordings(nodes: dict[str, SshNode], collector_dbs: dict[str, st
         elif reference in fetched:
             others = [NodeRecording(n, p, offset(n)) for n, p in fetched.items() if n != reference]
             merge_nodes(db, NodeRecording(reference, fetched[reference]), others)
-        elif fetched:
+        elif fetched:   # the reference's is lost: the first other node's snapshots are the grid
+            grid, *rest = fetched
             errors.append(f"run.db from {reference} (the reference clock's) is missing: the other nodes' "
-                          f"recordings ({', '.join(sorted(fetched))}) were not merged")
+                          f"recordings are merged on {grid}'s snapshots, converted to {reference}'s clock")
+            merge_nodes(db, NodeRecording(grid, fetched[grid], offset(grid)),
+                        [NodeRecording(n, fetched[n], offset(n)) for n in rest])
     except Exception as e:  # noqa: BLE001
         errors.append(f"merging the collectors' run.db: {e}")
     finally:
