@@ -308,3 +308,35 @@ def test_a_lost_reference_recording_leaves_the_others_merged_on_the_next_nodes_s
     assert [(k, round(b, 6)) for k, b in run.execute("SELECT key, born FROM modules ORDER BY id")] == \
         [("tcp:1", 10.0), ("tcp:9", 10.0)]
     assert not list(tmp_path.glob("collector-*.db"))      # the copies are removed
+
+
+def test_a_node_that_hangs_holds_up_no_other_nodes_snapshot_count(monkeypatch):
+    import threading
+    import time
+
+    from harness.backends.ssh import backend as ssh_backend
+    from harness.backends.ssh.backend import SshBackend
+
+    monkeypatch.setattr(ssh_backend, "PROGRESS_S", 0.02)
+    release = threading.Event()
+    b = SshBackend.__new__(SshBackend)
+    b._progress, b._pollers, b._poller_stop = {}, [], threading.Event()
+    counts = {"web": 0}
+
+    def snapshots(name, run_db=None, server=True):
+        if name == "db":
+            release.wait(5)           # a node gone away: its poll hangs until its timeout
+            raise RuntimeError("timed out")
+        counts["web"] += 1
+        return counts["web"]
+
+    b.snapshots = snapshots
+    b.start_progress("db")
+    b.start_progress("web")
+    deadline = time.monotonic() + 5
+    while b.progress_snapshots("web") < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert b.progress_snapshots("web") >= 3 and b.progress_snapshots("db") == 0
+    release.set()
+    b.stop_progress()
+    assert not any(t.is_alive() for t in b._pollers)

@@ -14,6 +14,7 @@ import os
 import platform
 import re
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -58,8 +59,7 @@ class SshBackend:
         self.remote_dbs: dict[str, str] = {}   # each monitored node's collector's run.db there
         self.trace_dbs: dict[str, str] = {}    # each traced node's drainer's database there
         self._progress: dict[str, int] = {}    # snapshot counts, as the progress thread last read them
-        self._poller: threading.Thread | None = None
-        self._polled: list[str] = []
+        self._pollers: list[threading.Thread] = []
         self._poller_stop = threading.Event()
         self.routing: dict[str, dict] = {}    # ECMP: what multipath.verify found, for the manifest
 
@@ -215,30 +215,30 @@ class SshBackend:
         return int(self.agent(name, "count", self.remote_dbs[name], timeout=10, server=server))
 
     def start_progress(self, name: str) -> None:
-        """Keep `name`'s snapshot count current (one thread polls every node asked for)."""
-        self._polled.append(name)
+        """Keep `name`'s snapshot count current: a thread per node, so that a node that does not answer
+        holds up no other node's count."""
         self._progress.setdefault(name, 0)
-        if self._poller is None:
-            self._poller = threading.Thread(target=self._poll_snapshots, name="progress", daemon=True)
-            self._poller.start()
+        thread = threading.Thread(target=self._poll_snapshots, args=(name,), name=f"progress-{name}", daemon=True)
+        self._pollers.append(thread)
+        thread.start()
 
-    def _poll_snapshots(self) -> None:
-        """The snapshot counts of the collectors, for the progress line and the stall check (off the
-        main loop). A node that does not answer keeps its last count: the lab's stall check names it."""
+    def _poll_snapshots(self, name: str) -> None:
+        """A collector's snapshot count, for the progress line and the stall check (off the main loop).
+        A node that does not answer keeps its last count: the lab's stall check names it."""
         while not self._poller_stop.wait(PROGRESS_S):
-            for name in list(self._polled):
-                try:
-                    self._progress[name] = self.snapshots(name, server=False)
-                except Exception:  # noqa: BLE001 - progress only
-                    pass
+            try:
+                self._progress[name] = self.snapshots(name, server=False)
+            except Exception:  # noqa: BLE001 - progress only
+                pass
 
     def progress_snapshots(self, name: str, run_db: RunRecorder | None = None) -> int:
         return self._progress.get(name, 0)
 
     def stop_progress(self) -> None:
         self._poller_stop.set()
-        if self._poller is not None:
-            self._poller.join(timeout=15)
+        deadline = time.monotonic() + 15   # one wait for them all (a gone node's poll ends at its timeout)
+        for thread in self._pollers:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
     # -- the end of the run ----------------------------------------------------------------------
     def clocks_end(self) -> Clocks | None:
