@@ -258,11 +258,10 @@ class Spec(_Strict):
             raise ValueError("duration must be greater than 0")
         if not 0.01 <= self.snapshot_interval <= 10:
             raise ValueError("snapshot_interval must be between 10ms and 10s")
-        if len(self.monitored) > 1 and self.probe is not None:
-            if "probe" in self.model_fields_set:
-                raise ValueError("probe: the collector's probes run with one monitored host (from several hosts "
-                                 "they are not built); with a list under 'monitor', set 'probe: off'")
+        if len(self.monitored) > 1 and self.probe is not None and "probe" not in self.model_fields_set:
             self.probe = None   # the default, with several hosts: no probes (docs/probes.md)
+        # asked for with several hosts: a testbed's collector per node probes its own connections;
+        # Mininet's one collector does not (_check_against_topology)
         return self
 
 
@@ -423,6 +422,10 @@ def _check_against_topology(spec: Spec, doc: YamlDoc, topo: Topology) -> None:
             raise doc.error(("workloads", i, "server"), "server must be another host than the client")
     if topo.backend != "mininet":
         _check_on_testbed(spec, doc, topo)
+    elif len(spec.monitored) > 1 and spec.probe is not None:
+        raise doc.error(("probe",), "the collector's probes run with one monitored host (Mininet's one collector "
+                                    "of several hosts does not build them; on testbed nodes each node's collector "
+                                    "probes its own); with a list under 'monitor', set 'probe: off'")
     for i, f in enumerate(spec.faults):
         problem = f.check_against(spec, topo)   # the kind's own checks first
         if problem is not None:

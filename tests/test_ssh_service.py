@@ -257,3 +257,17 @@ def test_export_of_the_ssh_topology_has_the_shape_of_the_service_topology(tmp_pa
         strip = lambda text: [ln for ln in text.splitlines() if "service" not in ln]   # noqa: E731 - names, comments
         assert strip(ssh) == strip(plain), fmt
         assert ssh.count("10.0.8.") == 2                                 # the db's link, both ends
+
+
+def test_probes_with_several_hosts_are_each_nodes_collectors_on_a_testbed_and_refused_on_mininet(tmp_path):
+    from harness.lab.collectors import Collectors
+
+    text = SPEC + "probe: {after: 500ms}\n"
+    with pytest.raises(SpecError, match=r":\d+: probe: the collector's probes run with one monitored host"):
+        load_spec(write(tmp_path, "m.yaml", text))
+    exp = load_spec(write(tmp_path, "s.yaml", text), topology=SERVICE_SSH)
+    assert exp.spec.probe is not None and exp.spec.probe.after == 0.5
+    assert load_spec(write(tmp_path, "d.yaml", SPEC), topology=SERVICE_SSH).spec.probe is None   # off by default
+    backend = NS(separate_collectors=lambda: True, python=lambda h: ["python3"], ignored_interfaces=lambda h: [])
+    argv = Collectors(exp.spec, backend, None, None, {}, None).argv("app1", "/n/run.db")
+    assert "--probe" in argv and "--label-host" in argv and "--host" not in argv
