@@ -100,6 +100,15 @@ def clean_nodes(net):
     assert net.node_state() == state, "the run changed routes or firewall rules on the nodes"
 
 
+# The runner and `nestlab cleanup` are the venv's entry points run in the management namespace: this
+# checkout's code on their path (an editable install may point at another checkout, e.g. a worktree's).
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def _runner(net: SshNet, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(net.runner_argv(*args), capture_output=True, text=True, timeout=timeout, cwd=REPO, env=ENV)
+
+
 def _db(run: Path) -> sqlite3.Connection:
     return sqlite3.connect(f"file:{run / 'run.db'}?mode=ro", uri=True)
 
@@ -138,7 +147,7 @@ def _shape(run: Path) -> dict:
 def test_the_service_spec_over_ssh_brings_back_the_tables_of_its_mininet_run(reference, net, tmp_path, clean_nodes):
     spec = write(tmp_path, "e2e.yaml", SPEC.format(duration="25s"))
     topo = net.topology_file(tmp_path / "service-ssh.yaml")
-    r = net.runner(str(spec), "--topology", str(topo), "--results", str(tmp_path / "ssh"), timeout=600)
+    r = _runner(net, str(spec), "--topology", str(topo), "--results", str(tmp_path / "ssh"))
     assert r.returncode == 0, r.stderr[-3000:]
     (run,) = (tmp_path / "ssh" / "e2e_ssh_service").iterdir()
     assert not run_traces(run_id(run)), "the run left files or its ledger behind"
@@ -205,7 +214,7 @@ def _start_and_wait(net: SshNet, tmp_path: Path, snapshots: int) -> tuple[subpro
     topo = net.topology_file(tmp_path / "topo.yaml")
     results = tmp_path / "results"
     proc = subprocess.Popen(net.runner_argv(str(spec), "--topology", str(topo), "--results", str(results)),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO, env=ENV)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         runs = list(results.glob("e2e_ssh_service/*"))
@@ -253,7 +262,8 @@ def test_a_sigkilled_service_run_is_cleaned_up_from_every_node(net, tmp_path, cl
             proc.kill()
             proc.wait()
     assert run_traces(run_id(run)), "a SIGKILLed runner cannot clean up; there should be something to clean"
-    r = subprocess.run(net.runner_argv("cleanup", program="nestlab"), capture_output=True, text=True, timeout=180)
+    r = subprocess.run(net.runner_argv("cleanup", program="nestlab"), capture_output=True, text=True, timeout=180,
+                       cwd=REPO, env=ENV)
     assert r.returncode == 0, r.stderr
     assert "remote process group(s) killed" in r.stdout and "brought back" in r.stdout, r.stdout
     assert not run_traces(run_id(run))
