@@ -340,3 +340,55 @@ def test_a_node_that_hangs_holds_up_no_other_nodes_snapshot_count(monkeypatch):
     release.set()
     b.stop_progress()
     assert not any(t.is_alive() for t in b._pollers)
+
+
+def test_cleanup_brings_back_every_nodes_recording_with_the_offsets_the_manifest_recorded(tmp_path, monkeypatch):
+    """`nestlab cleanup` after a SIGKILLed runner: every collector's run.db and every drainer's trace
+    the ledger lists (`salvages`), merged with the manifest's offsets, and each salvaged node's logs."""
+    from types import SimpleNamespace
+
+    import harness.backends.ssh.cleanup as cleanup_mod
+    from harness.backends.ssh.cleanup import bring_back
+    from rundir.layout import RunDir
+
+    trace = sqlite3.connect(tmp_path / "trace-src.db")
+    trace.executescript(TRACE_SCHEMA)
+    trace.execute("INSERT INTO messages VALUES (110.5, 'app1', 7, 7, 3, 'send', 10, 'a:1', 'b:2')")
+    trace.commit()
+    trace.close()
+    src = {("web", "/w/run.db"): _node_db(tmp_path / "web-src.db", [10.0, 10.1], [(1, "tcp:1", 10.0, None)], []),
+           ("app1", "/a/run.db"): _node_db(tmp_path / "app1-src.db", [110.0, 110.1], [(1, "tcp:2", 110.1, None)], []),
+           ("app1", "/a/trace.db"): tmp_path / "trace-src.db"}
+    said = []
+
+    class Node:
+        def __init__(self, name):
+            self.name = name
+            self.p = SimpleNamespace(python="python3")
+
+        def run(self, argv, check=True, timeout=30.0):
+            return None
+
+        def exists(self, remote):
+            return (self.name, remote) in src
+
+        def get(self, remote, local):
+            local.write_bytes(src[(self.name, remote)].read_bytes())
+
+    run_dir = tmp_path / "run"
+    (run_dir / "logs").mkdir(parents=True)
+    create_db(run_dir / "run.db").close()
+    (run_dir / "manifest.json").write_text(json.dumps({"clock_offsets": {"nodes": {"web": {"offset": 0.0},
+                                                                                  "app1": {"offset": -100.0}}}}))
+    fetched_logs = []
+    monkeypatch.setattr(cleanup_mod, "fetch_logs", lambda node, remote, local: fetched_logs.append((node.name, remote)))
+    salvages = [{"node": "web", "db": "/w/run.db", "logs": "/w/logs", "kind": "collector"},
+                {"node": "app1", "db": "/a/run.db", "logs": "/a/logs", "kind": "collector"},
+                {"node": "app1", "db": "/a/trace.db", "logs": "/a/logs", "kind": "trace"}]
+    bring_back({"web": Node("web"), "app1": Node("app1")}, salvages, RunDir(run_dir), said.append)
+    assert said == ["cleanup: brought back 2 snapshot(s) from web, app1 and the message traces of app1"]
+    db = sqlite3.connect(run_dir / "run.db")
+    assert [(k, round(b, 6)) for k, b in db.execute("SELECT key, born FROM modules ORDER BY id")] == \
+        [("tcp:1", 10.0), ("tcp:2", 10.1)]
+    assert [round(m, 6) for (m,) in db.execute("SELECT mono FROM messages")] == [10.5]
+    assert fetched_logs == [("web", "/w/logs"), ("app1", "/a/logs")]
