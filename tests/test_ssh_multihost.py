@@ -392,3 +392,18 @@ def test_cleanup_brings_back_every_nodes_recording_with_the_offsets_the_manifest
         [("tcp:1", 10.0), ("tcp:2", 10.1)]
     assert [round(m, 6) for (m,) in db.execute("SELECT mono FROM messages")] == [10.5]
     assert fetched_logs == [("web", "/w/logs"), ("app1", "/a/logs")]
+
+
+def test_the_ledger_lists_every_nodes_recording_for_cleanup(tmp_path, monkeypatch):
+    from harness import ledger as ledger_mod
+
+    monkeypatch.setattr(ledger_mod, "LEDGER_DIR", tmp_path / "ledgers")
+    lg = ledger_mod.Ledger("r1", tmp_path / "run")
+    lg.set_salvage("web", "/w/run.db", "/w/logs")
+    lg.set_salvage("app1", "/a/run.db", "/a/logs")
+    lg.set_salvage("app1", "/a/trace.db", "/a/logs", kind="trace")
+    lg.set_salvage("app1", "/a/run.db", "/a/logs")          # once per node and kind
+    remote = json.loads(lg.path.read_text())["remote"]
+    assert [(e["node"], e["kind"]) for e in remote["salvages"]] == [("web", "collector"), ("app1", "trace"),
+                                                                     ("app1", "collector")]
+    assert remote["salvage"] == {"node": "web", "db": "/w/run.db", "logs": "/w/logs"}   # what older readers read
