@@ -200,10 +200,16 @@ class Ledger:
             r["paths"] = [p for p in r["paths"] if (p["node"], p["path"]) != (node, path)]
             self._save()
 
-    def set_salvage(self, node: str, db: str, logs: str) -> None:
-        """Where the collector's run.db and the logs are, so that `cleanup` can bring them back."""
+    def set_salvage(self, node: str, db: str, logs: str, kind: str = "collector") -> None:
+        """Where a collector's run.db (kind `collector`) or a drainer's trace (`trace`) and the node's logs
+        are, so that `cleanup` can bring them back: one entry per node and kind in `salvages`, the first
+        collector's also as `salvage` (what ledgers before several nodes held)."""
         with self._lock:
-            self._remote()["salvage"] = {"node": node, "db": db, "logs": logs}
+            r = self._remote()
+            entry = {"node": node, "db": db, "logs": logs, "kind": kind}
+            r["salvages"] = [e for e in r.get("salvages", []) if (e["node"], e.get("kind")) != (node, kind)] + [entry]
+            if kind == "collector" and r.get("salvage") is None:
+                r["salvage"] = {"node": node, "db": db, "logs": logs}
             self._save()
 
     def drop_remote_nodes(self) -> None:

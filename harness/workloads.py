@@ -70,7 +70,7 @@ class Instance:
 class Workloads:
     def __init__(self, spec: Spec, nodes: dict[str, Node], addresses: dict[str, str], logs: Path,
                  client_env: dict[str, dict[str, str]] | None = None, on_process=None, warn=None, python=None,
-                 seed: int = 0, pods: dict[str, int | None] | None = None):
+                 seed: int = 0, pods: dict[str, int | None] | None = None, pythonpath=None):
         self.spec, self.nodes, self.addresses, self.logs = spec, nodes, addresses, logs
         self.client_env = client_env or {}   # host -> extra environment of the clients started there
         self.on_process = on_process or (lambda *a, **k: None)   # (proc, workload, role, host)
@@ -80,6 +80,7 @@ class Workloads:
         self.seed = seed   # the repetition's: the service's load generator draws its arrivals from it
         self.pods = pods or {}   # each host's pod (a mesh connects hosts of other pods)
         self.python = python or (lambda host: [sys.executable])   # argv prefix running our modules on a host
+        self.pythonpath = pythonpath                                # where this package is on a host (the app's)
         self.instances = [Instance(i, k) for i, w in enumerate(spec.workloads) if w.kind != "mesh"
                           for k in range(w.instances)]
         self.instances += self._mesh_instances()
@@ -141,13 +142,14 @@ class Workloads:
 
     def _start_service(self, i: int, w: Workload) -> None:
         hosts = TierHosts(w.web, tuple(w.apps), w.cache, w.db, w.db_work)
-        if any(self.nodes[h].workdir is not None for h in (*hosts.apps, hosts.web, hosts.cache, hosts.db)):
-            raise UserError("the service workload runs on Mininet only for now (its tiers' files are the runner's)")
+        # each tier's files where it runs: the runner's scratch directory on Mininet, its node's on a testbed
         tiers = self.services[i] = ServiceTiers(hosts, self.nodes, self.addresses, self.www / f"service-{i}",
-                                                self.logs, self.on_process, self.client_env)
+                                                self.logs, self.on_process, self.client_env,
+                                                pythonpath=self.pythonpath, client=w.client)
         tiers.start()
 
     def _loadgen_out(self, workload: int) -> Path:
+        """The load generator's lines, as the runner reads them (brought back from a testbed's client)."""
         return self.www / f"service-{workload}" / "loadgen.tsv"
 
     def _service_argv(self, workload: int, w: Workload) -> list[str]:
@@ -160,20 +162,32 @@ class Workloads:
         return [*self.python(w.client), "-m", "harness.service.loadgen", "--url", self.services[workload].url(),
                 "--rate", f"{w.rate:g}", "--concurrency", str(w.concurrency), "--count", str(count),
                 "--duration", f"{seconds:g}", "--seed", str(self.seed), "--mix", mix,
-                "--out", str(self._loadgen_out(workload))]
+                "--out", self.services[workload].loadgen_out()]
 
-    def service_records(self, wall_minus_mono: float) -> tuple[list, dict[int, dict]]:
+    def service_records(self, wall_minus_mono: float | None = None,
+                        offsets: dict[str, float] | None = None) -> tuple[list, dict[int, dict]]:
         """The requests table's rows of every service workload (harness.service.paths) and each load
-        generator's summary, by workload."""
+        generator's summary, by workload. On testbed nodes the tiers' logs are brought back first,
+        nginx's wall clock is read on its node, and every row is converted with the offset of the node
+        that stamped it (`offsets`: host -> seconds to add)."""
         rows, summaries = [], {}
         for i, tiers in self.services.items():
             w = self.spec.workloads[i]
             inst = next((x for x in self.instances if x.workload == i), None)
             proc = inst.proc if inst is not None else None
+            tiers.collect()
             daemons = {t: hp[0] for t, hp in tiers.pids().items() if t in ("cache", "db")}
+            wall = tiers.wall_minus_mono() if wall_minus_mono is None else wall_minus_mono
             rows += request_rows(PathSources(w.client, proc.pid if proc else None, self._loadgen_out(i), w.web,
-                                             tiers.access_log, tiers.hops_dir, daemons, wall_minus_mono))
-            summary = loadgen_summary(proc.log) if proc is not None and proc.log else None
+                                             tiers.access_log, tiers.hops_dir, daemons, wall, offsets))
+            summary = None
+            if proc is not None and proc.log:
+                node = self.nodes[w.client]
+                if node.workdir is None:
+                    summary = loadgen_summary(proc.log)
+                else:   # its log is on the client's node (brought back later with the others)
+                    tail = node.run(["tail", "-n", "20", "--", node.log_path(proc.log)], check=False)
+                    summary = loadgen_summary(text=tail.stdout) if tail.returncode == 0 else None
             if summary is not None:
                 summaries[i] = {**summary, "concurrency": w.concurrency}
         return rows, summaries

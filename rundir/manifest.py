@@ -262,6 +262,9 @@ class TraceRecord(_Record):
     dropped: int = 0                         # events dropped: a ring was full (warned)
     lost: int = 0                            # events reserved and never written (warned)
     hosts: dict[str, int] = {}               # events recorded per host
+    # testbed nodes: the offset (and its round trip: the error bound is half of it) each traced node's
+    # message times were converted with onto the reference clock (docs/ssh-backend.md, "Offsets")
+    clock: dict[str, ClockOffset] | None = None
 
 
 # ----------------------------------------------------------------------------- the manifest

@@ -172,11 +172,14 @@ def test_the_runner_starts_the_collector_the_backend_describes(tmp_path, recorde
         def start_progress(self, name):
             calls.append(("start_progress", name))
 
+        def separate_collectors(self):
+            return False
+
     processes = []
     probe = Probe(after=0.2)
     run = SimpleNamespace(backend=FakeBackend(), spec=SimpleNamespace(monitor="site1n1", snapshot_interval=0.1,
                                                                       probe=probe),
-                          record=recorder, shm_dir="/dev/shm/s", rd=SimpleNamespace(collector_log=tmp_path / "c.log"),
+                          record=recorder, shm_dir="/dev/shm/s", shm_dirs={"site1n1": "/dev/shm/s"}, rd=SimpleNamespace(collector_log=tmp_path / "c.log"),
                           _on_process=lambda *a: processes.append(a))
     NetworkLab._start_collector(run)
     assert started == [command(["python3"], "/node/run.db", 0.1, "/dev/shm/s", ["ctl0"],

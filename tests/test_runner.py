@@ -71,8 +71,12 @@ def test_teardown_finishes_when_an_error_text_looks_like_markup(tmp_path, capsys
 # ----------------------------------------------------------------------------- a collector that dies
 
 def _collector_stub(tmp_path, code):
+    from harness.lab.collectors import Collectors
+
     run = Repetition(load_spec(NET_FAULT), 0, tmp_path)
-    run.lab.collector = SimpleNamespace(poll=lambda: code)
+    backend = SimpleNamespace(separate_collectors=lambda: False, remote=False)
+    run.lab.collectors = Collectors(run.lab.spec, backend, run.rd, None, {}, None)
+    run.lab.collectors.procs = {"site1n1": SimpleNamespace(poll=lambda: code)}
     run.rd.collector_log.write_text("Traceback ...\nsqlite3.OperationalError: database or disk is full\n")
     return run.lab
 

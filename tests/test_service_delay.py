@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -56,7 +57,22 @@ class _Tiers:
         return {"app": [("app1", 11), ("app2", 22)]}
 
     def delay_file(self, host):
-        return self.d / f"delay-{host}"
+        return str(self.d / f"delay-{host}")
+
+    def set_delay(self, host, seconds):   # ServiceTiers.set_delay on one machine
+        path = self.delay_file(host)
+        with open(path, "w") as f:
+            f.write(f"{seconds:.6f}\n")
+        return path
+
+    def clear_delay(self, host):
+        Path(self.delay_file(host)).unlink(missing_ok=True)
+
+    def read(self, host, path):
+        return Path(path).read_text() if Path(path).exists() else None
+
+    def children(self, host, pids):   # ServiceTiers.children on one machine: /proc here
+        return sorted(int(c) for p in pids for c in Path(f"/proc/{p}/task/{p}/children").read_text().split())
 
 
 def test_the_kind_sets_and_clears_the_switch_with_stamps(tmp_path):

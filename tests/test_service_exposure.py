@@ -35,7 +35,7 @@ def test_mariadb_keeps_its_grant_tables_and_confines_file_statements(tmp_path):
     assert "--skip-grant-tables" not in argv
     assert f"--bind-address={ADDR['db']}" in argv and "--local-infile=0" in argv
     priv = [a for a in argv if a.startswith("--secure-file-priv=")]
-    assert priv == [f"--secure-file-priv={t.db_files}"] and t.db_files.is_relative_to(t.dir)
+    assert priv == [f"--secure-file-priv={t.db_files}"] and Path(t.db_files).is_relative_to(t.dir)
     for opt in ("--datadir=", "--socket=", "--pid-file=", "--tmpdir="):
         (value,) = [a.split("=", 1)[1] for a in argv if a.startswith(opt)]
         assert Path(value).is_relative_to(t.dir), opt

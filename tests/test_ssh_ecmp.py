@@ -213,7 +213,7 @@ def test_build_installs_ecmp_after_verifying_the_network_and_before_congestion_c
     topo, interfaces = ecmp_ssh
     steps = []
     monkeypatch.setattr(provision, "check_nodes", lambda *a: steps.append("check"))
-    monkeypatch.setattr(provision, "install", lambda *a: steps.append("install") or "/pkg")
+    monkeypatch.setattr(provision, "install", lambda *a: steps.append("install") or {"site1n1": "/pkg"})
     monkeypatch.setattr(provision, "verify_network", lambda nodes, t, s, info, control, found:
                         steps.append("network") or found.update(interfaces))
     monkeypatch.setattr(provision, "set_congestion_control", lambda *a: steps.append("cc"))

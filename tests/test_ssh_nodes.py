@@ -89,7 +89,8 @@ def test_a_node_cannot_replace_what_is_already_recorded(tmp_path):
     logs.mkdir()
     (logs / "runner-traceback.txt").write_text("the runner's own record")
     backend = SshBackend.__new__(SshBackend)
-    backend.remote_db = None
+    backend.remote_dbs, backend.trace_dbs, backend._clocks = {}, {}, None
+    backend.spec = SimpleNamespace(monitor="site1n1")
     backend.nodes = {"site1n1": FakeLogNode("site1n1", {"w0-wget-i0-0.log": b"site1n1's log"}),
                      "x1": FakeLogNode("x1", {"w0-wget-i0-0.log": b"forged", "runner-traceback.txt": b"forged",
                                               "lighttpd-x1.error.log": b"x1's own"})}

@@ -344,9 +344,10 @@ def test_spec_trace_is_off_by_default_and_bad_values_are_one_line(tmp_path, caps
     assert load_spec(write(tmp_path, "off.yaml", base + "trace: off\n")).spec.trace is None
     # tracing is part of what makes a run the same run (--resume)
     assert on.digest(0) != plain.digest(0)
-    for text, line, words in ((base + "trace: packets\n", 7, "trace: "),
-                              (base.replace("dumbbell.yaml", "dumbbell-ssh.yaml") + "trace: messages\n", 7,
-                               "Mininet only")):
+    # testbed nodes trace too: a drainer per traced node (harness/lab/tracing.py)
+    assert load_spec(write(tmp_path, "ssh.yaml", base.replace("dumbbell.yaml", "dumbbell-ssh.yaml")
+                           + "trace: messages\n")).spec.trace == "messages"
+    for text, line, words in ((base + "trace: packets\n", 7, "trace: "),):
         path = write(tmp_path, "bad.yaml", text)
         assert nestlab_main(["run", str(path), "--results", str(tmp_path / "res")]) == 2
         err = capsys.readouterr().err.strip()
@@ -437,6 +438,9 @@ def test_the_lab_traces_its_hosts_and_its_drainer_records_them_until_stopped(lib
         def python(self, name):
             return [sys.executable]
 
+        def separate_collectors(self):
+            return False   # one drainer, in the monitored host, reads every host's directory
+
     spec = NS(interceptor=True, monitor="web", snapshot_interval=0.05,
               workloads=[NS(kind="service", hosts=("client", "web", "app1", "cache", "db"))])
     backend = Backend()
@@ -457,13 +461,11 @@ def test_the_lab_traces_its_hosts_and_its_drainer_records_them_until_stopped(lib
         tracing.stop(lambda *a: processes.append(a[2]))
         totals, warnings = tracing.outcome(db)
     finally:
-        if tracing.proc is not None:
-            tracing.proc.handle.kill()
+        for proc in tracing.procs.values():
+            proc.handle.kill()
         for d in made:
             remove_shm_dir(d)
     assert processes == ["tracedrain", "ended"] and warnings == []
     assert totals["processes"] == 2 and totals["dropped"] == 0 and totals["lost"] == 0
     assert totals["hosts"]["web"] == 5 and totals["hosts"]["client"] >= 4
     assert "tracedrain: " in (tmp_path / "tracedrain.log").read_text()
-    with pytest.raises(Exception, match="Mininet only"):
-        MessageTracing(spec, backend, "ssh")

@@ -182,6 +182,26 @@ class Backend(Protocol):
         """A shared-memory directory for the interceptor on the node, and the clients' environment."""
         ...
 
+    def pythonpath(self, name: str) -> str:
+        """Where this package is on the node (a service's app is imported from there)."""
+        ...
+
+    def separate_collectors(self) -> bool:
+        """Whether each monitored host gets a collector of its own (testbed nodes: one machine's
+        collector cannot reach another's namespaces), merged on one clock at the end; else one
+        collector reaches every monitored host."""
+        ...
+
+    def trace_db(self, name: str) -> str | None:
+        """Where the message drainer on `name` writes (testbed nodes: a database there, merged at the
+        end with the node's clock offset); None: the run's own run.db, one drainer for every host."""
+        ...
+
+    def check_clocks(self) -> None:
+        """Measure the clocks again during the run; a node that lost sync or no longer answers ends the
+        run (UserError naming it). Nothing where the nodes share one clock."""
+        ...
+
     def ignored_interfaces(self, name: str) -> list[str]:
         """Interfaces of the node outside the experiment, which its collector leaves out (SSH: the
         control interface carrying the runner's session)."""

@@ -419,6 +419,18 @@ class MininetBackend:
     def python(self, name: str) -> list[str]:
         return ["env", f"PYTHONPATH={REPO}", sys.executable]
 
+    def pythonpath(self, name: str) -> str:
+        return str(REPO)
+
+    def separate_collectors(self) -> bool:
+        return False   # one collector reaches every host's namespace, on one clock (harness.collector.hosts)
+
+    def trace_db(self, name: str) -> str | None:
+        return None    # one drainer writes the run's own run.db
+
+    def check_clocks(self) -> None:
+        pass           # one clock
+
     def ignored_interfaces(self, name: str) -> list[str]:
         return []   # every interface of a Mininet host is the experiment's
 

@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Iterable, Sequence
 
-from harness.collector.hosts import HostArg, HostSources, host_sources
+from harness.collector.hosts import HostArg, HostSources, host_sources, label
 from harness.collector.iface import InterfaceSource
 from harness.collector.probe import Prober, ProbeSettings
 from harness.collector.procs import socket_owners
@@ -223,9 +223,10 @@ def make_sources(interceptor_dir: str | None, ignore_interfaces=()) -> tuple[lis
 
 def run(db_path: str, interval: float, interceptor_dir: str | None = None,
         max_snapshots: int | None = None, ignore_interfaces=(), probe: ProbeSettings | None = None,
-        hosts: Sequence[HostArg] = ()) -> int:
+        hosts: Sequence[HostArg] = (), label_host: str | None = None) -> int:
     """hosts: several monitored hosts (harness.collector.hosts), the first being this process's own;
-    their modules record their host. Probes need one host."""
+    their modules record their host. Probes need one host. label_host: one host of several, recorded
+    by a collector of its own (a testbed node): its modules record it as `hosts` would label them."""
     db = connect(db_path)
     db.isolation_level = None  # explicit BEGIN/COMMIT per snapshot
     tracker = ModuleTracker(db)
@@ -240,6 +241,8 @@ def run(db_path: str, interval: float, interceptor_dir: str | None = None,
         sources = [iface]
     else:
         sources, iface = make_sources(interceptor_dir, ignore_interfaces)
+        if label_host:
+            sources = [_Labelled(src, label_host, tracker) for src in sources]
     feed = ProbeFeed(prober, iface.ifkey_of) if prober else None
     reporters = [reporter(src) for src in sources]
     stop = False
@@ -295,6 +298,28 @@ def run(db_path: str, interval: float, interceptor_dir: str | None = None,
     return 0
 
 
+class _Labelled:
+    """One source whose new modules (not among the tracker's live keys) record `host` (hosts.label):
+    a monitored host of several recorded by its own collector, as on testbed nodes."""
+
+    def __init__(self, src: Source, host: str, tracker: ModuleTracker):
+        self.src, self.host, self.tracker = src, host, tracker
+        self.name = getattr(src, "name", "source")
+        self._report = None
+
+    def report(self) -> Report:
+        if self._report is None:
+            self._report = reporter(self.src)
+        rep = self._report()
+        for ob in rep.changed:
+            if ob.key not in self.tracker.ids:
+                label(ob, self.host)
+        return rep
+
+    def __getattr__(self, name):   # refresh_addresses, ifkey_of, close: the source's own
+        return getattr(self.src, name)
+
+
 class _AllHosts:
     """Every monitored host's sources as one source (report, close) and one interface source
     (refresh_addresses). A module new to the tracker (not among its live keys) is labelled with its host."""
@@ -325,10 +350,12 @@ def _cpu_seconds() -> float:
 
 def command(python: list[str], db: str, interval: float, interceptor_dir: str | None = None,
             ignore_interfaces: Iterable[str] = (), probe: ProbeSettings | None = None,
-            hosts: Sequence[HostArg] = ()) -> list[str]:
+            hosts: Sequence[HostArg] = (), label_host: str | None = None) -> list[str]:
     """The command line that runs the collector: `python` is the argv prefix that runs this package's
     modules where the collector runs (Backend.python), the rest are main()'s options."""
     argv = [*python, "-m", "harness.collector.main", "--db", db, "--interval", str(interval)]
+    if label_host:
+        argv += ["--label-host", label_host]
     for h in hosts:
         argv += ["--host", h.argv()]
     if probe is not None:
@@ -354,8 +381,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", action="append", default=[], type=HostArg.parse,
                    help="NAME=PID[=SHM_DIR]: a monitored host, reached through process PID's network namespace, "
                         "its interceptor's directory; repeated for several hosts (harness.collector.hosts)")
+    p.add_argument("--label-host", help="record every module with this host (one of several monitored hosts, "
+                                        "each with its own collector: testbed nodes)")
     a = p.parse_args(argv)
-    return run(a.db, a.interval, a.interceptor_dir, a.max_snapshots, a.ignore_interface, a.probe, a.host)
+    return run(a.db, a.interval, a.interceptor_dir, a.max_snapshots, a.ignore_interface, a.probe, a.host,
+               a.label_host)
 
 
 if __name__ == "__main__":

@@ -33,11 +33,9 @@ module (the collector watches the monitored host only), and the true effect is i
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
@@ -114,22 +112,18 @@ class DelaySpec(FaultSpec):
         return self.host
 
 
-def _workers(masters: list[int]) -> list[int]:
-    """The gunicorn workers (the master's children; Mininet hosts share this machine's pids)."""
-    out = []
-    for pid in masters:
-        try:
-            out += [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-        except (OSError, ValueError):
-            pass
-    return sorted(out)
-
-
 @dataclass
 class Switch:
-    path: Path
+    """The app tier's switch file on its host (ServiceTiers.set_delay: on the app's node)."""
+
+    path: str
     seconds: float
     removed: float | None = None
+    tiers: Any = None
+    host: str = ""
+
+    def clear(self) -> None:
+        self.tiers.clear_delay(self.host)
 
 
 @dataclass
@@ -167,10 +161,7 @@ class Delay:
     def teardown(self) -> None:
         for s in self.switches:
             if s.removed is None:
-                if isinstance(s, Held):
-                    s.clear()
-                else:
-                    s.path.unlink(missing_ok=True)
+                s.clear()
                 s.removed = self.env.clocks.from_runner(monotonic())
 
     def describe(self, action: Switch | Held) -> str:
@@ -190,17 +181,13 @@ class Delay:
         if tiers is None:
             raise NoTarget(f"the service workload {i} has no tiers running")
         pids = [pid for host, pid in tiers.pids().get("app", []) if host == f.host]
-        path = tiers.delay_file(f.host)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(f"{f.by:.6f}\n")
-        os.replace(tmp, path)   # atomic: the app never reads half a value
-        if float(path.read_text()) != round(f.by, 6):
-            raise RuntimeError(f"delay switch {path} does not hold {f.by:g}")
-        action = Switch(path, f.by)
+        # written atomically where the app runs (the app never reads half a value), and read back
+        path = tiers.set_delay(f.host, f.by)
+        action = Switch(path, f.by, tiers=tiers, host=f.host)
         self.switches.append(action)
         start = env.clocks.from_runner(monotonic())
         text = f"replies of the app tier on {f.host} held {f.by * 1000:g} ms"
-        workers = _workers(pids) if f.host in monitored_hosts(env.spec) else []
+        workers = tiers.children(f.host, pids) if f.host in monitored_hosts(env.spec) else []
         if not workers:   # not observed: one row, no module
             return [Part(target_json(description=text, host=f.host, tier="app", pids=pids, workload=i, by=f.by,
                                      module_key=None), self.describe(action), start, action)]
@@ -258,8 +245,8 @@ class Delay:
                 self._count_undeferred(action)
             return action.removed
         if action.removed is None:
-            action.path.unlink(missing_ok=True)
-            if action.path.exists():
+            action.clear()
+            if action.tiers.read(action.host, action.path) is not None:
                 raise RuntimeError(f"delay switch {action.path} still there")
             action.removed = self.env.clocks.from_runner(monotonic())
         return action.removed

@@ -31,24 +31,21 @@ from rich.text import Text
 from harness.backends import make_backend
 from harness.backends.base import Clocks, Proc
 from harness.collector.appsockets import warnings_from_log
-from harness.collector.hosts import HostArg
-from harness.collector.main import command as collector_command
-from harness.collector.probe import ProbeSettings
 from harness.faults import FaultEnv, Faults, NoTarget, kinds_used
 from harness.faults.spec import monitor_host, monitored_hosts
 from harness.lab.base import FaultRow, FaultSkipped, Injection, Lab, Run
+from harness.lab.collectors import Collectors
 from harness.lab.fabric import FabricLab
 from harness.lab.queues import QueueSampler
 from harness.lab.tracing import MessageTracing
-from harness.ledger import signals_held
-from harness.outline import RecordingStopped
 from harness.window import Window
 from harness.workloads import Workloads, check_binaries
 from rundir import __version__
 from rundir.db import monotonic
 from rundir.recorder import link_fault_targets
 
-COLLECTOR_READY_S = 10.0
+# How often testbed nodes' clocks are measured again during a run (a node that lost sync ends it)
+CLOCK_CHECK_S = 10.0
 QUEUE_SAMPLE_S = 1.0       # how often the shaped links' queues are read (network health)
 # No new snapshot for this long (and for 50 intervals): the recording stopped. Above the SSH backend's
 # progress poll (2 s) with room for a slow poll; a collector that exits is seen at once.
@@ -66,7 +63,7 @@ class NetworkLab(Lab):
         self.rng = random.Random(run.exp.seed_for(run.rep))
         self.backend = None
         self.workloads: Workloads | None = None
-        self.collector: Proc | None = None
+        self.collectors: Collectors | None = None
         self.faults: Faults | None = None
         self.shm_dir: str | None = None          # the interceptor's directory on the first monitored host
         self.shm_dirs: dict[str, str] = {}        # ... on each monitored host
@@ -75,6 +72,7 @@ class NetworkLab(Lab):
         self.collector_db: str | None = None    # where the collector writes (the run's own run.db, or a node's)
         self.queues: QueueSampler | None = None   # the shaped links' queues, read in a thread (lab/queues.py)
         self.fabric: FabricLab | None = None     # a fabric's probers and paths (harness/lab/fabric.py)
+        self.next_clock_check = monotonic() + CLOCK_CHECK_S
 
     def now(self) -> float:
         """The reference clock (the monitored host's CLOCK_MONOTONIC), read through the runner's."""
@@ -150,7 +148,8 @@ class NetworkLab(Lab):
         self.workloads = Workloads(spec, nodes, addresses, rd.logs, client_env, on_process=self._on_process,
                                    warn=lambda message, workload: self.run.event("warning", message, workload),
                                    python=backend.python, seed=self.exp.seed_for(self.run.rep),
-                                   pods={h: topo.spec.nodes[h].site for h in topo.hosts})
+                                   pods={h: topo.spec.nodes[h].site for h in topo.hosts},
+                                   pythonpath=backend.pythonpath)
         self.run.ledger.add_path(self.workloads.www)
         self.workloads.start_servers()
         self.faults = Faults(FaultEnv(spec, backend, self.clocks, self.workloads, self.rng, self.run.run_id,
@@ -170,31 +169,8 @@ class NetworkLab(Lab):
             self.run.say(message)
 
     def _start_collector(self) -> None:
-        backend, monitor, log = self.backend, monitor_host(self.spec), self.rd.collector_log
-        node = backend.node(monitor)
-        self.collector_db = backend.collector_db(monitor, self.record)
-        probe = None if self.spec.probe is None else ProbeSettings(**self.spec.probe.model_dump())
-        hosts = [HostArg(h, backend.node(h).pid, self.shm_dirs.get(h)) for h in monitored_hosts(self.spec)] \
-            if len(monitored_hosts(self.spec)) > 1 else []   # one collector reaches every host (harness.collector.hosts)
-        argv = collector_command(backend.python(monitor), self.collector_db, self.spec.snapshot_interval,
-                                 None if hosts else self.shm_dir, backend.ignored_interfaces(monitor), probe, hosts)
-        with signals_held():
-            self.collector = node.start(argv, log)
-            self._on_process(self.collector, None, "collector", monitor_host(self.spec))
-        deadline = monotonic() + COLLECTOR_READY_S
-        while monotonic() < deadline:
-            if backend.snapshots(monitor, self.record) > 0:
-                backend.start_progress(monitor)
-                return
-            if self.collector.poll() is not None:
-                break
-            time.sleep(0.05)
-        try:   # the node's copy of the log (on Mininet the node writes this very file: nothing to copy)
-            node.get(node.log_path(log), log)
-        except Exception:  # noqa: BLE001 - the error below says what we know
-            pass
-        text = log.read_text()[-800:] if log.exists() else ""
-        raise RuntimeError(f"collector did not record a snapshot: {text.strip()}")
+        self.collectors = Collectors(self.spec, self.backend, self.rd, self.record, self.shm_dirs, self._on_process)
+        self.collector_db = self.collectors.start()
 
     def begin(self, t0: float) -> None:
         self.workloads.t0 = t0
@@ -216,25 +192,14 @@ class NetworkLab(Lab):
         self._check_recording(t, snaps, quiet_s, max(COLLECTOR_STALL_S, 50 * self.spec.snapshot_interval))
 
     def _check_recording(self, t: float, snaps: int, quiet_s: float, stall_s: float) -> None:
-        """RecordingStopped when the collector exited, or wrote no snapshot for `stall_s`."""
-        code = self.collector.poll() if self.collector is not None else None
-        if code is not None:
-            raise RecordingStopped(f"the collector exited with status {code} at t = {t:.1f} s, after {snaps} "
-                                   f"snapshots{self._collector_log_tail()}")
-        if quiet_s > stall_s:
-            raise RecordingStopped(f"the collector recorded no snapshot for {quiet_s:.1f} s (since t = "
-                                   f"{t - quiet_s:.1f} s, after {snaps} snapshots){self._collector_log_tail()}")
-
-    def _collector_log_tail(self) -> str:
-        """`: <the last line of the collector's log>`, or nothing (a testbed node's log comes back later)."""
-        try:
-            lines = self.rd.collector_log.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return ""
-        return f": {lines[-1][:300]}" if lines else ""
+        """RecordingStopped (a testbed node: NodeFailed) when a collector exited or stopped recording."""
+        self.collectors.check(t, snaps, quiet_s, stall_s)
 
     def tick(self, now: float) -> None:
         self.workloads.start_due(now)
+        if monotonic() >= self.next_clock_check:   # testbed nodes: a node that lost clock sync ends the run
+            self.next_clock_check = monotonic() + CLOCK_CHECK_S   # (the runner's clock, as set in __init__)
+            self.backend.check_clocks()
         if self.queues is not None:
             self._record_queues(self.queues.drain())
 
@@ -309,9 +274,8 @@ class NetworkLab(Lab):
         ]
 
     def _stop_collector(self) -> None:
-        if self.collector is not None:
-            self.backend.node(monitor_host(self.spec)).stop(self.collector, timeout=5.0)
-            self._on_process(self.collector, None, "ended", None)
+        if self.collectors is not None:
+            self.collectors.stop()
 
     def _stop_tracing(self) -> None:
         """The drainer's last drain, then the trace's totals in the manifest and its losses warned."""
@@ -320,7 +284,13 @@ class NetworkLab(Lab):
         # nothing the runner wrote may hold run.db's write lock through the drainer's last drain
         self.run.record.commit()
         self.tracing.stop(self._on_process)
+        if not self.tracing.separate:   # testbed nodes: once their traces are back (_bring_back)
+            self._trace_outcome()
+
+    def _trace_outcome(self) -> None:
         totals, warnings = self.tracing.outcome(self.rd.db)
+        if totals is not None and self.tracing.separate and self.clocks is not None:
+            totals["clock"] = {h: self.clocks.nodes[h].as_dict() for h in self.tracing.dirs if h in self.clocks.nodes}
         self.tracing.totals = totals
         self.rd.update_manifest(trace=totals)
         for w in warnings:
@@ -331,8 +301,13 @@ class NetworkLab(Lab):
         summary (the manifest's `service`), from the tiers' logs (harness.service.paths)."""
         if self.workloads is None or not self.workloads.services:
             return
-        # nginx stamps the wall clock: every Mininet namespace shares this machine's clocks
-        rows, summaries = self.workloads.service_records(time.time() - monotonic())
+        # nginx stamps the wall clock: every Mininet namespace shares this machine's clocks; on testbed
+        # nodes it is read on the web node, and every node's stamps converted with its offset
+        if self.backend.separate_collectors():
+            offsets = {n: o.offset for n, o in self.clocks.nodes.items()} if self.clocks else {}
+            rows, summaries = self.workloads.service_records(None, offsets)
+        else:
+            rows, summaries = self.workloads.service_records(time.time() - monotonic())
         self.record.requests(rows)
         self.rd.update_manifest(service={str(i): s for i, s in summaries.items()})
 
@@ -343,8 +318,11 @@ class NetworkLab(Lab):
     def _interceptor_warnings(self) -> None:
         """What the interceptor could not count (lost updates, untracked sockets, no shared memory),
         as the collector logged it: into the run's warnings."""
-        for w in warnings_from_log(self.rd.collector_log):
-            self.run.event("warning", f"interceptor: {w}")
+        logs = [self.collectors.log(h) for h in monitored_hosts(self.spec)] \
+            if self.collectors is not None and self.collectors.separate else [self.rd.collector_log]
+        for log in logs:
+            for w in warnings_from_log(log):
+                self.run.event("warning", f"interceptor: {w}")
 
     def _bring_back(self) -> None:
         """What the backend left on the nodes (SSH: the collector's tables, merged into the local
@@ -358,7 +336,11 @@ class NetworkLab(Lab):
                     self.rd.update_manifest(clock_offsets_end=end.as_dict())
             except Exception as e:  # noqa: BLE001 - a node gone away: bring back what can be
                 self.run.event("warning", f"measuring the clocks again failed: {e}")
-        self.backend.bring_back(self.record, self.rd.path)
+        try:
+            self.backend.bring_back(self.record, self.rd.path)
+        finally:
+            if self.tracing is not None and self.tracing.separate:
+                self._trace_outcome()
 
     def _resolve_targets(self) -> None:
         """Link each fault to the module it targets, now that the collector has recorded them."""

@@ -6,7 +6,9 @@ Traced: a service workload's tiers and load generator (its client, web, app, cac
 and the monitored hosts' intercepted clients. A traced host without an interceptor directory gets
 one (its processes are then counted too; only the monitored host's counters become modules). Every
 Mininet host shares this machine's /dev/shm and /proc, so one drainer, started in the monitored host,
-reads every traced host's directory. Its last drain runs when it is stopped, after the servers: then
+reads every traced host's directory into run.db. On testbed nodes each traced node runs a drainer of
+its own, writing a database there (Backend.trace_db) that the backend brings back at the end with
+the node's clock offset (rundir/nodemerge.py; docs/ssh-backend.md, "Offsets"). Its last drain runs when it is stopped, after the servers: then
 the traced table says how many events each process recorded, dropped (its ring was full) and lost,
 and any drop or loss is a run warning and in the manifest's `trace`.
 """
@@ -18,7 +20,6 @@ from harness.collector.tracedrain import command as drainer_command
 from harness.faults.spec import monitor_host, monitored_hosts
 from harness.interceptor import ENV_SHM_DIR, ENV_TRACE_EVENTS
 from harness.ledger import signals_held
-from rundir.errors import UserError
 from rundir.messages import drop_warnings, trace_totals
 
 # Events in each traced process's ring (64 bytes each: 4 MiB a process). The drainer empties the
@@ -42,13 +43,10 @@ def traced_hosts(spec) -> list[str]:
 class MessageTracing:
     """The trace of one run: envs for the traced hosts, then the drainer from start() to stop()."""
 
-    def __init__(self, spec, backend, topology_backend: str):
-        if topology_backend != "mininet":
-            raise UserError(f"trace: messages runs on Mininet only for now (this topology's backend is "
-                            f"{topology_backend}): the drainer reads every traced host's shared memory")
+    def __init__(self, spec, backend, topology_backend: str = ""):
         self.spec, self.backend = spec, backend
         self.dirs: dict[str, str] = {}
-        self.proc: Proc | None = None
+        self.procs: dict[str, Proc] = {}     # the host each drainer runs in -> the drainer
         self.totals: dict | None = None     # after stop(): rundir.messages.trace_totals
 
     def add_env(self, client_env: dict[str, dict[str, str]]) -> None:
@@ -61,23 +59,36 @@ class MessageTracing:
             env[ENV_TRACE_EVENTS] = str(RING_EVENTS)
             self.dirs[host] = env[ENV_SHM_DIR]
 
+    @property
+    def separate(self) -> bool:
+        """A drainer per traced node (testbed nodes), each writing a database there."""
+        return self.backend.separate_collectors()
+
     def start(self, db: str, log, on_process) -> None:
-        host = monitor_host(self.spec)
-        node = self.backend.node(host)
-        argv = drainer_command(self.backend.python(host), db, self.spec.snapshot_interval, self.dirs)
-        with signals_held():
-            self.proc = node.start(argv, log)
-            on_process(self.proc, None, "tracedrain", host)
+        """The drainer in the monitored host (Mininet: every traced host's directory, into `db`), or one
+        in every traced node (testbed: its own directory, into its node's database; its log
+        tracedrain-<node>.log beside `log`)."""
+        plan = {monitor_host(self.spec): (db, self.dirs, log)}
+        if self.separate:
+            plan = {h: (self.backend.trace_db(h), {h: d}, log.with_name(f"tracedrain-{h}.log"))
+                    for h, d in self.dirs.items()}
+        for host, (path, dirs, host_log) in plan.items():
+            argv = drainer_command(self.backend.python(host), path, self.spec.snapshot_interval, dirs)
+            with signals_held():
+                proc = self.procs[host] = self.backend.node(host).start(argv, host_log)
+                on_process(proc, None, "tracedrain", host)
 
     def stop(self, on_process) -> None:
-        """Stop the drainer (its last drain), after every traced process ended."""
-        if self.proc is None:
-            return
-        code = self.backend.node(monitor_host(self.spec)).stop(self.proc, timeout=STOP_S)
-        on_process(self.proc, None, "ended", None)
-        self.proc = None
-        if code not in (0, None):
-            raise RuntimeError(f"the message drainer exited with status {code} (see its log)")
+        """Stop the drainers (each one's last drain), after every traced process ended."""
+        failed = []
+        for host, proc in list(self.procs.items()):
+            code = self.backend.node(host).stop(proc, timeout=STOP_S)
+            on_process(proc, None, "ended", None)
+            if code not in (0, None):
+                failed.append(f"{host}: status {code}" if self.separate else f"status {code}")
+        self.procs = {}
+        if failed:
+            raise RuntimeError(f"the message drainer exited with {', '.join(failed)} (see its log)")
 
     @staticmethod
     def outcome(db_path) -> tuple[dict | None, list[str]]:

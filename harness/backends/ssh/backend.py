@@ -14,6 +14,7 @@ import os
 import platform
 import re
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,7 +23,7 @@ from harness.backends.base import Clocks
 from harness.backends.ssh import multipath, provision
 from harness.backends.ssh.node import SshNode
 from harness.backends.ssh.provision import make_private_dir
-from harness.backends.ssh.retrieve import fetch_collector_db, fetch_logs
+from harness.backends.ssh.retrieve import bring_back_recordings, fetch_logs
 from harness.backends.ssh.transport import Connection, connect_all, ssh_params
 from harness.interceptor.pause import PauseState
 from harness.ledger import Ledger
@@ -55,9 +56,10 @@ class SshBackend:
         self.shm_dirs: dict[str, str] = {}
         self.pkg: dict[str, str] = {}
         self.node_info: dict[str, dict] = {}
-        self.remote_db: str | None = None     # the collector's run.db on the monitored node
-        self._progress = 0                     # its snapshot count, as the progress thread last read it
-        self._poller: threading.Thread | None = None
+        self.remote_dbs: dict[str, str] = {}   # each monitored node's collector's run.db there
+        self.trace_dbs: dict[str, str] = {}    # each traced node's drainer's database there
+        self._progress: dict[str, int] = {}    # snapshot counts, as the progress thread last read them
+        self._pollers: list[threading.Thread] = []
         self._poller_stop = threading.Event()
         self.routing: dict[str, dict] = {}    # ECMP: what multipath.verify found, for the manifest
 
@@ -88,7 +90,8 @@ class SshBackend:
         install and verify the multipath routes of a bundle of parallel links (multipath.py), set the
         congestion control, measure the clocks (provision.py)."""
         provision.check_nodes(self.nodes, provision.needed_programs(self.topology, self.spec),
-                              self.defaults is None or self.defaults.install, self.node_info)
+                              self.defaults is None or self.defaults.install, self.node_info,
+                              provision.needed_modules(self.spec))
         with ThreadPoolExecutor(max_workers=2) as pool:   # the interceptor builds while the network is checked
             steps = [pool.submit(self._install), pool.submit(self._verify_network)]
         for f in steps:
@@ -100,9 +103,13 @@ class SshBackend:
         provision.set_congestion_control(self.nodes, self.spec, self._interfaces, self.node_info, self.ledger)
         self._clocks = self.measure_clocks()
 
+    @property
+    def reference(self) -> str:
+        """The first monitored host: its clock is the run's reference."""
+        return provision.monitored(self.spec)[0]
+
     def _install(self) -> None:
-        self.pkg[self.spec.monitor] = provision.install(self.nodes, self.spec.monitor, self.spec.interceptor,
-                                                        self.node_info)
+        self.pkg.update(provision.install(self.nodes, provision.package_nodes(self.spec), self.node_info))
 
     def _verify_network(self) -> None:
         provision.verify_network(self.nodes, self.topology, self.spec, self.node_info, self.control,
@@ -110,7 +117,13 @@ class SshBackend:
 
     def measure_clocks(self) -> Clocks:
         """Every node's and the runner's offset to the monitored host's clock, measured now."""
-        return provision.measure_clocks(self.nodes, self.spec.monitor)
+        return provision.measure_clocks(self.nodes, self.reference)
+
+    def check_clocks(self) -> None:
+        """Measure the clocks again during the run: a node whose offset moved (its clock stepped, it
+        rebooted) or that no longer answers ends the run with one line naming it (SshError)."""
+        if self._clocks is not None and self.nodes:
+            provision.clock_drift(self._clocks, self.measure_clocks(), self.nodes)
 
     # -- what the runner asks ------------------------------------------------------------------
     def node(self, name: str) -> SshNode:
@@ -129,6 +142,15 @@ class SshBackend:
     def python(self, name: str) -> list[str]:
         """argv prefix that runs this package's modules on the node."""
         return ["env", f"PYTHONPATH={self.pkg[name]}", self.params[name].python]
+
+    def pythonpath(self, name: str) -> str:
+        """Where this package is on the node (a service's app imports it from there)."""
+        return self.pkg[name]
+
+    def separate_collectors(self) -> bool:
+        """Each monitored node records with a collector of its own (one cannot reach another machine's
+        namespaces); bring_back() merges them on the reference clock (rundir/nodemerge.py)."""
+        return True
 
     def agent(self, name: str, *args: str, timeout: float = 30.0, server: bool = True):
         r = self.nodes[name].run([*self.python(name), "-m", "harness.agent", *map(str, args)],
@@ -173,35 +195,50 @@ class SshBackend:
         by bring_back()."""
         db = f"{self.nodes[name].workdir}/run.db"
         self.agent(name, "initdb", db)
-        self.remote_db = db
+        self.remote_dbs[name] = db
         if self.ledger:
             self.ledger.set_salvage(name, db, f"{self.nodes[name].workdir}/logs")
+        return db
+
+    def trace_db(self, name: str) -> str:
+        """The database the message drainer on `name` writes (its messages and traced tables, made by the
+        drainer), merged into the run's by bring_back() with the node's clock offset."""
+        db = f"{self.nodes[name].workdir}/trace.db"
+        self.trace_dbs[name] = db
+        if self.ledger:
+            self.ledger.set_salvage(name, db, f"{self.nodes[name].workdir}/logs", kind="trace")
         return db
 
     def snapshots(self, name: str, run_db: RunRecorder | None = None, server: bool = True) -> int:
         """Snapshots recorded so far (the progress thread passes server=False: the command server is
         the main thread's)."""
-        return int(self.agent(name, "count", self.remote_db, timeout=10, server=server))
+        return int(self.agent(name, "count", self.remote_dbs[name], timeout=10, server=server))
 
     def start_progress(self, name: str) -> None:
-        self._poller = threading.Thread(target=self._poll_snapshots, args=(name,), name="progress", daemon=True)
-        self._poller.start()
+        """Keep `name`'s snapshot count current: a thread per node, so that a node that does not answer
+        holds up no other node's count."""
+        self._progress.setdefault(name, 0)
+        thread = threading.Thread(target=self._poll_snapshots, args=(name,), name=f"progress-{name}", daemon=True)
+        self._pollers.append(thread)
+        thread.start()
 
     def _poll_snapshots(self, name: str) -> None:
-        """The snapshot count of the collector, for the progress line (off the main loop)."""
+        """A collector's snapshot count, for the progress line and the stall check (off the main loop).
+        A node that does not answer keeps its last count: the lab's stall check names it."""
         while not self._poller_stop.wait(PROGRESS_S):
             try:
-                self._progress = self.snapshots(name, server=False)
+                self._progress[name] = self.snapshots(name, server=False)
             except Exception:  # noqa: BLE001 - progress only
                 pass
 
     def progress_snapshots(self, name: str, run_db: RunRecorder | None = None) -> int:
-        return self._progress
+        return self._progress.get(name, 0)
 
     def stop_progress(self) -> None:
         self._poller_stop.set()
-        if self._poller is not None:
-            self._poller.join(timeout=15)
+        deadline = time.monotonic() + 15   # one wait for them all (a gone node's poll ends at its timeout)
+        for thread in self._pollers:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
     # -- the end of the run ----------------------------------------------------------------------
     def clocks_end(self) -> Clocks | None:
@@ -209,15 +246,11 @@ class SshBackend:
         return self.measure_clocks() if self.nodes else None
 
     def bring_back(self, run_db: RunRecorder, run_dir: Path) -> None:
-        """Copy the collector's run.db into the local one, and every node's logs into logs/."""
-        errors = []
-        if self.remote_db:
-            mon = self.spec.monitor
-            try:
-                fetch_collector_db(self.nodes[mon], self.remote_db, run_dir, run_db.db,
-                                   checkpoint=lambda: self.agent(mon, "checkpoint", self.remote_db))
-            except Exception as e:  # noqa: BLE001 - still fetch the logs
-                errors.append(f"run.db from {mon}: {e}")
+        """Copy every collector's run.db and every drainer's trace into the local run.db (several nodes:
+        on the reference clock, rundir/nodemerge.py), and every node's logs into logs/."""
+        errors = bring_back_recordings(self.nodes, self.remote_dbs, self.trace_dbs, self.reference,
+                                       self._clocks, run_dir, run_db.db if run_db is not None else None,
+                                       checkpoint=lambda name, db: self.agent(name, "checkpoint", db))
         logs = RunDir(run_dir).logs
         keep = set(os.listdir(logs)) if logs.is_dir() else set()   # no node replaces what is there
         for name, node in self.nodes.items():
@@ -253,14 +286,15 @@ class SshBackend:
             return ((r.stdout or r.stderr).strip().splitlines() or ["unavailable"])[0]
 
         spec = self.spec
-        mon = spec.monitor
-        servers = [w.server for w in spec.workloads]
+        mon = self.reference
+        servers = [w.server for w in spec.workloads if w.kind != "service"]
         web = next((w.server for w in spec.workloads if w.kind == "wget"), None)
         router = next((f.at for f in spec.faults if f.at), None)
         out = {"kernel": self.node_info[mon].get("kernel", ""), "python": self.node_info[mon].get("python", ""),
                "iperf": first_line(mon if any(w.kind == "iperf" for w in spec.workloads) else
                                    (servers[0] if servers else None), ["iperf", "-v"]),
-               "wget": first_line(mon, ["wget", "--version"]),
+               "wget": first_line(mon if any(w.kind == "wget" for w in spec.workloads) else None,
+                                  ["wget", "--version"]),
                "lighttpd": first_line(web, ["lighttpd", "-v"]),
                "iptables": first_line(router, ["iptables", "--version"] if router else []),
                "runner": {"kernel": platform.release(), "python": platform.python_version()}}

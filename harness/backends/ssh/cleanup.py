@@ -4,12 +4,13 @@ run the undo commands (which the run wrote into the ledger), remove the run's di
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from pathlib import Path
 
 from harness.backends.ssh.node import SshNode
-from harness.backends.ssh.retrieve import fetch_collector_db, fetch_logs
+from harness.backends.ssh.retrieve import bring_back_recordings, fetch_logs
 from harness.backends.ssh.transport import Connection, SshParams
 from rundir.db import CHECKPOINT_SCRIPT, connect, snapshot_count
 from rundir.errors import UserError
@@ -52,6 +53,50 @@ def stop_recorded(nodes: dict[str, SshNode], processes: list[dict], say) -> int:
     return signalled
 
 
+def _offsets(rd: RunDir) -> dict[str, float]:
+    """Each node's clock offset as the run measured it at its start (its manifest), 0 where unknown."""
+    try:
+        manifest = json.loads(rd.manifest_path.read_text())
+        nodes = (manifest.get("clock_offsets") or {}).get("nodes") or {}
+        return {n: float(o.get("offset", 0.0)) for n, o in nodes.items()}
+    except Exception:  # noqa: BLE001 - a damaged manifest: the recordings still come back, unconverted
+        return {}
+
+
+def bring_back(nodes: dict[str, SshNode], salvages: list[dict], rd: RunDir, say) -> None:
+    """The killed run's recordings (every collector's run.db, every drainer's trace, merged on the
+    reference clock with the offsets its manifest recorded) and every salvaged node's logs."""
+    collectors = {e["node"]: e["db"] for e in salvages if e.get("kind", "collector") == "collector" and e["node"] in nodes}
+    traces = {e["node"]: e["db"] for e in salvages if e.get("kind") == "trace" and e["node"] in nodes}
+    reference = next(iter(collectors), None)
+    if rd.db.exists() and reference is not None:
+        try:
+            if snapshot_count(rd.db) == 0:
+                db = connect(rd.db)
+                try:
+                    errors = bring_back_recordings(
+                        nodes, collectors, traces, reference, _offsets(rd), rd.path, db,
+                        checkpoint=lambda name, path: nodes[name].run([nodes[name].p.python, "-c",
+                                                                       CHECKPOINT_SCRIPT, path]))
+                    n = snapshot_count(rd.db)
+                    say(f"cleanup: brought back {n} snapshot(s) from {', '.join(collectors)}"
+                        + (f" and the message traces of {', '.join(traces)}" if traces else ""))
+                    for e in errors:
+                        say(f"cleanup: could not bring back {e}")
+                finally:
+                    db.close()
+        except Exception as e:  # noqa: BLE001
+            say(f"cleanup: could not bring back run.db from {reference}: {e}")
+    for name in dict.fromkeys(e["node"] for e in salvages):
+        if name not in nodes:
+            continue
+        logs = next(e["logs"] for e in salvages if e["node"] == name)
+        try:
+            fetch_logs(nodes[name], logs, rd.logs)
+        except Exception as e:  # noqa: BLE001 - the rest of the cleanup still matters
+            say(f"cleanup: logs from {name}: {e}")
+
+
 def cleanup_remote(data: dict, say) -> bool:
     """Undo what a killed run left on its testbed nodes (its ledger's `remote` part): stop its
     processes (the collector first commits and closes its run.db), bring back that run.db and the
@@ -76,25 +121,8 @@ def cleanup_remote(data: dict, say) -> bool:
     # Stopped before anything is copied: a run.db copied while the collector writes can be stale or torn.
     killed = stop_recorded(nodes, remote.get("processes", []), say)
     rd = RunDir(Path(data["run_dir"]))
-    salvage = remote.get("salvage")
-    mon = nodes.get(salvage["node"]) if salvage else None
-    if mon is not None and rd.db.exists():
-        try:
-            if snapshot_count(rd.db) == 0:
-                db = connect(rd.db)
-                try:
-                    n = fetch_collector_db(mon, salvage["db"], rd.path, db, checkpoint=lambda: mon.run(
-                        [mon.p.python, "-c", CHECKPOINT_SCRIPT, salvage["db"]]))
-                    say(f"cleanup: brought back {n} snapshot(s) from {salvage['node']}")
-                finally:
-                    db.close()
-        except Exception as e:  # noqa: BLE001
-            say(f"cleanup: could not bring back run.db from {salvage['node']}: {e}")
-    if mon is not None:
-        try:
-            fetch_logs(mon, salvage["logs"], rd.logs)
-        except Exception as e:  # noqa: BLE001 - the rest of the cleanup still matters
-            say(f"cleanup: logs from {salvage['node']}: {e}")
+    salvages = remote.get("salvages") or ([{**remote["salvage"], "kind": "collector"}] if remote.get("salvage") else [])
+    bring_back(nodes, salvages, rd, say)
     for entry in remote.get("undo", []):
         node = nodes.get(entry["node"])
         if node is not None:

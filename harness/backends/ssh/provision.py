@@ -39,6 +39,14 @@ PACKAGES = {"python3": "python3", "ip": "iproute2", "ss": "iproute2", "truncate"
             "sysctl": "procps", "iptables": "iptables", "iptables-restore": "iptables", "lighttpd": "lighttpd",
             "iperf": "iperf", "wget": "wget", "make": "make", "gcc": "gcc libc6-dev"}
 BASE_PROGRAMS = ("ip",)
+# The service tiers (harness/service/tiers.py): the programs each tier runs, from the same Debian
+# packages scripts/setup.sh installs; their services are stopped after an install (ours bind the ports)
+SERVICE_PROGRAMS = {"web": {"nginx"}, "app": {"gunicorn"}, "cache": {"memcached"},
+                    "db": {"mariadbd", "mariadb-install-db", "mariadb"}, "client": set()}
+PACKAGES.update({"nginx": "nginx", "gunicorn": "gunicorn", "memcached": "memcached", "mariadbd": "mariadb-server",
+                 "mariadb-install-db": "mariadb-server", "mariadb": "mariadb-server"})
+SERVICE_MODULES = {"pymemcache": "python3-pymemcache", "pymysql": "python3-pymysql"}
+SYSTEM_SERVICES = {"lighttpd": "lighttpd", "nginx": "nginx", "memcached": "memcached", "mariadb-server": "mariadb"}
 
 # $1: the directory just made. Prints its owner's uid and type, then the uid commands run as.
 OWNER_SCRIPT = 'stat -c "%u %F" -- "$1" && id -u'
@@ -54,31 +62,89 @@ def each(names: Iterable[str], fn: Callable[[str], None]) -> None:
             raise f.exception()
 
 
+def workload_pairs(spec) -> list[tuple[str, str]]:
+    """(client, server) of every connection the workloads make: a plain workload's host and server, a
+    service's client to web, web to each app, each app to the cache and the database."""
+    pairs: dict[tuple[str, str], None] = {}
+    for w in spec.workloads:
+        if getattr(w, "kind", None) == "service":
+            apps = list(w.apps or [])
+            pairs.update(dict.fromkeys([(w.client, w.web), *((w.web, a) for a in apps),
+                                        *((a, t) for a in apps for t in (w.cache, w.db))]))
+        else:
+            pairs[(w.host, w.server)] = None
+    return list(pairs)
+
+
+def traced_nodes(spec) -> list[str]:
+    """The nodes whose processes run under the interceptor: the monitored hosts (with the interceptor)
+    and, with `trace: messages`, a service's every tier host (harness/lab/tracing.py's traced_hosts)."""
+    out: dict[str, None] = {}
+    if getattr(spec, "interceptor", False):
+        out.update(dict.fromkeys(monitored(spec)))
+    if getattr(spec, "trace", None):
+        for w in spec.workloads:
+            if w.kind == "service":
+                out.update(dict.fromkeys(w.hosts))
+    return list(out)
+
+
+def package_nodes(spec) -> dict[str, bool]:
+    """The nodes that run this package's modules (collector, drainer, load generator, the app), each
+    with whether the interceptor is built there."""
+    out = {h: False for h in monitored(spec)}
+    for w in spec.workloads:
+        if w.kind == "service":
+            out.update({h: out.get(h, False) for h in (w.client, *(w.apps or []))})
+    for h in traced_nodes(spec):
+        out[h] = True
+    return out
+
+
 def needed_programs(topology: Topology, spec) -> dict[str, set[str]]:
     """The programs each node needs for what the spec has it do."""
     need = {n: {"python3", *BASE_PROGRAMS} for n in topology.spec.nodes}
     for w in spec.workloads:
+        if w.kind == "service":
+            for tier, host in w.tier_hosts.items():
+                need[host] |= SERVICE_PROGRAMS.get("app" if tier.startswith("app") else tier, set()) | {"ss"}
+            continue
         need[w.host].add({"wget": "wget", "iperf": "iperf"}[w.kind])
         need[w.server] |= {"lighttpd", "truncate"} if w.kind == "wget" else {"iperf"}
         need[w.server].add("ss")
     for f in spec.faults:
         if f.at:
             need[f.at] |= {"iptables", "iptables-restore"}
-    need[spec.monitor] |= {"tar"} | ({"make", "gcc"} if spec.interceptor else set())
-    for n in {w.host for w in spec.workloads} | {w.server for w in spec.workloads}:
-        need[n].add("sysctl")
+    for n, interceptor in package_nodes(spec).items():
+        need[n] |= {"tar"} | ({"make", "gcc"} if interceptor else set())
+    for a, b in workload_pairs(spec):
+        need[a].add("sysctl")
+        need[b].add("sysctl")
     for n in topology.routers:
         if topology.bundle(n):   # ECMP: the multipath hash is set with sysctl (multipath.py)
             need[n].add("sysctl")
     return need
 
 
+def needed_modules(spec) -> dict[str, set[str]]:
+    """The system Python's modules each node needs: the app (pymemcache, pymysql) on the app hosts,
+    pymemcache on the cache host (its warm-up)."""
+    need: dict[str, set[str]] = {}
+    for w in getattr(spec, "workloads", []):
+        if w.kind == "service":
+            for a in w.apps or []:
+                need.setdefault(a, set()).update(SERVICE_MODULES)
+            need.setdefault(w.cache, set()).add("pymemcache")
+    return need
+
+
 # ---- checking the nodes --------------------------------------------------------------------------
 
 def check_nodes(nodes: dict[str, SshNode], need: dict[str, set[str]], install: bool,
-                node_info: dict[str, dict]) -> None:
-    """Linux, the programs each node needs (installed with apt-get if `install`), sudo where needed.
-    Records each node's kernel, OS and SSH server address in node_info."""
+                node_info: dict[str, dict], modules: dict[str, set[str]] | None = None) -> None:
+    """Linux, the programs each node needs (installed with apt-get if `install`), sudo where needed,
+    and the system Python's modules the service's tiers import there (`modules`). Records each node's
+    kernel, OS and SSH server address in node_info."""
     def check(name: str) -> None:
         node = nodes[name]
         lines, missing = probe(node, need[name])
@@ -94,8 +160,29 @@ def check_nodes(nodes: dict[str, SshNode], need: dict[str, set[str]], install: b
             raise SshError(f"{node.p.where}: missing program(s) {', '.join(missing)} (Debian/Ubuntu "
                            f"packages: {' '.join(sorted({PACKAGES.get(m, m) for m in missing}))})")
         node.use_server = True
+        wanted = sorted((modules or {}).get(name, ()))
+        absent = missing_modules(node, wanted)
+        if absent and install:
+            apt_install(node, [SERVICE_MODULES[m] for m in absent])
+            absent = missing_modules(node, wanted)
+        if absent:
+            raise SshError(f"{node.p.where}: missing Python module(s) {', '.join(absent)} of {SYSTEM_PYTHON} "
+                           f"(Debian/Ubuntu packages: {' '.join(SERVICE_MODULES[m] for m in absent)})")
 
     each(nodes, check)
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"   # the tiers' Python (harness/service/tiers.py): Debian's gunicorn runs on it
+_MODULE_PROBE = ("import importlib.util, sys; "
+                 "print(' '.join(m for m in sys.argv[1:] if not importlib.util.find_spec(m)))")
+
+
+def missing_modules(node: SshNode, modules: list[str]) -> list[str]:
+    """Those of `modules` the node's system Python cannot import (all of them if it cannot run)."""
+    if not modules:
+        return []
+    r = node.run([SYSTEM_PYTHON, "-c", _MODULE_PROBE, *modules], check=False)
+    return r.stdout.split() if r.returncode == 0 else list(modules)
 
 
 def probe(node: SshNode, programs: set[str]) -> tuple[list[str], list[str]]:
@@ -124,8 +211,9 @@ def apt_install(node: SshNode, programs: list[str]) -> None:
     if r.returncode != 0:
         raise SshError(f"{node.p.where}: apt-get install {' '.join(pkgs)} failed: "
                        f"{((r.stderr or r.stdout).strip().splitlines() or [''])[-1]}")
-    if "lighttpd" in pkgs:   # the package starts a server on port 80; ours binds there
-        node.run(["systemctl", "disable", "--now", "lighttpd"], check=False)
+    for pkg, service in SYSTEM_SERVICES.items():   # the package starts a server on our port; ours binds there
+        if pkg in pkgs:
+            node.run(["systemctl", "disable", "--now", service], check=False)
 
 
 # ---- verifying the network -----------------------------------------------------------------------
@@ -180,11 +268,8 @@ def verify_network(nodes: dict[str, SshNode], topology: Topology, spec, node_inf
             peer = link.b if link.a == name else link.a
             peer_addr = next(a for _, a, _, kk in real[peer] if kk == k)
             interfaces[name].append(Interface(name, ifname, address, prefixlen, peer, peer_addr, k))
-    mon = spec.monitor
-    if control.get(mon) and control[mon] in {i.name for i in interfaces[mon]}:
-        raise SshError(f"{nodes[mon].p.where}: the runner's SSH connection arrives on {control[mon]}, "
-                       "the monitored host's data interface: its own traffic would be measured and an "
-                       "ip_drop would cut it off; connect through the control network")
+    for mon in monitored(spec):
+        _check_control(nodes[mon], control.get(mon), interfaces[mon])
 
     def route_check(pair: tuple[str, str]) -> None:
         host, server = pair
@@ -197,10 +282,18 @@ def verify_network(nodes: dict[str, SshNode], topology: Topology, spec, node_inf
                            f"{'no route' if dev is None else repr(dev)}, not its data interface {data_if}: "
                            "the traffic would bypass the topology's routers")
 
-    pairs = {(w.host, w.server) for w in spec.workloads}
-    pairs |= {(w.server, w.host) for w in spec.workloads}
+    pairs = set(workload_pairs(spec))
+    pairs |= {(b, a) for a, b in pairs}
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(route_check, sorted(pairs)))
+
+
+def _check_control(node: SshNode, control: str | None, interfaces: list[Interface]) -> None:
+    """A monitored host's SSH session must not arrive on its data interface."""
+    if control and control in {i.name for i in interfaces}:
+        raise SshError(f"{node.p.where}: the runner's SSH connection arrives on {control}, "
+                       "the monitored host's data interface: its own traffic would be measured and an "
+                       "ip_drop would cut it off; connect through the control network")
 
 
 def interface_addresses(node: SshNode) -> dict[str, list[tuple[str, int]]]:
@@ -303,10 +396,11 @@ def make_private_dir(node: SshNode, path: str, sudo: bool = True) -> None:
 
 
 
-def install(nodes: dict[str, SshNode], monitor: str, interceptor: bool, node_info: dict[str, dict]) -> str:
-    """Scratch directory on every node (logs, served files); this package, pyroute2 and the
-    interceptor (built with make, if `interceptor`) on the monitored host. Returns the directory the
-    package is in there; the monitored host's Python version goes into node_info."""
+def install(nodes: dict[str, SshNode], packages: dict[str, bool], node_info: dict[str, dict]) -> dict[str, str]:
+    """Scratch directory on every node (logs, served files); this package and pyroute2 on every node
+    in `packages` (the monitored hosts' collectors, the drainers, a service's load generator and app),
+    with the interceptor built there (make) where `packages` says so. Returns the directory the package
+    is in on each of those nodes; their Python versions go into node_info."""
     def scratch(name: str) -> None:
         node = nodes[name]
         # Made as the login user (files are copied in over SFTP as that user); commands run with
@@ -315,23 +409,29 @@ def install(nodes: dict[str, SshNode], monitor: str, interceptor: bool, node_inf
         node.run(["mkdir", f"{node.workdir}/logs"], sudo=False)
 
     each(nodes, scratch)
-    mon = nodes[monitor]
-    pkg = f"{mon.workdir}/pkg"
-    mon.run(["mkdir", pkg], sudo=False)
-    with mon.conn.sftp.open(f"{mon.workdir}/nestlab.tar.gz", "wb") as f:
-        f.write(bundle())
-    mon.run(["tar", "-xzf", f"{mon.workdir}/nestlab.tar.gz", "-C", pkg], sudo=False)
-    r = mon.run([mon.p.python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], sudo=False)
-    version = r.stdout.strip()
-    if tuple(int(x) for x in version.split(".")) < MIN_PYTHON:
-        raise SshError(f"{mon.p.where}: {mon.p.python} is Python {version}; the collector needs "
-                       f"{'.'.join(map(str, MIN_PYTHON))} or later (set ssh: {{python: ...}} in the topology)")
-    node_info[mon.name]["python"] = version
-    if interceptor:
-        r = mon.run(["make", "-s", "-C", f"{pkg}/harness/interceptor"], check=False, sudo=False, timeout=300)
-        if r.returncode != 0:
-            raise SshError(f"{mon.p.where}: building the interceptor failed: {r.stderr.strip()[-300:]}")
-    return pkg
+    out: dict[str, str] = {}
+
+    def unpack(name: str) -> None:
+        node = nodes[name]
+        pkg = f"{node.workdir}/pkg"
+        node.run(["mkdir", pkg], sudo=False)
+        with node.conn.sftp.open(f"{node.workdir}/nestlab.tar.gz", "wb") as f:
+            f.write(bundle())
+        node.run(["tar", "-xzf", f"{node.workdir}/nestlab.tar.gz", "-C", pkg], sudo=False)
+        r = node.run([node.p.python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], sudo=False)
+        version = r.stdout.strip()
+        if tuple(int(x) for x in version.split(".")) < MIN_PYTHON:
+            raise SshError(f"{node.p.where}: {node.p.python} is Python {version}; the collector needs "
+                           f"{'.'.join(map(str, MIN_PYTHON))} or later (set ssh: {{python: ...}} in the topology)")
+        node_info[name]["python"] = version
+        if packages[name]:
+            r = node.run(["make", "-s", "-C", f"{pkg}/harness/interceptor"], check=False, sudo=False, timeout=300)
+            if r.returncode != 0:
+                raise SshError(f"{node.p.where}: building the interceptor failed: {r.stderr.strip()[-300:]}")
+        out[name] = pkg
+
+    each(list(packages), unpack)
+    return out
 
 
 # ---- congestion control and clocks ---------------------------------------------------------------
@@ -343,9 +443,9 @@ def set_congestion_control(nodes: dict[str, SshNode], spec, interfaces: dict[str
     The node's default and its other routes stay as they are."""
     cc = spec.congestion_control
     wanted: dict[str, set[str]] = {}
-    for w in spec.workloads:
-        wanted.setdefault(w.host, set()).add(interfaces[w.server][0].address)
-        wanted.setdefault(w.server, set()).add(interfaces[w.host][0].address)
+    for a, b in workload_pairs(spec):
+        wanted.setdefault(a, set()).add(interfaces[b][0].address)
+        wanted.setdefault(b, set()).add(interfaces[a][0].address)
 
     def set_cc(name: str) -> None:
         node = nodes[name]
@@ -375,13 +475,41 @@ def set_congestion_control(nodes: dict[str, SshNode], spec, interfaces: dict[str
             f.result()
 
 
+# A clock whose best round trip is slower than this cannot be measured well enough to put its node's
+# stamps on the reference timeline (the error bound is half the round trip): the run is refused.
+MAX_CLOCK_RTT_S = 0.1
+# How far a node's offset may move during a run (checked every CLOCK_CHECK_S and at the end) beyond the
+# two measurements' error bounds: CLOCK_MONOTONIC of two machines drifts apart by their crystals' and
+# NTP's frequency corrections (tens of ppm: a few ms an hour), never by more unless a clock was stepped
+# or the node rebooted.
+CLOCK_DRIFT_S = 0.005
+
+
+def monitored(spec) -> tuple[str, ...]:
+    """The spec's monitored hosts (`monitor`: one host or a list), the first the reference clock's."""
+    m = spec.monitor
+    return (m,) if isinstance(m, str) else tuple(m)
+
+
 def measure_clocks(nodes: dict[str, SshNode], monitor: str) -> Clocks:
-    """Every node's and the runner's offset to the monitored host's clock, measured now."""
+    """Every node's and the runner's offset to the monitored host's clock, measured now. A node whose
+    clock cannot be read, or only with round trips above MAX_CLOCK_RTT_S, ends the run with one line
+    naming it."""
     mon = monitor
     measured: dict[str, tuple[float, float]] = {}
 
     def measure(name: str) -> None:
-        measured[name] = nodes[name].measure_clock()
+        try:
+            measured[name] = nodes[name].measure_clock()
+        except SshError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the node's command server is gone, or answered nonsense
+            raise SshError(f"{nodes[name].p.where}: its clock offset cannot be measured: {e}") from None
+        rtt = measured[name][1]
+        if not rtt < MAX_CLOCK_RTT_S:   # also NaN
+            raise SshError(f"{nodes[name].p.where}: its clock offset cannot be measured: the best of "
+                           f"{CLOCK_ROUNDS} round trips took {rtt * 1000:.0f} ms (at most "
+                           f"{MAX_CLOCK_RTT_S * 1000:.0f} ms: the offset would be good to only +-{rtt * 500:.0f} ms)")
 
     each(nodes, measure)
     d_mon, rtt_mon = measured[mon]
@@ -392,3 +520,19 @@ def measure_clocks(nodes: dict[str, SshNode], monitor: str) -> Clocks:
         clocks.nodes[name] = (ClockOffset(0.0, 0.0, CLOCK_ROUNDS, "reference") if name == mon else
                               ClockOffset(d_mon - d, rtt + rtt_mon, CLOCK_ROUNDS, method))
     return clocks
+
+
+def clock_drift(start: Clocks, now: Clocks, nodes: dict[str, SshNode], limit: float = CLOCK_DRIFT_S) -> None:
+    """SshError naming the first node whose offset moved by more than `limit` beyond the two
+    measurements' error bounds (half of each round trip) since `start`: it lost clock sync (its clock
+    was stepped, or it rebooted), and its stamps can no longer be put on the reference timeline."""
+    for name, a in start.nodes.items():
+        b = now.nodes.get(name)
+        if b is None:
+            continue
+        moved, bound = abs(b.offset - a.offset), limit + (a.rtt + b.rtt) / 2
+        if moved > bound:
+            where = nodes[name].p.where if name in nodes else name
+            raise SshError(f"{where}: lost clock sync: its offset to {start.reference}'s clock moved by "
+                           f"{moved * 1000:.1f} ms since the start of the run (at most {bound * 1000:.1f} ms "
+                           "allowed); what was recorded is kept")
