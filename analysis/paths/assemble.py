@@ -36,6 +36,7 @@ from analysis.paths.model import (
     as_messages,
     edge_key,
     has_threads,
+    token,
 )
 
 # Histogram bin edges for node delays, s (log-spaced: delays of interest span 0.1 ms to seconds).
@@ -170,25 +171,31 @@ def positions_in_runs(run_node: np.ndarray, run_time: np.ndarray, node: np.ndarr
 
 def forest_depth(parent: np.ndarray, max_depth: int = 10_000) -> tuple[np.ndarray, np.ndarray]:
     """(depth, parent) per message; links that close a cycle (possible only with clock skew larger
-    than the delays) are cut, so the returned parent is a forest."""
+    than the delays) are cut, so the returned parent is a forest. Depths by pointer jumping (each
+    round doubles the distance climbed: log(depth) numpy passes)."""
     parent = parent.astype(np.int64, copy=True)
-    depth = np.zeros(len(parent), dtype=np.int64)
+    depth = (parent >= 0).astype(np.int64)      # the distance to anc, then to the root
     anc = parent.copy()
     active = np.flatnonzero(anc >= 0)
-    steps, checked = 0, False
+    rounds, checked = 0, False
+    deep = min(max_depth, 64)
     while active.size:
-        depth[active] += 1
-        anc[active] = parent[anc[active]]
+        up = anc[active]
+        depth[active] += depth[up]
+        anc[active] = anc[up]
         active = active[anc[active] >= 0]
-        steps += 1
-        if steps > min(max_depth, 64) and not checked:
-            # deeper than any real call tree: what climbs past max_depth is on (or under) a cycle;
-            # found by squaring the parent map (log steps) rather than climbing 10,000 one by one
+        rounds += 1
+        if active.size and (1 << rounds) > deep and not checked:
+            # deeper than any real call tree: what climbs past max_depth is on (or under) a cycle,
+            # found by squaring the parent map
             still = _power(parent, max_depth + 2) >= 0
             if still.any():
                 parent[still] = -1      # cut it there
                 return forest_depth(parent, max_depth)
             checked = True              # only deep chains: climb on
+    if not checked and depth.max(initial=0) > deep and (_power(parent, max_depth + 2) >= 0).any():
+        parent[_power(parent, max_depth + 2) >= 0] = -1     # a chain deeper than max_depth + 1
+        return forest_depth(parent, max_depth)
     return depth, parent
 
 
@@ -281,10 +288,11 @@ class PatternTable:
             acc[1] += w
 
     def add_instance(self, text: str, weight: float, node_delay: dict[str, float],
-                     edge_lat: dict[str, list[float]]) -> None:
-        """One path instance: its per-node delay (summed over visits) and its edges' latencies."""
+                     edge_lat: dict[str, list[float]], key: int | None = None) -> None:
+        """One path instance: its per-node delay (summed over visits) and its edges' latencies (key:
+        its subtree hash, where known)."""
         self.add_bulk(text, weight, 1, {k: v * weight for k, v in node_delay.items()},
-                      {k: (sum(v) * weight, len(v) * weight) for k, v in edge_lat.items()})
+                      {k: (sum(v) * weight, len(v) * weight) for k, v in edge_lat.items()}, key=key)
 
     def patterns(self, max_patterns: int = MAX_PATTERNS) -> tuple[list[PathPattern], int]:
         for held in self.pending:
@@ -322,17 +330,39 @@ def canonical_text(nodes: Nodes, children: dict[int, list[int]], root: int) -> s
         sys.setrecursionlimit(limit)
 
 
-def _children_of_trees(parent: np.ndarray, root_of: np.ndarray,
-                       roots: np.ndarray) -> dict[int, dict[int, list[int]]]:
-    """root -> (message -> its children), for the given roots only (one pass over their members)."""
+def tree_texts(nodes: Nodes, parent: np.ndarray, root_of: np.ndarray, h: np.ndarray,
+               roots: np.ndarray) -> list[str]:
+    """canonical_text of the trees under `roots`, each distinct subtree (by its subtree hash `h`)
+    named once: trees of one forest share most of their subtrees. Children as one sorted array
+    (CSR), not a dict per tree."""
     is_rep = np.zeros(len(parent), dtype=bool)
     is_rep[roots] = True
     members = np.flatnonzero(is_rep[root_of] & (parent >= 0))
-    out: dict[int, dict[int, list[int]]] = {int(r): {} for r in roots}
-    for i, p, r in zip(members.tolist(), parent[members].tolist(), root_of[members].tolist(),
-                       strict=True):
-        out[r].setdefault(p, []).append(i)
-    return out
+    members = members[np.argsort(parent[members], kind="stable")]
+    by_parent = parent[members]
+    kid_list = members.tolist()
+    names = [token(x) for x in nodes.names.tolist()]
+    src, dst, hs = nodes.src, nodes.dst, h
+    memo: dict[int, str] = {}
+
+    def text(i: int) -> str:
+        key = int(hs[i])
+        got = memo.get(key)
+        if got is not None:
+            return got
+        lo, hi = np.searchsorted(by_parent, (i, i + 1))
+        label = f"{names[src[i]]}>{names[dst[i]]}"
+        if hi > lo:
+            label += "(" + ",".join(sorted(text(c) for c in kid_list[lo:hi])) + ")"
+        memo[key] = label
+        return label
+
+    limit = sys.getrecursionlimit()
+    try:
+        sys.setrecursionlimit(max(limit, 20_000))
+        return [text(r) for r in roots.tolist()]
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def add_forest(table: PatternTable, nodes: Nodes, messages: pd.DataFrame, parent: np.ndarray,
@@ -391,9 +421,8 @@ def add_forest(table: PatternTable, nodes: Nodes, messages: pd.DataFrame, parent
     first_of = np.full(len(uniq), -1, dtype=np.int64)
     first_of[pid_root[::-1]] = roots[::-1]              # the first root of each pattern
     first_root = first_of[top]
-    kids = _children_of_trees(parent, root_of, first_root)
-    for p, r in enumerate(first_root.tolist()):
-        text = canonical_text(nodes, kids[r], r)
+    texts = tree_texts(nodes, parent, root_of, h, first_root)
+    for p, text in enumerate(texts):
         table.add_bulk(text, float(count[top[p]]), int(raw[top[p]]), delays[p], lats[p], key=int(uniq[top[p]]))
     return np.where(kept, root_of, -1)
 

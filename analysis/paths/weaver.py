@@ -70,14 +70,21 @@ def _count_costs(key: np.ndarray, parent: np.ndarray, chosen_parent: np.ndarray,
                  n_parents_of_key: dict[int, int], max_calls: int) -> dict[int, np.ndarray]:
     """Per key, -log P(N >= j) for j = 1..max_calls, from the current mapping (N: calls to the key's
     callee made by one incoming call of the key's caller)."""
+    keys = np.unique(key)
+    at_least = np.zeros((len(keys), max_calls))
+    if len(chosen_key):
+        o = np.lexsort((chosen_parent, chosen_key))
+        ck, cpar = chosen_key[o], chosen_parent[o]
+        new = np.r_[True, (ck[1:] != ck[:-1]) | (cpar[1:] != cpar[:-1])]
+        starts = np.flatnonzero(new)
+        counts = np.diff(np.r_[starts, len(ck)])          # calls per (key, incoming call)
+        at = np.searchsorted(keys, ck[starts])
+        for j in range(1, max_calls + 1):
+            at_least[:, j - 1] = np.bincount(at, weights=counts >= j, minlength=len(keys))
+    n_in = np.maximum([n_parents_of_key.get(k, 0) for k in keys.tolist()], 1).astype(np.float64)
     out: dict[int, np.ndarray] = {}
-    frame = pd.DataFrame({"key": chosen_key, "parent": chosen_parent})
-    per = frame.groupby(["key", "parent"]).size()
-    for k in np.unique(key).tolist():
-        n_in = max(n_parents_of_key.get(k, 0), 1)
-        counts = per.loc[k].to_numpy() if k in per.index.get_level_values(0) else np.zeros(0)
-        at_least = np.array([(counts >= j).sum() for j in range(1, max_calls + 1)], dtype=np.float64)
-        out[k] = -np.log((at_least + 0.5) / (n_in + 1.0))
+    for i, k in enumerate(keys.tolist()):
+        out[k] = -np.log((at_least[i] + 0.5) / (n_in[i] + 1.0))
     return out
 
 
@@ -159,18 +166,13 @@ def _solve(child, parent, key, cost, slots, order, bounds, n, max_calls, leave_c
     row, kids, kptr = _dense(comp_of, kid, len(comp_len))
     col, pars, pptr = _dense(comp_of, par, len(comp_len))
     vals = cost[order][:, None] + table[kcode[order]]                # per candidate, its slots' costs
-    j = np.arange(max_calls)
-    for c in np.flatnonzero(~single).tolist():
+    multi = np.flatnonzero(~single)
+    k_of, q_of = np.diff(kptr)[multi], np.diff(pptr)[multi]
+    small = k_of <= window
+    _solve_small(multi[small], k_of[small], q_of[small], bounds, row, col, kids, kptr, pars, pptr,
+                 vals, max_calls, leave_cost, chosen)
+    for c in multi[~small].tolist():
         a, b = bounds[c], bounds[c + 1]
-        k, q = kptr[c + 1] - kptr[c], pptr[c + 1] - pptr[c]
-        if k <= window:
-            m = np.full((k, q * max_calls + k), 1e9)
-            m[row[a:b, None], col[a:b, None] * max_calls + j] = vals[a:b]
-            m[np.arange(k), q * max_calls + np.arange(k)] = leave_cost
-            r, cc = linear_sum_assignment(m)
-            ok = (cc < q * max_calls) & (m[r, cc] < 1e9)
-            chosen[kids[kptr[c]:][r[ok]]] = pars[pptr[c]:][cc[ok] // max_calls]
-            continue
         idx = order[a:b]
         kids_all = pd.unique(child[idx])
         used: dict[int, int] = {}                   # parent -> slots taken by earlier windows
@@ -178,6 +180,33 @@ def _solve(child, parent, key, cost, slots, order, bounds, n, max_calls, leave_c
             sel = idx[np.isin(child[idx], kids_all[w0:w0 + window])]
             _assign(child[sel], parent[sel], kcode[sel], cost[sel], table, used, chosen, max_calls, leave_cost)
     return chosen
+
+
+def _solve_small(comps, k_of, q_of, bounds, row, col, kids, kptr, pars, pptr, vals, max_calls,
+                 leave_cost, chosen) -> None:
+    """The components of at most `window` calls, those of one shape (calls, candidates) at once: their
+    cost matrices built as one array (the same matrices as one by one), then one exact assignment per
+    component."""
+    if not len(comps):
+        return
+    j = np.arange(max_calls)
+    shape = k_of * (int(q_of.max()) + 1) + q_of
+    for s in np.unique(shape).tolist():
+        cs = comps[shape == s]
+        k, q = int(k_of[shape == s][0]), int(q_of[shape == s][0])
+        m = np.full((len(cs), k, q * max_calls + k), 1e9)
+        # every candidate of these components: its component's slot in `cs`, its row and columns
+        lo, hi = bounds[cs], bounds[cs + 1]
+        pos = np.repeat(lo - np.r_[0, np.cumsum(hi - lo)[:-1]], hi - lo) + np.arange(int((hi - lo).sum()))
+        g = np.repeat(np.arange(len(cs)), hi - lo)
+        m[g[:, None], row[pos][:, None], col[pos][:, None] * max_calls + j] = vals[pos]
+        m[:, np.arange(k), q * max_calls + np.arange(k)] = leave_cost
+        got = np.empty((len(cs), k), dtype=np.int64)
+        for i in range(len(cs)):
+            got[i] = linear_sum_assignment(m[i])[1]       # rows come back in order, all assigned (k <= columns)
+        ok = (got < q * max_calls) & (np.take_along_axis(m, got[:, :, None], axis=2)[:, :, 0] < 1e9)
+        gi, ri = np.nonzero(ok)
+        chosen[kids[kptr[cs[gi]] + ri]] = pars[pptr[cs[gi]] + got[gi, ri] // max_calls]
 
 
 def _dense(group: np.ndarray, value: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
