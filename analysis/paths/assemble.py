@@ -23,6 +23,7 @@ through `PatternTable.add_instance` with the same bookkeeping.
 from __future__ import annotations
 
 import sys
+from bisect import bisect_left
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -273,9 +274,13 @@ class PatternTable:
                  lat_sums: dict[str, tuple[float, float]], key: int | None = None) -> None:
         """delay_sums: node -> weighted sum of its per-path delay; lat_sums: edge -> (weighted sum,
         weight); key: the pattern's subtree hash, where known."""
-        self._slot(text)
         if key is not None:
             self.by_hash[key] = text
+        if text not in self.count:          # a new pattern (the most common case): its sums as given
+            self.count[text], self.raw[text] = 0.0 + count, 0 + raw
+            self.delay[text] = {k: 0.0 + v for k, v in delay_sums.items()}
+            self.lat[text] = {k: [0.0 + s, 0.0 + w] for k, (s, w) in lat_sums.items()}
+            return
         self.count[text] += count
         self.raw[text] += raw
         d = self.delay[text]
@@ -333,34 +338,36 @@ def canonical_text(nodes: Nodes, children: dict[int, list[int]], root: int) -> s
 def tree_texts(nodes: Nodes, parent: np.ndarray, root_of: np.ndarray, h: np.ndarray,
                roots: np.ndarray) -> list[str]:
     """canonical_text of the trees under `roots`, each distinct subtree (by its subtree hash `h`)
-    named once: trees of one forest share most of their subtrees. Children as one sorted array
-    (CSR), not a dict per tree."""
+    named once: trees of one forest share most of their subtrees. The trees' messages renumbered
+    0.. (their order kept), children as one list sorted by parent (CSR), read by bisection."""
     is_rep = np.zeros(len(parent), dtype=bool)
     is_rep[roots] = True
-    members = np.flatnonzero(is_rep[root_of] & (parent >= 0))
-    members = members[np.argsort(parent[members], kind="stable")]
-    by_parent = parent[members]
-    kid_list = members.tolist()
+    sub = np.flatnonzero(is_rep[root_of])
+    par = parent[sub]
+    has = np.flatnonzero(par >= 0)
+    local = np.searchsorted(sub, par[has])
+    o = np.argsort(local, kind="stable")
+    by_parent, kid_list = local[o].tolist(), has[o].tolist()
     names = [token(x) for x in nodes.names.tolist()]
-    src, dst, hs = nodes.src, nodes.dst, h
+    src, dst, hs = nodes.src[sub].tolist(), nodes.dst[sub].tolist(), h[sub].tolist()
     memo: dict[int, str] = {}
 
     def text(i: int) -> str:
-        key = int(hs[i])
-        got = memo.get(key)
+        got = memo.get(hs[i])
         if got is not None:
             return got
-        lo, hi = np.searchsorted(by_parent, (i, i + 1))
+        lo = bisect_left(by_parent, i)
+        hi = bisect_left(by_parent, i + 1, lo)
         label = f"{names[src[i]]}>{names[dst[i]]}"
         if hi > lo:
-            label += "(" + ",".join(sorted(text(c) for c in kid_list[lo:hi])) + ")"
-        memo[key] = label
+            label += "(" + ",".join(sorted([text(c) for c in kid_list[lo:hi]])) + ")"
+        memo[hs[i]] = label
         return label
 
     limit = sys.getrecursionlimit()
     try:
         sys.setrecursionlimit(max(limit, 20_000))
-        return [text(r) for r in roots.tolist()]
+        return [text(r) for r in np.searchsorted(sub, roots).tolist()]
     finally:
         sys.setrecursionlimit(limit)
 
@@ -410,14 +417,21 @@ def add_forest(table: PatternTable, nodes: Nodes, messages: pd.DataFrame, parent
     lkeys, (lsum, lw) = key_sums(msg_pid[seen] * nn * nn + nodes.src[seen] * nn + nodes.dst[seen], n_pat * nn * nn,
                                  lat[seen] * w_msg[seen], w_msg[seen])
 
+    # per pattern, node -> delay sum and edge -> (latency sum, weight): the keys ascend, so each
+    # pattern's entries are one run
     names = [str(x) for x in nodes.names]
-    delays: list[dict[str, float]] = [{} for _ in range(n_pat)]
-    for k, s in zip(np.asarray(dkeys).tolist(), dsum.tolist(), strict=True):
-        delays[k // nn][names[k % nn]] = s
-    lats: list[dict[str, tuple[float, float]]] = [{} for _ in range(n_pat)]
-    for k, s, w in zip(np.asarray(lkeys).tolist(), lsum.tolist(), lw.tolist(), strict=True):
-        e = k % (nn * nn)
-        lats[k // (nn * nn)][edge_key(names[e // nn], names[e % nn])] = (s, w)
+    dkeys = np.asarray(dkeys)
+    at = np.searchsorted(dkeys // nn, np.arange(n_pat + 1)).tolist()
+    node_names = [names[x] for x in (dkeys % nn).tolist()]
+    dl = dsum.tolist()
+    delays = [dict(zip(node_names[a:b], dl[a:b], strict=True)) for a, b in zip(at[:-1], at[1:], strict=True)]
+    lkeys = np.asarray(lkeys)
+    edge_codes, edge_of = np.unique(lkeys % (nn * nn), return_inverse=True)
+    edge_names = [edge_key(names[e // nn], names[e % nn]) for e in edge_codes.tolist()]
+    lat_names = [edge_names[x] for x in edge_of.tolist()]
+    pairs = list(zip(lsum.tolist(), lw.tolist(), strict=True))
+    at = np.searchsorted(lkeys // (nn * nn), np.arange(n_pat + 1)).tolist()
+    lats = [dict(zip(lat_names[a:b], pairs[a:b], strict=True)) for a, b in zip(at[:-1], at[1:], strict=True)]
     first_of = np.full(len(uniq), -1, dtype=np.int64)
     first_of[pid_root[::-1]] = roots[::-1]              # the first root of each pattern
     first_root = first_of[top]
