@@ -24,6 +24,8 @@ memory stays bounded whatever the trace's size.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 import numpy as np
 
 from analysis.paths.assemble import (
@@ -394,45 +396,49 @@ class Hashed:
 
     def _texts(self, keys: np.ndarray) -> dict[int, str]:
         """The canonical text of each pattern in `keys`, from its held instance: each distinct
-        subtree (by its subtree hash) named once, over all of them."""
+        subtree (by its subtree hash) named once, over all of them. A held part's rows as lists,
+        children as one list sorted by parent (the part's rows, parents made part-wide), read by
+        bisection."""
         out: dict[int, str] = {}
         want = set(keys.tolist())
         names = [token(x) for x in self.names.tolist()]
         memo: dict[int, str] = {}
         for key, src, dst, local, sub in self.rep_parts:
-            sel = np.flatnonzero(np.isin(key, keys))
-            if not sel.size:
+            first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])   # each held instance's first row
+            take = [s for s, k in zip(first.tolist(), key[first].tolist(), strict=True)
+                    if k in want and k not in out]
+            if not take:
                 continue
-            starts = sel[np.r_[True, key[sel][1:] != key[sel][:-1]]]
-            for s in starts.tolist():
+            par = np.where(local >= 0, local + np.repeat(first, np.diff(np.r_[first, len(key)])), -1)
+            kids = np.flatnonzero(par >= 0)
+            kids = kids[np.argsort(par[kids], kind="stable")]
+            tree = _Rows(par[kids].tolist(), kids.tolist(), src.tolist(), dst.tolist(), sub.tolist(), names, memo)
+            for s in take:
                 k = int(key[s])
-                if k in out or k not in want:
-                    continue
-                e = s
-                while e < len(key) and key[e] == key[s]:
-                    e += 1
-                par = local[s:e]
-                kids = np.flatnonzero(par >= 0)
-                kids = kids[np.argsort(par[kids], kind="stable")]
-                out[k] = _text(0, par[kids], kids.tolist(), src[s:e], dst[s:e], sub[s:e], names, memo)
+                if k not in out:
+                    out[k] = tree.text(s)
         return out
 
 
-def _text(i: int, by_parent: np.ndarray, kids: list[int], src, dst, sub, names: list[str],
-          memo: dict[int, str]) -> str:
-    """canonical_text of row i's subtree (children: kids[j] for by_parent[j] == i, by_parent sorted),
-    memoised by subtree hash."""
-    h = int(sub[i])
-    got = memo.get(h)
-    if got is not None:
-        return got
-    lo, hi = np.searchsorted(by_parent, (i, i + 1))
-    text = f"{names[src[i]]}>{names[dst[i]]}"
-    if hi > lo:
-        text += "(" + ",".join(sorted(_text(c, by_parent, kids, src, dst, sub, names, memo)
-                                      for c in kids[lo:hi])) + ")"
-    memo[h] = text
-    return text
+class _Rows:
+    """canonical_text of held rows' subtrees (children: kids[j] for by_parent[j] == i, by_parent
+    sorted), memoised by subtree hash."""
+
+    def __init__(self, by_parent, kids, src, dst, sub, names, memo) -> None:
+        self.by_parent, self.kids, self.src, self.dst, self.sub = by_parent, kids, src, dst, sub
+        self.names, self.memo = names, memo
+
+    def text(self, i: int) -> str:
+        got = self.memo.get(self.sub[i])
+        if got is not None:
+            return got
+        lo = bisect_left(self.by_parent, i)
+        hi = bisect_left(self.by_parent, i + 1, lo)
+        text = f"{self.names[self.src[i]]}>{self.names[self.dst[i]]}"
+        if hi > lo:
+            text += "(" + ",".join(sorted([self.text(c) for c in self.kids[lo:hi]])) + ")"
+        self.memo[self.sub[i]] = text
+        return text
 
 
 _MASK = (1 << 64) - 1
