@@ -23,6 +23,7 @@ through `PatternTable.add_instance` with the same bookkeeping.
 from __future__ import annotations
 
 import sys
+from bisect import bisect_left
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,6 +37,7 @@ from analysis.paths.model import (
     as_messages,
     edge_key,
     has_threads,
+    token,
 )
 
 # Histogram bin edges for node delays, s (log-spaced: delays of interest span 0.1 ms to seconds).
@@ -170,25 +172,31 @@ def positions_in_runs(run_node: np.ndarray, run_time: np.ndarray, node: np.ndarr
 
 def forest_depth(parent: np.ndarray, max_depth: int = 10_000) -> tuple[np.ndarray, np.ndarray]:
     """(depth, parent) per message; links that close a cycle (possible only with clock skew larger
-    than the delays) are cut, so the returned parent is a forest."""
+    than the delays) are cut, so the returned parent is a forest. Depths by pointer jumping (each
+    round doubles the distance climbed: log(depth) numpy passes)."""
     parent = parent.astype(np.int64, copy=True)
-    depth = np.zeros(len(parent), dtype=np.int64)
+    depth = (parent >= 0).astype(np.int64)      # the distance to anc, then to the root
     anc = parent.copy()
     active = np.flatnonzero(anc >= 0)
-    steps, checked = 0, False
+    rounds, checked = 0, False
+    deep = min(max_depth, 64)
     while active.size:
-        depth[active] += 1
-        anc[active] = parent[anc[active]]
+        up = anc[active]
+        depth[active] += depth[up]
+        anc[active] = anc[up]
         active = active[anc[active] >= 0]
-        steps += 1
-        if steps > min(max_depth, 64) and not checked:
-            # deeper than any real call tree: what climbs past max_depth is on (or under) a cycle;
-            # found by squaring the parent map (log steps) rather than climbing 10,000 one by one
+        rounds += 1
+        if active.size and (1 << rounds) > deep and not checked:
+            # deeper than any real call tree: what climbs past max_depth is on (or under) a cycle,
+            # found by squaring the parent map
             still = _power(parent, max_depth + 2) >= 0
             if still.any():
                 parent[still] = -1      # cut it there
                 return forest_depth(parent, max_depth)
             checked = True              # only deep chains: climb on
+    if not checked and depth.max(initial=0) > deep and (_power(parent, max_depth + 2) >= 0).any():
+        parent[_power(parent, max_depth + 2) >= 0] = -1     # a chain deeper than max_depth + 1
+        return forest_depth(parent, max_depth)
     return depth, parent
 
 
@@ -266,9 +274,13 @@ class PatternTable:
                  lat_sums: dict[str, tuple[float, float]], key: int | None = None) -> None:
         """delay_sums: node -> weighted sum of its per-path delay; lat_sums: edge -> (weighted sum,
         weight); key: the pattern's subtree hash, where known."""
-        self._slot(text)
         if key is not None:
             self.by_hash[key] = text
+        if text not in self.count:          # a new pattern (the most common case): its sums as given
+            self.count[text], self.raw[text] = 0.0 + count, 0 + raw
+            self.delay[text] = {k: 0.0 + v for k, v in delay_sums.items()}
+            self.lat[text] = {k: [0.0 + s, 0.0 + w] for k, (s, w) in lat_sums.items()}
+            return
         self.count[text] += count
         self.raw[text] += raw
         d = self.delay[text]
@@ -281,10 +293,11 @@ class PatternTable:
             acc[1] += w
 
     def add_instance(self, text: str, weight: float, node_delay: dict[str, float],
-                     edge_lat: dict[str, list[float]]) -> None:
-        """One path instance: its per-node delay (summed over visits) and its edges' latencies."""
+                     edge_lat: dict[str, list[float]], key: int | None = None) -> None:
+        """One path instance: its per-node delay (summed over visits) and its edges' latencies (key:
+        its subtree hash, where known)."""
         self.add_bulk(text, weight, 1, {k: v * weight for k, v in node_delay.items()},
-                      {k: (sum(v) * weight, len(v) * weight) for k, v in edge_lat.items()})
+                      {k: (sum(v) * weight, len(v) * weight) for k, v in edge_lat.items()}, key=key)
 
     def patterns(self, max_patterns: int = MAX_PATTERNS) -> tuple[list[PathPattern], int]:
         for held in self.pending:
@@ -322,17 +335,41 @@ def canonical_text(nodes: Nodes, children: dict[int, list[int]], root: int) -> s
         sys.setrecursionlimit(limit)
 
 
-def _children_of_trees(parent: np.ndarray, root_of: np.ndarray,
-                       roots: np.ndarray) -> dict[int, dict[int, list[int]]]:
-    """root -> (message -> its children), for the given roots only (one pass over their members)."""
+def tree_texts(nodes: Nodes, parent: np.ndarray, root_of: np.ndarray, h: np.ndarray,
+               roots: np.ndarray) -> list[str]:
+    """canonical_text of the trees under `roots`, each distinct subtree (by its subtree hash `h`)
+    named once: trees of one forest share most of their subtrees. The trees' messages renumbered
+    0.. (their order kept), children as one list sorted by parent (CSR), read by bisection."""
     is_rep = np.zeros(len(parent), dtype=bool)
     is_rep[roots] = True
-    members = np.flatnonzero(is_rep[root_of] & (parent >= 0))
-    out: dict[int, dict[int, list[int]]] = {int(r): {} for r in roots}
-    for i, p, r in zip(members.tolist(), parent[members].tolist(), root_of[members].tolist(),
-                       strict=True):
-        out[r].setdefault(p, []).append(i)
-    return out
+    sub = np.flatnonzero(is_rep[root_of])
+    par = parent[sub]
+    has = np.flatnonzero(par >= 0)
+    local = np.searchsorted(sub, par[has])
+    o = np.argsort(local, kind="stable")
+    by_parent, kid_list = local[o].tolist(), has[o].tolist()
+    names = [token(x) for x in nodes.names.tolist()]
+    src, dst, hs = nodes.src[sub].tolist(), nodes.dst[sub].tolist(), h[sub].tolist()
+    memo: dict[int, str] = {}
+
+    def text(i: int) -> str:
+        got = memo.get(hs[i])
+        if got is not None:
+            return got
+        lo = bisect_left(by_parent, i)
+        hi = bisect_left(by_parent, i + 1, lo)
+        label = f"{names[src[i]]}>{names[dst[i]]}"
+        if hi > lo:
+            label += "(" + ",".join(sorted([text(c) for c in kid_list[lo:hi]])) + ")"
+        memo[hs[i]] = label
+        return label
+
+    limit = sys.getrecursionlimit()
+    try:
+        sys.setrecursionlimit(max(limit, 20_000))
+        return [text(r) for r in np.searchsorted(sub, roots).tolist()]
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def add_forest(table: PatternTable, nodes: Nodes, messages: pd.DataFrame, parent: np.ndarray,
@@ -380,20 +417,26 @@ def add_forest(table: PatternTable, nodes: Nodes, messages: pd.DataFrame, parent
     lkeys, (lsum, lw) = key_sums(msg_pid[seen] * nn * nn + nodes.src[seen] * nn + nodes.dst[seen], n_pat * nn * nn,
                                  lat[seen] * w_msg[seen], w_msg[seen])
 
+    # per pattern, node -> delay sum and edge -> (latency sum, weight): the keys ascend, so each
+    # pattern's entries are one run
     names = [str(x) for x in nodes.names]
-    delays: list[dict[str, float]] = [{} for _ in range(n_pat)]
-    for k, s in zip(np.asarray(dkeys).tolist(), dsum.tolist(), strict=True):
-        delays[k // nn][names[k % nn]] = s
-    lats: list[dict[str, tuple[float, float]]] = [{} for _ in range(n_pat)]
-    for k, s, w in zip(np.asarray(lkeys).tolist(), lsum.tolist(), lw.tolist(), strict=True):
-        e = k % (nn * nn)
-        lats[k // (nn * nn)][edge_key(names[e // nn], names[e % nn])] = (s, w)
+    dkeys = np.asarray(dkeys)
+    at = np.searchsorted(dkeys // nn, np.arange(n_pat + 1)).tolist()
+    node_names = [names[x] for x in (dkeys % nn).tolist()]
+    dl = dsum.tolist()
+    delays = [dict(zip(node_names[a:b], dl[a:b], strict=True)) for a, b in zip(at[:-1], at[1:], strict=True)]
+    lkeys = np.asarray(lkeys)
+    edge_codes, edge_of = np.unique(lkeys % (nn * nn), return_inverse=True)
+    edge_names = [edge_key(names[e // nn], names[e % nn]) for e in edge_codes.tolist()]
+    lat_names = [edge_names[x] for x in edge_of.tolist()]
+    pairs = list(zip(lsum.tolist(), lw.tolist(), strict=True))
+    at = np.searchsorted(lkeys // (nn * nn), np.arange(n_pat + 1)).tolist()
+    lats = [dict(zip(lat_names[a:b], pairs[a:b], strict=True)) for a, b in zip(at[:-1], at[1:], strict=True)]
     first_of = np.full(len(uniq), -1, dtype=np.int64)
     first_of[pid_root[::-1]] = roots[::-1]              # the first root of each pattern
     first_root = first_of[top]
-    kids = _children_of_trees(parent, root_of, first_root)
-    for p, r in enumerate(first_root.tolist()):
-        text = canonical_text(nodes, kids[r], r)
+    texts = tree_texts(nodes, parent, root_of, h, first_root)
+    for p, text in enumerate(texts):
         table.add_bulk(text, float(count[top[p]]), int(raw[top[p]]), delays[p], lats[p], key=int(uniq[top[p]]))
     return np.where(kept, root_of, -1)
 
@@ -424,11 +467,12 @@ def node_delay_frame(nodes: Nodes, node: np.ndarray, delay: np.ndarray,
     total = np.bincount(slot, weights=w, minlength=len(nodes_seen))
     wsum = np.bincount(slot, weights=w * delay, minlength=len(nodes_seen))
     count = np.bincount(slot, minlength=len(nodes_seen))
-    out = pd.DataFrame({"node": [str(nodes.names[c]) for c in nodes_seen],
-                        "mean_s": np.where(total > 0, wsum / np.where(total > 0, total, 1), np.nan),
-                        "count": count.astype(np.int64)})
-    out[names] = hist.reshape(len(nodes_seen), len(names))
-    return out.sort_values("node", ignore_index=True)
+    cols = {"node": [str(nodes.names[c]) for c in nodes_seen],
+            "mean_s": np.where(total > 0, wsum / np.where(total > 0, total, 1), np.nan),
+            "count": count.astype(np.int64)}
+    table = hist.reshape(len(nodes_seen), len(names))
+    cols.update({name: table[:, i] for i, name in enumerate(names)})   # one frame, not 13 insertions
+    return pd.DataFrame(cols).sort_values("node", ignore_index=True)
 
 
 def _ms(s: float) -> str:

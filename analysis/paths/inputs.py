@@ -43,13 +43,17 @@ def read_bounded(file: Path, limit: int) -> bytes | str:
         if st.st_size > limit:
             return f"over the size limit ({st.st_size:,} > {limit:,} bytes)"
         chunks, left = [], limit + 1
+        size = st.st_size + 1           # the whole file and the end in one read, as a rule
         while left > 0:
-            chunk = os.read(fd, min(left, 1 << 24))
+            want = min(left, size if not chunks else 1 << 24)
+            chunk = os.read(fd, want)
             if not chunk:
                 break
             chunks.append(chunk)
             left -= len(chunk)
-        data = b"".join(chunks)
+            if len(chunk) < want:       # a regular file's short read: its end
+                break
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         if len(data) > limit:
             return f"over the size limit (grew past {limit:,} bytes while read)"
         return data

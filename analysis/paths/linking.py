@@ -100,7 +100,7 @@ from analysis.paths.assemble import (
     positions_in_runs,
     result_from_forest,
 )
-from analysis.paths.linking_instances import Batch, walk_order_matters
+from analysis.paths.linking_instances import Batch, tree_hash, walk_order_matters
 from analysis.paths.linking_weights import edge_weights, wap5_weights
 from analysis.paths.model import PathsResult, edge_key, has_threads
 
@@ -311,6 +311,8 @@ class _Instances:
         self.ptr = np.concatenate([[0], np.cumsum(np.bincount(parent, minlength=len(t_out)))])
         self.map_parent = map_parent
         self.names = [str(x) for x in nodes.names]
+        self.edges: dict[tuple[int, int], str] = {}      # (src, dst) codes -> edge key
+        self.text_hash: dict[str, int] = {}               # pattern text -> its subtree hash
 
     def run(self, table: PatternTable, root: int, try_both: list[tuple[int, int, float]]) -> None:
         """try_both: (parent, child, p) decisions, the first k in time order."""
@@ -350,16 +352,25 @@ class _Instances:
         if weight <= 0:
             return
         names, src, dst = self.names, self.nodes.src, self.nodes.dst
+        edges = self.edges
         delays: dict[str, float] = {}
         lat: dict[str, list[float]] = {}
         for m in seen:
             if not math.isnan(self.t_recv[m]):
-                lat.setdefault(edge_key(names[src[m]], names[dst[m]]), []).append(self.t_recv[m] - self.t_out[m])
+                pair = (src[m], dst[m])
+                edge = edges.get(pair)
+                if edge is None:
+                    edge = edges[pair] = edge_key(names[pair[0]], names[pair[1]])
+                lat.setdefault(edge, []).append(self.t_recv[m] - self.t_out[m])
         for m, cs in children.items():
             for c in cs:
                 node = names[src[c]]
                 delays[node] = delays.get(node, 0.0) + self.t_out[c] - self.t_in[m]
-        table.add_instance(canonical_text(self.nodes, children, root), weight, delays, lat)
+        text = canonical_text(self.nodes, children, root)
+        key = self.text_hash.get(text)
+        if key is None:             # the pattern's subtree hash, as the table's numpy-built ones
+            key = self.text_hash[text] = tree_hash(children, root, src, dst)
+        table.add_instance(text, weight, delays, lat, key=key)
 
 
 def infer(messages: pd.DataFrame, **params) -> PathsResult:

@@ -24,18 +24,19 @@ memory stays bounded whatever the trace's size.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 import numpy as np
 
 from analysis.paths.assemble import (
     Nodes,
     PatternTable,
-    canonical_text,
     forest_depth,
     forest_roots,
     key_sums,
     subtree_hashes,
 )
-from analysis.paths.model import edge_key
+from analysis.paths.model import edge_key, token
 
 MAX_ROWS = 1_000_000      # copied messages per chunk of trees (bounds the memory)
 
@@ -307,7 +308,7 @@ class Batch:
         at = np.full(len(msg), -1, dtype=np.int64)     # a kept row's place within its instance's kept rows
         at[rr] = np.arange(len(rr)) - np.repeat(group_start, np.diff(np.r_[group_start, len(rr)]))
         local = np.where(par[rr] >= 0, at[np.maximum(par[rr], 0)], -1)
-        held.add_reps(h[inst_base[row_inst[rr]]], self.nodes.src[msg[rr]], self.nodes.dst[msg[rr]], local)
+        held.add_reps(h[inst_base[row_inst[rr]]], self.nodes.src[msg[rr]], self.nodes.dst[msg[rr]], local, h[rr])
 
 
 class Hashed:
@@ -330,9 +331,11 @@ class Hashed:
     def rep_keys_array(self) -> np.ndarray:
         return self._rep_keys
 
-    def add_reps(self, key, src, dst, local) -> None:
+    def add_reps(self, key, src, dst, local, sub) -> None:
+        """One instance per pattern: its root's hash (`key`, per row), its rows' nodes, parents (rows
+        within it) and subtree hashes (`sub`)."""
         if key.size:
-            self.rep_parts.append((key, src, dst, local))
+            self.rep_parts.append((key, src, dst, local, sub))
             self._rep_keys = np.union1d(self._rep_keys, key)
 
     def resolve(self, table: PatternTable, max_patterns: int) -> None:
@@ -379,37 +382,63 @@ class Hashed:
                 d = delays.setdefault(k, {})
                 d[names[node]] = d.get(names[node], 0.0) + v
         lats: dict[int, dict[str, tuple[float, float]]] = {}
+        edges: dict[int, str] = {}
         lk, le, ls, lw = (np.concatenate(x) for x in (self.l_key, self.l_edge, self.l_sum, self.l_w))
         sel = np.isin(lk, keys[chosen])
         for k, e, v, w in zip(lk[sel].tolist(), le[sel].tolist(), ls[sel].tolist(), lw[sel].tolist(), strict=True):
             d = lats.setdefault(k, {})
-            edge = edge_key(names[e // nn], names[e % nn])
+            edge = edges.get(e)
+            if edge is None:
+                edge = edges[e] = edge_key(names[e // nn], names[e % nn])
             s0, w0 = d.get(edge, (0.0, 0.0))
             d[edge] = (s0 + v, w0 + w)
         return delays, lats
 
     def _texts(self, keys: np.ndarray) -> dict[int, str]:
+        """The canonical text of each pattern in `keys`, from its held instance: each distinct
+        subtree (by its subtree hash) named once, over all of them. A held part's rows as lists,
+        children as one list sorted by parent (the part's rows, parents made part-wide), read by
+        bisection."""
         out: dict[int, str] = {}
         want = set(keys.tolist())
-        for key, src, dst, local in self.rep_parts:
-            sel = np.flatnonzero(np.isin(key, keys))
-            if not sel.size:
+        names = [token(x) for x in self.names.tolist()]
+        memo: dict[int, str] = {}
+        for key, src, dst, local, sub in self.rep_parts:
+            first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])   # each held instance's first row
+            take = [s for s, k in zip(first.tolist(), key[first].tolist(), strict=True)
+                    if k in want and k not in out]
+            if not take:
                 continue
-            starts = sel[np.r_[True, key[sel][1:] != key[sel][:-1]]]
-            for s in starts.tolist():
+            par = np.where(local >= 0, local + np.repeat(first, np.diff(np.r_[first, len(key)])), -1)
+            kids = np.flatnonzero(par >= 0)
+            kids = kids[np.argsort(par[kids], kind="stable")]
+            tree = _Rows(par[kids].tolist(), kids.tolist(), src.tolist(), dst.tolist(), sub.tolist(), names, memo)
+            for s in take:
                 k = int(key[s])
-                if k in out or k not in want:
-                    continue
-                e = s
-                while e < len(key) and key[e] == key[s]:
-                    e += 1
-                nodes = Nodes(self.names, src[s:e], dst[s:e])
-                children: dict[int, list[int]] = {}
-                for i, p in enumerate(local[s:e].tolist()):
-                    if p >= 0:
-                        children.setdefault(p, []).append(i)
-                out[k] = canonical_text(nodes, children, 0)
+                if k not in out:
+                    out[k] = tree.text(s)
         return out
+
+
+class _Rows:
+    """canonical_text of held rows' subtrees (children: kids[j] for by_parent[j] == i, by_parent
+    sorted), memoised by subtree hash."""
+
+    def __init__(self, by_parent, kids, src, dst, sub, names, memo) -> None:
+        self.by_parent, self.kids, self.src, self.dst, self.sub = by_parent, kids, src, dst, sub
+        self.names, self.memo = names, memo
+
+    def text(self, i: int) -> str:
+        got = self.memo.get(self.sub[i])
+        if got is not None:
+            return got
+        lo = bisect_left(self.by_parent, i)
+        hi = bisect_left(self.by_parent, i + 1, lo)
+        text = f"{self.names[self.src[i]]}>{self.names[self.dst[i]]}"
+        if hi > lo:
+            text += "(" + ",".join(sorted([self.text(c) for c in self.kids[lo:hi]])) + ")"
+        self.memo[self.sub[i]] = text
+        return text
 
 
 _MASK = (1 << 64) - 1
@@ -420,6 +449,18 @@ def _mix_int(x: int) -> int:
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
     return x ^ (x >> 31)
+
+
+def tree_hash(children: dict[int, list[int]], root: int, src, dst) -> int:
+    """assemble.subtree_hashes's hash of the tree under `root` (children: message -> its children)."""
+    def h(m: int) -> int:
+        label = _mix_int(int(src[m]) * 1_000_003 + int(dst[m]) + 1)
+        childsum = 0
+        for c in children.get(m, ()):
+            childsum = (childsum + _mix_int(h(c) ^ 0x94D049BB133111EB)) & _MASK
+        return _mix_int(label ^ _mix_int(childsum + 0x9E3779B97F4A7C15))
+
+    return h(root)
 
 
 def hash_of_text(text: str, names: np.ndarray) -> int:

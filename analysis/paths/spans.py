@@ -182,17 +182,17 @@ def jaeger_spans(doc: object, out: Spans) -> bool:
 # The usual shape, decoded by msgspec without building the fields nobody reads (tags' other keys,
 # logs, warnings): 10x Python's json on the artifact's exports. Any other shape falls back to
 # json and jaeger_spans, which take whatever is there.
-class _Tag(msgspec.Struct):
+class _Tag(msgspec.Struct, gc=False):
     key: object = None
     value: object = None
 
 
-class _Ref(msgspec.Struct):
+class _Ref(msgspec.Struct, gc=False):
     refType: object = "CHILD_OF"      # noqa: N815 - Jaeger's names
     spanID: object = None             # noqa: N815
 
 
-class _Span(msgspec.Struct):
+class _Span(msgspec.Struct, gc=False):
     spanID: object = None             # noqa: N815
     operationName: object = ""        # noqa: N815
     references: list[_Ref] = []
@@ -202,16 +202,16 @@ class _Span(msgspec.Struct):
     tags: list[_Tag] = []
 
 
-class _Process(msgspec.Struct):
+class _Process(msgspec.Struct, gc=False):
     serviceName: object = None        # noqa: N815
 
 
-class _Trace(msgspec.Struct):
+class _Trace(msgspec.Struct, gc=False):
     spans: list[_Span]
     processes: dict[str, _Process] = {}
 
 
-class _Doc(msgspec.Struct):
+class _Doc(msgspec.Struct, gc=False):
     data: list[_Trace]
 
 
