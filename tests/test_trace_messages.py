@@ -411,15 +411,21 @@ def test_the_lab_traces_its_hosts_and_its_drainer_records_them_until_stopped(lib
     from harness.backends.base import Proc
     from harness.interceptor import ENV_SHM_DIR, ENV_TRACE_EVENTS
     from harness.lab.tracing import RING_EVENTS, MessageTracing
+    from harness.ledger import HELD_SIGNALS
 
     made = []
 
     class Node:
         def start(self, argv, log, env=None):
-            # started inside signals_held() and not unblocked here: the drainer unblocks its own SIGTERM
-            with open(log, "ab") as out:
-                p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                     env={**os.environ, "PYTHONPATH": str(REPO)})
+            # started with the held signals blocked (as signals_held() holds them outside the main
+            # thread) and not unblocked here: the drainer unblocks its own SIGTERM once it handles it
+            old = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+            try:
+                with open(log, "ab") as out:
+                    p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                         env={**os.environ, "PYTHONPATH": str(REPO)})
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
             return Proc("web", p.pid, argv, log, time.monotonic(), p)
 
         def stop(self, proc, timeout):
