@@ -58,6 +58,7 @@ default 2).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -112,32 +113,49 @@ def _expand(first: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return row, np.repeat(first, count) + step
 
 
-def _running(x: np.ndarray, row: np.ndarray, row_first: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """Per item, the sum of x so far over the rows of its group (rows in time order; a row's items
-    are consecutive, in time order): its row's items up to it, and every earlier row of its group.
-    One cumsum and one sort of the rows, exact while x holds whole numbers (counter deltas do)."""
-    c = np.cumsum(x)
-    before = np.concatenate([[0.0], c])[row_first]         # the sum up to each row's first item
-    within = c - before[row]
-    ends = np.concatenate([row_first[1:], [len(x)]])
-    total = np.concatenate([[0.0], c])[ends] - before       # each row's own sum
-    o = np.argsort(group, kind="stable")
-    tot = total[o]
-    excl = np.cumsum(tot) - tot                             # earlier rows', over all groups ...
-    g = group[o]
-    head = np.ones(len(g), dtype=bool)
-    head[1:] = g[1:] != g[:-1]
-    start = np.maximum.accumulate(np.where(head, np.arange(len(g)), 0))
-    carry = np.empty(len(g))
-    carry[o] = excl - excl[start]                           # ... less those of the groups before
-    return within + carry[row]
+class _Running:
+    """Per item, the sum of a value so far over the rows of its group (rows in time order, a row's
+    items consecutive and in time order): its row's items up to it and every earlier row of its
+    group. One cumsum per value, one sort of the rows for all; exact while the values are whole
+    numbers (counter deltas are)."""
+
+    def __init__(self, row: np.ndarray, row_first: np.ndarray, group: np.ndarray):
+        self.row, self.row_first = row, row_first
+        self.ends = np.append(row_first[1:], len(row))
+        self.order = np.argsort(group, kind="stable")
+        g = group[self.order]
+        head = np.ones(len(g), dtype=bool)
+        head[1:] = g[1:] != g[:-1]
+        self.head = np.maximum.accumulate(np.where(head, np.arange(len(g)), 0))   # its group's first row
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        c = np.concatenate([[0.0], np.cumsum(x)])
+        before = c[self.row_first]                 # the sum up to each row's first item
+        total = (c[self.ends] - before)[self.order]   # each row's own sum, rows sorted by group
+        excl = np.cumsum(total) - total            # the earlier rows', over all groups ...
+        carry = np.empty(len(total))
+        carry[self.order] = excl - excl[self.head]  # ... less those of the groups before
+        return c[1:] - (before - carry)[self.row]
 
 
-def _flat(sts, has: np.ndarray, get, fill) -> np.ndarray:
+def _flat(sts, has: np.ndarray, get, fill, dtype) -> np.ndarray:
     """One value per cell of every stretch, in cell order: get(stretch) (modules, snapshots), or
-    `fill` for a stretch without a turn."""
-    return np.concatenate([np.ravel(get(st)) if h else np.full(st.n * st.t, fill)
-                           for st, h in zip(sts, has, strict=True)])
+    `fill` for a stretch without a turn. A run of format 4 to 7 has one value per stretch (a
+    broadcast: unknown everywhere), repeated without a copy per stretch."""
+    arrays = [np.asarray(get(st)) if h else None for st, h in zip(sts, has, strict=True)]
+    if all(a is None or not any(a.strides) for a in arrays):
+        return np.repeat(np.array([fill if a is None or not a.size else a.flat[0] for a in arrays], dtype=dtype),
+                         [st.n * st.t for st in sts])
+    return np.concatenate([a.ravel() if a is not None else np.full(st.n * st.t, fill, dtype=dtype)
+                           for st, a in zip(sts, arrays, strict=True)])
+
+
+def _module_ids(sts) -> np.ndarray:
+    """Every stretch's module ids, in order (ints from a run, strings from JSON snapshots)."""
+    try:
+        return np.fromiter(chain.from_iterable(st.modules for st in sts), dtype=np.int64)
+    except (TypeError, ValueError):
+        return np.asarray([m for st in sts for m in st.modules])
 
 
 def turns(batch: Batch, exchanges: int) -> Turns | None:
@@ -171,21 +189,19 @@ def turns(batch: Batch, exchanges: int) -> Turns | None:
     first_cell = batch.offsets[rk] + (rows - mbase[rk]) * rt
     row, cell = _expand(first_cell, rt)
     row_first = np.cumsum(rt) - rt
-    ids = np.asarray([m for st in sts for m in st.modules])[rows]
-    group_of_id = np.unique(ids, return_inverse=True)[1].ravel()
+    running = _Running(row, row_first, _module_ids(sts)[rows])
     cin, cout = batch.counters("in"), batch.counters("out")
-    enough = ((_running(cin.tm[cell], row, row_first, group_of_id) >= exchanges)
-              & (_running(cout.tm[cell], row, row_first, group_of_id) >= exchanges))
+    enough = (running(cin.tm[cell]) >= exchanges) & (running(cout.tm[cell]) >= exchanges)
     k = rk[row]
     j = cell - first_cell[row]
     group = gbase[k] + j
     on = has[k]
-    ts_known = _flat(sts, has, lambda st: st.tcpstate.known, False)[cell] & on
-    tu_known = _flat(sts, has, lambda st: st.turn.known, False)[cell]
-    sent = _flat(sts, has, lambda st: st.tcpstate.data_sent_at, np.nan)[cell]
-    recv = _flat(sts, has, lambda st: st.tcpstate.data_recv_at, np.nan)[cell]
-    unacked = _flat(sts, has, lambda st: st.turn.unacked, np.nan)[cell]
-    notsent = _flat(sts, has, lambda st: st.turn.notsent, np.nan)[cell]
+    ts_known = _flat(sts, has, lambda st: st.tcpstate.known, False, bool)[cell] & on
+    tu_known = _flat(sts, has, lambda st: st.turn.known, False, bool)[cell]
+    sent = _flat(sts, has, lambda st: st.tcpstate.data_sent_at, np.nan, float)[cell]
+    recv = _flat(sts, has, lambda st: st.tcpstate.data_recv_at, np.nan, float)[cell]
+    unacked = _flat(sts, has, lambda st: st.turn.unacked, np.nan, float)[cell]
+    notsent = _flat(sts, has, lambda st: st.turn.notsent, np.nan, float)[cell]
     mono = np.concatenate([np.asarray(st.tcpstate.mono, dtype=float) if h else np.zeros(st.t)
                            for st, h in zip(sts, has, strict=True)])[group]
     server = np.concatenate([np.asarray(st.turn.server, dtype=bool) if h else np.zeros(st.n, dtype=bool)
@@ -220,8 +236,9 @@ def turns(batch: Batch, exchanges: int) -> Turns | None:
     pos = np.full(len(cell), -1, dtype=np.int64)
     pos[ruled] = np.arange(int(ruled.sum()))
     # sockets over a read TCP cell, and applications over those sockets
-    e = np.concatenate([batch.edge_arrays[q] + mbase[q] for q in order])
-    ek = np.repeat(np.asarray(order, dtype=np.int64), [len(batch.edge_arrays[q]) for q in order])
+    lens = [len(batch.edge_arrays[q]) for q in order]
+    ek = np.repeat(np.asarray(order, dtype=np.int64), lens)
+    e = np.concatenate([batch.edge_arrays[q] for q in order]) + mbase[ek][:, None]
     tcp_row = np.full(int(mbase[-1]), -1, dtype=np.int64)
     tcp_row[rows] = np.arange(len(rows))
     se = (kind[e[:, 0]] == _SOCKET) & (kind[e[:, 1]] == _TCP)
