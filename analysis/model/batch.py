@@ -172,10 +172,25 @@ class Batch:
     # ------------------------------------------------------------ kinds, parents and groups of cells
 
     @cached_property
+    def module_kinds(self) -> np.ndarray:
+        """Per module of each stretch, in order: its kind as an index into
+        analysis.model.stretches.KINDS (-1 if unknown). Each distinct kinds list is converted once (a
+        run's stretches mostly repeat a few)."""
+        code = {k: i for i, k in enumerate(KINDS)}
+        memo: dict[tuple, np.ndarray] = {}
+        parts = [np.zeros(0, dtype=np.int8)]
+        for st in self.stretches:
+            key = tuple(st.kinds)
+            a = memo.get(key)
+            if a is None:
+                a = memo[key] = np.array([code.get(k, -1) for k in key], dtype=np.int8)
+            parts.append(a)
+        return np.concatenate(parts)
+
+    @cached_property
     def kind_codes(self) -> np.ndarray:
         """Per cell: the module's kind as an index into analysis.model.stretches.KINDS (-1 if unknown)."""
-        code = {k: i for i, k in enumerate(KINDS)}
-        return self.per_module([[code.get(k, -1) for k in st.kinds] for st in self.stretches], dtype=np.int8)
+        return np.repeat(self.module_kinds, self.module_t)
 
     @cached_property
     def has_parent(self) -> np.ndarray:

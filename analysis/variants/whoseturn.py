@@ -175,8 +175,7 @@ def turns(batch: Batch, exchanges: int) -> Turns | None:
     order = sorted(range(len(sts)), key=lambda k: (sts[k].seqs[0] if sts[k].t else 0))
     rank = np.empty(len(sts), dtype=np.int64)
     rank[order] = np.arange(len(sts))
-    code = {k: i for i, k in enumerate(KINDS)}
-    kind = np.fromiter((code.get(x, -1) for st in sts for x in st.kinds), dtype=np.int8, count=int(mbase[-1]))
+    kind = batch.module_kinds
     mod_k = np.repeat(np.arange(len(sts)), n)
     rows = np.arange(int(mbase[-1])) if order == sorted(order) else \
         np.concatenate([np.arange(mbase[k], mbase[k + 1]) for k in order] or [np.zeros(0, dtype=np.int64)])
