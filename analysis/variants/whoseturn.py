@@ -138,16 +138,15 @@ class _Running:
         return c[1:] - (before - carry)[self.row]
 
 
-def _flat(sts, has: np.ndarray, get, fill, dtype) -> np.ndarray:
-    """One value per cell of every stretch, in cell order: get(stretch) (modules, snapshots), or
-    `fill` for a stretch without a turn. A run of format 4 to 7 has one value per stretch (a
-    broadcast: unknown everywhere), repeated without a copy per stretch."""
+def _at(sts, has: np.ndarray, get, fill, dtype, cell: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """get(stretch) (modules, snapshots) at these cells (of stretches k), `fill` in a stretch without
+    a turn. A run of format 4 to 7 has one value per stretch (a broadcast: unknown everywhere),
+    read per stretch without a copy per cell."""
     arrays = [np.asarray(get(st)) if h else None for st, h in zip(sts, has, strict=True)]
     if all(a is None or not any(a.strides) for a in arrays):
-        return np.repeat(np.array([fill if a is None or not a.size else a.flat[0] for a in arrays], dtype=dtype),
-                         [st.n * st.t for st in sts])
+        return np.array([fill if a is None or not a.size else a.flat[0] for a in arrays], dtype=dtype)[k]
     return np.concatenate([a.ravel() if a is not None else np.full(st.n * st.t, fill, dtype=dtype)
-                           for st, a in zip(sts, arrays, strict=True)])
+                           for st, a in zip(sts, arrays, strict=True)])[cell]
 
 
 def _module_ids(sts) -> np.ndarray:
@@ -177,7 +176,8 @@ def turns(batch: Batch, exchanges: int) -> Turns | None:
     rank[order] = np.arange(len(sts))
     kind = batch.module_kinds
     mod_k = np.repeat(np.arange(len(sts)), n)
-    rows = np.arange(int(mbase[-1])) if order == sorted(order) else \
+    in_order = order == sorted(order)
+    rows = np.arange(int(mbase[-1])) if in_order else \
         np.concatenate([np.arange(mbase[k], mbase[k + 1]) for k in order] or [np.zeros(0, dtype=np.int64)])
     rows = rows[kind[rows] == _TCP]                 # TCP module rows, in time order
     if not len(rows):
@@ -195,19 +195,19 @@ def turns(batch: Batch, exchanges: int) -> Turns | None:
     j = cell - first_cell[row]
     group = gbase[k] + j
     on = has[k]
-    ts_known = _flat(sts, has, lambda st: st.tcpstate.known, False, bool)[cell] & on
-    tu_known = _flat(sts, has, lambda st: st.turn.known, False, bool)[cell]
-    sent = _flat(sts, has, lambda st: st.tcpstate.data_sent_at, np.nan, float)[cell]
-    recv = _flat(sts, has, lambda st: st.tcpstate.data_recv_at, np.nan, float)[cell]
-    unacked = _flat(sts, has, lambda st: st.turn.unacked, np.nan, float)[cell]
-    notsent = _flat(sts, has, lambda st: st.turn.notsent, np.nan, float)[cell]
+    ts_known = _at(sts, has, lambda st: st.tcpstate.known, False, bool, cell, k) & on
+    tu_known = _at(sts, has, lambda st: st.turn.known, False, bool, cell, k)
+    sent = _at(sts, has, lambda st: st.tcpstate.data_sent_at, np.nan, float, cell, k)
+    recv = _at(sts, has, lambda st: st.tcpstate.data_recv_at, np.nan, float, cell, k)
+    unacked = _at(sts, has, lambda st: st.turn.unacked, np.nan, float, cell, k)
+    notsent = _at(sts, has, lambda st: st.turn.notsent, np.nan, float, cell, k)
     mono = np.concatenate([np.asarray(st.tcpstate.mono, dtype=float) if h else np.zeros(st.t)
                            for st, h in zip(sts, has, strict=True)])[group]
     server = np.concatenate([np.asarray(st.turn.server, dtype=bool) if h else np.zeros(st.n, dtype=bool)
                              for st, h in zip(sts, has, strict=True)])[rows][row]
-    port = np.concatenate([np.asarray(st.turn.port, dtype=np.int64) if h and st.turn.port is not None
-                           else np.full(st.n, -1, dtype=np.int64)
-                           for st, h in zip(sts, has, strict=True)])[rows][row]
+    port_row = np.concatenate([np.asarray(st.turn.port, dtype=np.int64) if h and st.turn.port is not None
+                               else np.full(st.n, -1, dtype=np.int64)
+                               for st, h in zip(sts, has, strict=True)])[rows]
     with np.errstate(invalid="ignore"):
         inflight = (unacked > 0) | (notsent > 0) | (cout.queued[cell] > 0)
         recv_last = recv > np.where(np.isnan(sent), -np.inf, sent)
@@ -217,12 +217,15 @@ def turns(batch: Batch, exchanges: int) -> Turns | None:
     calls = ts_known & ~server & (inflight | sent_last) & ~unread
     # read: known and exchanged enough, or on a service port read in an earlier stretch
     ruled = ts_known & tu_known
-    first = ruled & enough & (port >= 0)
-    if first.any():   # each port's first stretch read (the cells are in time order)
-        ports, at = np.unique(port[first], return_index=True)
-        since = rank[k[first]][at]
-        i = np.minimum(np.searchsorted(ports, port), len(ports) - 1)
-        enough |= (ports[i] == port) & (since[i] < rank[k])
+    first = np.zeros(len(rows), dtype=bool)         # connections read on their exchanges ...
+    first[row[ruled & enough]] = True
+    first &= port_row >= 0
+    if first.any():   # ... and each service port's first stretch read (the rows are in time order)
+        ports, at = np.unique(port_row[first], return_index=True)
+        since = rank[rk[first]][at]
+        i = np.minimum(np.searchsorted(ports, port_row), len(ports) - 1)
+        later = (ports[i] == port_row) & (since[i] < rank[rk])
+        enough |= later[row]
     ruled &= enough
     if not ruled.any():
         return None
@@ -235,9 +238,10 @@ def turns(batch: Batch, exchanges: int) -> Turns | None:
     pos = np.full(len(cell), -1, dtype=np.int64)
     pos[ruled] = np.arange(int(ruled.sum()))
     # sockets over a read TCP cell, and applications over those sockets
-    lens = [len(batch.edge_arrays[q]) for q in order]
-    ek = np.repeat(np.asarray(order, dtype=np.int64), lens)
-    e = np.concatenate([batch.edge_arrays[q] for q in order]) + mbase[ek][:, None]
+    e, ek = batch.module_edges
+    if not in_order:
+        by_time = np.argsort(rank[ek], kind="stable")
+        e, ek = e[by_time], ek[by_time]
     tcp_row = np.full(int(mbase[-1]), -1, dtype=np.int64)
     tcp_row[rows] = np.arange(len(rows))
     se = (kind[e[:, 0]] == _SOCKET) & (kind[e[:, 1]] == _TCP)
