@@ -74,6 +74,7 @@ from analysis.variants.base import (
     RuleSystem,
     positive_int,
     seconds,
+    stalled_positive,
 )
 
 
@@ -342,11 +343,7 @@ def diagnose(batch: Batch, latency=DEFAULT_LATENCY, exchanges: int = 2, theta: i
         return base
     if latency == "auto":   # a batch is one host's stretches (analysis.diagnose): one tier's latency
         latency = learned_latency(tu)
-    out = {}
-    for d in DIRS:
-        res = apply(tu, base[d][0], latency).astype(np.int8)
-        out[d] = (res, res == STALLED)
-    return out
+    return stalled_positive({d: apply(tu, base[d][0], latency).astype(np.int8) for d in DIRS})
 
 
 SYSTEM = RuleSystem(
