@@ -120,6 +120,35 @@ def test_many_stretches_at_once_equal_each_alone(stretches, v):
         assert_same(sd.results[v.name], reference(sd.stretch, v), v.name)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(any_graph(max_n=6, max_t=3), ns_graph(max_t=3)), min_size=1, max_size=5))
+def test_the_batch_structure_equals_shape_stretch_by_stretch(stretches):
+    """flowdiagnoser builds the analysis graphs of all a batch's stretches at once (Kahn's algorithm
+    over all of them): the same levels, application edges, roots with work, edges without a level
+    and cyclic stretches as `shape` gives one stretch at a time (how it was built before)."""
+    from analysis.model.batch import Batch
+    from analysis.variants import flowdiagnoser as fd
+
+    batch = Batch(stretches)
+    cells = fd._make_cells(batch)
+    shapes = [fd.shape(s) for s in stretches]
+    none = np.zeros((0, 2), dtype=np.int64)
+    top = max((len(sh.level_edges) for sh in shapes), default=0)
+    want = [batch.edge_cells([sh.level_edges[lv] if lv < len(sh.level_edges) else none for sh in shapes])
+            for lv in range(top)]
+    assert len(cells.levels) == len(want)
+    for got, exp in [*zip(cells.levels, want, strict=True),
+                     ((cells.app_p, cells.app_c), batch.edge_cells([sh.app_edges for sh in shapes])),
+                     (batch.stretch_edge_cells(*cells.unleveled), batch.edge_cells([sh.cycle_edges for sh in shapes]))]:
+        np.testing.assert_array_equal(got[0], exp[0])
+        np.testing.assert_array_equal(got[1], exp[1])
+    np.testing.assert_array_equal(cells.derived, np.flatnonzero(batch.per_module([sh.derived_mask for sh in shapes],
+                                                                                  dtype=bool)))
+    np.testing.assert_array_equal(cells.root_work, batch.per_module(
+        [sh.root & ~fd.no_assumed_work(s, sh.not_socket) for sh, s in zip(shapes, stretches, strict=True)], dtype=bool))
+    assert sorted(cells.cyclic) == [k for k, sh in enumerate(shapes) if sh.cyclic]
+
+
 CFS = [-1.0, -0.8, -0.6, -0.4, 0.0, 0.4, 0.6, 0.8, 1.0]
 
 

@@ -190,6 +190,48 @@ def test_one_way_connections_over_many_stretches_get_the_thesis_labels(stretches
             np.testing.assert_array_equal(sd.results[v.name][d][0], sd.results[THESIS.name][d][0])
 
 
+@st.composite
+def host_batch(draw):
+    """A host's stretches as a run gives them: a connection (module id) recurs from stretch to stretch
+    (its exchanges add up), connections share service ports (a port read in one stretch is read in
+    the later ones), some stretches have no turn or no TCP state, and the list is not always in time
+    order."""
+    stretches = []
+    for k in range(draw(st.integers(1, 5))):
+        s = with_turn(draw, draw(ns_graph(max_t=4)))
+        s.modules = draw(st.permutations(range(max(s.n, 9))))[: s.n]
+        s.seqs = s.seqs + 10 * draw(st.integers(0, 6)) + 100 * k
+        how = draw(st.sampled_from(["ports", "ports", "no port", "no turn", "no state"]))
+        if how == "ports":
+            s.turn.port = draw(arrays(np.int64, (s.n,), elements=st.sampled_from([-1, 80, 80, 11211])))
+        elif how == "no turn":
+            s.turn = None
+        elif how == "no state":
+            s.tcpstate = None
+        stretches.append(s)
+    return draw(st.permutations(stretches)) if draw(st.booleans()) else stretches
+
+
+@settings(max_examples=300, deadline=None)
+@given(host_batch(), st.sampled_from([1, 2, 3, 5]))
+def test_the_turns_of_a_batch_equal_the_stretch_by_stretch_builder(stretches, exchanges):
+    """whoseturn.turns builds the turns over all stretches at once; the builder it replaced went one
+    stretch at a time (tests/support/whoseturn_per_stretch.py): every field the same, in the same
+    order (on the stored runs too: docs/diagnosis.md, "whoseturn")."""
+    from dataclasses import fields
+
+    from analysis.model.batch import Batch
+    from analysis.variants import whoseturn
+    from tests.support import whoseturn_per_stretch
+
+    new, old = whoseturn.turns(Batch(stretches), exchanges), whoseturn_per_stretch.turns(Batch(stretches), exchanges)
+    assert (new is None) == (old is None)
+    for f in fields(whoseturn.Turns) if new is not None else ():
+        a, b = np.asarray(getattr(new, f.name)), np.asarray(getattr(old, f.name))
+        assert a.dtype == b.dtype, f.name
+        np.testing.assert_array_equal(a, b, err_msg=f.name)
+
+
 def test_latency_auto_learns_each_hosts_answer_time_from_its_first_seconds():
     """Twice the p99 of the distinct answered requests in the host's first LEARN_S s (a turn seen at
     many snapshots counts once); later, slower turns (a fault) do not raise it; too few: the default."""

@@ -40,11 +40,16 @@ def _cell_edges(arrays: list[np.ndarray], ts: list[int], starts: np.ndarray) -> 
     lens = [len(a) for a in arrays]
     if not sum(lens):
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    e = np.concatenate(arrays)
-    t = np.repeat(np.asarray(ts, dtype=np.int64), lens)   # each edge's snapshots
+    return _edges_cells(np.concatenate(arrays), np.repeat(np.asarray(ts, dtype=np.int64), lens),
+                        np.repeat(np.asarray(starts, dtype=np.int64), lens))
+
+
+def _edges_cells(e: np.ndarray, t: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cell edges of edges e (E, 2) whose stretches have t snapshots and first cell `start` (per
+    edge), in order: edge, then snapshot."""
     # Cell edge i of stretch edge j is (first cell of j's module) + (i - first cell edge of j): the
     # constant part per stretch edge, repeated, plus one shared arange (fewer passes).
-    base = np.repeat(np.asarray(starts, dtype=np.int64), lens) - (np.cumsum(t) - t)
+    base = start - (np.cumsum(t) - t)
     at = np.arange(int(t.sum()), dtype=np.int64)
     ends = []
     for col in (0, 1):
@@ -107,11 +112,28 @@ class Batch:
                   for a, st, es in zip(self.edge_arrays, self.stretches, edges, strict=True)]
         return _cell_edges(arrays, [st.t for st in self.stretches], self.offsets[:-1])
 
+    def stretch_edge_cells(self, e: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Cell edges (parent cells, child cells) of edges e (E, 2), each of stretch k[i] (module
+        indices of that stretch), in order: edge, then snapshot."""
+        t = np.array([st.t for st in self.stretches], dtype=np.int64)[k]
+        return _edges_cells(np.asarray(e, dtype=np.int64).reshape(-1, 2), t, self.offsets[k])
+
     def piece_edges(self, k0: int, k1: int) -> tuple[np.ndarray, np.ndarray]:
         """The cell edges of stretches k0..k1-1 (a slice of `edges`), numbered from their first cell
         (offsets[k0]): for work on a few stretches at a time, without the whole run's edges."""
         return _cell_edges(self.edge_arrays[k0:k1], [st.t for st in self.stretches[k0:k1]],
                            self.offsets[k0:k1] - self.offsets[k0])
+
+    @cached_property
+    def module_edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every edge of every stretch as an (E, 2) array of module rows (module m of stretch k is row
+        mstarts[k] + m: the order of module_kinds), in order (stretch, then edge), and each edge's
+        stretch."""
+        lens = [len(a) for a in self.edge_arrays]
+        k = np.repeat(np.arange(len(self.stretches)), lens)
+        starts = np.concatenate([[0], np.cumsum([st.n for st in self.stretches], dtype=np.int64)])
+        e = np.concatenate([np.zeros((0, 2), dtype=np.int64), *self.edge_arrays])
+        return e + starts[k][:, None], k
 
     @cached_property
     def edge_arrays(self) -> list[np.ndarray]:
@@ -172,10 +194,25 @@ class Batch:
     # ------------------------------------------------------------ kinds, parents and groups of cells
 
     @cached_property
+    def module_kinds(self) -> np.ndarray:
+        """Per module of each stretch, in order: its kind as an index into
+        analysis.model.stretches.KINDS (-1 if unknown). Each distinct kinds list is converted once (a
+        run's stretches mostly repeat a few)."""
+        code = {k: i for i, k in enumerate(KINDS)}
+        memo: dict[tuple, np.ndarray] = {}
+        parts = [np.zeros(0, dtype=np.int8)]
+        for st in self.stretches:
+            key = tuple(st.kinds)
+            a = memo.get(key)
+            if a is None:
+                a = memo[key] = np.array([code.get(k, -1) for k in key], dtype=np.int8)
+            parts.append(a)
+        return np.concatenate(parts)
+
+    @cached_property
     def kind_codes(self) -> np.ndarray:
         """Per cell: the module's kind as an index into analysis.model.stretches.KINDS (-1 if unknown)."""
-        code = {k: i for i, k in enumerate(KINDS)}
-        return self.per_module([[code.get(k, -1) for k in st.kinds] for st in self.stretches], dtype=np.int8)
+        return np.repeat(self.module_kinds, self.module_t)
 
     @cached_property
     def has_parent(self) -> np.ndarray:

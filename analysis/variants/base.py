@@ -20,6 +20,13 @@ from rundir.errors import UserError, named
 LABELS = ("HEALTHY", "DONTCARE", "BLOCKED", "STALLED")
 HEALTHY, DONTCARE, BLOCKED, STALLED = range(4)
 
+
+def stalled_positive(results: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """A label system's return value from its label codes per direction: (result, positive), positive
+    = STALLED (the systems that rewrite flowdiagnoser's labels: peer, whoseturn)."""
+    return {d: (res, res == STALLED) for d, res in results.items()}
+
+
 _TRUE = {"on", "true", "yes", "1"}
 _FALSE = {"off", "false", "no", "0"}
 

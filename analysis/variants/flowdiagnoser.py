@@ -147,20 +147,6 @@ def _edge_array(edges: list[tuple[int, int]]) -> np.ndarray:
     return np.array(edges, dtype=np.int64).reshape(-1, 2)
 
 
-def _shapes(stretches: list[Stretch]) -> list[Shape]:
-    """`shape` of every stretch, made once per distinct graph (kinds and edges): a run's stretches
-    mostly repeat a few graphs. The Shapes are shared: read-only."""
-    memo: dict = {}
-    out = []
-    for st in stretches:
-        key = (tuple(st.kinds), tuple(st.edges))
-        sh = memo.get(key)
-        if sh is None:
-            sh = memo[key] = shape(st)
-        out.append(sh)
-    return out
-
-
 def no_assumed_work(st: Stretch, not_socket: np.ndarray | None = None) -> np.ndarray:
     """Per module: a root of the analysis graph that HasWork must *not* assume has work.
 
@@ -178,24 +164,27 @@ def no_assumed_work(st: Stretch, not_socket: np.ndarray | None = None) -> np.nda
 
 # ---------------------------------------------------------------- all acyclic stretches at once
 
+_APP, _SOCKET = KINDS.index("app"), KINDS.index("socket")
+
 
 @dataclass
 class _Cells:
     """Per-batch structure, shared by every FlowDiagnoser variant run on the batch."""
 
     batch: Batch
-    shapes: list[Shape]
+    cyclic: dict[int, Shape]  # the stretches whose graph has cycles (diagnose_cyclic), by index
     app_p: np.ndarray        # derived application cell edges: app, child
     app_c: np.ndarray
     derived: np.ndarray      # indices of the derived applications' cells
     root_work: np.ndarray    # bool per cell: a root (level 0) with assumed work (not no_assumed_work)
     levels: list[tuple[np.ndarray, np.ndarray]]  # levels 1, 2, ...: the analysis cell edges into the level
+    unleveled: tuple[np.ndarray, np.ndarray]     # the analysis edges into a module without a level, and their stretches
 
     @cached_property
     def analysis_edges(self) -> tuple[np.ndarray, np.ndarray]:
         """Every analysis cell edge (parents, children): the levels' and those into cells without a
         level, by level."""
-        rest = self.batch.edge_cells([sh.cycle_edges for sh in self.shapes])
+        rest = self.batch.stretch_edge_cells(*self.unleveled)
         parts = [*self.levels, rest]
         return np.concatenate([p for p, _ in parts]), np.concatenate([c for _, c in parts])
 
@@ -204,18 +193,55 @@ def _cells(batch: Batch) -> _Cells:
     return batch.shared("flowdiagnoser", lambda: _make_cells(batch))
 
 
+def _levels(n: int, edges: np.ndarray, derived: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`shape`'s Kahn algorithm over many graphs at once (modules numbered 0..n-1 across them): per
+    module its level (longest path from a root; -1 for a derived application, and for a module that
+    no root reaches) and whether the algorithm took it (not: on or below a cycle). A module taken in
+    round r is at level r (its parents were taken in earlier rounds, one of them in round r - 1), so
+    the last round that reaches a module gives its level."""
+    left = np.bincount(edges[:, 1], minlength=n)
+    front = ~derived & (left == 0)
+    level = np.where(front, 0, -1)
+    done = front.copy()
+    r = 0
+    while True:
+        out = front[edges[:, 0]]
+        if not out.any():
+            return level, done
+        r += 1
+        c = edges[out, 1]
+        level[c] = r
+        left -= np.bincount(c, minlength=n)
+        front = np.zeros(n, dtype=bool)
+        front[c] = True
+        front &= left == 0
+        done |= front
+
+
 def _make_cells(batch: Batch) -> _Cells:
-    stretches = batch.stretches
-    shapes = _shapes(stretches)
-    app_p, app_c = batch.edge_cells([sh.app_edges for sh in shapes])
-    top = max((len(sh.level_edges) for sh in shapes), default=0)
-    none = np.zeros((0, 2), dtype=np.int64)
-    levels = [batch.edge_cells([sh.level_edges[lv] if lv < len(sh.level_edges) else none for sh in shapes])
-              for lv in range(top)]
-    derived = np.flatnonzero(batch.per_module([sh.derived_mask for sh in shapes], dtype=bool))
-    root_work = batch.per_module([sh.root & ~no_assumed_work(st, sh.not_socket)
-                                  for sh, st in zip(shapes, stretches, strict=True)], dtype=bool)
-    return _Cells(batch, shapes, app_p, app_c, derived, root_work, levels)
+    """The analysis graphs of every stretch at once (`shape` one stretch at a time: the same levels;
+    a stretch with cycles gets its Shape for diagnose_cyclic)."""
+    sts = batch.stretches
+    n = np.array([st.n for st in sts], dtype=np.int64)
+    mbase = np.concatenate([[0], np.cumsum(n)])
+    count = int(mbase[-1])
+    kind = batch.module_kinds
+    g, ek = batch.module_edges                       # module rows across the stretches
+    e = g - mbase[ek][:, None]                        # each stretch's own
+    app = kind[g[:, 0]] == _APP
+    derived = np.zeros(count, dtype=bool)
+    derived[g[app, 0]] = True
+    analysis = ~derived[g[:, 0]] & ~derived[g[:, 1]]
+    level, done = _levels(count, g[analysis], derived)
+    ea, ka, into = e[analysis], ek[analysis], level[g[analysis, 1]]
+    mod_k = np.repeat(np.arange(len(sts)), n)
+    cyclic = np.bincount(mod_k[done], minlength=len(sts)) < n - np.bincount(mod_k[derived], minlength=len(sts))
+    levels = [batch.stretch_edge_cells(ea[into == lv], ka[into == lv]) for lv in range(1, int(into.max(initial=0)) + 1)]
+    app_p, app_c = batch.stretch_edge_cells(e[app], ek[app])
+    detached = np.concatenate([np.zeros(0, dtype=bool), *(st.detached for st in sts)])
+    root_work = np.repeat((level == 0) & ~(detached & (kind != _SOCKET)), batch.module_t)
+    return _Cells(batch, {int(k): shape(sts[k]) for k in np.flatnonzero(cyclic)}, app_p, app_c,
+                  np.flatnonzero(np.repeat(derived, batch.module_t)), root_work, levels, (ea[into < 0], ka[into < 0]))
 
 
 def _batch_direction(batch: Batch, d: str, theta: int, queues: bool) -> np.ndarray:
@@ -265,9 +291,8 @@ def _batch_direction(batch: Batch, d: str, theta: int, queues: bool) -> np.ndarr
     app_waited[s.app_p[(hw & waited)[s.app_c]]] = True
     k = s.derived
     res[k] = np.where(moved[k], HEALTHY, np.where(app_waited[k], BLOCKED, STALLED))
-    for st, sh, a, b in zip(batch.stretches, s.shapes, batch.offsets[:-1], batch.offsets[1:], strict=True):
-        if sh.cyclic:
-            res[a:b] = diagnose_cyclic(st, sh, d, theta, queues).ravel()
+    for k, sh in s.cyclic.items():
+        res[batch.offsets[k]:batch.offsets[k + 1]] = diagnose_cyclic(batch.stretches[k], sh, d, theta, queues).ravel()
     return res
 
 

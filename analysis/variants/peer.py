@@ -56,6 +56,7 @@ from analysis.variants.base import (
     Param,
     RuleSystem,
     positive_int,
+    stalled_positive,
 )
 
 TCP = KINDS.index("tcp")
@@ -158,11 +159,7 @@ def _direction(batch: Batch, d: str, base: np.ndarray, k: float, min_peers: int)
 
 def diagnose(batch: Batch, k: float = 10.0, min_peers: int = 2):
     base = flowdiagnoser.diagnose(batch, theta=2)   # applications and sockets: the baseline's rows
-    out = {}
-    for d in DIRS:
-        res = _direction(batch, d, base[d][0], k, min_peers)
-        out[d] = (res, res == STALLED)
-    return out
+    return stalled_positive({d: _direction(batch, d, base[d][0], k, min_peers) for d in DIRS})
 
 
 SYSTEM = RuleSystem(

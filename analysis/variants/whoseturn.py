@@ -58,11 +58,12 @@ default 2).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
 from analysis.model.batch import Batch
-from analysis.model.stretches import DIRS, Stretch
+from analysis.model.stretches import DIRS, KINDS
 from analysis.variants import flowdiagnoser
 from analysis.variants.base import (
     BLOCKED,
@@ -73,6 +74,7 @@ from analysis.variants.base import (
     RuleSystem,
     positive_int,
     seconds,
+    stalled_positive,
 )
 
 
@@ -102,148 +104,167 @@ class Turns:
     turn_s: np.ndarray      # ... and how long the host took to answer it (s; latency=auto learns from them)
 
 
-def _empty() -> np.ndarray:
-    return np.zeros(0, dtype=np.int64)
+_TCP, _SOCKET, _APP = (KINDS.index(k) for k in ("tcp", "socket", "app"))
 
 
-class _Builder:
-    """Turns, one stretch at a time (only its TCP rows are read: a service host's connections are a
-    fraction of its cells)."""
+def _expand(first: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of `count[i]` consecutive items from `first[i]`: per item its row and its value."""
+    row = np.repeat(np.arange(len(count)), count)
+    step = np.arange(len(row)) - np.repeat(np.cumsum(count) - count, count)
+    return row, np.repeat(first, count) + step
 
-    def __init__(self, batch: Batch, exchanges: int):
-        self.batch, self.exchanges = batch, exchanges
-        self.slot: dict = {}    # module id -> its row of `carry`
-        self.carry = np.zeros((0, 2))   # data segments so far (in, out) per module, across stretches
-        self.parts: dict[str, list] = {k: [] for k in ("cell", "inflight", "held", "awaiting", "idle", "age_recv",
-                                                       "age_sent", "server", "group", "sock", "sock_of", "app",
-                                                       "app_of", "call_group", "call_age", "turn_at", "turn_s")}
-        self.count = self.n_sock = 0
-        self.rr_ports: set[int] = set()   # service ports of connections the rules read, so far
 
-    def stretch(self, k: int, st: Stretch, gbase: int) -> None:
-        kinds = np.asarray(st.kinds)
-        is_tcp = kinds == "tcp"
-        if not is_tcp.any():
-            return
-        r = np.flatnonzero(is_tcp)
-        rows = r.tolist()
-        t = st.t
-        slot = self.slot
-        for m in rows:
-            slot.setdefault(st.modules[m], len(slot))
-        if len(slot) > len(self.carry):   # grown by doubling: a run's connections come a few at a time
-            self.carry = np.vstack([self.carry, np.zeros((max(len(slot), 2 * len(self.carry)) - len(self.carry), 2))])
-        at = np.fromiter((slot[st.modules[m]] for m in rows), dtype=np.intp, count=len(rows))
-        cum = []
-        for x, d in enumerate(DIRS):
-            c = np.cumsum(st.counters[d].tm[r], axis=1)
-            c += self.carry[at, x][:, None]
-            cum.append(c)
-            self.carry[at, x] = c[:, -1]
-        tu, ts = getattr(st, "turn", None), st.tcpstate
-        if tu is None or ts is None:
-            return
-        self._calls(st, r, tu, ts, gbase)
-        enough = (cum[0] >= self.exchanges) & (cum[1] >= self.exchanges)
-        port = None if tu.port is None else np.asarray(tu.port, dtype=np.int64)[r]
-        if port is not None and self.rr_ports:
-            # a connection to a port this host already speaks request/response on, opened since
-            enough |= np.isin(port, list(self.rr_ports))[:, None]
-        ruled = enough & tu.known[r] & ts.known[r]
-        if port is not None:
-            self.rr_ports.update(port[ruled.any(axis=1) & (port >= 0)].tolist())
-        if not ruled.any():
-            return
-        i, j = np.nonzero(ruled)
-        m = r[i]
+class _Running:
+    """Per item, the sum of a value so far over the rows of its group (rows in time order, a row's
+    items consecutive and in time order): its row's items up to it and every earlier row of its
+    group. One cumsum per value, one sort of the rows for all; exact while the values are whole
+    numbers (counter deltas are)."""
 
-        def at(a) -> np.ndarray:   # the ruled cells of a (modules, snapshots) array, in (i, j) order
-            return np.take(a, r, axis=0)[ruled]
+    def __init__(self, row: np.ndarray, row_first: np.ndarray, group: np.ndarray):
+        self.row, self.row_first = row, row_first
+        self.ends = np.append(row_first[1:], len(row))
+        self.order = np.argsort(group, kind="stable")
+        g = group[self.order]
+        head = np.ones(len(g), dtype=bool)
+        head[1:] = g[1:] != g[:-1]
+        self.head = np.maximum.accumulate(np.where(head, np.arange(len(g)), 0))   # its group's first row
 
-        sent, recv = at(ts.data_sent_at), at(ts.data_recv_at)
-        mono = np.asarray(ts.mono, dtype=float)[j]
-        server = np.asarray(tu.server, dtype=bool)[m]
-        with np.errstate(invalid="ignore"):
-            recv_last = recv > np.where(np.isnan(sent), -np.inf, sent)
-            sent_last = sent > np.where(np.isnan(recv), -np.inf, recv)
-            inflight = (at(tu.unacked) > 0) | (at(tu.notsent) > 0) | (at(st.counters["out"].queued) > 0)
-        unread = at(st.counters["in"].queued) > 0
-        quiet = ~inflight
-        held = quiet & (unread | (server & recv_last))
-        awaiting = quiet & ~held & ~server & sent_last
-        base = int(self.batch.offsets[k])
-        p = self.parts
-        answered = server & ~recv_last & ~np.isnan(sent) & ~np.isnan(recv)   # the server end spoke last
-        p["turn_at"].append(recv[answered])
-        p["turn_s"].append((sent - recv)[answered])
-        for key, v in (("cell", base + m * t + j), ("inflight", inflight), ("held", held), ("awaiting", awaiting),
-                       ("idle", quiet & ~held & ~awaiting), ("age_recv", mono - recv), ("age_sent", mono - sent),
-                       ("server", server), ("group", gbase + j)):
-            p[key].append(v)
-        # sockets over a read TCP cell, and applications over those sockets
-        pos = np.full((st.n, t), -1, dtype=np.int64)
-        pos[m, j] = self.count + np.arange(len(m))
-        self.count += len(m)
-        e = self.batch.edge_arrays[k]
-        is_sock = kinds == "socket"
-        se = e[is_sock[e[:, 0]] & is_tcp[e[:, 1]]]
-        ei, js = np.nonzero(pos[se[:, 1]] >= 0)
-        spos = np.full((st.n, t), -1, dtype=np.int64)
-        if len(ei):
-            p["sock"].append(base + se[ei, 0] * t + js)
-            p["sock_of"].append(pos[se[ei, 1], js])
-            spos[se[ei, 0], js] = self.n_sock + np.arange(len(ei))
-            self.n_sock += len(ei)
-            ae = e[(kinds[e[:, 0]] == "app") & is_sock[e[:, 1]]]
-            ai, ajs = np.nonzero(spos[ae[:, 1]] >= 0)
-            if len(ai):
-                p["app"].append(base + ae[ai, 0] * t + ajs)
-                p["app_of"].append(spos[ae[ai, 1], ajs])
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        c = np.concatenate([[0.0], np.cumsum(x)])
+        before = c[self.row_first]                 # the sum up to each row's first item
+        total = (c[self.ends] - before)[self.order]   # each row's own sum, rows sorted by group
+        excl = np.cumsum(total) - total            # the earlier rows', over all groups ...
+        carry = np.empty(len(total))
+        carry[self.order] = excl - excl[self.head]  # ... less those of the groups before
+        return c[1:] - (before - carry)[self.row]
 
-    def _calls(self, st: Stretch, r: np.ndarray, tu, ts, gbase: int) -> None:
-        """The host's calls waiting for an answer: client ends with a known TCP state, exchanges or
-        not (a connection opened for a call that never came back is one), whose last data was sent,
-        or that have data in flight, and nothing unread: their snapshot (`call_group`) and the age of
-        their last data sent (`call_age`)."""
-        server = np.asarray(tu.server, dtype=bool)[r]
-        known = np.take(ts.known, r, axis=0) & ~server[:, None]
-        if not known.any():
-            return
 
-        def at(a) -> np.ndarray:
-            return np.take(a, r, axis=0)[known]
+def _at(sts, has: np.ndarray, get, fill, dtype, cell: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """get(stretch) (modules, snapshots) at these cells (of stretches k), `fill` in a stretch without
+    a turn. A run of format 4 to 7 has one value per stretch (a broadcast: unknown everywhere),
+    read per stretch without a copy per cell."""
+    arrays = [np.asarray(get(st)) if h else None for st, h in zip(sts, has, strict=True)]
+    if all(a is None or not any(a.strides) for a in arrays):
+        return np.array([fill if a is None or not a.size else a.flat[0] for a in arrays], dtype=dtype)[k]
+    return np.concatenate([a.ravel() if a is not None else np.full(st.n * st.t, fill, dtype=dtype)
+                           for st, a in zip(sts, arrays, strict=True)])[cell]
 
-        sent, recv = at(ts.data_sent_at), at(ts.data_recv_at)
-        with np.errstate(invalid="ignore"):
-            flight = (at(tu.unacked) > 0) | (at(tu.notsent) > 0) | (at(st.counters["out"].queued) > 0)
-            sent_last = sent > np.where(np.isnan(recv), -np.inf, recv)
-            waiting = (flight | sent_last) & ~(at(st.counters["in"].queued) > 0)
-        mono = np.asarray(ts.mono, dtype=float)[np.nonzero(known)[1]]
-        self.parts["call_group"].append(gbase + np.nonzero(known)[1][waiting])
-        self.parts["call_age"].append((mono - sent)[waiting])
 
-    def done(self, n_groups: int) -> Turns | None:
-        p = self.parts
-        if not p["cell"]:
-            return None
-        cat = {k: (np.concatenate(v) if v else _empty()) for k, v in p.items()}
-        for key in ("call_age", "turn_at", "turn_s"):
-            cat[key] = cat[key].astype(float)
-        return Turns(n_groups=n_groups, apps=np.unique(cat["app"]), **cat)
+def _module_ids(sts) -> np.ndarray:
+    """Every stretch's module ids, in order (ints from a run, strings from JSON snapshots)."""
+    try:
+        return np.fromiter(chain.from_iterable(st.modules for st in sts), dtype=np.int64)
+    except (TypeError, ValueError):
+        return np.asarray([m for st in sts for m in st.modules])
 
 
 def turns(batch: Batch, exchanges: int) -> Turns | None:
-    """The turn of every TCP cell the rules read (module docstring); None when none is read (no
-    stretch records a turn and a TCP state, or no connection has exchanged enough): the thesis rule."""
+    """The turn of every TCP cell the rules read (module docstring), built over all stretches of the
+    batch at once; None when none is read (no stretch records a turn and a TCP state, or no
+    connection has exchanged enough): the thesis rule. The stretches are taken in time order, so that
+    a connection's exchanges add up across its stretches, and a service port read in one stretch is
+    read in the later ones (tests/support/whoseturn_per_stretch.py: the same one stretch at a time)."""
     sts = batch.stretches
-    if not any(getattr(st, "turn", None) is not None and st.tcpstate is not None for st in sts):
+    has = np.array([getattr(st, "turn", None) is not None and st.tcpstate is not None for st in sts], dtype=bool)
+    if not has.any():
         return None
-    b = _Builder(batch, exchanges)
-    gbase = np.concatenate([[0], np.cumsum([st.t for st in sts])]).astype(np.int64)
-    # in time order, so that a connection's exchanges add up across its stretches
-    for k in sorted(range(len(sts)), key=lambda k: (sts[k].seqs[0] if sts[k].t else 0)):
-        b.stretch(k, sts[k], int(gbase[k]))
-    return b.done(int(gbase[-1]))
+    n = np.array([st.n for st in sts], dtype=np.int64)
+    t = np.array([st.t for st in sts], dtype=np.int64)
+    mbase = np.concatenate([[0], np.cumsum(n)])     # first module row of each stretch
+    gbase = np.concatenate([[0], np.cumsum(t)])     # first snapshot (group) of each stretch
+    order = sorted(range(len(sts)), key=lambda k: (sts[k].seqs[0] if sts[k].t else 0))
+    rank = np.empty(len(sts), dtype=np.int64)
+    rank[order] = np.arange(len(sts))
+    kind = batch.module_kinds
+    mod_k = np.repeat(np.arange(len(sts)), n)
+    in_order = order == sorted(order)
+    rows = np.arange(int(mbase[-1])) if in_order else \
+        np.concatenate([np.arange(mbase[k], mbase[k + 1]) for k in order] or [np.zeros(0, dtype=np.int64)])
+    rows = rows[kind[rows] == _TCP]                 # TCP module rows, in time order
+    if not len(rows):
+        return None
+    rk = mod_k[rows]
+    rt = t[rk]
+    # the TCP cells, row by row, snapshot by snapshot
+    first_cell = batch.offsets[rk] + (rows - mbase[rk]) * rt
+    row, cell = _expand(first_cell, rt)
+    row_first = np.cumsum(rt) - rt
+    running = _Running(row, row_first, _module_ids(sts)[rows])
+    cin, cout = batch.counters("in"), batch.counters("out")
+    enough = (running(cin.tm[cell]) >= exchanges) & (running(cout.tm[cell]) >= exchanges)
+    k = rk[row]
+    j = cell - first_cell[row]
+    group = gbase[k] + j
+    on = has[k]
+    ts_known = _at(sts, has, lambda st: st.tcpstate.known, False, bool, cell, k) & on
+    tu_known = _at(sts, has, lambda st: st.turn.known, False, bool, cell, k)
+    sent = _at(sts, has, lambda st: st.tcpstate.data_sent_at, np.nan, float, cell, k)
+    recv = _at(sts, has, lambda st: st.tcpstate.data_recv_at, np.nan, float, cell, k)
+    unacked = _at(sts, has, lambda st: st.turn.unacked, np.nan, float, cell, k)
+    notsent = _at(sts, has, lambda st: st.turn.notsent, np.nan, float, cell, k)
+    mono = np.concatenate([np.asarray(st.tcpstate.mono, dtype=float) if h else np.zeros(st.t)
+                           for st, h in zip(sts, has, strict=True)])[group]
+    server = np.concatenate([np.asarray(st.turn.server, dtype=bool) if h else np.zeros(st.n, dtype=bool)
+                             for st, h in zip(sts, has, strict=True)])[rows][row]
+    port_row = np.concatenate([np.asarray(st.turn.port, dtype=np.int64) if h and st.turn.port is not None
+                               else np.full(st.n, -1, dtype=np.int64)
+                               for st, h in zip(sts, has, strict=True)])[rows]
+    with np.errstate(invalid="ignore"):
+        inflight = (unacked > 0) | (notsent > 0) | (cout.queued[cell] > 0)
+        recv_last = recv > np.where(np.isnan(sent), -np.inf, sent)
+        sent_last = sent > np.where(np.isnan(recv), -np.inf, recv)
+    unread = cin.queued[cell] > 0
+    # the host's calls waiting for an answer: client ends with a known TCP state, exchanges or not
+    calls = ts_known & ~server & (inflight | sent_last) & ~unread
+    # read: known and exchanged enough, or on a service port read in an earlier stretch
+    ruled = ts_known & tu_known
+    first = np.zeros(len(rows), dtype=bool)         # connections read on their exchanges ...
+    first[row[ruled & enough]] = True
+    first &= port_row >= 0
+    if first.any():   # ... and each service port's first stretch read (the rows are in time order)
+        ports, at = np.unique(port_row[first], return_index=True)
+        since = rank[rk[first]][at]
+        i = np.minimum(np.searchsorted(ports, port_row), len(ports) - 1)
+        later = (ports[i] == port_row) & (since[i] < rank[rk])
+        enough |= later[row]
+    ruled &= enough
+    if not ruled.any():
+        return None
+    quiet = ~inflight[ruled]
+    srv, r_recv, r_sent = server[ruled], recv_last[ruled], sent_last[ruled]
+    held = quiet & (unread[ruled] | (srv & r_recv))
+    awaiting = quiet & ~held & ~srv & r_sent
+    sent_r, recv_r, mono_r = sent[ruled], recv[ruled], mono[ruled]
+    answered = srv & ~r_recv & ~np.isnan(sent_r) & ~np.isnan(recv_r)   # the server end spoke last
+    pos = np.full(len(cell), -1, dtype=np.int64)
+    pos[ruled] = np.arange(int(ruled.sum()))
+    # sockets over a read TCP cell, and applications over those sockets
+    e, ek = batch.module_edges
+    if not in_order:
+        by_time = np.argsort(rank[ek], kind="stable")
+        e, ek = e[by_time], ek[by_time]
+    tcp_row = np.full(int(mbase[-1]), -1, dtype=np.int64)
+    tcp_row[rows] = np.arange(len(rows))
+    se = (kind[e[:, 0]] == _SOCKET) & (kind[e[:, 1]] == _TCP)
+    sk = ek[se]
+    at_e, jj = _expand(np.zeros(int(se.sum()), dtype=np.int64), t[sk])
+    sock_of = pos[row_first[tcp_row[e[se, 1]]][at_e] + jj]
+    keep = sock_of >= 0
+    sock = (batch.offsets[sk] + (e[se, 0] - mbase[sk]) * t[sk])[at_e] + jj
+    sock, sock_of = sock[keep], sock_of[keep]
+    spos = np.full(batch.n_cells, -1, dtype=np.int64)
+    spos[sock] = np.arange(len(sock))
+    ae = (kind[e[:, 0]] == _APP) & (kind[e[:, 1]] == _SOCKET)
+    ak = ek[ae]
+    at_a, ja = _expand(np.zeros(int(ae.sum()), dtype=np.int64), t[ak])
+    app_of = spos[(batch.offsets[ak] + (e[ae, 1] - mbase[ak]) * t[ak])[at_a] + ja]
+    keep = app_of >= 0
+    app = ((batch.offsets[ak] + (e[ae, 0] - mbase[ak]) * t[ak])[at_a] + ja)[keep]
+    return Turns(cell=cell[ruled], inflight=~quiet, held=held, awaiting=awaiting, idle=quiet & ~held & ~awaiting,
+                 age_recv=mono_r - recv_r, age_sent=mono_r - sent_r, server=srv, group=group[ruled],
+                 n_groups=int(gbase[-1]), sock=sock, sock_of=sock_of, app=app, app_of=app_of[keep],
+                 apps=np.unique(app), call_group=group[calls], call_age=(mono - sent)[calls].astype(float),
+                 turn_at=recv_r[answered].astype(float), turn_s=(sent_r - recv_r)[answered].astype(float))
 
 
 def _shared_turns(batch: Batch, exchanges: int) -> Turns | None:
@@ -322,11 +343,7 @@ def diagnose(batch: Batch, latency=DEFAULT_LATENCY, exchanges: int = 2, theta: i
         return base
     if latency == "auto":   # a batch is one host's stretches (analysis.diagnose): one tier's latency
         latency = learned_latency(tu)
-    out = {}
-    for d in DIRS:
-        res = apply(tu, base[d][0], latency).astype(np.int8)
-        out[d] = (res, res == STALLED)
-    return out
+    return stalled_positive({d: apply(tu, base[d][0], latency).astype(np.int8) for d in DIRS})
 
 
 SYSTEM = RuleSystem(
