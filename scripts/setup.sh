@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # One-shot setup for a fresh Debian 12 machine: system packages, a virtualenv that sees Debian's
 # Mininet, the Python package (editable) and the LD_PRELOAD interceptor. Idempotent; run as root.
+# The system Python gets the modules a testbed node's tiers and drainer import (pymemcache, pymysql,
+# numpy): the SSH backend's tests run those nodes in Mininet hosts of this machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS=(mininet iperf lighttpd wget iptables iproute2 bridge-utils ethtool iputils-ping procps psmisc
       gcc make libc6-dev python3-venv python3-dev openssh-server openssh-client chromium tmux
       openjdk-17-jdk-headless
-      nginx gunicorn memcached mariadb-server python3-pymemcache python3-pymysql)
+      nginx gunicorn memcached mariadb-server python3-pymemcache python3-pymysql python3-numpy)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -173,8 +173,12 @@ def test_each_node_is_checked_for_its_tiers_packages_and_runs_the_package_where_
     assert {"nginx", "ss"} <= need["web"] and {"gunicorn", "make", "gcc", "tar"} <= need["app1"]
     assert {"memcached"} <= need["cache"] and {"mariadbd", "mariadb-install-db", "mariadb"} <= need["db"]
     assert "nginx" not in need["x1"] and {"tar", "make", "gcc"} <= need["client"]   # traced: the interceptor
-    assert provision.needed_modules(spec) == {"app1": {"pymemcache", "pymysql"}, "app2": {"pymemcache", "pymysql"},
-                                              "cache": {"pymemcache"}}
+    # every traced host's drainer reads its ring with numpy (the first SSH e2e: "No module named 'numpy'")
+    assert provision.needed_modules(spec) == {"app1": {"pymemcache", "pymysql", "numpy"},
+                                              "app2": {"pymemcache", "pymysql", "numpy"},
+                                              "cache": {"pymemcache", "numpy"}, "web": {"numpy"}, "db": {"numpy"},
+                                              "client": {"numpy"}}
+    assert provision.needed_modules(spec.model_copy(update={"trace": None}))["cache"] == {"pymemcache"}
     assert provision.package_nodes(spec) == {h: True for h in ("web", "app1", "app2", "cache", "db", "client")}
     pairs = provision.workload_pairs(spec)
     assert ("client", "web") in pairs and ("web", "app2") in pairs and ("app1", "db") in pairs
@@ -182,7 +186,7 @@ def test_each_node_is_checked_for_its_tiers_packages_and_runs_the_package_where_
     setup = (REPO / "scripts" / "setup.sh").read_text()
     for program in set().union(*provision.SERVICE_PROGRAMS.values()):
         assert provision.PACKAGES[program] in setup, program
-    for package in provision.SERVICE_MODULES.values():
+    for package in provision.MODULE_PACKAGES.values():
         assert package in setup
 
 

@@ -46,6 +46,9 @@ SERVICE_PROGRAMS = {"web": {"nginx"}, "app": {"gunicorn"}, "cache": {"memcached"
 PACKAGES.update({"nginx": "nginx", "gunicorn": "gunicorn", "memcached": "memcached", "mariadbd": "mariadb-server",
                  "mariadb-install-db": "mariadb-server", "mariadb": "mariadb-server"})
 SERVICE_MODULES = {"pymemcache": "python3-pymemcache", "pymysql": "python3-pymysql"}
+# The message drainer reads the interceptor's ring with numpy (harness/interceptor/ring.py)
+TRACE_MODULES = {"numpy": "python3-numpy"}
+MODULE_PACKAGES = {**SERVICE_MODULES, **TRACE_MODULES}
 SYSTEM_SERVICES = {"lighttpd": "lighttpd", "nginx": "nginx", "memcached": "memcached", "mariadb-server": "mariadb"}
 
 # $1: the directory just made. Prints its owner's uid and type, then the uid commands run as.
@@ -128,13 +131,22 @@ def needed_programs(topology: Topology, spec) -> dict[str, set[str]]:
 
 def needed_modules(spec) -> dict[str, set[str]]:
     """The system Python's modules each node needs: the app (pymemcache, pymysql) on the app hosts,
-    pymemcache on the cache host (its warm-up)."""
+    pymemcache on the cache host (its warm-up); with `trace: messages`, numpy on every traced host
+    (its drainer: the monitored hosts and the service's, as harness.lab.tracing.traced_hosts)."""
     need: dict[str, set[str]] = {}
+    traced: set[str] = set()
+    if getattr(spec, "trace", None) == "messages":
+        m = getattr(spec, "monitor", None) if getattr(spec, "interceptor", False) else None
+        traced.update((m,) if isinstance(m, str) else tuple(m or ()))
     for w in getattr(spec, "workloads", []):
         if w.kind == "service":
             for a in w.apps or []:
                 need.setdefault(a, set()).update(SERVICE_MODULES)
             need.setdefault(w.cache, set()).add("pymemcache")
+            if getattr(spec, "trace", None) == "messages":
+                traced.update(w.hosts)
+    for h in traced:
+        need.setdefault(h, set()).update(TRACE_MODULES)
     return need
 
 
@@ -163,11 +175,11 @@ def check_nodes(nodes: dict[str, SshNode], need: dict[str, set[str]], install: b
         wanted = sorted((modules or {}).get(name, ()))
         absent = missing_modules(node, wanted)
         if absent and install:
-            apt_install(node, [SERVICE_MODULES[m] for m in absent])
+            apt_install(node, [MODULE_PACKAGES[m] for m in absent])
             absent = missing_modules(node, wanted)
         if absent:
             raise SshError(f"{node.p.where}: missing Python module(s) {', '.join(absent)} of {SYSTEM_PYTHON} "
-                           f"(Debian/Ubuntu packages: {' '.join(SERVICE_MODULES[m] for m in absent)})")
+                           f"(Debian/Ubuntu packages: {' '.join(MODULE_PACKAGES[m] for m in absent)})")
 
     each(nodes, check)
 
