@@ -291,7 +291,8 @@ def _compare(args) -> int:
     else:
         variants = variants_from(args, args.sweep)
     blackbox = _blackbox_runs(args)
-    if len(variants) < 2 and blackbox and not args.variant and not args.sweep:   # the study's report variants
+    lead = _study(args).lead
+    if len(variants) < 2 and (blackbox or "fabric" in lead) and not args.variant and not args.sweep:   # the study's report variants
         variants = variants_from(argparse_ns(variant=list(_study(args).report_variants())))
     if len(variants) < 2:
         raise UserError("compare needs at least two variants: --variant A --variant B, --sweep theta=1..4 "
