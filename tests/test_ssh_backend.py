@@ -645,11 +645,12 @@ def run_traces(run_id: str) -> list[str]:
     return found + ([str(ledger)] if ledger.exists() else [])
 
 
-@pytest.fixture(scope="module")
-def net(tmp_path_factory):
+def sshd_testbed(topology, tmp_path_factory):
+    """An sshd testbed of `topology` for a module's tests (yielded), then stopped: nothing may be left
+    in its namespaces, its control namespace gone, no leftover naming it. The SSH service e2e's too."""
     tmp = tmp_path_factory.mktemp("sshnet")
     tmp.chmod(0o755)
-    net = SshNet(DUMBBELL, tmp).start()
+    net = SshNet(topology, tmp).start()
     namespaces = {_netns(net.backend.node(n).pid) for n in net.topo.spec.nodes}
     namespaces.add(os.stat(f"/run/netns/{net.ctl}").st_ino)
     try:
@@ -663,14 +664,14 @@ def net(tmp_path_factory):
         assert not [line for line in leftovers() if str(net.tmp) in line or net.ctl in line]
 
 
-@pytest.fixture
-def clean_nodes(net):
-    """Each test leaves the nodes as it found them: no process of its own left in any node (only the
-    Mininet shells and the sshd listeners), the same routes and firewall rules."""
+def nodes_left_as_found(net, grace: float):
+    """Around one test: no process of its own left in any node (only the Mininet shells and the sshd
+    listeners; sshd's session processes get `grace` seconds to end after the runner's connections
+    close), the same routes and firewall rules."""
     namespaces = {_netns(net.backend.node(n).pid) for n in net.topo.spec.nodes}
     before, state = processes_in(namespaces), net.node_state()
     yield
-    deadline = time.monotonic() + 5   # sshd's session processes end when the runner's connections close
+    deadline = time.monotonic() + grace
     while True:
         left = {p: c for p, c in processes_in(namespaces).items() if p not in before}
         if not left or time.monotonic() > deadline:
@@ -678,6 +679,17 @@ def clean_nodes(net):
         time.sleep(0.1)
     assert not left, f"the run left processes on the nodes: {left}"
     assert net.node_state() == state, "the run changed routes or firewall rules on the nodes"
+
+
+@pytest.fixture(scope="module")
+def net(tmp_path_factory):
+    yield from sshd_testbed(DUMBBELL, tmp_path_factory)
+
+
+@pytest.fixture
+def clean_nodes(net):
+    """Each test leaves the nodes as it found them."""
+    yield from nodes_left_as_found(net, grace=5)
 
 
 def _tables(db: sqlite3.Connection) -> dict[str, list[str]]:

@@ -33,8 +33,8 @@ from pathlib import Path
 import pytest
 
 from harness.runner import run_experiment
-from tests.support.env import REPO, leftovers, run_id, write
-from tests.test_ssh_backend import SshNet, _netns, _tables, processes_in, run_traces
+from tests.support.env import REPO, run_id, write
+from tests.test_ssh_backend import SshNet, _tables, nodes_left_as_found, run_traces, sshd_testbed
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -67,37 +67,13 @@ def reference(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def net(reference, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("sshnet")
-    tmp.chmod(0o755)
-    net = SshNet(SERVICE, tmp).start()
-    namespaces = {_netns(net.backend.node(n).pid) for n in net.topo.spec.nodes}
-    namespaces.add(os.stat(f"/run/netns/{net.ctl}").st_ino)
-    try:
-        yield net
-    finally:
-        net.stop()
-        time.sleep(0.2)
-        left = processes_in(namespaces)
-        assert not left, f"processes left in the test's namespaces: {left}"
-        assert net.ctl not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-        assert not [line for line in leftovers() if str(net.tmp) in line or net.ctl in line]
+    yield from sshd_testbed(SERVICE, tmp_path_factory)   # after the Mininet reference: one network at a time
 
 
 @pytest.fixture
 def clean_nodes(net):
-    """Each test leaves the nodes as it found them: no process of its own in any node (only the
-    Mininet shells and the sshd listeners), the same routes and firewall rules."""
-    namespaces = {_netns(net.backend.node(n).pid) for n in net.topo.spec.nodes}
-    before, state = processes_in(namespaces), net.node_state()
-    yield
-    deadline = time.monotonic() + 10   # sshd's session processes end when the runner's connections close
-    while True:
-        left = {p: c for p, c in processes_in(namespaces).items() if p not in before}
-        if not left or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    assert not left, f"the run left processes on the nodes: {left}"
-    assert net.node_state() == state, "the run changed routes or firewall rules on the nodes"
+    """Each test leaves the nodes as it found them (five tiers' sessions: a longer grace)."""
+    yield from nodes_left_as_found(net, grace=10)
 
 
 # The runner and `nestlab cleanup` are the venv's entry points run in the management namespace: this
