@@ -5,7 +5,10 @@ the scores) and the labelling policies (analysis.labels) both take them here.
 
 - targets: the fault's target module and, for a kind that names them (rundir.faultkinds.FaultKindInfo
   `children`), its children of that module kind (app_pause: the application's sockets stall with it);
-  the faults that have targets (`active_faults`) took effect and, by their kind's `stalls`, stall them;
+  a link fault of a fabric run (a `loss` with `link`, a `link_down`: its target names the link, no
+  module) targets the TCP connections whose packets cross that link, either way, by the paths in the
+  run's fabric.json (docs/fabric.md); the faults that have targets (`active_faults`) took effect and,
+  by their kind's `stalls`, stall them;
 - collateral: the targets' ancestors and descendants in the module graph while the fault was active.
 """
 
@@ -15,19 +18,52 @@ import numpy as np
 import pandas as pd
 
 from rundir import facts
+from rundir.fabric import fabric_path, read_fabric
 
 
-def active_faults(data) -> list[tuple[int, str, int, float, float]]:
-    """(id, kind, target module, start, end) of the faults that took effect, have a target and stall it
-    (their kind's `stalls`, rundir.faultkinds: every network kind's faults do)."""
+def active_faults(data) -> list[tuple[int, str, set[int], float, float]]:
+    """(id, kind, targets, start, end) of the faults that took effect, have targets and stall them
+    (their kind's `stalls`, rundir.faultkinds: every network kind's faults do); targets as
+    fault_targets() gives them, or a link fault's crossing connections (link_crossers)."""
     out = []
     kinds = data.fault_kinds
+    crossers: dict[int, set[int]] | None = None
     for f in facts.took_effect(data.faults).itertuples(index=False):
-        if f.target_module is pd.NA or pd.isna(f.target_module):
-            continue
         if f.kind in kinds and not kinds[f.kind].culprit(f.target):
             continue
-        out.append((int(f.id), str(f.kind), int(f.target_module), float(f.start), float(f.end)))
+        start, end = float(f.start), float(f.end)
+        if f.target_module is pd.NA or pd.isna(f.target_module):
+            link = f.target.get("link_index") if isinstance(f.target, dict) else None
+            if link is None:
+                continue
+            if crossers is None:
+                crossers = link_crossers(data)
+            targets = crossers.get(int(link), set())
+            if targets:
+                out.append((int(f.id), str(f.kind), set(targets), start, end))
+            continue
+        out.append((int(f.id), str(f.kind), fault_targets(data, str(f.kind), int(f.target_module), start, end),
+                    start, end))
+    return out
+
+
+def link_crossers(data) -> dict[int, set[int]]:
+    """Link index -> the TCP modules whose connection's packets cross it, data or ACKs (a fabric run's
+    fabric.json: every connection the collector saw, traced both ways on the routers); {} for a run
+    without one."""
+    path = getattr(getattr(data, "run", None), "path", None)
+    if path is None or not fabric_path(path).is_file():
+        return {}
+    conns = read_fabric(path).get("connections") or {}
+    out: dict[int, set[int]] = {}
+    mods = data.modules
+    for mid, kind, a in zip(mods.index, mods["kind"], mods["attrs"], strict=True):
+        if kind != "tcp" or not isinstance(a, dict):
+            continue
+        key = f"{a.get('src')}:{a.get('sport')}>{a.get('dst')}:{a.get('dport')}"
+        back = f"{a.get('dst')}:{a.get('dport')}>{a.get('src')}:{a.get('sport')}"
+        for link in {*conns.get(key, ()), *conns.get(back, ())}:
+            out.setdefault(int(link), set()).add(int(mid))
     return out
 
 

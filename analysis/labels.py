@@ -74,7 +74,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import studies
-from analysis.fault_reach import active_faults, collateral_modules, fault_targets
+from analysis.fault_reach import active_faults, collateral_modules
 from analysis.model.label_input import ArrayRows, StretchRows, label_rows
 from analysis.plugins import Registry, check_contract, check_name
 from analysis.variants.base import Param, on_off, parse_named
@@ -289,8 +289,7 @@ class _Policy:
         need_coll = self.values.get("collateral", "negative") != "negative" or need_tail
         need_cover = self.values.get("overlap", "exclude") == "exclude"
         covering = []   # (neighbours, f0, f1) of each fault, for `cover` once every target's rows are known
-        for fid, kind, target, f0, f1 in active_faults(data):
-            targets = fault_targets(data, kind, target, f0, f1)
+        for fid, _kind, targets, f0, f1 in active_faults(data):
             groups = [(targets, fault_pos, fault_id, mark)]
             if need_coll or need_cover:
                 neighbours = collateral_modules(data, targets, f0, f1)

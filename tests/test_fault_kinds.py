@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import harness.runner
-from analysis.labels import fault_targets, label_run
+from analysis.fault_reach import fault_targets
+from analysis.labels import label_run
 from analysis.load import load_run_data
 from analysis.render.plots import _fault_legend, _fault_windows, default_subgraphs, fault_colour
 from harness.faults import KINDS, kinds_used
