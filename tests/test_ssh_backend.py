@@ -847,29 +847,35 @@ def test_unreachable_node_fails_with_one_line_and_leaves_nothing(net, tmp_path, 
     _check_nothing_made(tmp_path, tmp_path / "results")
 
 
-def _start_and_wait(net: SshNet, tmp_path: Path, snapshots: int) -> tuple[subprocess.Popen, Path]:
-    """A 60 s run in the background, once the collector on site1n1 has recorded `snapshots` (the nodes
-    share this machine's files, so the test watches the remote run.db)."""
-    spec = write(tmp_path, "e2e.yaml", SPEC.format(duration="60s"))
+def start_and_wait(net: SshNet, spec: Path, tmp_path: Path, node: str, snapshots: int, timeout: float,
+                   env: dict | None = None, poll: float = 0.2) -> tuple[subprocess.Popen, Path]:
+    """The spec run in the background over the testbed, once the collector on `node` has recorded
+    `snapshots` (the nodes share this machine's files, so the test watches the remote run.db)."""
     topo = net.topology_file(tmp_path / "topo.yaml")
     results = tmp_path / "results"
     proc = subprocess.Popen(net.runner_argv(str(spec), "--topology", str(topo), "--results", str(results)),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO)
-    deadline = time.monotonic() + 60
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        runs = list(results.glob("e2e_ssh/*"))
+        runs = list(results.glob("*/*"))
         if runs:
             try:
-                db = sqlite3.connect(f"file:/tmp/nestlab-{run_id(runs[0])}-site1n1/run.db?mode=ro", uri=True)
+                db = sqlite3.connect(f"file:/tmp/nestlab-{run_id(runs[0])}-{node}/run.db?mode=ro", uri=True)
                 if db.execute("SELECT count(*) FROM snapshots").fetchone()[0] >= snapshots:
                     return proc, runs[0]
             except sqlite3.Error:
                 pass
         if proc.poll() is not None:
             raise AssertionError(proc.stderr.read())
-        time.sleep(0.2)
+        time.sleep(poll)
     proc.kill()
     raise AssertionError("the run did not get going")
+
+
+def _start_and_wait(net: SshNet, tmp_path: Path, snapshots: int) -> tuple[subprocess.Popen, Path]:
+    """A 60 s run, once the collector on site1n1 has recorded `snapshots`."""
+    spec = write(tmp_path, "e2e.yaml", SPEC.format(duration="60s"))
+    return start_and_wait(net, spec, tmp_path, "site1n1", snapshots, timeout=60)
 
 
 @e2e

@@ -26,7 +26,6 @@ import signal
 import sqlite3
 import statistics
 import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -34,7 +33,7 @@ import pytest
 
 from harness.runner import run_experiment
 from tests.support.env import REPO, run_id, write
-from tests.test_ssh_backend import SshNet, _tables, nodes_left_as_found, run_traces, sshd_testbed
+from tests.test_ssh_backend import _tables, nodes_left_as_found, run_traces, sshd_testbed, start_and_wait
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -81,7 +80,7 @@ def clean_nodes(net):
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
-def _runner(net: SshNet, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def _runner(net, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(net.runner_argv(*args), capture_output=True, text=True, timeout=timeout, cwd=REPO, env=ENV)
 
 
@@ -183,29 +182,10 @@ def test_the_service_spec_over_ssh_brings_back_the_tables_of_its_mininet_run(ref
     assert {f"tracedrain-{h}.log" for h in TIERS} <= logs
 
 
-def _start_and_wait(net: SshNet, tmp_path: Path, snapshots: int) -> tuple[subprocess.Popen, Path]:
-    """A 90 s run in the background, once the reference collector (web) has recorded `snapshots` (the
-    nodes share this machine's files, so the test watches the remote run.db)."""
+def _start_and_wait(net, tmp_path: Path, snapshots: int) -> tuple[subprocess.Popen, Path]:
+    """A 90 s run, once the reference collector (web) has recorded `snapshots`."""
     spec = write(tmp_path, "e2e.yaml", SPEC.format(duration="90s"))
-    topo = net.topology_file(tmp_path / "topo.yaml")
-    results = tmp_path / "results"
-    proc = subprocess.Popen(net.runner_argv(str(spec), "--topology", str(topo), "--results", str(results)),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO, env=ENV)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        runs = list(results.glob("e2e_ssh_service/*"))
-        if runs:
-            try:
-                db = sqlite3.connect(f"file:/tmp/nestlab-{run_id(runs[0])}-web/run.db?mode=ro", uri=True)
-                if db.execute("SELECT count(*) FROM snapshots").fetchone()[0] >= snapshots:
-                    return proc, runs[0]
-            except sqlite3.Error:
-                pass
-        if proc.poll() is not None:
-            raise AssertionError(proc.stderr.read())
-        time.sleep(0.5)
-    proc.kill()
-    raise AssertionError("the run did not get going")
+    return start_and_wait(net, spec, tmp_path, "web", snapshots, timeout=300, env=ENV, poll=0.5)
 
 
 def test_a_sigtermed_service_run_leaves_nothing_on_the_nodes(net, tmp_path, clean_nodes):

@@ -8,6 +8,7 @@ Files: compare-fabric.csv (the culprit table's columns), fabric-alarms.csv, fabr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from analysis.fabric.inputs import load_run, windows
@@ -37,11 +38,11 @@ class FabricView:
     views: list = field(default_factory=list)       # NeST's host view per window (nest=True)
     no_nest: list[str] = field(default_factory=list)
 
-    @property
+    @cached_property   # once verdicts are in: the tables, the report and the CSVs read it
     def accuracy(self):
         return accuracy(self.verdicts, len(self.names))
 
-    @property
+    @cached_property
     def alarms(self):
         return alarms(self.verdicts)
 

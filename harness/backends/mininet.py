@@ -343,7 +343,7 @@ class MininetBackend:
             if abs(rate - link.bw) > 0.01 * link.bw:
                 raise RuntimeError(f"shaping did not take effect on {intf.name}: wanted "
                                    f"{link.bw / 1e6:g} Mbit/s, tc shows {out.strip() or 'no class'}")
-            leaf = self._leaf(end, intf.name)
+            leaf = self._leaves(end).get(intf.name)
             kind = "netem" if (link.delay or link.loss) else "pfifo"
             if leaf is None or leaf.get("kind") != kind or leaf.get("options", {}).get("limit") != link.queue_packets:
                 raise RuntimeError(f"the queue did not take effect on {intf.name}: wanted {kind} limit "
@@ -359,14 +359,6 @@ class MininetBackend:
                 end = model[intf.link]["ends"].setdefault(name, {"interface": intf.name})
                 end["offloads"] = {f: "off" for f in state}
         self.link_model = model
-
-    def _leaf(self, node: str, ifname: str) -> dict | None:
-        """The leaf qdisc under the HTB class of a shaped interface, as `tc -s -j` reports it."""
-        out = self.nodes[node].run(["tc", "-s", "-j", "qdisc", "show", "dev", ifname]).stdout
-        for q in json.loads(out or "[]"):
-            if q.get("parent") == f"{HTB_HANDLE}:1":
-                return q
-        return None
 
     def _offloads(self, node: str, ifname: str) -> dict[str, bool]:
         """ethtool's view of the offloads we turn off: feature -> on? ('[fixed]' off ones count as off)."""

@@ -66,22 +66,6 @@ static inline int defer_armed(void) {
         } \
     } while (0)
 
-/* What a deferral made of a send (defer_send, defer_sendmsg, defer_sendfile: `expr`): its bytes
- * queued, their count returned to the program; -2: it would have to wait behind the socket's queue and
- * must not (non-blocking): EAGAIN; -1: on to the real call. */
-#define DEFERRED(expr) \
-    do { \
-        if (UNLIKELY(defer_armed())) { \
-            long d_ = (expr); \
-            if (d_ >= 0) \
-                return d_; \
-            if (d_ == -2) { \
-                errno = EAGAIN; \
-                return -1; \
-            } \
-        } \
-    } while (0)
-
 /* In a send wrapper, before its COUNTED: the call's bytes (iov, cnt) queued by defer.c. `can`: the
  * call may be copied; flags: the call's (MSG_DONTWAIT: it must not wait). */
 #define DEFERRABLE(fd, iov, cnt, can, code, flags) DEFERRED(defer_send((fd), (iov), (cnt), (can), (code), (flags)))
