@@ -141,8 +141,10 @@ def _bundle_note(topo: Topology) -> list[str]:
 
     if is_fabric(topo):
         lines += ["", "A fabric: routers have equal-cost paths through different routers (ECMP). The testbed's",
-                  "static routing keeps one of them per destination; nestlab's SSH backend does not yet install",
-                  "a fabric's multipath routes (on Mininet every router hashes on the 5-tuple, docs/fabric.md)."]
+                  "static routing keeps one of them per destination; at run time nestlab replaces those routes",
+                  "with multipath routes hashed on the 5-tuple, gives each router a hash seed of its own (Linux",
+                  "6.11 or later: choose a disk image with such a kernel) and restores both at the end",
+                  "(docs/ssh-backend.md, ECMP; docs/fabric.md)."]
     return lines
 
 
@@ -175,6 +177,7 @@ def emulab_ns(topo: Topology, os_image: str = EMULAB_OS, hardware: str | None = 
     _check_names(topo)
     _check_option("--os", os_image)
     _check_option("--hardware", hardware)
+    unshaped: list[tuple[str, str, int]] = []
     for k, link in enumerate(topo.spec.links):
         if (link.queue_packets or 0) > EMULAB_MAX_QUEUE:
             raise UserError(f"{topo.source}: {_link_name(topo, k)}: queue {link.queue_packets} cannot be built on "
@@ -210,7 +213,8 @@ def emulab_ns(topo: Topology, os_image: str = EMULAB_OS, hardware: str | None = 
         if link.loss:
             out.append(f"tb-set-link-loss $link{k} {link.loss / 100:g}")
         if link.queue_packets:
-            out += _emulab_queues(topo, k, var, warn)
+            out += _emulab_queues(topo, k, var, unshaped)
+    _warn_unshaped(unshaped, warn)
     out.append("")
     if topo.multipath:
         out += ["# Static routing: one route per destination, over one link of each bundle; nestlab installs",
@@ -219,8 +223,24 @@ def emulab_ns(topo: Topology, os_image: str = EMULAB_OS, hardware: str | None = 
     return "\n".join(out)
 
 
-def _emulab_queues(topo: Topology, k: int, var, warn: Warn) -> list[str]:
-    """Both directions' queue objects of bandwidth-limited link k, in packets."""
+def _warn_unshaped(unshaped: list[tuple[str, str, int]], warn: Warn) -> None:
+    """One warning for the links Emulab may build without a delay node (a fat-tree has 32)."""
+    if not unshaped:
+        return
+    names = [name for name, _, _ in unshaped]
+    if len(names) > 3:
+        names = [*names[:2], f"{len(names) - 2} more"]
+    shown = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    rates, queues = sorted({r for _, r, _ in unshaped}), sorted({q for _, _, q in unshaped})
+    one = len(unshaped) == 1
+    warn(f"{shown}: Emulab may build a {' or '.join(rates)} link without delay or loss with no delay node, and "
+         f"then {'its queue' if one else 'their queues'} of {' or '.join(map(str, queues))} packets "
+         f"{'does' if one else 'do'} not apply (the CloudLab profile forces shaping)")
+
+
+def _emulab_queues(topo: Topology, k: int, var, unshaped: list[tuple[str, str, int]]) -> list[str]:
+    """Both directions' queue objects of bandwidth-limited link k, in packets; a link Emulab may build
+    without a delay node is added to `unshaped`."""
     link = topo.spec.links[k]
     q = link.queue_packets
     out = [f"# link{k}: {q} packets queued in each direction (the topology's queue, as on Mininet)"]
@@ -233,8 +253,7 @@ def _emulab_queues(topo: Topology, k: int, var, warn: Warn) -> list[str]:
         out += [f"# Emulab builds a {rate} link without delay or loss with no delay node where the nodes' ports",
                 f"# run at {rate} (Emulab FAQ kb97, \"What are the limits for link shaping?\"): the queue above",
                 "# then does not apply. No NS command documented for users forces a delay node."]
-        warn(f"{_link_name(topo, k)}: Emulab may build a {rate} link without delay or loss with no delay node, "
-             f"and then its queue of {q} packets does not apply (the CloudLab profile forces shaping)")
+        unshaped.append((_link_name(topo, k), rate, q))
     return out
 
 

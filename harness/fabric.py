@@ -188,12 +188,15 @@ def seed_script(topo: Topology, router: str) -> list[str]:
 SPREAD_FLOWS = 16   # connections traced from each host to a host of every other pod
 
 
-def check_fabric(topo: Topology, nodes: dict, fail: Callable[[str, str], Exception]) -> dict:
+def check_fabric(topo: Topology, nodes: dict, fail: Callable[[str, str], Exception],
+                 interfaces: dict[str, list[Interface]] | None = None) -> dict:
     """Every router-router link of the fabric carries some of SPREAD_FLOWS connections from each host
     to each other pod, in the routers' own lookups: the seeds did away with hash polarisation and
-    every multipath route is in place. Returns what the manifest's `routing` records."""
+    every multipath route is in place. `interfaces`: the nodes' real ones (a testbed's; None: the
+    derived ones). Returns what the manifest's `routing` records."""
     if not is_fabric(topo):
         return {}
+    interfaces = interfaces or topo.interfaces
     seeds = hash_seeds(topo)
     for router, seed in seeds.items():
         raw = nodes[router].run(["cat", SEED_SYSCTL], check=False).stdout.strip()
@@ -201,11 +204,12 @@ def check_fabric(topo: Topology, nodes: dict, fail: Callable[[str, str], Excepti
             raise fail(router, f"multipath hash seed {raw or 'unreadable'}, wanted {seed} (Linux >= 6.11 has "
                                "net.ipv4.fib_multipath_hash_seed; without it every router hashes alike)")
     pod = pods(topo)
-    flows = [Flow(topo.address(h), 20000 + j, topo.address(d), 5001)
+    address = {h: interfaces[h][0].address for h in topo.hosts}
+    flows = [Flow(address[h], 20000 + j, address[d], 5001)
              for h in topo.hosts for d in topo.hosts if pod[d] != pod[h] and pod[d] is not None
              for j in range(SPREAD_FLOWS // max(1, len({pod[x] for x in topo.hosts}) - 1))]
     used: dict[int, int] = {}
-    for path in trace(topo, nodes, flows).values():
+    for path in trace(topo, nodes, flows, interfaces).values():
         for k in path:
             used[k] = used.get(k, 0) + 1
     fabric = [k for k, lk in enumerate(topo.spec.links) if topo.is_router(lk.a) and topo.is_router(lk.b)]

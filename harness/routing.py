@@ -53,6 +53,12 @@ def bundle_interfaces(topo: Topology, interfaces: dict[str, list[Interface]], ro
     return [real[i.link] for i in topo.bundle(router)]
 
 
+def multipath_routers(topo: Topology) -> list[str]:
+    """The routers with a multipath route: a bundle of parallel links, or a fabric's equal-cost
+    paths through different routers."""
+    return [r for r in topo.routers if any(len(vias) > 1 for _, vias in topo.routes(r))]
+
+
 def multipath_routes(topo: Topology, interfaces: dict[str, list[Interface]] | None,
                      router: str) -> list[tuple[str, list[tuple[str, str]]]]:
     """The multipath routes of Topology.routes(router) (those with several next hops) in the nodes'

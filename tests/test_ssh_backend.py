@@ -487,6 +487,11 @@ def _run(argv, **kw):
     return subprocess.run(argv, check=True, capture_output=True, text=True, **kw)
 
 
+# The sysctls a run sets on a node (ECMP and a fabric's routers, a fabric's hosts), undone at its end.
+RUN_SYSCTLS = ("net.ipv4.fib_multipath_hash_policy", "net.ipv4.fib_multipath_hash_fields",
+               "net.ipv4.fib_multipath_hash_seed", "net.ipv4.tcp_early_retrans")
+
+
 class SshNet:
     """The testbed: Mininet nodes, a management namespace, one sshd per node."""
 
@@ -587,12 +592,14 @@ class SshNet:
 
     # -- what a run may leave on the nodes -----------------------------------------------------
     def node_state(self) -> dict[str, str]:
-        """Per node: its routes and its iptables rules (what a run changes inside a node)."""
+        """Per node: its routes, its iptables rules and the sysctls a run may set (what a run changes
+        inside a node)."""
         out = {}
         for name in self.topo.spec.nodes:
             routes = self.in_node(name, ["ip", "route", "show"]).stdout
             rules = self.in_node(name, ["iptables", "-w", "-S"]).stdout
-            out[name] = routes + rules
+            sysctls = self.in_node(name, ["sysctl", "-e", *RUN_SYSCTLS]).stdout
+            out[name] = routes + rules + sysctls
         return out
 
     def stop(self) -> None:

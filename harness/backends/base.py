@@ -234,6 +234,11 @@ class Backend(Protocol):
 
     def resume(self, node: str, shm_dir: str, pid: int) -> PauseState: ...
 
+    def set_sysctls(self, name: str, values: dict[str, str]) -> None:
+        """Set sysctls on a node for this run only: gone with its namespace (Mininet) or put back at
+        teardown and by `nestlab cleanup` (testbed nodes: the previous values in the ledger)."""
+        ...
+
     def queue_stats(self) -> list[dict]:
         """Per shaped link end: node, interface, and its queue's cumulative sent_packets, sent_bytes,
         drops, overlimits, requeues and current backlog_packets, backlog_bytes ([] when the links

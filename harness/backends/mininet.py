@@ -458,6 +458,10 @@ class MininetBackend:
     def tcp_connections(self, node: str, pid: int) -> list[dict]:
         return tcp_connections(pid)
 
+    def set_sysctls(self, name: str, values: dict[str, str]) -> None:
+        """In the node's own namespace (net.* are per namespace): gone with it at teardown."""
+        self.node(name).run(["sysctl", "-qw", *(f"{k}={v}" for k, v in values.items())])
+
     def pause(self, node: str, shm_dir: str, pid: int) -> PauseState:
         return pause_process(shm_dir, pid)
 

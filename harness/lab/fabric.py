@@ -29,8 +29,9 @@ MAX_SPORTS = 4           # source ports tried per pair before a link is left unc
 # ACK (up to 40 ms) comes back: a retransmission of data the receiver has. On the first real runs
 # a third of the healthy connections retransmitted so in every 10 s window (the hosts' DSACKs
 # received matched), outvoting a 5% lossy link in 007's tally; with TLP off, none did, and a lost
-# segment is still retransmitted (fast retransmit, RTO). Set in each host's own namespace (gone with
-# it), so only where hosts are namespaces of this machine (a testbed host's would outlive the run).
+# segment is still retransmitted (fast retransmit, RTO). Set for the run only (backend.set_sysctls):
+# in each host's own namespace on Mininet, with the previous value put back at teardown (and by
+# `nestlab cleanup`) on testbed nodes.
 HOST_SYSCTLS = {"net.ipv4.tcp_early_retrans": "0"}
 
 
@@ -39,8 +40,9 @@ def conn_key(f: Flow) -> str:
 
 
 class FabricLab:
-    def __init__(self, topo, backend, logs: Path, on_process):
+    def __init__(self, topo, backend, logs: Path, on_process, clocks=None):
         self.topo, self.backend, self.logs, self.on_process = topo, backend, logs, on_process
+        self.clocks = clocks   # testbed nodes: the probers' times go onto the reference clock
         self.nodes = {n: backend.node(n) for n in topo.spec.nodes}
         self.interfaces = {n: backend.interfaces(n) for n in topo.spec.nodes}
         self.paths: list[dict] = []
@@ -76,19 +78,23 @@ class FabricLab:
         self.uncovered = [link_name(topo, k) for k in sorted(fabric - covered)]
 
     def start(self) -> None:
-        for host in self.topo.hosts if not self.backend.remote else ():
-            for key, value in HOST_SYSCTLS.items():
-                self.nodes[host].run(["sysctl", "-qw", f"{key}={value}"])
+        for host in self.topo.hosts:
+            self.backend.set_sysctls(host, HOST_SYSCTLS)
         for host in self.topo.hosts:
             mine = [p for p in self.paths if p["host"] == host]
             if not mine:
                 continue
+            node = self.nodes[host]
             listing = self.logs / f"fabric-probe-{host}.paths"
             listing.write_text("".join(f"{p['dst']} {p['sport']}\n" for p in mine))
-            out = self.logs / f"fabric-probe-{host}.out"
-            argv = [*self.backend.python(host), "-m", "harness.fabric_probe", "--paths", str(listing),
-                    "--out", str(out), "--rate", f"{PROBE_RATE:g}"]
-            proc = self.nodes[host].start(argv, self.logs / f"fabric-probe-{host}.log")
+            where = str(listing)
+            if node.workdir is not None:   # a testbed node: the listing goes there, the output comes back
+                where = f"{node.workdir}/{listing.name}"
+                node.put(listing, where)
+            out = node.log_path(self.logs / f"fabric-probe-{host}.out")
+            argv = [*self.backend.python(host), "-m", "harness.fabric_probe", "--paths", where,
+                    "--out", out, "--rate", f"{PROBE_RATE:g}"]
+            proc = node.start(argv, self.logs / f"fabric-probe-{host}.log")
             self.procs.append(proc)
             self.on_process(proc, None, "prober", host)
 
@@ -114,9 +120,13 @@ class FabricLab:
             if not out.exists():
                 continue
             for line in out.read_text().splitlines():
-                parts = line.split()
-                if len(parts) == 3 and parts[1].isdigit() and int(parts[1]) < len(index):
-                    probes.append([float(parts[0]), index[int(parts[1])], int(parts[2])])
+                parts = line.split()   # a prober killed mid-write leaves a cut last line: skipped
+                if len(parts) == 3 and parts[1].isdigit() and int(parts[1]) < len(index) and parts[2] in ("0", "1"):
+                    try:
+                        sent = self._reference_time(host, float(parts[0]))
+                    except ValueError:
+                        continue
+                    probes.append([sent, index[int(parts[1])], int(parts[2])])
         probes.sort()
         topo = self.topo
         doc = {"links": [{"index": k, "name": link_name(topo, k), "kind": link_kind(topo, k)}
@@ -126,4 +136,10 @@ class FabricLab:
                "uncovered": self.uncovered}
         write_fabric(run_dir, doc)
         return {"connections": len(flows) // 2, "probe_paths": len(self.paths), "probes": len(probes),
-                "uncovered": self.uncovered, "host_sysctls": {} if self.backend.remote else HOST_SYSCTLS}
+                "uncovered": self.uncovered, "host_sysctls": HOST_SYSCTLS}
+
+    def _reference_time(self, host: str, t: float) -> float:
+        """A prober's CLOCK_MONOTONIC stamp on the run's reference clock (the same clock on Mininet)."""
+        if self.clocks is None or host not in self.clocks.nodes:
+            return t
+        return self.clocks.from_node(host, t)

@@ -156,7 +156,7 @@ class NetworkLab(Lab):
                                       self.shm_dir, self.run.ledger, shm_dirs=self.shm_dirs))
         self.faults.setup()   # the kinds' shared state, e.g. the fault chain on each router
         if FabricLab.wanted(topo):   # NetBouncer's probe paths, traced before the run, and its probers
-            self.fabric = FabricLab(topo, backend, rd.logs, self._on_process)
+            self.fabric = FabricLab(topo, backend, rd.logs, self._on_process, self.clocks)
             self.fabric.plan()
             self.fabric.start()
         self._start_collector()

@@ -6,8 +6,10 @@ addresses nestlab derives (link k: 10.0.<k+1>.0/24, a = .1, b = .2): the SSH bac
 each link's interface on a node by its address. Routers forward with static routes.
 
 A fabric: routers have equal-cost paths through different routers (ECMP). The testbed's
-static routing keeps one of them per destination; nestlab's SSH backend does not yet install
-a fabric's multipath routes (on Mininet every router hashes on the 5-tuple, docs/fabric.md).
+static routing keeps one of them per destination; at run time nestlab replaces those routes
+with multipath routes hashed on the 5-tuple, gives each router a hash seed of its own (Linux
+6.11 or later: choose a disk image with such a kernel) and restores both at the end
+(docs/ssh-backend.md, ECMP; docs/fabric.md).
 
 Interfaces are named eth<i>, i being the link's place among the node's links (the order of
 `interfaces` in an SSH topology); the names Linux gives them are the testbed's.

@@ -70,7 +70,7 @@ class SshBackend:
     def announce(self, step: str) -> str | None:
         topo = self.topology
         return {"preflight": f"connecting to {len(topo.spec.nodes)} testbed nodes of {topo.name} over SSH",
-                "build": "verifying the network, installing, " + ("setting multipath routes, " if topo.multipath else "")
+                "build": "verifying the network, installing, " + ("setting multipath routes, " if multipath.routers(topo) else "")
                 + "measuring clocks"}.get(step)
 
     # -- preflight and build -------------------------------------------------------------------
@@ -87,7 +87,7 @@ class SshBackend:
 
     def build(self) -> None:
         """Check the nodes, install and verify the network (at once: the interceptor builds meanwhile),
-        install and verify the multipath routes of a bundle of parallel links (multipath.py), set the
+        install and verify the multipath routes of a bundle of parallel links or a fabric (multipath.py), set the
         congestion control, measure the clocks (provision.py)."""
         provision.check_nodes(self.nodes, provision.needed_programs(self.topology, self.spec),
                               self.defaults is None or self.defaults.install, self.node_info,
@@ -97,10 +97,11 @@ class SshBackend:
         for f in steps:
             if f.exception() is not None:
                 raise f.exception()
-        if self.topology.multipath:
+        if multipath.routers(self.topology):   # a bundle's or a fabric's (multipath.py)
             multipath.install(self.nodes, self.topology, self._interfaces, self.ledger)
             self.routing = multipath.verify(self.nodes, self.topology, self._interfaces)
-        provision.set_congestion_control(self.nodes, self.spec, self._interfaces, self.node_info, self.ledger)
+        provision.set_congestion_control(self.nodes, self.spec, self._interfaces, self.node_info, self.ledger,
+                                         self.topology)
         self._clocks = self.measure_clocks()
 
     @property
@@ -109,7 +110,8 @@ class SshBackend:
         return provision.monitored(self.spec)[0]
 
     def _install(self) -> None:
-        self.pkg.update(provision.install(self.nodes, provision.package_nodes(self.spec), self.node_info))
+        self.pkg.update(provision.install(self.nodes, provision.package_nodes(self.spec, self.topology),
+                                          self.node_info))
 
     def _verify_network(self) -> None:
         provision.verify_network(self.nodes, self.topology, self.spec, self.node_info, self.control,
@@ -162,6 +164,11 @@ class SshBackend:
         if r.returncode != 0 or isinstance(out, dict) and "error" in out:
             raise RuntimeError(f"{name}: agent {args[0]}: {out.get('error') if isinstance(out, dict) else out}")
         return out
+
+    def set_sysctls(self, name: str, values: dict[str, str]) -> None:
+        """Each previous value in the ledger first (multipath.set_sysctls): teardown puts it back."""
+        multipath.set_sysctls(self.nodes[name], values, self.ledger, purpose="the run",
+                              missing="(this kernel has no such setting)")
 
     def tcp_connections(self, node: str, pid: int) -> list[dict]:
         return self.agent(node, "conns", pid)
@@ -291,7 +298,7 @@ class SshBackend:
         web = next((w.server for w in spec.workloads if w.kind == "wget"), None)
         router = next((f.at for f in spec.faults if f.at), None)
         out = {"kernel": self.node_info[mon].get("kernel", ""), "python": self.node_info[mon].get("python", ""),
-               "iperf": first_line(mon if any(w.kind == "iperf" for w in spec.workloads) else
+               "iperf": first_line(mon if any(w.kind in ("iperf", "mesh") for w in spec.workloads) else
                                    (servers[0] if servers else None), ["iperf", "-v"]),
                "wget": first_line(mon if any(w.kind == "wget" for w in spec.workloads) else None,
                                   ["wget", "--version"]),

@@ -11,6 +11,13 @@ change is written to the run's ledger first as an undo command: the sysctl's pre
 route that was there (`ip route replace` with its next hops, protocol, scope and source address) or,
 where there was none, the removal of ours. Teardown and `nestlab cleanup` run them. What a node
 reports (sysctl values, the route in place) reaches those commands only through reported.py's checks.
+
+A fabric (harness/fabric.py: equal-cost paths through different routers, topologies/fattree-ssh.yaml)
+gets the same on every router with a multipath route, plus each router's own hash seed
+(net.ipv4.fib_multipath_hash_seed, Linux 6.11 or later, refused in one line where missing: without it
+every router hashes alike and half the aggregation-core links carry nothing), and is verified as the
+Mininet backend verifies it (harness.fabric.check_fabric: every router-router link carries traced
+connections).
 """
 
 from __future__ import annotations
@@ -22,68 +29,97 @@ from harness.backends.ssh import reported
 from harness.backends.ssh.node import SshNode
 from harness.backends.ssh.provision import each
 from harness.backends.ssh.transport import SshError
+from harness.fabric import SEED_SYSCTL, check_fabric, hash_seeds
 from harness.ledger import Ledger
-from harness.routing import HASH_SYSCTLS, check_multipath, multipath_routes, parse_number, route_argv
+from harness.routing import (
+    HASH_SYSCTLS,
+    check_multipath,
+    multipath_routers,
+    multipath_routes,
+    parse_number,
+    route_argv,
+)
 from harness.topology import Interface, Topology
 
 MIN_KERNEL = "5.12"   # fib_multipath_hash_fields (the custom hash policy 3) is new in Linux 5.12
 
 
-def routers(topo: Topology) -> list[str]:
-    """The routers with a bundle of parallel links."""
-    return [r for r in topo.routers if topo.bundle(r)]
+routers = multipath_routers   # a bundle's or a fabric's
 
 
 def install(nodes: dict[str, SshNode], topo: Topology, interfaces: dict[str, list[Interface]],
             ledger: Ledger | None) -> None:
-    """The hash sysctls and the multipath routes on every router with a bundle (one after another
-    on a router; the routers at once)."""
+    """The hash sysctls and the multipath routes on every router that has some, and a fabric's
+    seed on each of its routers (one after another on a router; the routers at once)."""
+    seeds = hash_seeds(topo)
+
     def setup(name: str) -> None:
         node = nodes[name]
-        set_hash(node, ledger)
-        for dst, hops in multipath_routes(topo, interfaces, name):
+        multipath = multipath_routes(topo, interfaces, name)
+        if multipath:
+            set_hash(node, ledger)
+        if name in seeds:
+            set_sysctls(node, {SEED_KEY: str(seeds[name])}, ledger, missing=(
+                "a fabric's routers each hash with a seed of their own (net.ipv4.fib_multipath_hash_seed, "
+                "Linux 6.11 or later; without it every router hashes alike: hash polarisation); this "
+                "kernel has none: use a disk image with a newer kernel"))
+        for dst, hops in multipath:
             replace_route(node, dst, hops, ledger)
 
-    each(routers(topo), setup)
+    each(list(dict.fromkeys([*routers(topo), *seeds])), setup)   # a fabric's every router has a seed
 
 
 def verify(nodes: dict[str, SshNode], topo: Topology, interfaces: dict[str, list[Interface]]) -> dict[str, dict]:
-    """check_multipath on every router with a bundle (at once); a refusal is one line naming the node.
-    Returns the manifest's `routing`."""
+    """check_multipath on every router with a bundle (at once), check_fabric on a fabric; a refusal is
+    one line naming the node. Returns the manifest's `routing`."""
     found: dict[str, dict] = {}
 
     def fail(name: str, message: str) -> SshError:
-        return SshError(f"{nodes[name].p.where}: ECMP: {message}")
+        where = nodes[name].p.where if name in nodes else name
+        return SshError(f"{where}: ECMP: {message}")
 
     def check(name: str) -> None:
         found.update(check_multipath(topo, nodes, interfaces, fail, routers=[name]))
 
-    each(routers(topo), check)
-    return {name: found[name] for name in routers(topo)}
+    each([r for r in routers(topo) if topo.bundle(r)], check)
+    fabric = check_fabric(topo, nodes, fail, interfaces)
+    return {**{name: found[name] for name in routers(topo) if name in found},
+            **({"fabric": fabric} if fabric else {})}
+
+
+SEED_KEY = SEED_SYSCTL.removeprefix("/proc/sys/").replace("/", ".")
 
 
 def set_hash(node: SshNode, ledger: Ledger | None) -> None:
-    """fib_multipath_hash_policy and _fields as HASH_SYSCTLS says, each previous value in the ledger
-    first (a value already right is left alone and not recorded)."""
+    """fib_multipath_hash_policy and _fields as HASH_SYSCTLS says (set_sysctls)."""
+    set_sysctls(node, HASH_SYSCTLS, ledger, missing=(
+        f"(Linux {MIN_KERNEL} or later: the routers hash connections by their 5-tuple with "
+        "fib_multipath_hash_policy 3); this kernel has none: use a newer disk image"))
+
+
+def set_sysctls(node: SshNode, wanted: dict[str, str], ledger: Ledger | None, missing: str,
+                purpose: str = "ECMP") -> None:
+    """Set each sysctl of `wanted` on the node, its previous value in the ledger first as an undo (a
+    value already right is left alone and not recorded). A sysctl the kernel lacks is one line:
+    the node, `purpose`, the key and `missing` (why it is needed, what to do)."""
     where = node.p.where
     changes = []
-    for key, wanted in HASH_SYSCTLS.items():
+    for key, value in wanted.items():
         r = node.run(["cat", f"/proc/sys/{key.replace('.', '/')}"], sudo=False, check=False)
         if r.returncode != 0:
-            raise SshError(f"{where}: ECMP needs {key} (Linux {MIN_KERNEL} or later: the routers hash "
-                           "connections by their 5-tuple with fib_multipath_hash_policy 3); this kernel "
-                           "has none: use a newer disk image")
+            raise SshError(f"{where}: {purpose} needs {key} {missing}")
         before = reported.sysctl_number(where, r.stdout.strip(), key)
-        if int(before) != parse_number(wanted):
+        if int(before) != parse_number(value):
             changes.append((key, before))
     if not changes:
         return
     if ledger:
         for key, before in changes:
             ledger.add_undo(node.name, ["sysctl", "-qw", f"{key}={before}"], f"restore {key} = {before}")
-    r = node.run(["sysctl", "-qw", *(f"{key}={HASH_SYSCTLS[key]}" for key, _ in changes)], check=False)
+    r = node.run(["sysctl", "-qw", *(f"{key}={wanted[key]}" for key, _ in changes)], check=False)
     if r.returncode != 0:   # the undo entries stay: putting back a value is harmless
-        raise SshError(f"{where}: ECMP: cannot set the multipath hash: {(r.stderr or r.stdout).strip()}")
+        raise SshError(f"{where}: {purpose}: cannot set {', '.join(k for k, _ in changes)}: "
+                       f"{(r.stderr or r.stdout).strip()}")
 
 
 def replace_route(node: SshNode, dst: str, hops: list[tuple[str, str]], ledger: Ledger | None) -> None:

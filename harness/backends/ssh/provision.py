@@ -23,7 +23,10 @@ from harness.backends.base import ClockOffset, Clocks
 from harness.backends.ssh import reported
 from harness.backends.ssh.node import CLOCK_ROUNDS, SshNode
 from harness.backends.ssh.transport import SshError
+from harness.fabric import is_fabric
 from harness.ledger import Ledger
+from harness.mesh import members as mesh_members
+from harness.routing import multipath_routers
 from harness.topology import Interface, Topology
 
 MIN_PYTHON = (3, 10)
@@ -65,15 +68,21 @@ def each(names: Iterable[str], fn: Callable[[str], None]) -> None:
             raise f.exception()
 
 
-def workload_pairs(spec) -> list[tuple[str, str]]:
+def workload_pairs(spec, topology: Topology | None = None) -> list[tuple[str, str]]:
     """(client, server) of every connection the workloads make: a plain workload's host and server, a
-    service's client to web, web to each app, each app to the cache and the database."""
+    service's client to web, web to each app, each app to the cache and the database, a mesh's every
+    member to every member of another pod (the pairs drawn for a repetition are among them)."""
     pairs: dict[tuple[str, str], None] = {}
     for w in spec.workloads:
-        if getattr(w, "kind", None) == "service":
+        kind = getattr(w, "kind", None)
+        if kind == "service":
             apps = list(w.apps or [])
             pairs.update(dict.fromkeys([(w.client, w.web), *((w.web, a) for a in apps),
                                         *((a, t) for a in apps for t in (w.cache, w.db))]))
+        elif kind == "mesh":
+            hosts = mesh_members(w, topology)
+            pod = {h: topology.spec.nodes[h].site for h in hosts}
+            pairs.update(dict.fromkeys((a, b) for a in hosts for b in hosts if pod[a] != pod[b]))
         else:
             pairs[(w.host, w.server)] = None
     return list(pairs)
@@ -92,13 +101,15 @@ def traced_nodes(spec) -> list[str]:
     return list(out)
 
 
-def package_nodes(spec) -> dict[str, bool]:
-    """The nodes that run this package's modules (collector, drainer, load generator, the app), each
-    with whether the interceptor is built there."""
+def package_nodes(spec, topology: Topology | None = None) -> dict[str, bool]:
+    """The nodes that run this package's modules (collector, drainer, load generator, the app, a
+    fabric's probers on every host), each with whether the interceptor is built there."""
     out = {h: False for h in monitored(spec)}
     for w in spec.workloads:
         if w.kind == "service":
             out.update({h: out.get(h, False) for h in (w.client, *(w.apps or []))})
+    if topology is not None and is_fabric(topology):   # NetBouncer's prober (harness/lab/fabric.py)
+        out.update({h: out.get(h, False) for h in topology.hosts})
     for h in traced_nodes(spec):
         out[h] = True
     return out
@@ -112,20 +123,23 @@ def needed_programs(topology: Topology, spec) -> dict[str, set[str]]:
             for tier, host in w.tier_hosts.items():
                 need[host] |= SERVICE_PROGRAMS.get("app" if tier.startswith("app") else tier, set()) | {"ss"}
             continue
+        if w.kind == "mesh":   # every member runs iperf clients and an iperf server
+            for h in mesh_members(w, topology):
+                need[h] |= {"iperf", "ss"}
+            continue
         need[w.host].add({"wget": "wget", "iperf": "iperf"}[w.kind])
         need[w.server] |= {"lighttpd", "truncate"} if w.kind == "wget" else {"iperf"}
         need[w.server].add("ss")
     for f in spec.faults:
         if f.at:
             need[f.at] |= {"iptables", "iptables-restore"}
-    for n, interceptor in package_nodes(spec).items():
+    for n, interceptor in package_nodes(spec, topology).items():
         need[n] |= {"tar"} | ({"make", "gcc"} if interceptor else set())
-    for a, b in workload_pairs(spec):
+    for a, b in workload_pairs(spec, topology):
         need[a].add("sysctl")
         need[b].add("sysctl")
-    for n in topology.routers:
-        if topology.bundle(n):   # ECMP: the multipath hash is set with sysctl (multipath.py)
-            need[n].add("sysctl")
+    for n in multipath_routers(topology):   # ECMP: the multipath hash is set with sysctl (multipath.py)
+        need[n].add("sysctl")
     return need
 
 
@@ -294,7 +308,7 @@ def verify_network(nodes: dict[str, SshNode], topology: Topology, spec, node_inf
                            f"{'no route' if dev is None else repr(dev)}, not its data interface {data_if}: "
                            "the traffic would bypass the topology's routers")
 
-    pairs = set(workload_pairs(spec))
+    pairs = set(workload_pairs(spec, topology))
     pairs |= {(b, a) for a, b in pairs}
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(route_check, sorted(pairs)))
@@ -449,13 +463,14 @@ def install(nodes: dict[str, SshNode], packages: dict[str, bool], node_info: dic
 # ---- congestion control and clocks ---------------------------------------------------------------
 
 def set_congestion_control(nodes: dict[str, SshNode], spec, interfaces: dict[str, list[Interface]],
-                           node_info: dict[str, dict], ledger: Ledger | None) -> None:
+                           node_info: dict[str, dict], ledger: Ledger | None,
+                           topology: Topology | None = None) -> None:
     """The spec's congestion control on the experiment's flows only: a host route to each peer
     (client -> server and back) with `congctl`, as the Mininet backend does, removed at the end.
     The node's default and its other routes stay as they are."""
     cc = spec.congestion_control
     wanted: dict[str, set[str]] = {}
-    for a, b in workload_pairs(spec):
+    for a, b in workload_pairs(spec, topology):
         wanted.setdefault(a, set()).add(interfaces[b][0].address)
         wanted.setdefault(b, set()).add(interfaces[a][0].address)
 
