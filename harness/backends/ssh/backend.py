@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from harness.backends.base import Clocks
 from harness.backends.ssh import multipath, provision
+from harness.backends.ssh.cleanup import undo_all
 from harness.backends.ssh.node import SshNode
 from harness.backends.ssh.provision import make_private_dir
 from harness.backends.ssh.retrieve import bring_back_recordings, fetch_logs
@@ -328,15 +329,8 @@ class SshBackend:
                 except Exception as e:  # noqa: BLE001
                     errors.append(f"{name}: stopping pid {proc.pid}: {e}")
         if self.ledger:
-            for entry in list(self.ledger.data.get("remote", {}).get("undo", [])):
-                node = self.nodes.get(entry["node"])
-                if node is None:
-                    continue
-                try:
-                    node.run(entry["argv"], check=True)
-                    self.ledger.drop_undo(entry)
-                except Exception as e:  # noqa: BLE001
-                    errors.append(f"{entry['node']}: {entry['what']}: {e}")
+            undo_all(self.nodes, list(self.ledger.data.get("remote", {}).get("undo", [])), done=self.ledger.drop_undo,
+                     failed=lambda entry, e: errors.append(f"{entry['node']}: {entry['what']}: {e}"))
             for entry in list(self.ledger.data.get("remote", {}).get("paths", [])):
                 node = self.nodes.get(entry["node"])
                 if node is None:

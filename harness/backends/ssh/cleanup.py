@@ -9,7 +9,8 @@ import signal
 import time
 from pathlib import Path
 
-from harness.backends.ssh.node import SshNode
+from harness.backends.ssh.node import SCRATCH_MARK, SshNode
+from harness.backends.ssh.provision import each
 from harness.backends.ssh.retrieve import bring_back_recordings, fetch_logs
 from harness.backends.ssh.transport import Connection, SshParams
 from rundir.db import CHECKPOINT_SCRIPT, connect, snapshot_count
@@ -17,6 +18,41 @@ from rundir.errors import UserError
 from rundir.layout import RunDir
 
 STOP_WAIT_S = 10.0   # how long `cleanup` gives the recorded processes to end after SIGTERM
+
+# Run on a node (as root) with the run's scratch directories there: the process groups of every
+# process whose environment holds the run's mark (SshNode.start) get SIGTERM, then SIGKILL after 2 s
+# what is left; never the group this script runs in (the command server's). Prints how many.
+SWEEP_SCRIPT = f"""
+import os, signal, sys, time
+marks = {{("{SCRATCH_MARK}=" + p).encode() for p in sys.argv[1:]}}
+mine = os.getpgid(0)
+def marked():
+    out = set()
+    for d in os.listdir("/proc"):
+        if d.isdigit() and int(d) != os.getpid():
+            try:
+                with open(f"/proc/{{d}}/environ", "rb") as f:
+                    env = set(f.read().split(b"\\0"))
+            except OSError:
+                continue
+            if env & marks:
+                out.add(int(d))
+    return out
+first = marked()
+for sig in (signal.SIGTERM, signal.SIGKILL):
+    for pid in marked():
+        try:
+            group = os.getpgid(pid)
+            if group != mine:
+                os.killpg(group, sig)
+            os.kill(pid, sig)
+        except OSError:
+            pass
+    deadline = time.monotonic() + 2
+    while marked() and time.monotonic() < deadline:
+        time.sleep(0.05)
+print(len(first))
+"""
 
 
 def stop_recorded(nodes: dict[str, SshNode], processes: list[dict], say) -> int:
@@ -51,6 +87,44 @@ def stop_recorded(nodes: dict[str, SshNode], processes: list[dict], say) -> int:
         except Exception as e:  # noqa: BLE001
             say(f"cleanup: {p['node']}: pid {p['pid']}: {e}")
     return signalled
+
+
+def undo_all(nodes: dict[str, SshNode], entries: list[dict], done, failed) -> None:
+    """Run the ledger's undo entries: each node's in the order they were written, the nodes at once
+    (a fabric has hundreds: routes, sysctls, congestion-control routes on 36 nodes). done(entry)
+    after each that ran; failed(entry, exception) for each that did not (check: a non-zero exit)."""
+    by_node: dict[str, list[dict]] = {}
+    for entry in entries:
+        if entry["node"] in nodes:
+            by_node.setdefault(entry["node"], []).append(entry)
+
+    def undo(name: str) -> None:
+        for entry in by_node[name]:
+            try:
+                nodes[name].run(entry["argv"], check=True)
+            except Exception as e:  # noqa: BLE001 - the node's other entries still run
+                failed(entry, e)
+                continue
+            done(entry)
+
+    each(by_node, undo)
+
+
+def sweep(nodes: dict[str, SshNode], paths: list[dict], say) -> int:
+    """What the ledger does not list: a runner SIGKILLed between starting a process and writing it
+    down leaves it running. Every process the run started carries its scratch directory in its
+    environment (SshNode.start); SWEEP_SCRIPT ends their groups on each node. Returns how many."""
+    swept = 0
+    for name, node in nodes.items():
+        mine = [e["path"] for e in paths if e["node"] == name]
+        if not mine:
+            continue
+        try:
+            r = node.run([node.p.python, "-c", SWEEP_SCRIPT, *mine], check=False, timeout=30)
+            swept += int(r.stdout.strip() or 0)
+        except Exception as e:  # noqa: BLE001 - the rest of the cleanup still matters
+            say(f"cleanup: {name}: sweeping the run's unrecorded processes: {e}")
+    return swept
 
 
 def _offsets(rd: RunDir) -> dict[str, float]:
@@ -120,13 +194,11 @@ def cleanup_remote(data: dict, say) -> bool:
         nodes[name].use_server = True
     # Stopped before anything is copied: a run.db copied while the collector writes can be stale or torn.
     killed = stop_recorded(nodes, remote.get("processes", []), say)
+    swept = sweep(nodes, remote.get("paths", []), say)
     rd = RunDir(Path(data["run_dir"]))
     salvages = remote.get("salvages") or ([{**remote["salvage"], "kind": "collector"}] if remote.get("salvage") else [])
     bring_back(nodes, salvages, rd, say)
-    for entry in remote.get("undo", []):
-        node = nodes.get(entry["node"])
-        if node is not None:
-            node.run(entry["argv"], check=False)
+    undo_all(nodes, remote.get("undo", []), done=lambda entry: None, failed=lambda entry, e: None)
     for entry in remote.get("paths", []):
         node = nodes.get(entry["node"])
         if node is not None:
@@ -135,5 +207,5 @@ def cleanup_remote(data: dict, say) -> bool:
         node.close()
         node.conn.close()
     say(f"cleanup: run {data['run_id']}: {killed} remote process group(s) killed on "
-        f"{', '.join(sorted(nodes)) or 'no node'}")
+        f"{', '.join(sorted(nodes)) or 'no node'}" + (f", {swept} unrecorded process(es) swept" if swept else ""))
     return complete

@@ -29,6 +29,7 @@ from harness.backends.ssh.transport import Connection
 from harness.ledger import Ledger
 from rundir.db import monotonic
 
+SCRATCH_MARK = "NESTLAB_SCRATCH"   # in the environment of what a run starts: its scratch directory
 CLOCK_ROUNDS = 15              # round trips per node when measuring clock offsets; the fastest is kept
 
 SERVER_SOURCE = (Path(__file__).resolve().parent / "nodeserver.py").read_text()
@@ -168,7 +169,10 @@ class SshNode:
     def start(self, argv, log: Path | None, env=None) -> Proc:
         argv = [str(a) for a in argv]
         remote_log = self.log_path(log) if log else None
-        a = self._request({"op": "spawn", "argv": argv, "cwd": self.workdir, "log": remote_log, "env": env or {}})
+        # The run's mark on every process it starts (inherited by their children): `nestlab cleanup`
+        # finds by it what a runner SIGKILLed between a spawn and its ledger entry left (cleanup.sweep).
+        env = {**(env or {}), SCRATCH_MARK: self.workdir}
+        a = self._request({"op": "spawn", "argv": argv, "cwd": self.workdir, "log": remote_log, "env": env})
         proc = RemoteProc(self.name, int(a["pid"]), argv, log, monotonic(), None,
                           start_time=a["start"] or "", remote_log=remote_log, node_ref=self)
         self.procs[proc.pid] = proc
