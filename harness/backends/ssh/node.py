@@ -8,6 +8,12 @@ writing their output to a log on the node, and reports their exits on its stderr
 process costs no round trip; it also reads the node's clock in-process. The few commands that run
 through the login shell (the first check of each node, the command server itself, the progress
 reads) are argv lists joined with shlex.join: no spec field ever reaches a shell unquoted.
+
+A request unanswered for ALIVE_AFTER_S asks the node's sshd whether it is there at all (an SSH
+keepalive, which sshd answers whatever the command server is busy with): a node that does not answer
+that within ALIVE_WAIT_S is gone (NodeGone: one line naming it, exit status 2), and every later
+request to it fails at once, so that a dead node holds neither the run loop nor teardown for a
+command's whole timeout.
 """
 
 from __future__ import annotations
@@ -25,11 +31,36 @@ from pathlib import Path
 import paramiko
 
 from harness.backends.base import Proc
-from harness.backends.ssh.transport import Connection
+from harness.backends.ssh.transport import Connection, SshError
 from harness.ledger import Ledger
 from rundir.db import monotonic
 
 CLOCK_ROUNDS = 15              # round trips per node when measuring clock offsets; the fastest is kept
+ALIVE_AFTER_S = 2.0            # a request unanswered this long: is the node still there? (an SSH keepalive)
+ALIVE_WAIT_S = 4.0             # how long sshd may take to answer the keepalive before the node counts as gone
+
+
+class NodeGone(SshError):
+    """A node stopped answering mid-run (its machine or network gone): one line naming it, exit 2."""
+
+
+def answers_keepalive(transport, wait: float = ALIVE_WAIT_S) -> bool:
+    """Whether the SSH server behind `transport` answers a keepalive within `wait` seconds (OpenSSH's
+    own `keepalive@openssh.com`: sshd answers it, with a failure, at once). Asked from a thread: paramiko
+    waits for the answer as long as the connection stays open."""
+    done, answered = threading.Event(), []
+
+    def ask() -> None:
+        try:
+            transport.global_request("keepalive@openssh.com", wait=True)
+            answered.append(transport.is_active())
+        except Exception:  # noqa: BLE001 - no answer
+            pass
+        finally:
+            done.set()
+
+    threading.Thread(target=ask, name="keepalive", daemon=True).start()
+    return done.wait(wait) and answered == [True]
 
 SERVER_SOURCE = (Path(__file__).resolve().parent / "nodeserver.py").read_text()
 
@@ -61,6 +92,7 @@ class SshNode:
         self._spawned: dict[int, str] = {}   # pid -> start time: started by the current server, still running
         self._server_lock = threading.RLock()
         self._seq = 0
+        self.gone: str | None = None   # why the node counts as gone (NodeGone): nothing more is asked of it
 
     # -- commands ------------------------------------------------------------------------------
     def command(self, argv: list[str], sudo: bool = True) -> str:
@@ -84,13 +116,16 @@ class SshNode:
 
     def _request(self, q: dict, timeout: float = 30.0) -> dict:
         with self._server_lock:
+            if self.gone is not None:
+                raise NodeGone(self.gone)
             if self._server is None or self._server.closed:
                 self._start_server()
             chan = self._server
             self._seq += 1
             q = {**q, "id": self._seq}
             chan.sendall(json.dumps(q).encode() + b"\n")
-            deadline = time.monotonic() + timeout
+            asked = time.monotonic()
+            deadline, probe = asked + timeout, asked + ALIVE_AFTER_S
             while True:
                 # An answer to an earlier request that was interrupted (Ctrl-C) is skipped.
                 while b"\n" in self._server_buf:
@@ -106,6 +141,10 @@ class SshNode:
                     self._server_buf += chan.recv(1 << 16)
                     continue
                 self._drain_events()
+                if time.monotonic() > probe and not chan.closed:   # a slow command, or a node gone?
+                    if not answers_keepalive(chan.get_transport()):
+                        self._give_up(q, time.monotonic() - asked)
+                    probe = time.monotonic() + ALIVE_AFTER_S
                 if chan.exit_status_ready() or chan.closed or time.monotonic() > deadline:
                     chan.close()
                     self._server = None
@@ -115,6 +154,17 @@ class SshNode:
         if "error" in a:
             raise RuntimeError(f"{self.name}: {q['op']} {shlex.join(q.get('argv', []))}: {a['error']}")
         return a
+
+    def _give_up(self, q: dict, waited: float) -> None:
+        """The node is gone: NodeGone now and for every later request; its command server counts as
+        ended (what it started: exit unknown, -1), so the run's checks name the node."""
+        what = f"{q['op']} {shlex.join(q.get('argv', []))}".strip()
+        self.gone = (f"{self.p.where}: it stopped answering (no answer for {waited:.1f} s, nor to an SSH keepalive "
+                     f"within {ALIVE_WAIT_S:g} s) during {what[:120]}; what was recorded until then is kept")
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        raise NodeGone(self.gone)
 
     def _start_server(self) -> None:
         """Start a command server; if it replaces one (that stopped answering), end what that one
@@ -205,9 +255,13 @@ class SshNode:
 
     # -- files ---------------------------------------------------------------------------------
     def put(self, local: Path, remote: str) -> None:
+        if self.gone is not None:
+            raise NodeGone(self.gone)
         self.conn.sftp.put(str(local), remote)
 
     def get(self, remote: str, local: Path) -> None:
+        if self.gone is not None:   # an SFTP read from a node gone would wait for the connection to drop
+            raise NodeGone(self.gone)
         self.conn.sftp.get(remote, str(local))
 
     def exists(self, remote: str) -> bool:
