@@ -1,0 +1,175 @@
+"""The faults aimed at a service tier on "testbed nodes" over SSH (issue 45): a service spec with a
+tier_pause at the cache, a slow (cgroup CPU quota) at app1 and a delay at the db runs over the sshd
+testbed of tests/test_ssh_backend.py (SshNet: sshd in Mininet hosts) with the same fault rows as its
+Mininet run, each fault acting on the tier's node (harness/faults/onnode.py), and leaves the nodes as
+it found them: no process, route or rule (nodes_left_as_found), no cgroup, no ledger. A SIGKILLed
+runner's cgroup on a node is removed by `nestlab cleanup` (the ledger's undo).
+
+Root and slow (run by hand): the Mininet reference first, then the sshd testbed (one network at a
+time); about 5 minutes per test on two cores.
+
+    sudo .venv/bin/pytest -q -m root tests/test_ssh_tier_faults_e2e.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import statistics
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from harness.faults.cgroup import cpu_mounts
+from harness.runner import run_experiment
+from tests.support.env import REPO, run_id, write
+from tests.test_ssh_backend import nodes_left_as_found, run_traces, sshd_testbed, start_and_wait
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+SERVICE = REPO / "topologies" / "service.yaml"
+SPEC = f"""\
+name: e2e_ssh_tier_faults
+topology: {SERVICE}
+duration: {{duration}}
+seed: 5
+monitor: [web, app1, app2, cache, db]
+trace: messages
+workloads:
+  - {{{{kind: service, client: client, web: web, apps: [app1, app2], cache: cache, db: db, rate: 30/s,
+      concurrency: 16}}}}
+faults:
+  - {{{{kind: tier_pause, host: cache, schedule: {{{{at: [4s], duration: 2s}}}}}}}}
+  - {{{{kind: slow, host: app1, cpu: 20%, schedule: {{{{at: [10s], duration: {{slow}}}}}}}}}}
+  - {{{{kind: delay, host: db, by: 200ms, schedule: {{{{at: [{{delay_at}}], duration: 3s}}}}}}}}
+"""
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def _spec(tmp: Path, duration="25s", slow="3s", delay_at="18s") -> Path:
+    return write(tmp, "e2e.yaml", SPEC.format(duration=duration, slow=slow, delay_at=delay_at))
+
+
+def _cgroups() -> list[str]:
+    """The runs' cgroups on this machine's cpu hierarchies (the sshd nodes share its cgroup tree)."""
+    return [str(p) for m in cpu_mounts() for p in Path(m).glob("nestlab-*")]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The same spec on Mininet, before the sshd testbed exists (one Mininet network at a time)."""
+    tmp = tmp_path_factory.mktemp("mininet")
+    code, runs = run_experiment(_spec(tmp), tmp / "results")
+    assert code == 0
+    return runs[0]
+
+
+@pytest.fixture(scope="module")
+def net(reference, tmp_path_factory):
+    yield from sshd_testbed(SERVICE, tmp_path_factory)
+
+
+@pytest.fixture
+def clean_nodes(net):
+    before = _cgroups()
+    yield from nodes_left_as_found(net, grace=10)
+    assert _cgroups() == before, "the run left a cgroup on the nodes"
+
+
+def _db(run: Path) -> sqlite3.Connection:
+    return sqlite3.connect(f"file:{run / 'run.db'}?mode=ro", uri=True)
+
+
+def _fault_rows(run: Path) -> Counter:
+    """The faults table as it must be the same on Mininet and over SSH: per row its kind, node, host,
+    tier, hierarchy (slow), kind of target module and whether the analysis resolved it."""
+    db = _db(run)
+    try:
+        out = Counter()
+        for kind, node, target, module in db.execute("SELECT kind, at_node, target, target_module FROM faults"):
+            t = json.loads(target)
+            out[(kind, node, t.get("host"), t.get("tier"), t.get("hierarchy"),
+                 (t.get("module_key") or "").split(":")[0], module is not None)] += 1
+        return out
+    finally:
+        db.close()
+
+
+def _windows(run: Path) -> dict[str, tuple[float, float, float, float]]:
+    """kind -> (planned start, start, end, planned duration) of its first row, on the run's clock (t0 = 0)."""
+    db = _db(run)
+    try:
+        t0 = json.loads((run / "manifest.json").read_text())["t0"]
+        out = {}
+        for kind, planned, start, end, duration in db.execute(
+                'SELECT kind, planned_start, start, "end", planned_duration FROM faults ORDER BY id'):
+            out.setdefault(kind, (planned, start - t0, end - t0, duration))
+        return out
+    finally:
+        db.close()
+
+
+def test_tier_pause_slow_and_delay_at_tier_nodes_give_the_fault_rows_of_the_mininet_run(reference, net, tmp_path,
+                                                                                        clean_nodes):
+    spec = _spec(tmp_path)
+    topo = net.topology_file(tmp_path / "service-ssh.yaml")
+    r = subprocess.run(net.runner_argv(str(spec), "--topology", str(topo), "--results", str(tmp_path / "ssh")),
+                       capture_output=True, text=True, timeout=600, cwd=REPO, env=ENV)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (run,) = (tmp_path / "ssh" / "e2e_ssh_tier_faults").iterdir()
+    assert not run_traces(run_id(run)), "the run left files or its ledger behind"
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["status"] == "complete" and m["backend"] == "ssh"
+    assert not [w for w in m.get("warnings", []) if "fault" in w or "teardown" in w], m["warnings"]
+
+    ssh, mininet = _fault_rows(run), _fault_rows(reference)
+    assert ssh == mininet, (ssh, mininet)
+    assert {k[0] for k in ssh} == {"tier_pause", "slow", "delay"}
+    assert ("slow", "app1", "app1", "app", "cgroup v1", "app", True) in ssh   # this machine's hierarchy: v1
+    for kind, (planned, start, end, duration) in _windows(run).items():   # on time, for as long as planned
+        assert planned - 0.05 <= start < planned + 1.0 and end - start == pytest.approx(duration, abs=0.5), kind
+
+    db = _db(run)
+    try:
+        (pa, pb), = db.execute("SELECT min(start), max(\"end\") FROM faults WHERE kind = 'tier_pause'").fetchall()
+        waited = db.execute('SELECT max("end" - start) FROM requests WHERE tier = \'cache\' AND start BETWEEN ? AND ?',
+                            (pa, pb)).fetchone()[0]
+        assert waited is not None and waited > 0.5 * (pb - pa)   # a cache call caught in the pause waited it out
+        (da, dbe), = db.execute("SELECT min(start), max(\"end\") FROM faults WHERE kind = 'delay'").fetchall()
+        db_ms = [(e - s) * 1000 for s, e in db.execute(
+            'SELECT start, "end" FROM requests WHERE tier = \'db\' AND start >= ? AND "end" <= ?', (da, dbe + 0.3))]
+        if db_ms:   # the window's database calls (misses only), each held 200 ms
+            assert statistics.median(db_ms) >= 180, db_ms
+    finally:
+        db.close()
+
+
+def test_a_sigkilled_runners_cgroup_and_stopped_tier_are_undone_by_cleanup(net, tmp_path, clean_nodes):
+    """Killed while app1 is under its quota: the cgroup stays on the node until `nestlab cleanup` runs
+    the ledger's undo (after stopping the run's processes)."""
+    spec = _spec(tmp_path, duration="45s", slow="10s", delay_at="35s")
+    before = _cgroups()
+    proc, run = start_and_wait(net, spec, tmp_path, "web", 1, timeout=300, env=ENV, poll=0.5)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not [c for c in _cgroups() if c.endswith("-app1") and c not in before]:
+            time.sleep(0.05)
+        assert [c for c in _cgroups() if c.endswith("-app1")], "the slow window never started"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    ledger = json.loads(Path(run_traces(run_id(run))[-1]).read_text())
+    undo = [u for u in ledger["remote"]["undo"] if u["node"] == "app1"]
+    assert len(undo) == 1 and undo[0]["argv"][3] == "remove" and undo[0]["argv"][4].endswith("-app1"), undo
+    r = subprocess.run(net.runner_argv("cleanup", program="nestlab"), capture_output=True, text=True, timeout=180,
+                       cwd=REPO, env=ENV)
+    assert r.returncode == 0, r.stderr
+    assert not run_traces(run_id(run)) and _cgroups() == before
