@@ -293,7 +293,7 @@ class TreeNode(LocalNode):
                 super().__init__(name, hierarchy, proc)
 
         cgroup.CpuCap = TreeCap
-        cgroup.cpu_hierarchy = lambda: tree.hierarchy
+        cgroup.cpu_hierarchy = lambda: getattr(self, "hierarchy", tree.hierarchy)
         cgroup.cgroup_mounts = lambda: [(tree.version, tree.root, "/", ["rw", "cpu"])]
         try:
             with contextlib.redirect_stdout(out):
@@ -353,6 +353,21 @@ def test_the_ledgers_removal_empties_and_removes_a_killed_runners_cgroup_on_the_
     for path in (str(tree.root / "system.slice"), "/etc/nestlab-x"):
         assert json.loads(node.run([sys.executable, "-c", onnode.CGROUP_SOURCE, "remove", path]).stdout) is False
     assert (tree.root / "system.slice").is_dir()
+
+
+def test_a_hierarchy_hidden_under_another_mount_on_the_node_is_no_hierarchy(tmp_path):
+    """A node whose mountinfo lists the cpu hierarchy under a mount that hides it (the sshd testbed's
+    Mininet hosts: a fresh sysfs on /sys): refused at setup, not a failed window."""
+    from harness.faults.cgroup import Hierarchy
+
+    tree = FakeTree(tmp_path, 1)
+    node = TreeNode("db", tree)
+    node.hierarchy = Hierarchy(1, tmp_path / "hidden" / "cpu")
+    env = NS(backend=NS(remote=True, node=lambda h: node))
+    with pytest.raises(RuntimeError, match=r"^db: the cgroup cpu controller: NoCpuController: .* lists the cgroup "
+                                           r"v1 hierarchy with the cpu controller at .*/hidden/cpu, but it is not "
+                                           r"reachable there \(hidden under another mount\)$"):
+        onnode.remote_hierarchy(env, "db")
 
 
 def test_a_node_without_the_cpu_controller_ends_the_run_before_t0_naming_it(tmp_path):

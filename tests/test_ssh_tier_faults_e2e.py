@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.faults.cgroup import cpu_mounts
+from harness.faults.cgroup import cgroup_mounts, cpu_mounts
 from harness.runner import run_experiment
 from tests.support.env import REPO, run_id, write
 from tests.test_ssh_backend import nodes_left_as_found, run_traces, sshd_testbed, start_and_wait
@@ -69,9 +69,32 @@ def reference(tmp_path_factory):
     return runs[0]
 
 
+def _in_nodes(net, script: str) -> None:
+    for name in net.topo.hosts:
+        r = net.in_node(name, ["sh", "-c", script])
+        assert r.returncode == 0, (name, r.stderr)
+
+
 @pytest.fixture(scope="module")
 def net(reference, tmp_path_factory):
-    yield from sshd_testbed(SERVICE, tmp_path_factory)
+    """The sshd testbed, each node with a cgroup cpu hierarchy of its own view. Mininet's hosts mount a
+    fresh sysfs on /sys (mnexec -n), which hides this machine's cgroup mounts under /sys/fs/cgroup
+    there (a real node has its own): the same v1 cpu hierarchy is mounted again inside each node's
+    mount namespace (private: nothing propagates to the machine) and unmounted at the end."""
+    testbed = sshd_testbed(SERVICE, tmp_path_factory)
+    net = next(testbed)
+    (opts,) = [",".join(o for o in opts if o not in ("rw", "ro")) for v, m, r, opts in cgroup_mounts()
+               if v == 1 and "cpu" in opts] or ["cpu"]
+    mounted = False
+    try:
+        _in_nodes(net, f"mount -t tmpfs -o mode=755 nestlab-test /sys/fs/cgroup && mkdir /sys/fs/cgroup/cpu && "
+                       f"mount -t cgroup -o {opts} cgroup /sys/fs/cgroup/cpu")
+        mounted = True
+        yield net
+    finally:
+        if mounted:
+            _in_nodes(net, "umount /sys/fs/cgroup/cpu && umount /sys/fs/cgroup")
+        next(testbed, None)
 
 
 @pytest.fixture

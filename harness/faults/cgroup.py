@@ -362,16 +362,26 @@ def remove(path: str, disable_cpu: bool = False) -> bool:
     return True
 
 
+def reachable_hierarchy() -> Hierarchy:
+    """cpu_hierarchy(), if this process can reach it: mountinfo also lists a mount hidden under a
+    later one (a fresh sysfs mounted on /sys in a container's mount namespace hides /sys/fs/cgroup)."""
+    h = cpu_hierarchy()
+    if not (h.mount / "cgroup.procs").is_file():
+        raise NoCpuController(f"{MOUNTINFO} lists the {h.name} hierarchy with the cpu controller at {h.mount}, but "
+                              "it is not reachable there (hidden under another mount)")
+    return h
+
+
 def main(argv: Sequence[str]) -> int:
     import json
 
     op, args = (argv[0], list(argv[1:])) if argv else ("", [])
     try:
         if op == "check":      # the hierarchy a cap would go in
-            h = cpu_hierarchy()
+            h = reachable_hierarchy()
             out: object = {"version": h.version, "mount": str(h.mount), "root": h.root}
         elif op == "cap":      # NAME PERCENT PID...
-            cap = CpuCap(args[0], cpu_hierarchy())
+            cap = CpuCap(args[0], reachable_hierarchy())
             cap.apply([int(p) for p in args[2:]], float(args[1]))
             out = _state(cap)
         elif op == "release":  # STATE (the cap's JSON)
