@@ -200,3 +200,42 @@ def test_a_sigkilled_runners_cgroup_and_stopped_tier_are_undone_by_cleanup(net, 
     undo = [u for u in ledger.get("remote", {}).get("undo", []) if "slow fault's cgroup" in u["what"]]
     assert len(undo) == 1 and undo[0]["node"] == "app1", ledger.get("remote", {}).get("undo")
     assert undo[0]["argv"][3] == "remove" and undo[0]["argv"][4].endswith("-app1")
+
+
+def test_a_node_that_stops_answering_fails_the_run_within_seconds_naming_it(net, tmp_path, clean_nodes):
+    """app2's control network goes silent mid-run (its packets dropped: a machine gone, not a refused
+    connection): the run fails with one `error:` line naming app2 well before a command's 30 s timeout
+    (and teardown does not wait that long per step for it either); what the others recorded is kept;
+    once app2 is back, `nestlab cleanup` leaves nothing on it."""
+    spec = _spec(tmp_path, duration="60s", slow="10s", delay_at="35s")
+    drop = ["ip", "netns", "exec", net.ctl, "iptables", "-w", "{}", "OUTPUT", "-d", net.mgmt["app2"], "-j", "DROP"]
+    proc, run = start_and_wait(net, spec, tmp_path, "web", 60, timeout=300, env=ENV, poll=0.5)
+    cut = time.monotonic()
+    try:
+        subprocess.run([a.replace("{}", "-I") for a in drop], check=True)
+        try:
+            _, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        took = time.monotonic() - cut
+    finally:
+        subprocess.run([a.replace("{}", "-D") for a in drop], check=True)
+    r = subprocess.run(net.runner_argv("cleanup", program="nestlab"), capture_output=True, text=True, timeout=180,
+                       cwd=REPO, env=ENV)
+    assert r.returncode == 0, r.stderr
+    assert not run_traces(run_id(run))
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and len(errors) == 1, err[-3000:]
+    # named by whichever check sees it first: a request unanswered (and its keepalive), or its collector's
+    # snapshot count standing still for 10 s
+    assert errors[0].startswith("error: app2") and ("stopped answering" in errors[0] or "may be gone" in errors[0])
+    assert took < 40, f"{took:.1f} s from the cut to the runner's exit"
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["status"] == "failed" and "app2" in m["reason"]
+    db = _db(run)
+    try:
+        assert db.execute("SELECT count(*) FROM snapshots").fetchone()[0] >= 60
+    finally:
+        db.close()
