@@ -483,8 +483,10 @@ def _silent_node(answers: bool):
     from harness.backends.ssh.node import SshNode
 
     transport = Transport(answers)
+    closed = []
     conn = NS(p=NS(where="app2 (root@app2.example:22)", sudo=False, python="python3"),
-              open=lambda long_lived=False: SilentChannel(transport))
+              open=lambda long_lived=False: SilentChannel(transport), close=lambda: closed.append(True),
+              closed=closed)
     node = SshNode("app2", conn, None, "/tmp/w")
     node.use_server = True
     return node, transport
@@ -510,7 +512,12 @@ def test_a_node_that_stops_answering_fails_within_seconds_naming_it_and_asks_not
         node.kill(4242, "17", signal.SIGTERM)                # teardown: at once, not another wait
     with pytest.raises(NodeGone):
         node.get("/tmp/w/run.db", Path("/nonexistent"))
+    with pytest.raises(NodeGone):
+        node.exists("/tmp/w/trace.db")
+    with pytest.raises(NodeGone):
+        node.run(["true"], server=False)
     assert time.monotonic() - t1 < 0.5 and transport.asked == 1
+    assert node.conn.closed == [True]   # its connections closed: a direct SFTP call fails at once too
     assert node.exit_code(4242) == -1                       # what it started: ended, exit unknown
     transport.never.set()
 

@@ -211,17 +211,20 @@ def test_a_node_that_stops_answering_fails_the_run_within_seconds_naming_it(net,
     drop = ["ip", "netns", "exec", net.ctl, "iptables", "-w", "{}", "OUTPUT", "-d", net.mgmt["app2"], "-j", "DROP"]
     proc, run = start_and_wait(net, spec, tmp_path, "web", 60, timeout=300, env=ENV, poll=0.5)
     cut = time.monotonic()
+    err = ""
     try:
         subprocess.run([a.replace("{}", "-I") for a in drop], check=True)
         try:
             _, err = proc.communicate(timeout=120)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        except subprocess.TimeoutExpired:   # hung: killed, and cleaned up below all the same
+            proc.kill()
+            _, err = proc.communicate()
         took = time.monotonic() - cut
     finally:
         subprocess.run([a.replace("{}", "-D") for a in drop], check=True)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     r = subprocess.run(net.runner_argv("cleanup", program="nestlab"), capture_output=True, text=True, timeout=180,
                        cwd=REPO, env=ENV)
     assert r.returncode == 0, r.stderr

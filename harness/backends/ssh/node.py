@@ -103,6 +103,8 @@ class SshNode:
         """Run argv on the node: through the command server (privileged) once it is up, except for
         commands that must run as the login user (sudo=False) or off the main thread (server=False)."""
         argv = [str(a) for a in argv]
+        if self.gone is not None:
+            raise NodeGone(self.gone)
         if self.use_server and server and (sudo or not self.p.sudo):
             a = self._request({"op": "run", "argv": argv, "input": input, "timeout": timeout}, timeout + 10)
             if a.get("rc", 0) is None:
@@ -164,6 +166,10 @@ class SshNode:
         if self._server is not None:
             self._server.close()
             self._server = None
+        try:   # its connections too: an SFTP call (no timeout of its own) then fails at once, not never
+            self.conn.close()
+        except Exception:  # noqa: BLE001 - closing what is already dead
+            pass
         raise NodeGone(self.gone)
 
     def _start_server(self) -> None:
@@ -265,6 +271,8 @@ class SshNode:
         self.conn.sftp.get(remote, str(local))
 
     def exists(self, remote: str) -> bool:
+        if self.gone is not None:
+            raise NodeGone(self.gone)
         try:
             self.conn.sftp.stat(remote)
             return True
