@@ -486,7 +486,7 @@ def _silent_node(answers: bool):
     closed = []
     conn = NS(p=NS(where="app2 (root@app2.example:22)", sudo=False, python="python3"),
               open=lambda long_lived=False: SilentChannel(transport), close=lambda: closed.append(True),
-              closed=closed)
+              closed=closed, clients=[(NS(get_transport=lambda: transport), [])])
     node = SshNode("app2", conn, None, "/tmp/w")
     node.use_server = True
     return node, transport
@@ -530,3 +530,33 @@ def test_a_slow_command_on_a_node_that_answers_its_keepalives_is_waited_for(monk
     with pytest.raises(RuntimeError, match="the command server stopped") as e:
         node._request({"op": "run", "argv": ["sleep", "1"]}, 1.5)   # no answer ever: its own timeout ends it
     assert not isinstance(e.value, node_module.NodeGone) and transport.asked >= 3 and node.gone is None
+
+
+def test_a_node_found_gone_beside_the_run_loop_ends_what_it_started_and_its_progress_poll(monkeypatch):
+    """The progress thread asks each monitored node for an SSH keepalive before its snapshot count: a
+    node that does not answer is marked gone there, so the run loop's next check of its collector
+    (exit unknown, -1: "it stopped answering") names it, without a request of its own having to wait."""
+    from harness.backends.ssh import backend as ssh_backend
+    from harness.backends.ssh import node as node_module
+    from harness.backends.ssh.node import NodeGone, RemoteProc
+
+    monkeypatch.setattr(node_module, "ALIVE_WAIT_S", 0.3)
+    monkeypatch.setattr(ssh_backend, "PROGRESS_S", 0.05)
+    alive, _ = _silent_node(answers=True)
+    assert alive.check_alive() and alive.gone is None
+    node, transport = _silent_node(answers=False)
+    collector = RemoteProc("app2", 4242, ["python3", "-m", "harness.collector.main"], None, 0.0, None,
+                           start_time="17", node_ref=node)
+    b = SshBackend.__new__(SshBackend)
+    b.nodes, b._progress, b._pollers, b._poller_stop = {"app2": node}, {}, [], threading.Event()
+    b.snapshots = lambda name, run_db=None, server=True: pytest.fail("a gone node is not asked for its count")
+    t0 = time.monotonic()
+    b.start_progress("app2")
+    b._pollers[0].join(5)
+    assert not b._pollers[0].is_alive() and time.monotonic() - t0 < 2.0
+    assert node.gone == "app2 (root@app2.example:22): it stopped answering (no answer to an SSH keepalive within " \
+                        "0.3 s); what was recorded until then is kept"
+    assert collector.poll() == -1 and node.conn.closed == [True]
+    with pytest.raises(NodeGone):
+        node.run(["true"])
+    transport.never.set()

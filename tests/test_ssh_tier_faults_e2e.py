@@ -240,5 +240,11 @@ def test_a_node_that_stops_answering_fails_the_run_within_seconds_naming_it(net,
     db = _db(run)
     try:
         assert db.execute("SELECT count(*) FROM snapshots").fetchone()[0] >= 60
+        # the run's times are this machine's CLOCK_MONOTONIC (every node is on it): teardown began within
+        # seconds of the cut (the progress thread's keepalive, or an unanswered request's)
+        began = db.execute("SELECT min(mono) FROM events WHERE kind = 'warning' AND detail LIKE 'teardown:%'")
+        began = began.fetchone()[0]
+        assert began is not None and began - cut < 10, (began, cut)
+        print(f"app2 cut off: the run failed {began - cut:.1f} s later, the runner exited after {took:.1f} s")
     finally:
         db.close()

@@ -44,7 +44,7 @@ class NodeGone(SshError):
     """A node stopped answering mid-run (its machine or network gone): one line naming it, exit 2."""
 
 
-def answers_keepalive(transport, wait: float = ALIVE_WAIT_S) -> bool:
+def answers_keepalive(transport, wait: float | None = None) -> bool:
     """Whether the SSH server behind `transport` answers a keepalive within `wait` seconds (OpenSSH's
     own `keepalive@openssh.com`: sshd answers it, with a failure, at once). Asked from a thread: paramiko
     waits for the answer as long as the connection stays open."""
@@ -60,7 +60,7 @@ def answers_keepalive(transport, wait: float = ALIVE_WAIT_S) -> bool:
             done.set()
 
     threading.Thread(target=ask, name="keepalive", daemon=True).start()
-    return done.wait(wait) and answered == [True]
+    return done.wait(ALIVE_WAIT_S if wait is None else wait) and answered == [True]
 
 SERVER_SOURCE = (Path(__file__).resolve().parent / "nodeserver.py").read_text()
 
@@ -143,6 +143,8 @@ class SshNode:
                     self._server_buf += chan.recv(1 << 16)
                     continue
                 self._drain_events()
+                if self.gone is not None:   # found gone meanwhile (the progress thread's check_alive)
+                    self._give_up(q, time.monotonic() - asked)
                 if time.monotonic() > probe and not chan.closed:   # a slow command, or a node gone?
                     if not answers_keepalive(chan.get_transport()):
                         self._give_up(q, time.monotonic() - asked)
@@ -161,16 +163,36 @@ class SshNode:
         """The node is gone: NodeGone now and for every later request; its command server counts as
         ended (what it started: exit unknown, -1), so the run's checks name the node."""
         what = f"{q['op']} {shlex.join(q.get('argv', []))}".strip()
-        self.gone = (f"{self.p.where}: it stopped answering (no answer for {waited:.1f} s, nor to an SSH keepalive "
-                     f"within {ALIVE_WAIT_S:g} s) during {what[:120]}; what was recorded until then is kept")
         if self._server is not None:
             self._server.close()
             self._server = None
-        try:   # its connections too: an SFTP call (no timeout of its own) then fails at once, not never
+        self._mark_gone(f"{self.p.where}: it stopped answering (no answer for {waited:.1f} s, nor to an SSH "
+                        f"keepalive within {ALIVE_WAIT_S:g} s) during {what[:120]}; what was recorded until then is kept")
+        raise NodeGone(self.gone)
+
+    def check_alive(self) -> bool:
+        """Beside the main thread's requests (the progress thread, every few seconds): an SSH keepalive
+        on the node's connection. A node that does not answer it is marked gone: the main thread's
+        request to it then fails at once, and what it started counts as ended (exit unknown), which
+        the run's checks name."""
+        if self.gone is not None:
+            return False
+        clients = list(getattr(self.conn, "clients", []))
+        transport = clients[0][0].get_transport() if clients else None
+        if transport is not None and answers_keepalive(transport):
+            return True
+        self._mark_gone(f"{self.p.where}: it stopped answering (no answer to an SSH keepalive within "
+                        f"{ALIVE_WAIT_S:g} s); what was recorded until then is kept")
+        return False
+
+    def _mark_gone(self, why: str) -> None:
+        """Nothing more is asked of the node; its connections are closed, so that an SFTP call (which
+        has no timeout of its own) fails at once rather than never."""
+        self.gone = self.gone or why
+        try:
             self.conn.close()
         except Exception:  # noqa: BLE001 - closing what is already dead
             pass
-        raise NodeGone(self.gone)
 
     def _start_server(self) -> None:
         """Start a command server; if it replaces one (that stopped answering), end what that one
@@ -212,6 +234,8 @@ class SshNode:
                 self._spawned.pop(int(f[1]), None)
 
     def exit_code(self, pid: int) -> int | None:
+        if self.gone is not None and pid not in self._exits:
+            return -1              # a node gone: its exit will never be reported
         with self._server_lock:
             self._drain_events()
             if pid not in self._exits and (self._server is None or self._server.closed):
