@@ -6,6 +6,9 @@
     python3 -m harness.agent initdb DB              create run.db with its schema (rundir.db)
     python3 -m harness.agent count DB               snapshots recorded so far (JSON int)
     python3 -m harness.agent checkpoint DB          fold the WAL into DB (after the collector stopped)
+    python3 -m harness.agent observed SHM_DIR PIDS  those of PIDS (comma-separated) the collector sees as apps
+    python3 -m harness.agent delay SHM_DIR S MODE   the reply delay of every live process in SHM_DIR (its pids)
+    python3 -m harness.agent undeferred SHM_DIR     sends the interceptor could not defer, over SHM_DIR
 
 Each prints one JSON document on stdout; an error prints {"error": "..."} and exits 1. The runner calls
 it through node.run([...]), on a testbed node over SSH. The Mininet backend calls the same functions
@@ -61,6 +64,39 @@ def _pause(shm_dir: str, pid: str, pause: bool) -> dict:
     return dataclasses.asdict(state)
 
 
+def application_pids(shm_dir: str, pids: list[int]) -> list[int]:
+    """Those of `pids` that the collector records as application modules: a process under the
+    interceptor (a counter file in `shm_dir`) that has had a data socket (harness.collector.appsockets
+    reports no other; a daemon's master that only listens is none). The tier faults' targets."""
+    from harness.interceptor.shm import HF_HAD_GRAPH, read_process, shm_file
+
+    out = []
+    for pid in pids:
+        try:
+            snap = read_process(shm_file(shm_dir, pid))
+        except (OSError, ValueError, RuntimeError):   # gone, or not (yet) a whole counter file
+            continue
+        if snap.flags & HF_HAD_GRAPH or any(s.is_module for s in snap.sockets):
+            out.append(pid)
+    return out
+
+
+def _pids(text: str) -> list[int]:
+    return [int(p) for p in text.split(",") if p]
+
+
+def _delay(shm_dir: str, seconds: str, mode: str) -> list[int]:
+    from harness.interceptor.delay import set_host_delay
+
+    return set_host_delay(shm_dir, float(seconds), int(mode))
+
+
+def _undeferred(shm_dir: str) -> int:
+    from harness.interceptor.delay import host_undeferred
+
+    return host_undeferred(shm_dir)
+
+
 def _initdb(db: str) -> bool:
     from rundir.db import create_db
 
@@ -88,6 +124,9 @@ COMMANDS = {
     "initdb": (1, _initdb),
     "count": (1, _count),
     "checkpoint": (1, _checkpoint),
+    "observed": (2, lambda shm, pids: application_pids(shm, _pids(pids))),
+    "delay": (3, _delay),
+    "undeferred": (1, _undeferred),
 }
 
 

@@ -467,9 +467,8 @@ def _check_against_topology(spec: Spec, doc: YamlDoc, topo: Topology) -> None:
         host(("workloads", i, "server"), w.server)
         if w.host == w.server:
             raise doc.error(("workloads", i, "server"), "server must be another host than the client")
-    if topo.backend != "mininet":
-        _check_on_testbed(spec, doc, topo)
-    elif len(spec.monitored) > 1 and spec.probe is not None:
+    # On testbed nodes every fault kind of a service acts on the tier's own node (harness.faults.onnode).
+    if topo.backend == "mininet" and len(spec.monitored) > 1 and spec.probe is not None:
         raise doc.error(("probe",), "the collector's probes run with one monitored host (Mininet's one collector "
                                     "of several hosts does not build them; on testbed nodes each node's collector "
                                     "probes its own); with a list under 'monitor', set 'probe: off'")
@@ -500,28 +499,6 @@ def _check_against_topology(spec: Spec, doc: YamlDoc, topo: Topology) -> None:
                 raise doc.error(("faults", i, "target", "workload"),
                                 f"workload {target.workload} runs on {w.host}, not on a monitored host "
                                 f"({', '.join(spec.monitored)}); its modules would not be observed")
-
-
-# Fault kinds that act on a service tier's processes through this machine's /proc, cgroups or the
-# interceptor's shared memory: not (yet) through a testbed node's (docs/ssh-backend.md, "Limits").
-LOCAL_TIER_KINDS = ("tier_pause", "slow")
-
-
-def _check_on_testbed(spec: Spec, doc: YamlDoc, topo: Topology) -> None:
-    """What runs on Mininet and not yet on testbed nodes, refused in one line naming the field."""
-    tier_hosts = {h: ("app" if t.startswith("app") else t) for w in spec.workloads if w.kind == "service"
-                  for t, h in w.tier_hosts.items()}
-    why = (f"on testbed nodes (topology {topo.name} is on {topo.backend}) it would act through this machine's "
-           "/proc and shared memory, not the node's; a service's faults there are delay at an app tier and "
-           "the network kinds (docs/ssh-backend.md, Limits)")
-    for i, f in enumerate(spec.faults):
-        target = getattr(f, "target", None)
-        if f.kind in LOCAL_TIER_KINDS:
-            raise doc.error(("faults", i, "kind"), f"{f.kind}: {why}")
-        if f.kind == "delay" and tier_hosts.get(getattr(f, "host", None)) not in (None, "app"):
-            raise doc.error(("faults", i, "host"), f"delay at the {tier_hosts[f.host]} tier ({f.host}): {why}")
-        if target is not None and target.host is not None and target.host in tier_hosts:
-            raise doc.error(("faults", i, "target", "host"), f"{f.kind} at a tier host ({target.host}): {why}")
 
 
 def _check_service(doc: YamlDoc, i: int, w: Workload, host) -> None:

@@ -250,14 +250,14 @@ def test_a_hold_interrupted_midway_is_cleared_by_teardown(tmp_path, monkeypatch)
 
     held = {}
 
-    def set_host_delay(shm, seconds, mode=0):
+    def set_host_delay(env, host, shm, seconds, mode=0):
         if seconds:
             held[101] = seconds          # the first process held, then the interrupt
             raise KeyboardInterrupt
         held.clear()
         return []
 
-    monkeypatch.setattr(delay_kind, "set_host_delay", set_host_delay)
+    monkeypatch.setattr(delay_kind.onnode, "set_host_delay", set_host_delay)
     text = SPEC.replace("{fields}", "host: db, by: 200ms").replace("monitor: web", "monitor: web\ntrace: messages")
     exp = load_spec(write(tmp_path, "s.yaml", text))
     workloads = SimpleNamespace(services={}, client_env={"db": {ENV_SHM_DIR: "/dev/shm/none"}})
@@ -276,8 +276,8 @@ def test_sends_a_deferral_had_no_room_for_are_warned_once(tmp_path, monkeypatch)
     from harness.interceptor import ENV_SHM_DIR
 
     counts = iter([5, 12])                  # at inject, at heal
-    monkeypatch.setattr(delay_kind, "host_undeferred", lambda shm: next(counts))
-    monkeypatch.setattr(delay_kind, "set_host_delay", lambda shm, seconds, mode=0: [4242])
+    monkeypatch.setattr(delay_kind.onnode, "host_undeferred", lambda env, host, shm: next(counts))
+    monkeypatch.setattr(delay_kind.onnode, "set_host_delay", lambda env, host, shm, seconds, mode=0: [4242])
     monkeypatch.setattr(delay_kind, "observed_pids", lambda env, host, pids: [])
     text = SPEC.replace("{fields}", "host: cache, by: 150ms").replace("monitor: web", "monitor: web\ntrace: messages")
     exp = load_spec(write(tmp_path, "s.yaml", text))

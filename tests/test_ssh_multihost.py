@@ -313,6 +313,7 @@ def test_a_lost_reference_recording_leaves_the_others_merged_on_the_next_nodes_s
 def test_a_node_that_hangs_holds_up_no_other_nodes_snapshot_count(monkeypatch):
     import threading
     import time
+    from types import SimpleNamespace as NS
 
     from harness.backends.ssh import backend as ssh_backend
     from harness.backends.ssh.backend import SshBackend
@@ -321,6 +322,7 @@ def test_a_node_that_hangs_holds_up_no_other_nodes_snapshot_count(monkeypatch):
     release = threading.Event()
     b = SshBackend.__new__(SshBackend)
     b._progress, b._pollers, b._poller_stop = {}, [], threading.Event()
+    b.nodes = {n: NS(check_alive=lambda: True) for n in ("web", "db")}   # both answer their keepalives
     counts = {"web": 0}
 
     def snapshots(name, run_db=None, server=True):

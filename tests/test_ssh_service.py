@@ -1,7 +1,7 @@
 """The service study on testbed nodes, without root, sshd or the tiers' programs: the tiers' commands
 and files on their nodes (harness/service/tiers.py), the hop logs brought back and put on the
 reference clock (harness/service/paths.py), the delay switch written on the app's node, the node
-provisioning's packages for each tier (harness/backends/ssh/provision.py), and the spec's refusals."""
+provisioning's packages for each tier (harness/backends/ssh/provision.py), and the tier faults' specs."""
 
 from __future__ import annotations
 
@@ -237,20 +237,31 @@ def test_the_service_spec_runs_unchanged_on_the_ssh_topology(tmp_path):
     assert exp.topology.spec.links == plain.spec.links and list(exp.topology.spec.nodes) == list(plain.spec.nodes)
 
 
-@pytest.mark.parametrize("fault, where, words", [
-    ("{kind: tier_pause, host: cache, schedule: {at: [8s], duration: 2s}}", "faults[0].kind", "tier_pause: on testbed"),
-    ("{kind: slow, host: db, cpu: 10%, schedule: {at: [8s], duration: 2s}}", "faults[0].kind", "slow: on testbed"),
-    ("{kind: delay, host: db, by: 200ms, schedule: {at: [8s], duration: 2s}}", "faults[0].host", "delay at the db tier"),
-    ("{kind: app_pause, target: {host: app1}, schedule: {at: [8s], duration: 2s}}", "faults[0].target.host",
-     "app_pause at a tier host (app1)"),
+@pytest.mark.parametrize("fault", [
+    "{kind: tier_pause, host: cache, schedule: {at: [8s], duration: 2s}}",
+    "{kind: slow, host: db, cpu: 10%, schedule: {at: [8s], duration: 2s}}",
+    "{kind: slow, target: {host: app1}, cpu: 10%, schedule: {at: [8s], duration: 2s}}",
+    "{kind: delay, host: db, by: 200ms, schedule: {at: [8s], duration: 2s}}",
+    "{kind: delay, host: web, by: 20ms, schedule: {at: [8s], duration: 2s}}",
+    "{kind: app_pause, target: {host: app1}, schedule: {at: [8s], duration: 2s}}",
 ])
-def test_fault_kinds_that_act_through_this_machines_proc_are_refused_on_testbeds(tmp_path, fault, where, words):
+def test_the_tier_faults_run_on_testbeds_as_on_mininet(tmp_path, fault):
+    """Once refused on an SSH topology (they acted through this machine's /proc, cgroups and shared
+    memory); now done on the tier's node (harness.faults.onnode): the same spec loads on both."""
     text = SPEC.split("faults:")[0] + f"faults:\n  - {fault}\n"
-    load_spec(write(tmp_path, "ok.yaml", text))                         # Mininet: fine
+    mininet = load_spec(write(tmp_path, "ok.yaml", text))
+    ssh = load_spec(write(tmp_path, "s.yaml", text), topology=SERVICE_SSH)
+    assert ssh.topology.backend == "ssh" and ssh.spec.faults == mininet.spec.faults
+
+
+def test_a_tier_fault_still_needs_the_interceptor_on_its_host_on_a_testbed(tmp_path):
+    text = SPEC.split("faults:")[0].replace("trace: messages\n", "").replace(
+        "monitor: [web, app1, app2, cache, db]", "monitor: web") + \
+        "faults:\n  - {kind: delay, host: db, by: 200ms, schedule: {at: [8s], duration: 2s}}\n"
     with pytest.raises(SpecError) as e:
         load_spec(write(tmp_path, "s.yaml", text), topology=SERVICE_SSH)
-    msg = str(e.value)
-    assert f": {where}: " in msg and words in msg and "\n" not in msg, msg
+    assert "faults[0].host: delay at the db tier on 'db' acts through the interceptor" in str(e.value)
+    assert "\n" not in str(e.value)
 
 
 def test_export_of_the_ssh_topology_has_the_shape_of_the_service_topology(tmp_path):

@@ -318,3 +318,90 @@ class CpuCap:
                     raise
                 time.sleep(0.05)
         self.made = False
+
+
+# -- on a testbed node: `python3 -c <this file's source> OP ARGS` (harness.faults.onnode) ----------
+# Standard library only: a node running a tier may have nothing of nestlab installed. Each OP prints
+# one JSON document; an error prints {"error": "..."} ("gone": the processes exited) and exits 1.
+
+def _state(cap: CpuCap) -> dict:
+    """What the runner keeps of a cap made on a node, to release it there later (from_state)."""
+    h = cap.hierarchy
+    return {"version": h.version, "mount": str(h.mount), "root": h.root, "path": str(cap.path),
+            "limit": cap.limit, "home": cap.home, "enabled": cap.holds_cpu,
+            "origin": {str(p): c for p, c in cap.origin.items()},
+            "threads": {str(p): {str(t): c for t, c in m.items()} for p, m in cap.thread_origin.items()}}
+
+
+def from_state(state: dict) -> CpuCap:
+    """The cap a `cap` OP made, as its state describes it (made, its processes' origins)."""
+    h = Hierarchy(int(state["version"]), Path(state["mount"]), state["root"])
+    cap = CpuCap(Path(state["path"]).name, h)
+    cap.origin = {int(p): c for p, c in state["origin"].items()}
+    cap.thread_origin = {int(p): {int(t): c for t, c in m.items()} for p, m in state.get("threads", {}).items()}
+    cap.home, cap.limit, cap.made = state.get("home"), state.get("limit", ""), True
+    if state.get("enabled") and h.version == 2:   # this run enabled the cpu controller: disabled again
+        cap.holds_cpu = True
+        _ENABLED[h.mount] = _ENABLED.get(h.mount, 0) + 1
+    return cap
+
+
+def remove(path: str, disable_cpu: bool = False) -> bool:
+    """A run's cgroup left behind (a killed runner): what is in it moved to the mount's top, the
+    cgroup removed (and v2's cpu controller disabled again when the run had enabled it). Only
+    `<cpu mount>/nestlab-*`. The undo entry of the run's ledger on a testbed node."""
+    p = Path(path)
+    h = next((Hierarchy(v, m, r) for v, m, r, opts in cgroup_mounts() if m == p.parent and (v == 2 or "cpu" in opts)),
+             None)
+    if h is None or not p.name.startswith("nestlab-"):
+        return False
+    cap = from_state({"version": h.version, "mount": str(h.mount), "root": h.root, "path": path, "origin": {},
+                      "enabled": disable_cpu})
+    cap.made = p.is_dir()
+    cap.release()
+    return True
+
+
+def reachable_hierarchy() -> Hierarchy:
+    """cpu_hierarchy(), if this process can reach it: mountinfo also lists a mount hidden under a
+    later one (a fresh sysfs mounted on /sys in a container's mount namespace hides /sys/fs/cgroup)."""
+    h = cpu_hierarchy()
+    if not (h.mount / "cgroup.procs").is_file():
+        raise NoCpuController(f"{MOUNTINFO} lists the {h.name} hierarchy with the cpu controller at {h.mount}, but "
+                              "it is not reachable there (hidden under another mount)")
+    return h
+
+
+def main(argv: Sequence[str]) -> int:
+    import json
+
+    op, args = (argv[0], list(argv[1:])) if argv else ("", [])
+    try:
+        if op == "check":      # the hierarchy a cap would go in
+            h = reachable_hierarchy()
+            out: object = {"version": h.version, "mount": str(h.mount), "root": h.root}
+        elif op == "cap":      # NAME PERCENT PID...
+            cap = CpuCap(args[0], reachable_hierarchy())
+            cap.apply([int(p) for p in args[2:]], float(args[1]))
+            out = _state(cap)
+        elif op == "release":  # STATE (the cap's JSON)
+            from_state(json.loads(args[0])).release()
+            out = True
+        elif op == "remove":   # PATH [disable-cpu]
+            out = remove(args[0], args[1:] == ["disable-cpu"])
+        else:
+            raise ValueError(f"unknown operation {op!r} (check, cap, release, remove)")
+    except ProcessLookupError as e:
+        print(json.dumps({"error": str(e), "gone": True}))
+        return 1
+    except Exception as e:  # noqa: BLE001 - one JSON line for the runner
+        print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
+        return 1
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main(sys.argv[1:]))

@@ -8,7 +8,8 @@ An app tier: the app (harness/service/app.py) reads a switch file of its host's 
 stat per request): the fault writes the delay there and removes it, verified by reading it back.
 The other tiers act through the interceptor (harness/interceptor/delay.py): the fault writes the delay
 into the header of every live process's file in that host's interceptor directory and sets it back
-to 0, each verified by reading it back. How the library delays a reply (the first send on an accepted
+to 0, each verified by reading it back; on a testbed node the node agent does it there
+(harness.faults.onnode), with the setting back to 0 in the run's ledger meanwhile. How the library delays a reply (the first send on an accepted
 socket after a receive there) depends on the daemon:
 
 - db (MariaDB, a thread per connection): HOLD, the sending thread sleeps `by` before the call;
@@ -39,11 +40,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
+from harness.faults import onnode
 from harness.faults.base import FaultEnv, NoTarget, Part, target_json
 from harness.faults.spec import FaultSpec, Footprint, SpecView, monitored_hosts
 from harness.faults.tier_hosts import observed_pids
 from harness.interceptor import ENV_SHM_DIR
-from harness.interceptor.delay import DEFER, HOLD, host_undeferred, set_host_delay
+from harness.interceptor.delay import DEFER, HOLD
 from harness.units import Duration
 from rundir.db import monotonic
 from rundir.faultkinds import FaultKindInfo
@@ -137,13 +139,18 @@ class Held:
     removed: float | None = None
     tier: str = "db"
     undeferred: int = 0      # the host's sends a deferral had no room for, when the window opened
+    env: Any = None          # the FaultEnv: the files are on the host's node (harness.faults.onnode)
+    undo: dict | None = None   # its entry in the run's ledger (a testbed node)
 
     @property
     def mode(self) -> int:
         return DEFER if self.tier in EVENT_LOOP_TIERS else HOLD
 
     def clear(self) -> None:
-        set_host_delay(self.shm_dir, 0.0)   # every live process, also one born in the window
+        onnode.set_host_delay(self.env, self.host, self.shm_dir, 0.0, HOLD)   # every live process, also one born in the window
+        if self.undo is not None and self.env.ledger is not None:
+            self.env.ledger.drop_undo(self.undo)
+            self.undo = None
 
 
 class Delay:
@@ -201,7 +208,7 @@ class Delay:
         """The sends of the window that went without the delay (the queue was full): a warning."""
         if action.mode != DEFER:
             return
-        missed = host_undeferred(action.shm_dir) - action.undeferred
+        missed = onnode.host_undeferred(self.env, action.host, action.shm_dir) - action.undeferred
         if missed > 0:
             self.warnings.append(f"delay at the {action.tier} tier on {action.host}: {missed} send(s) not deferred "
                                  "(the interceptor's queue was full, NESTLAB_DEFER_MAX_BYTES): they went without "
@@ -218,11 +225,16 @@ class Delay:
         shm = (getattr(env.workloads, "client_env", {}) or {}).get(f.host, {}).get(ENV_SHM_DIR)
         if not shm:
             raise NoTarget(f"{f.host}'s processes do not run under the interceptor")
-        action = Held(shm, f.host, f.by, [], tier=tier, undeferred=host_undeferred(shm))
+        action = Held(shm, f.host, f.by, [], tier=tier, undeferred=onnode.host_undeferred(env, f.host, shm), env=env)
         self.switches.append(action)   # first: teardown clears what a hold interrupted midway (Ctrl-C) set
-        pids = action.pids = set_host_delay(shm, f.by, action.mode)
+        if onnode.remote(env) and env.ledger is not None:   # a killed runner's delay is set back to 0
+            argv, what = onnode.delay_undo(env, f.host, shm), f"the reply delay in {shm} back to 0 (a delay fault's)"
+            action.undo = {"node": f.host, "argv": argv, "what": what}
+            env.ledger.add_undo(f.host, argv, what)
+        pids = action.pids = onnode.set_host_delay(env, f.host, shm, f.by, action.mode)
         start = env.clocks.from_runner(monotonic())
         if not pids:
+            action.clear()   # nothing was set; its undo goes
             action.removed = start
             raise NoTarget(f"no process of the {tier} tier on {f.host} runs under the interceptor")
         text = f"replies of the {tier} tier on {f.host} {'deferred' if action.mode == DEFER else 'held'} {f.by * 1000:g} ms"

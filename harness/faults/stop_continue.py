@@ -1,6 +1,8 @@
 """What server_pause and tier_pause share: a process group on a node stopped (SIGSTOP) and continued
 (SIGCONT), each verified in the state of every thread of its processes, and every group still stopped
-continued at teardown (an interrupted run), so that it can be stopped in turn."""
+continued at teardown (an interrupted run), so that it can be stopped in turn. On a testbed node the
+SIGCONT is in the run's ledger while the group is stopped (harness.faults.onnode.cont_undo), for
+teardown and `nestlab cleanup` after a killed runner."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from harness.faults import onnode
 from harness.faults.base import FaultEnv, Part
 from harness.faults.spec import FaultSpec
 
@@ -24,6 +27,7 @@ class Stopped:
     node: str
     proc: Proc                    # the group's leader: signals go to its process group
     resumed: float | None = None
+    undo: dict | None = None      # its entry in the ledger (testbed nodes)
 
 
 def verify(node, pids: Sequence[int], stopped: bool) -> float:
@@ -61,6 +65,12 @@ class StopContinue:
         node = self.env.backend.node(node_name)
         action = Stopped(node_name, proc)
         self.paused.append(action)
+        ledger = self.env.ledger
+        if onnode.remote(self.env) and ledger is not None:   # before the stop: a killed runner's is undone
+            argv = onnode.cont_undo(self.env, node_name, proc.pid, proc.start_time)
+            what = f"SIGCONT to process group {proc.pid} (a stopped fault's)"
+            action.undo = {"node": node_name, "argv": argv, "what": what}
+            ledger.add_undo(node_name, argv, what)
         node.signal(proc, signal.SIGSTOP)
         return action, self.env.clocks.from_node(node_name, verify(node, self.pids(action), stopped=True))
 
@@ -70,7 +80,13 @@ class StopContinue:
             node = self.env.backend.node(action.node)
             node.signal(action.proc, signal.SIGCONT)
             action.resumed = self.env.clocks.from_node(action.node, verify(node, self.pids(action), stopped=False))
+            self._forget(action)
         return action.resumed
+
+    def _forget(self, action: Stopped) -> None:
+        if action.undo is not None and self.env.ledger is not None:
+            self.env.ledger.drop_undo(action.undo)
+            action.undo = None
 
     def teardown(self) -> None:
         for p in self.paused:
@@ -78,3 +94,4 @@ class StopContinue:
                 node = self.env.backend.node(p.node)
                 node.signal(p.proc, signal.SIGCONT)
                 p.resumed = self.env.clocks.from_node(p.node, node.monotonic())
+                self._forget(p)

@@ -9,11 +9,11 @@ tcp_drop and app_pause take `target: {host: H}`; slow and tier_pause `host: H` (
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
+from harness.faults import onnode
 from harness.faults.base import NoTarget
 from harness.faults.spec import FaultSpec, Footprint, Loc, SpecView
 
@@ -64,20 +64,6 @@ class TierHostSpec(FaultSpec):
         return self.host
 
 
-def group_pids(pgid: int, proc: str = "/proc") -> list[int]:
-    """Every live process of a process group (Mininet hosts share this machine's pids); zombies left out
-    (a stopped master cannot reap them, and a Z task never shows a stop)."""
-    out = []
-    for stat in Path(proc).glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            out.append(int(stat.parent.name))
-    return sorted(out)
-
-
 def tier_daemon(env: FaultEnv, host: str) -> tuple[int, str, Any]:
     """(service workload, tier, daemon process) of the tier on `host`; NoTarget when it is not running."""
     found = tier_on(env.spec, host)
@@ -94,29 +80,19 @@ def tier_daemon(env: FaultEnv, host: str) -> tuple[int, str, Any]:
 def tier_pids(env: FaultEnv, host: str) -> tuple[int, str, list[int]]:
     """(service workload, tier, every process of the tier's daemon group on `host`)."""
     i, tier, proc = tier_daemon(env, host)
-    pids = group_pids(proc.pid)
+    pids = onnode.group_pids(env, host, proc.pid)
     if not pids:
         raise NoTarget(f"the {tier} daemon on {host} has no live process")
     return i, tier, pids
 
 
-
 def observed_pids(env: FaultEnv, host: str, pids: list[int]) -> list[int]:
     """Those of `pids` that the collector records as application modules on a monitored `host`: a
     process under the interceptor (a counter file in the host's directory) that has had a data socket
-    (harness.collector.appsockets reports no other; a daemon's master that only listens is none)."""
+    (harness.agent.application_pids; on a testbed node, read there)."""
     from harness.faults.spec import monitored_hosts
-    from harness.interceptor.shm import HF_HAD_GRAPH, read_process, shm_file
 
     shm = (getattr(env, "shm_dirs", None) or {}).get(host)
     if host not in monitored_hosts(env.spec) or shm is None:
         return []
-    out = []
-    for pid in pids:
-        try:
-            snap = read_process(shm_file(shm, pid))
-        except (OSError, ValueError, RuntimeError):   # gone, or not (yet) a whole counter file
-            continue
-        if snap.flags & HF_HAD_GRAPH or any(s.is_module for s in snap.sockets):
-            out.append(pid)
-    return out
+    return onnode.application_pids(env, host, shm, pids)

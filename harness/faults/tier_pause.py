@@ -1,7 +1,8 @@
 """tier_pause: a service tier's daemons on one host stopped (SIGSTOP to the daemon's process group:
 nginx, gunicorn and its workers, memcached or MariaDB) and continued (SIGCONT), verified both ways by
 the state of every thread of every process of the group (docs/service.md; issue 33 item 5's paused
-tier, e.g. a paused cache).
+tier, e.g. a paused cache). On a testbed node all of it is read and done on the node
+(harness.faults.onnode), and the SIGCONT is in the run's ledger while the group is stopped.
 
     - {kind: tier_pause, host: cache, schedule: {at: [20s], duration: 3s}}
 
@@ -17,9 +18,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from harness.faults import onnode
 from harness.faults.base import Part, target_json
+from harness.faults.onnode import local_group_pids as group_pids
 from harness.faults.stop_continue import StopContinue, Stopped
-from harness.faults.tier_hosts import TierHostSpec, group_pids, observed_pids, tier_daemon, tier_on
+from harness.faults.tier_hosts import TierHostSpec, observed_pids, tier_daemon, tier_on
 from rundir.faultkinds import FaultKindInfo
 
 if TYPE_CHECKING:
@@ -40,7 +43,7 @@ class TierPause(StopContinue):
     spec = TierPauseSpec
 
     def pids(self, action: Stopped) -> list[int]:
-        return group_pids(action.proc.pid)
+        return onnode.group_pids(self.env, action.node, action.proc.pid)   # on the node where the tier runs
 
     def describe(self, action: Stopped) -> str:
         return f"SIGSTOP / SIGCONT to process group {action.proc.pid} ({' '.join(action.proc.argv[:3])}) on {action.node}"

@@ -232,8 +232,11 @@ class SshBackend:
 
     def _poll_snapshots(self, name: str) -> None:
         """A collector's snapshot count, for the progress line and the stall check (off the main loop).
-        A node that does not answer keeps its last count: the lab's stall check names it."""
+        A node that does not answer keeps its last count, and one that does not answer an SSH keepalive
+        either is marked gone (SshNode.check_alive): the lab's checks name it."""
         while not self._poller_stop.wait(PROGRESS_S):
+            if not self.nodes[name].check_alive():   # beside the main thread's requests: marked gone, named
+                return                                # by the lab's check of its collector
             try:
                 self._progress[name] = self.snapshots(name, server=False)
             except Exception:  # noqa: BLE001 - progress only

@@ -8,6 +8,12 @@ writing their output to a log on the node, and reports their exits on its stderr
 process costs no round trip; it also reads the node's clock in-process. The few commands that run
 through the login shell (the first check of each node, the command server itself, the progress
 reads) are argv lists joined with shlex.join: no spec field ever reaches a shell unquoted.
+
+A request unanswered for ALIVE_AFTER_S asks the node's sshd whether it is there at all (an SSH
+keepalive, which sshd answers whatever the command server is busy with): a node that does not answer
+that within ALIVE_WAIT_S is gone (NodeGone: one line naming it, exit status 2), and every later
+request to it fails at once, so that a dead node holds neither the run loop nor teardown for a
+command's whole timeout.
 """
 
 from __future__ import annotations
@@ -25,12 +31,37 @@ from pathlib import Path
 import paramiko
 
 from harness.backends.base import Proc
-from harness.backends.ssh.transport import Connection
+from harness.backends.ssh.transport import Connection, SshError
 from harness.ledger import Ledger
 from rundir.db import monotonic
 
 SCRATCH_MARK = "NESTLAB_SCRATCH"   # in the environment of what a run starts: its scratch directory
 CLOCK_ROUNDS = 15              # round trips per node when measuring clock offsets; the fastest is kept
+ALIVE_AFTER_S = 2.0            # a request unanswered this long: is the node still there? (an SSH keepalive)
+ALIVE_WAIT_S = 4.0             # how long sshd may take to answer the keepalive before the node counts as gone
+
+
+class NodeGone(SshError):
+    """A node stopped answering mid-run (its machine or network gone): one line naming it, exit 2."""
+
+
+def answers_keepalive(transport, wait: float | None = None) -> bool:
+    """Whether the SSH server behind `transport` answers a keepalive within `wait` seconds (OpenSSH's
+    own `keepalive@openssh.com`: sshd answers it, with a failure, at once). Asked from a thread: paramiko
+    waits for the answer as long as the connection stays open."""
+    done, answered = threading.Event(), []
+
+    def ask() -> None:
+        try:
+            transport.global_request("keepalive@openssh.com", wait=True)
+            answered.append(transport.is_active())
+        except Exception:  # noqa: BLE001 - no answer
+            pass
+        finally:
+            done.set()
+
+    threading.Thread(target=ask, name="keepalive", daemon=True).start()
+    return done.wait(ALIVE_WAIT_S if wait is None else wait) and answered == [True]
 
 SERVER_SOURCE = (Path(__file__).resolve().parent / "nodeserver.py").read_text()
 
@@ -62,6 +93,7 @@ class SshNode:
         self._spawned: dict[int, str] = {}   # pid -> start time: started by the current server, still running
         self._server_lock = threading.RLock()
         self._seq = 0
+        self.gone: str | None = None   # why the node counts as gone (NodeGone): nothing more is asked of it
 
     # -- commands ------------------------------------------------------------------------------
     def command(self, argv: list[str], sudo: bool = True) -> str:
@@ -72,6 +104,8 @@ class SshNode:
         """Run argv on the node: through the command server (privileged) once it is up, except for
         commands that must run as the login user (sudo=False) or off the main thread (server=False)."""
         argv = [str(a) for a in argv]
+        if self.gone is not None:
+            raise NodeGone(self.gone)
         if self.use_server and server and (sudo or not self.p.sudo):
             a = self._request({"op": "run", "argv": argv, "input": input, "timeout": timeout}, timeout + 10)
             if a.get("rc", 0) is None:
@@ -85,13 +119,16 @@ class SshNode:
 
     def _request(self, q: dict, timeout: float = 30.0) -> dict:
         with self._server_lock:
+            if self.gone is not None:
+                raise NodeGone(self.gone)
             if self._server is None or self._server.closed:
                 self._start_server()
             chan = self._server
             self._seq += 1
             q = {**q, "id": self._seq}
             chan.sendall(json.dumps(q).encode() + b"\n")
-            deadline = time.monotonic() + timeout
+            asked = time.monotonic()
+            deadline, probe = asked + timeout, asked + ALIVE_AFTER_S
             while True:
                 # An answer to an earlier request that was interrupted (Ctrl-C) is skipped.
                 while b"\n" in self._server_buf:
@@ -107,6 +144,12 @@ class SshNode:
                     self._server_buf += chan.recv(1 << 16)
                     continue
                 self._drain_events()
+                if self.gone is not None:   # found gone meanwhile (the progress thread's check_alive)
+                    self._give_up(q, time.monotonic() - asked)
+                if time.monotonic() > probe and not chan.closed:   # a slow command, or a node gone?
+                    if not answers_keepalive(chan.get_transport()):
+                        self._give_up(q, time.monotonic() - asked)
+                    probe = time.monotonic() + ALIVE_AFTER_S
                 if chan.exit_status_ready() or chan.closed or time.monotonic() > deadline:
                     chan.close()
                     self._server = None
@@ -116,6 +159,41 @@ class SshNode:
         if "error" in a:
             raise RuntimeError(f"{self.name}: {q['op']} {shlex.join(q.get('argv', []))}: {a['error']}")
         return a
+
+    def _give_up(self, q: dict, waited: float) -> None:
+        """The node is gone: NodeGone now and for every later request; its command server counts as
+        ended (what it started: exit unknown, -1), so the run's checks name the node."""
+        what = f"{q['op']} {shlex.join(q.get('argv', []))}".strip()
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        self._mark_gone(f"{self.p.where}: it stopped answering (no answer for {waited:.1f} s, nor to an SSH "
+                        f"keepalive within {ALIVE_WAIT_S:g} s) during {what[:120]}; what was recorded until then is kept")
+        raise NodeGone(self.gone)
+
+    def check_alive(self) -> bool:
+        """Beside the main thread's requests (the progress thread, every few seconds): an SSH keepalive
+        on the node's connection. A node that does not answer it is marked gone: the main thread's
+        request to it then fails at once, and what it started counts as ended (exit unknown), which
+        the run's checks name."""
+        if self.gone is not None:
+            return False
+        clients = list(getattr(self.conn, "clients", []))
+        transport = clients[0][0].get_transport() if clients else None
+        if transport is not None and answers_keepalive(transport):
+            return True
+        self._mark_gone(f"{self.p.where}: it stopped answering (no answer to an SSH keepalive within "
+                        f"{ALIVE_WAIT_S:g} s); what was recorded until then is kept")
+        return False
+
+    def _mark_gone(self, why: str) -> None:
+        """Nothing more is asked of the node; its connections are closed, so that an SFTP call (which
+        has no timeout of its own) fails at once rather than never."""
+        self.gone = self.gone or why
+        try:
+            self.conn.close()
+        except Exception:  # noqa: BLE001 - closing what is already dead
+            pass
 
     def _start_server(self) -> None:
         """Start a command server; if it replaces one (that stopped answering), end what that one
@@ -157,6 +235,8 @@ class SshNode:
                 self._spawned.pop(int(f[1]), None)
 
     def exit_code(self, pid: int) -> int | None:
+        if self.gone is not None and pid not in self._exits:
+            return -1              # a node gone: its exit will never be reported
         with self._server_lock:
             self._drain_events()
             if pid not in self._exits and (self._server is None or self._server.closed):
@@ -209,12 +289,18 @@ class SshNode:
 
     # -- files ---------------------------------------------------------------------------------
     def put(self, local: Path, remote: str) -> None:
+        if self.gone is not None:
+            raise NodeGone(self.gone)
         self.conn.sftp.put(str(local), remote)
 
     def get(self, remote: str, local: Path) -> None:
+        if self.gone is not None:   # an SFTP read from a node gone would wait for the connection to drop
+            raise NodeGone(self.gone)
         self.conn.sftp.get(remote, str(local))
 
     def exists(self, remote: str) -> bool:
+        if self.gone is not None:
+            raise NodeGone(self.gone)
         try:
             self.conn.sftp.stat(remote)
             return True
