@@ -33,6 +33,7 @@ from tests.test_ssh_backend import nodes_left_as_found, run_traces, sshd_testbed
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 SERVICE = REPO / "topologies" / "service.yaml"
+TIERS = ("web", "app1", "app2", "cache", "db")
 SPEC = f"""\
 name: e2e_ssh_tier_faults
 topology: {SERVICE}
@@ -200,6 +201,21 @@ def test_a_sigkilled_runners_cgroup_and_stopped_tier_are_undone_by_cleanup(net, 
     undo = [u for u in ledger.get("remote", {}).get("undo", []) if "slow fault's cgroup" in u["what"]]
     assert len(undo) == 1 and undo[0]["node"] == "app1", ledger.get("remote", {}).get("undo")
     assert undo[0]["argv"][3] == "remove" and undo[0]["argv"][4].endswith("-app1")
+    assert "remote process group(s) killed" in r.stdout and "brought back" in r.stdout, r.stdout
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["status"] == "interrupted" and "cleanup" in m["reason"]
+    db = _db(run)
+    try:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert db.execute("SELECT count(*) FROM snapshots").fetchone()[0] >= 60
+        # every node's recording came back, merged on the reference's snapshots, each closed by its collector
+        assert {json.loads(a).get("host") for (a,) in db.execute("SELECT attrs FROM modules")} == set(TIERS)
+        assert db.execute("SELECT count(*) FROM modules WHERE died IS NULL").fetchone()[0] == 0
+        assert {h for (h,) in db.execute("SELECT DISTINCT host FROM messages")} >= set(TIERS)
+    finally:
+        db.close()
+    for name in ("collector.log", "collector-db.log", "service-db-db.log"):
+        assert (run / "logs" / name).exists(), name
 
 
 def test_a_node_that_stops_answering_fails_the_run_within_seconds_naming_it(net, tmp_path, clean_nodes):
