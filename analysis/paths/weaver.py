@@ -44,6 +44,7 @@ from scipy.sparse.csgraph import connected_components
 
 from analysis.paths.callpairs import call_pairs, candidates, pick, result
 from analysis.paths.model import PathsResult
+from analysis.paths.weaver_joint import HI, JOINT_DEFAULTS, LO, MAX_KERNEL, log_bins, refine
 
 DEFAULTS: dict[str, object] = {
     "max_parents": 64,          # candidate incoming calls per outgoing call
@@ -53,15 +54,9 @@ DEFAULTS: dict[str, object] = {
     "leave_cost": 60.0,         # cost of leaving a call without a parent (a root)
     "window": 400,              # calls solved together at most
     "kernel": 2.0,              # delay histograms smoothed: Silverman's bandwidth times this
+    **JOINT_DEFAULTS,           # the joint choice that follows (weaver_joint.py)
 }
-FLOOR = 1e-7                    # s: delays below a tenth of a µs share the first bin
-LO, HI = -7.0, 3.0              # log10 s range of the histograms
-MAX_KERNEL = 8                  # bins: the widest smoothing
-
-
-def _bins(x: np.ndarray, per_decade: int) -> np.ndarray:
-    v = np.log10(np.maximum(x, FLOOR))
-    return np.clip(((v - LO) * per_decade).astype(np.int64), 0, int((HI - LO) * per_decade))
+_bins = log_bins
 
 
 def _log_density(key: np.ndarray, b: np.ndarray, weight: np.ndarray, n_bins: int, kernel: float = 0) -> np.ndarray:
@@ -163,7 +158,8 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
                         float(p["leave_cost"]), int(p["window"]), cp.out_start)
         if r and np.array_equal(chosen, before):
             break                                   # settled: another round would change nothing
-    return result("traceweaver", cp, chosen, p)
+    chosen, warnings = refine(cp, child, parent, cost, chosen, p)
+    return result("traceweaver", cp, chosen, p, warnings)
 
 
 def _solve(child, parent, key, cost, slots, order, bounds, n, max_calls, leave_cost, window, out_start):
