@@ -31,8 +31,6 @@ mapping is forced. The whole is repeated `joint_rounds` times, the model relearn
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pandas as pd
 from scipy.optimize import Bounds, LinearConstraint, milp
@@ -48,9 +46,10 @@ JOINT_DEFAULTS: dict[str, object] = {
     "shapes": 4,                # call-graph shapes tried per incoming call
     "max_combos": 256,          # every combination enumerated up to this many, else a beam
     "chunk": 300,               # incoming calls solved together at most
-    "unary": 1.0,               # weight of each call's own cost (weaver.py's) beside the chain's
+    "unary": 2.0,               # weight of each call's own cost (weaver.py's) beside the chain's
     "milp_seconds": 5.0,        # HiGHS's time limit per chunk (then the per-callee mapping stays)
 }
+TIE = 1e-6                      # per call a tuple leaves where the per-callee assignment put it
 _MIX = np.random.default_rng(43).integers(1, 2**62, size=1 << 16, dtype=np.int64)   # shape hashing
 
 
@@ -86,6 +85,12 @@ def _table(code: np.ndarray, b: np.ndarray, n_keys: int, n_bins: int, kernel: fl
     return np.log((mass + 0.5) / (total[:, None] + 0.5 * n_bins))
 
 
+def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The indices lo[0]..hi[0]-1, lo[1]..hi[1]-1, ... as one array."""
+    ln = np.maximum(hi - lo, 0)
+    return np.repeat(lo - np.r_[0, np.cumsum(ln)[:-1]], ln) + np.arange(int(ln.sum()))
+
+
 class Model:
     """The call graph's shapes and the chain's gap densities, learned from a mapping."""
 
@@ -102,21 +107,23 @@ class Model:
         counts = frame.groupby(["key", "shape"], sort=False).agg(n=("p", "size"), p=("p", "first")).reset_index()
         total = counts.groupby("key")["n"].transform("sum")
         counts["logp"] = np.log((counts["n"] + 0.5) / (total + 1.0))
-        self.logp = dict(zip(zip(counts["key"].tolist(), counts["shape"].tolist(), strict=True), counts["logp"].tolist(), strict=False))
+        self.logp = dict(zip(zip(counts["key"].tolist(), counts["shape"].tolist(), strict=True),
+                             counts["logp"].tolist(), strict=True))
         self.floor = {int(k): float(np.log(0.5 / (t + 1.0))) for k, t in counts.groupby("key")["n"].sum().items()}
-        counts = counts.sort_values(["key", "n"], ascending=[True, False])
+        counts = counts.sort_values(["key", "n"], ascending=[True, False], kind="stable")
         counts = counts[counts.groupby("key").cumcount() < n_shapes]
-        by_parent = pd.Series(cp.callee[kids]).groupby(chosen[kids]).agg(lambda s: sorted(s.tolist()))
-        self.shapes: dict[int, list[tuple[int, dict[int, int], float]]] = {}
-        for key, shp, p, lp in zip(counts["key"].tolist(), counts["shape"].tolist(), counts["p"].tolist(),
-                                   counts["logp"].tolist(), strict=True):
-            callees = by_parent.get(p, [])
-            need: dict[int, int] = {}
-            for d in callees:
-                need[d] = need.get(d, 0) + 1
-            self.shapes.setdefault(key, []).append((shp, need, lp))
+        # the shapes tried, by key: each as its sorted callees (those of one incoming call that made it)
+        o = np.lexsort((cp.callee[kids], chosen[kids]))
+        by_par, by_callee = chosen[kids][o], cp.callee[kids][o]
+        rep = counts["p"].to_numpy()
+        lo, hi = np.searchsorted(by_par, rep, "left"), np.searchsorted(by_par, rep, "right")
+        self.sh_key = counts["key"].to_numpy()
+        self.sh_logp = counts["logp"].to_numpy()
+        self.sh_len = hi - lo
+        self.sh_start = np.r_[0, np.cumsum(self.sh_len)[:-1]].astype(np.int64)
+        self.el_callee = by_callee[_ranges(lo, hi)]
         # the chain's gaps of every current tuple, and their density tables
-        order = np.lexsort((cp.out_start[kids], chosen[kids]))
+        order = np.lexsort((kids, cp.callee[kids], cp.out_start[kids], chosen[kids]))   # ties: by callee
         par, kid = chosen[kids][order], kids[order]
         gk, gv, _ = self._tuple_gaps(np.arange(n), par, kid)
         self.codes = pd.Index(pd.unique(gk))
@@ -128,7 +135,7 @@ class Model:
         with no row are empty. Without the shape's prior."""
         cp = self.cp
         t_of, kid = rows[:, 0], rows[:, 1]
-        order = np.lexsort((cp.out_start[kid], t_of))
+        order = np.lexsort((kid, cp.callee[kid], cp.out_start[kid], t_of))     # as Model's
         t_of, kid = t_of[order], kid[order]
         # tuples as pseudo-parents: gaps keyed by their owner's key (the `par` of _gaps is a tuple id)
         keys, vals, tid = self._tuple_gaps(owner, t_of, kid)
@@ -159,7 +166,7 @@ class Model:
             keys.append((self.in_key[owner[tt]] * (nn + 2) + cp.callee[ll]) * (nn + 2) + OUT)
             vals.append(cp.in_end[owner[tt]] - latest_back)
             tids.append(tt)
-        empty = np.setdiff1d(np.arange(len(owner)), t_of)
+        empty = np.flatnonzero(np.bincount(t_of, minlength=len(owner)) == 0)
         pe = owner[empty]
         keys.append((self.in_key[pe] * (nn + 2) + IN) * (nn + 2) + OUT)
         vals.append(cp.in_end[pe] - cp.in_start[pe])
@@ -188,14 +195,13 @@ def refine(cp, child: np.ndarray, parent: np.ndarray, unary: np.ndarray, chosen:
     ps = np.unique(e_parent)
     if not ps.size:
         return chosen, warnings
-    ptr = np.searchsorted(e_parent, np.r_[ps, n])
-    at = {int(x): (int(a), int(b)) for x, a, b in zip(ps.tolist(), ptr[:-1].tolist(), ptr[1:].tolist(), strict=True)}
     ps = ps[np.lexsort((cp.in_start[ps], comp[ps]))]
     cut = np.flatnonzero(np.r_[True, comp[ps][1:] != comp[ps][:-1]])
-    chunks = []
-    for a, b in zip(cut.tolist(), np.r_[cut[1:], len(ps)].tolist(), strict=True):
-        chunks += [ps[x:min(x + int(p["chunk"]), b)] for x in range(a, b, int(p["chunk"]))]
     big = np.bincount(comp[ps], minlength=comp.max() + 1)[comp[ps]] > int(p["chunk"])
+    chunks = []                                       # the large components' chunks, in time order
+    for a, b in zip(cut.tolist(), np.r_[cut[1:], len(ps)].tolist(), strict=True):
+        if big[a]:
+            chunks += [ps[x:min(x + int(p["chunk"]), b)] for x in range(a, b, int(p["chunk"]))]
     failed = 0
     for _ in range(int(p["joint_rounds"])):
         model = Model(cp, chosen, int(p["bins_per_decade"]), float(p["kernel"]), int(p["shapes"]))
@@ -205,13 +211,12 @@ def refine(cp, child: np.ndarray, parent: np.ndarray, unary: np.ndarray, chosen:
         groups = [ps[~big]] if (~big).any() else []
         groups += chunks
         for ch in groups:
-            got = _choose(ch.tolist(), at, e_child, e_cost, comp, model, chosen, taken, p)
+            mine = np.isin(e_parent, ch) & ~taken[e_child]
+            got = _choose(ch, e_parent[mine], e_child[mine], e_cost[mine], comp, model, chosen, p)
             if got is None:
                 failed += 1
                 continue
-            kids = np.concatenate([e_child[slice(*at[x])] for x in ch.tolist()])
-            kids = kids[~taken[kids]]
-            new[kids] = -1
+            new[e_child[mine]] = -1
             owners, calls = got
             new[calls] = owners
             taken[calls] = True
@@ -224,95 +229,188 @@ def refine(cp, child: np.ndarray, parent: np.ndarray, unary: np.ndarray, chosen:
     return chosen, warnings
 
 
-def _choose(ps: list[int], at: dict, e_child: np.ndarray, e_cost: np.ndarray, comp: np.ndarray, model: Model,
-            chosen: np.ndarray, taken: np.ndarray, p: dict) -> tuple[np.ndarray, np.ndarray] | None:
+def _options(ps: np.ndarray, e_par: np.ndarray, e_kid: np.ndarray, model: Model, chosen: np.ndarray,
+             top_k: int, max_combos: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The candidate tuples of the incoming calls `ps` over their open candidate edges (e_par, e_kid,
+    sorted by parent, callee and own cost): (owner, prior, current, row_tuple, row_edge): each tuple's
+    incoming call, its shape's log share, whether it is the current mapping's, and its calls as rows
+    (tuple, index into the edges). First each incoming call's current tuple, then its empty one, then
+    every shape's combinations of candidates (callees in the shape's order; a callee twice in a shape
+    takes two distinct calls in the order of their cost), at most `max_combos` per shape."""
+    cp, nn = model.cp, model.nn
+    pool_key = e_par * nn + cp.callee[e_kid]
+    # the current tuples and the empty ones
+    cur = chosen[e_kid] == e_par
+    h = np.zeros(cp.n, dtype=np.int64)
+    np.add.at(h, e_par[cur], _MIX[cp.callee[e_kid[cur]] % len(_MIX)])
+    keys = model.in_key[ps]
+    floor = [model.floor.get(k, -10.0) for k in keys.tolist()]
+    lp_cur = [model.logp.get((k, x), f) for k, x, f in zip(keys.tolist(), h[ps].tolist(), floor, strict=True)]
+    lp_empty = [model.logp.get((k, 0), f) for k, f in zip(keys.tolist(), floor, strict=True)]
+    n_p = len(ps)
+    slot = np.zeros(cp.n, dtype=np.int64)
+    slot[ps] = np.arange(n_p)
+    owner = [ps, ps]
+    prior = [np.asarray(lp_cur), np.asarray(lp_empty)]
+    current = [np.ones(n_p, dtype=bool), np.zeros(n_p, dtype=bool)]
+    row_t, row_e = [slot[e_par[cur]]], [np.flatnonzero(cur)]
+    # (incoming call, shape) instances, expanded one element of the shape at a time
+    lo = np.searchsorted(model.sh_key, keys, "left")
+    hi = np.searchsorted(model.sh_key, keys, "right")
+    shape = _ranges(lo, hi)
+    ip = np.repeat(ps, hi - lo)
+    length = model.sh_len[shape]
+    width = int(length.max(initial=0))
+    # each element's pool of candidates; a shape the candidates cannot fill is dropped
+    big = np.zeros(len(shape))
+    ok = np.ones(len(shape), dtype=bool)
+    for pos in range(width):
+        act = length > pos
+        d = model.el_callee[model.sh_start[shape[act]] + pos]
+        q = ip[act] * nn + d
+        have = np.searchsorted(pool_key, q, "right") - np.searchsorted(pool_key, q, "left")
+        rep = np.zeros(act.sum(), dtype=np.int64)
+        if pos:
+            same = d == model.el_callee[model.sh_start[shape[act]] + pos - 1]
+            rep = np.where(same, _run(same), 0)
+        ok[act] &= have > rep
+        big[act] += np.log(np.maximum(have, 1))
+    keep_each = np.where(big > np.log(max_combos),
+                         np.maximum(top_k, np.floor(max_combos ** (1 / np.maximum(length, 1)))), np.inf)
+    inst = np.flatnonzero(ok)
+    t_inst = inst.copy()                                  # one partial tuple per instance, to expand
+    picks = np.full((len(inst), max(width, 1)), -1, dtype=np.int64)
+    last = np.full(len(inst), -1, dtype=np.int64)
+    for pos in range(width):
+        act = length[t_inst] > pos
+        a = np.flatnonzero(act)
+        sh = shape[t_inst[a]]
+        d = model.el_callee[model.sh_start[sh] + pos]
+        q = ip[t_inst[a]] * nn + d
+        st = np.searchsorted(pool_key, q, "left")
+        ln = np.minimum(np.searchsorted(pool_key, q, "right") - st, keep_each[t_inst[a]]).astype(np.int64)
+        same = (d == model.el_callee[model.sh_start[sh] + pos - 1]) if pos else np.zeros(len(a), bool)
+        first = np.where(same, last[a] - st + 1, 0)       # a callee twice: the next call after the last
+        k = np.maximum(ln - first, 0)
+        src = np.repeat(a, k)
+        off = np.repeat(first - np.r_[0, np.cumsum(k)[:-1]], k) + np.arange(int(k.sum()))
+        grown = picks[src]
+        grown[:, pos] = np.repeat(st, k) + off
+        rest = np.flatnonzero(~act)
+        t_inst = np.r_[t_inst[rest], t_inst[src]]
+        picks = np.vstack([picks[rest], grown])
+        last = np.r_[last[rest], np.repeat(st, k) + off]
+        o = np.argsort(t_inst, kind="stable")             # at most max_combos per instance
+        t_inst, picks, last = t_inst[o], picks[o], last[o]
+        rank = np.arange(len(t_inst)) - np.searchsorted(t_inst, t_inst)
+        cap = rank < max_combos
+        t_inst, picks, last = t_inst[cap], picks[cap], last[cap]
+    base = 2 * n_p
+    owner.append(ip[t_inst])
+    prior.append(model.sh_logp[shape[t_inst]])
+    current.append(np.zeros(len(t_inst), dtype=bool))
+    r, c = np.nonzero(picks >= 0)
+    row_t.append(base + r)
+    row_e.append(picks[r, c])
+    return (np.concatenate(owner), np.concatenate(prior), np.concatenate(current), np.concatenate(row_t),
+            np.concatenate(row_e))
+
+
+def _run(same: np.ndarray) -> np.ndarray:
+    """Per position, how many positions before it in a row are `same` (the run length so far)."""
+    idx = np.arange(len(same))
+    start = np.maximum.accumulate(np.where(~same, idx, 0))
+    return idx - start
+
+
+def _choose(ps: np.ndarray, e_par: np.ndarray, e_kid: np.ndarray, e_cost: np.ndarray, comp: np.ndarray,
+            model: Model, chosen: np.ndarray, p: dict) -> tuple[np.ndarray, np.ndarray] | None:
     """The chosen tuples of these incoming calls as (owner, call) rows; None: not solved in time."""
-    cp, top_k, max_combos = model.cp, int(p["top_k"]), int(p["max_combos"])
-    owner, rows, prior, forced, own = [], [], [], [], {}
-    for x in ps:
-        sl = slice(*at[x])
-        kids = [c for c in e_child[sl].tolist() if not taken[c]]
-        own.update(((x, c), v) for c, v in zip(e_child[sl].tolist(), e_cost[sl].tolist(), strict=True))
-        by: dict[int, list[int]] = {}
-        for c in kids:
-            by.setdefault(int(cp.callee[c]), []).append(c)
-        key = int(model.in_key[x])
-        floor = model.floor.get(key, -10.0)
-        seen: set[tuple[int, ...]] = set()
-        current = tuple(sorted(c for c in kids if chosen[c] == x))
-        cur_hash = int(_MIX[cp.callee[list(current)] % len(_MIX)].sum()) if current else 0
-        options = [(current, model.logp.get((key, cur_hash), floor), True)]
-        if current:
-            options.append(((), model.logp.get((key, 0), floor), False))
-        for _, need, lp in model.shapes.get(key, []):
-            if any(len(by.get(d, ())) < k for d, k in need.items()):
-                continue
-            pools = [by[d] for d in need]
-            size = np.prod([len(q) for q in pools], dtype=np.float64)
-            if size > max_combos:     # a beam: each callee's best candidates by their own cost
-                m = max(top_k, int(max_combos ** (1 / max(1, sum(need.values())))))
-                pools = [q[:m] for q in pools]
-            combos = itertools.product(*[itertools.combinations(q, k) for q, k in zip(pools, need.values(), strict=True)])
-            for combo in itertools.islice(combos, max_combos):
-                options.append((tuple(sorted(itertools.chain.from_iterable(combo))), lp, False))
-        for t, lp, is_current in options:
-            if t in seen:
-                continue
-            seen.add(t)
-            tid = len(owner)
-            owner.append(x)
-            rows += [(tid, c) for c in t]
-            prior.append(lp)
-            forced.append(is_current)
-    owner_a = np.asarray(owner, dtype=np.int64)
-    rows_a = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
-    cost = model.costs(owner_a, rows_a) - np.asarray(prior)
+    top_k = int(p["top_k"])
+    owner, prior, forced, row_t, row_e = _options(ps, e_par, e_kid, model, chosen, top_k, int(p["max_combos"]))
+    # the same tuple twice (a shape's combination that is the current one): the first kept
+    mix = np.random.default_rng(0).integers(1, 2**62, size=max(len(e_kid), 1), dtype=np.int64)
+    h = np.zeros(len(owner), dtype=np.int64)
+    np.add.at(h, row_t, mix[row_e])
+    dup = pd.DataFrame({"o": owner, "h": h}).duplicated().to_numpy()
+    if dup.any():
+        ok = ~dup
+        remap = np.cumsum(ok) - 1
+        keep_rows = ok[row_t]
+        owner, prior, forced = owner[ok], prior[ok], forced[ok]
+        row_t, row_e = remap[row_t[keep_rows]], row_e[keep_rows]
+    rows_a = np.c_[row_t, e_kid[row_e]]
+    cost = model.costs(owner, rows_a) - prior
     if float(p["unary"]):           # beside the chain, each call's own cost (weaver.py's pre and post)
-        uc = np.fromiter((own[(o, c)] for o, c in zip(owner_a[rows_a[:, 0]].tolist(), rows_a[:, 1].tolist(), strict=True)),
-                         dtype=np.float64, count=len(rows_a))
-        cost += float(p["unary"]) * np.bincount(rows_a[:, 0], weights=uc, minlength=len(owner_a))
-    size = np.bincount(rows_a[:, 0], minlength=len(owner_a))
+        cost += float(p["unary"]) * np.bincount(row_t, weights=e_cost[row_e], minlength=len(owner))
+    size = np.bincount(row_t, minlength=len(owner))
     value = cost - float(p["leave_cost"]) * size            # minimised
+    # ties (whole-millisecond stamps make many): the per-callee assignment's calls stay where they are
+    value -= TIE * np.bincount(row_t, weights=chosen[e_kid[row_e]] == e_par[row_e], minlength=len(owner))
     # the top_k per incoming call (its current tuple always kept)
-    order = np.lexsort((value, owner_a))
-    rank = np.arange(len(order)) - np.searchsorted(owner_a[order], owner_a[order])
-    keep = (rank < top_k)[np.argsort(order)] | np.asarray(forced)
-    best = np.zeros(len(owner_a), dtype=bool)
+    order = np.lexsort((value, owner))
+    rank = np.arange(len(order)) - np.searchsorted(owner[order], owner[order])
+    keep = (rank < top_k)[np.argsort(order)] | forced
+    best = np.zeros(len(owner), dtype=bool)
     best[order[rank == 0]] = True
-    # incoming calls whose best tuples collide, and everyone of their components: a program each
+    # incoming calls whose best tuples collide, and everyone of their components: one program
     in_best = rows_a[best[rows_a[:, 0]]]
-    calls, first, counts = np.unique(in_best[:, 1], return_index=True, return_counts=True)
+    calls, counts = np.unique(in_best[:, 1], return_counts=True)
     clash = np.zeros(comp.max() + 1, dtype=bool)
-    clash[comp[owner_a[in_best[np.isin(in_best[:, 1], calls[counts > 1]), 0]]]] = True
-    hard = clash[comp[owner_a]] & keep
-    pick = best & ~clash[comp[owner_a]]
+    clash[comp[owner[in_best[np.isin(in_best[:, 1], calls[counts > 1]), 0]]]] = True
+    hard = clash[comp[owner]] & keep
+    pick = best & ~clash[comp[owner]]
     if hard.any():
         tids = np.flatnonzero(hard)
-        remap = np.full(len(owner_a), -1)
+        remap = np.full(len(owner), -1)
         remap[tids] = np.arange(len(tids))
         r = rows_a[hard[rows_a[:, 0]]]
-        got = _mwis(remap[r[:, 0]], r[:, 1], owner_a[tids], value[tids], float(p["milp_seconds"]))
+        got = _mwis(remap[r[:, 0]], r[:, 1], owner[tids], value[tids], comp[owner[tids]],
+                    float(p["milp_seconds"]))
         if got is None:
             return None
         pick[tids[got]] = True
     r = rows_a[pick[rows_a[:, 0]]]
-    return owner_a[r[:, 0]], r[:, 1]
+    return owner[r[:, 0]], r[:, 1]
 
 
-def _mwis(t_of: np.ndarray, call: np.ndarray, owner: np.ndarray, value: np.ndarray,
+def _mwis(t_of: np.ndarray, call: np.ndarray, owner: np.ndarray, value: np.ndarray, group: np.ndarray,
           seconds: float) -> np.ndarray | None:
     """The tuples to take: exactly one per incoming call, no call in two, the least total value; a
-    0-1 program for HiGHS. None when it finds no solution in time."""
+    0-1 program for HiGHS. Its linear relaxation first (mostly integral here: then it is the answer);
+    the groups (independent parts: `group`, a component label per tuple) where it is fractional are
+    then solved as 0-1 programs. None when HiGHS finds no solution in time."""
+    one, most = _matrices(t_of, call, owner)
+    cons = [LinearConstraint(one, 1, 1)] + ([LinearConstraint(most, 0, 1)] if most.shape[0] else [])
+    lp = milp(value, constraints=cons, bounds=Bounds(0, 1), options={"time_limit": seconds})
+    if lp.x is None:
+        return None
+    x = lp.x
+    frac = (x > 1e-6) & (x < 1 - 1e-6)
+    if not frac.any():
+        return np.flatnonzero(x > 0.5)
+    redo = np.isin(group, np.unique(group[frac]))
+    tids = np.flatnonzero(redo)
+    remap = np.full(len(owner), -1)
+    remap[tids] = np.arange(len(tids))
+    r = redo[t_of]
+    one, most = _matrices(remap[t_of[r]], call[r], owner[tids])
+    cons = [LinearConstraint(one, 1, 1)] + ([LinearConstraint(most, 0, 1)] if most.shape[0] else [])
+    ip = milp(value[tids], constraints=cons, integrality=np.ones(len(tids)), bounds=Bounds(0, 1),
+              options={"time_limit": seconds})
+    if ip.x is None:
+        return None
+    take = (x > 0.5) & ~redo
+    take[tids[ip.x > 0.5]] = True
+    return np.flatnonzero(take)
+
+
+def _matrices(t_of: np.ndarray, call: np.ndarray, owner: np.ndarray):
+    """The program's rows: one per incoming call (its tuples sum to 1), one per outgoing call (at
+    most 1)."""
     n_t = len(owner)
     _, prow = np.unique(owner, return_inverse=True)
     _, crow = np.unique(call, return_inverse=True)
     one = coo_matrix((np.ones(n_t), (prow, np.arange(n_t))), shape=(int(prow.max()) + 1, n_t)).tocsr()
     most = coo_matrix((np.ones(len(call)), (crow, t_of)), shape=(int(crow.max(initial=-1)) + 1, n_t)).tocsr()
-    cons = [LinearConstraint(one, 1, 1)]
-    if most.shape[0]:
-        cons.append(LinearConstraint(most, 0, 1))
-    res = milp(value, constraints=cons, integrality=np.ones(n_t), bounds=Bounds(0, 1),
-               options={"time_limit": seconds})
-    if res.x is None:
-        return None
-    return np.flatnonzero(res.x > 0.5)
+    return one, most
