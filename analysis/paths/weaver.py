@@ -25,13 +25,18 @@ scoreboard: the true delays pile up, the others spread), and a call graph from t
 guess, then alternates solving and learning from the mapping for `rounds` rounds (an EM of hard
 assignments; it stops early once a round changes nothing).
 
-What is simplified against the paper: the call graph is per (caller, service, callee) with no order
-among sibling calls, and the delays are per key, not per sibling position; no batching by time
-windows of the paper's size, no confidence scores. Tried and left out (development sets, issue 43):
-the paper's gaps between consecutive calls of one incoming call (from the preceding sibling's
-return, or its start when the calls overlap, to the call; from the call to the next sibling or the
-reply), scored against the current mapping of the other calls in place of `pre` and `post` or
-beside them: +0.4 to +0.6 points on hotel at load 50, -1 to -1.7 on media at load 25.
+Then TraceWeaver's joint choice (weaver_joint.py): per incoming call a ranked set of tuples of its
+outgoing calls (every callee at once, shaped by the call graph, scored by the chain of gaps between
+consecutive calls beside these costs), and a maximum-weight independent set over the tuples of
+concurrent requests (HiGHS). `joint_rounds=0` leaves the per-callee mapping above as the result.
+
+What is simplified against the paper: the per-callee call graph is per (caller, service, callee)
+with no order among sibling calls (the joint choice's shapes are whole visits, still unordered), and
+the delays are per key, not per sibling position; no batching by time windows of the paper's size,
+no confidence scores. Tried and left out here (development sets, issue 43): the gaps between
+consecutive calls scored call by call inside the per-callee assignment, against the current
+mapping of the other calls: +0.4 to +0.6 points on hotel at load 50, -1 to -1.7 on media at load
+25; scored per whole tuple in the joint choice they help.
 """
 
 from __future__ import annotations

@@ -1,29 +1,36 @@
-"""TraceWeaver's joint choice (after Ashok et al., SIGCOMM'24, section 4; our own implementation from
-the paper's method, none of its code), run on the mapping weaver.py's per-callee assignment settles:
+"""TraceWeaver's joint choice (after Ashok et al., SIGCOMM'24; our own implementation, none of its
+code: the paper's text was not to be had here, its method was read from its artifact's source, which
+ranks candidate mappings per incoming span and picks among them with a commercial MWIS solver), run
+on the mapping weaver.py's per-callee assignment settles:
 
 1. **Candidate mappings per incoming call.** Each incoming call p at a service X offers a ranked set
    of *tuples*: a choice of the outgoing calls it encloses, one set for its whole visit at X (every
    callee at once, where weaver.py's assignment sees one callee at a time). A tuple honours the
    call graph: its callees are one of the *shapes* (multisets of callees) that incoming calls of
    p's key (caller, X) make under the current mapping, each with its share (at most `shapes` of
-   them, the empty one included); p's current tuple is always a candidate too.
-2. **Scored by the chain of delays** the paper learns per service: from p's arrival to its first
+   them); p's current tuple and the empty one are always candidates too.
+2. **Scored by the chain of delays** the artifact learns per service: from p's arrival to its first
    call, from each call to the next (from the previous call's return when it came back before the
    next left, else from its departure: parallel calls leave in a burst), and from the last return
    to p's reply; each gap's density a histogram per (key, callee before, callee after), learned from
-   the current mapping and smoothed like weaver.py's. A request's parallel fan-out leaves in a tight
+   the current mapping and smoothed like weaver.py's (calls leaving in the same µs are chained in
+   callee order, never in the export's row order). A request's parallel fan-out leaves in a tight
    burst, so a tuple mixing two requests' bursts pays for it even where p's own stamps (nginx's
-   whole milliseconds) cannot tell two requests apart. Cost: -log P(shape) - sum of log densities.
-   Per p the `top_k` cheapest tuples are kept (every combination when there are at most
-   `max_combos`, else the best `top_k` by each call's own cost per callee, combined).
+   whole milliseconds) cannot tell two requests apart. Cost: -log P(shape) - the chain's log
+   densities + `unary` x each call's own cost (weaver.py's arrival-to-call and return-to-reply
+   densities: the chain alone reads a call that leaves late among parallel siblings as a long gap
+   after the one before). Per p the `top_k` cheapest tuples are kept; a shape's combinations are
+   all tried up to `max_combos`, else those of each callee's best candidates by their own cost.
 3. **A joint choice across concurrent requests**: a maximum-weight independent set over the tuples
    (each incoming call takes exactly one tuple, the empty one included; no two chosen tuples share an
-   outgoing call; each call left out costs `leave_cost`, as a root), as a 0-1 program solved by
-   HiGHS (scipy.optimize.milp), exactly, per component of incoming calls linked through shared
-   candidate calls, in chunks of at most `chunk` incoming calls in time order (calls taken by an
-   earlier chunk stay taken). A component where every incoming call's best tuple is disjoint from
-   the others' needs no solver. A chunk HiGHS does not solve within `milp_seconds` keeps the
-   per-callee assignment's mapping (counted in a warning).
+   outgoing call; each call left out costs `leave_cost`, as a root), as a 0-1 program for HiGHS
+   (scipy.optimize.milp): its linear relaxation first, over every component of incoming calls
+   linked by shared candidate calls whose best tuples collide (a component where they do not needs
+   no solver), then the 0-1 program on the components where the relaxation is fractional (24 of
+   14,870 tuples on media_load150). Components of more than `chunk` incoming calls are solved in
+   chunks in time order (calls taken by an earlier chunk stay taken). Where HiGHS finds no solution
+   within `milp_seconds`, that part keeps the per-callee mapping (counted in a warning). Ties (many
+   with whole-millisecond stamps) leave calls where the per-callee assignment put them.
 
 Only components where some outgoing call has two or more candidates are looked at: elsewhere the
 mapping is forced. The whole is repeated `joint_rounds` times, the model relearned from the result.
