@@ -135,3 +135,15 @@ def test_traceweaver_joint_choice_keeps_a_fanout_together():
     assert joint > 0.98
     per_callee = request_scores(tw(t.messages, joint_rounds=0), t)["request_accuracy"]
     assert per_callee < 0.9
+
+
+@pytest.mark.parametrize("param", ["chunk=0", "top_k=0", "milp_seconds=0", "milp_seconds=nan", "joint_rounds=-1",
+                                   "unary=-1"])
+def test_traceweaver_parameters_out_of_range_are_one_line(tmp_path, param):
+    from tests.test_paths_cli import nestlab
+    (tmp_path / "e.json").write_text(json.dumps(jaeger_doc(5)))
+    r = nestlab("paths", "--jaeger", str(tmp_path / "e.json"), "-a", "traceweaver", "--param", param,
+                "--out", str(tmp_path / "out"))
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"--param {param.split('=')[0]}=" in lines[0] and "must be" in lines[0], r.stderr

@@ -49,7 +49,7 @@ from scipy.sparse.csgraph import connected_components
 
 from analysis.paths.callpairs import call_pairs, candidates, pick, result
 from analysis.paths.model import PathsResult
-from analysis.paths.weaver_joint import HI, JOINT_DEFAULTS, LO, MAX_KERNEL, log_bins, refine
+from analysis.paths.weaver_joint import HI, JOINT_DEFAULTS, LO, MAX_KERNEL, check, log_bins, refine
 
 DEFAULTS: dict[str, object] = {
     "max_parents": 64,          # candidate incoming calls per outgoing call
@@ -124,6 +124,7 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
     if unknown:
         raise ValueError(f"traceweaver: unknown parameters {sorted(unknown)} (known: {sorted(DEFAULTS)})")
     p = {**DEFAULTS, **params}
+    check(p)
     cp = call_pairs(messages)
     n, nn = cp.n, cp.nodes.n
     child, parent, rank = candidates(cp, int(p["max_parents"]))

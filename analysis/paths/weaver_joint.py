@@ -44,6 +44,8 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
+from rundir.errors import UserError
+
 FLOOR = 1e-7                    # s: delays below a tenth of a µs share the first bin
 LO, HI = -7.0, 3.0              # log10 s range of the histograms
 MAX_KERNEL = 8                  # bins: the widest smoothing
@@ -58,6 +60,18 @@ JOINT_DEFAULTS: dict[str, object] = {
 }
 TIE = 1e-6                      # per call a tuple leaves where the per-callee assignment put it
 _MIX = np.random.default_rng(43).integers(1, 2**62, size=1 << 16, dtype=np.int64)   # shape hashing
+
+
+def check(p: dict) -> None:
+    """The joint choice's parameters in range, else one line for the user (--param)."""
+    least = {"joint_rounds": 0, "top_k": 1, "shapes": 1, "max_combos": 1, "chunk": 1}
+    for k, lo in least.items():
+        if not int(p[k]) >= lo:
+            raise UserError(f"traceweaver: --param {k}={p[k]}: must be at least {lo}")
+    if not 0 <= float(p["unary"]) < np.inf:
+        raise UserError(f"traceweaver: --param unary={p['unary']}: must be a number >= 0")
+    if not 0 < float(p["milp_seconds"]) < np.inf:
+        raise UserError(f"traceweaver: --param milp_seconds={p['milp_seconds']}: must be a number of seconds > 0")
 
 
 def log_bins(x: np.ndarray, per_decade: int) -> np.ndarray:
