@@ -147,3 +147,19 @@ def test_traceweaver_parameters_out_of_range_are_one_line(tmp_path, param):
     assert r.returncode == 2, (r.stdout, r.stderr)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and f"--param {param.split('=')[0]}=" in lines[0] and "must be" in lines[0], r.stderr
+
+
+def test_traceweaver_independent_set_is_exact_where_its_relaxation_is_not():
+    # three incoming calls, each with a tuple of two outgoing calls, the three tuples overlapping in
+    # a triangle, beside each one's empty tuple: the linear relaxation takes every pair tuple at half
+    # (-15); the 0-1 answer is one pair tuple and two empty ones (-10)
+    from analysis.paths.weaver_joint import _mwis
+    owner = np.array([0, 0, 1, 1, 2, 2])                  # per tuple: (pair, empty) for each of 0, 1, 2
+    value = np.array([-10.0, 0.0, -10.0, 0.0, -10.0, 0.0])
+    t_of = np.array([0, 0, 2, 2, 4, 4])                   # rows: (tuple, outgoing call)
+    call = np.array([100, 101, 101, 102, 102, 100])
+    got = _mwis(t_of, call, owner, value, np.zeros(6, dtype=np.int64), 5.0)
+    assert sorted(owner[got].tolist()) == [0, 1, 2]      # one tuple per incoming call
+    assert value[got].sum() == -10.0
+    taken = call[np.isin(t_of, got)]
+    assert len(taken) == len(set(taken.tolist()))        # no outgoing call twice
