@@ -163,3 +163,14 @@ def test_traceweaver_independent_set_is_exact_where_its_relaxation_is_not():
     assert value[got].sum() == -10.0
     taken = call[np.isin(t_of, got)]
     assert len(taken) == len(set(taken.tolist()))        # no outgoing call twice
+
+
+def test_traceweaver_large_components_are_solved_chunk_by_chunk():
+    # chunk=1: every component is "large", solved one incoming call at a time in time order, calls
+    # taken by an earlier chunk staying taken (greedy in time: worse than solving each twin pair
+    # together, and a chunk may leave a call its own incoming call alone could take, a root)
+    t = twin_fanouts(pairs=40)
+    tw, _ = algorithm("traceweaver")
+    one = request_scores(tw(t.messages, chunk=1), t)["request_accuracy"]
+    two = request_scores(tw(t.messages, chunk=2), t)["request_accuracy"]
+    assert 0.5 < one < two == 1.0
