@@ -35,7 +35,11 @@ on the mapping weaver.py's per-callee assignment settles:
    with whole-millisecond stamps) leave calls where the per-callee assignment put them.
 
 Only components where some outgoing call has two or more candidates are looked at: elsewhere the
-mapping is forced. The whole is repeated `joint_rounds` times, the model relearned from the result.
+mapping is forced. The whole is repeated `joint_rounds` times, the model relearned from the result
+(it stops once a round changes nothing): the chain's densities are learned from the per-callee
+mapping first, and where that mixes many requests' calls (a short trace: 80 requests of twins
+reaching a service in the same instant, tests/test_paths_rivals.py) one round learns a blurred chain
+and picks worse than the per-callee mapping (45% against 53%), three rounds find them all.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ FLOOR = 1e-7                    # s: delays below a tenth of a µs share the fir
 LO, HI = -7.0, 3.0              # log10 s range of the histograms
 MAX_KERNEL = 8                  # bins: the widest smoothing
 JOINT_DEFAULTS: dict[str, object] = {
-    "joint_rounds": 1,          # rounds of the joint choice (0: weaver.py's per-callee mapping only)
+    "joint_rounds": 3,          # rounds of the joint choice (0: weaver.py's per-callee mapping only)
     "top_k": 8,                 # candidate tuples kept per incoming call
     "shapes": 4,                # call-graph shapes tried per incoming call
     "max_combos": 256,          # every combination enumerated up to this many, else a beam
