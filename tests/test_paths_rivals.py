@@ -137,7 +137,7 @@ def test_traceweaver_joint_choice_keeps_a_fanout_together():
     assert per_callee < 0.9
 
 
-@pytest.mark.parametrize("param", ["chunk=0", "top_k=0", "milp_seconds=0", "milp_seconds=nan", "joint_rounds=-1",
+@pytest.mark.parametrize("param", ["chunk=0", "top_k=0", "milp_seconds=0", "milp_seconds=nan", "joint_rounds=-1", "settle=2",
                                    "unary=-1"])
 def test_traceweaver_parameters_out_of_range_are_one_line(tmp_path, param):
     from tests.test_paths_cli import nestlab
