@@ -25,13 +25,18 @@ scoreboard: the true delays pile up, the others spread), and a call graph from t
 guess, then alternates solving and learning from the mapping for `rounds` rounds (an EM of hard
 assignments; it stops early once a round changes nothing).
 
-What is simplified against the paper: the call graph is per (caller, service, callee) with no order
-among sibling calls, and the delays are per key, not per sibling position; no batching by time
-windows of the paper's size, no confidence scores. Tried and left out (development sets, issue 43):
-the paper's gaps between consecutive calls of one incoming call (from the preceding sibling's
-return, or its start when the calls overlap, to the call; from the call to the next sibling or the
-reply), scored against the current mapping of the other calls in place of `pre` and `post` or
-beside them: +0.4 to +0.6 points on hotel at load 50, -1 to -1.7 on media at load 25.
+Then TraceWeaver's joint choice (weaver_joint.py): per incoming call a ranked set of tuples of its
+outgoing calls (every callee at once, shaped by the call graph, scored by the chain of gaps between
+consecutive calls beside these costs), and a maximum-weight independent set over the tuples of
+concurrent requests (HiGHS). `joint_rounds=0` leaves the per-callee mapping above as the result.
+
+What is simplified against the paper: the per-callee call graph is per (caller, service, callee)
+with no order among sibling calls (the joint choice's shapes are whole visits, still unordered), and
+the delays are per key, not per sibling position; no batching by time windows of the paper's size,
+no confidence scores. Tried and left out here (development sets, issue 43): the gaps between
+consecutive calls scored call by call inside the per-callee assignment, against the current
+mapping of the other calls: +0.4 to +0.6 points on hotel at load 50, -1 to -1.7 on media at load
+25; scored per whole tuple in the joint choice they help.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from scipy.sparse.csgraph import connected_components
 
 from analysis.paths.callpairs import call_pairs, candidates, pick, result
 from analysis.paths.model import PathsResult
+from analysis.paths.weaver_joint import HI, JOINT_DEFAULTS, LO, MAX_KERNEL, check, log_bins, refine
 
 DEFAULTS: dict[str, object] = {
     "max_parents": 64,          # candidate incoming calls per outgoing call
@@ -53,15 +59,9 @@ DEFAULTS: dict[str, object] = {
     "leave_cost": 60.0,         # cost of leaving a call without a parent (a root)
     "window": 400,              # calls solved together at most
     "kernel": 2.0,              # delay histograms smoothed: Silverman's bandwidth times this
+    **JOINT_DEFAULTS,           # the joint choice that follows (weaver_joint.py)
 }
-FLOOR = 1e-7                    # s: delays below a tenth of a µs share the first bin
-LO, HI = -7.0, 3.0              # log10 s range of the histograms
-MAX_KERNEL = 8                  # bins: the widest smoothing
-
-
-def _bins(x: np.ndarray, per_decade: int) -> np.ndarray:
-    v = np.log10(np.maximum(x, FLOOR))
-    return np.clip(((v - LO) * per_decade).astype(np.int64), 0, int((HI - LO) * per_decade))
+_bins = log_bins
 
 
 def _log_density(key: np.ndarray, b: np.ndarray, weight: np.ndarray, n_bins: int, kernel: float = 0) -> np.ndarray:
@@ -124,6 +124,7 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
     if unknown:
         raise ValueError(f"traceweaver: unknown parameters {sorted(unknown)} (known: {sorted(DEFAULTS)})")
     p = {**DEFAULTS, **params}
+    check(p)
     cp = call_pairs(messages)
     n, nn = cp.n, cp.nodes.n
     child, parent, rank = candidates(cp, int(p["max_parents"]))
@@ -163,7 +164,8 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
                         float(p["leave_cost"]), int(p["window"]), cp.out_start)
         if r and np.array_equal(chosen, before):
             break                                   # settled: another round would change nothing
-    return result("traceweaver", cp, chosen, p)
+    chosen, warnings = refine(cp, child, parent, cost, chosen, p)
+    return result("traceweaver", cp, chosen, p, warnings)
 
 
 def _solve(child, parent, key, cost, slots, order, bounds, n, max_calls, leave_cost, window, out_start):
