@@ -40,7 +40,7 @@ MONITORED = ["h1", "h2", "h5", "h6", "h9", "h10", "h13", "h14"]   # two per pod:
 SPEC = f"""\
 name: e2e_ssh_fabric
 topology: {FATTREE}
-duration: 40s
+duration: 30s
 seed: 5
 monitor: [{", ".join(MONITORED)}]
 probe: off
@@ -194,7 +194,7 @@ def test_the_fabric_spec_over_ssh_sets_the_fabric_up_names_the_downed_link_and_p
     hosts = {json.loads(a).get("host") for (a,) in db.execute("SELECT attrs FROM modules")}
     assert hosts == set(MONITORED)
     (start, end), = db.execute("SELECT MIN(mono), MAX(mono) FROM snapshots")
-    assert db.execute("SELECT COUNT(*) FROM snapshots").fetchone()[0] >= 0.9 * 40 / 0.1   # 100 ms kept
+    assert db.execute("SELECT COUNT(*) FROM snapshots").fetchone()[0] >= 0.9 * 30 / 0.1   # 100 ms kept
     doc = json.loads((run / "fabric.json").read_text())
     sent = [p[0] for p in doc["probes"]]
     assert len(sent) > 16 * 40 * 20 and start - 5 < min(sent) and max(sent) < end + 5   # on the run's clock
@@ -219,8 +219,8 @@ def test_a_sigkilled_fabric_run_is_cleaned_up_routes_seeds_and_tlp_put_back(net,
     from tests.test_ssh_backend import start_and_wait
 
     state = net.node_state()
-    spec = write(tmp_path, "fabric.yaml", SPEC.replace("duration: 40s", "duration: 60s"))
-    proc, run = start_and_wait(net, spec, tmp_path, "h1", 30, timeout=120, env=ENV)
+    spec = write(tmp_path, "fabric.yaml", SPEC.replace("duration: 30s", "duration: 60s"))
+    proc, run = start_and_wait(net, spec, tmp_path, "h1", 10, timeout=120, env=ENV)
     try:
         assert net.node_state() != state   # the fabric is in place: multipath routes, seeds, TLP off
         os.kill(proc.pid, signal.SIGKILL)
