@@ -33,6 +33,7 @@ import pandas as pd
 
 from analysis.paths.inputs import export_bytes, loads
 from analysis.paths.model import Trace, Truth
+from analysis.paths.nogc import without_gc
 from rundir.errors import UserError
 
 MAX_NS = 10**20                 # beyond the year 5000 (ns): not a time
@@ -477,11 +478,13 @@ def _read(path, what: str, fast, parse) -> Trace:
     return trace_from_spans(spans, str(path), warnings)
 
 
+@without_gc
 def read_jaeger(path) -> Trace:
     """A Jaeger JSON export (`{"data": [trace, ...]}`, a list of traces or one trace), file or directory."""
     return _read(path, "Jaeger export", jaeger_fast, jaeger_spans)
 
 
+@without_gc
 def read_otlp(path) -> Trace:
     """An OpenTelemetry OTLP JSON export (`{"resourceSpans": [...]}`), file or directory."""
     return _read(path, "OTLP JSON export", None, otlp_spans)
