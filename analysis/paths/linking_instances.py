@@ -433,16 +433,25 @@ class Hashed:
         memo: dict[int, str] = {}
         for key, src, dst, local, sub in self.rep_parts:
             first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])   # each held instance's first row
-            take = [s for s, k in zip(first.tolist(), key[first].tolist(), strict=True)
-                    if k in want and k not in out]
-            if not take:
+            ends = np.r_[first[1:], len(key)]
+            take = np.array([j for j, k in enumerate(key[first].tolist()) if k in want and k not in out],
+                            dtype=np.int64)
+            if not take.size:
                 continue
-            par = np.where(local >= 0, local + np.repeat(first, np.diff(np.r_[first, len(key)])), -1)
+            # only the rows of the instances named (a part holds one instance of every new pattern,
+            # most never among the most frequent), renumbered 0.. in their order
+            size = ends[take] - first[take]
+            new_first = np.cumsum(size) - size
+            inst = np.repeat(np.arange(len(take)), size)
+            rows = first[take][inst] + np.arange(len(inst)) - new_first[inst]
+            lp = local[rows]
+            par = np.where(lp >= 0, lp + new_first[inst], -1)
             kids = np.flatnonzero(par >= 0)
             kids = kids[np.argsort(par[kids], kind="stable")]
-            tree = _Rows(par[kids].tolist(), kids.tolist(), src.tolist(), dst.tolist(), sub.tolist(), names, memo)
-            for s in take:
-                k = int(key[s])
+            tree = _Rows(par[kids].tolist(), kids.tolist(), src[rows].tolist(), dst[rows].tolist(),
+                         sub[rows].tolist(), names, memo)
+            for j, s in zip(take.tolist(), new_first.tolist(), strict=True):
+                k = int(key[first[j]])
                 if k not in out:
                     out[k] = tree.text(s)
         return out
