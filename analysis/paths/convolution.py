@@ -264,11 +264,12 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
     delays = pd.DataFrame(rows, columns=["node", "mean_s", "count", *names])
     nodes = node_codes(m)
     lat = edge_latency_frame(nodes, m)
+    lat_of = [(edge_key(r.src, r.dst), float(r.mean_s)) for r in lat.itertuples(index=False)]   # read once
     for pat in patterns:
-        pat.edge_latencies = {edge_key(r.src, r.dst): float(r.mean_s) for r in lat.itertuples(index=False)
-                              if edge_key(r.src, r.dst) in pat.pattern}
-    p["links"] = [(edges.loc[r.in_edge, "name"], edges.loc[r.out_edge, "name"], round(r.delay_s, 6),
-                   round(r.mass, 1)) for r in links.itertuples(index=False)]
+        pat.edge_latencies = {k: v for k, v in lat_of if k in pat.pattern}
+    name = edges["name"].tolist()           # by edge id (the frame's own row labels)
+    p["links"] = [(name[r.in_edge], name[r.out_edge], round(r.delay_s, 6), round(r.mass, 1))
+                  for r in links.itertuples(index=False)]
     return PathsResult("convolution", patterns, delays, lat, p, warnings)
 
 
