@@ -14,7 +14,8 @@ same files (what reading them costs at the least), as a ratio; and the import's 
 (the files read and decoded by its msgspec fast path's typed decoder, no span handled: the floor of
 this import), as the decode-bound ratio. Each in wall time and in this process's CPU time (the
 last line): on a machine shared with other work the wall-time ratio moves with the others' load
-between the baseline's measurement and the algorithms', the CPU-time one hardly.
+between the baseline's measurement and the algorithms', the CPU-time one hardly. Last, each part's
+CPU seconds (the import, each algorithm) and the throughput without traceweaver's share.
 
 Development sets (tuned on): hotel and node at loads 25 and 50. The others are the held-back check.
 """
@@ -99,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     tot_spans = tot_time = tot_base = tot_floor = tot_import = 0.0
     cpu = {"time": 0.0, "base": 0.0, "floor": 0.0, "import": 0.0}
+    cpu_of = dict.fromkeys(names, 0.0)          # per algorithm, CPU s over the sets
     for app in a.apps.split(","):
         for load in (int(x) for x in a.loads.split(",")):
             folder = a.data / APPS[app].format(load)
@@ -115,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
             cpu["base"] += base_cpu
             cpu["floor"] += floor_cpu
             cpu["import"] += row["import_cpu"]
+            for n in names:
+                cpu_of[n] += algos[n]["cpu"]
             tot_spans, tot_time, tot_base = tot_spans + n_spans, tot_time + took, tot_base + base
             tot_floor, tot_import = tot_floor + floor, tot_import + row["import_s"]
             label = f"{app} {load}" + (" (dev)" if (app, load) in DEV else "")
@@ -134,7 +138,11 @@ def main(argv: list[str] | None = None) -> int:
                  f"in CPU time (this process's; what a shared machine's load hardly changes): import and "
                  f"{len(names)} algorithms {tot_spans / cpu['time']:,.0f} spans/s; baseline {tot_spans / cpu['base']:,.0f} "
                  f"spans/s; ratio {cpu['base'] / cpu['time']:.3f}; import alone {tot_spans / cpu['import']:,.0f} spans/s; "
-                 f"decode alone {tot_spans / cpu['floor']:,.0f} spans/s")
+                 f"decode alone {tot_spans / cpu['floor']:,.0f} spans/s\n"
+                 f"CPU s: import {cpu['import']:.2f}, " + ", ".join(f"{n} {cpu_of[n]:.2f}" for n in names)
+                 + f" (of {cpu['time']:.2f}); "
+                 + " ".join(f"without {n}: {tot_spans / (cpu['time'] - cpu_of[n]):,.0f} spans/s;" for n in names
+                            if n == "traceweaver"))
     print(text)
     if a.out:
         a.out.write_text(text + "\n")

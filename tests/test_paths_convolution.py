@@ -86,3 +86,31 @@ def test_the_200ms_added_at_web2_is_found():
     ranking = culprit_ranking(tr, convolution.infer)
     assert ranking["ranking"].iloc[0][0] == "web2"
     assert ranking["rise_s"].iloc[0] > 0.05
+
+
+def test_strongest_inputs_are_those_the_grouped_sort_kept():
+    # step 4 (convolution.strongest_inputs) against the pandas groupby and per-group sort it
+    # replaced, on random links with ties in delay and height, shares that pass `cover` or not
+    from analysis.paths.convolution import strongest_inputs
+
+    cols = ["in_edge", "out_edge", "node", "delay_s", "mass", "height", "share_in", "share_out"]
+
+    def grouped(links, cover):
+        kept = []
+        for _, group in links.groupby("out_edge", sort=False):
+            covered = 0.0
+            for row in group.sort_values(["delay_s", "height"], ascending=[True, False]).itertuples(index=False):
+                if covered >= cover:
+                    break
+                kept.append(row)
+                covered += row.share_out
+        return pd.DataFrame(kept, columns=cols)
+
+    rng = np.random.default_rng(4)
+    for n in [0, 1, 2, 5, 30, 200]:
+        for cover in (0.3, 0.9, 1.5):
+            rows = [(int(rng.integers(0, 9)), int(rng.integers(0, 6)), int(rng.integers(0, 4)),
+                     float(rng.integers(0, 5)) * 0.02, float(rng.random()), float(rng.integers(0, 3)),
+                     float(rng.random()), float(rng.random() * 0.6)) for _ in range(n)]
+            links = pd.DataFrame(rows, columns=cols)
+            pd.testing.assert_frame_equal(strongest_inputs(links, cover), grouped(links, cover))

@@ -50,3 +50,24 @@ def test_a_chain_of_exactly_max_depth_plus_one_is_kept():
     """The old climb recursed without end here (RecursionError)."""
     depth, parent = forest_depth(np.array([-1, 0, 1, 2, 3]), 3)
     assert parent.tolist() == [-1, 0, 1, 2, 3] and depth.tolist() == [0, 1, 2, 3, 4]
+
+
+def test_adopted_sums_read_as_added_ones():
+    # PatternTable.adopt keeps the sums it is given (add_forest's fresh dicts) where add_bulk copies
+    # them: the table reads the same, a pattern met twice summed alike
+    from analysis.paths.assemble import PatternTable
+
+    def sums():
+        return {"a": 0.5, "b": 1.25}, {"a>b": [0.75, 2.0], "b>a": [0.25, 1.0]}
+
+    copied, adopted = PatternTable(np.array(["a", "b"], dtype=object)), PatternTable(np.array(["a", "b"], dtype=object))
+    for table, add in ((copied, copied.add_bulk), (adopted, adopted.adopt)):
+        d, lat = sums()
+        add("a>b", 2.0, 2, d, lat, key=7)
+        d2, lat2 = sums()
+        add("a>b", 1.0, 1, d2, {**lat2, "a>c": [1.0, 1.0]})
+        add("b>a", 3.0, 3, *sums())
+        assert table.by_hash == {7: "a>b"}
+    assert copied.patterns() == adopted.patterns()
+    assert copied.count == adopted.count and copied.raw == adopted.raw
+    assert copied.delay == adopted.delay and copied.lat == adopted.lat

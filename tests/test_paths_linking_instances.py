@@ -178,3 +178,39 @@ def test_blocks_do_not_change_the_result(k, monkeypatch):
     assert [(p.pattern, p.count, p.node_delays, p.edge_latencies) for p in one.patterns] == \
         [(p.pattern, p.count, p.node_delays, p.edge_latencies) for p in many.patterns]
     pd.testing.assert_frame_equal(one.node_delays, many.node_delays)
+
+
+def test_copied_rows_levels_are_read_off_the_forest(monkeypatch):
+    """Batch._levels (the copies' levels from the forest's depths, inner grafts' moved subtrees and
+    outer grafts' segments hung below their new parents) puts every row above its parent and gives
+    the hashes forest_depth's depths give, without climbing the copy: on the wide-ambiguity case,
+    where inner grafts move subtrees."""
+    from analysis.paths import linking_instances
+
+    seen = []
+    real = linking_instances.Batch._levels
+
+    def spy(self, par, *args):
+        level = real(self, par, *args)
+        seen.append((par, level, args[-1]))
+        return level
+
+    def no_climb(*args, **kwargs):
+        raise AssertionError("forest_depth climbed a copy")
+
+    monkeypatch.setattr(linking_instances.Batch, "_levels", spy)
+    monkeypatch.setattr(linking_instances, "forest_depth", no_climb)
+    tr = maketrace(web_service(), duration=20, parallelism=6, seed=11, tags=False)
+    linking.infer(tr.messages, untraced="client", ambiguity=0.45, k=5)
+    assert seen and any(moved is not None and len(moved[0]) for _, _, moved in seen)
+    nodes = None
+    for par, level, _ in seen:
+        has = par >= 0
+        assert (level[has] > level[par[has]]).all()
+        depth, _ = forest_depth(par)
+        if nodes is None or len(nodes.src) != len(par):
+            rng = np.random.default_rng(0)
+            from analysis.paths.assemble import Nodes
+            nodes = Nodes(np.array(["a", "b", "c"], dtype=object), rng.integers(0, 3, len(par)),
+                          rng.integers(0, 3, len(par)))
+        assert (subtree_hashes(nodes, par, level) == subtree_hashes(nodes, par, depth)).all()

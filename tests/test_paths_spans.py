@@ -153,3 +153,29 @@ def test_otlp_export_loads_with_opentelemetry_proto(tmp_path):
     ids = {s.span_id for s in spans}
     assert all(s.parent_span_id in ids for s in spans if s.parent_span_id)
     assert {rs.resource.attributes[0].value.string_value for rs in data.resource_spans} == {"frontend", "backend", "db"}
+
+
+def test_scoped_causes_take_what_merge_asof_takes():
+    # the numpy search (spans.scoped_causes_arrays) against the pandas join it replaced, on random
+    # messages with many equal times and few contexts (ties decide: the last row of a time wins)
+    import pandas as pd
+
+    from analysis.paths.spans import scoped_causes_arrays
+
+    def joined(t_send, t_recv, send_ctx, recv_ctx):
+        n = len(t_send)
+        received = pd.DataFrame({"ctx": recv_ctx, "t": t_recv, "cause": np.arange(n)}).sort_values("t", kind="stable")
+        sent = pd.DataFrame({"ctx": send_ctx, "t": t_send, "row": np.arange(n)}).sort_values("t", kind="stable")
+        hit = pd.merge_asof(sent, received, on="t", by="ctx", direction="backward", allow_exact_matches=True)
+        cause = np.full(n, -1, dtype=np.int64)
+        cause[hit["row"].to_numpy()] = hit["cause"].fillna(-1).to_numpy().astype(np.int64)
+        cause[cause == np.arange(n)] = -1
+        return cause
+
+    rng = np.random.default_rng(43)
+    for _ in range(200):
+        n = int(rng.integers(1, 150))
+        span, ctxs = int(rng.integers(1, 20)), int(rng.integers(1, 8))
+        cols = (np.sort(rng.integers(0, span, n)) * 1000, rng.integers(0, span, n) * 1000,
+                rng.integers(0, ctxs, n), rng.integers(0, ctxs, n))
+        assert (scoped_causes_arrays(*cols) == joined(*cols)).all()

@@ -1,7 +1,8 @@
 """The black-box algorithms by name, for the command line and the benches: each entry is a module
 path (imported when first asked for, so one not yet built does not break the others), `module:function`,
 or a callable `infer(messages, **params) -> PathsResult`. A module provides `infer` and `DEFAULTS`
-(parameter -> default, the names the seeds use); a function may carry its own `DEFAULTS`."""
+(parameter -> default, the names the seeds use); a function may carry its own `DEFAULTS`. The infer
+`algorithm` returns runs with the garbage collector paused (nogc.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from analysis.paths.model import PathsResult
+from analysis.paths.nogc import without_gc
 from rundir.errors import UserError, named
 
 Infer = Callable[..., PathsResult]
@@ -28,7 +30,7 @@ def algorithm(name: str) -> tuple[Infer, dict[str, Any]]:
     """(infer, its parameters' defaults) of the algorithm `name`; UserError if unknown or absent."""
     entry = named(ALGORITHMS, name, "algorithm")
     if callable(entry):
-        return entry, dict(getattr(entry, "DEFAULTS", {}))
+        return without_gc(entry), dict(getattr(entry, "DEFAULTS", {}))
     path, _, attr = entry.partition(":")     # "module" (its infer) or "module:function"
     try:
         module = importlib.import_module(path)
@@ -37,7 +39,7 @@ def algorithm(name: str) -> tuple[Infer, dict[str, Any]]:
             raise
         raise UserError(f"algorithm {name!r} is not available in this nestlab ({path} is missing)") from None
     infer = getattr(module, attr or "infer")
-    return infer, dict(getattr(infer, "DEFAULTS", None) or getattr(module, "DEFAULTS", {}))
+    return without_gc(infer), dict(getattr(infer, "DEFAULTS", None) or getattr(module, "DEFAULTS", {}))
 
 
 def parse_params(items: list[str] | None, defaults: dict[str, Any], name: str) -> dict[str, Any]:

@@ -292,6 +292,18 @@ class PatternTable:
             acc[0] += s
             acc[1] += w
 
+    def adopt(self, text: str, count: float, raw: int, delay_sums: dict[str, float],
+              lat_sums: dict[str, list[float]], key: int | None = None) -> None:
+        """add_bulk of sums the table may keep as they are (fresh dicts of floats, lat_sums' values
+        fresh [sum, weight] lists, no -0.0 among them: what add_bulk's copy would make of them)."""
+        if text in self.count:
+            self.add_bulk(text, count, raw, delay_sums, lat_sums, key)
+            return
+        if key is not None:
+            self.by_hash[key] = text
+        self.count[text], self.raw[text] = 0.0 + count, 0 + raw
+        self.delay[text], self.lat[text] = delay_sums, lat_sums
+
     def add_instance(self, text: str, weight: float, node_delay: dict[str, float],
                      edge_lat: dict[str, list[float]], key: int | None = None) -> None:
         """One path instance: its per-node delay (summed over visits) and its edges' latencies (key:
@@ -429,7 +441,8 @@ def add_forest(table: PatternTable, nodes: Nodes, messages: pd.DataFrame, parent
     edge_codes, edge_of = np.unique(lkeys % (nn * nn), return_inverse=True)
     edge_names = [edge_key(names[e // nn], names[e % nn]) for e in edge_codes.tolist()]
     lat_names = [edge_names[x] for x in edge_of.tolist()]
-    pairs = list(zip(lsum.tolist(), lw.tolist(), strict=True))
+    # fresh [sum, weight] lists the table keeps (bincount's sums start at +0.0: never -0.0)
+    pairs = [[a, b] for a, b in zip(lsum.tolist(), lw.tolist(), strict=True)]
     at = np.searchsorted(lkeys // (nn * nn), np.arange(n_pat + 1)).tolist()
     lats = [dict(zip(lat_names[a:b], pairs[a:b], strict=True)) for a, b in zip(at[:-1], at[1:], strict=True)]
     first_of = np.full(len(uniq), -1, dtype=np.int64)
@@ -437,7 +450,7 @@ def add_forest(table: PatternTable, nodes: Nodes, messages: pd.DataFrame, parent
     first_root = first_of[top]
     texts = tree_texts(nodes, parent, root_of, h, first_root)
     for p, text in enumerate(texts):
-        table.add_bulk(text, float(count[top[p]]), int(raw[top[p]]), delays[p], lats[p], key=int(uniq[top[p]]))
+        table.adopt(text, float(count[top[p]]), int(raw[top[p]]), delays[p], lats[p], key=int(uniq[top[p]]))
     return np.where(kept, root_of, -1)
 
 

@@ -156,18 +156,30 @@ def find_links(messages: pd.DataFrame, p: dict) -> tuple[pd.DataFrame, pd.DataFr
                          mass / cnt[e_in], mass / cnt[e_out]))
     links = pd.DataFrame(rows, columns=cols)
     # step 4: per output edge, the sharpest inputs until they explain `cover` of it
-    kept = []
-    for _, group in links.groupby("out_edge", sort=False):
-        covered = 0.0
-        for row in group.sort_values(["delay_s", "height"], ascending=[True, False]).itertuples(index=False):
-            if covered >= float(p["cover"]):
-                break
-            kept.append(row)
-            covered += row.share_out
-    links = pd.DataFrame(kept, columns=cols)
+    links = strongest_inputs(links, float(p["cover"]))
     edges["node_name"] = [str(nodes.names[d]) for d in edges["dst"]]
     edges["src_name"] = [str(nodes.names[s]) for s in edges["src"]]
     return links, edges, warnings
+
+
+def strongest_inputs(links: pd.DataFrame, cover: float) -> pd.DataFrame:
+    """Step 4: per output edge (in order of first appearance), its links by delay, then height
+    downward (ties as they came), kept until their share_out reaches `cover`. One stable sort and
+    a pass over the rows, not a pandas sort per group."""
+    group = pd.factorize(links["out_edge"].to_numpy())[0]
+    order = np.lexsort((-links["height"].to_numpy(dtype=np.float64), links["delay_s"].to_numpy(dtype=np.float64),
+                        group))
+    kept = []
+    current, covered, full = -1, 0.0, False
+    for i, g, share in zip(order.tolist(), group[order].tolist(), links["share_out"].to_numpy()[order].tolist(),
+                           strict=True):
+        if g != current:
+            current, covered, full = g, 0.0, False
+        full = full or covered >= cover
+        if not full:
+            kept.append(i)
+            covered += share
+    return links.iloc[kept].reset_index(drop=True) if kept else pd.DataFrame([], columns=list(links.columns))
 
 
 def _patterns(links: pd.DataFrame, edges: pd.DataFrame, p: dict) -> list[PathPattern]:
@@ -252,11 +264,12 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
     delays = pd.DataFrame(rows, columns=["node", "mean_s", "count", *names])
     nodes = node_codes(m)
     lat = edge_latency_frame(nodes, m)
+    lat_of = [(edge_key(r.src, r.dst), float(r.mean_s)) for r in lat.itertuples(index=False)]   # read once
     for pat in patterns:
-        pat.edge_latencies = {edge_key(r.src, r.dst): float(r.mean_s) for r in lat.itertuples(index=False)
-                              if edge_key(r.src, r.dst) in pat.pattern}
-    p["links"] = [(edges.loc[r.in_edge, "name"], edges.loc[r.out_edge, "name"], round(r.delay_s, 6),
-                   round(r.mass, 1)) for r in links.itertuples(index=False)]
+        pat.edge_latencies = {k: v for k, v in lat_of if k in pat.pattern}
+    name = edges["name"].tolist()           # by edge id (the frame's own row labels)
+    p["links"] = [(name[r.in_edge], name[r.out_edge], round(r.delay_s, 6), round(r.mass, 1))
+                  for r in links.itertuples(index=False)]
     return PathsResult("convolution", patterns, delays, lat, p, warnings)
 
 

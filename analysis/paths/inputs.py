@@ -24,7 +24,9 @@ def export_files(path: Path, what: str) -> list[Path]:
     """The files of a span export: `path` itself, or the *.json directly in a directory (sorted)."""
     if not path.exists():
         raise UserError(f"{path}: no such file or directory")
-    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
+    # by name, as sorted(path.glob("*.json")) orders them, without comparing thousands of Paths
+    files = [path / n for n in sorted(n for n in os.listdir(path) if n.endswith(".json"))] if path.is_dir() \
+        else [path]
     if not files:
         raise UserError(f"{path}: no *.json files ({what})")
     return files

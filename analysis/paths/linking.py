@@ -80,6 +80,7 @@ over both shapes.
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pandas as pd
@@ -88,7 +89,6 @@ from analysis.paths.assemble import (
     Forest,
     Nodes,
     PatternTable,
-    canonical_text,
     clocks,
     ensure_messages,
     forest_depth,
@@ -312,6 +312,7 @@ class _Instances:
         self.map_parent = map_parent
         self.names = [str(x) for x in nodes.names]
         self.edges: dict[tuple[int, int], str] = {}      # (src, dst) codes -> edge key
+        self.labels: dict[tuple[int, int], str] = {}     # (src, dst) codes -> `src>dst` as patterns write it
         self.text_hash: dict[str, int] = {}               # pattern text -> its subtree hash
 
     def run(self, table: PatternTable, root: int, try_both: list[tuple[int, int, float]]) -> None:
@@ -321,15 +322,35 @@ class _Instances:
             flips = {(pa, ch) for b, (pa, ch, _) in enumerate(try_both) if mask >> b & 1}
             self._one(table, root, flips, links)
 
-    def _links(self, m: int) -> list[tuple[int, float, bool]]:
-        """(child, p, likeliest) for every possible link out of message m."""
+    def _links(self, m: int) -> list[tuple[int, float, float, bool]]:
+        """(child, log p, log(1 - p), likeliest) for every possible link out of message m (the logs
+        taken once per link, not once per instance)."""
         lo, hi = int(self.ptr[m]), int(self.ptr[m + 1])
         kids = self.child[lo:hi]
-        return list(zip(kids.tolist(), self.prob[lo:hi].tolist(), (self.map_parent[kids] == m).tolist(),
-                        strict=True))
+        return [(c, math.log(max(p, 1e-300)), math.log(max(1 - p, 1e-300)), like) for c, p, like in
+                zip(kids.tolist(), self.prob[lo:hi].tolist(), (self.map_parent[kids] == m).tolist(), strict=True)]
+
+    def _text(self, children: dict[int, list[int]], root: int) -> str:
+        """assemble.canonical_text of the tree, its labels kept across the instances."""
+        labels, src, dst, names = self.labels, self.nodes.src, self.nodes.dst, self.names
+
+        def text(i: int) -> str:
+            kids = sorted(text(c) for c in children.get(i, ()))
+            pair = (int(src[i]), int(dst[i]))
+            label = labels.get(pair)
+            if label is None:
+                label = labels[pair] = edge_key(names[pair[0]], names[pair[1]])
+            return label + (f"({','.join(kids)})" if kids else "")
+
+        limit = sys.getrecursionlimit()
+        try:
+            sys.setrecursionlimit(max(limit, 20_000))
+            return text(root)
+        finally:
+            sys.setrecursionlimit(limit)
 
     def _one(self, table: PatternTable, root: int, flips: set[tuple[int, int]],
-             links: dict[int, list[tuple[int, float, bool]]]) -> None:
+             links: dict[int, list[tuple[int, float, float, bool]]]) -> None:
         # the likeliest links, with the try-both ones in `flips` decided the other way
         children: dict[int, list[int]] = {}
         logp = 0.0
@@ -339,15 +360,15 @@ class _Instances:
             out = links.get(m)
             if out is None:
                 out = links[m] = self._links(m)
-            for c, p, likeliest in out:
-                take = likeliest != ((m, c) in flips)
+            for c, log_p, log_q, likeliest in out:
+                take = likeliest != ((m, c) in flips) if flips else likeliest
                 if take and c not in seen:
                     seen.add(c)
                     children.setdefault(m, []).append(c)
                     stack.append(c)
-                    logp += math.log(max(p, 1e-300))
+                    logp += log_p
                 else:
-                    logp += math.log(max(1 - p, 1e-300))
+                    logp += log_q
         weight = math.exp(logp)
         if weight <= 0:
             return
@@ -366,7 +387,7 @@ class _Instances:
             for c in cs:
                 node = names[src[c]]
                 delays[node] = delays.get(node, 0.0) + self.t_out[c] - self.t_in[m]
-        text = canonical_text(self.nodes, children, root)
+        text = self._text(children, root)
         key = self.text_hash.get(text)
         if key is None:             # the pattern's subtree hash, as the table's numpy-built ones
             key = self.text_hash[text] = tree_hash(children, root, src, dst)

@@ -111,6 +111,7 @@ class Batch:
         self.nodes, self.t_out, self.t_in, self.t_recv = nodes, t_out, t_in, t_recv
         self.child, self.parent, self.prob, self.map_parent = child, parent, prob, map_parent
         self.pre, self.size = preorder(map_parent, depth)
+        self.depth = depth
         self.by_pre = np.empty_like(self.pre)
         self.by_pre[self.pre] = np.arange(len(self.pre))
         likeliest = map_parent[child] == parent
@@ -267,8 +268,9 @@ class Batch:
         kept = weight > 0
         # patterns: the subtree hash of each instance's root
         rows_nodes = Nodes(self.nodes.names, self.nodes.src[msg], self.nodes.dst[msg])
-        depth, _ = forest_depth(par)
-        h = subtree_hashes(rows_nodes, par, depth)
+        moved = (c_row[took], m1_row[took], self.size[c[took]]) if ii.size else None
+        h = subtree_hashes(rows_nodes, par, self._levels(par, msg, row_seg, seg_head, seg_dec, row_inst, inst_base,
+                                                          dparent, roots, tree, moved))
         inst_ok = np.flatnonzero(kept)
         pid, uniq = _factorize(h[inst_base[inst_ok]])
         pat_of_inst = np.full(len(inst_tree), -1, dtype=np.int64)
@@ -309,6 +311,32 @@ class Batch:
         at[rr] = np.arange(len(rr)) - np.repeat(group_start, np.diff(np.r_[group_start, len(rr)]))
         local = np.where(par[rr] >= 0, at[np.maximum(par[rr], 0)], -1)
         held.add_reps(h[inst_base[row_inst[rr]]], self.nodes.src[msg[rr]], self.nodes.dst[msg[rr]], local, h[rr])
+
+
+    def _levels(self, par, msg, row_seg, seg_head, seg_dec, row_inst, inst_base, dparent, roots, tree,
+                moved) -> np.ndarray:
+        """A level per copied row with every row's level above its parent's, all subtree_hashes
+        needs (it hashes deepest level first; the same hashes whatever the levels, so long as each
+        row's is above its parent's), read off the forest's depths instead of climbing the copy: a
+        row's depth below its segment's head; an inner graft's moved subtree (rows c_row to c_row +
+        size - 1 of `moved`) hung one below its new parent's row; a graft's segment one below the
+        decision's parent. Checked: where a row is not above its parent, forest_depth climbs."""
+        fd = self.depth
+        level = fd[msg] - fd[seg_head[row_seg]]
+        if moved is not None and len(moved[0]):
+            c_row, m1_row, size = moved
+            step = np.zeros(len(level) + 1, dtype=np.int64)
+            np.add.at(step, c_row, level[m1_row] + 1 - level[c_row])
+            np.subtract.at(step, c_row + size, level[m1_row] + 1 - level[c_row])
+            level += np.cumsum(step[:-1])
+        g = np.flatnonzero(seg_dec[row_seg] >= 0)
+        if g.size:
+            at = inst_base[row_inst[g]] + self.pre[dparent[seg_dec[row_seg[g]]]] - self.pre[roots[tree[g]]]
+            level[g] += level[at] + 1
+        has = np.flatnonzero(par >= 0)
+        if (level[has] > level[par[has]]).all() and level.min(initial=0) >= 0:
+            return level
+        return forest_depth(par)[0]
 
 
 class Hashed:
@@ -405,16 +433,25 @@ class Hashed:
         memo: dict[int, str] = {}
         for key, src, dst, local, sub in self.rep_parts:
             first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])   # each held instance's first row
-            take = [s for s, k in zip(first.tolist(), key[first].tolist(), strict=True)
-                    if k in want and k not in out]
-            if not take:
+            ends = np.r_[first[1:], len(key)]
+            take = np.array([j for j, k in enumerate(key[first].tolist()) if k in want and k not in out],
+                            dtype=np.int64)
+            if not take.size:
                 continue
-            par = np.where(local >= 0, local + np.repeat(first, np.diff(np.r_[first, len(key)])), -1)
+            # only the rows of the instances named (a part holds one instance of every new pattern,
+            # most never among the most frequent), renumbered 0.. in their order
+            size = ends[take] - first[take]
+            new_first = np.cumsum(size) - size
+            inst = np.repeat(np.arange(len(take)), size)
+            rows = first[take][inst] + np.arange(len(inst)) - new_first[inst]
+            lp = local[rows]
+            par = np.where(lp >= 0, lp + new_first[inst], -1)
             kids = np.flatnonzero(par >= 0)
             kids = kids[np.argsort(par[kids], kind="stable")]
-            tree = _Rows(par[kids].tolist(), kids.tolist(), src.tolist(), dst.tolist(), sub.tolist(), names, memo)
-            for s in take:
-                k = int(key[s])
+            tree = _Rows(par[kids].tolist(), kids.tolist(), src[rows].tolist(), dst[rows].tolist(),
+                         sub[rows].tolist(), names, memo)
+            for j, s in zip(take.tolist(), new_first.tolist(), strict=True):
+                k = int(key[first[j]])
                 if k not in out:
                     out[k] = tree.text(s)
         return out

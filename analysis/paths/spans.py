@@ -32,7 +32,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.paths.inputs import export_bytes, loads
-from analysis.paths.model import Trace, Truth, as_messages
+from analysis.paths.model import Trace, Truth
+from analysis.paths.nogc import without_gc
 from rundir.errors import UserError
 
 MAX_NS = 10**20                 # beyond the year 5000 (ns): not a time
@@ -384,25 +385,34 @@ def trace_from_spans(spans: Spans, source: str, warnings: list[str]) -> Trace:
     base = int(min(start.min(), end.min()) // 1_000_000_000)
     t_send = np.concatenate([c_send, end[called]]) - base * 1_000_000_000
     t_recv = np.concatenate([start[called], r_recv]) - base * 1_000_000_000
-    frame = pd.DataFrame({
-        "t_send": t_send, "t_recv": t_recv,
-        "src": names[np.concatenate([caller, callee])], "dst": names[np.concatenate([callee, caller])],
-        "kind": np.repeat(["call", "return"], k), "msg": np.tile(np.arange(k), 2),
-        "request": np.tile(trace[called], 2),
-        "send_ctx": np.concatenate([caller_ctx, called]), "recv_ctx": np.concatenate([called, caller_ctx])})
-    frame = frame.sort_values(["t_send", "kind"], kind="stable").reset_index(drop=True)
+    src, dst = np.concatenate([caller, callee]), np.concatenate([callee, caller])
+    kind = np.repeat(np.array([0, 1], dtype=np.int8), k)            # call, return
+    # in time order, a call before a return sent at the same ns (their names' order)
+    order = np.lexsort((kind, t_send))
+    t_send, t_recv, src, dst, kind = t_send[order], t_recv[order], src[order], dst[order], kind[order]
     # ids stripped: the pairing id is renumbered in time order, carrying nothing of the spans
-    frame["msg"] = pd.factorize(frame["msg"])[0]
-    cause = scoped_causes(frame)
+    msg = pd.factorize(np.tile(np.arange(k), 2)[order])[0].astype(np.int64)
+    request = np.tile(trace[called], 2)[order]
+    cause = scoped_causes_arrays(t_send, t_recv, np.concatenate([caller_ctx, called])[order],
+                                 np.concatenate([called, caller_ctx])[order])
     types = {}
     root_rows = np.flatnonzero(root)
     for t, o in zip(trace[called[root_rows]].tolist(), np.asarray(spans.op, dtype=object)[called[root_rows]].tolist(),
                     strict=True):
         types.setdefault(t, o)
-    for c in ("t_send", "t_recv"):
-        frame[c] = frame[c] / 1e9                   # seconds since `base`: equal ns stay equal
-    request = frame["request"].to_numpy(dtype=np.int64)
-    messages = as_messages(frame.drop(columns=["request", "send_ctx", "recv_ctx"]))
+    # the model's frame made from codes (what model.as_messages makes of the names, sorted by time
+    # already: categories the sorted names in use, one per distinct name)
+    used = np.zeros(len(names), dtype=bool)
+    used[src] = used[dst] = True
+    cats = np.unique(names[used].astype(str))
+    code = np.searchsorted(cats, names.astype(str))
+    nodes = pd.CategoricalDtype(pd.Index(cats, dtype="str"))
+    messages = pd.DataFrame({
+        "t_send": t_send / 1e9, "t_recv": t_recv / 1e9,        # seconds since `base`: equal ns stay equal
+        "src": pd.Categorical.from_codes(code[src], dtype=nodes),
+        "dst": pd.Categorical.from_codes(code[dst], dtype=nodes),
+        "kind": pd.Categorical.from_codes(kind, dtype=pd.CategoricalDtype(pd.Index(["call", "return"], dtype="str"))),
+        "msg": msg})
     if spans.bad:
         warnings.append(f"{_plural(spans.bad, 'span')} without spanID, start, duration or service, or with a "
                         "time out of range or not whole (a 400-digit time) or a negative duration; left out")
@@ -422,14 +432,25 @@ def trace_from_spans(spans: Spans, source: str, warnings: list[str]) -> Trace:
 def scoped_causes(frame: pd.DataFrame) -> np.ndarray:
     """Per message (frame rows: t_send, t_recv integer, send_ctx, recv_ctx), the row of the latest
     message received in its sending context at or before its send (-1: none)."""
-    n = len(frame)
-    received = pd.DataFrame({"ctx": frame["recv_ctx"].to_numpy(), "t": frame["t_recv"].to_numpy(),
-                             "cause": np.arange(n)}).sort_values("t", kind="stable")
-    sent = pd.DataFrame({"ctx": frame["send_ctx"].to_numpy(), "t": frame["t_send"].to_numpy(),
-                         "row": np.arange(n)}).sort_values("t", kind="stable")
-    hit = pd.merge_asof(sent, received, on="t", by="ctx", direction="backward", allow_exact_matches=True)
-    cause = np.full(n, -1, dtype=np.int64)
-    cause[hit["row"].to_numpy()] = hit["cause"].fillna(-1).to_numpy().astype(np.int64)
+    return scoped_causes_arrays(*(frame[c].to_numpy() for c in ("t_send", "t_recv", "send_ctx", "recv_ctx")))
+
+
+def scoped_causes_arrays(t_send: np.ndarray, t_recv: np.ndarray, send_ctx: np.ndarray,
+                         recv_ctx: np.ndarray) -> np.ndarray:
+    """scoped_causes of the columns (integer times and contexts): of the messages received in the
+    same context at or before the send, the latest; of equal receive times, the last row (as
+    pandas.merge_asof(direction="backward") takes it). One sort of (context, time rank, row) and
+    a binary search per message."""
+    n = len(t_send)
+    _, rank = np.unique(np.concatenate([t_recv, t_send]), return_inverse=True)
+    width = np.int64(n * 2 + 1)
+    got = recv_ctx.astype(np.int64) * width + rank[:n]
+    by = np.lexsort((np.arange(n), got))
+    keys = got[by]
+    want = send_ctx.astype(np.int64) * width + rank[n:]
+    at = np.searchsorted(keys, want, side="right") - 1
+    hit = (at >= 0) & (keys[np.maximum(at, 0)] // width == send_ctx)
+    cause = np.where(hit, by[np.maximum(at, 0)], -1).astype(np.int64)
     cause[cause == np.arange(n)] = -1
     return cause
 
@@ -457,11 +478,13 @@ def _read(path, what: str, fast, parse) -> Trace:
     return trace_from_spans(spans, str(path), warnings)
 
 
+@without_gc
 def read_jaeger(path) -> Trace:
     """A Jaeger JSON export (`{"data": [trace, ...]}`, a list of traces or one trace), file or directory."""
     return _read(path, "Jaeger export", jaeger_fast, jaeger_spans)
 
 
+@without_gc
 def read_otlp(path) -> Trace:
     """An OpenTelemetry OTLP JSON export (`{"resourceSpans": [...]}`), file or directory."""
     return _read(path, "OTLP JSON export", None, otlp_spans)
