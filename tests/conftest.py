@@ -14,6 +14,9 @@ import tests.support.reference_tcpstate  # noqa: F401 - registers the tcpstate a
 import tests.support.reference_whoseturn  # noqa: F401 - registers the whoseturn reference
 from tests.support.env import leftovers
 
+# Fixtures of the interceptor tests (lib, probe, shm_dir, procs, sink), shared by two test modules.
+pytest_plugins = ["tests.support.interceptor_kit"]
+
 
 @pytest.fixture(autouse=True, scope="session")
 def private_copy_cache(tmp_path_factory):

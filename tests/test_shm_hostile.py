@@ -9,7 +9,6 @@ Each reading runs in a child process: a SIGBUS shows as a negative exit status, 
 from __future__ import annotations
 
 import os
-import socket
 import struct
 import subprocess
 import sys
@@ -19,26 +18,10 @@ from pathlib import Path
 import pytest
 
 from harness.interceptor import shm
-from harness.interceptor.shm import OPEN, InterceptorStateError, ShmFile
+from harness.interceptor.shm import InterceptorStateError, ShmFile
+from tests.support.interceptor_kit import counter_file
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def craft(path: Path, pid: int, out_msgs: int = 7, slots: int = 64, max_fd: int = 4) -> None:
-    """A counter file as the library writes it: one open TCP socket with a peer on fd 3."""
-    buf = bytearray(shm.HEADER_SIZE + slots * shm.SLOT_SIZE)
-    struct.pack_into("<8sIIIIii", buf, 0, shm.MAGIC, shm.VERSION, shm.HEADER_SIZE, shm.SLOT_SIZE, slots, pid, 1)
-    struct.pack_into("<I", buf, 64, max_fd)
-    argv = f"prog{pid}\0".encode()
-    struct.pack_into("<I", buf, 512, len(argv))
-    buf[shm.CMDLINE_OFF:shm.CMDLINE_OFF + len(argv)] = argv
-    off = shm.HEADER_SIZE + 3 * shm.SLOT_SIZE
-    struct.pack_into("<QQQiIIHHHH", buf, off, 0, 1, 99, 3, OPEN, shm.SF_GRAPH | shm.SF_PEER, socket.AF_INET,
-                     socket.SOCK_STREAM, 40000, 80)
-    buf[off + 48:off + 52] = socket.inet_aton("127.0.0.1")
-    buf[off + 64:off + 68] = socket.inet_aton("127.0.0.2")
-    struct.pack_into("<Q", buf, off + shm.DIR_OFF[1] + 8, out_msgs)
-    path.write_bytes(bytes(buf))
 
 
 def child(code: str, *args: str, timeout: float = 20) -> subprocess.CompletedProcess:
@@ -53,7 +36,7 @@ def test_a_file_truncated_after_it_was_opened_is_one_reading_with_a_reason_not_s
     """Today: the file is mapped at open; the snapshot after the truncation touches the lost pages
     and the reader dies of SIGBUS (exit -7)."""
     path = tmp_path / "4242.nest"
-    craft(path, 4242)
+    counter_file(path, 4242)
     r = child("""
         import os, sys
         from harness.interceptor.shm import ShmFile, InterceptorStateError, read_process
@@ -84,7 +67,7 @@ def test_a_file_truncated_after_it_was_opened_is_one_reading_with_a_reason_not_s
 
 def test_a_file_truncated_before_its_first_snapshot(tmp_path):
     path = tmp_path / "4242.nest"
-    craft(path, 4242)
+    counter_file(path, 4242)
     r = child("""
         import os, sys
         from harness.interceptor.shm import ShmFile
@@ -101,14 +84,13 @@ def test_the_collector_warns_once_for_the_truncated_file_and_goes_on_with_the_ot
     namespace); one is cut short after the first poll. Today: SIGBUS at the second poll."""
     r = child("""
         import os, sys
-        sys.path.insert(0, "tests")
-        from test_shm_hostile import craft
+        from tests.support.interceptor_kit import counter_file
         from pathlib import Path
         from harness.collector.appsockets import InterceptorSource
         d = Path(sys.argv[1])
         mine, theirs = d / f"{os.getpid()}.nest", d / f"{os.getppid()}.nest"
-        craft(mine, os.getpid(), out_msgs=5)
-        craft(theirs, os.getppid(), out_msgs=9)
+        counter_file(mine, os.getpid(), out_msgs=5)
+        counter_file(theirs, os.getppid(), out_msgs=9)
         src = InterceptorSource(d)
         def apps():
             return sorted(o.key for o in src.poll() if o.key.startswith("app:"))
@@ -147,7 +129,7 @@ def test_a_fifo_named_like_a_counter_file_is_refused_without_blocking(tmp_path):
 
 def test_a_link_is_not_followed(tmp_path):
     target = tmp_path / "real"
-    craft(target, 4242)
+    counter_file(target, 4242)
     link = tmp_path / "4242.nest"
     link.symlink_to(target)
     with pytest.raises(InterceptorStateError, match="not a regular file"):
@@ -158,7 +140,7 @@ def test_more_slots_than_the_library_makes_are_refused(tmp_path):
     """Today: a header claiming 65537 slots on a file of that size is mapped and walked (a sparse file
     of any size is given its space first: root fallocates what the process asked for)."""
     path = tmp_path / "4242.nest"
-    craft(path, 4242, slots=4)
+    counter_file(path, 4242, slots=4)
     with open(path, "r+b") as f:
         f.seek(20)
         f.write(struct.pack("<I", shm.MAX_SLOTS + 1))
@@ -171,7 +153,7 @@ def test_more_slots_than_the_library_makes_are_refused(tmp_path):
 def test_slots_in_use_grow_between_snapshots(tmp_path):
     """The reader copies the slots the last snapshot used; a socket on a higher fd is still read."""
     path = tmp_path / "4242.nest"
-    craft(path, 4242, max_fd=1)
+    counter_file(path, 4242, max_fd=1)
     f = ShmFile(path)
     try:
         assert f.snapshot().sockets == []

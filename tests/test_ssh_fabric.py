@@ -5,7 +5,7 @@ probes off on the hosts, running NetBouncer's probers, and putting every route a
 end.
 
 The first tests need neither root nor a testbed: the topology file, what each node is checked for.
-The last builds tests/test_ssh_backend.py's sshd testbed of the fat-tree (36 sshd servers in Mininet
+The last builds tests/support/sshd_testbed.py's sshd testbed of the fat-tree (36 sshd servers in Mininet
 nodes), first undoing what the Mininet backend set on it (multipath routes, seeds, hash policy) so
 that the nodes look like a testbed's (one next hop per destination, the kernel's defaults), and runs
 a fabric spec with a link down over SSH: root and slow, about 3 minutes here.
@@ -28,7 +28,7 @@ from harness.routing import multipath_routers, multipath_routes
 from harness.spec import load_spec
 from harness.topology import load_topology
 from tests.support.env import REPO, run_id, write
-from tests.test_ssh_backend import e2e, nodes_left_as_found, run_traces, sshd_testbed
+from tests.support.sshd_testbed import e2e, nodes_left_as_found, run_traces, sshd_testbed
 
 FATTREE = REPO / "topologies" / "fattree.yaml"
 FATTREE_SSH = REPO / "topologies" / "fattree-ssh.yaml"
@@ -216,7 +216,7 @@ def test_a_sigkilled_fabric_run_is_cleaned_up_routes_seeds_and_tlp_put_back(net,
     hash settings and seed, every host's TLP setting (clean_nodes compares them all, and processes)."""
     import signal
 
-    from tests.test_ssh_backend import start_and_wait
+    from tests.support.sshd_testbed import start_and_wait
 
     state = net.node_state()
     spec = write(tmp_path, "fabric.yaml", SPEC.replace("duration: 30s", "duration: 60s"))

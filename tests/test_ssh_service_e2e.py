@@ -2,7 +2,7 @@
 unchanged with `--topology` pointing at an SSH topology of the same shape, and brings back a run with
 the same tables (modules, counters, messages, requests, faults) as the Mininet run of that spec.
 
-The testbed is tests/test_ssh_backend.py's (SshNet): topologies/service.yaml built with Mininet (the
+The testbed is tests/support/sshd_testbed.py's (SshNet): topologies/service.yaml built with Mininet (the
 data plane a testbed would have), a management namespace of the test's own with a veth to every
 node, and a real sshd in each node; run-experiment runs inside the management namespace and reaches
 the nodes over SSH as a runner reaches Emulab nodes. The spec: the five tiers (nginx, two gunicorn
@@ -33,7 +33,13 @@ import pytest
 
 from harness.runner import run_experiment
 from tests.support.env import REPO, run_id, write
-from tests.test_ssh_backend import _tables, nodes_left_as_found, run_traces, sshd_testbed, start_and_wait
+from tests.support.sshd_testbed import (
+    nodes_left_as_found,
+    run_traces,
+    sshd_testbed,
+    start_and_wait,
+    table_columns,
+)
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -103,7 +109,7 @@ def _shape(run: Path) -> dict:
         for hops in by_request.values():
             paths.setdefault(hops[0][0], Counter())[tuple(sorted(t for _, t in hops))] += 1
         return {
-            "tables": _tables(db),
+            "tables": table_columns(db),
             "module_hosts_kinds": hosts_kinds,
             "counted_hosts": counted,
             "message_hosts": {h for (h,) in db.execute("SELECT DISTINCT host FROM messages")},

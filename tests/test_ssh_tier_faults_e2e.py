@@ -1,6 +1,6 @@
 """The faults aimed at a service tier on "testbed nodes" over SSH (issue 45): a service spec with a
 tier_pause at the cache, a slow (cgroup CPU quota) at app1 and a delay at the db runs over the sshd
-testbed of tests/test_ssh_backend.py (SshNet: sshd in Mininet hosts) with the same fault rows as its
+testbed of tests/support/sshd_testbed.py (SshNet: sshd in Mininet hosts) with the same fault rows as its
 Mininet run, each fault acting on the tier's node (harness/faults/onnode.py), and leaves the nodes as
 it found them: no process, route or rule (nodes_left_as_found), no cgroup, no ledger. A SIGKILLed
 runner's cgroup on a node is removed by `nestlab cleanup` (the ledger's undo).
@@ -28,7 +28,7 @@ import pytest
 from harness.faults.cgroup import cgroup_mounts, cpu_mounts
 from harness.runner import run_experiment
 from tests.support.env import REPO, run_id, write
-from tests.test_ssh_backend import nodes_left_as_found, run_traces, sshd_testbed, start_and_wait
+from tests.support.sshd_testbed import nodes_left_as_found, run_traces, sshd_testbed, start_and_wait
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

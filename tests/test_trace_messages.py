@@ -6,7 +6,6 @@ messages by analysis/paths/reconcile.py. No root, no network namespaces."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -19,25 +18,19 @@ import pytest
 
 from analysis.paths.reconcile import reconcile
 from harness.collector.tracedrain import TraceDrainer
-from harness.interceptor import build, create_shm_dir, preload_env, remove_shm_dir
+from harness.interceptor import create_shm_dir, preload_env, remove_shm_dir
 from harness.interceptor import ring as ringmod
 from harness.interceptor.shm import HEADER_SIZE, SLOT_SIZE, shm_file
 from harness.lab.tracing import traced_hosts
 from rundir.db import connect, create_db
 from rundir.messages import MessageWriter, drop_warnings, trace_totals
 from rundir.traces import read_trace_tables
+from tests.support.env import REPO
+from tests.support.interceptor_kit import LIB_DIR, NEEDS_GCC
 
-REPO = Path(__file__).resolve().parent.parent
 PEER = REPO / "tests" / "interceptor" / "trace_peer.py"
-LIB_DIR = REPO / "harness" / "interceptor"
 
-pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("make") is None,
-                                reason="needs gcc and make")
-
-
-@pytest.fixture(scope="module")
-def lib() -> Path:
-    return build()
+pytestmark = NEEDS_GCC   # the library is the `lib` fixture of tests/support/interceptor_kit.py
 
 
 @pytest.fixture
