@@ -40,11 +40,13 @@ from rundir.db import FORMAT_VERSION
 from tests.support.env import REPO, run_id, write
 from tests.support.sshd_testbed import (
     SshNet,
+    cleanup,
     e2e,
+    end_runner,
     nodes_left_as_found,
     run_traces,
+    running,
     sshd_testbed,
-    start_and_wait,
     table_columns,
 )
 
@@ -227,22 +229,16 @@ def test_unreachable_node_fails_with_one_line_and_leaves_nothing(net, tmp_path, 
     _check_nothing_made(tmp_path, tmp_path / "results")
 
 
-def _start_and_wait(net: SshNet, tmp_path: Path, snapshots: int) -> tuple[subprocess.Popen, Path]:
+def _running(net: SshNet, tmp_path: Path, snapshots: int):
     """A 60 s run, once the collector on site1n1 has recorded `snapshots`."""
     spec = write(tmp_path, "e2e.yaml", SPEC.format(duration="60s"))
-    return start_and_wait(net, spec, tmp_path, "site1n1", snapshots, timeout=60)
+    return running(net, spec, tmp_path, "site1n1", snapshots, timeout=60)
 
 
 @e2e
 def test_sigterm_midway_tears_down_the_nodes_and_brings_back_the_run(net, tmp_path, clean_nodes):
-    proc, run = _start_and_wait(net, tmp_path, 40)   # during the tcp_drop (3 s - 5 s)
-    try:
-        proc.send_signal(signal.SIGTERM)   # `ip netns exec` execs the runner: this is the runner
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    with _running(net, tmp_path, 40) as (proc, run):   # during the tcp_drop (3 s - 5 s)
+        err = end_runner(proc, signal.SIGTERM)
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert not run_traces(run_id(run))
     m = json.loads((run / "manifest.json").read_text())
@@ -255,19 +251,13 @@ def test_sigterm_midway_tears_down_the_nodes_and_brings_back_the_run(net, tmp_pa
 
 @e2e
 def test_sigkilled_runner_is_cleaned_up_and_its_recording_brought_back(net, tmp_path, clean_nodes):
-    proc, run = _start_and_wait(net, tmp_path, 50)   # past the tcp_drop at 3 s
-    try:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    with _running(net, tmp_path, 50) as (proc, run):   # past the tcp_drop at 3 s
+        end_runner(proc, signal.SIGKILL, timeout=10)
     assert run_traces(run_id(run)), "a SIGKILLed runner cannot clean up; there should be something to clean"
     remote = sqlite3.connect(f"file:/tmp/nestlab-{run_id(run)}-site1n1/run.db?mode=ro", uri=True)
     recorded, last = remote.execute("SELECT count(*), max(seq) FROM snapshots").fetchone()   # the collector runs on
     remote.close()
-    r = subprocess.run(net.runner_argv("cleanup", program="nestlab"), capture_output=True, text=True, timeout=60)
+    r = cleanup(net, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "remote process group(s) killed" in r.stdout and "brought back" in r.stdout, r.stdout
     assert not run_traces(run_id(run))

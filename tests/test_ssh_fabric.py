@@ -28,7 +28,7 @@ from harness.routing import multipath_routers, multipath_routes
 from harness.spec import load_spec
 from harness.topology import load_topology
 from tests.support.env import REPO, run_id, write
-from tests.support.sshd_testbed import e2e, nodes_left_as_found, run_traces, sshd_testbed
+from tests.support.sshd_testbed import cleanup, e2e, nodes_left_as_found, run_traces, sshd_testbed
 
 FATTREE = REPO / "topologies" / "fattree.yaml"
 FATTREE_SSH = REPO / "topologies" / "fattree-ssh.yaml"
@@ -216,22 +216,15 @@ def test_a_sigkilled_fabric_run_is_cleaned_up_routes_seeds_and_tlp_put_back(net,
     hash settings and seed, every host's TLP setting (clean_nodes compares them all, and processes)."""
     import signal
 
-    from tests.support.sshd_testbed import start_and_wait
+    from tests.support.sshd_testbed import end_runner, running
 
     state = net.node_state()
     spec = write(tmp_path, "fabric.yaml", SPEC.replace("duration: 30s", "duration: 60s"))
-    proc, run = start_and_wait(net, spec, tmp_path, "h1", 10, timeout=120, env=ENV)
-    try:
+    with running(net, spec, tmp_path, "h1", 10, timeout=120, env=ENV) as (proc, run):
         assert net.node_state() != state   # the fabric is in place: multipath routes, seeds, TLP off
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        end_runner(proc, signal.SIGKILL, timeout=10)
     assert run_traces(run_id(run)), "a SIGKILLed runner cannot clean up; there should be something to clean"
-    r = subprocess.run(net.runner_argv("cleanup", program="nestlab"), capture_output=True, text=True, timeout=180,
-                       cwd=REPO, env=ENV)
+    r = cleanup(net, env=ENV)
     assert r.returncode == 0, r.stderr
     assert not run_traces(run_id(run))
     assert json.loads((run / "manifest.json").read_text())["status"] == "interrupted"

@@ -34,10 +34,11 @@ import pytest
 from harness.runner import run_experiment
 from tests.support.env import REPO, run_id, write
 from tests.support.sshd_testbed import (
+    end_runner,
     nodes_left_as_found,
     run_traces,
+    running,
     sshd_testbed,
-    start_and_wait,
     table_columns,
 )
 
@@ -188,21 +189,15 @@ def test_the_service_spec_over_ssh_brings_back_the_tables_of_its_mininet_run(ref
     assert {f"tracedrain-{h}.log" for h in TIERS} <= logs
 
 
-def _start_and_wait(net, tmp_path: Path, snapshots: int) -> tuple[subprocess.Popen, Path]:
+def _running(net, tmp_path: Path, snapshots: int):
     """A 90 s run, once the reference collector (web) has recorded `snapshots`."""
     spec = write(tmp_path, "e2e.yaml", SPEC.format(duration="90s"))
-    return start_and_wait(net, spec, tmp_path, "web", snapshots, timeout=300, env=ENV, poll=0.5)
+    return running(net, spec, tmp_path, "web", snapshots, timeout=300, env=ENV, poll=0.5)
 
 
 def test_a_sigtermed_service_run_leaves_nothing_on_the_nodes(net, tmp_path, clean_nodes):
-    proc, run = _start_and_wait(net, tmp_path, 100)   # during the delay (8 s - 16 s)
-    try:
-        proc.send_signal(signal.SIGTERM)   # `ip netns exec` execs the runner: this is the runner
-        _, err = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    with _running(net, tmp_path, 100) as (proc, run):   # during the delay (8 s - 16 s)
+        err = end_runner(proc, signal.SIGTERM, timeout=180)
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert not run_traces(run_id(run))
     m = json.loads((run / "manifest.json").read_text())

@@ -28,7 +28,14 @@ import pytest
 from harness.faults.cgroup import cgroup_mounts, cpu_mounts
 from harness.runner import run_experiment
 from tests.support.env import REPO, run_id, write
-from tests.support.sshd_testbed import nodes_left_as_found, run_traces, sshd_testbed, start_and_wait
+from tests.support.sshd_testbed import (
+    cleanup,
+    end_runner,
+    nodes_left_as_found,
+    run_traces,
+    running,
+    sshd_testbed,
+)
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -178,23 +185,16 @@ def test_a_sigkilled_runners_cgroup_and_stopped_tier_are_undone_by_cleanup(net, 
     the ledger's undo (after stopping the run's processes)."""
     spec = _spec(tmp_path, duration="45s", slow="10s", delay_at="35s")
     before = _cgroups()
-    proc, run = start_and_wait(net, spec, tmp_path, "web", 1, timeout=300, env=ENV, poll=0.5)
-    try:
+    with running(net, spec, tmp_path, "web", 1, timeout=300, env=ENV, poll=0.5) as (proc, run):
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not [c for c in _cgroups() if c.endswith("-app1") and c not in before]:
             time.sleep(0.05)
         capped = [c for c in _cgroups() if c.endswith("-app1") and c not in before]
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        end_runner(proc, signal.SIGKILL, timeout=10)
     traces = run_traces(run_id(run))
     ledger = json.loads(Path(traces[-1]).read_text()) if traces else {}
     # cleaned up before anything is asserted: a failed check must leave nothing on the nodes either
-    r = subprocess.run(net.runner_argv("cleanup", program="nestlab"), capture_output=True, text=True, timeout=180,
-                       cwd=REPO, env=ENV)
+    r = cleanup(net, env=ENV)
     assert r.returncode == 0, r.stderr
     assert not run_traces(run_id(run)) and _cgroups() == before
     assert capped, "the slow window never started"
@@ -225,24 +225,20 @@ def test_a_node_that_stops_answering_fails_the_run_within_seconds_naming_it(net,
     once app2 is back, `nestlab cleanup` leaves nothing on it."""
     spec = _spec(tmp_path, duration="60s", slow="10s", delay_at="35s")
     drop = ["ip", "netns", "exec", net.ctl, "iptables", "-w", "{}", "OUTPUT", "-d", net.mgmt["app2"], "-j", "DROP"]
-    proc, run = start_and_wait(net, spec, tmp_path, "web", 60, timeout=300, env=ENV, poll=0.5)
-    cut = time.monotonic()
     err = ""
-    try:
-        subprocess.run([a.replace("{}", "-I") for a in drop], check=True)
+    with running(net, spec, tmp_path, "web", 60, timeout=300, env=ENV, poll=0.5) as (proc, run):
+        cut = time.monotonic()
         try:
-            _, err = proc.communicate(timeout=120)
-        except subprocess.TimeoutExpired:   # hung: killed, and cleaned up below all the same
-            proc.kill()
-            _, err = proc.communicate()
-        took = time.monotonic() - cut
-    finally:
-        subprocess.run([a.replace("{}", "-D") for a in drop], check=True)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    r = subprocess.run(net.runner_argv("cleanup", program="nestlab"), capture_output=True, text=True, timeout=180,
-                       cwd=REPO, env=ENV)
+            subprocess.run([a.replace("{}", "-I") for a in drop], check=True)
+            try:
+                _, err = proc.communicate(timeout=120)
+            except subprocess.TimeoutExpired:   # hung: killed, and cleaned up below all the same
+                proc.kill()
+                _, err = proc.communicate()
+            took = time.monotonic() - cut
+        finally:
+            subprocess.run([a.replace("{}", "-D") for a in drop], check=True)
+    r = cleanup(net, env=ENV)
     assert r.returncode == 0, r.stderr
     assert not run_traces(run_id(run))
     errors = [line for line in err.splitlines() if line.startswith("error:")]

@@ -20,6 +20,8 @@ import signal
 import sqlite3
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -266,14 +268,26 @@ def table_columns(db: sqlite3.Connection) -> dict[str, list[str]]:
     return {n: [c[1] for c in db.execute(f"PRAGMA table_info({n})")] for n in names}
 
 
-def start_and_wait(net: SshNet, spec: Path, tmp_path: Path, node: str, snapshots: int, timeout: float,
-                   env: dict | None = None, poll: float = 0.2) -> tuple[subprocess.Popen, Path]:
-    """The spec run in the background over the testbed, once the collector on `node` has recorded
-    `snapshots` (the nodes share this machine's files, so the test watches the remote run.db)."""
+@contextmanager
+def running(net: SshNet, spec: Path, tmp_path: Path, node: str, snapshots: int, timeout: float,
+            env: dict | None = None, poll: float = 0.2) -> Iterator[tuple[subprocess.Popen, Path]]:
+    """The spec run in the background over the testbed, yielded as (runner, run directory) once the
+    collector on `node` has recorded `snapshots` (the nodes share this machine's files, so the test
+    watches the remote run.db); the runner is killed on leaving if it is still running."""
     topo = net.topology_file(tmp_path / "topo.yaml")
     results = tmp_path / "results"
     proc = subprocess.Popen(net.runner_argv(str(spec), "--topology", str(topo), "--results", str(results)),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    try:
+        yield proc, _wait_for_snapshots(proc, results, node, snapshots, timeout, poll)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _wait_for_snapshots(proc: subprocess.Popen, results: Path, node: str, snapshots: int, timeout: float,
+                        poll: float) -> Path:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         runs = list(results.glob("*/*"))
@@ -281,11 +295,23 @@ def start_and_wait(net: SshNet, spec: Path, tmp_path: Path, node: str, snapshots
             try:
                 db = sqlite3.connect(f"file:/tmp/nestlab-{run_id(runs[0])}-{node}/run.db?mode=ro", uri=True)
                 if db.execute("SELECT count(*) FROM snapshots").fetchone()[0] >= snapshots:
-                    return proc, runs[0]
+                    return runs[0]
             except sqlite3.Error:
                 pass
         if proc.poll() is not None:
             raise AssertionError(proc.stderr.read())
         time.sleep(poll)
-    proc.kill()
     raise AssertionError("the run did not get going")
+
+
+def end_runner(proc: subprocess.Popen, sig: int, timeout: float = 60) -> str:
+    """Send the runner `sig` (`ip netns exec` execs it: the process is the runner) and wait for its end;
+    its stderr."""
+    proc.send_signal(sig)
+    return proc.communicate(timeout=timeout)[1]
+
+
+def cleanup(net: SshNet, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
+    """`nestlab cleanup` from the management namespace, as a user would run it after a SIGKILL."""
+    return subprocess.run(net.runner_argv("cleanup", program="nestlab"), capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO, env=env)
