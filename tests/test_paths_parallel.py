@@ -73,3 +73,18 @@ def test_a_worker_that_dies_is_one_line():
 
 def test_default_jobs_is_the_cores_this_process_may_use():
     assert parallel.default_jobs() == len(os.sched_getaffinity(0))
+
+
+def test_a_result_that_cannot_be_sent_back_is_an_error_not_a_hang():
+    with pytest.raises(Exception, match="pickle|lambda"):
+        parallel.run_tasks([lambda: 1, lambda: (lambda: 2)], 2)
+
+
+def test_an_exception_that_cannot_be_sent_back_is_said_in_one_line():
+    class Local(Exception):          # a local class: pickle cannot name it
+        pass
+
+    def bad():
+        raise Local("the algorithm's own words")
+    with pytest.raises(RuntimeError, match="Local: the algorithm's own words"):
+        parallel.run_tasks([lambda: 1, bad], 2)

@@ -46,11 +46,12 @@ def _run(i: int) -> tuple[bool, Any, float]:
     except Exception as e:  # noqa: BLE001 - carried back to the parent, raised there as it was
         out, ok = e, False
     took = time.process_time() - cpu
-    try:
-        pickle.dumps(out)
-    except Exception as e:  # noqa: BLE001 - an unpicklable result or exception: said in one line
-        out, ok = RuntimeError(f"{type(out).__name__} could not be sent back from a worker: {e}"), False
-    return ok, out, took
+    if not ok:
+        try:
+            pickle.dumps(out)
+        except Exception as e:  # noqa: BLE001 - an exception that cannot be sent back: said in one line
+            out = RuntimeError(f"{type(out).__name__}: {out} (could not be sent back from a worker: {e})")
+    return ok, out, took     # a result that cannot be pickled fails its future (raised in the parent)
 
 
 def run_tasks(tasks: Sequence[Callable[[], Any]], jobs: int,
