@@ -157,3 +157,16 @@ def test_jobs_change_nothing_written_or_printed(tmp_path):
                      *((out / f).read_text() for f in ("paths.csv", "paths-score.csv", "paths-services.csv")))
     assert got["1"] == got["2"]
     assert "oracle" in got["2"][3]         # every algorithm ran and was scored
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_failing_algorithm_after_others_is_one_line_and_theirs_are_printed(jobs, tmp_path):
+    """The algorithms' results are printed as they come, in order: one failing after nesting leaves
+    nesting's call trees printed, then one line and exit 2 (as one after another did)."""
+    (tmp_path / "e.json").write_text(json.dumps(jaeger_doc(3)))
+    r = nestlab("paths", "--jaeger", str(tmp_path / "e.json"), "-a", "nesting,linking",
+                "--param", "granularity=bogus", "--jobs", jobs, "--out", str(tmp_path))
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "— nesting:" in r.stdout and "— linking:" not in r.stdout
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "granularity must be one of" in lines[0], r.stderr

@@ -62,8 +62,10 @@ def test_the_costliest_task_is_started_first(tmp_path):
 def test_a_failure_is_raised_as_it_was():
     def bad():
         raise ValueError("no such thing")
-    with pytest.raises(ValueError, match="no such thing"):
+    with pytest.raises(ValueError, match="no such thing") as got:
         parallel.run_tasks([lambda: 1, bad], 2)
+    assert isinstance(got.value.__cause__, parallel.WorkerTraceback)
+    assert "in bad" in str(got.value.__cause__)          # where it failed, in the worker
 
 
 def test_a_worker_that_dies_is_one_line():

@@ -34,7 +34,7 @@ from analysis.paths.accuracy import service_mapping
 from analysis.paths.algorithms import ALGORITHMS, algorithm, parse_params
 from analysis.paths.export import write_export
 from analysis.paths.model import Trace
-from analysis.paths.parallel import COST, default_jobs, run_tasks
+from analysis.paths.parallel import COST, default_jobs, iter_tasks
 from analysis.paths.readers import read_faults_file, read_jaeger, read_otlp, read_run, read_trace_file
 from analysis.paths.render import call_tree, paths_frame, plain_text, shown_text
 from analysis.paths.score import SCORE_COLUMNS, score
@@ -143,8 +143,8 @@ def _paths(args: argparse.Namespace) -> int:
             write_export(trace, trace.truth.cause, Path(args.export) / f"{stem}-truth.json", args.export_format)
         tasks = [partial(_one, label, partial(infer, **params[name]), trace, not args.no_score)
                  for name, infer, _ in chosen]
-        done, _ = run_tasks(tasks, jobs, [COST.get(name, 1.0) for name in names])
-        for (name, _, _), (result, row, services) in zip(chosen, done, strict=True):
+        done = iter_tasks(tasks, jobs, [COST.get(name, 1.0) for name in names])
+        for (name, _, _), ((result, row, services), _) in zip(chosen, done, strict=True):
             for w in result.warnings:
                 print(plain_text(f"warning: {where}{name}: {w}"), file=sys.stderr)
             _show(console, label, name, result, args.top, len(trace.messages))
