@@ -3,7 +3,7 @@
 (SIGCOMM'24), Jaeger JSON, 1000 traces per set, in its repository's data/ folder.
 
     .venv/bin/python bench/paths_artifact.py --data DIR [--apps hotel,node,media] [--loads 25,50]
-        [--algorithms all] [--out FILE]
+        [--algorithms all] [--out FILE] [--jobs N]
 
 DIR is the artifact's data/ (fetch its repository: `git clone` it, or a snapshot; nothing of it is
 kept in this repository). Per application and load: the spans, the import's time, and per algorithm
@@ -12,10 +12,13 @@ mapping accuracy, and its time per million spans. Then the throughput of import 
 together in spans per second, beside a baseline measured in the same run: Python's json.loads of the
 same files (what reading them costs at the least), as a ratio; and the import's own decode alone
 (the files read and decoded by its msgspec fast path's typed decoder, no span handled: the floor of
-this import), as the decode-bound ratio. Each in wall time and in this process's CPU time (the
-last line): on a machine shared with other work the wall-time ratio moves with the others' load
+this import), as the decode-bound ratio. Each in wall time and in CPU time (this process's and its
+--jobs workers', the last line): on a machine shared with other work the wall-time ratio moves with the others' load
 between the baseline's measurement and the algorithms', the CPU-time one hardly. Last, each part's
-CPU seconds (the import, each algorithm) and the throughput without traceweaver's share.
+CPU seconds (the import, each algorithm) and the throughput without traceweaver's share. With
+`--jobs N` the algorithms run at once in N forked workers after each import (as `nestlab paths
+--jobs N`): the wall time is then what a user waits for on N free cores, the CPU time the work
+done, a little more than one after another (the forks, the results pickled back).
 
 Development sets (tuned on): hotel and node at loads 25 and 50. The others are the held-back check.
 """
@@ -24,8 +27,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,6 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from analysis.paths.accuracy import request_scores  # noqa: E402
 from analysis.paths.algorithms import ALGORITHMS, algorithm  # noqa: E402
+from analysis.paths.parallel import COST, run_tasks  # noqa: E402
 from analysis.paths.spans import _DECODER, read_jaeger  # noqa: E402
 
 APPS = {"hotel": "hotel_reservation/hotel_load{}", "node": "nodejs_microservices/node_load{}",
@@ -40,15 +47,22 @@ APPS = {"hotel": "hotel_reservation/hotel_load{}", "node": "nodejs_microservices
 DEV = {("hotel", 25), ("hotel", 50), ("node", 25), ("node", 50)}
 
 
+def _cpu() -> float:
+    """CPU seconds of this process and of its reaped children (the --jobs workers)."""
+    c = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + c.ru_utime + c.ru_stime
+
+
 class Clock:
-    """Wall and CPU (this process's) seconds since it was made: on a shared machine the CPU time is
-    what the others' load does not inflate (or hardly: caches and memory are shared)."""
+    """Wall and CPU (this process's, and its --jobs workers') seconds since it was made: on a shared
+    machine the CPU time is what the others' load does not inflate (or hardly: caches and memory are
+    shared)."""
 
     def __init__(self) -> None:
-        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        self.wall, self.cpu = time.perf_counter(), _cpu()
 
     def took(self) -> tuple[float, float]:
-        return time.perf_counter() - self.wall, time.process_time() - self.cpu
+        return time.perf_counter() - self.wall, _cpu() - self.cpu
 
 
 def baseline(folder: Path) -> tuple[float, float]:
@@ -66,18 +80,28 @@ def decode_floor(folder: Path) -> tuple[float, float]:
     return c.took()
 
 
-def one(folder: Path, names: list[str]) -> dict:
+def _timed(infer, messages) -> tuple:
+    c = Clock()
+    result = infer(messages)
+    return (result, *c.took())
+
+
+def one(folder: Path, names: list[str], jobs: int = 1) -> dict:
+    """Import, then the algorithms: one after another (jobs 1), or in `jobs` forked workers at once
+    (parallel.run_tasks, as `nestlab paths --jobs`): then the phase's wall and CPU time (this
+    process's and the workers') are the algorithms' together, and each algorithm's own is its
+    worker's. The request scores are taken afterwards, outside the times."""
     c = Clock()
     trace = read_jaeger(folder)
     t_import, cpu_import = c.took()
     spans = int((trace.messages["kind"].astype(str) == "call").sum())   # a span per call (in-service spans aside)
     row = {"messages": len(trace.messages), "calls": spans, "import_s": t_import, "import_cpu": cpu_import,
            "algorithms": {}}
-    for name in names:
-        infer, _ = algorithm(name)
-        c = Clock()
-        result = infer(trace.messages)
-        took, cpu = c.took()
+    c = Clock()
+    done, _ = run_tasks([partial(_timed, algorithm(n)[0], trace.messages) for n in names], jobs,
+                        [COST.get(n, 1.0) for n in names])
+    row["phase_s"], row["phase_cpu"] = c.took()
+    for name, (result, took, cpu) in zip(names, done, strict=True):
         row["algorithms"][name] = {**request_scores(result, trace), "seconds": took, "cpu": cpu}
     return row
 
@@ -94,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--loads", default="25,50,75,100,125,150")
     ap.add_argument("--algorithms", default="all")
     ap.add_argument("--out", type=Path, help="also write the Markdown table here")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="algorithms at once, in forked workers after each import (nestlab paths --jobs; 1)")
     a = ap.parse_args(argv)
     names = list(ALGORITHMS) if a.algorithms == "all" else a.algorithms.split(",")
     head = ["set", "spans", "import s", *[f"{n} %" for n in names], *[f"{n} s/M" for n in names]]
@@ -110,10 +136,10 @@ def main(argv: list[str] | None = None) -> int:
             n_spans = span_count(folder)
             base, base_cpu = baseline(folder)
             floor, floor_cpu = decode_floor(folder)
-            row = one(folder, names)
+            row = one(folder, names, a.jobs)
             algos = row["algorithms"]
-            took = row["import_s"] + sum(v["seconds"] for v in algos.values())
-            cpu["time"] += row["import_cpu"] + sum(v["cpu"] for v in algos.values())
+            took = row["import_s"] + row["phase_s"]
+            cpu["time"] += row["import_cpu"] + row["phase_cpu"]
             cpu["base"] += base_cpu
             cpu["floor"] += floor_cpu
             cpu["import"] += row["import_cpu"]
@@ -135,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                  f"import alone: {tot_spans / tot_import:,.0f} spans/s; its decode alone (read + msgspec "
                  f"typed decode): {tot_spans / tot_floor:,.0f} spans/s; decode-bound ratio (decode / import "
                  f"and all algorithms) {tot_floor / tot_time:.3f}, (decode / import) {tot_floor / tot_import:.3f}\n"
-                 f"in CPU time (this process's; what a shared machine's load hardly changes): import and "
+                 f"in CPU time (this process's and its workers'; what a shared machine's load hardly changes): import and "
                  f"{len(names)} algorithms {tot_spans / cpu['time']:,.0f} spans/s; baseline {tot_spans / cpu['base']:,.0f} "
                  f"spans/s; ratio {cpu['base'] / cpu['time']:.3f}; import alone {tot_spans / cpu['import']:,.0f} spans/s; "
                  f"decode alone {tot_spans / cpu['floor']:,.0f} spans/s\n"
@@ -143,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
                  + f" (of {cpu['time']:.2f}); "
                  + " ".join(f"without {n}: {tot_spans / (cpu['time'] - cpu_of[n]):,.0f} spans/s;" for n in names
                             if n == "traceweaver"))
+    if tot_time:
+        text += (f"\njobs {a.jobs} on cores {sorted(os.sched_getaffinity(0))} of {os.cpu_count()}; "
+                 f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(text)
     if a.out:
         a.out.write_text(text + "\n")

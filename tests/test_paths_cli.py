@@ -75,6 +75,7 @@ def test_damaged_trace_warns_and_goes_on(tmp_path):
     (["--trace", "x.csv", "-a", "oracle", "--param", "z=1"], "no such parameter"),
     (["--trace", "x.csv", "-a", "oracle", "--param", "x=abc"], "wants a float"),
     (["--jaeger", "/nonexistent", "-a", "oracle"], "no such file"),
+    (["--trace", "x.csv", "-a", "oracle", "--jobs", "0"], "--jobs 0: give 1 or more"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
     r = nestlab("paths", *args, "--out", str(tmp_path))
@@ -141,3 +142,31 @@ def test_export_writes_truth_and_inferred_paths(tmp_path):
     assert sorted(p.name for p in (tmp_path / "x").iterdir()) == ["paths-nesting.json", "paths-truth.json"]
     truth, got = read_jaeger(tmp_path / "x" / "paths-truth.json"), read_jaeger(tmp_path / "x" / "paths-nesting.json")
     assert sorted(true_patterns(truth)["pattern"]) == sorted(true_patterns(got)["pattern"])
+
+
+def test_jobs_change_nothing_written_or_printed(tmp_path):
+    """--jobs 2 forks the algorithms after one import; what is printed and written is what --jobs 1
+    (one after another, in the process) prints and writes."""
+    (tmp_path / "e.json").write_text(json.dumps(jaeger_doc(20)))
+    got = {}
+    for jobs in ("1", "2"):
+        out = tmp_path / f"j{jobs}"
+        r = nestlab("paths", "--jaeger", str(tmp_path / "e.json"), "-a", "all", "--jobs", jobs, "--out", str(out))
+        assert r.returncode == 0, r.stderr
+        got[jobs] = (r.stdout.replace(str(out), "OUT"), r.stderr,
+                     *((out / f).read_text() for f in ("paths.csv", "paths-score.csv", "paths-services.csv")))
+    assert got["1"] == got["2"]
+    assert "oracle" in got["2"][3]         # every algorithm ran and was scored
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_failing_algorithm_after_others_is_one_line_and_theirs_are_printed(jobs, tmp_path):
+    """The algorithms' results are printed as they come, in order: one failing after nesting leaves
+    nesting's call trees printed, then one line and exit 2 (as one after another did)."""
+    (tmp_path / "e.json").write_text(json.dumps(jaeger_doc(3)))
+    r = nestlab("paths", "--jaeger", str(tmp_path / "e.json"), "-a", "nesting,linking",
+                "--param", "granularity=bogus", "--jobs", jobs, "--out", str(tmp_path))
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "— nesting:" in r.stdout and "— linking:" not in r.stdout
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "granularity must be one of" in lines[0], r.stderr

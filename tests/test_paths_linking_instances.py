@@ -214,3 +214,28 @@ def test_copied_rows_levels_are_read_off_the_forest(monkeypatch):
             nodes = Nodes(np.array(["a", "b", "c"], dtype=object), rng.integers(0, 3, len(par)),
                           rng.integers(0, 3, len(par)))
         assert (subtree_hashes(nodes, par, level) == subtree_hashes(nodes, par, depth)).all()
+
+
+def test_canonical_text_is_one_function_for_trees_and_instances():
+    """linking's walked instances name their trees with assemble.canonical_text, its edge labels
+    kept across a trace's instances (the labels argument): the same texts as with labels made per
+    tree, and as tree_texts' (the forest's naming), names with the pattern syntax's characters too."""
+    from analysis.paths.assemble import Nodes, canonical_text, forest_roots, tree_texts
+
+    tr = maketrace(web_service(), duration=5, parallelism=2, seed=3)
+    m, t = tr.messages, tr.truth
+    nodes = node_codes(m)
+    odd = Nodes(np.array([f"{x}(a>b),\\" for x in nodes.names], dtype=object), nodes.src, nodes.dst)
+    depth, cause = forest_depth(t.cause)
+    root_of = forest_roots(cause)
+    h = subtree_hashes(odd, cause, depth)
+    roots = np.flatnonzero((cause < 0) & (t.request >= 0))[:40]
+    children: dict[int, list[int]] = {}
+    for c in np.flatnonzero(cause >= 0).tolist():
+        children.setdefault(int(cause[c]), []).append(c)
+    labels: dict[tuple[int, int], str] = {}
+    shared = [canonical_text(odd, children, int(r), labels) for r in roots]
+    assert labels                                  # filled once, then read by the later trees
+    assert shared == [canonical_text(odd, children, int(r)) for r in roots]
+    assert shared == tree_texts(odd, cause, root_of, h, roots)
+    assert all("\\(a\\>b\\)" in s for s in shared)

@@ -327,9 +327,14 @@ class PatternTable:
         return out, max(0, len(ranked) - max_patterns) + self.left_out
 
 
-def canonical_text(nodes: Nodes, children: dict[int, list[int]], root: int) -> str:
+def canonical_text(nodes: Nodes, children: dict[int, list[int]], root: int,
+                   labels: dict[tuple[int, int], str] | None = None) -> str:
+    """The pattern text of the tree under `root` (children: message -> its children), each node's
+    children sorted by their texts. `labels`: (src, dst) codes -> edge key, made once per tree, or
+    kept by the caller across trees of the same nodes (linking's instances of one trace)."""
     names, src, dst = nodes.names, nodes.src, nodes.dst
-    labels: dict[tuple[int, int], str] = {}        # an edge's key, made once per tree
+    if labels is None:
+        labels = {}
 
     def text(i: int) -> str:
         kids = sorted(text(c) for c in children.get(i, ()))

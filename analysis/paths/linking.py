@@ -80,7 +80,6 @@ over both shapes.
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
 import pandas as pd
@@ -89,6 +88,7 @@ from analysis.paths.assemble import (
     Forest,
     Nodes,
     PatternTable,
+    canonical_text,
     clocks,
     ensure_messages,
     forest_depth,
@@ -330,25 +330,6 @@ class _Instances:
         return [(c, math.log(max(p, 1e-300)), math.log(max(1 - p, 1e-300)), like) for c, p, like in
                 zip(kids.tolist(), self.prob[lo:hi].tolist(), (self.map_parent[kids] == m).tolist(), strict=True)]
 
-    def _text(self, children: dict[int, list[int]], root: int) -> str:
-        """assemble.canonical_text of the tree, its labels kept across the instances."""
-        labels, src, dst, names = self.labels, self.nodes.src, self.nodes.dst, self.names
-
-        def text(i: int) -> str:
-            kids = sorted(text(c) for c in children.get(i, ()))
-            pair = (int(src[i]), int(dst[i]))
-            label = labels.get(pair)
-            if label is None:
-                label = labels[pair] = edge_key(names[pair[0]], names[pair[1]])
-            return label + (f"({','.join(kids)})" if kids else "")
-
-        limit = sys.getrecursionlimit()
-        try:
-            sys.setrecursionlimit(max(limit, 20_000))
-            return text(root)
-        finally:
-            sys.setrecursionlimit(limit)
-
     def _one(self, table: PatternTable, root: int, flips: set[tuple[int, int]],
              links: dict[int, list[tuple[int, float, float, bool]]]) -> None:
         # the likeliest links, with the try-both ones in `flips` decided the other way
@@ -387,7 +368,7 @@ class _Instances:
             for c in cs:
                 node = names[src[c]]
                 delays[node] = delays.get(node, 0.0) + self.t_out[c] - self.t_in[m]
-        text = self._text(children, root)
+        text = canonical_text(self.nodes, children, root, self.labels)
         key = self.text_hash.get(text)
         if key is None:             # the pattern's subtree hash, as the table's numpy-built ones
             key = self.text_hash[text] = tree_hash(children, root, src, dst)

@@ -1,6 +1,7 @@
 """`nestlab paths RUNS | --trace FILE | --jaeger PATH | --otlp PATH [-a A]... [--export FILE]`: black-box
 causal path inference from message traces (docs/blackbox.md). `-a` is repeatable, takes
-comma-separated names, and `all`.
+comma-separated names, and `all`; `--jobs N` runs several algorithms on a trace at once (forked after
+one import; default the machine's cores), what is printed and written unchanged.
 
 Prints each trace's dominant path patterns as call trees with their delays (WAP5 figure 9) and
 writes paths.csv (source, algorithm, rank, pattern, count, share, <node>_ms per node) and, where the
@@ -33,6 +34,7 @@ from analysis.paths.accuracy import service_mapping
 from analysis.paths.algorithms import ALGORITHMS, algorithm, parse_params
 from analysis.paths.export import write_export
 from analysis.paths.model import Trace
+from analysis.paths.parallel import COST, default_jobs, iter_tasks
 from analysis.paths.readers import read_faults_file, read_jaeger, read_otlp, read_run, read_trace_file
 from analysis.paths.render import call_tree, paths_frame, plain_text, shown_text
 from analysis.paths.score import SCORE_COLUMNS, score
@@ -64,6 +66,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "default nesting)")
     p.add_argument("--param", action="append", metavar="NAME=VALUE",
                    help="an algorithm parameter, named as the seeds name it (repeatable)")
+    p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
+                   help="algorithms run at once on each trace, in forked processes after one import "
+                        "(default: this machine's cores; 1: one after another, in this process)")
     p.add_argument("--granularity", choices=("host", "process"), default="host",
                    help="runs: a node per host (default) or per process (host/pid), WAP5 2.5")
     p.add_argument("--top", type=int, default=5, metavar="N", help="call trees to print per trace (5)")
@@ -99,6 +104,9 @@ def _traces(args: argparse.Namespace) -> tuple[list[tuple[str, Callable[[], Trac
 def _paths(args: argparse.Namespace) -> int:
     if args.top < 0:
         raise UserError(f"--top {args.top}: give 0 or more")
+    if args.jobs is not None and args.jobs < 1:
+        raise UserError(f"--jobs {args.jobs}: give 1 or more")
+    jobs = default_jobs() if args.jobs is None else args.jobs
     names = algorithm_names(args.algorithm or ["nesting"])
     chosen = []
     for name in names:
@@ -133,20 +141,19 @@ def _paths(args: argparse.Namespace) -> int:
         stem = _stem(label) if len(sources) > 1 else "paths"
         if args.export and trace.truth is not None:
             write_export(trace, trace.truth.cause, Path(args.export) / f"{stem}-truth.json", args.export_format)
-        for name, infer, _ in chosen:
-            run = partial(infer, **params[name])
-            # whatever an algorithm did not expect of a damaged trace is one line, not a traceback
-            result = guarded(label, run, trace.messages)
+        tasks = [partial(_one, label, partial(infer, **params[name]), trace, not args.no_score)
+                 for name, infer, _ in chosen]
+        done = iter_tasks(tasks, jobs, [COST.get(name, 1.0) for name in names])
+        for (name, _, _), ((result, row, services), _) in zip(chosen, done, strict=True):
             for w in result.warnings:
                 print(plain_text(f"warning: {where}{name}: {w}"), file=sys.stderr)
             _show(console, label, name, result, args.top, len(trace.messages))
             if args.export and result.parent is not None:
                 write_export(trace, result.parent, Path(args.export) / f"{stem}-{name}.json", args.export_format)
             path_rows.append(paths_frame(result, label))
-            if trace.truth is not None and not args.no_score:
-                row = guarded(label, score, result, trace, run)
+            if row is not None:
                 score_rows.append({"source": label, **row})
-                service_rows.append(service_mapping(result, trace).assign(source=label, algorithm=name))
+                service_rows.append(services.assign(source=label, algorithm=name))
     output_dir(out)
     frames = [f for f in path_rows if not f.empty]
     paths = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
@@ -166,6 +173,16 @@ def _paths(args: argparse.Namespace) -> int:
         _show_scores(console, score_rows)
     console.print("wrote " + ", ".join(shown_text(w) for w in written))
     return 0
+
+
+def _one(label: str, run: Callable, trace: Trace, scored: bool):
+    """(result, its paths-score.csv row, its per-service mapping) of one algorithm on one trace (no
+    score where the trace has no truth or scoring is off); run here or in a --jobs worker."""
+    # whatever an algorithm did not expect of a damaged trace is one line, not a traceback
+    result = guarded(label, run, trace.messages)
+    if trace.truth is None or not scored:
+        return result, None, None
+    return result, guarded(label, score, result, trace, run), service_mapping(result, trace)
 
 
 def _stem(label: str) -> str:
