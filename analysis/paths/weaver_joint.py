@@ -73,7 +73,7 @@ _MIX = np.random.default_rng(43).integers(1, 2**62, size=1 << 16, dtype=np.int64
 
 def check(p: dict) -> None:
     """The joint choice's parameters in range, else one line for the user (--param)."""
-    least = {"joint_rounds": 0, "top_k": 1, "shapes": 1, "max_combos": 1, "chunk": 1}
+    least = {"joint_rounds": 0, "cross_rounds": 0, "top_k": 1, "shapes": 1, "max_combos": 1, "chunk": 1}
     for k, lo in least.items():
         if not int(p[k]) >= lo:
             raise UserError(f"traceweaver: --param {k}={p[k]}: must be at least {lo}")
@@ -207,10 +207,13 @@ class Model:
 
 
 def refine(cp, child: np.ndarray, parent: np.ndarray, unary: np.ndarray, chosen: np.ndarray,
-           p: dict) -> tuple[np.ndarray, list[str]]:
+           p: dict, extra: np.ndarray | None = None, rounds: int | None = None) -> tuple[np.ndarray, list[str]]:
     """The joint choice, from the per-callee mapping `chosen` (a parent pair per pair, -1: a root) and
     the candidate edges (child, parent) with each edge's own cost `unary` (weight.py's last round's,
-    used to order a callee's candidates when not every combination is tried)."""
+    used to order a callee's candidates when not every combination is tried); `extra`, a cost per
+    edge added as it is (weaver_cross.py's whole-request term): then only the components where it
+    differs among some call's candidates are chosen again (elsewhere it changes nothing); `rounds`
+    in place of `joint_rounds`."""
     n, warnings = cp.n, []
     if int(p["joint_rounds"]) <= 0 or child.size == 0:
         return chosen, warnings
@@ -220,9 +223,18 @@ def refine(cp, child: np.ndarray, parent: np.ndarray, unary: np.ndarray, chosen:
     # those where some call has a choice
     graph = coo_matrix((np.ones(child.size), (n + child, parent)), shape=(2 * n, 2 * n))
     _, comp = connected_components(graph, directed=False)
-    amb = np.unique(comp[n + child[n_cand[child] >= 2]])
+    choice = n_cand[child] >= 2
+    if extra is not None:           # the calls whose candidates the extra term tells apart
+        lo = np.full(n, np.inf)
+        hi = np.full(n, -np.inf)
+        np.minimum.at(lo, child, extra)
+        np.maximum.at(hi, child, extra)
+        choice &= (hi - lo)[child] > 1e-9
+    amb = np.unique(comp[n + child[choice]])
     sel = np.isin(comp[parent], amb)
     e_child, e_parent, e_cost = child[sel], parent[sel], unary[sel]
+    if extra is not None:           # as weighed in _choose: own costs times `unary`, the extra as it is
+        e_cost = e_cost + extra[sel] / max(float(p["unary"]), 1e-9)
     o = np.lexsort((e_cost, cp.callee[e_child], e_parent))
     e_child, e_parent, e_cost = e_child[o], e_parent[o], e_cost[o]
     ps = np.unique(e_parent)
@@ -236,7 +248,7 @@ def refine(cp, child: np.ndarray, parent: np.ndarray, unary: np.ndarray, chosen:
         if big[a]:
             chunks += [ps[x:min(x + int(p["chunk"]), b)] for x in range(a, b, int(p["chunk"]))]
     failed = 0
-    for _ in range(int(p["joint_rounds"])):
+    for _ in range(int(p["joint_rounds"]) if rounds is None else rounds):
         model = Model(cp, chosen, int(p["bins_per_decade"]), float(p["kernel"]), int(p["shapes"]))
         new, taken = chosen.copy(), np.zeros(n, dtype=bool)
         # the components of at most `chunk` incoming calls, all at once (one program for those

@@ -1,0 +1,88 @@
+"""TraceWeaver-class whole-request consistency (issue 43, fourth pass; analysis/paths/weaver_cross.py):
+a service that joins a request's several incoming calls, learned from the mapping upstream of it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.paths.accuracy import request_scores
+from analysis.paths.algorithms import algorithm
+from analysis.paths.model import Trace, Truth, as_messages
+from analysis.paths.weaver_cross import roots
+
+
+def join_uploads(pairs: int = 150, seed: int = 3) -> Trace:
+    """Requests in pairs (the second 0.3-1 ms after the first): F calls A and B at once; each uploads
+    to J after 0.05-2 ms of its own work. J joins them: once the first upload's work is done (0.1-0.3
+    ms after the later arrival) it replies to it, and 0.1 ms (+- 5 us) later the other upload (the
+    winner, either one) calls S, then replies 0.2-2 ms after S's return. The winner's own arrival and
+    reply are spread over milliseconds, so per service the twins' winners both fit either S call;
+    what tells them apart is the gap from the request's other upload's reply to the call."""
+    rng = np.random.default_rng(seed)
+    rows = []        # t_send, src, dst, kind, msg, request, role, winner
+    for k in range(pairs):
+        for j in range(2):
+            r, m = 2 * k + j, 20 * (2 * k + j)
+            t0 = k * 0.05 + j * rng.uniform(0.0003, 0.001)
+            arr = {"A": t0 + 0.00003 + rng.uniform(0.00005, 0.002), "B": t0 + 0.00005 + rng.uniform(0.00005, 0.002)}
+            first_done = max(arr.values()) + rng.uniform(0.0001, 0.0003)
+            win = "A" if rng.random() < 0.5 else "B"
+            call = first_done + 0.0001 + rng.normal(0, 0.000005)
+            back = call + rng.uniform(0.0003, 0.001)
+            end = {win: back + rng.uniform(0.0002, 0.002), ("B" if win == "A" else "A"): first_done}
+            rows += [(t0, "client", "F", "call", m, r, "in", win),
+                     (t0 + 0.00003, "F", "A", "call", m + 1, r, "FA", win),
+                     (t0 + 0.00005, "F", "B", "call", m + 2, r, "FB", win),
+                     (arr["A"], "A", "J", "call", m + 3, r, "AJ", win),
+                     (arr["B"], "B", "J", "call", m + 4, r, "BJ", win),
+                     (call, "J", "S", "call", m + 5, r, "JS", win),
+                     (back, "S", "J", "return", m + 5, r, "SJ", win),
+                     (end["A"], "J", "A", "return", m + 3, r, "JA", win),
+                     (end["B"], "J", "B", "return", m + 4, r, "JB", win),
+                     (end["A"] + 0.00003, "A", "F", "return", m + 1, r, "AF", win),
+                     (end["B"] + 0.00003, "B", "F", "return", m + 2, r, "BF", win),
+                     (max(end.values()) + 0.00006, "F", "client", "return", m, r, "out", win)]
+    f = pd.DataFrame(rows, columns=["t_send", "src", "dst", "kind", "msg", "request", "role", "win"])
+    f["t_recv"] = f["t_send"]
+    f = f.sort_values("t_send", kind="stable").reset_index(drop=True)
+    at = {(r, role): i for i, (r, role) in enumerate(zip(f["request"], f["role"], strict=True))}
+    # a message's cause: the latest message its sender received in the same handling
+    fixed = {"FA": "in", "FB": "in", "AJ": "FA", "BJ": "FB", "SJ": "JS", "AF": "JA", "BF": "JB"}
+    cause = np.full(len(f), -1)
+    for i, (r, role, win) in enumerate(zip(f["request"], f["role"], f["win"], strict=True)):
+        if role in fixed:
+            cause[i] = at[(r, fixed[role])]
+        elif role == "JS":
+            cause[i] = at[(r, win + "J")]
+        elif role in ("JA", "JB"):
+            cause[i] = at[(r, "SJ")] if role == "J" + win else at[(r, role[1] + "J")]
+        elif role == "out":
+            cause[i] = max(at[(r, "AF")], at[(r, "BF")])
+    return Trace(as_messages(f[["t_send", "t_recv", "src", "dst", "kind", "msg"]]), Truth(f["request"].to_numpy(), cause))
+
+
+def test_a_join_is_learned_from_the_mapping_upstream():
+    # without the whole-request term (cross_rounds=0, the code before it) the twins' winners are
+    # confused at J; with it the gap from the other upload's reply puts the call under its own
+    t = join_uploads()
+    tw, _ = algorithm("traceweaver")
+    before = request_scores(tw(t.messages, cross_rounds=0), t)["request_accuracy"]
+    after = request_scores(tw(t.messages), t)["request_accuracy"]
+    assert before < 0.93
+    assert after > 0.97
+
+
+def test_requests_come_once_the_term_changes_nothing():
+    # no service sees a request twice: the term is flat and the mapping is the joint choice's
+    from tests.test_paths_rivals import twin_fanouts
+    t = twin_fanouts()
+    tw, _ = algorithm("traceweaver")
+    a = tw(t.messages, cross_rounds=0).parent
+    b = tw(t.messages).parent
+    assert np.array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_roots_follow_chosen_parents():
+    chosen = np.array([-1, 0, 1, -1, 3, 2])
+    assert roots(chosen).tolist() == [0, 0, 0, 3, 3, 0]
