@@ -86,3 +86,33 @@ def test_requests_come_once_the_term_changes_nothing():
 def test_roots_follow_chosen_parents():
     chosen = np.array([-1, 0, 1, -1, 3, 2])
     assert roots(chosen).tolist() == [0, 0, 0, 3, 3, 0]
+
+
+def test_small_parts_enumerated_as_highs_solves_them():
+    # random small independent-set problems (one tuple per incoming call, no outgoing call twice):
+    # the enumeration's total equals HiGHS's 0-1 optimum on each
+    from analysis.paths import weaver_small
+    from analysis.paths.weaver_joint import _highs
+    rng = np.random.default_rng(5)
+    for _ in range(60):
+        n_own = int(rng.integers(1, 4))
+        owner, t_of, call, value = [], [], [], []
+        for o in range(n_own):
+            for k in range(int(rng.integers(1, 6))):
+                tid = len(owner)
+                owner.append(o)
+                value.append(0.0 if k == 0 else float(rng.normal(-10, 4)))   # k = 0: the empty tuple
+                if k:
+                    for c in rng.choice(6, size=int(rng.integers(1, 3)), replace=False).tolist():
+                        t_of.append(tid)
+                        call.append(c)
+        owner, value = np.array(owner), np.array(value)
+        t_of, call = np.array(t_of, dtype=np.int64), np.array(call, dtype=np.int64)
+        got, rest = weaver_small.split(t_of, call, owner, value)
+        want = _highs(t_of, call, owner, value, np.zeros(len(owner), dtype=np.int64), 5.0)
+        if rest.any():
+            continue                    # a part joined through calls into more than 3 incoming calls
+        assert sorted(owner[got].tolist()) == list(range(n_own))
+        taken = call[np.isin(t_of, got)]
+        assert len(taken) == len(set(taken.tolist()))
+        assert abs(value[got].sum() - value[want].sum()) < 1e-9

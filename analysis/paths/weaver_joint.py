@@ -52,6 +52,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
+from analysis.paths import weaver_small
 from rundir.errors import UserError
 
 FLOOR = 1e-7                    # s: delays below a tenth of a µs share the first bin
@@ -422,10 +423,24 @@ def _choose(ps: np.ndarray, e_par: np.ndarray, e_kid: np.ndarray, e_cost: np.nda
 
 def _mwis(t_of: np.ndarray, call: np.ndarray, owner: np.ndarray, value: np.ndarray, group: np.ndarray,
           seconds: float) -> np.ndarray | None:
-    """The tuples to take: exactly one per incoming call, no call in two, the least total value; a
-    0-1 program for HiGHS. Its linear relaxation first (mostly integral here: then it is the answer);
-    the groups (independent parts: `group`, a component label per tuple) where it is fractional are
-    then solved as 0-1 programs. None when HiGHS finds no solution in time."""
+    """The tuples to take: exactly one per incoming call, no call in two, the least total value. The
+    small parts (weaver_small.py) by enumeration, the rest by HiGHS (_highs). None: not in time."""
+    taken, rest = weaver_small.split(t_of, call, owner, value)
+    if not rest.any():
+        return taken
+    tids = np.flatnonzero(rest)
+    remap = np.full(len(owner), -1)
+    remap[tids] = np.arange(len(tids))
+    r = rest[t_of]
+    got = _highs(remap[t_of[r]], call[r], owner[tids], value[tids], group[tids], seconds)
+    return None if got is None else np.sort(np.r_[taken, tids[got]])
+
+
+def _highs(t_of: np.ndarray, call: np.ndarray, owner: np.ndarray, value: np.ndarray, group: np.ndarray,
+           seconds: float) -> np.ndarray | None:
+    """The tuples to take as a 0-1 program for HiGHS. Its linear relaxation first (mostly integral
+    here: then it is the answer); the groups (independent parts: `group`, a component label per
+    tuple) where it is fractional are then solved as 0-1 programs. None when HiGHS finds no solution in time."""
     one, most = _matrices(t_of, call, owner)
     cons = [LinearConstraint(one, 1, 1)] + ([LinearConstraint(most, 0, 1)] if most.shape[0] else [])
     lp = milp(value, constraints=cons, bounds=Bounds(0, 1), options={"time_limit": seconds})
