@@ -477,10 +477,20 @@ def _highs(t_of: np.ndarray, call: np.ndarray, owner: np.ndarray, value: np.ndar
 
 def _matrices(t_of: np.ndarray, call: np.ndarray, owner: np.ndarray):
     """The program's rows: one per incoming call (its tuples sum to 1), one per outgoing call (at
-    most 1)."""
+    most 1) that tuples of two or more incoming calls hold (a call only one incoming call's tuples
+    hold cannot be taken twice: that one takes a single tuple)."""
     n_t = len(owner)
     _, prow = np.unique(owner, return_inverse=True)
-    _, crow = np.unique(call, return_inverse=True)
+    # outgoing calls held by tuples of more than one incoming call
+    o = np.lexsort((prow[t_of], call))
+    c_s, p_s = call[o], prow[t_of][o]
+    first = np.r_[True, c_s[1:] != c_s[:-1]]
+    new_owner = np.r_[True, (c_s[1:] != c_s[:-1]) | (p_s[1:] != p_s[:-1])]
+    shared = np.add.reduceat(new_owner, np.flatnonzero(first)) > 1 if len(c_s) else np.zeros(0, bool)
+    keep = np.zeros(len(call), dtype=bool)
+    keep[o] = np.repeat(shared, np.diff(np.r_[np.flatnonzero(first), len(c_s)]))
+    _, crow = np.unique(call[keep], return_inverse=True)
     one = coo_matrix((np.ones(n_t), (prow, np.arange(n_t))), shape=(int(prow.max()) + 1, n_t)).tocsr()
-    most = coo_matrix((np.ones(len(call)), (crow, t_of)), shape=(int(crow.max(initial=-1)) + 1, n_t)).tocsr()
+    most = coo_matrix((np.ones(int(keep.sum())), (crow, t_of[keep])),
+                      shape=(int(crow.max(initial=-1)) + 1, n_t)).tocsr()
     return one, most
