@@ -116,3 +116,31 @@ def test_small_parts_enumerated_as_highs_solves_them():
         taken = call[np.isin(t_of, got)]
         assert len(taken) == len(set(taken.tolist()))
         assert abs(value[got].sum() - value[want].sum()) < 1e-9
+
+
+def test_independent_set_with_reductions_as_good_as_highs_alone():
+    # random problems of up to seven incoming calls: the reductions, the enumeration and HiGHS on
+    # what is left (_mwis) reach the same total as HiGHS on the whole (_highs), one tuple per
+    # incoming call, no outgoing call twice
+    from analysis.paths.weaver_joint import _highs, _mwis
+    rng = np.random.default_rng(11)
+    for _ in range(60):
+        n_own = int(rng.integers(2, 8))
+        owner, t_of, call, value = [], [], [], []
+        for o in range(n_own):
+            for k in range(int(rng.integers(1, 7))):
+                tid = len(owner)
+                owner.append(o)
+                value.append(0.0 if k == 0 else float(rng.normal(-10, 4)))
+                if k:
+                    for c in rng.choice(12, size=int(rng.integers(1, 4)), replace=False).tolist():
+                        t_of.append(tid)
+                        call.append(c)
+        owner, value = np.array(owner), np.array(value)
+        t_of, call = np.array(t_of, dtype=np.int64), np.array(call, dtype=np.int64)
+        group = np.zeros(len(owner), dtype=np.int64)
+        got, want = _mwis(t_of, call, owner, value, group, 5.0), _highs(t_of, call, owner, value, group, 5.0)
+        assert sorted(owner[got].tolist()) == list(range(n_own))
+        taken = call[np.isin(t_of, got)]
+        assert len(taken) == len(set(taken.tolist()))
+        assert abs(value[got].sum() - value[want].sum()) < 1e-6

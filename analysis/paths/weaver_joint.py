@@ -432,17 +432,27 @@ def _choose(ps: np.ndarray, e_par: np.ndarray, e_kid: np.ndarray, e_cost: np.nda
 
 def _mwis(t_of: np.ndarray, call: np.ndarray, owner: np.ndarray, value: np.ndarray, group: np.ndarray,
           seconds: float) -> np.ndarray | None:
-    """The tuples to take: exactly one per incoming call, no call in two, the least total value. The
-    small parts (weaver_small.py) by enumeration, the rest by HiGHS (_highs). None: not in time."""
+    """The tuples to take: exactly one per incoming call, no call in two, the least total value. First
+    the incoming calls whose best tuple collides with nobody take it (weaver_small.reduce); then the
+    small parts (weaver_small.split) by enumeration, the rest by HiGHS (_highs). None: not in time."""
+    alive = weaver_small.reduce(t_of, call, owner, value)
+    live, (t_of, call) = _subset(alive, t_of, call)
+    owner, value, group = owner[live], value[live], group[live]
     taken, rest = weaver_small.split(t_of, call, owner, value)
     if not rest.any():
-        return taken
-    tids = np.flatnonzero(rest)
-    remap = np.full(len(owner), -1)
+        return live[taken]
+    tids, (t_of, call) = _subset(rest, t_of, call)
+    got = _highs(t_of, call, owner[tids], value[tids], group[tids], seconds)
+    return None if got is None else np.sort(live[np.r_[taken, tids[got]]])
+
+
+def _subset(mask: np.ndarray, t_of: np.ndarray, call: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """The tuples of `mask` (their old numbers) and their rows (tuple renumbered, call)."""
+    tids = np.flatnonzero(mask)
+    remap = np.full(len(mask), -1)
     remap[tids] = np.arange(len(tids))
-    r = rest[t_of]
-    got = _highs(remap[t_of[r]], call[r], owner[tids], value[tids], group[tids], seconds)
-    return None if got is None else np.sort(np.r_[taken, tids[got]])
+    r = mask[t_of]
+    return tids, (remap[t_of[r]], call[r])
 
 
 def _highs(t_of: np.ndarray, call: np.ndarray, owner: np.ndarray, value: np.ndarray, group: np.ndarray,

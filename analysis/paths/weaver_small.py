@@ -21,6 +21,46 @@ MAX_OWNERS = 3                  # incoming calls per part enumerated at most
 MAX_COMBOS = 4096               # combinations per part enumerated at most
 MAX_BITS = 62                   # distinct outgoing calls per part (bits of an int64)
 BATCH = 512                     # parts enumerated at once
+MAX_PASSES = 20                 # reduction passes at most
+
+
+def reduce(t_of: np.ndarray, call: np.ndarray, owner: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """The tuples still worth a choice (a mask): an incoming call whose best tuple (the least value;
+    ties: the first) holds no outgoing call another incoming call's remaining tuples hold takes it,
+    and its other tuples go (in any best choice it can take that one instead). Repeated, as each
+    removal frees others, `MAX_PASSES` times at most. Exact: the best total stays the same."""
+    _, orow = np.unique(owner, return_inverse=True)
+    no = int(orow.max(initial=-1)) + 1
+    alive = np.ones(len(owner), dtype=bool)
+    done = np.zeros(no, dtype=bool)
+    by_value = np.lexsort((np.arange(len(owner)), value, orow))    # per incoming call, best first
+    for _ in range(MAX_PASSES):
+        r = alive[t_of]
+        c, o = call[r], orow[t_of[r]]
+        srt = np.lexsort((o, c))
+        c, o = c[srt], o[srt]
+        distinct = np.r_[True, (c[1:] != c[:-1]) | (o[1:] != o[:-1])][:len(c)]
+        cu, cidx = np.unique(c[distinct], return_inverse=True)
+        shared_call = np.bincount(cidx, minlength=len(cu)) > 1
+        # each open incoming call's best remaining tuple, and whether it holds a shared call
+        cand = by_value[alive[by_value] & ~done[orow[by_value]]]
+        if not len(cand):
+            break
+        best = cand[np.r_[True, orow[cand][1:] != orow[cand][:-1]]]
+        clash = np.zeros(len(owner), dtype=bool)
+        held = np.flatnonzero(r)
+        at = np.searchsorted(cu, call[held])
+        clash[t_of[held][shared_call[at]]] = True
+        free = best[~clash[best]]
+        if not len(free):
+            break
+        newly = np.zeros(no, dtype=bool)
+        newly[orow[free]] = True
+        keep = np.zeros(len(owner), dtype=bool)
+        keep[free] = True
+        alive &= ~newly[orow] | keep
+        done |= newly
+    return alive
 
 
 def split(t_of: np.ndarray, call: np.ndarray, owner: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
