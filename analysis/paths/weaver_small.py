@@ -1,14 +1,16 @@
-"""The joint choice's small independent-set problems solved exactly by enumeration (weaver_joint.py's
-_mwis): most groups of incoming calls whose candidate tuples collide are two or three incoming calls
-with a few tuples each (media_load25: 1,726 of the 2,069 tuples the program held), where every
-combination can be tried at once in numpy for less than HiGHS's set-up of one program. The rest
-goes to HiGHS as before.
+"""The joint choice's independent sets made smaller and solved exactly where small (weaver_joint.py's
+_mwis), before HiGHS sees what is left:
 
-A part: incoming calls linked by tuples sharing an outgoing call. Enumerated when it has at most
-`MAX_OWNERS` incoming calls, at most `MAX_COMBOS` combinations and at most 62 distinct outgoing
-calls (a tuple's calls as the bits of an int64); the least total value with no call in two tuples,
-one tuple per incoming call (every incoming call has its empty tuple, so a feasible combination
-always exists); ties go to the first combination in tuple order.
+- `reduce`: an incoming call whose best tuple holds no outgoing call another incoming call's tuples
+  hold takes it (it could in any best choice), and its other tuples go; repeated, as that frees
+  others (media 25 overlaid three times: a fifth fewer tuples);
+- `split`: the parts (incoming calls linked by tuples sharing an outgoing call) of at most
+  `MAX_OWNERS` incoming calls, `MAX_COMBOS` combinations and 62 distinct outgoing calls (a tuple's
+  calls as the bits of an int64) are solved by trying every combination at once in numpy, for less
+  than HiGHS's set-up of one program (media 25: most parts are two or three incoming calls with a few
+  tuples each; 1,726 of the 2,069 tuples the program held). The least total value with no call in
+  two tuples, one tuple per incoming call; ties go to the first combination in tuple order; a part
+  with no feasible combination among its kept tuples goes to HiGHS.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-MAX_OWNERS = 3                  # incoming calls per part enumerated at most
+MAX_OWNERS = 5                  # incoming calls per part enumerated at most
 MAX_COMBOS = 4096               # combinations per part enumerated at most
 MAX_BITS = 62                   # distinct outgoing calls per part (bits of an int64)
-BATCH = 512                     # parts enumerated at once
+BATCH = 256                     # parts enumerated at once (memory: BATCH x MAX_COMBOS values)
 MAX_PASSES = 20                 # reduction passes at most
 
 
