@@ -38,23 +38,26 @@ def reduce(t_of: np.ndarray, call: np.ndarray, owner: np.ndarray, value: np.ndar
     alive = np.ones(len(owner), dtype=bool)
     done = np.zeros(no, dtype=bool)
     by_value = np.lexsort((np.arange(len(owner)), value, orow))    # per incoming call, best first
+    # the rows sorted once by (call, incoming call); each pass filters them, keeping that order
+    srt = np.lexsort((orow[t_of], call))
+    c_all, o_all, t_all = call[srt], orow[t_of[srt]], t_of[srt]
     for _ in range(MAX_PASSES):
-        r = alive[t_of]
-        c, o = call[r], orow[t_of[r]]
-        srt = np.lexsort((o, c))
-        c, o = c[srt], o[srt]
-        distinct = np.r_[True, (c[1:] != c[:-1]) | (o[1:] != o[:-1])][:len(c)]
-        cu, cidx = np.unique(c[distinct], return_inverse=True)
-        shared_call = np.bincount(cidx, minlength=len(cu)) > 1
+        r = alive[t_all]
+        c, o, t = c_all[r], o_all[r], t_all[r]
+        if not len(c):
+            break
+        new_call = np.r_[True, c[1:] != c[:-1]]
+        distinct = new_call | np.r_[True, o[1:] != o[:-1]]
+        starts = np.flatnonzero(new_call)
+        owners = np.add.reduceat(distinct.astype(np.int64), starts)  # incoming calls holding each call
+        shared = np.repeat(owners > 1, np.diff(np.r_[starts, len(c)]))
         # each open incoming call's best remaining tuple, and whether it holds a shared call
         cand = by_value[alive[by_value] & ~done[orow[by_value]]]
         if not len(cand):
             break
         best = cand[np.r_[True, orow[cand][1:] != orow[cand][:-1]]]
         clash = np.zeros(len(owner), dtype=bool)
-        held = np.flatnonzero(r)
-        at = np.searchsorted(cu, call[held])
-        clash[t_of[held][shared_call[at]]] = True
+        clash[t[shared]] = True
         free = best[~clash[best]]
         if not len(free):
             break
