@@ -3,9 +3,10 @@ _mwis), before HiGHS sees what is left:
 
 - `reduce`: an incoming call whose best tuple holds no outgoing call another incoming call's tuples
   hold takes it (it could in any best choice), and its other tuples go; repeated, as that frees
-  others (media 25 overlaid three times: a fifth fewer tuples for HiGHS, though no measurable CPU
-  time saved in all: 0.93 against 0.95 s of the 18 sets' independent sets; kept because the optimum
-  taken among equal-valued ones follows from it: without it hotel 125 picks another for 4 parents);
+  others (media 25 overlaid three times: a fifth fewer tuples for HiGHS; in all hardly any CPU time
+  saved: 0.98 against 1.03 s of the 18 sets' independent sets, within the noise. Kept also because
+  the optimum taken among equal-valued ones follows from it: without it hotel 125 takes another one
+  for 4 parents);
 - `split`: the parts (incoming calls linked by tuples sharing an outgoing call) of at most
   `MAX_OWNERS` incoming calls, `MAX_COMBOS` combinations and 62 distinct outgoing calls (a tuple's
   calls as the bits of an int64) are solved by trying every combination at once in numpy, for less
