@@ -27,7 +27,8 @@ on the mapping weaver.py's per-callee assignment settles:
    (scipy.optimize.milp): its linear relaxation first, over every component of incoming calls
    linked by shared candidate calls whose best tuples collide (a component where they do not needs
    no solver), then the 0-1 program on the components where the relaxation is fractional (24 of
-   14,870 tuples on media_load150). Components of more than `chunk` incoming calls are solved in
+   14,870 tuples on media_load150). Before HiGHS, the parts of at most five incoming calls are
+   solved exactly by enumeration (weaver_small.py). Components of more than `chunk` incoming calls are solved in
    chunks in time order (calls taken by an earlier chunk stay taken: greedy between chunks, so a
    chunk may leave a call a later one cannot take; on the artifact's 18 sets the largest component
    has 80 incoming calls, so none is chunked). Where HiGHS finds no solution
