@@ -29,6 +29,9 @@ Then TraceWeaver's joint choice (weaver_joint.py): per incoming call a ranked se
 outgoing calls (every callee at once, shaped by the call graph, scored by the chain of gaps between
 consecutive calls beside these costs), and a maximum-weight independent set over the tuples of
 concurrent requests (HiGHS). `joint_rounds=0` leaves the per-callee mapping above as the result.
+Then whole-request consistency (weaver_cross.py): where the mapping shows a service joining a
+request's several incoming calls, the gap from the others' replies to each outgoing call, learned
+and added to the costs, and the joint choice once more where it tells candidates apart.
 
 What is simplified against the paper: the per-callee call graph is per (caller, service, callee)
 with no order among sibling calls (the joint choice's shapes are whole visits, still unordered), and
@@ -49,6 +52,7 @@ from scipy.sparse.csgraph import connected_components
 
 from analysis.paths.callpairs import call_pairs, candidates, pick, result
 from analysis.paths.model import PathsResult
+from analysis.paths.weaver_cross import join_costs
 from analysis.paths.weaver_joint import HI, JOINT_DEFAULTS, LO, MAX_KERNEL, check, log_bins, refine
 
 DEFAULTS: dict[str, object] = {
@@ -59,6 +63,7 @@ DEFAULTS: dict[str, object] = {
     "leave_cost": 60.0,         # cost of leaving a call without a parent (a root)
     "window": 400,              # calls solved together at most
     "kernel": 2.0,              # delay histograms smoothed: Silverman's bandwidth times this
+    "cross_rounds": 1,          # rounds with the whole-request term (weaver_cross.py; 0: none)
     **JOINT_DEFAULTS,           # the joint choice that follows (weaver_joint.py)
 }
 _bins = log_bins
@@ -165,6 +170,17 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
         if r and np.array_equal(chosen, before):
             break                                   # settled: another round would change nothing
     chosen, warnings = refine(cp, child, parent, cost, chosen, p)
+    # whole-request consistency (weaver_cross.py): the join gap learned from this mapping's
+    # requests, then the joint choice again where it tells candidates apart, for `cross_rounds`
+    for _ in range(int(p["cross_rounds"]) if int(p["joint_rounds"]) else 0):
+        extra, joined = join_costs(cp, child, parent, chosen, per_decade, float(p["kernel"]))
+        if not joined:
+            break                                   # no request reaches a service twice: nothing to add
+        before = chosen
+        chosen, more = refine(cp, child, parent, cost, chosen, p, extra, rounds=1)
+        warnings += more
+        if np.array_equal(chosen, before):
+            break
     return result("traceweaver", cp, chosen, p, warnings)
 
 

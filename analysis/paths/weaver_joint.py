@@ -27,7 +27,8 @@ on the mapping weaver.py's per-callee assignment settles:
    (scipy.optimize.milp): its linear relaxation first, over every component of incoming calls
    linked by shared candidate calls whose best tuples collide (a component where they do not needs
    no solver), then the 0-1 program on the components where the relaxation is fractional (24 of
-   14,870 tuples on media_load150). Components of more than `chunk` incoming calls are solved in
+   14,870 tuples on media_load150). Before HiGHS, the parts of at most five incoming calls are
+   solved exactly by enumeration (weaver_small.py). Components of more than `chunk` incoming calls are solved in
    chunks in time order (calls taken by an earlier chunk stay taken: greedy between chunks, so a
    chunk may leave a call a later one cannot take; on the artifact's 18 sets the largest component
    has 80 incoming calls, so none is chunked). Where HiGHS finds no solution
@@ -52,6 +53,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
+from analysis.paths import weaver_small
 from rundir.errors import UserError
 
 FLOOR = 1e-7                    # s: delays below a tenth of a µs share the first bin
@@ -73,7 +75,7 @@ _MIX = np.random.default_rng(43).integers(1, 2**62, size=1 << 16, dtype=np.int64
 
 def check(p: dict) -> None:
     """The joint choice's parameters in range, else one line for the user (--param)."""
-    least = {"joint_rounds": 0, "top_k": 1, "shapes": 1, "max_combos": 1, "chunk": 1}
+    least = {"joint_rounds": 0, "cross_rounds": 0, "top_k": 1, "shapes": 1, "max_combos": 1, "chunk": 1}
     for k, lo in least.items():
         if not int(p[k]) >= lo:
             raise UserError(f"traceweaver: --param {k}={p[k]}: must be at least {lo}")
@@ -135,22 +137,31 @@ class Model:
         self.shape_hash = np.zeros(n, dtype=np.int64)
         np.add.at(self.shape_hash, chosen[kids], _MIX[cp.callee[kids] % len(_MIX)])
         # shares of each shape per incoming key, and each key's most common shapes (as callee lists)
-        frame = pd.DataFrame({"key": self.in_key, "shape": self.shape_hash, "p": np.arange(n)})
-        counts = frame.groupby(["key", "shape"], sort=False).agg(n=("p", "size"), p=("p", "first")).reset_index()
-        total = counts.groupby("key")["n"].transform("sum")
-        counts["logp"] = np.log((counts["n"] + 0.5) / (total + 1.0))
-        self.logp = dict(zip(zip(counts["key"].tolist(), counts["shape"].tolist(), strict=True),
-                             counts["logp"].tolist(), strict=True))
-        self.floor = {int(k): float(np.log(0.5 / (t + 1.0))) for k, t in counts.groupby("key")["n"].sum().items()}
-        counts = counts.sort_values(["key", "n"], ascending=[True, False], kind="stable")
-        counts = counts[counts.groupby("key").cumcount() < n_shapes]
+        # (numpy: pandas' groupby cost more than the rest of this; the same groups and order)
+        o = np.lexsort((self.shape_hash, self.in_key))               # stable: a group's rows by index
+        k_s, h_s = self.in_key[o], self.shape_hash[o]
+        cut = np.flatnonzero(np.r_[True, (k_s[1:] != k_s[:-1]) | (h_s[1:] != h_s[:-1])])
+        g_key, g_shape, g_first = k_s[cut], h_s[cut], o[cut]         # first: the first incoming call
+        g_n = np.diff(np.r_[cut, n])
+        kcut = np.flatnonzero(np.r_[True, g_key[1:] != g_key[:-1]])
+        k_total = np.add.reduceat(g_n, kcut)
+        total = np.repeat(k_total, np.diff(np.r_[kcut, len(g_key)]))
+        g_logp = np.log((g_n + 0.5) / (total + 1.0))
+        self.logp = dict(zip(zip(g_key.tolist(), g_shape.tolist(), strict=True), g_logp.tolist(), strict=True))
+        self.floor = dict(zip(g_key[kcut].tolist(), np.log(0.5 / (k_total + 1.0)).tolist(), strict=True))
+        # per key its most common shapes, ties in the order they first appear
+        rank_o = np.lexsort((g_first, -g_n, g_key))
+        g_key, g_n, g_first, g_logp = g_key[rank_o], g_n[rank_o], g_first[rank_o], g_logp[rank_o]
+        within = np.arange(len(g_key)) - np.searchsorted(g_key, g_key)
+        top = within < n_shapes
+        counts = {"key": g_key[top], "p": g_first[top], "logp": g_logp[top]}
         # the shapes tried, by key: each as its sorted callees (those of one incoming call that made it)
         o = np.lexsort((cp.callee[kids], chosen[kids]))
         by_par, by_callee = chosen[kids][o], cp.callee[kids][o]
-        rep = counts["p"].to_numpy()
+        rep = counts["p"]
         lo, hi = np.searchsorted(by_par, rep, "left"), np.searchsorted(by_par, rep, "right")
-        self.sh_key = counts["key"].to_numpy()
-        self.sh_logp = counts["logp"].to_numpy()
+        self.sh_key = counts["key"]
+        self.sh_logp = counts["logp"]
         self.sh_len = hi - lo
         self.sh_start = np.r_[0, np.cumsum(self.sh_len)[:-1]].astype(np.int64)
         self.el_callee = by_callee[_ranges(lo, hi)]
@@ -207,10 +218,13 @@ class Model:
 
 
 def refine(cp, child: np.ndarray, parent: np.ndarray, unary: np.ndarray, chosen: np.ndarray,
-           p: dict) -> tuple[np.ndarray, list[str]]:
+           p: dict, extra: np.ndarray | None = None, rounds: int | None = None) -> tuple[np.ndarray, list[str]]:
     """The joint choice, from the per-callee mapping `chosen` (a parent pair per pair, -1: a root) and
     the candidate edges (child, parent) with each edge's own cost `unary` (weight.py's last round's,
-    used to order a callee's candidates when not every combination is tried)."""
+    used to order a callee's candidates when not every combination is tried); `extra`, a cost per
+    edge added as it is (weaver_cross.py's whole-request term): then only the components where it
+    differs among some call's candidates are chosen again (elsewhere it changes nothing); `rounds`
+    in place of `joint_rounds`."""
     n, warnings = cp.n, []
     if int(p["joint_rounds"]) <= 0 or child.size == 0:
         return chosen, warnings
@@ -220,9 +234,18 @@ def refine(cp, child: np.ndarray, parent: np.ndarray, unary: np.ndarray, chosen:
     # those where some call has a choice
     graph = coo_matrix((np.ones(child.size), (n + child, parent)), shape=(2 * n, 2 * n))
     _, comp = connected_components(graph, directed=False)
-    amb = np.unique(comp[n + child[n_cand[child] >= 2]])
+    choice = n_cand[child] >= 2
+    if extra is not None:           # the calls whose candidates the extra term tells apart
+        lo = np.full(n, np.inf)
+        hi = np.full(n, -np.inf)
+        np.minimum.at(lo, child, extra)
+        np.maximum.at(hi, child, extra)
+        choice &= (hi - lo)[child] > 1e-9
+    amb = np.unique(comp[n + child[choice]])
     sel = np.isin(comp[parent], amb)
     e_child, e_parent, e_cost = child[sel], parent[sel], unary[sel]
+    if extra is not None:           # as weighed in _choose: own costs times `unary`, the extra as it is
+        e_cost = e_cost + extra[sel] / max(float(p["unary"]), 1e-9)
     o = np.lexsort((e_cost, cp.callee[e_child], e_parent))
     e_child, e_parent, e_cost = e_child[o], e_parent[o], e_cost[o]
     ps = np.unique(e_parent)
@@ -236,7 +259,7 @@ def refine(cp, child: np.ndarray, parent: np.ndarray, unary: np.ndarray, chosen:
         if big[a]:
             chunks += [ps[x:min(x + int(p["chunk"]), b)] for x in range(a, b, int(p["chunk"]))]
     failed = 0
-    for _ in range(int(p["joint_rounds"])):
+    for _ in range(int(p["joint_rounds"]) if rounds is None else rounds):
         model = Model(cp, chosen, int(p["bins_per_decade"]), float(p["kernel"]), int(p["shapes"]))
         new, taken = chosen.copy(), np.zeros(n, dtype=bool)
         # the components of at most `chunk` incoming calls, all at once (one program for those
@@ -410,10 +433,34 @@ def _choose(ps: np.ndarray, e_par: np.ndarray, e_kid: np.ndarray, e_cost: np.nda
 
 def _mwis(t_of: np.ndarray, call: np.ndarray, owner: np.ndarray, value: np.ndarray, group: np.ndarray,
           seconds: float) -> np.ndarray | None:
-    """The tuples to take: exactly one per incoming call, no call in two, the least total value; a
-    0-1 program for HiGHS. Its linear relaxation first (mostly integral here: then it is the answer);
-    the groups (independent parts: `group`, a component label per tuple) where it is fractional are
-    then solved as 0-1 programs. None when HiGHS finds no solution in time."""
+    """The tuples to take: exactly one per incoming call, no call in two, the least total value. First
+    the incoming calls whose best tuple collides with nobody take it (weaver_small.reduce); then the
+    small parts (weaver_small.split) by enumeration, the rest by HiGHS (_highs). None: not in time."""
+    alive = weaver_small.reduce(t_of, call, owner, value)
+    live, (t_of, call) = _subset(alive, t_of, call)
+    owner, value, group = owner[live], value[live], group[live]
+    taken, rest = weaver_small.split(t_of, call, owner, value)
+    if not rest.any():
+        return live[taken]
+    tids, (t_of, call) = _subset(rest, t_of, call)
+    got = _highs(t_of, call, owner[tids], value[tids], group[tids], seconds)
+    return None if got is None else np.sort(live[np.r_[taken, tids[got]]])
+
+
+def _subset(mask: np.ndarray, t_of: np.ndarray, call: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """The tuples of `mask` (their old numbers) and their rows (tuple renumbered, call)."""
+    tids = np.flatnonzero(mask)
+    remap = np.full(len(mask), -1)
+    remap[tids] = np.arange(len(tids))
+    r = mask[t_of]
+    return tids, (remap[t_of[r]], call[r])
+
+
+def _highs(t_of: np.ndarray, call: np.ndarray, owner: np.ndarray, value: np.ndarray, group: np.ndarray,
+           seconds: float) -> np.ndarray | None:
+    """The tuples to take as a 0-1 program for HiGHS. Its linear relaxation first (mostly integral
+    here: then it is the answer); the groups (independent parts: `group`, a component label per
+    tuple) where it is fractional are then solved as 0-1 programs. None when HiGHS finds no solution in time."""
     one, most = _matrices(t_of, call, owner)
     cons = [LinearConstraint(one, 1, 1)] + ([LinearConstraint(most, 0, 1)] if most.shape[0] else [])
     lp = milp(value, constraints=cons, bounds=Bounds(0, 1), options={"time_limit": seconds})
@@ -441,10 +488,20 @@ def _mwis(t_of: np.ndarray, call: np.ndarray, owner: np.ndarray, value: np.ndarr
 
 def _matrices(t_of: np.ndarray, call: np.ndarray, owner: np.ndarray):
     """The program's rows: one per incoming call (its tuples sum to 1), one per outgoing call (at
-    most 1)."""
+    most 1) that tuples of two or more incoming calls hold (a call only one incoming call's tuples
+    hold cannot be taken twice: that one takes a single tuple)."""
     n_t = len(owner)
     _, prow = np.unique(owner, return_inverse=True)
-    _, crow = np.unique(call, return_inverse=True)
+    # outgoing calls held by tuples of more than one incoming call
+    o = np.lexsort((prow[t_of], call))
+    c_s, p_s = call[o], prow[t_of][o]
+    first = np.r_[True, c_s[1:] != c_s[:-1]]
+    new_owner = np.r_[True, (c_s[1:] != c_s[:-1]) | (p_s[1:] != p_s[:-1])]
+    shared = np.add.reduceat(new_owner, np.flatnonzero(first)) > 1 if len(c_s) else np.zeros(0, bool)
+    keep = np.zeros(len(call), dtype=bool)
+    keep[o] = np.repeat(shared, np.diff(np.r_[np.flatnonzero(first), len(c_s)]))
+    _, crow = np.unique(call[keep], return_inverse=True)
     one = coo_matrix((np.ones(n_t), (prow, np.arange(n_t))), shape=(int(prow.max()) + 1, n_t)).tocsr()
-    most = coo_matrix((np.ones(len(call)), (crow, t_of)), shape=(int(crow.max(initial=-1)) + 1, n_t)).tocsr()
+    most = coo_matrix((np.ones(int(keep.sum())), (crow, t_of[keep])),
+                      shape=(int(crow.max(initial=-1)) + 1, n_t)).tocsr()
     return one, most
