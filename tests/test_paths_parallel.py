@@ -15,6 +15,7 @@ import pytest
 from analysis.paths import parallel
 from analysis.paths.algorithms import ALGORITHMS, algorithm
 from analysis.paths.maketrace import maketrace, web_service
+from nestlab.commands.jobs import cores
 from rundir.errors import UserError
 
 
@@ -74,7 +75,7 @@ def test_a_worker_that_dies_is_one_line():
 
 
 def test_default_jobs_is_the_cores_this_process_may_use():
-    assert parallel.default_jobs() == len(os.sched_getaffinity(0))
+    assert cores() == len(os.sched_getaffinity(0))
 
 
 def test_a_result_that_cannot_be_sent_back_is_an_error_not_a_hang():

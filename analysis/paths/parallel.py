@@ -13,7 +13,6 @@ back: about 0.1 s a trace for six algorithms; docs/blackbox.md, throughput)."""
 from __future__ import annotations
 
 import multiprocessing
-import os
 import pickle
 import time
 import traceback
@@ -29,14 +28,6 @@ from rundir.errors import UserError
 COST = {"traceweaver": 4.0, "linking": 3.0}
 
 _TASKS: Sequence[Callable[[], Any]] = ()      # set before the fork; the workers read it from there
-
-
-def default_jobs() -> int:
-    """The cores this process may run on (its affinity; the machine's count where that is unknown)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 class WorkerTraceback(Exception):

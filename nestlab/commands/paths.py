@@ -34,11 +34,12 @@ from analysis.paths.accuracy import service_mapping
 from analysis.paths.algorithms import ALGORITHMS, algorithm, parse_params
 from analysis.paths.export import write_export
 from analysis.paths.model import Trace
-from analysis.paths.parallel import COST, default_jobs, iter_tasks
+from analysis.paths.parallel import COST, iter_tasks
 from analysis.paths.readers import read_faults_file, read_jaeger, read_otlp, read_run, read_trace_file
 from analysis.paths.render import call_tree, paths_frame, plain_text, shown_text
 from analysis.paths.score import SCORE_COLUMNS, score
 from nestlab.commands.dump import FORMULA_START, _no_formulas
+from nestlab.commands.jobs import cores
 from rundir.errors import UserError
 from rundir.layout import RunDir, fresh, output_dir
 from rundir.runs import common_root, find_runs, guarded
@@ -106,7 +107,7 @@ def _paths(args: argparse.Namespace) -> int:
         raise UserError(f"--top {args.top}: give 0 or more")
     if args.jobs is not None and args.jobs < 1:
         raise UserError(f"--jobs {args.jobs}: give 1 or more")
-    jobs = default_jobs() if args.jobs is None else args.jobs
+    jobs = cores() if args.jobs is None else args.jobs
     names = algorithm_names(args.algorithm or ["nesting"])
     chosen = []
     for name in names:

@@ -8,11 +8,11 @@ whole results tree), a quoted glob, or an experiment name under --results.
 from __future__ import annotations
 
 import itertools
-import os
 import sys
 from pathlib import Path
 
 from analysis.variants import DEFAULT_VARIANT, expand_values, expand_variant  # noqa: F401 - the CLI's names for them
+from nestlab.commands.jobs import cores
 from rundir.errors import UserError
 from rundir.layout import RunDir
 
@@ -34,7 +34,7 @@ def register(subparsers) -> None:
     def jobs_arg(p):
         p.add_argument("--jobs", "-j", type=_jobs, default=None, metavar="N",
                        help=f"analyse the runs in N processes at once, one run each (default: every core, "
-                            f"here {_cores()}); 1: one after the other in this process")
+                            f"here {cores()}); 1: one after the other in this process")
 
     p = subparsers.add_parser(
         "accuracy", help="accuracy table (thesis Table 3.3) of stored runs: Markdown, CSV, LaTeX",
@@ -161,14 +161,6 @@ def _warn(run: str, message: str) -> None:
     print(f"warning: {run}: {message}", file=sys.stderr, flush=True)
 
 
-def _cores() -> int:
-    """Every core this process may use (the default of --jobs)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def _jobs(text: str) -> int:
     import argparse
 
@@ -191,7 +183,7 @@ def _evaluate(args, variants, keep=False):
     runs = find_runs(args.runs, args.results, notes)
     for note in notes:
         print(f"note: {note}", file=sys.stderr, flush=True)
-    jobs = 1 if keep else (getattr(args, "jobs", None) or _cores())
+    jobs = 1 if keep else (getattr(args, "jobs", None) or cores())
     jobs = min(jobs, len(runs))
     if len(runs) > 1 and jobs > 1:
         print(f"{len(runs)} runs in {jobs} processes", file=sys.stderr, flush=True)
