@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.paths.weaver_joint import FLOOR, HI, LO, _table, log_bins
+from analysis.paths.weaver_joint import FLOOR, HI, LO, density_table, log_bins
 
 MAX_DEPTH = 64                  # pointer-doubling steps at most (2^64 levels: any real call tree)
 
@@ -81,6 +81,6 @@ def join_costs(cp, child: np.ndarray, parent: np.ndarray, chosen: np.ndarray, pe
     key = cp.callee[parent] * nn + cp.callee[child]
     kuniq, kcode = np.unique(key, return_inverse=True)
     mine = chosen[child] == parent
-    table = _table(kcode[mine], b[mine], len(kuniq), n_bins + 2, kernel)
+    table = density_table(kcode[mine], b[mine], len(kuniq), n_bins + 2, kernel)
     cost = table[kcode].max(axis=1) - table[kcode, b]
     return cost, bool((b[mine] > 0).any())

@@ -93,7 +93,7 @@ def log_bins(x: np.ndarray, per_decade: int) -> np.ndarray:
     return np.clip(((v - LO) * per_decade).astype(np.int64), 0, int((HI - LO) * per_decade))
 
 
-def _table(code: np.ndarray, b: np.ndarray, n_keys: int, n_bins: int, kernel: float) -> np.ndarray:
+def density_table(code: np.ndarray, b: np.ndarray, n_keys: int, n_bins: int, kernel: float) -> np.ndarray:
     """Per key code, the log density of each bin (half a count added; smoothed by a triangular kernel
     of Silverman's width for the key's spread times `kernel`, as weaver._log_density); a last row
     for keys never seen: uniform."""
@@ -170,7 +170,7 @@ class Model:
         par, kid = chosen[kids][order], kids[order]
         gk, gv, _ = self._tuple_gaps(np.arange(n), par, kid)
         self.codes = pd.Index(pd.unique(gk))
-        self.table = _table(self.codes.get_indexer(gk), log_bins(gv, per_decade), len(self.codes),
+        self.table = density_table(self.codes.get_indexer(gk), log_bins(gv, per_decade), len(self.codes),
                             self.n_bins, kernel)
 
     def costs(self, owner: np.ndarray, rows: np.ndarray) -> np.ndarray:
