@@ -88,6 +88,31 @@ def test_roots_follow_chosen_parents():
     assert roots(chosen).tolist() == [0, 0, 0, 3, 3, 0]
 
 
+def _problem(rng, n_own: int, most_tuples: int, n_calls: int, most_calls: int):
+    """A random independent-set problem: per incoming call 1..most_tuples-1 tuples (the first empty,
+    value 0), each of 1..most_calls-1 of n_calls outgoing calls; (owner, t_of, call, value)."""
+    owner, t_of, call, value = [], [], [], []
+    for o in range(n_own):
+        for k in range(int(rng.integers(1, most_tuples))):
+            tid = len(owner)
+            owner.append(o)
+            value.append(0.0 if k == 0 else float(rng.normal(-10, 4)))   # k = 0: the empty tuple
+            if k:
+                for c in rng.choice(n_calls, size=int(rng.integers(1, most_calls)), replace=False).tolist():
+                    t_of.append(tid)
+                    call.append(c)
+    return (np.array(owner), np.array(t_of, dtype=np.int64), np.array(call, dtype=np.int64),
+            np.array(value))
+
+
+def _check_choice(owner, t_of, call, value, got, want, tolerance: float) -> None:
+    """got: one tuple per incoming call, no outgoing call twice, the total of want."""
+    assert sorted(owner[got].tolist()) == list(range(int(owner.max()) + 1))
+    taken = call[np.isin(t_of, got)]
+    assert len(taken) == len(set(taken.tolist()))
+    assert abs(value[got].sum() - value[want].sum()) < tolerance
+
+
 def test_small_parts_enumerated_as_highs_solves_them():
     # random small independent-set problems (one tuple per incoming call, no outgoing call twice):
     # the enumeration's total equals HiGHS's 0-1 optimum on each
@@ -95,27 +120,12 @@ def test_small_parts_enumerated_as_highs_solves_them():
     from analysis.paths.weaver_joint import _highs
     rng = np.random.default_rng(5)
     for _ in range(60):
-        n_own = int(rng.integers(1, 4))
-        owner, t_of, call, value = [], [], [], []
-        for o in range(n_own):
-            for k in range(int(rng.integers(1, 6))):
-                tid = len(owner)
-                owner.append(o)
-                value.append(0.0 if k == 0 else float(rng.normal(-10, 4)))   # k = 0: the empty tuple
-                if k:
-                    for c in rng.choice(6, size=int(rng.integers(1, 3)), replace=False).tolist():
-                        t_of.append(tid)
-                        call.append(c)
-        owner, value = np.array(owner), np.array(value)
-        t_of, call = np.array(t_of, dtype=np.int64), np.array(call, dtype=np.int64)
+        owner, t_of, call, value = _problem(rng, int(rng.integers(1, 4)), 6, 6, 3)
         got, rest = weaver_small.split(t_of, call, owner, value)
         want = _highs(t_of, call, owner, value, np.zeros(len(owner), dtype=np.int64), 5.0)
         if rest.any():
             continue                    # a part joined through calls into more than 3 incoming calls
-        assert sorted(owner[got].tolist()) == list(range(n_own))
-        taken = call[np.isin(t_of, got)]
-        assert len(taken) == len(set(taken.tolist()))
-        assert abs(value[got].sum() - value[want].sum()) < 1e-9
+        _check_choice(owner, t_of, call, value, got, want, 1e-9)
 
 
 def test_independent_set_with_reductions_as_good_as_highs_alone():
@@ -125,22 +135,7 @@ def test_independent_set_with_reductions_as_good_as_highs_alone():
     from analysis.paths.weaver_joint import _highs, _mwis
     rng = np.random.default_rng(11)
     for _ in range(60):
-        n_own = int(rng.integers(2, 8))
-        owner, t_of, call, value = [], [], [], []
-        for o in range(n_own):
-            for k in range(int(rng.integers(1, 7))):
-                tid = len(owner)
-                owner.append(o)
-                value.append(0.0 if k == 0 else float(rng.normal(-10, 4)))
-                if k:
-                    for c in rng.choice(12, size=int(rng.integers(1, 4)), replace=False).tolist():
-                        t_of.append(tid)
-                        call.append(c)
-        owner, value = np.array(owner), np.array(value)
-        t_of, call = np.array(t_of, dtype=np.int64), np.array(call, dtype=np.int64)
+        owner, t_of, call, value = _problem(rng, int(rng.integers(2, 8)), 7, 12, 4)
         group = np.zeros(len(owner), dtype=np.int64)
         got, want = _mwis(t_of, call, owner, value, group, 5.0), _highs(t_of, call, owner, value, group, 5.0)
-        assert sorted(owner[got].tolist()) == list(range(n_own))
-        taken = call[np.isin(t_of, got)]
-        assert len(taken) == len(set(taken.tolist()))
-        assert abs(value[got].sum() - value[want].sum()) < 1e-6
+        _check_choice(owner, t_of, call, value, got, want, 1e-6)
