@@ -139,3 +139,46 @@ def test_independent_set_with_reductions_as_good_as_highs_alone():
         group = np.zeros(len(owner), dtype=np.int64)
         got, want = _mwis(t_of, call, owner, value, group, 5.0), _highs(t_of, call, owner, value, group, 5.0)
         _check_choice(owner, t_of, call, value, got, want, 1e-6)
+
+
+def test_true_parents_are_the_truth():
+    """callpairs.true_parents reads Truth.cause as parent pairs: made into messages again they score
+    100%; the join's call S is parented by the winner's upload (its cause there is that upload's
+    call, or a return inside its handling); one parent moved costs that request."""
+    from analysis.paths.callpairs import call_pairs, result, true_parents
+
+    trace = join_uploads(pairs=20)
+    cp = call_pairs(trace.messages)
+    parent = true_parents(cp, trace.truth.cause)
+    assert request_scores(result("truth", cp, parent, {}), trace)["request_accuracy"] == 1.0
+    names = np.asarray(cp.nodes.names)
+    js = np.flatnonzero((names[cp.caller] == "J") & (names[cp.callee] == "S"))
+    assert len(js) == 40 and (names[cp.callee[parent[js]]] == "J").all()
+    assert (names[cp.caller[parent[js]]] != "F").all()                 # an upload, from A or B
+    roots_ = np.flatnonzero(parent < 0)
+    assert (names[cp.caller[roots_]] == "client").all()
+    moved = parent.copy()
+    moved[js[0]], moved[js[2]] = parent[js[2]], parent[js[0]]          # two requests' S calls swapped
+    got = request_scores(result("moved", cp, moved, {}), trace)
+    assert got["n_requests"] - got["n_requests_right"] == 2
+
+
+def test_true_parents_follow_returns_back_to_the_call():
+    """A call caused by the return of an earlier call (A calls B, then C once B is back) has the same
+    parent as that earlier call: the incoming call A serves, two returns back here."""
+    from analysis.paths.callpairs import call_pairs, true_parents
+
+    f = pd.DataFrame({"t_send": [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7],
+                      "src": ["client", "A", "B", "A", "C", "A", "D", "A"],
+                      "dst": ["A", "B", "A", "C", "A", "D", "A", "client"],
+                      "kind": ["call", "call", "return", "call", "return", "call", "return", "return"],
+                      "msg": [1, 2, 2, 3, 3, 4, 4, 1]})
+    f["t_recv"] = f["t_send"]
+    cause = np.array([-1, 0, 1, 2, 3, 4, 5, 6])
+    trace = Trace(as_messages(f), Truth(np.zeros(8, dtype=np.int64), cause))
+    cp = call_pairs(trace.messages)
+    names = np.asarray(cp.nodes.names)
+    parent = true_parents(cp, trace.truth.cause)
+    by_callee = {names[cp.callee[i]]: parent[i] for i in range(cp.n)}
+    a = next(i for i in range(cp.n) if names[cp.callee[i]] == "A")
+    assert by_callee == {"A": -1, "B": a, "C": a, "D": a}

@@ -99,3 +99,27 @@ def result(name: str, cp: CallPairs, chosen: np.ndarray, params: dict,
                                   cp.out_start, cp.out_end)
     forest = Forest(par, is_root, None, cp.warnings + list(warnings or []))
     return result_from_forest(name, cp.messages, cp.nodes, forest, params)
+
+
+def true_parents(cp: CallPairs, cause: np.ndarray) -> np.ndarray:
+    """Per pair, the pair whose handling made its call (-1: a root): the truth (Truth.cause, per message
+    row) read as the parent pairs these algorithms choose. A call caused by an incoming call has that
+    pair as its parent; one caused by the return of an earlier call its caller made has that call's
+    parent (the same handling), followed back to the incoming call."""
+    cause = np.asarray(cause, dtype=np.int64)
+    rows = len(cp.messages)
+    pair_of = np.full(rows + 1, -1, dtype=np.int64)         # the last slot: no row
+    pair_of[cp.calls] = np.arange(cp.n)
+    pair_of[cp.rets] = np.arange(cp.n)
+    is_call = np.zeros(rows + 1, dtype=bool)
+    is_call[cp.calls] = True
+    r = np.where(cause[cp.calls] >= 0, cause[cp.calls], rows)
+    j = pair_of[r]
+    parent = np.where(is_call[r], j, -1)
+    via = np.flatnonzero(~is_call[r] & (j >= 0))            # caused by a return: its call's parent
+    for _ in range(rows.bit_length() + 1):
+        nxt = parent[j[via]]
+        if np.array_equal(nxt, parent[via]):
+            break
+        parent[via] = nxt
+    return parent

@@ -102,6 +102,22 @@ def _log_density(key: np.ndarray, b: np.ndarray, weight: np.ndarray, n_bins: int
     return np.log((mass[codes] + 0.5) / (total[kcodes] + 0.5 * n_bins))
 
 
+def edge_bins(cp, child: np.ndarray, parent: np.ndarray, per_decade: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per candidate edge (outgoing call child, enclosing incoming call parent): its key (parent's
+    caller, the service, child's callee) and the bins of its `pre` and `post` gaps."""
+    nn = cp.nodes.n
+    pre = _bins(cp.out_start[child] - cp.in_start[parent], per_decade)
+    post = _bins(cp.in_end[parent] - cp.out_end[child], per_decade)
+    return (cp.caller[parent] * nn + cp.callee[parent]) * nn + cp.callee[child], pre, post
+
+
+def edge_costs(key: np.ndarray, pre: np.ndarray, post: np.ndarray, weight: np.ndarray, n_bins: int,
+               kernel: float) -> np.ndarray:
+    """Per candidate edge, -log f_pre - log f_post, the densities learned with these weights (the
+    mapping's edges 1, the others 0; the first round's scoreboard shares)."""
+    return -(_log_density(key, pre, weight, n_bins, kernel) + _log_density(key, post, weight, n_bins, kernel))
+
+
 def _count_costs(key: np.ndarray, parent: np.ndarray, chosen_parent: np.ndarray, chosen_key: np.ndarray,
                  n_parents_of_key: dict[int, int], max_calls: int) -> dict[int, np.ndarray]:
     """Per key, -log P(N >= j) for j = 1..max_calls, from the current mapping (N: calls to the key's
@@ -138,9 +154,7 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
         return result("traceweaver", cp, chosen, p)
     per_decade = int(p["bins_per_decade"])
     n_bins = int((HI - LO) * per_decade) + 1
-    pre = _bins(cp.out_start[child] - cp.in_start[parent], per_decade)
-    post = _bins(cp.in_end[parent] - cp.out_end[child], per_decade)
-    key = (cp.caller[parent] * nn + cp.callee[parent]) * nn + cp.callee[child]
+    key, pre, post = edge_bins(cp, child, parent, per_decade)
     # incoming calls per (caller, service): the denominators of the call graph's shares
     in_key = cp.caller * nn + cp.callee
     n_in = pd.Series(in_key).value_counts()
@@ -161,7 +175,7 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
         if r:
             weight = (chosen[child] == parent).astype(np.float64)
         kernel = float(p["kernel"]) if r else 0.0   # the scoreboard's spread is no delay's spread
-        cost = -(_log_density(key, pre, weight, n_bins, kernel) + _log_density(key, post, weight, n_bins, kernel))
+        cost = edge_costs(key, pre, post, weight, n_bins, kernel)
         has = chosen[child] == parent
         slots = _count_costs(key, parent, parent[has], key[has], n_parents_of_key, max_calls)
         before = chosen

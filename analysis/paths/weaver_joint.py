@@ -218,13 +218,15 @@ class Model:
 
 
 def refine(cp, child: np.ndarray, parent: np.ndarray, unary: np.ndarray, chosen: np.ndarray,
-           p: dict, extra: np.ndarray | None = None, rounds: int | None = None) -> tuple[np.ndarray, list[str]]:
+           p: dict, extra: np.ndarray | None = None, rounds: int | None = None,
+           learn_from: np.ndarray | None = None) -> tuple[np.ndarray, list[str]]:
     """The joint choice, from the per-callee mapping `chosen` (a parent pair per pair, -1: a root) and
     the candidate edges (child, parent) with each edge's own cost `unary` (weight.py's last round's,
     used to order a callee's candidates when not every combination is tried); `extra`, a cost per
     edge added as it is (weaver_cross.py's whole-request term): then only the components where it
     differs among some call's candidates are chosen again (elsewhere it changes nothing); `rounds`
-    in place of `joint_rounds`."""
+    in place of `joint_rounds`; `learn_from`, a mapping the model is learned from in place of the
+    current one (bench/paths_weaver_ceiling.py passes the truth: what these costs can tell at best)."""
     n, warnings = cp.n, []
     if int(p["joint_rounds"]) <= 0 or child.size == 0:
         return chosen, warnings
@@ -260,7 +262,8 @@ def refine(cp, child: np.ndarray, parent: np.ndarray, unary: np.ndarray, chosen:
             chunks += [ps[x:min(x + int(p["chunk"]), b)] for x in range(a, b, int(p["chunk"]))]
     failed = 0
     for _ in range(int(p["joint_rounds"]) if rounds is None else rounds):
-        model = Model(cp, chosen, int(p["bins_per_decade"]), float(p["kernel"]), int(p["shapes"]))
+        model = Model(cp, chosen if learn_from is None else learn_from, int(p["bins_per_decade"]),
+                      float(p["kernel"]), int(p["shapes"]))
         new, taken = chosen.copy(), np.zeros(n, dtype=bool)
         # the components of at most `chunk` incoming calls, all at once (one program for those
         # whose best tuples collide); the larger ones chunk by chunk in time order
