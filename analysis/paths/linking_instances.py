@@ -25,15 +25,19 @@ memory stays bounded whatever the trace's size.
 from __future__ import annotations
 
 from bisect import bisect_left
+from functools import partial
 
 import numpy as np
 
 from analysis.paths.assemble import (
+    _GOLD,
+    _M2,
     Nodes,
     PatternTable,
-    forest_depth,
     forest_roots,
     key_sums,
+    mix,
+    mix_into,
     subtree_hashes,
 )
 from analysis.paths.model import edge_key, token
@@ -107,7 +111,8 @@ def walk_order_matters(tree_of_dec: np.ndarray, graft: np.ndarray, dchild: np.nd
 class Batch:
     """The instances of a set of trees whose walk order does not matter (module docstring)."""
 
-    def __init__(self, nodes: Nodes, t_out, t_in, t_recv, child, parent, prob, map_parent, depth):
+    def __init__(self, nodes: Nodes, t_out, t_in, t_recv, child, parent, prob, map_parent, depth,
+                 hashes: np.ndarray | None = None):
         self.nodes, self.t_out, self.t_in, self.t_recv = nodes, t_out, t_in, t_recv
         self.child, self.parent, self.prob, self.map_parent = child, parent, prob, map_parent
         self.pre, self.size = preorder(map_parent, depth)
@@ -124,6 +129,13 @@ class Batch:
         # per message, the log factors of its links as the forest chose them
         self.base = np.bincount(parent, weights=np.where(likeliest, self.log_p, self.log_q), minlength=len(t_out))
         self.held = Hashed(nodes.names)
+        # the forest's subtree hashes, and per message the sum over its children that its hash mixes
+        # in: a copied row whose subtree is the forest's has its message's hash (copy_hashes)
+        self.hash = subtree_hashes(nodes, map_parent, depth) if hashes is None else hashes
+        self.label = label_hashes(nodes.src, nodes.dst)
+        kids = np.flatnonzero(map_parent >= 0)
+        self.childsum = np.zeros(len(t_out), dtype=np.uint64)
+        np.add.at(self.childsum, map_parent[kids], child_term(self.hash[kids]))
 
     def m1_first(self, m1: np.ndarray, c: np.ndarray) -> np.ndarray:
         """Whether the walk (linking._Instances: a stack; a message's links pushed in link order, so
@@ -144,6 +156,53 @@ class Batch:
                 b = up[b]                # m2's
             out[i] = link[a] > link[b]
         return out
+
+    def copy_hashes(self, par: np.ndarray, natural: np.ndarray, msg: np.ndarray) -> np.ndarray:
+        """assemble.subtree_hashes of the copied rows (parents `par`; `natural`: each row's parent
+        as the forest has it, within its segment), computed only for the rows whose subtree the
+        instances changed, the ancestors of a changed link's old and new parent: every other row
+        has its message's forest hash. A changed row's hash is its message's childsum with the
+        terms of the children it lost taken out and those of the children it gained or whose own
+        subtree changed put in (wrapping sums of uint64: the same bits in any order), rows done
+        nearest the changes first. Most of the copies' rows are not computed at all."""
+        h = self.hash[msg]
+        moved = np.flatnonzero(par != natural)
+        if not moved.size:
+            return h
+        old, new = natural[moved], par[moved]
+        # the changed rows: old and new parents of the moved ones and their ancestors, each with
+        # its greatest distance from such a parent (a row's changed children are nearer)
+        dist = np.full(len(par), -1, dtype=np.int32)
+        front = np.r_[old[old >= 0], new[new >= 0]]
+        step = 0
+        while front.size:             # (repeats in the front cost less than making it unique)
+            dist[front] = step
+            front = par[front]
+            front = front[front >= 0]
+            step += 1
+        todo = np.flatnonzero(dist >= 0)
+        cs = self.childsum[msg[todo]]
+        at = partial(np.searchsorted, todo)
+        gone = old >= 0
+        np.subtract.at(cs, at(old[gone]), child_term(self.hash[msg[moved[gone]]]))
+        came = (new >= 0) & (dist[moved] < 0)      # moved rows whose own subtree is the forest's
+        np.add.at(cs, at(new[came]), child_term(self.hash[msg[moved[came]]]))
+        label = self.label[msg[todo]]
+        order = np.argsort(dist[todo], kind="stable")
+        bounds = np.flatnonzero(np.diff(dist[todo][order])) + 1
+        for level in np.split(order, bounds):
+            rows = todo[level]
+            with np.errstate(over="ignore"):
+                hv = mix(label[level] ^ mix(cs[level] + _GOLD))
+            h[rows] = hv
+            up = par[rows]
+            has = up >= 0
+            term = child_term(hv[has])
+            same = natural[rows[has]] == up[has]      # its old term is in the parent's forest sum
+            with np.errstate(over="ignore"):
+                term[same] -= child_term(self.hash[msg[rows[has][same]]])
+            np.add.at(cs, at(up[has]), term)
+        return h
 
     def add(self, table: PatternTable, roots: np.ndarray, dec_ptr: np.ndarray, dec_link: np.ndarray) -> None:
         """Add the instances of the trees rooted at `roots` (decisions dec_link[dec_ptr[i]:dec_ptr[i+1]]
@@ -205,7 +264,8 @@ class Batch:
         mask = inst_mask[row_inst]
         tree = inst_tree[row_inst]
         # parents: the forest's, within the segment
-        par = np.where(r > 0, row - (pre[msg] - pre[np.maximum(self.map_parent[msg], 0)]), -1)
+        natural = np.where(r > 0, row - (pre[msg] - pre[np.maximum(self.map_parent[msg], 0)]), -1)
+        par = natural.copy()
         # a dropped link: the row's likeliest link is one of its tree's decisions, flipped here
         n = len(self.t_out)
         drop_bit = np.full(n, -1, dtype=np.int64)
@@ -267,10 +327,7 @@ class Batch:
         weight = np.exp(logw)
         kept = weight > 0
         # patterns: the subtree hash of each instance's root
-        rows_nodes = Nodes(self.nodes.names, self.nodes.src[msg], self.nodes.dst[msg])
-        moved = (c_row[took], m1_row[took], self.size[c[took]]) if ii.size else None
-        h = subtree_hashes(rows_nodes, par, self._levels(par, msg, row_seg, seg_head, seg_dec, row_inst, inst_base,
-                                                          dparent, roots, tree, moved))
+        h = self.copy_hashes(par, natural, msg)
         inst_ok = np.flatnonzero(kept)
         pid, uniq = _factorize(h[inst_base[inst_ok]])
         pat_of_inst = np.full(len(inst_tree), -1, dtype=np.int64)
@@ -311,32 +368,6 @@ class Batch:
         at[rr] = np.arange(len(rr)) - np.repeat(group_start, np.diff(np.r_[group_start, len(rr)]))
         local = np.where(par[rr] >= 0, at[np.maximum(par[rr], 0)], -1)
         held.add_reps(h[inst_base[row_inst[rr]]], self.nodes.src[msg[rr]], self.nodes.dst[msg[rr]], local, h[rr])
-
-
-    def _levels(self, par, msg, row_seg, seg_head, seg_dec, row_inst, inst_base, dparent, roots, tree,
-                moved) -> np.ndarray:
-        """A level per copied row with every row's level above its parent's, all subtree_hashes
-        needs (it hashes deepest level first; the same hashes whatever the levels, so long as each
-        row's is above its parent's), read off the forest's depths instead of climbing the copy: a
-        row's depth below its segment's head; an inner graft's moved subtree (rows c_row to c_row +
-        size - 1 of `moved`) hung one below its new parent's row; a graft's segment one below the
-        decision's parent. Checked: where a row is not above its parent, forest_depth climbs."""
-        fd = self.depth
-        level = fd[msg] - fd[seg_head[row_seg]]
-        if moved is not None and len(moved[0]):
-            c_row, m1_row, size = moved
-            step = np.zeros(len(level) + 1, dtype=np.int64)
-            np.add.at(step, c_row, level[m1_row] + 1 - level[c_row])
-            np.subtract.at(step, c_row + size, level[m1_row] + 1 - level[c_row])
-            level += np.cumsum(step[:-1])
-        g = np.flatnonzero(seg_dec[row_seg] >= 0)
-        if g.size:
-            at = inst_base[row_inst[g]] + self.pre[dparent[seg_dec[row_seg[g]]]] - self.pre[roots[tree[g]]]
-            level[g] += level[at] + 1
-        has = np.flatnonzero(par >= 0)
-        if (level[has] > level[par[has]]).all() and level.min(initial=0) >= 0:
-            return level
-        return forest_depth(par)[0]
 
 
 class Hashed:
@@ -479,6 +510,20 @@ class _Rows:
 
 
 _MASK = (1 << 64) - 1
+
+
+def label_hashes(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """assemble.subtree_hashes's label term per message."""
+    label = src.astype(np.uint64)
+    label *= np.uint64(1_000_003)
+    label += dst.astype(np.uint64)
+    label += np.uint64(1)
+    return mix_into(label)
+
+
+def child_term(h: np.ndarray) -> np.ndarray:
+    """What a child's subtree hash adds to its parent's childsum in assemble.subtree_hashes."""
+    return mix(h ^ _M2)
 
 
 def _mix_int(x: int) -> int:
