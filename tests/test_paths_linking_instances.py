@@ -237,3 +237,22 @@ def test_canonical_text_is_one_function_for_trees_and_instances():
     assert shared == [canonical_text(odd, children, int(r)) for r in roots]
     assert shared == tree_texts(odd, cause, root_of, h, roots)
     assert all("\\(a\\>b\\)" in s for s in shared)
+
+
+def test_top_rows_and_pair_sums_equal_what_they_replace():
+    """top_rows climbs from a few rows only: forest_roots' roots of them; _pair_sums counts into a
+    dense key range: key_sums' keys and sums to the last bit (the same additions in the same order)."""
+    from analysis.paths.assemble import forest_roots, key_sums
+    from analysis.paths.linking_instances import _pair_sums, top_rows
+
+    rng = np.random.default_rng(4)
+    n = 5000
+    par = np.where(rng.random(n) < 0.05, -1, np.arange(n) - rng.integers(1, 40, n))
+    par[par < 0] = -1
+    rows = rng.integers(0, n, 300)
+    assert (top_rows(par, rows) == forest_roots(par)[rows]).all()
+    major, minor = rng.integers(0, 3000, 20_000), rng.choice([3, 77, 400, 899], 20_000)
+    v, w = rng.standard_normal(20_000), rng.random(20_000)
+    keys, (a, b) = _pair_sums(major, minor, 900, v, w)
+    want, (a0, b0) = key_sums(major * 900 + minor, 3000 * 900, v, w)
+    assert (keys == want).all() and (a == a0).all() and (b == b0).all()

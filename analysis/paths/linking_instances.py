@@ -297,8 +297,9 @@ class Batch:
             m1_row, m2_row, c_row = r0 + pre[dparent[i_dec]], r0 + pre[self.map_parent[c]], r0 + pre[c]
             own_bit = drop_bit[c]
             own_flipped = (own_bit >= 0) & ((inst_mask[i_inst] >> np.maximum(own_bit, 0)) & 1).astype(bool)
-            before = forest_roots(par) == inst_base[row_inst]     # neither parent is under the child
-            m1_ok, m2_ok = before[m1_row], before[m2_row]
+            # neither parent is under the child: each still hangs from its instance's root
+            m1_ok = top_rows(par, m1_row) == inst_base[i_inst]
+            m2_ok = top_rows(par, m2_row) == inst_base[i_inst]
             took = m1_ok & (self.m1_first(dparent[i_dec], c) | ~m2_ok | own_flipped)
             par[c_row[took]] = m1_row[took]
         # what hangs from each instance's root
@@ -349,9 +350,8 @@ class Batch:
         # edge latencies: each message of an instance seen by its receiver
         lat = self.t_recv[msg] - self.t_out[msg]
         sr = np.flatnonzero(in_pat & ~np.isnan(lat))
-        lkey = pat_of_inst[row_inst[sr]] * nn * nn + self.nodes.src[msg[sr]] * nn + self.nodes.dst[msg[sr]]
-        k, v = _sums(lkey, lat[sr] * w_row[sr])
-        _, w = _sums(lkey, w_row[sr])
+        k, (v, w) = _pair_sums(pat_of_inst[row_inst[sr]], self.nodes.src[msg[sr]] * nn + self.nodes.dst[msg[sr]],
+                               nn * nn, lat[sr] * w_row[sr], w_row[sr])
         held.l_key.append(uniq[k // (nn * nn)])
         held.l_edge.append(k % (nn * nn))
         held.l_sum.append(v)
@@ -395,7 +395,8 @@ class Hashed:
         within it) and subtree hashes (`sub`)."""
         if key.size:
             self.rep_parts.append((key, src, dst, local, sub))
-            self._rep_keys = np.union1d(self._rep_keys, key)
+            # an instance's rows are together: its key once (its first row's)
+            self._rep_keys = np.union1d(self._rep_keys, key[np.r_[True, key[1:] != key[:-1]]])
 
     def resolve(self, table: PatternTable, max_patterns: int) -> None:
         if not self.keys:
@@ -565,6 +566,32 @@ def hash_of_text(text: str, names: np.ndarray) -> int:
 def _factorize(h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     uniq, inverse = np.unique(h, return_inverse=True)
     return inverse.astype(np.int64), uniq
+
+
+def top_rows(par: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """forest_roots(par)[rows], by climbing from those rows only (a few, in a large forest)."""
+    top = rows.copy()
+    live, up = np.arange(len(top)), par[top]
+    while True:
+        keep = up >= 0
+        live, up = live[keep], up[keep]
+        if not live.size:
+            return top
+        top[live] = up
+        up = par[up]
+
+
+def _pair_sums(major: np.ndarray, minor: np.ndarray, n_minor: int, *values: np.ndarray):
+    """key_sums of the keys major * n_minor + minor (minor below n_minor), the keys ascending and
+    the sums in the arrays' order as key_sums gives them, with the minor codes made dense first (a
+    few of n_minor occur) so that the key range stays small enough to count into."""
+    if not major.size:
+        return np.zeros(0, dtype=np.int64), [np.zeros(0) for _ in values]
+    used = np.flatnonzero(np.bincount(minor, minlength=n_minor))
+    dense = np.zeros(n_minor, dtype=np.int64)
+    dense[used] = np.arange(len(used))
+    keys, sums = key_sums(major * len(used) + dense[minor], (int(major.max()) + 1) * len(used), *values)
+    return keys // len(used) * n_minor + used[keys % len(used)], sums
 
 
 def _sums(key: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
