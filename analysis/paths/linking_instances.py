@@ -12,14 +12,15 @@ instance by a walk in Python; this module builds the instances of many trees at 
   after that is the instance;
 - its weight is the sum over its messages of their links' log factors (log p for a link taken, log
   1 - p for one left out: per message once, for the forest's choice) plus the change of each flipped
-  decision whose parent is in the instance; its pattern is the subtree hash of the copy
-  (assemble.subtree_hashes), named once per distinct hash; node delays and edge latencies are summed
-  per pattern with the instance weights, as PatternTable.add_instance would.
+  decision whose parent is in the instance; its pattern is the subtree hash of the copy (the
+  forest's hash where a copied row's subtree is the forest's, recomputed above a changed link:
+  Batch.copy_hashes), named once per distinct hash; node delays and edge latencies are summed per
+  pattern with the instance weights, as PatternTable.add_instance would.
 
 A tree where the walk's order matters is left to linking._Instances (`walk_order_matters`): where
 a grafted child is already in the tree and the walk may reach it first from its likeliest parent,
-or two grafted subtrees overlap (the walk gives a child to whichever parent it reaches first). The copies are made a chunk of trees at a time (`MAX_ROWS`), so
-memory stays bounded whatever the trace's size.
+or two grafted subtrees overlap (the walk gives a child to whichever parent it reaches first). The
+copies are made a chunk of trees at a time (`MAX_ROWS`), so memory stays bounded.
 """
 
 from __future__ import annotations
@@ -391,11 +392,10 @@ class Hashed:
         return self._rep_keys
 
     def add_reps(self, key, src, dst, local, sub) -> None:
-        """One instance per pattern: its root's hash (`key`, per row), its rows' nodes, parents (rows
-        within it) and subtree hashes (`sub`)."""
+        """One instance per pattern: its root's hash (`key`, per row; an instance's rows together),
+        its rows' nodes, parents (rows within it) and subtree hashes (`sub`)."""
         if key.size:
             self.rep_parts.append((key, src, dst, local, sub))
-            # an instance's rows are together: its key once (its first row's)
             self._rep_keys = np.union1d(self._rep_keys, key[np.r_[True, key[1:] != key[:-1]]])
 
     def resolve(self, table: PatternTable, max_patterns: int) -> None:
