@@ -224,13 +224,23 @@ def forest_roots(parent: np.ndarray) -> np.ndarray:
         root, nxt = nxt, root
 
 
+def label_hashes(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """subtree_hashes's term of a message's own (src, dst), per message."""
+    label = src.astype(np.uint64)
+    label *= np.uint64(1_000_003)
+    label += dst.astype(np.uint64)
+    label += np.uint64(1)
+    return mix_into(label)
+
+
+def child_term(h: np.ndarray) -> np.ndarray:
+    """What a child's subtree hash adds to its parent's sum of children in subtree_hashes."""
+    return mix(h ^ _M2)
+
+
 def subtree_hashes(nodes: Nodes, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
     """A hash per message of its subtree's canonical pattern (equal patterns, equal hashes)."""
-    label = nodes.src.astype(np.uint64)
-    label *= np.uint64(1_000_003)
-    label += nodes.dst.astype(np.uint64)
-    label += np.uint64(1)
-    mix_into(label)
+    label = label_hashes(nodes.src, nodes.dst)
     h = np.zeros(len(parent), dtype=np.uint64)
     childsum = np.zeros(len(parent), dtype=np.uint64)
     # deepest first; depths fit 16 bits (forest_depth cuts at 10,000), where numpy's stable sort
@@ -244,7 +254,7 @@ def subtree_hashes(nodes: Nodes, parent: np.ndarray, depth: np.ndarray) -> np.nd
             h[level] = mix(label[level] ^ mix(childsum[level] + _GOLD))
         p = parent[level]
         has = p >= 0
-        np.add.at(childsum, p[has], mix(h[level][has] ^ _M2))
+        np.add.at(childsum, p[has], child_term(h[level][has]))
     return h
 
 

@@ -32,13 +32,13 @@ import numpy as np
 
 from analysis.paths.assemble import (
     _GOLD,
-    _M2,
     Nodes,
     PatternTable,
+    child_term,
     forest_roots,
     key_sums,
+    label_hashes,
     mix,
-    mix_into,
     subtree_hashes,
 )
 from analysis.paths.model import edge_key, token
@@ -511,20 +511,6 @@ class _Rows:
 
 
 _MASK = (1 << 64) - 1
-
-
-def label_hashes(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """assemble.subtree_hashes's label term per message."""
-    label = src.astype(np.uint64)
-    label *= np.uint64(1_000_003)
-    label += dst.astype(np.uint64)
-    label += np.uint64(1)
-    return mix_into(label)
-
-
-def child_term(h: np.ndarray) -> np.ndarray:
-    """What a child's subtree hash adds to its parent's childsum in assemble.subtree_hashes."""
-    return mix(h ^ _M2)
 
 
 def _mix_int(x: int) -> int:
