@@ -170,3 +170,44 @@ def test_a_failing_algorithm_after_others_is_one_line_and_theirs_are_printed(job
     assert "— nesting:" in r.stdout and "— linking:" not in r.stdout
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "granularity must be one of" in lines[0], r.stderr
+
+
+def _sets(tmp_path, sizes=(20, 3, 8)):
+    """Trace sets of different sizes, each a directory of Jaeger files (the largest is started first)."""
+    dirs = []
+    for i, n in enumerate(sizes):
+        d = tmp_path / f"set{i}"
+        d.mkdir()
+        (d / "e.json").write_text(json.dumps(jaeger_doc(n)))
+        dirs.append(str(d))
+    return dirs
+
+
+def test_several_traces_at_once_change_nothing_written_or_printed(tmp_path):
+    """--jaeger takes several trace sets; with --jobs 2 each is imported and analysed whole in a
+    forked worker, and what is printed and written (tables, exports) is what --jobs 1 gives."""
+    dirs = _sets(tmp_path)
+    got = {}
+    for jobs in ("1", "2"):
+        out = tmp_path / f"j{jobs}"
+        r = nestlab("paths", "--jaeger", *dirs, "-a", "nesting,linking,oracle", "--jobs", jobs,
+                    "--out", str(out), "--export", str(out / "x"))
+        assert r.returncode == 0, r.stderr
+        got[jobs] = (r.stdout.replace(str(out), "OUT"), r.stderr,
+                     *((out / f).read_text() for f in ("paths.csv", "paths-score.csv", "paths-services.csv")),
+                     {p.name: p.read_text() for p in sorted((out / "x").iterdir())})
+    assert got["1"] == got["2"]
+    score = pd.read_csv(tmp_path / "j2" / "paths-score.csv")
+    assert score["source"].tolist() == [d for d in dirs for _ in range(3)]     # in the order given
+    stem = f"{tmp_path.name}-set"          # per set its truth, nesting's and linking's paths
+    assert sorted(got["2"][5]) == sorted(f"{stem}{i}-{w}.json" for i in range(3) for w in ("truth", "nesting", "linking"))
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_damaged_trace_among_several_is_one_line_after_the_ones_before(jobs, tmp_path):
+    dirs = _sets(tmp_path, (3, 3))
+    (tmp_path / "set1" / "e.json").write_text("{")
+    r = nestlab("paths", "--jaeger", *dirs, "-a", "nesting", "--jobs", jobs, "--out", str(tmp_path))
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert f"{dirs[0]} — nesting:" in r.stdout and f"{dirs[1]} — nesting:" not in r.stdout
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -180,40 +180,38 @@ def test_blocks_do_not_change_the_result(k, monkeypatch):
     pd.testing.assert_frame_equal(one.node_delays, many.node_delays)
 
 
-def test_copied_rows_levels_are_read_off_the_forest(monkeypatch):
-    """Batch._levels (the copies' levels from the forest's depths, inner grafts' moved subtrees and
-    outer grafts' segments hung below their new parents) puts every row above its parent and gives
-    the hashes forest_depth's depths give, without climbing the copy: on the wide-ambiguity case,
-    where inner grafts move subtrees."""
+@pytest.mark.parametrize("seed, params", [
+    (11, {"untraced": "client", "ambiguity": 0.45, "k": 5}),   # inner grafts move subtrees
+    (2, {}),
+    (5, {"untraced": "client", "k": 6}),
+])
+def test_copied_rows_hashes_are_computed_only_where_changed(seed, params, monkeypatch):
+    """Batch.copy_hashes (the forest's hashes, recomputed only on the rows above a changed link)
+    gives every copied row the hash assemble.subtree_hashes gives the whole copy, on cases with
+    drops, outer grafts and inner grafts' moved subtrees."""
     from analysis.paths import linking_instances
+    from analysis.paths.assemble import Nodes
 
     seen = []
-    real = linking_instances.Batch._levels
+    real = linking_instances.Batch.copy_hashes
 
-    def spy(self, par, *args):
-        level = real(self, par, *args)
-        seen.append((par, level, args[-1]))
-        return level
+    def spy(self, par, natural, msg):
+        h = real(self, par, natural, msg)
+        seen.append((self, par, natural, msg, h))
+        return h
 
-    def no_climb(*args, **kwargs):
-        raise AssertionError("forest_depth climbed a copy")
-
-    monkeypatch.setattr(linking_instances.Batch, "_levels", spy)
-    monkeypatch.setattr(linking_instances, "forest_depth", no_climb)
-    tr = maketrace(web_service(), duration=20, parallelism=6, seed=11, tags=False)
-    linking.infer(tr.messages, untraced="client", ambiguity=0.45, k=5)
-    assert seen and any(moved is not None and len(moved[0]) for _, _, moved in seen)
-    nodes = None
-    for par, level, _ in seen:
-        has = par >= 0
-        assert (level[has] > level[par[has]]).all()
-        depth, _ = forest_depth(par)
-        if nodes is None or len(nodes.src) != len(par):
-            rng = np.random.default_rng(0)
-            from analysis.paths.assemble import Nodes
-            nodes = Nodes(np.array(["a", "b", "c"], dtype=object), rng.integers(0, 3, len(par)),
-                          rng.integers(0, 3, len(par)))
-        assert (subtree_hashes(nodes, par, level) == subtree_hashes(nodes, par, depth)).all()
+    monkeypatch.setattr(linking_instances.Batch, "copy_hashes", spy)
+    tr = maketrace(web_service(), duration=20, parallelism=6, seed=seed, tags=False)
+    linking.infer(tr.messages, **params)
+    assert seen
+    moved = 0
+    for batch, par, natural, msg, h in seen:
+        depth, same = forest_depth(par)
+        assert (same == par).all()
+        rows = Nodes(batch.nodes.names, batch.nodes.src[msg], batch.nodes.dst[msg])
+        assert (h == subtree_hashes(rows, par, depth)).all()
+        moved += int((par != natural).sum())
+    assert moved > 100
 
 
 def test_canonical_text_is_one_function_for_trees_and_instances():
@@ -239,3 +237,22 @@ def test_canonical_text_is_one_function_for_trees_and_instances():
     assert shared == [canonical_text(odd, children, int(r)) for r in roots]
     assert shared == tree_texts(odd, cause, root_of, h, roots)
     assert all("\\(a\\>b\\)" in s for s in shared)
+
+
+def test_top_rows_and_pair_sums_equal_what_they_replace():
+    """top_rows climbs from a few rows only: forest_roots' roots of them; _pair_sums counts into a
+    dense key range: key_sums' keys and sums to the last bit (the same additions in the same order)."""
+    from analysis.paths.assemble import forest_roots, key_sums
+    from analysis.paths.linking_instances import _pair_sums, top_rows
+
+    rng = np.random.default_rng(4)
+    n = 5000
+    par = np.where(rng.random(n) < 0.05, -1, np.arange(n) - rng.integers(1, 40, n))
+    par[par < 0] = -1
+    rows = rng.integers(0, n, 300)
+    assert (top_rows(par, rows) == forest_roots(par)[rows]).all()
+    major, minor = rng.integers(0, 3000, 20_000), rng.choice([3, 77, 400, 899], 20_000)
+    v, w = rng.standard_normal(20_000), rng.random(20_000)
+    keys, (a, b) = _pair_sums(major, minor, 900, v, w)
+    want, (a0, b0) = key_sums(major * 900 + minor, 3000 * 900, v, w)
+    assert (keys == want).all() and (a == a0).all() and (b == b0).all()

@@ -173,9 +173,10 @@ def test_scoped_causes_take_what_merge_asof_takes():
         return cause
 
     rng = np.random.default_rng(43)
-    for _ in range(200):
+    for i in range(400):
         n = int(rng.integers(1, 150))
         span, ctxs = int(rng.integers(1, 20)), int(rng.integers(1, 8))
-        cols = (np.sort(rng.integers(0, span, n)) * 1000, rng.integers(0, span, n) * 1000,
+        step = 1000 if i % 2 else 2**58      # times as keys, or too far apart for that: their ranks
+        cols = (np.sort(rng.integers(0, span, n)) * step - 7, rng.integers(0, span, n) * step - 7,
                 rng.integers(0, ctxs, n), rng.integers(0, ctxs, n))
         assert (scoped_causes_arrays(*cols) == joined(*cols)).all()

@@ -224,13 +224,23 @@ def forest_roots(parent: np.ndarray) -> np.ndarray:
         root, nxt = nxt, root
 
 
+def label_hashes(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """subtree_hashes's term of a message's own (src, dst), per message."""
+    label = src.astype(np.uint64)
+    label *= np.uint64(1_000_003)
+    label += dst.astype(np.uint64)
+    label += np.uint64(1)
+    return mix_into(label)
+
+
+def child_term(h: np.ndarray) -> np.ndarray:
+    """What a child's subtree hash adds to its parent's sum of children in subtree_hashes."""
+    return mix(h ^ _M2)
+
+
 def subtree_hashes(nodes: Nodes, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
     """A hash per message of its subtree's canonical pattern (equal patterns, equal hashes)."""
-    label = nodes.src.astype(np.uint64)
-    label *= np.uint64(1_000_003)
-    label += nodes.dst.astype(np.uint64)
-    label += np.uint64(1)
-    mix_into(label)
+    label = label_hashes(nodes.src, nodes.dst)
     h = np.zeros(len(parent), dtype=np.uint64)
     childsum = np.zeros(len(parent), dtype=np.uint64)
     # deepest first; depths fit 16 bits (forest_depth cuts at 10,000), where numpy's stable sort
@@ -244,7 +254,7 @@ def subtree_hashes(nodes: Nodes, parent: np.ndarray, depth: np.ndarray) -> np.nd
             h[level] = mix(label[level] ^ mix(childsum[level] + _GOLD))
         p = parent[level]
         has = p >= 0
-        np.add.at(childsum, p[has], mix(h[level][has] ^ _M2))
+        np.add.at(childsum, p[has], child_term(h[level][has]))
     return h
 
 
@@ -392,7 +402,7 @@ def tree_texts(nodes: Nodes, parent: np.ndarray, root_of: np.ndarray, h: np.ndar
 def add_forest(table: PatternTable, nodes: Nodes, messages: pd.DataFrame, parent: np.ndarray,
                is_root: np.ndarray, tree_weight: np.ndarray | None = None,
                max_patterns: int = MAX_PATTERNS, depth: np.ndarray | None = None,
-               root_of: np.ndarray | None = None) -> np.ndarray:
+               root_of: np.ndarray | None = None, hashes: np.ndarray | None = None) -> np.ndarray:
     """Add the trees of the forest whose root is marked in `is_root` to the table (trees under other
     roots are ignored; of the distinct patterns, the `max_patterns` most frequent, the rest counted in
     `table.left_out`). tree_weight: per message, read at the roots (default 1). Returns the root row
@@ -403,11 +413,11 @@ def add_forest(table: PatternTable, nodes: Nodes, messages: pd.DataFrame, parent
     nn = nodes.n
     if depth is None:   # else the caller's forest_depth (and forest_roots) of this very parent array
         depth, parent = forest_depth(parent)
-        root_of = None
+        root_of = hashes = None
     if root_of is None:
         root_of = forest_roots(parent)
     kept = is_root[root_of]
-    h = subtree_hashes(nodes, parent, depth)
+    h = subtree_hashes(nodes, parent, depth) if hashes is None else hashes
     roots = np.flatnonzero(is_root & (parent < 0))
     w_root = np.ones(n) if tree_weight is None else np.asarray(tree_weight, dtype=np.float64)
     pid_root, uniq = pd.factorize(h[roots])
@@ -521,6 +531,7 @@ class Forest:
     warnings: list[str] = field(default_factory=list)
     depth: np.ndarray | None = None     # forest_depth of parent, where the algorithm has it
     root_of: np.ndarray | None = None   # forest_roots of parent, likewise (with depth only)
+    hashes: np.ndarray | None = None    # subtree_hashes of parent, likewise (with depth only)
 
 
 def result_from_forest(algorithm: str, messages: pd.DataFrame, nodes: Nodes, forest: Forest,
@@ -529,7 +540,7 @@ def result_from_forest(algorithm: str, messages: pd.DataFrame, nodes: Nodes, for
     """The PathsResult of a forest (plus any instances already in `table`)."""
     table = table if table is not None else PatternTable(nodes.names)
     root_of = add_forest(table, nodes, messages, forest.parent, forest.is_root, forest.tree_weight,
-                         max_patterns, forest.depth, forest.root_of)
+                         max_patterns, forest.depth, forest.root_of, forest.hashes)
     patterns, left = table.patterns(max_patterns)
     warnings = list(forest.warnings)
     if left:

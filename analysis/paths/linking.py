@@ -99,6 +99,7 @@ from analysis.paths.assemble import (
     order_by,
     positions_in_runs,
     result_from_forest,
+    subtree_hashes,
 )
 from analysis.paths.linking_instances import Batch, tree_hash, walk_order_matters
 from analysis.paths.linking_weights import edge_weights, wap5_weights
@@ -467,11 +468,13 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
         ambiguous_tree &= is_root
 
     table = PatternTable(nodes.names)
+    hashes = None
     if ambiguous_tree.any():
+        hashes = subtree_hashes(nodes, map_parent, depth)     # the instances' and the forest's
         _enumerate(table, nodes, t_out, t_in, t_recv, child, parent, prob, amb, map_parent, root_of,
-                   ambiguous_tree, k, depth)
+                   ambiguous_tree, k, depth, hashes)
     plain_roots = is_root & ~ambiguous_tree
-    forest = Forest(map_parent, plain_roots, np.exp(logp), warnings, depth=depth, root_of=root_of)
+    forest = Forest(map_parent, plain_roots, np.exp(logp), warnings, depth=depth, root_of=root_of, hashes=hashes)
     p["trees_enumerated"] = int(ambiguous_tree.sum())
     p["trees"] = int(is_root.sum())
     result = result_from_forest("linking", m, nodes, forest, p, table)
@@ -481,7 +484,8 @@ def infer(messages: pd.DataFrame, **params) -> PathsResult:
 
 
 def _enumerate(table: PatternTable, nodes: Nodes, t_out, t_in, t_recv, child, parent, prob, amb,
-               map_parent, root_of, ambiguous_tree, k: int, depth: np.ndarray | None = None) -> None:
+               map_parent, root_of, ambiguous_tree, k: int, depth: np.ndarray | None = None,
+               hashes: np.ndarray | None = None) -> None:
     """The try-both instances of the trees marked ambiguous: their first k try-both decisions in
     time order, each tried both ways. In numpy (linking_instances.py) unless VECTORISED is off, or
     for the trees whose instances depend on the walk's order (linking_instances.walk_order_matters),
@@ -500,7 +504,7 @@ def _enumerate(table: PatternTable, nodes: Nodes, t_out, t_in, t_recv, child, pa
     if VECTORISED and len(starts):
         if depth is None:
             depth, _ = forest_depth(map_parent)
-        batch = Batch(nodes, t_out, t_in, t_recv, child, parent, prob, map_parent, depth)
+        batch = Batch(nodes, t_out, t_in, t_recv, child, parent, prob, map_parent, depth, hashes)
         graft = map_parent[child[dec]] != parent[dec]
         walk = walk_order_matters(dec_tree, graft, child[dec], parent[dec], batch.root_of, map_parent, batch.pre,
                                   batch.size, tree_roots, len(starts))

@@ -12,28 +12,33 @@ instance by a walk in Python; this module builds the instances of many trees at 
   after that is the instance;
 - its weight is the sum over its messages of their links' log factors (log p for a link taken, log
   1 - p for one left out: per message once, for the forest's choice) plus the change of each flipped
-  decision whose parent is in the instance; its pattern is the subtree hash of the copy
-  (assemble.subtree_hashes), named once per distinct hash; node delays and edge latencies are summed
-  per pattern with the instance weights, as PatternTable.add_instance would.
+  decision whose parent is in the instance; its pattern is the subtree hash of the copy (the
+  forest's hash where a copied row's subtree is the forest's, recomputed above a changed link:
+  Batch.copy_hashes), named once per distinct hash; node delays and edge latencies are summed per
+  pattern with the instance weights, as PatternTable.add_instance would.
 
 A tree where the walk's order matters is left to linking._Instances (`walk_order_matters`): where
 a grafted child is already in the tree and the walk may reach it first from its likeliest parent,
-or two grafted subtrees overlap (the walk gives a child to whichever parent it reaches first). The copies are made a chunk of trees at a time (`MAX_ROWS`), so
-memory stays bounded whatever the trace's size.
+or two grafted subtrees overlap (the walk gives a child to whichever parent it reaches first). The
+copies are made a chunk of trees at a time (`MAX_ROWS`), so memory stays bounded.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
+from functools import partial
 
 import numpy as np
 
 from analysis.paths.assemble import (
+    _GOLD,
     Nodes,
     PatternTable,
-    forest_depth,
+    child_term,
     forest_roots,
     key_sums,
+    label_hashes,
+    mix,
     subtree_hashes,
 )
 from analysis.paths.model import edge_key, token
@@ -107,7 +112,8 @@ def walk_order_matters(tree_of_dec: np.ndarray, graft: np.ndarray, dchild: np.nd
 class Batch:
     """The instances of a set of trees whose walk order does not matter (module docstring)."""
 
-    def __init__(self, nodes: Nodes, t_out, t_in, t_recv, child, parent, prob, map_parent, depth):
+    def __init__(self, nodes: Nodes, t_out, t_in, t_recv, child, parent, prob, map_parent, depth,
+                 hashes: np.ndarray | None = None):
         self.nodes, self.t_out, self.t_in, self.t_recv = nodes, t_out, t_in, t_recv
         self.child, self.parent, self.prob, self.map_parent = child, parent, prob, map_parent
         self.pre, self.size = preorder(map_parent, depth)
@@ -124,6 +130,13 @@ class Batch:
         # per message, the log factors of its links as the forest chose them
         self.base = np.bincount(parent, weights=np.where(likeliest, self.log_p, self.log_q), minlength=len(t_out))
         self.held = Hashed(nodes.names)
+        # the forest's subtree hashes, and per message the sum over its children that its hash mixes
+        # in: a copied row whose subtree is the forest's has its message's hash (copy_hashes)
+        self.hash = subtree_hashes(nodes, map_parent, depth) if hashes is None else hashes
+        self.label = label_hashes(nodes.src, nodes.dst)
+        kids = np.flatnonzero(map_parent >= 0)
+        self.childsum = np.zeros(len(t_out), dtype=np.uint64)
+        np.add.at(self.childsum, map_parent[kids], child_term(self.hash[kids]))
 
     def m1_first(self, m1: np.ndarray, c: np.ndarray) -> np.ndarray:
         """Whether the walk (linking._Instances: a stack; a message's links pushed in link order, so
@@ -144,6 +157,53 @@ class Batch:
                 b = up[b]                # m2's
             out[i] = link[a] > link[b]
         return out
+
+    def copy_hashes(self, par: np.ndarray, natural: np.ndarray, msg: np.ndarray) -> np.ndarray:
+        """assemble.subtree_hashes of the copied rows (parents `par`; `natural`: each row's parent
+        as the forest has it, within its segment), computed only for the rows whose subtree the
+        instances changed, the ancestors of a changed link's old and new parent: every other row
+        has its message's forest hash. A changed row's hash is its message's childsum with the
+        terms of the children it lost taken out and those of the children it gained or whose own
+        subtree changed put in (wrapping sums of uint64: the same bits in any order), rows done
+        nearest the changes first. Most of the copies' rows are not computed at all."""
+        h = self.hash[msg]
+        moved = np.flatnonzero(par != natural)
+        if not moved.size:
+            return h
+        old, new = natural[moved], par[moved]
+        # the changed rows: old and new parents of the moved ones and their ancestors, each with
+        # its greatest distance from such a parent (a row's changed children are nearer)
+        dist = np.full(len(par), -1, dtype=np.int32)
+        front = np.r_[old[old >= 0], new[new >= 0]]
+        step = 0
+        while front.size:             # (repeats in the front cost less than making it unique)
+            dist[front] = step
+            front = par[front]
+            front = front[front >= 0]
+            step += 1
+        todo = np.flatnonzero(dist >= 0)
+        cs = self.childsum[msg[todo]]
+        at = partial(np.searchsorted, todo)
+        gone = old >= 0
+        np.subtract.at(cs, at(old[gone]), child_term(self.hash[msg[moved[gone]]]))
+        came = (new >= 0) & (dist[moved] < 0)      # moved rows whose own subtree is the forest's
+        np.add.at(cs, at(new[came]), child_term(self.hash[msg[moved[came]]]))
+        label = self.label[msg[todo]]
+        order = np.argsort(dist[todo], kind="stable")
+        bounds = np.flatnonzero(np.diff(dist[todo][order])) + 1
+        for level in np.split(order, bounds):
+            rows = todo[level]
+            with np.errstate(over="ignore"):
+                hv = mix(label[level] ^ mix(cs[level] + _GOLD))
+            h[rows] = hv
+            up = par[rows]
+            has = up >= 0
+            term = child_term(hv[has])
+            same = natural[rows[has]] == up[has]      # its old term is in the parent's forest sum
+            with np.errstate(over="ignore"):
+                term[same] -= child_term(self.hash[msg[rows[has][same]]])
+            np.add.at(cs, at(up[has]), term)
+        return h
 
     def add(self, table: PatternTable, roots: np.ndarray, dec_ptr: np.ndarray, dec_link: np.ndarray) -> None:
         """Add the instances of the trees rooted at `roots` (decisions dec_link[dec_ptr[i]:dec_ptr[i+1]]
@@ -205,7 +265,8 @@ class Batch:
         mask = inst_mask[row_inst]
         tree = inst_tree[row_inst]
         # parents: the forest's, within the segment
-        par = np.where(r > 0, row - (pre[msg] - pre[np.maximum(self.map_parent[msg], 0)]), -1)
+        natural = np.where(r > 0, row - (pre[msg] - pre[np.maximum(self.map_parent[msg], 0)]), -1)
+        par = natural.copy()
         # a dropped link: the row's likeliest link is one of its tree's decisions, flipped here
         n = len(self.t_out)
         drop_bit = np.full(n, -1, dtype=np.int64)
@@ -237,8 +298,9 @@ class Batch:
             m1_row, m2_row, c_row = r0 + pre[dparent[i_dec]], r0 + pre[self.map_parent[c]], r0 + pre[c]
             own_bit = drop_bit[c]
             own_flipped = (own_bit >= 0) & ((inst_mask[i_inst] >> np.maximum(own_bit, 0)) & 1).astype(bool)
-            before = forest_roots(par) == inst_base[row_inst]     # neither parent is under the child
-            m1_ok, m2_ok = before[m1_row], before[m2_row]
+            # neither parent is under the child: each still hangs from its instance's root
+            m1_ok = top_rows(par, m1_row) == inst_base[i_inst]
+            m2_ok = top_rows(par, m2_row) == inst_base[i_inst]
             took = m1_ok & (self.m1_first(dparent[i_dec], c) | ~m2_ok | own_flipped)
             par[c_row[took]] = m1_row[took]
         # what hangs from each instance's root
@@ -267,10 +329,7 @@ class Batch:
         weight = np.exp(logw)
         kept = weight > 0
         # patterns: the subtree hash of each instance's root
-        rows_nodes = Nodes(self.nodes.names, self.nodes.src[msg], self.nodes.dst[msg])
-        moved = (c_row[took], m1_row[took], self.size[c[took]]) if ii.size else None
-        h = subtree_hashes(rows_nodes, par, self._levels(par, msg, row_seg, seg_head, seg_dec, row_inst, inst_base,
-                                                          dparent, roots, tree, moved))
+        h = self.copy_hashes(par, natural, msg)
         inst_ok = np.flatnonzero(kept)
         pid, uniq = _factorize(h[inst_base[inst_ok]])
         pat_of_inst = np.full(len(inst_tree), -1, dtype=np.int64)
@@ -292,9 +351,8 @@ class Batch:
         # edge latencies: each message of an instance seen by its receiver
         lat = self.t_recv[msg] - self.t_out[msg]
         sr = np.flatnonzero(in_pat & ~np.isnan(lat))
-        lkey = pat_of_inst[row_inst[sr]] * nn * nn + self.nodes.src[msg[sr]] * nn + self.nodes.dst[msg[sr]]
-        k, v = _sums(lkey, lat[sr] * w_row[sr])
-        _, w = _sums(lkey, w_row[sr])
+        k, (v, w) = _pair_sums(pat_of_inst[row_inst[sr]], self.nodes.src[msg[sr]] * nn + self.nodes.dst[msg[sr]],
+                               nn * nn, lat[sr] * w_row[sr], w_row[sr])
         held.l_key.append(uniq[k // (nn * nn)])
         held.l_edge.append(k % (nn * nn))
         held.l_sum.append(v)
@@ -311,32 +369,6 @@ class Batch:
         at[rr] = np.arange(len(rr)) - np.repeat(group_start, np.diff(np.r_[group_start, len(rr)]))
         local = np.where(par[rr] >= 0, at[np.maximum(par[rr], 0)], -1)
         held.add_reps(h[inst_base[row_inst[rr]]], self.nodes.src[msg[rr]], self.nodes.dst[msg[rr]], local, h[rr])
-
-
-    def _levels(self, par, msg, row_seg, seg_head, seg_dec, row_inst, inst_base, dparent, roots, tree,
-                moved) -> np.ndarray:
-        """A level per copied row with every row's level above its parent's, all subtree_hashes
-        needs (it hashes deepest level first; the same hashes whatever the levels, so long as each
-        row's is above its parent's), read off the forest's depths instead of climbing the copy: a
-        row's depth below its segment's head; an inner graft's moved subtree (rows c_row to c_row +
-        size - 1 of `moved`) hung one below its new parent's row; a graft's segment one below the
-        decision's parent. Checked: where a row is not above its parent, forest_depth climbs."""
-        fd = self.depth
-        level = fd[msg] - fd[seg_head[row_seg]]
-        if moved is not None and len(moved[0]):
-            c_row, m1_row, size = moved
-            step = np.zeros(len(level) + 1, dtype=np.int64)
-            np.add.at(step, c_row, level[m1_row] + 1 - level[c_row])
-            np.subtract.at(step, c_row + size, level[m1_row] + 1 - level[c_row])
-            level += np.cumsum(step[:-1])
-        g = np.flatnonzero(seg_dec[row_seg] >= 0)
-        if g.size:
-            at = inst_base[row_inst[g]] + self.pre[dparent[seg_dec[row_seg[g]]]] - self.pre[roots[tree[g]]]
-            level[g] += level[at] + 1
-        has = np.flatnonzero(par >= 0)
-        if (level[has] > level[par[has]]).all() and level.min(initial=0) >= 0:
-            return level
-        return forest_depth(par)[0]
 
 
 class Hashed:
@@ -360,11 +392,11 @@ class Hashed:
         return self._rep_keys
 
     def add_reps(self, key, src, dst, local, sub) -> None:
-        """One instance per pattern: its root's hash (`key`, per row), its rows' nodes, parents (rows
-        within it) and subtree hashes (`sub`)."""
+        """One instance per pattern: its root's hash (`key`, per row; an instance's rows together),
+        its rows' nodes, parents (rows within it) and subtree hashes (`sub`)."""
         if key.size:
             self.rep_parts.append((key, src, dst, local, sub))
-            self._rep_keys = np.union1d(self._rep_keys, key)
+            self._rep_keys = np.union1d(self._rep_keys, key[np.r_[True, key[1:] != key[:-1]]])
 
     def resolve(self, table: PatternTable, max_patterns: int) -> None:
         if not self.keys:
@@ -520,6 +552,32 @@ def hash_of_text(text: str, names: np.ndarray) -> int:
 def _factorize(h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     uniq, inverse = np.unique(h, return_inverse=True)
     return inverse.astype(np.int64), uniq
+
+
+def top_rows(par: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """forest_roots(par)[rows], by climbing from those rows only (a few, in a large forest)."""
+    top = rows.copy()
+    live, up = np.arange(len(top)), par[top]
+    while True:
+        keep = up >= 0
+        live, up = live[keep], up[keep]
+        if not live.size:
+            return top
+        top[live] = up
+        up = par[up]
+
+
+def _pair_sums(major: np.ndarray, minor: np.ndarray, n_minor: int, *values: np.ndarray):
+    """key_sums of the keys major * n_minor + minor (minor below n_minor), the keys ascending and
+    the sums in the arrays' order as key_sums gives them, with the minor codes made dense first (a
+    few of n_minor occur) so that the key range stays small enough to count into."""
+    if not major.size:
+        return np.zeros(0, dtype=np.int64), [np.zeros(0) for _ in values]
+    used = np.flatnonzero(np.bincount(minor, minlength=n_minor))
+    dense = np.zeros(n_minor, dtype=np.int64)
+    dense[used] = np.arange(len(used))
+    keys, sums = key_sums(major * len(used) + dense[minor], (int(major.max()) + 1) * len(used), *values)
+    return keys // len(used) * n_minor + used[keys % len(used)], sums
 
 
 def _sums(key: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -439,15 +439,23 @@ def scoped_causes_arrays(t_send: np.ndarray, t_recv: np.ndarray, send_ctx: np.nd
                          recv_ctx: np.ndarray) -> np.ndarray:
     """scoped_causes of the columns (integer times and contexts): of the messages received in the
     same context at or before the send, the latest; of equal receive times, the last row (as
-    pandas.merge_asof(direction="backward") takes it). One sort of (context, time rank, row) and
-    a binary search per message."""
+    pandas.merge_asof(direction="backward") takes it). One sort of (context, time, row) and a
+    binary search per message; the key is context * span + time where that fits in int64 (an
+    export's times span seconds to days), else context * width + the time's rank."""
     n = len(t_send)
-    _, rank = np.unique(np.concatenate([t_recv, t_send]), return_inverse=True)
-    width = np.int64(n * 2 + 1)
-    got = recv_ctx.astype(np.int64) * width + rank[:n]
-    by = np.lexsort((np.arange(n), got))
+    lo = min(int(t_recv.min(initial=0)), int(t_send.min(initial=0)))
+    width = max(int(t_recv.max(initial=0)), int(t_send.max(initial=0))) - lo + 1
+    top = max(int(recv_ctx.max(initial=0)), int(send_ctx.max(initial=0))) + 1
+    if min(int(recv_ctx.min(initial=0)), int(send_ctx.min(initial=0))) >= 0 and top * width < 2**62:
+        got = recv_ctx.astype(np.int64) * width + (t_recv - lo)
+        want = send_ctx.astype(np.int64) * width + (t_send - lo)
+    else:
+        _, rank = np.unique(np.concatenate([t_recv, t_send]), return_inverse=True)
+        width = n * 2 + 1
+        got = recv_ctx.astype(np.int64) * width + rank[:n]
+        want = send_ctx.astype(np.int64) * width + rank[n:]
+    by = np.argsort(got, kind="stable")       # ties in row order
     keys = got[by]
-    want = send_ctx.astype(np.int64) * width + rank[n:]
     at = np.searchsorted(keys, want, side="right") - 1
     hit = (at >= 0) & (keys[np.maximum(at, 0)] // width == send_ctx)
     cause = np.where(hit, by[np.maximum(at, 0)], -1).astype(np.int64)

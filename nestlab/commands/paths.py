@@ -1,7 +1,9 @@
-"""`nestlab paths RUNS | --trace FILE | --jaeger PATH | --otlp PATH [-a A]... [--export FILE]`: black-box
+"""`nestlab paths RUNS | --trace FILE | --jaeger PATH... | --otlp PATH... [-a A]... [--export FILE]`: black-box
 causal path inference from message traces (docs/blackbox.md). `-a` is repeatable, takes
-comma-separated names, and `all`; `--jobs N` runs several algorithms on a trace at once (forked after
-one import; default the machine's cores), what is printed and written unchanged.
+comma-separated names, and `all`; `--jaeger`/`--otlp` take one trace set (a file or a directory of
+them) per PATH. `--jobs N` (default the machine's cores) runs work at once in forked processes, what
+is printed and written unchanged: with one trace, its algorithms after one import; with several
+(runs, or several PATHs), the traces, each imported and analysed whole in one worker.
 
 Prints each trace's dominant path patterns as call trees with their delays (WAP5 figure 9) and
 writes paths.csv (source, algorithm, rank, pattern, count, share, <node>_ms per node) and, where the
@@ -56,8 +58,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="run directories (with a messages table), directories of runs, globs or experiment names")
     p.add_argument("--trace", metavar="FILE", help="a message trace: CSV or Parquet (time, sender, receiver, "
                                                    "optionally kind call/return and a message id)")
-    p.add_argument("--jaeger", metavar="PATH", help="a Jaeger JSON export: a file or a directory of them")
-    p.add_argument("--otlp", metavar="PATH", help="an OpenTelemetry OTLP JSON export: a file or a directory of them")
+    p.add_argument("--jaeger", metavar="PATH", nargs="+", action="extend",
+                   help="Jaeger JSON exports: per PATH one trace, a file or a directory of them")
+    p.add_argument("--otlp", metavar="PATH", nargs="+", action="extend",
+                   help="OpenTelemetry OTLP JSON exports: per PATH one trace, a file or a directory of them")
     p.add_argument("--faults", metavar="FILE",
                    help="fault windows for --trace/--jaeger (CSV: node, start, stop in the trace's seconds; "
                         "for --jaeger the spans' epoch seconds): "
@@ -68,8 +72,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--param", action="append", metavar="NAME=VALUE",
                    help="an algorithm parameter, named as the seeds name it (repeatable)")
     p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
-                   help="algorithms run at once on each trace, in forked processes after one import "
-                        "(default: this machine's cores; 1: one after another, in this process)")
+                   help="work run at once in forked processes: several traces, each in one process; one "
+                        "trace, its algorithms after one import (default: this machine's cores; 1: one "
+                        "after another, in this process)")
     p.add_argument("--granularity", choices=("host", "process"), default="host",
                    help="runs: a node per host (default) or per process (host/pid), WAP5 2.5")
     p.add_argument("--top", type=int, default=5, metavar="N", help="call trees to print per trace (5)")
@@ -93,10 +98,9 @@ def _traces(args: argparse.Namespace) -> tuple[list[tuple[str, Callable[[], Trac
                         "(one of them)")
     if args.trace is not None:
         return [(args.trace, partial(guarded, args.trace, read_trace_file, args.trace))], Path(args.out or ".")
-    if args.jaeger is not None:
-        return [(args.jaeger, partial(guarded, args.jaeger, read_jaeger, args.jaeger))], Path(args.out or ".")
-    if args.otlp is not None:
-        return [(args.otlp, partial(guarded, args.otlp, read_otlp, args.otlp))], Path(args.out or ".")
+    for paths, reader in ((args.jaeger, read_jaeger), (args.otlp, read_otlp)):
+        if paths is not None:
+            return [(p, partial(guarded, p, reader, p)) for p in paths], Path(args.out or ".")
     runs = find_runs(args.runs, args.results)
     out = Path(args.out) if args.out else RunDir(common_root(runs)).analysis
     return [(str(r), partial(guarded, r, read_run, r, args.granularity)) for r in runs], out
@@ -130,27 +134,23 @@ def _paths(args: argparse.Namespace) -> int:
                         "table)")
     console = Console(highlight=False, soft_wrap=True)   # long patterns and score lines stay whole
     path_rows, score_rows, service_rows = [], [], []
-    for label, load in sources:
-        trace: Trace = load()
-        if windows is not None:
-            # a span export's times count from its first whole second; the windows are epoch seconds
-            trace.faults = windows.assign(start=windows["start"] - trace.time_base,
-                                          stop=windows["stop"] - trace.time_base)
+    run = partial(_analyse, chosen=chosen, params=params, windows=windows, scored=not args.no_score,
+                  export=args.export, fmt=args.export_format, several=len(sources) > 1)
+    if jobs > 1 and len(sources) > 1:
+        # several traces: each imported and analysed whole in one worker, the largest started first
+        done = (out for out, _ in iter_tasks([partial(run, label, load) for label, load in sources], jobs,
+                                             [_size(label) for label, _ in sources]))
+    else:
+        done = (run(label, load, jobs=jobs, lazy=True) for label, load in sources)
+    for (label, _), (warnings, n_messages, results) in zip(sources, done, strict=True):
         where = f"{label}: " if args.runs else ""     # a file's warnings name the file already
-        for w in trace.warnings:
+        for w in warnings:
             print(plain_text(f"warning: {where}{w}"), file=sys.stderr)
-        stem = _stem(label) if len(sources) > 1 else "paths"
-        if args.export and trace.truth is not None:
-            write_export(trace, trace.truth.cause, Path(args.export) / f"{stem}-truth.json", args.export_format)
-        tasks = [partial(_one, label, partial(infer, **params[name]), trace, not args.no_score)
-                 for name, infer, _ in chosen]
-        done = iter_tasks(tasks, jobs, [COST.get(name, 1.0) for name in names])
-        for (name, _, _), ((result, row, services), _) in zip(chosen, done, strict=True):
+        where = f"{label}: " if args.runs or len(sources) > 1 else ""
+        for (name, _, _), (result, row, services) in zip(chosen, results, strict=True):
             for w in result.warnings:
                 print(plain_text(f"warning: {where}{name}: {w}"), file=sys.stderr)
-            _show(console, label, name, result, args.top, len(trace.messages))
-            if args.export and result.parent is not None:
-                write_export(trace, result.parent, Path(args.export) / f"{stem}-{name}.json", args.export_format)
+            _show(console, label, name, result, args.top, n_messages)
             path_rows.append(paths_frame(result, label))
             if row is not None:
                 score_rows.append({"source": label, **row})
@@ -174,6 +174,43 @@ def _paths(args: argparse.Namespace) -> int:
         _show_scores(console, score_rows)
     console.print("wrote " + ", ".join(shown_text(w) for w in written))
     return 0
+
+
+def _analyse(label: str, load: Callable[[], Trace], *, chosen, params, windows, scored: bool, export, fmt: str,
+             several: bool, jobs: int = 1, lazy: bool = False):
+    """(the trace's warnings, its message count, per algorithm (result, score row, per-service
+    mapping)) of one trace: imported, exported (--export), each algorithm run (in `jobs` forked
+    workers, else here) and its inferred paths exported. `lazy`: the results an iterator, each
+    algorithm run as the caller asks for its result (printed as they come: a failure leaves the ones
+    before printed); else a list (a --jobs worker's, analysing one trace among several whole)."""
+    trace: Trace = load()
+    if windows is not None:
+        # a span export's times count from its first whole second; the windows are epoch seconds
+        trace.faults = windows.assign(start=windows["start"] - trace.time_base,
+                                      stop=windows["stop"] - trace.time_base)
+    stem = _stem(label) if several else "paths"
+    if export and trace.truth is not None:
+        write_export(trace, trace.truth.cause, Path(export) / f"{stem}-truth.json", fmt)
+    tasks = [partial(_one, label, partial(infer, **params[name]), trace, scored) for name, infer, _ in chosen]
+    done = iter_tasks(tasks, jobs, [COST.get(name, 1.0) for name, _, _ in chosen])
+
+    def results():
+        for (name, _, _), (out, _) in zip(chosen, done, strict=True):
+            if export and out[0].parent is not None:
+                write_export(trace, out[0].parent, Path(export) / f"{stem}-{name}.json", fmt)
+            yield out
+
+    return trace.warnings, len(trace.messages), results() if lazy else list(results())
+
+
+def _size(path: str) -> float:
+    """Bytes of a trace's file, or of the files in its directory (a run's too): the cost hint that
+    starts the largest traces first."""
+    try:
+        p = Path(path)
+        return float(sum(f.stat().st_size for f in p.iterdir() if f.is_file()) if p.is_dir() else p.stat().st_size)
+    except OSError:
+        return 0.0
 
 
 def _one(label: str, run: Callable, trace: Trace, scored: bool):
