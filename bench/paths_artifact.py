@@ -124,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     names = list(ALGORITHMS) if a.algorithms == "all" else a.algorithms.split(",")
     head = ["set", "spans", "import s", *[f"{n} %" for n in names], *[f"{n} s/M" for n in names]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    # request accuracy in the scope TraceWeaver's artifact scores (accuracy.call_accuracy)
+    scope = ["| " + " | ".join(["set", *[f"{n} %" for n in names]]) + " |", "|" + "---|" * (len(names) + 1)]
     tot_spans = tot_time = tot_base = tot_floor = tot_import = 0.0
     cpu = {"time": 0.0, "base": 0.0, "floor": 0.0, "import": 0.0}
     cpu_of = dict.fromkeys(names, 0.0)          # per algorithm, CPU s over the sets
@@ -153,7 +155,13 @@ def main(argv: list[str] | None = None) -> int:
             per_m = [f"{algos[n]['seconds'] / n_spans * 1e6:.0f}" for n in names]
             lines.append("| " + " | ".join([label, f"{n_spans:,}", f"{row['import_s']:.2f}", *acc, *per_m]) + " |")
             print(lines[-1], flush=True)
+            calls = [f"{100 * algos[n]['call_accuracy']:.1f}" if algos[n]["call_accuracy"] == algos[n]["call_accuracy"]
+                     else "–" for n in names]
+            scope.append("| " + " | ".join([label, *calls]) + " |")
     text = "\n".join(lines)
+    if len(scope) > 2:
+        text += "\n\nrequest accuracy in the artifact's scope (call_accuracy: calls only, at services called " \
+                "from one service alone):\n\n" + "\n".join(scope)
     if tot_time:
         text += (f"\n\nimport and {len(names)} algorithms: {tot_spans:,.0f} spans in {tot_time:.1f} s = "
                  f"{tot_spans / tot_time:,.0f} spans/s; baseline (json.loads of the same files): "

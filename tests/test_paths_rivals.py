@@ -183,3 +183,28 @@ def test_traceweaver_joint_choice_relearns_its_chain_in_rounds():
     tw, _ = algorithm("traceweaver")
     rounds = [request_scores(tw(t.messages, joint_rounds=k), t)["request_accuracy"] for k in (0, 1, 3)]
     assert rounds[2] == 1.0 and rounds[2] > rounds[0] and rounds[2] > rounds[1]
+
+
+def test_fcfs_gives_each_incoming_call_its_turn():
+    """First come, first served per callee: the i-th call to B goes to the i-th request to arrive, not
+    to the earliest request still open (a slow first request would take every call while open)."""
+    rows, cause, req = [], [], []
+    for r in range(3):
+        t0 = r * 0.001
+        end = 0.010 if r == 0 else t0 + 0.003
+        for t, src, dst, kind, msg, c in ((t0, "client", "A", "call", 10 * r, -1),
+                                          (t0 + 0.0005, "A", "B", "call", 10 * r + 1, 0),
+                                          (t0 + 0.0008, "B", "A", "return", 10 * r + 1, 1),
+                                          (end, "A", "client", "return", 10 * r, 2)):
+            rows.append((t, t, src, dst, kind, msg))
+            cause.append(-1 if c < 0 else 4 * r + c)
+            req.append(r)
+    f = pd.DataFrame(rows, columns=["t_send", "t_recv", "src", "dst", "kind", "msg"])
+    order = np.argsort(f["t_send"].to_numpy(), kind="stable")
+    back = np.empty_like(order)
+    back[order] = np.arange(len(order))
+    cause = np.asarray(cause)[order]
+    t = Trace(as_messages(f.iloc[order].reset_index(drop=True)),
+              Truth(np.asarray(req)[order], np.where(cause >= 0, back[np.maximum(cause, 0)], -1)))
+    fcfs, _ = algorithm("fcfs")
+    assert request_scores(fcfs(t.messages), t)["request_accuracy"] == 1.0

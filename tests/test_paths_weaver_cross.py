@@ -182,3 +182,28 @@ def test_true_parents_follow_returns_back_to_the_call():
     by_callee = {names[cp.callee[i]]: parent[i] for i in range(cp.n)}
     a = next(i for i in range(cp.n) if names[cp.callee[i]] == "A")
     assert by_callee == {"A": -1, "B": a, "C": a, "D": a}
+
+
+def test_call_accuracy_scores_the_artifacts_scope():
+    """call_accuracy (TraceWeaver's artifact's end-to-end accuracy): calls only, at services called from
+    one service alone. J (called from A and B: a join) is outside it, F, A and B inside: a swap at J
+    costs request_accuracy two requests and call_accuracy none; a swap at F costs both two."""
+    from analysis.paths.callpairs import call_pairs, result, true_parents
+
+    trace = join_uploads(pairs=20)
+    cp = call_pairs(trace.messages)
+    parent = true_parents(cp, trace.truth.cause)
+    names = np.asarray(cp.nodes.names)
+
+    def swapped(src, dst):
+        at = np.flatnonzero((names[cp.caller] == src) & (names[cp.callee] == dst))
+        moved = parent.copy()
+        moved[at[0]], moved[at[2]] = parent[at[2]], parent[at[0]]
+        return request_scores(result("x", cp, moved, {}), trace)
+
+    whole = request_scores(result("truth", cp, parent, {}), trace)
+    assert whole["call_accuracy"] == whole["request_accuracy"] == 1.0
+    at_join = swapped("J", "S")
+    assert at_join["n_requests"] - at_join["n_requests_right"] == 2 and at_join["call_accuracy"] == 1.0
+    at_fan = swapped("F", "A")
+    assert at_fan["n_requests"] - at_fan["n_call_requests_right"] == 2

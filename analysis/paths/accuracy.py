@@ -8,6 +8,13 @@ convolution, which infers patterns from edge signals only: NaN there).
 - **mapping_accuracy**: the share of caused messages (true cause >= 0) whose inferred cause is the
   true one: every incoming-to-outgoing mapping at every service, pooled; `service_mapping` gives it
   per sending service.
+- **call_accuracy**: request accuracy as TraceWeaver's artifact scores it (its AccuracyEndToEnd, read
+  from its source, issue 43): only calls, never returns, and only the calls made by services that
+  are called from one service alone (the artifact skips a service whose incoming calls come from
+  several: media's compose-review-service, the join); a request is right when each of those calls
+  has its true incoming call, and no other request's call was given one of its incoming calls. The
+  artifact keeps only the first call per incoming call and callee in its truth; here every call
+  counts.
 
 The truth's causes follow the span being served (readers, spans.py): a message a service sends
 inside the handling of one incoming call is caused by the latest message it received inside that
@@ -21,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.paths.callpairs import call_pairs, true_parents
 from analysis.paths.model import PathsResult, Trace
 
 NAN = float("nan")
@@ -33,8 +41,8 @@ def _ratio(num: float, den: float) -> float:
 def request_scores(result: PathsResult, trace: Trace) -> dict[str, float]:
     """request_accuracy and mapping_accuracy, with their numerators and denominators (n_requests_right,
     n_requests, n_mapped_right, n_mapped) for pooling over runs."""
-    empty = {"request_accuracy": NAN, "mapping_accuracy": NAN, "n_requests_right": 0, "n_requests": 0,
-             "n_mapped_right": 0, "n_mapped": 0}
+    empty = {"request_accuracy": NAN, "mapping_accuracy": NAN, "call_accuracy": NAN, "n_requests_right": 0,
+             "n_requests": 0, "n_mapped_right": 0, "n_mapped": 0, "n_call_requests_right": 0}
     truth, parent = trace.truth, result.parent
     if truth is None or parent is None or len(parent) != len(truth.cause):
         return empty
@@ -57,10 +65,31 @@ def request_scores(result: PathsResult, trace: Trace) -> dict[str, float]:
     bad[owner[stray]] = True
     caused = in_req & (cause >= 0)
     right = int((caused & (parent == cause)).sum())
+    calls_right = _calls_right(trace, parent, code, len(uniq))
     return {"request_accuracy": _ratio(len(bad) - bad.sum(), len(bad)),
             "mapping_accuracy": _ratio(right, int(caused.sum())),
+            "call_accuracy": _ratio(calls_right, len(bad)) if calls_right >= 0 else NAN,
             "n_requests_right": int(len(bad) - bad.sum()), "n_requests": int(len(bad)),
-            "n_mapped_right": right, "n_mapped": int(caused.sum())}
+            "n_mapped_right": right, "n_mapped": int(caused.sum()),
+            "n_call_requests_right": max(calls_right, 0)}
+
+
+def _calls_right(trace: Trace, parent: np.ndarray, code: np.ndarray, n_requests: int) -> int:
+    """How many requests are right in call_accuracy's scope (-1: the trace has no call pairs)."""
+    cp = call_pairs(trace.messages)
+    if not cp.n:
+        return -1
+    true, got = true_parents(cp, trace.truth.cause), true_parents(cp, parent)
+    # services called from one service alone (`client` included as a caller; nothing calls it)
+    pairs = np.unique(cp.callee * cp.nodes.n + cp.caller)
+    callers = np.bincount(pairs // cp.nodes.n, minlength=cp.nodes.n)
+    wrong = np.flatnonzero((callers[cp.caller] == 1) & (true != got))
+    req = code[cp.calls]
+    bad = np.zeros(n_requests + 1, dtype=bool)              # the last: no request
+    bad[req[wrong]] = True                                  # -1 (noise) lands on the last
+    stray = got[wrong]
+    bad[req[stray[stray >= 0]]] = True                      # the request whose incoming call took it
+    return int(n_requests - bad[:n_requests].sum())
 
 
 def service_mapping(result: PathsResult, trace: Trace) -> pd.DataFrame:

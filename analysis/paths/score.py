@@ -39,7 +39,7 @@ from analysis.paths.model import PathsResult, Trace, true_patterns
 
 SHARE = 0.01
 SCORE_COLUMNS = ("algorithm", "pattern_recall", "pattern_precision", "rare_recall", "rare_precision",
-                 "request_recall", "request_accuracy", "mapping_accuracy", "count_error_pct", "delay_error_ms", "delay_error_pct",
+                 "request_recall", "request_accuracy", "mapping_accuracy", "call_accuracy", "count_error_pct", "delay_error_ms", "delay_error_pct",
                  "node_delay_error_ms", "node_delay_error_pct",
                  "culprit_top1", "culprit_top3", "fault_windows", "true_patterns", "inferred_patterns")
 

@@ -35,6 +35,7 @@ FIGURES = {
     "rare_precision": ("n_inferred_rare_true", "n_inferred_rare"),
     "request_accuracy": ("n_requests_right", "n_requests"),
     "mapping_accuracy": ("n_mapped_right", "n_mapped"),
+    "call_accuracy": ("n_call_requests_right", "n_requests"),
     "delay_error_pct": ("n_delay_pct", "n_delay_weight"),
     "culprit_top1": ("n_top1", "fault_windows"),
     "culprit_top3": ("n_top3", "fault_windows"),

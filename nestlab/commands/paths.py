@@ -9,7 +9,7 @@ Prints each trace's dominant path patterns as call trees with their delays (WAP5
 writes paths.csv (source, algorithm, rank, pattern, count, share, <node>_ms per node) and, where the
 trace carries its truth (Maketrace, a Jaeger export, a run with `requests`), paths-score.csv (source
 and analysis.paths.score.SCORE_COLUMNS: algorithm, pattern_recall, pattern_precision, rare_recall,
-rare_precision, request_recall, request_accuracy, mapping_accuracy, count_error_pct, delay_error_ms,
+rare_precision, request_recall, request_accuracy, mapping_accuracy, call_accuracy, count_error_pct, delay_error_ms,
 delay_error_pct, node_delay_error_ms, node_delay_error_pct, culprit_top1, culprit_top3, ...) and
 paths-services.csv (source, algorithm, service, messages, mapping_accuracy: per sending service).
 Warnings about the input (damaged rows, unpaired messages) go to stderr.
