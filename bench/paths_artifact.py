@@ -111,12 +111,17 @@ def span_count(folder: Path) -> int:
                for t in json.loads(f.read_bytes()).get("data", ()))
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def set_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options naming the artifact's sets and the algorithms (this bench's and paths_sets.py's)."""
     ap.add_argument("--data", type=Path, required=True, help="the artifact's data/ folder")
     ap.add_argument("--apps", default="hotel,node,media")
     ap.add_argument("--loads", default="25,50,75,100,125,150")
     ap.add_argument("--algorithms", default="all")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    set_arguments(ap)
     ap.add_argument("--out", type=Path, help="also write the Markdown table here")
     ap.add_argument("--jobs", type=int, default=1,
                     help="algorithms at once, in forked workers after each import (nestlab paths --jobs; 1)")

@@ -30,7 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.paths_artifact import APPS, span_count  # noqa: E402
+from bench.paths_artifact import APPS, set_arguments, span_count  # noqa: E402
 
 
 def _children_cpu() -> float:
@@ -63,10 +63,7 @@ def baseline(sets: list[Path]) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, required=True, help="the artifact's data/ folder")
-    ap.add_argument("--apps", default="hotel,node,media")
-    ap.add_argument("--loads", default="25,50,75,100,125,150")
-    ap.add_argument("--algorithms", default="all")
+    set_arguments(ap)
     ap.add_argument("--jobs", type=int, default=2, help="the parallel runs' --jobs (2)")
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args(argv)
