@@ -71,7 +71,7 @@ class StreamsSpec(BaseModel):
     # The beacon's tuples/s (0: full rate, the thesis's overload batch). A list: repetition k runs at
     # rate[k mod len] (the thesis ran every graph at 100 and at 1,000 tuples/s: `rate: [100, 1000]`
     # with `repetitions: 2`).
-    rate: float | list[float] = 100
+    rate: float | list[float] = 100.0
     duration: Duration = Field(default=120.0, gt=0)
     snapshot_interval: Duration = Field(default=1.0, ge=0.2, le=60)
     payload: int = Field(default=64, ge=8, le=65536)
