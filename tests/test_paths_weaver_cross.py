@@ -207,3 +207,25 @@ def test_call_accuracy_scores_the_artifacts_scope():
     assert at_join["n_requests"] - at_join["n_requests_right"] == 2 and at_join["call_accuracy"] == 1.0
     at_fan = swapped("F", "A")
     assert at_fan["n_requests"] - at_fan["n_call_requests_right"] == 2
+
+
+def test_true_parents_follow_a_long_sequence_of_calls():
+    """A handling that makes 70 calls one after another (each caused by the return of the one before):
+    every one has the incoming call as its parent, however long the sequence."""
+    from analysis.paths.callpairs import call_pairs, true_parents
+
+    rows, cause = [(0.0, "client", "A", "call", 0)], [-1]
+    for k in range(1, 71):
+        t = k * 0.01
+        rows += [(t, "A", "B", "call", k), (t + 0.005, "B", "A", "return", k)]
+        cause += [len(rows) - 3, len(rows) - 2]          # after the previous return (or the call); its call
+    rows.append((0.72, "A", "client", "return", 0))
+    cause.append(len(rows) - 2)
+    f = pd.DataFrame(rows, columns=["t_send", "src", "dst", "kind", "msg"])
+    f["t_recv"] = f["t_send"]
+    trace = Trace(as_messages(f), Truth(np.zeros(len(f), dtype=np.int64), np.asarray(cause)))
+    cp = call_pairs(trace.messages)
+    names = np.asarray(cp.nodes.names)
+    parent = true_parents(cp, trace.truth.cause)
+    a = np.flatnonzero(names[cp.callee] == "A")
+    assert len(a) == 1 and (parent[names[cp.callee] == "B"] == a[0]).all() and parent[a[0]] == -1

@@ -116,10 +116,14 @@ def true_parents(cp: CallPairs, cause: np.ndarray) -> np.ndarray:
     r = np.where(cause[cp.calls] >= 0, cause[cp.calls], rows)
     j = pair_of[r]
     parent = np.where(is_call[r], j, -1)
-    via = np.flatnonzero(~is_call[r] & (j >= 0))            # caused by a return: its call's parent
-    for _ in range(rows.bit_length() + 1):
-        nxt = parent[j[via]]
-        if np.array_equal(nxt, parent[via]):
+    # caused by a return: the parent of that return's call, back along a handling's sequential
+    # calls (pointer doubling: any length in a few steps)
+    back = np.arange(cp.n)
+    via = ~is_call[r] & (j >= 0)
+    back[via] = j[via]
+    for _ in range(64):
+        nxt = back[back]
+        if np.array_equal(nxt, back):
             break
-        parent[via] = nxt
-    return parent
+        back = nxt
+    return parent[back]
