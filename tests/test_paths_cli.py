@@ -211,3 +211,20 @@ def test_a_damaged_trace_among_several_is_one_line_after_the_ones_before(jobs, t
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert f"{dirs[0]} — nesting:" in r.stdout and f"{dirs[1]} — nesting:" not in r.stdout
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_a_folder_of_trace_sets_says_how_to_give_them(tmp_path):
+    """--jaeger on a folder whose subdirectories hold the exports (the artifact's data/<app>): one line
+    naming them and the PATH/* form, exit 2; the sets given that way are read."""
+    for name in ("load25", "load50"):
+        (tmp_path / "app" / name).mkdir(parents=True)
+        (tmp_path / "app" / name / "e.json").write_text(json.dumps(jaeger_doc(3)))
+    r = nestlab("paths", "--jaeger", str(tmp_path / "app"), "-a", "oracle", "--out", str(tmp_path))
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "2 subdirectories load25, load50 hold some" in lines[0], r.stderr
+    assert f"e.g. {tmp_path / 'app'}/*" in lines[0]
+    r = nestlab("paths", "--jaeger", str(tmp_path / "app" / "load25"), str(tmp_path / "app" / "load50"),
+                "-a", "oracle", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert len(pd.read_csv(tmp_path / "paths-score.csv")) == 2

@@ -28,7 +28,15 @@ def export_files(path: Path, what: str) -> list[Path]:
     files = [path / n for n in sorted(n for n in os.listdir(path) if n.endswith(".json"))] if path.is_dir() \
         else [path]
     if not files:
-        raise UserError(f"{path}: no *.json files ({what})")
+        # a folder of sets (the artifact's data/hotel_reservation): say so, and how to give them
+        try:
+            sets = sorted(d.name for d in path.iterdir() if d.is_dir() and any(d.glob("*.json"))) if path.is_dir() else []
+        except OSError:                               # an unreadable subdirectory: no hint, the message stands
+            sets = []
+        named = ", ".join(sets[:3]) + (", ..." if len(sets) > 3 else "")
+        which = f"subdirectory {named} holds" if len(sets) == 1 else f"{len(sets)} subdirectories {named} hold"
+        hint = f"; its {which} some: give each as a set, e.g. {path}/*" if sets else ""
+        raise UserError(f"{path}: no *.json files ({what}){hint}")
     return files
 
 
