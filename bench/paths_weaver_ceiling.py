@@ -72,19 +72,11 @@ def overlay(trace: Trace, copies: int, seed: int = 1, shift: float = 0.5) -> Tra
 def ceiling(trace: Trace) -> dict[str, float]:
     """traceweaver's request accuracy, and the joint choice's with every density learned from the truth."""
     p = dict(weaver.DEFAULTS)
-    found = {}
-
-    def keep(name, cp, chosen, params, warnings=None):     # traceweaver's final mapping, as it returns it
-        found["chosen"] = chosen
-        return result(name, cp, chosen, params, warnings)
-
-    weaver.result, plain = keep, weaver.result
-    try:
-        as_is = request_scores(weaver.infer(trace.messages), trace)["request_accuracy"]
-    finally:
-        weaver.result = plain
+    inferred = weaver.infer(trace.messages)
+    as_is = request_scores(inferred, trace)["request_accuracy"]
     cp = call_pairs(trace.messages)
     truth = true_parents(cp, trace.truth.cause)
+    chosen = true_parents(cp, inferred.parent)              # traceweaver's mapping, read back as pairs
     child, parent, _ = candidates(cp, int(p["max_parents"]))
     per_decade = int(p["bins_per_decade"])
     key, pre, post = weaver.edge_bins(cp, child, parent, per_decade)
@@ -95,7 +87,7 @@ def ceiling(trace: Trace) -> dict[str, float]:
     extra, _ = join_costs(cp, child, parent, truth, per_decade, float(p["kernel"]))
     own = own + extra / max(float(p["unary"]), 1e-9)
     out = {"as it is": as_is}
-    for label, start in (("truth-learned", found["chosen"]), ("truth-learned, from the truth", truth)):
+    for label, start in (("truth-learned", chosen), ("truth-learned, from the truth", truth)):
         got, _ = refine(cp, child, parent, own, start, p, rounds=1, learn_from=truth)
         out[label] = request_scores(result("traceweaver", cp, got, p), trace)["request_accuracy"]
     return out

@@ -8,8 +8,8 @@ import pandas as pd
 
 from analysis.paths.accuracy import request_scores
 from analysis.paths.algorithms import algorithm
+from analysis.paths.callpairs import roots
 from analysis.paths.model import Trace, Truth, as_messages
-from analysis.paths.weaver_cross import roots
 
 
 def join_uploads(pairs: int = 150, seed: int = 3) -> Trace:

@@ -116,14 +116,21 @@ def true_parents(cp: CallPairs, cause: np.ndarray) -> np.ndarray:
     r = np.where(cause[cp.calls] >= 0, cause[cp.calls], rows)
     j = pair_of[r]
     parent = np.where(is_call[r], j, -1)
-    # caused by a return: the parent of that return's call, back along a handling's sequential
-    # calls (pointer doubling: any length in a few steps)
-    back = np.arange(cp.n)
+    # caused by a return: the parent of that return's call, back along a handling's sequential calls
     via = ~is_call[r] & (j >= 0)
-    back[via] = j[via]
-    for _ in range(64):
-        nxt = back[back]
-        if np.array_equal(nxt, back):
+    return parent[roots(np.where(via, j, -1))]
+
+
+MAX_DEPTH = 64                  # pointer-doubling steps at most (2^64 levels: any real call tree)
+
+
+def roots(chosen: np.ndarray) -> np.ndarray:
+    """Per pair, the root of its chain of chosen parents (itself where it has none); pointer doubling,
+    at most MAX_DEPTH steps (a cycle, which no mapping here makes, cannot hang it)."""
+    up = np.where(chosen >= 0, chosen, np.arange(len(chosen)))
+    for _ in range(MAX_DEPTH):
+        nxt = up[up]
+        if np.array_equal(nxt, up):
             break
-        back = nxt
-    return parent[back]
+        up = nxt
+    return up

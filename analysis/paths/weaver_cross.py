@@ -31,20 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from analysis.paths.callpairs import roots
 from analysis.paths.weaver_joint import FLOOR, HI, LO, density_table, log_bins
-
-MAX_DEPTH = 64                  # pointer-doubling steps at most (2^64 levels: any real call tree)
-
-
-def roots(chosen: np.ndarray) -> np.ndarray:
-    """Per pair, the root of its chain of chosen parents (itself where it has none)."""
-    up = np.where(chosen >= 0, chosen, np.arange(len(chosen)))
-    for _ in range(MAX_DEPTH):
-        nxt = up[up]
-        if np.array_equal(nxt, up):
-            break
-        up = nxt
-    return up
 
 
 def join_costs(cp, child: np.ndarray, parent: np.ndarray, chosen: np.ndarray, per_decade: int,
